@@ -1,0 +1,217 @@
+//! Argument parsing: each command's arguments are read once into a typed struct, ending with a
+//! check that nothing is left over. Plain Rust over byte strings, so it runs without a server.
+
+use crate::error::LockError;
+
+/// Something that can be read as a command argument: a `RedisString` inside the server, a byte
+/// slice in tests.
+pub trait Arg {
+    /// The argument's bytes (binary-safe: NUL bytes and non-UTF-8 allowed).
+    fn bytes(&self) -> &[u8];
+}
+
+impl Arg for [u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Arg for &[u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl<const N: usize> Arg for &[u8; N] {
+    fn bytes(&self) -> &[u8] {
+        &self[..]
+    }
+}
+
+impl Arg for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Arg for &str {
+    fn bytes(&self) -> &[u8] {
+        str::as_bytes(self)
+    }
+}
+
+impl Arg for redis_module::RedisString {
+    fn bytes(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+/// A lease: a positive number of milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Lease(u64);
+
+impl Lease {
+    /// A lease of `ms` milliseconds; `None` for zero.
+    #[must_use]
+    pub const fn from_millis(ms: u64) -> Option<Self> {
+        if ms == 0 { None } else { Some(Self(ms)) }
+    }
+
+    /// The lease in milliseconds (always > 0).
+    #[must_use]
+    pub const fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// Reads `lease-ms`: a positive decimal integer that fits an `i64`.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidLease`] for anything else (zero, negative, signs, spaces, overflow).
+    pub fn parse(bytes: &[u8]) -> Result<Self, LockError> {
+        match parse_positive(bytes) {
+            Some(ms) => Ok(Self(ms)),
+            None => Err(LockError::InvalidLease),
+        }
+    }
+}
+
+/// Parses a strictly positive decimal integer that fits an `i64`: digits only, no sign, no
+/// leading zero, no spaces. The form Redis itself writes for hash counters.
+#[must_use]
+pub fn parse_positive(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 19 || bytes[0] == b'0' {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in bytes {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    (n <= i64::MAX as u64).then_some(n)
+}
+
+/// Reads a command's arguments left to right; `finish` rejects leftovers.
+struct Parser<'a, A> {
+    args: &'a [A],
+    next: usize,
+}
+
+impl<'a, A: Arg> Parser<'a, A> {
+    /// Starts after the command name. `min` is the command's minimum argument count
+    /// (the command name included); fewer is the standard wrong-arity error.
+    fn new(args: &'a [A], min: usize) -> Result<Self, LockError> {
+        if args.len() < min {
+            return Err(LockError::WrongArity);
+        }
+        Ok(Self { args, next: 1 })
+    }
+
+    fn take(&mut self) -> Option<&'a A> {
+        let arg = self.args.get(self.next)?;
+        self.next += 1;
+        Some(arg)
+    }
+
+    /// A mandatory argument; `new` already checked there are enough of them.
+    fn required(&mut self) -> Result<&'a A, LockError> {
+        self.take().ok_or(LockError::WrongArity)
+    }
+
+    fn owner(&mut self) -> Result<&'a A, LockError> {
+        let owner = self.required()?;
+        if owner.bytes().is_empty() {
+            return Err(LockError::EmptyOwner);
+        }
+        Ok(owner)
+    }
+
+    fn lease(&mut self) -> Result<Lease, LockError> {
+        Lease::parse(self.required()?.bytes())
+    }
+
+    fn optional_lease(&mut self) -> Result<Option<Lease>, LockError> {
+        self.take().map(|a| Lease::parse(a.bytes())).transpose()
+    }
+
+    fn finish(self) -> Result<(), LockError> {
+        if self.next < self.args.len() { Err(LockError::Syntax) } else { Ok(()) }
+    }
+}
+
+/// `RLOCK.ACQUIRE key owner lease-ms`
+#[derive(Debug)]
+pub struct Acquire<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub lease: Lease,
+}
+
+impl<'a, A: Arg> Acquire<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner, bad lease, or a leftover argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 4)?;
+        let parsed = Self { key: p.required()?, owner: p.owner()?, lease: p.lease()? };
+        p.finish()?;
+        Ok(parsed)
+    }
+}
+
+/// `RLOCK.RELEASE key owner [lease-ms]`
+#[derive(Debug)]
+pub struct Release<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    /// When given, a lock still held after this release gets this lease.
+    pub lease: Option<Lease>,
+}
+
+impl<'a, A: Arg> Release<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner, bad lease, or a leftover argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 3)?;
+        let parsed = Self { key: p.required()?, owner: p.owner()?, lease: p.optional_lease()? };
+        p.finish()?;
+        Ok(parsed)
+    }
+}
+
+/// `RLOCK.RENEW key owner lease-ms`
+#[derive(Debug)]
+pub struct Renew<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub lease: Lease,
+}
+
+impl<'a, A: Arg> Renew<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner, bad lease, or a leftover argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 4)?;
+        let parsed = Self { key: p.required()?, owner: p.owner()?, lease: p.lease()? };
+        p.finish()?;
+        Ok(parsed)
+    }
+}
+
+/// The commands that take only a key: `RLOCK.PTTL key`, `RLOCK.FORCERELEASE key`,
+/// `RLOCK.INFO key`. Fixed arity, like Redis's own `PTTL`: any other count is wrong arity.
+#[derive(Debug)]
+pub struct KeyOnly<'a, A> {
+    pub key: &'a A,
+}
+
+impl<'a, A: Arg> KeyOnly<'a, A> {
+    /// # Errors
+    /// Wrong arity.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        match args {
+            [_, key] => Ok(Self { key }),
+            _ => Err(LockError::WrongArity),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The command handlers: parse the arguments, read the key into a [`View`], apply the lock
+//! rules, write and replicate the resulting [`Plan`], reply. The only code that touches keys
+//! (through `raw`).
+//!
+//! Replication: the effects are replicated, never the `RLOCK.*` command, so replicas and AOF
+//! files need no module: `HSET key owner <count>`, `DEL key`, `PEXPIREAT key <unix-ms>` (an
+//! absolute deadline: a restart keeps the remaining lease) and `PUBLISH` for the unlock message.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::redisvalue::RedisValueKey;
+use redis_module::{
+    CallOptionsBuilder, CallReply, CallResult, Context, RedisResult, RedisString, RedisValue,
+};
+
+use crate::args::{self, Arg};
+use crate::error::LockError;
+use crate::raw::{self, CommandDoc, KeyKind, LockKey};
+use crate::rules::{self, Deadline, Plan, Reply, View, Write};
+
+/// Redisson's unlock channel is `redisson_lock__channel:{<lock name>}`.
+const CHANNEL_PREFIX: &[u8] = b"redisson_lock__channel:{";
+const CHANNEL_SUFFIX: &[u8] = b"}";
+/// Redisson's unlock message.
+const UNLOCK_MESSAGE: &[u8] = b"0";
+
+/// Runs a handler body; a panic becomes an error reply (and a log line) instead of a dead
+/// server. Every handler goes through here.
+fn guarded(ctx: &Context, body: impl FnOnce() -> Result<RedisValue, LockError>) -> RedisResult {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(result) => result.map_err(Into::into),
+        Err(_) => {
+            ctx.log_warning("rlock: a command handler panicked; the client got an error reply");
+            Err(LockError::Internal.into())
+        }
+    }
+}
+
+/// `RLOCK.ACQUIRE key owner lease-ms`
+pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::Acquire::parse(&argv)?;
+        let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        let key = LockKey::open(ctx, cmd.key, true);
+        let plan = rules::acquire(view_as(&key, Some(cmd.owner))?, deadline)?;
+        Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan))
+    })
+}
+
+/// `RLOCK.RELEASE key owner [lease-ms]`
+pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::Release::parse(&argv)?;
+        let now = raw::now_ms();
+        let deadline = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
+        let key = LockKey::open(ctx, cmd.key, true);
+        let plan = rules::release(view_as(&key, Some(cmd.owner))?, deadline);
+        Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan))
+    })
+}
+
+/// `RLOCK.RENEW key owner lease-ms`
+pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::Renew::parse(&argv)?;
+        let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        let key = LockKey::open(ctx, cmd.key, true);
+        let plan = rules::renew(view_as(&key, Some(cmd.owner))?, deadline);
+        Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan))
+    })
+}
+
+/// `RLOCK.FORCERELEASE key`
+pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::KeyOnly::parse(&argv)?;
+        let key = LockKey::open(ctx, cmd.key, true);
+        let plan = rules::force_release(view_as(&key, None)?);
+        Ok(execute(ctx, &key, cmd.key, None, &plan))
+    })
+}
+
+/// `RLOCK.PTTL key`
+pub fn pttl(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::KeyOnly::parse(&argv)?;
+        let key = LockKey::open(ctx, cmd.key, false);
+        Ok(RedisValue::Integer(rules::pttl(view_as(&key, None)?)))
+    })
+}
+
+/// `RLOCK.INFO key`
+pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::KeyOnly::parse(&argv)?;
+        let key = LockKey::open(ctx, cmd.key, false);
+        let pttl = match view_as(&key, None)? {
+            View::Free => return Ok(RedisValue::Null),
+            View::Held { pttl, .. } => pttl,
+        };
+        if key.len() != 1 {
+            return Err(LockError::NotALock);
+        }
+        drop(key);
+        let (owner, count) = only_field(ctx, cmd.key)?;
+        let count = rules::parse_count(&count)?;
+        let field = |name: &str| RedisValueKey::String(name.to_owned());
+        Ok(RedisValue::OrderedMap(
+            [
+                (field("owner"), RedisValue::StringBuffer(owner)),
+                (field("count"), RedisValue::Integer(count as i64)),
+                (field("pttl"), RedisValue::Integer(pttl)),
+                (field("waiters"), RedisValue::Integer(0)),
+            ]
+            .into_iter()
+            .collect(),
+        ))
+    })
+}
+
+/// The one field and value of a one-field hash. The low-level API has no field iteration on
+/// Redis 7.0, so this reads `HGETALL` (only `RLOCK.INFO`, off the hot path, uses it).
+fn only_field(ctx: &Context, key: &RedisString) -> Result<(Vec<u8>, Vec<u8>), LockError> {
+    let reply: CallResult = ctx.call_ext("HGETALL", &CallOptionsBuilder::new().build(), &[key]);
+    let Ok(CallReply::Array(items)) = reply else {
+        return Err(LockError::Internal);
+    };
+    let bytes = |i: usize| match items.get(i) {
+        Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    };
+    match (items.len(), bytes(0), bytes(1)) {
+        (2, Some(field), Some(value)) => Ok((field, value)),
+        _ => Err(LockError::NotALock),
+    }
+}
+
+/// Reads the key as the rules see it. `owner`: the caller whose hold count matters, if any.
+fn view_as(key: &LockKey, owner: Option<&RedisString>) -> Result<View, LockError> {
+    match key.kind() {
+        KeyKind::Empty => Ok(View::Free),
+        KeyKind::Other => Err(LockError::WrongType),
+        KeyKind::Hash => {
+            let mine = match owner.and_then(|o| key.hash_get(o)) {
+                Some(count) => Some(rules::parse_count(count.as_bytes())?),
+                None => None,
+            };
+            Ok(View::Held { mine, pttl: key.pttl() })
+        }
+    }
+}
+
+/// Carries out a plan on the open key: write, lease, publish, each replicated as plain Redis
+/// commands; returns the reply.
+fn execute(
+    ctx: &Context,
+    key: &LockKey,
+    name: &RedisString,
+    owner: Option<&RedisString>,
+    plan: &Plan,
+) -> RedisValue {
+    match (plan.write, owner) {
+        (Write::Keep, _) => {}
+        (Write::SetCount(count), Some(owner)) => {
+            let count = int_string(ctx, count as i64);
+            key.hash_set(owner, &count);
+            raw::replicate(ctx, c"HSET", &[name, owner, &count]);
+        }
+        (Write::SetCount(_), None) => unreachable!("only owner commands set a hold count"),
+        (Write::Delete, _) => {
+            key.delete();
+            raw::replicate(ctx, c"DEL", &[name]);
+        }
+    }
+    if let Some(deadline) = plan.expire_at {
+        key.set_expire_at(deadline.unix_ms());
+        raw::replicate(ctx, c"PEXPIREAT", &[name, &int_string(ctx, deadline.unix_ms())]);
+    }
+    if plan.publish {
+        let channel = unlock_channel(ctx, name);
+        let message = RedisString::create_from_slice(ctx.get_raw(), UNLOCK_MESSAGE);
+        raw::publish(ctx, &channel, &message);
+        // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as a Lua script's
+        // redis.call('publish') is, so subscribers on replicas hear it too.
+        raw::replicate(ctx, c"PUBLISH", &[&channel, &message]);
+    }
+    match plan.reply {
+        Reply::Nil => RedisValue::Null,
+        Reply::Int(n) => RedisValue::Integer(n),
+    }
+}
+
+/// `redisson_lock__channel:{<key>}`, binary-safe.
+fn unlock_channel(ctx: &Context, name: &RedisString) -> RedisString {
+    let name = name.bytes();
+    let mut channel = Vec::with_capacity(CHANNEL_PREFIX.len() + name.len() + CHANNEL_SUFFIX.len());
+    channel.extend_from_slice(CHANNEL_PREFIX);
+    channel.extend_from_slice(name);
+    channel.extend_from_slice(CHANNEL_SUFFIX);
+    RedisString::create_from_slice(ctx.get_raw(), &channel)
+}
+
+fn int_string(ctx: &Context, n: i64) -> RedisString {
+    RedisString::create_from_slice(ctx.get_raw(), n.to_string().as_bytes())
+}
+
+/// Arity, docs and key specs of every command, set at load time (`lib.rs`'s `init`).
+pub const DOCS: &[CommandDoc] = &[
+    CommandDoc {
+        name: c"rlock.acquire",
+        summary: c"Acquires or re-enters a reentrant lock; replies nil, or the holder's remaining lease in ms",
+        complexity: c"O(1)",
+        arity: -4,
+        key_flags: raw::KEY_RW | raw::KEY_ACCESS | raw::KEY_UPDATE, // as HINCRBY
+    },
+    CommandDoc {
+        name: c"rlock.release",
+        summary: c"Releases one hold; 1: freed (and published), 0: still held, nil: not the holder",
+        complexity: c"O(1)",
+        arity: -3,
+        key_flags: raw::KEY_RW | raw::KEY_ACCESS | raw::KEY_DELETE, // as LPOP: may delete
+    },
+    CommandDoc {
+        name: c"rlock.renew",
+        summary: c"Resets the lease of a lock the owner holds; 1: renewed, 0: not held",
+        complexity: c"O(1)",
+        arity: -4,
+        key_flags: raw::KEY_RW | raw::KEY_UPDATE,
+    },
+    CommandDoc {
+        name: c"rlock.forcerelease",
+        summary: c"Deletes a lock whoever holds it and publishes the unlock message",
+        complexity: c"O(1)",
+        arity: 2,
+        key_flags: raw::KEY_RW | raw::KEY_DELETE,
+    },
+    CommandDoc {
+        name: c"rlock.pttl",
+        summary: c"Remaining lease in ms; -2: no lock, -1: no expiry",
+        complexity: c"O(1)",
+        arity: 2,
+        key_flags: raw::KEY_RO | raw::KEY_ACCESS,
+    },
+    CommandDoc {
+        name: c"rlock.info",
+        summary: c"The lock's owner, hold count, remaining lease and number of waiters; nil if free",
+        complexity: c"O(1)",
+        arity: 2,
+        key_flags: raw::KEY_RO | raw::KEY_ACCESS,
+    },
+];
+
+/// Applies [`DOCS`]; a refusal is logged, not fatal (the commands work without it, but a
+/// read-only ACL key permission will not be enough for `RLOCK.PTTL` / `RLOCK.INFO`).
+pub fn set_docs(ctx: &Context) {
+    for doc in DOCS {
+        if let Err(e) = raw::set_command_info(ctx, doc) {
+            ctx.log_warning(&format!("rlock: {e}"));
+        }
+    }
+}
+
+/// Whether the server provides every API the commands use.
+pub fn check_server(ctx: &Context) -> bool {
+    let missing = raw::missing_apis();
+    if !missing.is_empty() {
+        ctx.log_warning(&format!("rlock: this server lacks {}", missing.join(", ")));
+    }
+    missing.is_empty()
+}
+

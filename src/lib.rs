@@ -1,0 +1,62 @@
+//! # rlock: native reentrant distributed locks for Redis
+//!
+//! A Redis module adding `RLOCK.*` commands that implement Redisson's reentrant lock inside the
+//! server, on Redisson's own data layout (a hash `owner -> hold count`, the lease as the key's
+//! expiry), so Redisson clients and rlock clients agree on who holds a lock.
+//!
+//! # Layout
+//! - `lib.rs`: the `redis_module!` table, one row per command (name, handler, flags, keys).
+//! - [`commands`]: one handler per command: parse, read the key, apply the rules, write and
+//!   replicate, reply. The only code that touches keys.
+//! - [`args`]: argument parsing into a typed struct per command.
+//! - [`rules`]: the lock rules as plain Rust (acquire, release, renew, force-release), which
+//!   unit tests drive without a server.
+//! - [`error`]: the one error enum and its conversion to error replies.
+//! - [`raw`]: every unsafe `RedisModule_*` call, each with a `// SAFETY:` note.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod args;
+pub mod commands;
+pub mod error;
+pub mod raw;
+pub mod rules;
+
+use redis_module::{redis_module, Context, RedisString, Status};
+
+/// Redis's allocator inside the server (the module's memory shows in `INFO memory`); the system
+/// allocator for the server-free tests, which link this crate outside redis-server.
+#[cfg(not(feature = "system-alloc"))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(feature = "system-alloc")]
+type Allocator = std::alloc::System;
+
+#[cfg(not(feature = "system-alloc"))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(feature = "system-alloc")]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    if !commands::check_server(ctx) {
+        return Status::Err;
+    }
+    commands::set_docs(ctx);
+    Status::Ok
+}
+
+redis_module! {
+    name: "rlock",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [],
+    init: init,
+    commands: [
+        // name,                 handler,                  flags,               keys: first, last, step, ACL categories
+        ["rlock.acquire",      commands::acquire,       "write deny-oom",    1, 1, 1, ""],
+        ["rlock.release",      commands::release,       "write",             1, 1, 1, ""],
+        ["rlock.renew",        commands::renew,         "write deny-oom",    1, 1, 1, ""],
+        ["rlock.forcerelease", commands::force_release, "write",             1, 1, 1, ""],
+        ["rlock.pttl",         commands::pttl,          "readonly fast",     1, 1, 1, ""],
+        ["rlock.info",         commands::info,          "readonly fast",     1, 1, 1, ""],
+    ],
+}

@@ -1,0 +1,356 @@
+//! Every raw `RedisModule_*` call the module makes, each wrapped in a small safe function with a
+//! `// SAFETY:` note. The rest of the crate is safe Rust.
+//!
+//! Why raw calls at all: the redis-module crate's hash helpers take `&str` fields (an owner with a
+//! NUL byte crashed the server, non-UTF-8 owners were refused), it has no `GetExpire`, no
+//! `PublishMessage`, and no `SetCommandInfo` (key specs, arity) on the 6.2 compatibility level
+//! that loads on Redis 7.0.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::ptr::{self, NonNull};
+
+use redis_module::{raw, Context, RedisString};
+
+/// An API function pointer, filled in by `RedisModule_Init` before any command can run.
+macro_rules! api {
+    ($name:ident) => {
+        // SAFETY: Redis writes these pointers once, in RedisModule_Init (OnLoad), before any of
+        // our code runs; afterwards they are only read, always on Redis's main thread.
+        match unsafe { raw::$name } {
+            Some(f) => f,
+            None => missing_api(stringify!($name)),
+        }
+    };
+}
+
+#[cold]
+fn missing_api(name: &'static str) -> ! {
+    // Caught by the handler guard in `commands`: the client gets an error, the server lives.
+    panic!("this server does not provide {name}")
+}
+
+/// The APIs the commands rely on; `check_apis` refuses to load without them.
+pub fn missing_apis() -> Vec<&'static str> {
+    macro_rules! check {
+        ($($name:ident),*) => {{
+            let mut missing = Vec::new();
+            $(
+                // SAFETY: as in `api!`: read-only access to a pointer set by RedisModule_Init.
+                if unsafe { raw::$name }.is_none() {
+                    missing.push(stringify!($name));
+                }
+            )*
+            missing
+        }};
+    }
+    check!(
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ValueLength,
+        RedisModule_HashGet,
+        RedisModule_HashSet,
+        RedisModule_DeleteKey,
+        RedisModule_GetExpire,
+        RedisModule_SetExpire,
+        RedisModule_Milliseconds,
+        RedisModule_Replicate,
+        RedisModule_PublishMessage,
+        RedisModule_FreeString,
+        RedisModule_StringPtrLen
+    )
+}
+
+/// The current Unix time in milliseconds, from the same clock Redis uses for expiries.
+pub fn now_ms() -> i64 {
+    let now = api!(RedisModule_Milliseconds);
+    // SAFETY: takes no arguments and only reads the clock.
+    unsafe { now() }
+}
+
+/// What a key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Empty,
+    Hash,
+    Other,
+}
+
+/// An open key, closed on drop.
+pub struct LockKey {
+    ctx: *mut raw::RedisModuleCtx,
+    /// NULL when a key opened read-only does not exist.
+    key: *mut raw::RedisModuleKey,
+}
+
+impl LockKey {
+    /// Opens `name` for reading, or for reading and writing.
+    pub fn open(ctx: &Context, name: &RedisString, writable: bool) -> Self {
+        let mode = if writable {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        let open = api!(RedisModule_OpenKey);
+        // SAFETY: `ctx` is the context of the command being executed and `name` a live string
+        // owned by the caller; both outlive the returned key, which is closed in Drop.
+        let key = unsafe { open(ctx.get_raw(), name.inner, mode as c_int) };
+        Self { ctx: ctx.get_raw(), key }
+    }
+
+    /// What the key holds. Expired keys read as empty (Redis expires them on open).
+    pub fn kind(&self) -> KeyKind {
+        if self.key.is_null() {
+            return KeyKind::Empty;
+        }
+        let key_type = api!(RedisModule_KeyType);
+        // SAFETY: `self.key` is a non-null key opened by `open` and not yet closed.
+        match unsafe { key_type(self.key) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => KeyKind::Empty,
+            raw::REDISMODULE_KEYTYPE_HASH => KeyKind::Hash,
+            _ => KeyKind::Other,
+        }
+    }
+
+    /// The number of fields of a hash (0 for an empty key).
+    pub fn len(&self) -> usize {
+        if self.key.is_null() {
+            return 0;
+        }
+        let value_length = api!(RedisModule_ValueLength);
+        // SAFETY: `self.key` is a non-null open key.
+        unsafe { value_length(self.key) }
+    }
+
+    /// A hash field's value, binary-safe. `None` when the field (or the key) does not exist.
+    /// Call only when `kind()` is `Hash` or `Empty`.
+    pub fn hash_get(&self, field: &RedisString) -> Option<OwnedString> {
+        if self.key.is_null() {
+            return None;
+        }
+        let hash_get = api!(RedisModule_HashGet);
+        let mut value: *mut raw::RedisModuleString = ptr::null_mut();
+        // SAFETY: the key is open and is a hash or empty (the caller checked its kind). The
+        // variadic arguments are one (field, out-pointer) pair ended by NULL, as HashGet expects
+        // with REDISMODULE_HASH_NONE; `field` is a live string and `value` a local out-pointer
+        // that receives a new string (ours to free) or NULL.
+        unsafe {
+            hash_get(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                &mut value as *mut *mut raw::RedisModuleString,
+                ptr::null_mut::<c_void>(),
+            );
+        }
+        NonNull::new(value).map(|ptr| OwnedString { ctx: self.ctx, ptr })
+    }
+
+    /// Sets a hash field, creating the hash when the key is empty. The key must be writable.
+    pub fn hash_set(&self, field: &RedisString, value: &RedisString) {
+        if self.key.is_null() {
+            return;
+        }
+        let hash_set = api!(RedisModule_HashSet);
+        // SAFETY: the key is open for writing and is a hash or empty; the variadic arguments are
+        // one (field, value) pair of live strings ended by NULL. HashSet copies what it keeps.
+        unsafe {
+            hash_set(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                value.inner,
+                ptr::null_mut::<c_void>(),
+            );
+        }
+    }
+
+    /// Deletes the key. The key must be writable.
+    pub fn delete(&self) {
+        if self.key.is_null() {
+            return;
+        }
+        let delete = api!(RedisModule_DeleteKey);
+        // SAFETY: `self.key` is a non-null key opened for writing.
+        unsafe { delete(self.key) };
+    }
+
+    /// The remaining lease in ms; -1 when the key has no expiry (or does not exist).
+    pub fn pttl(&self) -> i64 {
+        if self.key.is_null() {
+            return -1;
+        }
+        let get_expire = api!(RedisModule_GetExpire);
+        // SAFETY: `self.key` is a non-null open key.
+        unsafe { get_expire(self.key) }
+    }
+
+    /// Sets the key to expire at `deadline_ms` (Unix ms), exactly: the value replicated as
+    /// `PEXPIREAT` must be the one stored here.
+    ///
+    /// `RedisModule_SetExpire` takes a relative time and adds its own reading of the clock, so
+    /// the clock is read around the call: when it did not move, the stored deadline is exact.
+    pub fn set_expire_at(&self, deadline_ms: i64) {
+        if self.key.is_null() {
+            return;
+        }
+        let set_expire = api!(RedisModule_SetExpire);
+        for _ in 0..4 {
+            let before = now_ms();
+            // Never -1 (REDISMODULE_NO_EXPIRE would remove the expiry); a deadline already past
+            // expires the key at once.
+            let relative = deadline_ms.saturating_sub(before).max(0);
+            // SAFETY: `self.key` is a non-null key opened for writing that holds a value.
+            unsafe { set_expire(self.key, relative) };
+            if now_ms() == before {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        if self.key.is_null() {
+            return;
+        }
+        let close = api!(RedisModule_CloseKey);
+        // SAFETY: `self.key` was opened by `open` and is closed exactly once, here.
+        unsafe { close(self.key) };
+    }
+}
+
+/// A string returned by Redis that we own (from `HashGet`); freed on drop.
+pub struct OwnedString {
+    ctx: *mut raw::RedisModuleCtx,
+    ptr: NonNull<raw::RedisModuleString>,
+}
+
+impl OwnedString {
+    /// The string's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        let ptr_len = api!(RedisModule_StringPtrLen);
+        let mut len: usize = 0;
+        // SAFETY: `self.ptr` is a live string we own; the returned buffer lives as long as it,
+        // which the borrow of `self` enforces.
+        unsafe {
+            let data = ptr_len(self.ptr.as_ptr(), &mut len);
+            std::slice::from_raw_parts(data.cast::<u8>(), len)
+        }
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        let free = api!(RedisModule_FreeString);
+        // SAFETY: HashGet gave us one reference to this string (automatic memory is not enabled
+        // on our contexts), released exactly once, here, with the context it was made with.
+        unsafe { free(self.ctx, self.ptr.as_ptr()) };
+    }
+}
+
+/// Propagates `command args...` to replicas and the AOF (not executed locally). Binary-safe.
+pub fn replicate(ctx: &Context, command: &CStr, args: &[&RedisString]) {
+    let replicate = api!(RedisModule_Replicate);
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.inner).collect();
+    // SAFETY: the "v" format takes an array of RedisModuleString pointers and its length; the
+    // strings are live for the call and Redis retains what it keeps. `command` is NUL-terminated.
+    unsafe {
+        replicate(ctx.get_raw(), command.as_ptr(), c"v".as_ptr(), argv.as_mut_ptr(), argv.len());
+    }
+}
+
+/// Publishes `message` on `channel` to this server's subscribers (cluster-wide in cluster
+/// mode). Not propagated to replicas: replicate a `PUBLISH` for that.
+pub fn publish(ctx: &Context, channel: &RedisString, message: &RedisString) {
+    let publish = api!(RedisModule_PublishMessage);
+    // SAFETY: live context and strings; PublishMessage does not keep them.
+    unsafe { publish(ctx.get_raw(), channel.inner, message.inner) };
+}
+
+/// Command metadata for `COMMAND INFO` / `COMMAND DOCS`, set at load time.
+pub struct CommandDoc {
+    pub name: &'static CStr,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    /// Redis arity: N exactly, or -N for at least N (the command name counts).
+    pub arity: i32,
+    /// `REDISMODULE_CMD_KEY_*` flags of the one key, at position 1.
+    pub key_flags: u64,
+}
+
+/// Key-spec flags (redismodule.h).
+pub const KEY_RO: u64 = raw::REDISMODULE_CMD_KEY_RO as u64;
+pub const KEY_RW: u64 = raw::REDISMODULE_CMD_KEY_RW as u64;
+pub const KEY_ACCESS: u64 = raw::REDISMODULE_CMD_KEY_ACCESS as u64;
+pub const KEY_UPDATE: u64 = raw::REDISMODULE_CMD_KEY_UPDATE as u64;
+pub const KEY_DELETE: u64 = raw::REDISMODULE_CMD_KEY_DELETE as u64;
+
+static COMMAND_INFO_VERSION: raw::RedisModuleCommandInfoVersion =
+    raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+    };
+
+/// Sets a registered command's arity, docs and key spec (one key at argument 1 with
+/// `key_flags`). On Redis 7.0 this is what makes a read-only key permission (`%R~`) enough for
+/// the read-only commands. A no-op on servers without `SetCommandInfo` (before 7.0).
+///
+/// # Errors
+/// A message for the log when the command is unknown or Redis refuses the info.
+pub fn set_command_info(ctx: &Context, doc: &CommandDoc) -> Result<(), String> {
+    // SAFETY: read-only access to pointers set by RedisModule_Init.
+    let (Some(get_command), Some(set_info)) =
+        (unsafe { raw::RedisModule_GetCommand }, unsafe { raw::RedisModule_SetCommandInfo })
+    else {
+        return Ok(());
+    };
+    // SAFETY: live context at load time and a NUL-terminated name.
+    let command = unsafe { get_command(ctx.get_raw(), doc.name.as_ptr()) };
+    if command.is_null() {
+        return Err(format!("{:?} is not registered", doc.name));
+    }
+    // Two key specs: ours, then the all-zero terminator Redis looks for.
+    let spec = raw::RedisModuleCommandKeySpec {
+        notes: ptr::null(),
+        flags: doc.key_flags,
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+        },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: 0,
+                keystep: 1,
+                limit: 0,
+            },
+        },
+    };
+    // SAFETY: an all-zero key spec is the terminator (null pointers, zero flags, INVALID/OMITTED
+    // search types), a valid value of this plain C struct.
+    let terminator: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+    let mut specs = [spec, terminator];
+    let info = raw::RedisModuleCommandInfo {
+        version: &COMMAND_INFO_VERSION,
+        summary: doc.summary.as_ptr(),
+        complexity: doc.complexity.as_ptr(),
+        since: c"0.1.0".as_ptr(),
+        history: ptr::null_mut(),
+        tips: ptr::null(),
+        arity: doc.arity,
+        key_specs: specs.as_mut_ptr(),
+        args: ptr::null_mut(),
+    };
+    // SAFETY: `command` belongs to this module; `info` and everything it points to (static C
+    // strings, the version struct, the terminated key-spec array on our stack) are valid for the
+    // call, and SetCommandInfo copies what it keeps.
+    let status = unsafe { set_info(command, &info) };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(format!("Redis refused the command info of {:?}", doc.name))
+    }
+}

@@ -1,0 +1,168 @@
+//! The lock rules, as plain Rust: given what the key holds now ([`View`]), each operation returns
+//! a [`Plan`]: what to write, which lease deadline to set, whether to publish the unlock message,
+//! and the reply. Only `commands` touches Redis; unit tests drive these functions directly.
+//!
+//! The rules are Redisson's reentrant lock (see the README's "How it maps to Redisson"):
+//! a lock is a hash `owner -> hold count` whose key expiry is the lease.
+
+use crate::args::Lease;
+use crate::error::LockError;
+
+/// An absolute lease deadline: Unix time in milliseconds, as `PEXPIREAT` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Deadline(i64);
+
+impl Deadline {
+    /// The deadline `lease` after `now_ms`.
+    ///
+    /// # Errors
+    /// [`LockError::LeaseTooLarge`] when the sum does not fit a Unix time in milliseconds.
+    pub fn after(now_ms: i64, lease: Lease) -> Result<Self, LockError> {
+        i64::try_from(lease.as_millis())
+            .ok()
+            .and_then(|ms| now_ms.checked_add(ms))
+            .map(Self)
+            .ok_or(LockError::LeaseTooLarge)
+    }
+
+    /// The deadline as Unix milliseconds.
+    #[must_use]
+    pub const fn unix_ms(self) -> i64 {
+        self.0
+    }
+}
+
+/// What the lock's key holds, seen by the calling owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// No key: the lock is free.
+    Free,
+    /// The key is a lock hash. `mine` is the caller's hold count if it is a holder;
+    /// `pttl` the remaining lease in ms (-1: no expiry).
+    Held { mine: Option<u64>, pttl: i64 },
+}
+
+/// What an operation writes to the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing.
+    Keep,
+    /// Set the caller's hold count (creating the hash if needed).
+    SetCount(u64),
+    /// Delete the key.
+    Delete,
+}
+
+/// A command's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    Nil,
+    Int(i64),
+}
+
+/// The outcome of an operation: everything the key layer must do, in this order:
+/// write, set the lease, publish, reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub write: Write,
+    /// A new lease deadline for the key (`None`: leave the expiry as it is).
+    pub expire_at: Option<Deadline>,
+    /// Publish the unlock message (`0` on `redisson_lock__channel:{key}`).
+    pub publish: bool,
+    pub reply: Reply,
+}
+
+impl Plan {
+    const fn reply(reply: Reply) -> Self {
+        Self { write: Write::Keep, expire_at: None, publish: false, reply }
+    }
+
+    const fn freed(reply: Reply) -> Self {
+        Self { write: Write::Delete, expire_at: None, publish: true, reply }
+    }
+
+    /// Whether the plan changes the dataset (and so must be replicated).
+    #[must_use]
+    pub const fn writes(&self) -> bool {
+        !matches!(self.write, Write::Keep) || self.expire_at.is_some()
+    }
+}
+
+/// Parses an owner's hold count as stored in the hash.
+///
+/// # Errors
+/// [`LockError::CorruptCount`] unless it is a positive integer that fits an `i64`.
+pub fn parse_count(stored: &[u8]) -> Result<u64, LockError> {
+    crate::args::parse_positive(stored).ok_or(LockError::CorruptCount)
+}
+
+/// `ACQUIRE`: take a free lock (count 1), or re-enter one we hold (count + 1); both set the
+/// lease. Held by another owner: reply its remaining lease, change nothing.
+///
+/// # Errors
+/// [`LockError::CountOverflow`] when re-entry would pass `i64::MAX` holds.
+pub fn acquire(view: View, deadline: Deadline) -> Result<Plan, LockError> {
+    let count = match view {
+        View::Free => 1,
+        View::Held { mine: Some(held), .. } => next_count(held)?,
+        View::Held { mine: None, pttl } => return Ok(Plan::reply(Reply::Int(pttl))),
+    };
+    Ok(Plan {
+        write: Write::SetCount(count),
+        expire_at: Some(deadline),
+        publish: false,
+        reply: Reply::Nil,
+    })
+}
+
+fn next_count(held: u64) -> Result<u64, LockError> {
+    held.checked_add(1).filter(|&c| c <= i64::MAX as u64).ok_or(LockError::CountOverflow)
+}
+
+/// `RELEASE`: drop one hold. Not a holder: nil. Last hold: delete the key, publish, reply 1.
+/// Otherwise: count - 1, the lease reset when one is given, reply 0.
+#[must_use]
+pub fn release(view: View, lease: Option<Deadline>) -> Plan {
+    match view {
+        View::Free | View::Held { mine: None, .. } => Plan::reply(Reply::Nil),
+        View::Held { mine: Some(held), .. } if held <= 1 => Plan::freed(Reply::Int(1)),
+        View::Held { mine: Some(held), .. } => Plan {
+            write: Write::SetCount(held - 1),
+            expire_at: lease,
+            publish: false,
+            reply: Reply::Int(0),
+        },
+    }
+}
+
+/// `RENEW`: a holder gets a new lease (reply 1); anyone else gets 0 and nothing is created.
+#[must_use]
+pub fn renew(view: View, deadline: Deadline) -> Plan {
+    match view {
+        View::Held { mine: Some(_), .. } => Plan {
+            write: Write::Keep,
+            expire_at: Some(deadline),
+            publish: false,
+            reply: Reply::Int(1),
+        },
+        View::Free | View::Held { mine: None, .. } => Plan::reply(Reply::Int(0)),
+    }
+}
+
+/// `FORCERELEASE`: delete any lock and publish (reply 1), or reply 0 when there is none.
+#[must_use]
+pub fn force_release(view: View) -> Plan {
+    match view {
+        View::Free => Plan::reply(Reply::Int(0)),
+        View::Held { .. } => Plan::freed(Reply::Int(1)),
+    }
+}
+
+/// `PTTL`'s reply: -2 when there is no lock, else the remaining lease (-1: no expiry).
+#[must_use]
+pub const fn pttl(view: View) -> i64 {
+    match view {
+        View::Free => -2,
+        View::Held { pttl, .. } => pttl,
+    }
+}
