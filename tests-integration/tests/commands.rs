@@ -1,0 +1,398 @@
+//! The RLOCK.* command contract against a real redis-server with the module loaded.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{
+    digest, hgetall, pexpiretime, poll, run, run_str, Server,
+};
+
+fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(n) => *n,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+fn hget(con: &mut Connection, key: &str, field: &str) -> Option<i64> {
+    redis::cmd("HGET").arg(key).arg(field).query(con).expect("HGET")
+}
+
+fn exists(con: &mut Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
+}
+
+#[test]
+fn acquire_replies_nil_when_free_or_reentered_and_the_pttl_when_held() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "10000"]), Value::Nil);
+    assert_eq!(hget(&mut con, "l", "a"), Some(1));
+    let pttl = int(&cmd(&mut con, &["PTTL", "l"]));
+    assert!((9_000..=10_000).contains(&pttl), "lease set: {pttl}");
+
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "20000"]), Value::Nil);
+    assert_eq!(hget(&mut con, "l", "a"), Some(2));
+    let pttl = int(&cmd(&mut con, &["PTTL", "l"]));
+    assert!((19_000..=20_000).contains(&pttl), "re-entry resets the lease: {pttl}");
+
+    let before = digest(&mut con);
+    let busy = int(&cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "5000"]));
+    assert!((19_000..=20_000).contains(&busy), "the holder's remaining lease: {busy}");
+    assert_eq!(digest(&mut con), before, "a failed acquire changes nothing");
+    assert_eq!(hget(&mut con, "l", "b"), None);
+
+    // A lock hash with no expiry (set by hand): -1.
+    cmd(&mut con, &["HSET", "forever", "x", "1"]);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.ACQUIRE", "forever", "b", "5000"])), -1);
+}
+
+#[test]
+fn reentrancy_counts_one_two_one_zero_and_deletes_only_at_zero() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]), Value::Nil);
+    assert_eq!(hget(&mut con, "l", "a"), Some(1));
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]), Value::Nil);
+    assert_eq!(hget(&mut con, "l", "a"), Some(2));
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "l", "a"])), 0);
+    assert_eq!(hget(&mut con, "l", "a"), Some(1));
+    assert!(exists(&mut con, "l"));
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "l", "a"])), 1);
+    assert!(!exists(&mut con, "l"), "deleted at zero");
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]), Value::Nil, "no lock: nil");
+}
+
+#[test]
+fn release_resets_the_lease_only_when_given_one() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for _ in 0..3 {
+        cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "100000"]);
+    }
+    let expiry = pexpiretime(&mut con, b"l");
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "l", "a"])), 0);
+    assert_eq!(pexpiretime(&mut con, b"l"), expiry, "no lease given: expiry unchanged");
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "l", "a", "5000"])), 0);
+    let pttl = int(&cmd(&mut con, &["PTTL", "l"]));
+    assert!((4_000..=5_000).contains(&pttl), "lease reset to 5000: {pttl}");
+}
+
+#[test]
+fn release_by_another_owner_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    let before = digest(&mut con);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "b"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "b", "10"]), Value::Nil);
+    assert_eq!(digest(&mut con), before);
+    assert_eq!(hget(&mut con, "l", "a"), Some(2));
+}
+
+#[test]
+fn renew_resets_a_holders_lease_and_never_creates_a_lock() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RENEW", "l", "a", "5000"])), 0);
+    assert!(!exists(&mut con, "l"), "renew creates nothing");
+
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "5000"]);
+    let before = digest(&mut con);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RENEW", "l", "b", "60000"])), 0);
+    assert_eq!(digest(&mut con), before, "a non-holder's renew changes nothing");
+
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RENEW", "l", "a", "60000"])), 1);
+    let pttl = int(&cmd(&mut con, &["PTTL", "l"]));
+    assert!((59_000..=60_000).contains(&pttl), "renewed: {pttl}");
+    assert_eq!(hget(&mut con, "l", "a"), Some(1), "renew leaves the count");
+}
+
+#[test]
+fn lease_expiry_frees_the_lock_and_the_old_owners_release_replies_nil() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "100"]);
+    assert!(int(&cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "100"])) > 0, "held by a");
+    poll("the lease to run out", Duration::from_secs(5), || {
+        (int(&cmd(&mut con, &["RLOCK.PTTL", "l"])) == -2).then_some(())
+    });
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "10000"]), Value::Nil);
+    assert_eq!(hget(&mut con, "l", "b"), Some(1));
+}
+
+#[test]
+fn pttl_replies_minus_two_minus_one_or_the_lease() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.PTTL", "l"])), -2);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "7000"]);
+    let pttl = int(&cmd(&mut con, &["RLOCK.PTTL", "l"]));
+    assert!((6_000..=7_000).contains(&pttl), "{pttl}");
+    cmd(&mut con, &["PERSIST", "l"]);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.PTTL", "l"])), -1);
+}
+
+#[test]
+fn forcerelease_deletes_any_holders_lock_and_publishes() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("redisson_lock__channel:{l}").expect("subscribe");
+
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.FORCERELEASE", "l"])), 0);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.FORCERELEASE", "l"])), 1);
+    assert!(!exists(&mut con, "l"));
+    let msg = sub.get_message().expect("the unlock message");
+    assert_eq!(msg.get_channel_name(), "redisson_lock__channel:{l}");
+    assert_eq!(msg.get_payload_bytes(), b"0");
+}
+
+#[test]
+fn release_to_zero_publishes_zero_on_the_redisson_channel() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("redisson_lock__channel:{orders:42}").expect("subscribe");
+
+    cmd(&mut con, &["RLOCK.ACQUIRE", "orders:42", "a", "30000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "orders:42", "a", "30000"]);
+    let receivers = |con: &mut Connection| -> i64 {
+        redis::cmd("PUBSUB").arg("NUMSUB").arg("redisson_lock__channel:{orders:42}")
+            .query::<(String, i64)>(con).expect("NUMSUB").1
+    };
+    assert_eq!(receivers(&mut con), 1);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "orders:42", "a"])), 0);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "orders:42", "a"])), 1);
+    let msg = sub.get_message().expect("the unlock message");
+    assert_eq!(msg.get_channel_name(), "redisson_lock__channel:{orders:42}");
+    assert_eq!(msg.get_payload_bytes(), b"0");
+    // Exactly one message: the release that left the lock held published nothing.
+    sub.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    assert!(sub.get_message().is_err(), "only the release to zero publishes");
+}
+
+#[test]
+fn info_replies_nil_or_owner_count_pttl_waiters() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RLOCK.INFO", "l"]), Value::Nil);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+
+    // RESP2: a flat field/value array.
+    let Value::Array(flat) = cmd(&mut con, &["RLOCK.INFO", "l"]) else { panic!("array") };
+    let mut fields = std::collections::HashMap::new();
+    for pair in flat.chunks(2) {
+        let Value::BulkString(name) = &pair[0] else { panic!("field name {pair:?}") };
+        fields.insert(String::from_utf8(name.clone()).expect("utf8"), pair[1].clone());
+    }
+    assert_eq!(fields.len(), 4, "{fields:?}");
+    assert_eq!(fields["owner"], Value::BulkString(b"a".to_vec()));
+    assert_eq!(fields["count"], Value::Int(2));
+    assert!((29_000..=30_000).contains(&int(&fields["pttl"])));
+    assert_eq!(fields["waiters"], Value::Int(0));
+
+    // RESP3: a map.
+    let mut con3 = server.conn_resp3();
+    let Value::Map(map) = cmd(&mut con3, &["RLOCK.INFO", "l"]) else { panic!("map") };
+    assert_eq!(map.len(), 4);
+    assert!(map.contains(&(Value::BulkString(b"count".to_vec()), Value::Int(2)))
+        || map.contains(&(Value::SimpleString("count".into()), Value::Int(2))), "{map:?}");
+}
+
+#[test]
+fn owners_and_keys_are_binary_safe_nul_bytes_included() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let key: &[u8] = b"lock\0\xff:1";
+    let owner: &[u8] = b"uuid\0:\x80\x01";
+    let other: &[u8] = b"uuid\0:\x80\x02"; // differs after the NUL byte
+    assert_eq!(run(&mut con, &[b"RLOCK.ACQUIRE", key, owner, b"30000"]), Ok(Value::Nil));
+    assert_eq!(run(&mut con, &[b"RLOCK.ACQUIRE", key, owner, b"30000"]), Ok(Value::Nil));
+    assert_eq!(hgetall(&mut con, key), vec![(owner.to_vec(), b"2".to_vec())]);
+    let busy = run(&mut con, &[b"RLOCK.ACQUIRE", key, other, b"30000"]);
+    assert!(matches!(busy, Ok(Value::Int(n)) if n > 0), "{busy:?}");
+    assert_eq!(run(&mut con, &[b"RLOCK.RELEASE", key, other]), Ok(Value::Nil));
+
+    let Ok(Value::Array(info)) = run(&mut con, &[b"RLOCK.INFO", key]) else { panic!("info") };
+    assert!(info.contains(&Value::BulkString(owner.to_vec())), "{info:?}");
+
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut sub = sub.as_pubsub();
+    let channel = [b"redisson_lock__channel:{".as_slice(), key, b"}"].concat();
+    sub.subscribe(&channel).expect("subscribe");
+    assert_eq!(run(&mut con, &[b"RLOCK.RELEASE", key, owner]), Ok(Value::Int(0)));
+    assert_eq!(run(&mut con, &[b"RLOCK.RELEASE", key, owner]), Ok(Value::Int(1)));
+    let msg = sub.get_message().expect("unlock message");
+    assert_eq!(msg.get_channel::<Vec<u8>>().expect("channel"), channel);
+    assert_eq!(run(&mut con, &[b"EXISTS", key]), Ok(Value::Int(0)));
+}
+
+#[test]
+fn wrong_arity_gets_redis_standard_reply() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let cases: &[&[&str]] = &[
+        &["RLOCK.ACQUIRE"],
+        &["RLOCK.ACQUIRE", "l"],
+        &["RLOCK.ACQUIRE", "l", "a"],
+        &["RLOCK.RELEASE", "l"],
+        &["RLOCK.RENEW", "l", "a"],
+        &["RLOCK.PTTL"],
+        &["RLOCK.PTTL", "l", "extra"],
+        &["RLOCK.FORCERELEASE"],
+        &["RLOCK.FORCERELEASE", "l", "extra"],
+        &["RLOCK.INFO"],
+        &["RLOCK.INFO", "l", "extra"],
+    ];
+    for args in cases {
+        let err = run_str(&mut con, args).expect_err("wrong arity must fail");
+        assert_eq!(
+            err,
+            format!("ERR wrong number of arguments for '{}' command", args[0].to_lowercase()),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn every_bad_argument_gets_an_error_naming_it_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "held", "a", "30000"]);
+    cmd(&mut con, &["SET", "str", "v"]);
+    cmd(&mut con, &["HSET", "corrupt", "a", "abc", "z", "1"]);
+    cmd(&mut con, &["HSET", "zero", "a", "0"]);
+    cmd(&mut con, &["HSET", "negative", "a", "-3"]);
+    let before = digest(&mut con);
+
+    let lease_err = "ERR lease-ms must be a positive integer of milliseconds";
+    let huge_err = "ERR lease-ms is too large: now + lease-ms overflows";
+    let owner_err = "ERR owner must not be empty";
+    let syntax = "ERR syntax error";
+    let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    let corrupt = "ERR the lock hash holds a hold count for this owner that is not a positive integer";
+    let max = i64::MAX.to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["RLOCK.ACQUIRE", "held", "a", "0"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "-5"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "abc"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "1.5"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", " 5"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "+5"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", ""], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "99999999999999999999"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "new", "a", &max], huge_err),
+        (vec!["RLOCK.ACQUIRE", "held", "", "100"], owner_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "100", "extra"], syntax),
+        (vec!["RLOCK.ACQUIRE", "str", "a", "100"], wrongtype),
+        (vec!["RLOCK.ACQUIRE", "corrupt", "a", "100"], corrupt),
+        (vec!["RLOCK.ACQUIRE", "zero", "a", "100"], corrupt),
+        (vec!["RLOCK.ACQUIRE", "negative", "a", "100"], corrupt),
+        (vec!["RLOCK.RELEASE", "held", "a", "0"], lease_err),
+        (vec!["RLOCK.RELEASE", "held", "a", "x"], lease_err),
+        (vec!["RLOCK.RELEASE", "held", "a", &max], huge_err),
+        (vec!["RLOCK.RELEASE", "held", ""], owner_err),
+        (vec!["RLOCK.RELEASE", "held", "a", "100", "extra"], syntax),
+        (vec!["RLOCK.RELEASE", "str", "a"], wrongtype),
+        (vec!["RLOCK.RELEASE", "corrupt", "a"], corrupt),
+        (vec!["RLOCK.RENEW", "held", "a", "0"], lease_err),
+        (vec!["RLOCK.RENEW", "held", "a", &max], huge_err),
+        (vec!["RLOCK.RENEW", "held", "", "100"], owner_err),
+        (vec!["RLOCK.RENEW", "held", "a", "100", "extra"], syntax),
+        (vec!["RLOCK.RENEW", "str", "a", "100"], wrongtype),
+        (vec!["RLOCK.RENEW", "corrupt", "a", "100"], corrupt),
+        (vec!["RLOCK.PTTL", "str"], wrongtype),
+        (vec!["RLOCK.FORCERELEASE", "str"], wrongtype),
+        (vec!["RLOCK.INFO", "str"], wrongtype),
+        (vec!["RLOCK.INFO", "corrupt"], "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"),
+        (vec!["RLOCK.INFO", "zero"], corrupt),
+    ];
+    for (args, expected) in &cases {
+        assert_eq!(run_str(&mut con, args).as_ref(), Err(&expected.to_string()), "{args:?}");
+    }
+    assert_eq!(digest(&mut con), before, "no error changed anything");
+    // The server is alive and the lock intact.
+    assert_eq!(hget(&mut con, "held", "a"), Some(1));
+}
+
+#[test]
+fn commands_work_in_multi_exec_and_lua() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (first, again, other, released): (Value, Value, i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("RLOCK.ACQUIRE").arg("l").arg("a").arg(30000)
+        .cmd("RLOCK.ACQUIRE").arg("l").arg("a").arg(30000)
+        .cmd("RLOCK.ACQUIRE").arg("l").arg("b").arg(30000)
+        .cmd("RLOCK.RELEASE").arg("l").arg("a")
+        .query(&mut con)
+        .expect("MULTI/EXEC");
+    assert_eq!((first, again), (Value::Nil, Value::Nil));
+    assert!(other > 0);
+    assert_eq!(released, 0);
+    assert_eq!(hget(&mut con, "l", "a"), Some(1));
+
+    let script = redis::Script::new(
+        "local r = redis.call('RLOCK.ACQUIRE', KEYS[1], ARGV[1], ARGV[2]); \
+         local p = redis.call('RLOCK.PTTL', KEYS[1]); \
+         local n = redis.call('RLOCK.RELEASE', KEYS[1], ARGV[1]); \
+         return {r == false and 'nil' or r, p, n}",
+    );
+    let (reply, pttl, released): (String, i64, i64) =
+        script.key("s").arg("a").arg(20000).invoke(&mut con).expect("script");
+    assert_eq!(reply, "nil");
+    assert!((19_000..=20_000).contains(&pttl));
+    assert_eq!(released, 1);
+    assert!(!exists(&mut con, "s"));
+}
+
+#[test]
+fn key_positions_serve_command_getkeys() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for args in [
+        vec!["RLOCK.ACQUIRE", "k1", "a", "1"],
+        vec!["RLOCK.RELEASE", "k1", "a"],
+        vec!["RLOCK.RENEW", "k1", "a", "1"],
+        vec!["RLOCK.PTTL", "k1"],
+        vec!["RLOCK.FORCERELEASE", "k1"],
+        vec!["RLOCK.INFO", "k1"],
+    ] {
+        let keys: Vec<String> =
+            redis::cmd("COMMAND").arg("GETKEYS").arg(&args).query(&mut con).expect("GETKEYS");
+        assert_eq!(keys, vec!["k1".to_owned()], "{args:?}");
+    }
+}
+
+#[test]
+fn under_oom_acquire_and_renew_are_refused_but_release_works() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "f", "a", "30000"]);
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory", "1"]);
+    let oom = run_str(&mut con, &["RLOCK.ACQUIRE", "m", "a", "30000"]).expect_err("OOM");
+    assert!(oom.starts_with("OOM"), "{oom}");
+    let oom = run_str(&mut con, &["RLOCK.RENEW", "l", "a", "30000"]).expect_err("OOM");
+    assert!(oom.starts_with("OOM"), "{oom}");
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "l", "a"])), 1);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.FORCERELEASE", "f"])), 1);
+    assert_eq!(int(&cmd(&mut con, &["RLOCK.PTTL", "l"])), -2);
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+}
