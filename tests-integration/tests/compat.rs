@@ -1,0 +1,231 @@
+//! rlock beside the rest of Redis: Redisson's Lua on the same keys, replicas and AOF files
+//! without the module, ACL key permissions.
+
+use std::time::Duration;
+
+use redis::{Connection, Script, Value};
+use rlock_tests_integration::{hgetall, pexpiretime, poll, run_str, Server};
+
+fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+/// Redisson's acquire, re-derived from the lock model: KEYS[1] = lock, ARGV = lease, owner.
+const LUA_ACQUIRE: &str = r"
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+return redis.call('pttl', KEYS[1])";
+
+/// Redisson's release: KEYS = lock, channel; ARGV = message, lease, owner.
+const LUA_RELEASE: &str = r"
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if counter > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1";
+
+struct Redisson {
+    acquire: Script,
+    release: Script,
+}
+
+impl Redisson {
+    fn new() -> Self {
+        Self { acquire: Script::new(LUA_ACQUIRE), release: Script::new(LUA_RELEASE) }
+    }
+
+    fn acquire(&self, con: &mut Connection, key: &str, owner: &str) -> Option<i64> {
+        self.acquire.key(key).arg(30_000).arg(owner).invoke(con).expect("lua acquire")
+    }
+
+    fn release(&self, con: &mut Connection, key: &str, owner: &str) -> Option<i64> {
+        self.release
+            .key(key)
+            .key(format!("redisson_lock__channel:{{{key}}}"))
+            .arg(0)
+            .arg(30_000)
+            .arg(owner)
+            .invoke(con)
+            .expect("lua release")
+    }
+}
+
+fn info_count(con: &mut Connection, key: &str) -> (Vec<u8>, i64) {
+    let Value::Array(flat) = cmd(con, &["RLOCK.INFO", key]) else { panic!("no lock at {key}") };
+    let mut owner = None;
+    let mut count = None;
+    for pair in flat.chunks(2) {
+        match (&pair[0], &pair[1]) {
+            (Value::BulkString(f), Value::BulkString(v)) if f == b"owner" => owner = Some(v.clone()),
+            (Value::BulkString(f), Value::Int(n)) if f == b"count" => count = Some(*n),
+            _ => {}
+        }
+    }
+    (owner.expect("owner"), count.expect("count"))
+}
+
+#[test]
+fn redisson_lua_and_rlock_commands_agree_on_holder_and_counts() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let lua = Redisson::new();
+
+    assert_eq!(lua.acquire(&mut con, "l", "A"), None, "Lua takes the free lock");
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "A", "30000"]), Value::Nil, "rlock re-enters");
+    assert_eq!(info_count(&mut con, "l"), (b"A".to_vec(), 2));
+    assert!(lua.acquire(&mut con, "l", "B").is_some_and(|p| p > 0), "Lua sees A holding");
+    let busy = cmd(&mut con, &["RLOCK.ACQUIRE", "l", "B", "30000"]);
+    assert!(matches!(busy, Value::Int(p) if p > 0), "rlock sees A holding: {busy:?}");
+    assert_eq!(lua.acquire(&mut con, "l", "A"), None, "Lua re-enters to 3");
+    assert_eq!(info_count(&mut con, "l"), (b"A".to_vec(), 3));
+
+    assert_eq!(lua.release(&mut con, "l", "B"), None, "B never held it");
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "A"]), Value::Int(0));
+    assert_eq!(lua.release(&mut con, "l", "A"), Some(0));
+    assert_eq!(info_count(&mut con, "l"), (b"A".to_vec(), 1));
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "A"]), Value::Int(1), "rlock frees it");
+    assert_eq!(lua.release(&mut con, "l", "A"), None, "and Lua agrees it is gone");
+
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "B", "30000"]), Value::Nil);
+    assert!(lua.acquire(&mut con, "l", "A").is_some_and(|p| p > 0), "Lua sees B holding");
+    assert_eq!(lua.acquire(&mut con, "l", "B"), None);
+    assert_eq!(info_count(&mut con, "l"), (b"B".to_vec(), 2));
+    assert_eq!(lua.release(&mut con, "l", "B"), Some(0));
+    assert_eq!(lua.release(&mut con, "l", "B"), Some(1), "Lua frees the rlock-taken lock");
+    assert_eq!(cmd(&mut con, &["RLOCK.PTTL", "l"]), Value::Int(-2));
+}
+
+#[test]
+fn a_replica_without_the_module_gets_the_hash_its_expiry_and_the_unlock_message() {
+    let master = Server::start();
+    let replica = Server::builder().without_module().replica_of(&master).start();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    poll("the replica link", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).ok()?;
+        info.contains("master_link_status:up").then_some(())
+    });
+
+    cmd(&mut m, &["RLOCK.ACQUIRE", "l", "owner-1", "60000"]);
+    cmd(&mut m, &["RLOCK.ACQUIRE", "l", "owner-1", "60000"]);
+    cmd(&mut m, &["RLOCK.ACQUIRE", "gone", "owner-2", "60000"]);
+    cmd(&mut m, &["RLOCK.RENEW", "gone", "owner-2", "90000"]);
+    let expected = hgetall(&mut m, b"l");
+    let expiry = pexpiretime(&mut m, b"l");
+    poll("the lock on the replica", Duration::from_secs(10), || {
+        (hgetall(&mut r, b"l") == expected && pexpiretime(&mut r, b"gone") > 0).then_some(())
+    });
+    assert_eq!(expected, vec![(b"owner-1".to_vec(), b"2".to_vec())]);
+    assert_eq!(pexpiretime(&mut r, b"l"), expiry, "same absolute expiry");
+    assert_eq!(pexpiretime(&mut r, b"gone"), pexpiretime(&mut m, b"gone"), "renewal replicated");
+
+    // Subscribers on the replica hear the release, as they do with Redisson's Lua.
+    let mut sub = replica.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("redisson_lock__channel:{gone}").expect("subscribe");
+    cmd(&mut m, &["RLOCK.RELEASE", "gone", "owner-2"]);
+    let msg = sub.get_message().expect("unlock message on the replica");
+    assert_eq!(msg.get_payload_bytes(), b"0");
+    poll("the delete on the replica", Duration::from_secs(10), || {
+        (cmd(&mut r, &["EXISTS", "gone"]) == Value::Int(0)).then_some(())
+    });
+
+    // Release to 1 and force-release replicate too.
+    cmd(&mut m, &["RLOCK.RELEASE", "l", "owner-1"]);
+    poll("count 1 on the replica", Duration::from_secs(10), || {
+        (hgetall(&mut r, b"l") == vec![(b"owner-1".to_vec(), b"1".to_vec())]).then_some(())
+    });
+    cmd(&mut m, &["RLOCK.FORCERELEASE", "l"]);
+    poll("the force-release on the replica", Duration::from_secs(10), || {
+        (cmd(&mut r, &["EXISTS", "l"]) == Value::Int(0)).then_some(())
+    });
+    assert!(!replica.log().contains("unknown command"), "{}", replica.log());
+}
+
+#[test]
+fn an_aof_restart_keeps_counts_and_absolute_deadlines_with_or_without_the_module() {
+    let mut server = Server::builder()
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "freed", "a", "60000"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "freed", "a"]);
+    let expiry = pexpiretime(&mut con, b"l");
+    let ttl_before = match cmd(&mut con, &["PTTL", "l"]) {
+        Value::Int(n) => n,
+        other => panic!("{other:?}"),
+    };
+    drop(con);
+
+    // Make the remaining lease visibly shorter than a fresh one before restarting.
+    std::thread::sleep(Duration::from_millis(300));
+    server.restart();
+    let mut con = server.conn();
+    assert_eq!(hgetall(&mut con, b"l"), vec![(b"a".to_vec(), b"2".to_vec())]);
+    assert_eq!(pexpiretime(&mut con, b"l"), expiry, "the absolute deadline survives");
+    let Value::Int(ttl_after) = cmd(&mut con, &["RLOCK.PTTL", "l"]) else { panic!("pttl") };
+    assert!(ttl_after < ttl_before && ttl_after > 0, "lease not reset: {ttl_before} -> {ttl_after}");
+    assert_eq!(cmd(&mut con, &["EXISTS", "freed"]), Value::Int(0));
+    drop(con);
+
+    server.restart_without_module();
+    let mut con = server.conn();
+    assert_eq!(hgetall(&mut con, b"l"), vec![(b"a".to_vec(), b"2".to_vec())]);
+    assert_eq!(pexpiretime(&mut con, b"l"), expiry, "a plain Redis replays the same AOF");
+    assert_eq!(cmd(&mut con, &["EXISTS", "freed"]), Value::Int(0));
+}
+
+#[test]
+fn acl_key_patterns_are_enforced_and_a_read_only_permission_allows_only_pttl_and_info() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["ACL", "SETUSER", "locker", "on", ">pw", "+@all", "~lock:*"]);
+    cmd(&mut admin, &["ACL", "SETUSER", "reader", "on", ">pw", "+@all", "%R~lock:*"]);
+    cmd(&mut admin, &["RLOCK.ACQUIRE", "lock:1", "x", "30000"]);
+
+    let mut locker = server.conn();
+    cmd(&mut locker, &["AUTH", "locker", "pw"]);
+    assert_eq!(cmd(&mut locker, &["RLOCK.ACQUIRE", "lock:2", "a", "30000"]), Value::Nil);
+    for args in [
+        &["RLOCK.ACQUIRE", "other:1", "a", "30000"][..],
+        &["RLOCK.RELEASE", "other:1", "a"],
+        &["RLOCK.RENEW", "other:1", "a", "30000"],
+        &["RLOCK.PTTL", "other:1"],
+        &["RLOCK.INFO", "other:1"],
+        &["RLOCK.FORCERELEASE", "other:1"],
+    ] {
+        let err = run_str(&mut locker, args).expect_err("outside the key pattern");
+        assert!(err.starts_with("NOPERM"), "{args:?}: {err}");
+    }
+
+    let mut reader = server.conn();
+    cmd(&mut reader, &["AUTH", "reader", "pw"]);
+    assert!(matches!(cmd(&mut reader, &["RLOCK.PTTL", "lock:1"]), Value::Int(n) if n > 0));
+    assert!(matches!(cmd(&mut reader, &["RLOCK.INFO", "lock:1"]), Value::Array(_)));
+    for args in [
+        &["RLOCK.ACQUIRE", "lock:1", "a", "30000"][..],
+        &["RLOCK.RELEASE", "lock:1", "x"],
+        &["RLOCK.RENEW", "lock:1", "x", "30000"],
+        &["RLOCK.FORCERELEASE", "lock:1"],
+    ] {
+        let err = run_str(&mut reader, args).expect_err("read-only permission");
+        assert!(err.starts_with("NOPERM"), "{args:?}: {err}");
+    }
+    assert!(run_str(&mut reader, &["RLOCK.PTTL", "other:1"]).is_err_and(|e| e.starts_with("NOPERM")));
+    assert_eq!(hgetall(&mut admin, b"lock:1"), vec![(b"x".to_vec(), b"1".to_vec())]);
+}
