@@ -54,7 +54,11 @@ impl Lease {
     /// A lease of `ms` milliseconds; `None` for zero.
     #[must_use]
     pub const fn from_millis(ms: u64) -> Option<Self> {
-        if ms == 0 { None } else { Some(Self(ms)) }
+        if ms == 0 {
+            None
+        } else {
+            Some(Self(ms))
+        }
     }
 
     /// The lease in milliseconds (always > 0).
@@ -136,7 +140,11 @@ impl<'a, A: Arg> Parser<'a, A> {
     }
 
     fn finish(self) -> Result<(), LockError> {
-        if self.next < self.args.len() { Err(LockError::Syntax) } else { Ok(()) }
+        if self.next < self.args.len() {
+            Err(LockError::Syntax)
+        } else {
+            Ok(())
+        }
     }
 }
 

@@ -8,14 +8,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::redisvalue::RedisValueKey;
 use redis_module::{
     CallOptionsBuilder, CallReply, CallResult, Context, RedisResult, RedisString, RedisValue,
 };
 
 use crate::args::{self, Arg};
 use crate::error::LockError;
-use crate::raw::{self, CommandDoc, KeyKind, LockKey};
+use crate::raw::{self, CommandDoc, Field, KeyKind, LockKey};
 use crate::rules::{self, Deadline, Plan, Reply, View, Write};
 
 /// Redisson's unlock channel is `redisson_lock__channel:{<lock name>}`.
@@ -98,23 +97,22 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             View::Free => return Ok(RedisValue::Null),
             View::Held { pttl, .. } => pttl,
         };
-        if key.len() != 1 {
+        if key.field_count() != 1 {
             return Err(LockError::NotALock);
         }
         drop(key);
         let (owner, count) = only_field(ctx, cmd.key)?;
         let count = rules::parse_count(&count)?;
-        let field = |name: &str| RedisValueKey::String(name.to_owned());
-        Ok(RedisValue::OrderedMap(
-            [
-                (field("owner"), RedisValue::StringBuffer(owner)),
-                (field("count"), RedisValue::Integer(count as i64)),
-                (field("pttl"), RedisValue::Integer(pttl)),
-                (field("waiters"), RedisValue::Integer(0)),
-            ]
-            .into_iter()
-            .collect(),
-        ))
+        raw::reply_map(
+            ctx,
+            &[
+                ("owner", Field::Bytes(&owner)),
+                ("count", Field::Int(count as i64)),
+                ("pttl", Field::Int(pttl)),
+                ("waiters", Field::Int(0)),
+            ],
+        );
+        Ok(RedisValue::NoReply)
     })
 }
 
@@ -268,4 +266,3 @@ pub fn check_server(ctx: &Context) -> bool {
     }
     missing.is_empty()
 }
-

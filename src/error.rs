@@ -48,7 +48,9 @@ impl LockError {
                 "ERR the lock hash holds a hold count for this owner that is not a positive integer"
             }
             Self::CountOverflow => "ERR hold count overflow",
-            Self::NotALock => "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)",
+            Self::NotALock => {
+                "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"
+            }
             Self::Internal => "ERR internal error in the rlock module (see the server log)",
         }
     }

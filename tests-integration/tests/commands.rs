@@ -3,9 +3,7 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{
-    digest, hgetall, pexpiretime, poll, run, run_str, Server,
-};
+use rlock_tests_integration::{digest, hgetall, pexpiretime, poll, run, run_str, Server};
 
 fn cmd(con: &mut Connection, args: &[&str]) -> Value {
     run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
@@ -170,8 +168,12 @@ fn release_to_zero_publishes_zero_on_the_redisson_channel() {
     cmd(&mut con, &["RLOCK.ACQUIRE", "orders:42", "a", "30000"]);
     cmd(&mut con, &["RLOCK.ACQUIRE", "orders:42", "a", "30000"]);
     let receivers = |con: &mut Connection| -> i64 {
-        redis::cmd("PUBSUB").arg("NUMSUB").arg("redisson_lock__channel:{orders:42}")
-            .query::<(String, i64)>(con).expect("NUMSUB").1
+        redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{orders:42}")
+            .query::<(String, i64)>(con)
+            .expect("NUMSUB")
+            .1
     };
     assert_eq!(receivers(&mut con), 1);
     assert_eq!(int(&cmd(&mut con, &["RLOCK.RELEASE", "orders:42", "a"])), 0);
@@ -209,8 +211,11 @@ fn info_replies_nil_or_owner_count_pttl_waiters() {
     let mut con3 = server.conn_resp3();
     let Value::Map(map) = cmd(&mut con3, &["RLOCK.INFO", "l"]) else { panic!("map") };
     assert_eq!(map.len(), 4);
-    assert!(map.contains(&(Value::BulkString(b"count".to_vec()), Value::Int(2)))
-        || map.contains(&(Value::SimpleString("count".into()), Value::Int(2))), "{map:?}");
+    assert!(
+        map.contains(&(Value::BulkString(b"count".to_vec()), Value::Int(2)))
+            || map.contains(&(Value::SimpleString("count".into()), Value::Int(2))),
+        "{map:?}"
+    );
 }
 
 #[test]
@@ -285,7 +290,8 @@ fn every_bad_argument_gets_an_error_naming_it_and_changes_nothing() {
     let owner_err = "ERR owner must not be empty";
     let syntax = "ERR syntax error";
     let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
-    let corrupt = "ERR the lock hash holds a hold count for this owner that is not a positive integer";
+    let corrupt =
+        "ERR the lock hash holds a hold count for this owner that is not a positive integer";
     let max = i64::MAX.to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["RLOCK.ACQUIRE", "held", "a", "0"], lease_err),
@@ -319,7 +325,10 @@ fn every_bad_argument_gets_an_error_naming_it_and_changes_nothing() {
         (vec!["RLOCK.PTTL", "str"], wrongtype),
         (vec!["RLOCK.FORCERELEASE", "str"], wrongtype),
         (vec!["RLOCK.INFO", "str"], wrongtype),
-        (vec!["RLOCK.INFO", "corrupt"], "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"),
+        (
+            vec!["RLOCK.INFO", "corrupt"],
+            "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)",
+        ),
         (vec!["RLOCK.INFO", "zero"], corrupt),
     ];
     for (args, expected) in &cases {
@@ -336,10 +345,21 @@ fn commands_work_in_multi_exec_and_lua() {
     let mut con = server.conn();
     let (first, again, other, released): (Value, Value, i64, i64) = redis::pipe()
         .atomic()
-        .cmd("RLOCK.ACQUIRE").arg("l").arg("a").arg(30000)
-        .cmd("RLOCK.ACQUIRE").arg("l").arg("a").arg(30000)
-        .cmd("RLOCK.ACQUIRE").arg("l").arg("b").arg(30000)
-        .cmd("RLOCK.RELEASE").arg("l").arg("a")
+        .cmd("RLOCK.ACQUIRE")
+        .arg("l")
+        .arg("a")
+        .arg(30000)
+        .cmd("RLOCK.ACQUIRE")
+        .arg("l")
+        .arg("a")
+        .arg(30000)
+        .cmd("RLOCK.ACQUIRE")
+        .arg("l")
+        .arg("b")
+        .arg(30000)
+        .cmd("RLOCK.RELEASE")
+        .arg("l")
+        .arg("a")
         .query(&mut con)
         .expect("MULTI/EXEC");
     assert_eq!((first, again), (Value::Nil, Value::Nil));

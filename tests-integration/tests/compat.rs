@@ -65,7 +65,9 @@ fn info_count(con: &mut Connection, key: &str) -> (Vec<u8>, i64) {
     let mut count = None;
     for pair in flat.chunks(2) {
         match (&pair[0], &pair[1]) {
-            (Value::BulkString(f), Value::BulkString(v)) if f == b"owner" => owner = Some(v.clone()),
+            (Value::BulkString(f), Value::BulkString(v)) if f == b"owner" => {
+                owner = Some(v.clone())
+            }
             (Value::BulkString(f), Value::Int(n)) if f == b"count" => count = Some(*n),
             _ => {}
         }
@@ -154,10 +156,8 @@ fn a_replica_without_the_module_gets_the_hash_its_expiry_and_the_unlock_message(
 
 #[test]
 fn an_aof_restart_keeps_counts_and_absolute_deadlines_with_or_without_the_module() {
-    let mut server = Server::builder()
-        .config("appendonly", "yes")
-        .config("appendfsync", "always")
-        .start();
+    let mut server =
+        Server::builder().config("appendonly", "yes").config("appendfsync", "always").start();
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
@@ -179,7 +179,10 @@ fn an_aof_restart_keeps_counts_and_absolute_deadlines_with_or_without_the_module
     assert_eq!(hgetall(&mut con, b"l"), vec![(b"a".to_vec(), b"2".to_vec())]);
     assert_eq!(pexpiretime(&mut con, b"l"), expiry, "the absolute deadline survives");
     let Value::Int(ttl_after) = cmd(&mut con, &["RLOCK.PTTL", "l"]) else { panic!("pttl") };
-    assert!(ttl_after < ttl_before && ttl_after > 0, "lease not reset: {ttl_before} -> {ttl_after}");
+    assert!(
+        ttl_after < ttl_before && ttl_after > 0,
+        "lease not reset: {ttl_before} -> {ttl_after}"
+    );
     assert_eq!(cmd(&mut con, &["EXISTS", "freed"]), Value::Int(0));
     drop(con);
 
@@ -226,6 +229,8 @@ fn acl_key_patterns_are_enforced_and_a_read_only_permission_allows_only_pttl_and
         let err = run_str(&mut reader, args).expect_err("read-only permission");
         assert!(err.starts_with("NOPERM"), "{args:?}: {err}");
     }
-    assert!(run_str(&mut reader, &["RLOCK.PTTL", "other:1"]).is_err_and(|e| e.starts_with("NOPERM")));
+    assert!(
+        run_str(&mut reader, &["RLOCK.PTTL", "other:1"]).is_err_and(|e| e.starts_with("NOPERM"))
+    );
     assert_eq!(hgetall(&mut admin, b"lock:1"), vec![(b"x".to_vec(), b"1".to_vec())]);
 }

@@ -1,0 +1,47 @@
+# rlock: `make run` to try it, `make test` to test it. Both install what is missing first.
+PORT ?= 6390
+CARGO ?= cargo
+MODULE := target/release/librlock.so
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build run test lint fmt clean
+
+all: build
+
+# Debian packages the build and the tests need: redis-server, and libclang for bindgen.
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	command -v cc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	$(CARGO) build --release -p rlock
+
+# Starts redis-server with the module on 127.0.0.1:$(PORT) in the foreground (Ctrl-C stops it).
+run: build
+	@echo "rlock loaded on 127.0.0.1:$(PORT). Try, in another terminal:"
+	@echo "  redis-cli -p $(PORT) RLOCK.ACQUIRE mylock me 30000"
+	@echo "  redis-cli -p $(PORT) RLOCK.INFO mylock"
+	@echo "  redis-cli -p $(PORT) RLOCK.RELEASE mylock me"
+	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \
+		--loadmodule $(CURDIR)/$(MODULE)
+
+# Every unit and integration test; the integration tests load $(MODULE), built first.
+test: build
+	$(CARGO) test --workspace
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

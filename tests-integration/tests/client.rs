@@ -1,0 +1,232 @@
+//! The async client crate against a real redis-server with the module.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use rlock_client::{Error, LockClient, Options, Remaining};
+use rlock_tests_integration::Server;
+use tokio::time::{sleep, timeout, Instant};
+
+async fn client(server: &Server) -> LockClient {
+    LockClient::open(server.url()).await.expect("client")
+}
+
+/// Polls an async condition every few ms for at most `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < until, "timed out after {limit:?} waiting for {what}");
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn subscribers(server: &Server, channel: &str) -> i64 {
+    let mut con = server.client().get_multiplexed_async_connection().await.expect("con");
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut con)
+        .await
+        .expect("NUMSUB");
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_release_and_the_queries() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock("l");
+    assert!(lock.owner().starts_with(client.id()));
+    assert!(!lock.is_locked().await.expect("is_locked"));
+    assert_eq!(lock.remaining_lease().await.expect("pttl"), Remaining::NotLocked);
+
+    let guard = lock.acquire(Some(Duration::from_secs(10))).await.expect("acquire");
+    assert!(lock.is_locked().await.expect("is_locked"));
+    assert_eq!(lock.hold_count().await.expect("count"), 1);
+    match lock.remaining_lease().await.expect("pttl") {
+        Remaining::Lease(d) => assert!(d > Duration::from_secs(9) && d <= Duration::from_secs(10)),
+        other => panic!("{other:?}"),
+    }
+    guard.release().await.expect("release");
+    assert!(!lock.is_locked().await.expect("is_locked"));
+    assert_eq!(lock.hold_count().await.expect("count"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_is_per_handle() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock("l");
+    let outer = lock.acquire(Some(Duration::from_secs(30))).await.expect("outer");
+    let inner = lock.clone().acquire(Some(Duration::from_secs(30))).await.expect("re-entry");
+    assert_eq!(lock.hold_count().await.expect("count"), 2);
+
+    let other = client.lock("l");
+    assert_ne!(other.owner(), lock.owner());
+    let refused = other.try_acquire(Duration::from_millis(50), Some(Duration::from_secs(30))).await;
+    assert!(matches!(refused, Err(Error::TimedOut)), "{refused:?}");
+
+    inner.release().await.expect("inner");
+    assert_eq!(lock.hold_count().await.expect("count"), 1);
+    assert!(lock.is_locked().await.expect("still locked"));
+    outer.release().await.expect("outer");
+    assert!(!lock.is_locked().await.expect("free"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_after_the_lease_ran_out_or_a_force_release_reports_not_held() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = client.lock("l");
+    let guard = lock.acquire(Some(Duration::from_millis(100))).await.expect("acquire");
+    eventually("the lease to run out", Duration::from_secs(5), || async {
+        !lock.is_locked().await.expect("is_locked")
+    })
+    .await;
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+
+    let guard = lock.acquire(Some(Duration::from_secs(30))).await.expect("acquire");
+    assert!(client.lock("l").force_release().await.expect("force"));
+    assert!(!client.lock("l").force_release().await.expect("force again"));
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_on_the_unlock_message_long_before_the_lease() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let holder = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("holder");
+
+    let waiter_lock = client.lock("l");
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard =
+            waiter_lock.try_acquire(Duration::from_secs(30), Some(Duration::from_secs(30))).await;
+        (guard, started.elapsed())
+    });
+    // The waiter is subscribed (and so can only be woken by the message, the lease being 60 s).
+    eventually("the waiter's subscription", Duration::from_secs(5), || async {
+        subscribers(&server, "redisson_lock__channel:{l}").await == 1
+    })
+    .await;
+    holder.release().await.expect("release");
+    let (guard, waited) =
+        timeout(Duration::from_secs(10), waiter).await.expect("woken").expect("task");
+    let guard = guard.expect("acquired");
+    assert!(waited < Duration::from_secs(10), "woken by the message, not the lease: {waited:?}");
+    assert_eq!(guard.lock().hold_count().await.expect("count"), 1);
+    guard.release().await.expect("release");
+    eventually("the waiter's unsubscribe", Duration::from_secs(5), || async {
+        subscribers(&server, "redisson_lock__channel:{l}").await == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_takes_the_lock_when_a_dead_holders_lease_runs_out() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let holder = client.lock("l").acquire(Some(Duration::from_millis(400))).await.expect("holder");
+    std::mem::forget(holder); // the holder "dies": no release, no message
+
+    let started = Instant::now();
+    let guard = client
+        .lock("l")
+        .try_acquire(Duration::from_secs(10), Some(Duration::from_secs(30)))
+        .await
+        .expect("acquired after the lease");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(250), "it waited for the lease: {waited:?}");
+    assert!(waited < Duration::from_secs(5), "retried on the PTTL: {waited:?}");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_gives_up_when_the_budget_is_spent() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let holder = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("holder");
+    let started = Instant::now();
+    let result = client.lock("l").try_acquire(Duration::from_millis(300), None).await;
+    let waited = started.elapsed();
+    assert!(matches!(result, Err(Error::TimedOut)), "{result:?}");
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(3), "{waited:?}");
+    holder.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_incrementing_non_atomically_under_the_lock_lose_no_update() {
+    const TASKS: usize = 8;
+    const INCREMENTS: usize = 50;
+    let server = Server::start();
+    let client = client(&server).await;
+    let redis = server.client();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let lock = client.lock("counter-lock");
+        let redis = redis.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut con = redis.get_multiplexed_async_connection().await.expect("con");
+            for _ in 0..INCREMENTS {
+                let guard = lock.acquire(Some(Duration::from_secs(10))).await.expect("acquire");
+                let value: i64 =
+                    con.get::<_, Option<i64>>("counter").await.expect("get").unwrap_or(0);
+                tokio::task::yield_now().await; // invite a lost update if the lock were broken
+                let () = con.set("counter", value + 1).await.expect("set");
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        timeout(Duration::from_secs(120), task).await.expect("no deadlock").expect("task");
+    }
+    let mut con = redis.get_multiplexed_async_connection().await.expect("con");
+    let total: i64 = con.get("counter").await.expect("get");
+    assert_eq!(total, (TASKS * INCREMENTS) as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_the_lock_past_three_leases_and_reports_its_loss() {
+    let server = Server::start();
+    let options = Options::default().watchdog_timeout(Duration::from_millis(300));
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let lock = client.lock("l");
+    let guard = lock.acquire(None).await.expect("acquire");
+    let started = Instant::now();
+    // Four leases' time: the lock must never lapse.
+    while started.elapsed() < Duration::from_millis(1_200) {
+        match lock.remaining_lease().await.expect("pttl") {
+            Remaining::Lease(d) => assert!(d <= Duration::from_millis(300)),
+            other => panic!("the lock lapsed after {:?}: {other:?}", started.elapsed()),
+        }
+        assert_eq!(lock.hold_count().await.expect("count"), 1);
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!guard.is_lost());
+
+    // Deleted behind the holder's back: the next renewal finds it gone.
+    let mut con = server.client().get_multiplexed_async_connection().await.expect("con");
+    let _: i64 = con.del("l").await.expect("del");
+    timeout(Duration::from_secs(3), guard.lost()).await.expect("loss reported");
+    assert!(guard.is_lost());
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_guard_releases_the_lock_in_the_background() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let lock = Arc::new(client.lock("l"));
+    let guard = lock.acquire(None).await.expect("acquire");
+    assert!(lock.is_locked().await.expect("locked"));
+    drop(guard);
+    eventually("the background release", Duration::from_secs(5), || async {
+        !lock.is_locked().await.expect("is_locked")
+    })
+    .await;
+}

@@ -1,0 +1,95 @@
+//! Argument parsing, without a server.
+
+use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew};
+use rlock::error::LockError;
+
+fn argv(args: &[&str]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn acquire_reads_key_owner_and_lease() {
+    let args = argv(&["RLOCK.ACQUIRE", "k", "o", "1500"]);
+    let parsed = Acquire::parse(&args).expect("valid");
+    assert_eq!(parsed.key.as_slice(), b"k");
+    assert_eq!(parsed.owner.as_slice(), b"o");
+    assert_eq!(parsed.lease.as_millis(), 1500);
+}
+
+#[test]
+fn binary_keys_and_owners_pass_through_untouched() {
+    let args: Vec<Vec<u8>> =
+        vec![b"RLOCK.ACQUIRE".to_vec(), b"k\0\xff".to_vec(), b"\0".to_vec(), b"1".to_vec()];
+    let parsed = Acquire::parse(&args).expect("valid");
+    assert_eq!(parsed.key.as_slice(), b"k\0\xff");
+    assert_eq!(parsed.owner.as_slice(), b"\0");
+}
+
+#[test]
+fn leases_must_be_positive_integers_that_fit_an_i64() {
+    for ok in ["1", "30000", "9223372036854775807"] {
+        assert!(Lease::parse(ok.as_bytes()).is_ok(), "{ok}");
+    }
+    for bad in [
+        "",
+        "0",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "01",
+        "1.0",
+        "1e3",
+        "abc",
+        "9223372036854775808",
+        "99999999999999999999",
+        "\u{0}1",
+    ] {
+        assert_eq!(Lease::parse(bad.as_bytes()), Err(LockError::InvalidLease), "{bad:?}");
+    }
+}
+
+#[test]
+fn arity_syntax_and_owner_errors() {
+    let cases: &[(&[&str], LockError)] = &[
+        (&["RLOCK.ACQUIRE", "k", "o"], LockError::WrongArity),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT"], LockError::Syntax),
+        (&["RLOCK.ACQUIRE", "k", "", "1"], LockError::EmptyOwner),
+        (&["RLOCK.ACQUIRE", "k", "o", "0"], LockError::InvalidLease),
+    ];
+    for (args, expected) in cases {
+        assert_eq!(Acquire::parse(&argv(args)).err(), Some(*expected), "{args:?}");
+    }
+    assert_eq!(Release::parse(&argv(&["RLOCK.RELEASE", "k"])).err(), Some(LockError::WrongArity));
+    assert_eq!(
+        Release::parse(&argv(&["RLOCK.RELEASE", "k", "o", "5", "x"])).err(),
+        Some(LockError::Syntax)
+    );
+    assert_eq!(
+        Release::parse(&argv(&["RLOCK.RELEASE", "k", "o", "x"])).err(),
+        Some(LockError::InvalidLease)
+    );
+    assert_eq!(
+        Renew::parse(&argv(&["RLOCK.RENEW", "k", "", "5"])).err(),
+        Some(LockError::EmptyOwner)
+    );
+    assert_eq!(KeyOnly::parse(&argv(&["RLOCK.PTTL"])).err(), Some(LockError::WrongArity));
+    assert_eq!(KeyOnly::parse(&argv(&["RLOCK.PTTL", "a", "b"])).err(), Some(LockError::WrongArity));
+}
+
+#[test]
+fn release_lease_is_optional() {
+    let without = argv(&["RLOCK.RELEASE", "k", "o"]);
+    assert_eq!(Release::parse(&without).expect("valid").lease, None);
+    let with = argv(&["RLOCK.RELEASE", "k", "o", "250"]);
+    assert_eq!(Release::parse(&with).expect("valid").lease, Lease::from_millis(250));
+}
+
+#[test]
+fn error_replies_start_with_a_code_and_name_the_argument() {
+    assert!(LockError::InvalidLease.message().starts_with("ERR lease-ms"));
+    assert!(LockError::LeaseTooLarge.message().starts_with("ERR lease-ms"));
+    assert!(LockError::EmptyOwner.message().starts_with("ERR owner"));
+    assert_eq!(LockError::Syntax.message(), "ERR syntax error");
+    assert!(LockError::WrongType.message().starts_with("WRONGTYPE "));
+}

@@ -1,0 +1,186 @@
+//! The lock rules, without a server: single steps, and sequences run on a small in-memory
+//! model of the key (a map owner -> count with an absolute deadline), as the module's key layer
+//! applies plans.
+
+use std::collections::BTreeMap;
+
+use rlock::args::Lease;
+use rlock::error::LockError;
+use rlock::rules::{self, parse_count, Deadline, Plan, Reply, View, Write};
+
+fn lease(ms: u64) -> Lease {
+    Lease::from_millis(ms).expect("positive")
+}
+
+fn at(now: i64, ms: u64) -> Deadline {
+    Deadline::after(now, lease(ms)).expect("fits")
+}
+
+/// One lock key as Redis would hold it, with lazy expiry.
+#[derive(Default)]
+struct Model {
+    owners: BTreeMap<String, u64>,
+    deadline: Option<i64>,
+    published: usize,
+}
+
+impl Model {
+    fn view(&mut self, owner: Option<&str>, now: i64) -> View {
+        if self.deadline.is_some_and(|d| d <= now) {
+            self.owners.clear();
+            self.deadline = None;
+        }
+        if self.owners.is_empty() {
+            return View::Free;
+        }
+        View::Held {
+            mine: owner.and_then(|o| self.owners.get(o).copied()),
+            pttl: self.deadline.map_or(-1, |d| d - now),
+        }
+    }
+
+    fn apply(&mut self, owner: Option<&str>, plan: Plan) -> Reply {
+        match plan.write {
+            Write::Keep => {}
+            Write::SetCount(n) => {
+                self.owners.insert(owner.expect("owner").to_owned(), n);
+            }
+            Write::Delete => {
+                self.owners.clear();
+                self.deadline = None;
+            }
+        }
+        if let Some(d) = plan.expire_at {
+            self.deadline = Some(d.unix_ms());
+        }
+        self.published += usize::from(plan.publish);
+        plan.reply
+    }
+
+    fn acquire(&mut self, owner: &str, now: i64, ms: u64) -> Reply {
+        let view = self.view(Some(owner), now);
+        let plan = rules::acquire(view, at(now, ms)).expect("no overflow");
+        self.apply(Some(owner), plan)
+    }
+
+    fn release(&mut self, owner: &str, now: i64) -> Reply {
+        let view = self.view(Some(owner), now);
+        self.apply(Some(owner), rules::release(view, None))
+    }
+}
+
+#[test]
+fn acquire_takes_a_free_lock_reenters_and_reports_the_holders_pttl() {
+    let d = at(1_000, 500);
+    let plan = rules::acquire(View::Free, d).expect("ok");
+    assert_eq!(
+        plan,
+        Plan { write: Write::SetCount(1), expire_at: Some(d), publish: false, reply: Reply::Nil }
+    );
+    let plan = rules::acquire(View::Held { mine: Some(4), pttl: 10 }, d).expect("ok");
+    assert_eq!((plan.write, plan.reply), (Write::SetCount(5), Reply::Nil));
+    let plan = rules::acquire(View::Held { mine: None, pttl: 77 }, d).expect("ok");
+    assert_eq!(
+        plan,
+        Plan { write: Write::Keep, expire_at: None, publish: false, reply: Reply::Int(77) }
+    );
+    assert!(!plan.writes());
+    let plan = rules::acquire(View::Held { mine: None, pttl: -1 }, d).expect("ok");
+    assert_eq!(plan.reply, Reply::Int(-1));
+}
+
+#[test]
+fn reentry_cannot_overflow_the_count() {
+    let held = View::Held { mine: Some(i64::MAX as u64), pttl: 5 };
+    assert_eq!(rules::acquire(held, at(0, 1)), Err(LockError::CountOverflow));
+}
+
+#[test]
+fn release_counts_down_then_deletes_and_publishes() {
+    let d = at(0, 100);
+    assert_eq!(rules::release(View::Free, None).reply, Reply::Nil);
+    assert_eq!(
+        rules::release(View::Held { mine: None, pttl: 5 }, Some(d)),
+        Plan { write: Write::Keep, expire_at: None, publish: false, reply: Reply::Nil }
+    );
+    assert_eq!(
+        rules::release(View::Held { mine: Some(3), pttl: 5 }, Some(d)),
+        Plan {
+            write: Write::SetCount(2),
+            expire_at: Some(d),
+            publish: false,
+            reply: Reply::Int(0),
+        }
+    );
+    assert_eq!(rules::release(View::Held { mine: Some(3), pttl: 5 }, None).expire_at, None);
+    assert_eq!(
+        rules::release(View::Held { mine: Some(1), pttl: 5 }, Some(d)),
+        Plan { write: Write::Delete, expire_at: None, publish: true, reply: Reply::Int(1) }
+    );
+}
+
+#[test]
+fn renew_only_for_a_holder() {
+    let d = at(0, 100);
+    assert_eq!(rules::renew(View::Held { mine: Some(2), pttl: 1 }, d).expire_at, Some(d));
+    assert_eq!(rules::renew(View::Held { mine: Some(2), pttl: 1 }, d).reply, Reply::Int(1));
+    for view in [View::Free, View::Held { mine: None, pttl: 1 }] {
+        let plan = rules::renew(view, d);
+        assert!(!plan.writes(), "{view:?}");
+        assert_eq!(plan.reply, Reply::Int(0));
+    }
+}
+
+#[test]
+fn force_release_and_pttl() {
+    assert_eq!(rules::force_release(View::Free).reply, Reply::Int(0));
+    assert!(!rules::force_release(View::Free).writes());
+    let plan = rules::force_release(View::Held { mine: None, pttl: 9 });
+    assert_eq!((plan.write, plan.publish, plan.reply), (Write::Delete, true, Reply::Int(1)));
+    assert_eq!(rules::pttl(View::Free), -2);
+    assert_eq!(rules::pttl(View::Held { mine: None, pttl: -1 }), -1);
+    assert_eq!(rules::pttl(View::Held { mine: None, pttl: 42 }), 42);
+}
+
+#[test]
+fn deadlines_refuse_overflow() {
+    assert_eq!(Deadline::after(10, lease(5)).map(Deadline::unix_ms), Ok(15));
+    assert_eq!(Deadline::after(1, lease(i64::MAX as u64)), Err(LockError::LeaseTooLarge));
+    assert_eq!(Deadline::after(0, lease(u64::MAX)), Err(LockError::LeaseTooLarge));
+}
+
+#[test]
+fn counts_must_be_positive_integers() {
+    assert_eq!(parse_count(b"1"), Ok(1));
+    assert_eq!(parse_count(b"9223372036854775807"), Ok(i64::MAX as u64));
+    for bad in [&b"0"[..], b"-1", b"", b"abc", b"1.5", b" 1", b"9223372036854775808"] {
+        assert_eq!(parse_count(bad), Err(LockError::CorruptCount), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_sequence_reenters_to_two_releases_to_zero_then_another_owner_takes_it() {
+    let mut m = Model::default();
+    assert_eq!(m.acquire("a", 0, 1_000), Reply::Nil);
+    assert_eq!(m.acquire("a", 10, 1_000), Reply::Nil);
+    assert_eq!(m.owners["a"], 2);
+    assert_eq!(m.deadline, Some(1_010), "re-entry resets the lease");
+    assert_eq!(m.acquire("b", 20, 1_000), Reply::Int(990));
+    assert_eq!(m.release("b", 30), Reply::Nil);
+    assert_eq!(m.release("a", 40), Reply::Int(0));
+    assert_eq!(m.published, 0);
+    assert_eq!(m.release("a", 50), Reply::Int(1));
+    assert_eq!(m.published, 1);
+    assert!(m.owners.is_empty());
+    assert_eq!(m.acquire("b", 60, 1_000), Reply::Nil);
+}
+
+#[test]
+fn an_expired_lease_frees_the_lock_without_a_message() {
+    let mut m = Model::default();
+    assert_eq!(m.acquire("a", 0, 100), Reply::Nil);
+    assert_eq!(m.acquire("b", 99, 100), Reply::Int(1));
+    assert_eq!(m.acquire("b", 100, 100), Reply::Nil, "lease over at its deadline");
+    assert_eq!(m.release("a", 101), Reply::Nil, "the old owner no longer holds it");
+    assert_eq!(m.published, 0);
+}
