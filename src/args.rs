@@ -46,6 +46,31 @@ impl Arg for redis_module::RedisString {
     }
 }
 
+/// Option word of `RLOCK.ACQUIRE`: `WAIT timeout-ms` (matched case-insensitively).
+pub const WAIT: &[u8] = b"WAIT";
+
+/// How long `RLOCK.ACQUIRE ... WAIT` may block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// `WAIT 0`: without limit, like `BLPOP key 0`.
+    Ever,
+    /// At most this many milliseconds (> 0).
+    Millis(u64),
+}
+
+impl WaitFor {
+    /// Reads `timeout-ms`: a non-negative decimal integer that fits an `i64`.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidTimeout`] for anything else.
+    pub fn parse(bytes: &[u8]) -> Result<Self, LockError> {
+        if bytes == b"0" {
+            return Ok(Self::Ever);
+        }
+        parse_positive(bytes).map(Self::Millis).ok_or(LockError::InvalidTimeout)
+    }
+}
+
 /// A lease: a positive number of milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Lease(u64);
@@ -135,6 +160,16 @@ impl<'a, A: Arg> Parser<'a, A> {
         Lease::parse(self.required()?.bytes())
     }
 
+    /// The next argument if it is the option word `word`.
+    fn option(&mut self, word: &[u8]) -> bool {
+        let is_word =
+            self.args.get(self.next).is_some_and(|a| a.bytes().eq_ignore_ascii_case(word));
+        if is_word {
+            self.next += 1;
+        }
+        is_word
+    }
+
     fn optional_lease(&mut self) -> Result<Option<Lease>, LockError> {
         self.take().map(|a| Lease::parse(a.bytes())).transpose()
     }
@@ -148,22 +183,30 @@ impl<'a, A: Arg> Parser<'a, A> {
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms]`
 #[derive(Debug)]
 pub struct Acquire<'a, A> {
     pub key: &'a A,
     pub owner: &'a A,
     pub lease: Lease,
+    /// `WAIT timeout-ms`: block while another owner holds the lock.
+    pub wait: Option<WaitFor>,
 }
 
 impl<'a, A: Arg> Acquire<'a, A> {
     /// # Errors
-    /// Wrong arity, empty owner, bad lease, or a leftover argument.
+    /// Wrong arity, empty owner, bad lease or timeout, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 4)?;
-        let parsed = Self { key: p.required()?, owner: p.owner()?, lease: p.lease()? };
+        let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
+        let wait = if p.option(WAIT) {
+            let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
+            Some(WaitFor::parse(timeout.bytes())?)
+        } else {
+            None
+        };
         p.finish()?;
-        Ok(parsed)
+        Ok(Self { key, owner, lease, wait })
     }
 }
 

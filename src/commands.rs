@@ -16,6 +16,7 @@ use crate::args::{self, Arg};
 use crate::error::LockError;
 use crate::raw::{self, CommandDoc, Field, KeyKind, LockKey};
 use crate::rules::{self, Deadline, Plan, Reply, View, Write};
+use crate::waiting;
 
 /// Redisson's unlock channel is `redisson_lock__channel:{<lock name>}`.
 const CHANNEL_PREFIX: &[u8] = b"redisson_lock__channel:{";
@@ -35,14 +36,23 @@ fn guarded(ctx: &Context, body: impl FnOnce() -> Result<RedisValue, LockError>) 
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Acquire::parse(&argv)?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
         let key = LockKey::open(ctx, cmd.key, true);
+        waiting::settle(ctx, &key, cmd.key);
         let plan = rules::acquire(view_as(&key, Some(cmd.owner))?, deadline)?;
-        Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan))
+        match (plan.reply, cmd.wait) {
+            (Reply::Int(holder_pttl), Some(wait)) if raw::may_block(ctx) => {
+                drop(key);
+                let lock = waiting::lock_name(ctx, cmd.key);
+                waiting::block(ctx, lock, cmd.owner.as_slice(), cmd.lease, wait, holder_pttl);
+                Ok(RedisValue::NoReply)
+            }
+            _ => Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan)),
+        }
     })
 }
 
@@ -50,12 +60,27 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Release::parse(&argv)?;
-        let now = raw::now_ms();
-        let deadline = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
+        let deadline = cmd.lease.map(|lease| Deadline::after(raw::now_ms(), lease)).transpose()?;
         let key = LockKey::open(ctx, cmd.key, true);
-        let plan = rules::release(view_as(&key, Some(cmd.owner))?, deadline);
-        Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan))
+        release_hold(ctx, &key, cmd.key, cmd.owner, deadline)
     })
+}
+
+/// Releases one hold of `owner` on the open key: the rules of `RLOCK.RELEASE`, with the
+/// hand-off to a waiter when the lock is freed. Also used to undo a grant whose client left.
+///
+/// # Errors
+/// `WRONGTYPE`, or a corrupt hold count.
+pub fn release_hold(
+    ctx: &Context,
+    key: &LockKey,
+    name: &RedisString,
+    owner: &RedisString,
+    deadline: Option<Deadline>,
+) -> Result<RedisValue, LockError> {
+    waiting::settle(ctx, key, name);
+    let plan = rules::release(view_as(key, Some(owner))?, deadline);
+    Ok(execute(ctx, key, name, Some(owner), &plan))
 }
 
 /// `RLOCK.RENEW key owner lease-ms`
@@ -74,6 +99,7 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
         let key = LockKey::open(ctx, cmd.key, true);
+        waiting::settle(ctx, &key, cmd.key);
         let plan = rules::force_release(view_as(&key, None)?);
         Ok(execute(ctx, &key, cmd.key, None, &plan))
     })
@@ -103,13 +129,14 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         drop(key);
         let (owner, count) = only_field(ctx, cmd.key)?;
         let count = rules::parse_count(&count)?;
+        let waiters = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice());
         raw::reply_map(
             ctx,
             &[
                 ("owner", Field::Bytes(&owner)),
                 ("count", Field::Int(count as i64)),
                 ("pttl", Field::Int(pttl)),
-                ("waiters", Field::Int(0)),
+                ("waiters", Field::Int(waiters as i64)),
             ],
         );
         Ok(RedisValue::NoReply)
@@ -148,9 +175,10 @@ fn view_as(key: &LockKey, owner: Option<&RedisString>) -> Result<View, LockError
     }
 }
 
-/// Carries out a plan on the open key: write, lease, publish, each replicated as plain Redis
-/// commands; returns the reply.
-fn execute(
+/// Carries out a plan on the open key: write, lease, then, when the lock was freed, the hand-off
+/// to its longest-waiting client or (nobody waiting) the unlock message; each replicated as plain
+/// Redis commands. Returns the reply.
+pub fn execute(
     ctx: &Context,
     key: &LockKey,
     name: &RedisString,
@@ -174,7 +202,7 @@ fn execute(
         key.set_expire_at(deadline.unix_ms());
         raw::replicate(ctx, c"PEXPIREAT", &[name, &int_string(ctx, deadline.unix_ms())]);
     }
-    if plan.publish {
+    if plan.publish && !waiting::hand_off(ctx, key, name) {
         let channel = unlock_channel(ctx, name);
         let message = RedisString::create_from_slice(ctx.get_raw(), UNLOCK_MESSAGE);
         raw::publish(ctx, &channel, &message);

@@ -17,6 +17,10 @@ pub enum LockError {
     Syntax,
     /// `lease-ms` is not a positive integer.
     InvalidLease,
+    /// `WAIT` without a value, or a timeout that is not a non-negative integer.
+    InvalidTimeout,
+    /// The server became a replica while the client waited.
+    Demoted,
     /// `now + lease-ms` does not fit a Unix time in milliseconds.
     LeaseTooLarge,
     /// The owner id is empty.
@@ -41,6 +45,12 @@ impl LockError {
             Self::WrongArity => "ERR wrong number of arguments",
             Self::Syntax => "ERR syntax error",
             Self::InvalidLease => "ERR lease-ms must be a positive integer of milliseconds",
+            Self::InvalidTimeout => {
+                "ERR timeout-ms (after WAIT) must be a non-negative integer of milliseconds"
+            }
+            Self::Demoted => {
+                "READONLY the server became a replica while this client waited for the lock"
+            }
             Self::LeaseTooLarge => "ERR lease-ms is too large: now + lease-ms overflows",
             Self::EmptyOwner => "ERR owner must not be empty",
             Self::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value",

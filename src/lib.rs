@@ -11,6 +11,10 @@
 //! - [`args`]: argument parsing into a typed struct per command.
 //! - [`rules`]: the lock rules as plain Rust (acquire, release, renew, force-release), which
 //!   unit tests drive without a server.
+//! - [`queue`]: server-side waiting as plain Rust: FIFO queues per lock, the schedule of
+//!   timeouts and lease checks.
+//! - [`waiting`]: server-side waiting on Redis: blocking, hand-off, timers, keyspace and server
+//!   events, `INFO rlock` stats.
 //! - [`error`]: the one error enum and its conversion to error replies.
 //! - [`raw`]: every unsafe `RedisModule_*` call, each with a `// SAFETY:` note.
 
@@ -19,8 +23,10 @@
 pub mod args;
 pub mod commands;
 pub mod error;
+pub mod queue;
 pub mod raw;
 pub mod rules;
+pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -58,5 +64,9 @@ redis_module! {
         ["rlock.forcerelease", commands::force_release, "write",             1, 1, 1, ""],
         ["rlock.pttl",         commands::pttl,          "readonly fast",     1, 1, 1, ""],
         ["rlock.info",         commands::info,          "readonly fast",     1, 1, 1, ""],
+    ],
+    // A lock with waiters that is deleted, expires or is evicted is handed off to its head.
+    event_handlers: [
+        [@GENERIC @EXPIRED @EVICTED: waiting::on_keyspace_event],
     ],
 }

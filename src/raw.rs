@@ -9,7 +9,11 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr::{self, NonNull};
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use redis_module::{raw, Context, RedisString};
+
+use crate::waiting::{self, Outcome};
 
 /// An API function pointer, filled in by `RedisModule_Init` before any command can run.
 macro_rules! api {
@@ -57,7 +61,15 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_Replicate,
         RedisModule_PublishMessage,
         RedisModule_FreeString,
-        RedisModule_StringPtrLen
+        RedisModule_StringPtrLen,
+        RedisModule_GetContextFlags,
+        RedisModule_GetSelectedDb,
+        RedisModule_SelectDb,
+        RedisModule_BlockClient,
+        RedisModule_UnblockClient,
+        RedisModule_SetDisconnectCallback,
+        RedisModule_GetBlockedClientHandle,
+        RedisModule_GetBlockedClientPrivateData
     )
 }
 
@@ -372,5 +384,133 @@ pub fn reply_map(ctx: &Context, fields: &[(&str, Field<'_>)]) {
             Field::Bytes(b) => raw::reply_with_string_buffer(ctx, b.as_ptr().cast(), b.len()),
             Field::Int(n) => raw::reply_with_long_long(ctx, *n),
         };
+    }
+}
+
+/// Whether the command may block its client: not inside MULTI/EXEC, a Lua script, or another
+/// context where Redis denies blocking.
+pub fn may_block(ctx: &Context) -> bool {
+    let flags = api!(RedisModule_GetContextFlags);
+    // SAFETY: live context; only reads flags.
+    let flags = unsafe { flags(ctx.get_raw()) } as u32;
+    flags
+        & (raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        == 0
+}
+
+/// Whether this server is a master (and so may write).
+pub fn is_master(ctx: &Context) -> bool {
+    let flags = api!(RedisModule_GetContextFlags);
+    // SAFETY: live context; only reads flags.
+    let flags = unsafe { flags(ctx.get_raw()) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
+}
+
+/// The database the context's client has selected.
+pub fn selected_db(ctx: &Context) -> i32 {
+    let get = api!(RedisModule_GetSelectedDb);
+    // SAFETY: live context; only reads the client's db id.
+    unsafe { get(ctx.get_raw()) }
+}
+
+/// Selects `db` for the context (timer and event contexts have their own client).
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    let select = api!(RedisModule_SelectDb);
+    // SAFETY: live context; Redis validates the id.
+    unsafe { select(ctx.get_raw(), db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// A blocked client, as an integer so it can key maps. Valid from `block_client` until the one
+/// `unblock_client` call for it.
+pub type Blocked = usize;
+
+/// Blocks the calling client until `unblock_client`. Redis's own timeout is off (0): the module
+/// times waits out itself, so a timeout can never race a grant. The callbacks land in `waiting`.
+pub fn block_client(ctx: &Context) -> Blocked {
+    let block = api!(RedisModule_BlockClient);
+    let on_disconnect = api!(RedisModule_SetDisconnectCallback);
+    // SAFETY: live command context; the callbacks are `extern "C"` functions of this module
+    // with the signatures Redis expects, and `free_outcome` frees exactly what
+    // `unblock_client` allocates.
+    let bc = unsafe {
+        let bc = block(
+            ctx.get_raw(),
+            Some(reply_trampoline),
+            Some(timeout_trampoline),
+            Some(free_outcome),
+            0,
+        );
+        on_disconnect(bc, Some(disconnect_trampoline));
+        bc
+    };
+    bc as Blocked
+}
+
+/// Unblocks a client blocked by `block_client`, once; its reply callback then gets `outcome`.
+pub fn unblock_client(bc: Blocked, outcome: Option<Outcome>) {
+    let unblock = api!(RedisModule_UnblockClient);
+    let data = outcome.map_or(ptr::null_mut(), |o| Box::into_raw(Box::new(o)).cast::<c_void>());
+    // SAFETY: `bc` came from `block_client` and `waiting` unblocks each client exactly once
+    // (it leaves the waiter table when it is unblocked). Ownership of `data` passes to Redis,
+    // which hands it back to `free_outcome`.
+    unsafe { unblock(bc as *mut raw::RedisModuleBlockedClient, data) };
+}
+
+/// The outcome given to `unblock_client`, seen from a blocked client's callback context.
+fn outcome_of<'a>(ctx: *mut raw::RedisModuleCtx) -> Option<&'a Outcome> {
+    let get = api!(RedisModule_GetBlockedClientPrivateData);
+    // SAFETY: the private data of our blocked clients is NULL or a `Box<Outcome>` made by
+    // `unblock_client`; Redis frees it (through `free_outcome`) only after the callbacks that
+    // can see it have returned, so the reference does not outlive it.
+    unsafe { get(ctx).cast::<Outcome>().as_ref() }
+}
+
+/// Runs a callback body; a panic is logged instead of unwinding into Redis.
+pub fn guard_callback(ctx: &Context, body: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(body)).is_err() {
+        ctx.log_warning("rlock: a callback panicked; its work was abandoned");
+    }
+}
+
+extern "C" fn reply_trampoline(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    guard_callback(&context, || waiting::reply(&context, outcome_of(ctx)));
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Called only for `CLIENT UNBLOCK <id> [TIMEOUT]` (Redis's own timeout is off).
+extern "C" fn timeout_trampoline(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    let handle = api!(RedisModule_GetBlockedClientHandle);
+    // SAFETY: a timeout callback's context carries its blocked client.
+    let bc = unsafe { handle(ctx) } as Blocked;
+    guard_callback(&context, || waiting::unblocked_by_command(&context, bc));
+    raw::REDISMODULE_OK as c_int
+}
+
+/// The client left while blocked: disconnected, killed, or `CLIENT UNBLOCK ... ERROR`.
+extern "C" fn disconnect_trampoline(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    let context = Context::new(ctx);
+    guard_callback(&context, || waiting::client_gone(&context, bc as Blocked, outcome_of(ctx)));
+}
+
+extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: non-NULL private data is always a `Box<Outcome>` from `unblock_client`, and
+        // Redis calls this once per blocked client.
+        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
     }
 }

@@ -13,6 +13,9 @@ use crate::error::LockError;
 pub struct Deadline(i64);
 
 impl Deadline {
+    /// The latest deadline there is (a lease that cannot be added to now saturates here).
+    pub const LAST: Self = Self(i64::MAX);
+
     /// The deadline `lease` after `now_ms`.
     ///
     /// # Errors

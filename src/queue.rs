@@ -1,0 +1,242 @@
+//! Server-side waiting, the plain-Rust part: a FIFO queue of waiters per lock and one schedule of
+//! timed events (waiter timeouts, checks at a holder's lease deadline). No Redis here: `waiting`
+//! drives it, and unit tests drive it directly.
+//!
+//! Every operation is O(1) or O(log n) in the number of waiters: a waiter leaving from the middle
+//! of a queue (timeout, disconnect) is removed from the waiter table at once and its id skipped
+//! lazily when it reaches the head; the queue is compacted when dead ids outnumber live ones.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::Hash;
+
+use crate::args::Lease;
+
+/// A waiter's id, unique for the life of the module.
+pub type WaiterId = u64;
+
+/// A lock: a key in one database.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockName {
+    pub db: i32,
+    pub key: Vec<u8>,
+}
+
+/// A client waiting for a lock. `H` is the server's handle on the blocked client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter<H> {
+    pub id: WaiterId,
+    pub lock: LockName,
+    pub owner: Vec<u8>,
+    /// The lease the waiter gets when granted.
+    pub lease: Lease,
+    pub handle: H,
+    /// Where its timeout sits in the schedule, if it has one.
+    timeout: Option<Slot>,
+}
+
+/// A timed event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A waiter's wait budget ran out.
+    Timeout(WaiterId),
+    /// A lock with waiters reaches its holder's lease deadline: see whether it expired.
+    LeaseCheck(LockName),
+}
+
+/// A position in the schedule: (time in Unix ms, sequence number for ties).
+type Slot = (i64, u64);
+
+#[derive(Debug, Default)]
+struct Queue {
+    order: VecDeque<WaiterId>,
+    live: usize,
+    lease_check: Option<Slot>,
+}
+
+/// All queues, the waiter table and the schedule.
+#[derive(Debug)]
+pub struct Queues<H> {
+    by_db: HashMap<i32, HashMap<Vec<u8>, Queue>>,
+    waiters: HashMap<WaiterId, Waiter<H>>,
+    by_handle: HashMap<H, WaiterId>,
+    schedule: BTreeMap<Slot, Event>,
+    next_id: WaiterId,
+    next_seq: u64,
+}
+
+impl<H> Default for Queues<H> {
+    fn default() -> Self {
+        Self {
+            by_db: HashMap::new(),
+            waiters: HashMap::new(),
+            by_handle: HashMap::new(),
+            schedule: BTreeMap::new(),
+            next_id: 1,
+            next_seq: 0,
+        }
+    }
+}
+
+impl<H: Copy + Eq + Hash> Queues<H> {
+    /// Puts a waiter at the tail of `lock`'s queue; `timeout_at` (Unix ms) schedules its
+    /// timeout.
+    pub fn push(
+        &mut self,
+        lock: LockName,
+        owner: Vec<u8>,
+        lease: Lease,
+        handle: H,
+        timeout_at: Option<i64>,
+    ) -> WaiterId {
+        let id = self.next_id;
+        self.next_id += 1;
+        let timeout = timeout_at.map(|at| self.add_event(at, Event::Timeout(id)));
+        let queue = self.by_db.entry(lock.db).or_default().entry(lock.key.clone()).or_default();
+        queue.order.push_back(id);
+        queue.live += 1;
+        self.by_handle.insert(handle, id);
+        self.waiters.insert(id, Waiter { id, lock, owner, lease, handle, timeout });
+        id
+    }
+
+    /// How many clients wait for the lock `key` of database `db`.
+    #[must_use]
+    pub fn waiting(&self, db: i32, key: &[u8]) -> usize {
+        self.queue(db, key).map_or(0, |q| q.live)
+    }
+
+    /// How many clients wait, over all locks.
+    #[must_use]
+    pub fn total(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// The waiter with this id, while it waits.
+    #[must_use]
+    pub fn get(&self, id: WaiterId) -> Option<&Waiter<H>> {
+        self.waiters.get(&id)
+    }
+
+    /// The waiting client with this server handle.
+    #[must_use]
+    pub fn find(&self, handle: H) -> Option<WaiterId> {
+        self.by_handle.get(&handle).copied()
+    }
+
+    /// Takes the longest-waiting client of a lock out of its queue (to be granted the lock).
+    pub fn pop_head(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
+        let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
+        while let Some(id) = queue.order.pop_front() {
+            if self.waiters.contains_key(&id) {
+                return self.remove(id);
+            }
+        }
+        None
+    }
+
+    /// Removes a waiter (granted, timed out, or gone), wherever it stands in its queue.
+    pub fn remove(&mut self, id: WaiterId) -> Option<Waiter<H>> {
+        let waiter = self.waiters.remove(&id)?;
+        self.by_handle.remove(&waiter.handle);
+        if let Some(slot) = waiter.timeout {
+            self.schedule.remove(&slot);
+        }
+        let LockName { db, key } = &waiter.lock;
+        let Some(queues) = self.by_db.get_mut(db) else { return Some(waiter) };
+        let Some(queue) = queues.get_mut(key.as_slice()) else { return Some(waiter) };
+        queue.live -= 1;
+        if queue.live > 0 {
+            if queue.order.len() > 2 * queue.live + 16 {
+                let waiters = &self.waiters;
+                queue.order.retain(|id| waiters.contains_key(id));
+            }
+            return Some(waiter);
+        }
+        // The last waiter left: the queue and its lease check go.
+        if let Some(slot) = queue.lease_check {
+            self.schedule.remove(&slot);
+        }
+        queues.remove(key.as_slice());
+        if queues.is_empty() {
+            self.by_db.remove(db);
+        }
+        Some(waiter)
+    }
+
+    /// Schedules a check of `lock` at `at` (its holder's lease deadline), replacing the previous
+    /// one. Does nothing for a lock nobody waits for.
+    pub fn schedule_lease_check(&mut self, lock: &LockName, at: i64) {
+        let Some(current) = self.queue(lock.db, &lock.key).map(|q| q.lease_check) else {
+            return;
+        };
+        if current.is_some_and(|(when, _)| when == at) {
+            return;
+        }
+        if let Some(slot) = current {
+            self.schedule.remove(&slot);
+        }
+        let slot = self.add_event(at, Event::LeaseCheck(lock.clone()));
+        if let Some(queue) = self.by_db.get_mut(&lock.db).and_then(|q| q.get_mut(&lock.key)) {
+            queue.lease_check = Some(slot);
+        }
+    }
+
+    /// The time of the earliest scheduled event.
+    #[must_use]
+    pub fn next_due(&self) -> Option<i64> {
+        self.schedule.keys().next().map(|&(when, _)| when)
+    }
+
+    /// Takes the earliest event due at `now` or before, if any.
+    pub fn pop_due(&mut self, now: i64) -> Option<Event> {
+        let (&slot, _) = self.schedule.iter().next().filter(|((when, _), _)| *when <= now)?;
+        let event = self.schedule.remove(&slot)?;
+        match &event {
+            Event::Timeout(id) => {
+                if let Some(w) = self.waiters.get_mut(id) {
+                    w.timeout = None;
+                }
+            }
+            Event::LeaseCheck(lock) => {
+                if let Some(q) = self.by_db.get_mut(&lock.db).and_then(|q| q.get_mut(&lock.key)) {
+                    q.lease_check = None;
+                }
+            }
+        }
+        Some(event)
+    }
+
+    /// Every lock somebody waits for.
+    #[must_use]
+    pub fn locks(&self) -> Vec<LockName> {
+        let mut locks: Vec<LockName> = self
+            .by_db
+            .iter()
+            .flat_map(|(&db, q)| q.keys().map(move |key| LockName { db, key: key.clone() }))
+            .collect();
+        locks.sort();
+        locks
+    }
+
+    /// Removes every waiter, each queue in FIFO order.
+    pub fn drain(&mut self) -> Vec<Waiter<H>> {
+        let mut all = Vec::with_capacity(self.total());
+        for lock in self.locks() {
+            while let Some(w) = self.pop_head(lock.db, &lock.key) {
+                all.push(w);
+            }
+        }
+        all
+    }
+
+    fn queue(&self, db: i32, key: &[u8]) -> Option<&Queue> {
+        self.by_db.get(&db)?.get(key)
+    }
+
+    fn add_event(&mut self, at: i64, event: Event) -> Slot {
+        let slot = (at, self.next_seq);
+        self.next_seq += 1;
+        self.schedule.insert(slot, event);
+        slot
+    }
+}
