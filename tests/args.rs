@@ -1,6 +1,6 @@
 //! Argument parsing, without a server.
 
-use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew};
+use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew, WaitFor};
 use rlock::error::LockError;
 
 fn argv(args: &[&str]) -> Vec<Vec<u8>> {
@@ -53,7 +53,12 @@ fn leases_must_be_positive_integers_that_fit_an_i64() {
 fn arity_syntax_and_owner_errors() {
     let cases: &[(&[&str], LockError)] = &[
         (&["RLOCK.ACQUIRE", "k", "o"], LockError::WrongArity),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT"], LockError::Syntax),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT"], LockError::InvalidTimeout),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "-1"], LockError::InvalidTimeout),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "1.5"], LockError::InvalidTimeout),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "x"], LockError::InvalidTimeout),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "5", "WAIT", "5"], LockError::Syntax),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "NOWAIT"], LockError::Syntax),
         (&["RLOCK.ACQUIRE", "k", "", "1"], LockError::EmptyOwner),
         (&["RLOCK.ACQUIRE", "k", "o", "0"], LockError::InvalidLease),
     ];
@@ -92,4 +97,20 @@ fn error_replies_start_with_a_code_and_name_the_argument() {
     assert!(LockError::EmptyOwner.message().starts_with("ERR owner"));
     assert_eq!(LockError::Syntax.message(), "ERR syntax error");
     assert!(LockError::WrongType.message().starts_with("WRONGTYPE "));
+}
+
+#[test]
+fn wait_takes_a_timeout_in_ms_zero_meaning_forever_in_any_case() {
+    let parsed = |args: &[&str]| Acquire::parse(&argv(args)).map(|a| a.wait);
+    assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1"]), Ok(None));
+    assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "0"]), Ok(Some(WaitFor::Ever)));
+    assert_eq!(
+        parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "wait", "250"]),
+        Ok(Some(WaitFor::Millis(250)))
+    );
+    assert_eq!(
+        parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "WaIt", "9223372036854775807"]),
+        Ok(Some(WaitFor::Millis(i64::MAX as u64)))
+    );
+    assert!(LockError::InvalidTimeout.message().starts_with("ERR timeout-ms"));
 }

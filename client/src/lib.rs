@@ -30,9 +30,10 @@
 //! - **Watchdog.** With no lease, the lock is taken with [`Options::watchdog_timeout`] (30 s) and
 //!   renewed every third of it until released. A renewal that finds the lock gone marks the
 //!   guard lost: see [`LockGuard::is_lost`] and [`LockGuard::lost`].
-//! - **Waiting.** A waiter subscribes to the lock's unlock channel before retrying, then retries
-//!   on each unlock message or when the holder's lease runs out, whichever comes first, never
-//!   past its wait budget.
+//! - **Waiting** is server-side: `RLOCK.ACQUIRE ... WAIT` on a dedicated connection; the server
+//!   queues waiters FIFO and hands the lock to one of them when it is free. No pub/sub, no retry
+//!   loop. Dropping an acquire future cancels the wait without leaking the lock: a grant that
+//!   races the cancellation is released.
 //! - **Dropping a guard** releases the lock in the background (on the current tokio runtime).
 
 use std::fmt;
@@ -40,12 +41,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 use redis::{IntoConnectionInfo, RedisError};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+/// How long a cancelled wait may take to learn whether it was granted meanwhile.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
 /// Errors of lock operations.
 #[derive(Debug)]
@@ -230,11 +233,6 @@ impl Lock {
         &self.owner
     }
 
-    /// The lock's unlock channel, `redisson_lock__channel:{<name>}`.
-    fn channel(&self) -> Vec<u8> {
-        [b"redisson_lock__channel:{".as_slice(), &self.name, b"}"].concat()
-    }
-
     fn conn(&self) -> ConnectionManager {
         self.shared.conn.clone()
     }
@@ -261,47 +259,88 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<LockGuard> {
         let lease_ms = millis(lease.unwrap_or(self.shared.options.watchdog_timeout));
+        let granted = || LockGuard::new(self.clone(), lease_ms, lease.is_none());
+        // Uncontended: one try on the shared connection.
         if self.try_once(lease_ms).await?.is_none() {
-            return Ok(LockGuard::new(self.clone(), lease_ms, lease.is_none()));
+            return Ok(granted());
         }
-        // Subscribe, then retry: a release between the failed try and the subscription would
-        // otherwise be missed.
-        loop {
-            let mut pubsub = self.shared.client.get_async_pubsub().await?;
-            pubsub.subscribe(self.channel()).await?;
-            let mut messages = pubsub.on_message();
-            loop {
-                let Some(pttl) = self.try_once(lease_ms).await? else {
-                    return Ok(LockGuard::new(self.clone(), lease_ms, lease.is_none()));
-                };
-                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                if left == Some(Duration::ZERO) {
-                    return Err(Error::TimedOut);
+        // Contended: the server queues us and hands the lock over (FIFO) when it is free.
+        let wait_ms = match deadline {
+            None => 0, // WAIT 0: without limit
+            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => millis(left),
+                _ => return Err(Error::TimedOut),
+            },
+        };
+        if self.wait_on_server(lease_ms, wait_ms).await? {
+            Ok(granted())
+        } else {
+            Err(Error::TimedOut)
+        }
+    }
+
+    /// `RLOCK.ACQUIRE ... WAIT wait_ms` on a dedicated connection, run by a task of its own so a
+    /// caller that drops this future (a cancelled wait) cannot leak the lock: the task then
+    /// makes the server answer at once (`CLIENT UNBLOCK ... TIMEOUT`), releases the lock if the
+    /// answer was a grant, and discards the connection, so no late reply reaches a pooled one.
+    /// `true`: acquired; `false`: the wait timed out.
+    async fn wait_on_server(&self, lease_ms: u64, wait_ms: u64) -> Result<bool> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        tokio::spawn(self.clone().blocking_wait(lease_ms, wait_ms, reply_tx));
+        reply_rx.await.unwrap_or_else(|_| {
+            Err(Error::Redis(RedisError::from((
+                redis::ErrorKind::Io,
+                "the task waiting for the lock stopped",
+            ))))
+        })
+    }
+
+    async fn blocking_wait(
+        self,
+        lease_ms: u64,
+        wait_ms: u64,
+        mut reply: oneshot::Sender<Result<bool>>,
+    ) {
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let mut con =
+            match self.shared.client.get_multiplexed_async_connection_with_config(&config).await {
+                Ok(con) => con,
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                    return;
                 }
-                // Retry when the holder's lease runs out (pttl >= 0), on an unlock message, or
-                // when the budget ends, whichever is first. pttl -1: no expiry, so wait for a
-                // message (or the budget).
-                let lease_left =
-                    u64::try_from(pttl).ok().map(|ms| Duration::from_millis(ms.max(1)));
-                let sleep_for = match (lease_left, left) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                let timer = async {
-                    match sleep_for {
-                        Some(d) => tokio::time::sleep(d).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    msg = messages.next() => {
-                        if msg.is_none() {
-                            break; // the subscription connection closed: subscribe again
-                        }
-                    }
-                    () = timer => {}
-                }
+            };
+        let id: i64 = match redis::cmd("CLIENT").arg("ID").query_async(&mut con).await {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = reply.send(Err(e.into()));
+                return;
             }
+        };
+        let mut acquire = redis::cmd("RLOCK.ACQUIRE");
+        acquire.arg(&*self.name).arg(&*self.owner).arg(lease_ms).arg("WAIT").arg(wait_ms);
+        let wait = acquire.query_async::<Option<i64>>(&mut con);
+        tokio::pin!(wait);
+        let answer = tokio::select! {
+            answer = &mut wait => answer,
+            () = reply.closed() => {
+                // Cancelled: have the server answer now, and settle what it answers.
+                let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                    .arg("UNBLOCK")
+                    .arg(id)
+                    .arg("TIMEOUT")
+                    .query_async(&mut self.conn())
+                    .await;
+                if let Ok(Ok(None)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
+                    let _ = self.release_once().await;
+                }
+                return; // dropping the connection: a wait still pending leaves the queue
+            }
+        };
+        let granted = answer.map(|a| a.is_none()).map_err(Error::from);
+        if let Err(Ok(true)) = reply.send(granted) {
+            // The caller went away just as the grant arrived.
+            let _ = self.release_once().await;
         }
     }
 

@@ -329,3 +329,69 @@ pub fn hgetall(con: &mut Connection, key: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     pairs.sort();
     pairs
 }
+
+/// A command running on its own connection and thread (a blocking `RLOCK.ACQUIRE ... WAIT`).
+pub struct Pending {
+    id: i64,
+    thread: thread::JoinHandle<(Result<Value, String>, Instant)>,
+}
+
+impl Pending {
+    /// Sends `args` on a new connection of `server` from a new thread.
+    #[must_use]
+    pub fn start(server: &Server, args: &[&[u8]]) -> Self {
+        let mut con = server.conn();
+        con.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).expect("CLIENT ID");
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        let thread = thread::spawn(move || {
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let reply = run(&mut con, &args);
+            (reply, Instant::now())
+        });
+        Self { id, thread }
+    }
+
+    /// Like [`Pending::start`] with string arguments.
+    #[must_use]
+    pub fn start_str(server: &Server, args: &[&str]) -> Self {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        Self::start(server, &args)
+    }
+
+    /// The connection's client id (for `CLIENT KILL ID`, `CLIENT UNBLOCK`).
+    #[must_use]
+    pub const fn client_id(&self) -> i64 {
+        self.id
+    }
+
+    /// Whether the reply has arrived.
+    #[must_use]
+    pub fn replied(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// The reply and when it arrived, waiting at most `limit` for it.
+    ///
+    /// # Panics
+    /// When no reply comes within `limit`.
+    pub fn reply(self, limit: Duration) -> (Result<Value, String>, Instant) {
+        poll("the blocked command's reply", limit, || self.replied().then_some(()));
+        self.thread.join().expect("command thread")
+    }
+}
+
+/// `blocked_clients` from `INFO clients`.
+#[must_use]
+pub fn blocked_clients(con: &mut Connection) -> i64 {
+    info_field(con, "clients", "blocked_clients")
+}
+
+/// One integer field of an `INFO` section (0 when absent).
+#[must_use]
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -96,35 +96,97 @@ async fn release_after_the_lease_ran_out_or_a_force_release_reports_not_held() {
     assert!(matches!(guard.release().await, Err(Error::NotHeld)));
 }
 
+async fn blocked_clients(server: &Server) -> i64 {
+    let mut con = server.client().get_multiplexed_async_connection().await.expect("con");
+    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut con).await.expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:")?.trim().parse().ok())
+        .expect("blocked_clients")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_wakes_on_the_unlock_message_long_before_the_lease() {
+async fn a_waiter_is_handed_the_lock_by_the_server_on_release() {
     let server = Server::start();
     let client = client(&server).await;
     let holder = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("holder");
 
     let waiter_lock = client.lock("l");
     let waiter = tokio::spawn(async move {
-        let started = Instant::now();
-        let guard =
-            waiter_lock.try_acquire(Duration::from_secs(30), Some(Duration::from_secs(30))).await;
-        (guard, started.elapsed())
+        waiter_lock.try_acquire(Duration::from_secs(30), Some(Duration::from_secs(30))).await
     });
-    // The waiter is subscribed (and so can only be woken by the message, the lease being 60 s).
-    eventually("the waiter's subscription", Duration::from_secs(5), || async {
-        subscribers(&server, "redisson_lock__channel:{l}").await == 1
+    // The waiter waits in the server (not in a retry loop, not on pub/sub).
+    eventually("the waiter to block", Duration::from_secs(5), || async {
+        blocked_clients(&server).await == 1
     })
     .await;
+    assert_eq!(subscribers(&server, "redisson_lock__channel:{l}").await, 0);
+    let released_at = Instant::now();
     holder.release().await.expect("release");
-    let (guard, waited) =
-        timeout(Duration::from_secs(10), waiter).await.expect("woken").expect("task");
+    let guard = timeout(Duration::from_secs(10), waiter).await.expect("woken").expect("task");
     let guard = guard.expect("acquired");
-    assert!(waited < Duration::from_secs(10), "woken by the message, not the lease: {waited:?}");
+    assert!(released_at.elapsed() < Duration::from_secs(2), "handed over at release");
     assert_eq!(guard.lock().hold_count().await.expect("count"), 1);
     guard.release().await.expect("release");
-    eventually("the waiter's unsubscribe", Duration::from_secs(5), || async {
-        subscribers(&server, "redisson_lock__channel:{l}").await == 0
-    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_leaves_the_queue_and_takes_no_lock() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let holder = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("holder");
+    let waiter = client.lock("l");
+    let cancelled =
+        timeout(Duration::from_millis(300), waiter.try_acquire(Duration::from_secs(30), None))
+            .await;
+    assert!(cancelled.is_err(), "still waiting when dropped");
+    eventually(
+        "the cancelled waiter to leave the server's queue",
+        Duration::from_secs(5),
+        || async { blocked_clients(&server).await == 0 },
+    )
     .await;
+    holder.release().await.expect("release");
+    // Nobody is handed the lock: the cancelled waiter is gone.
+    assert_eq!(client.lock("l").remaining_lease().await.expect("pttl"), Remaining::NotLocked);
+    assert_eq!(waiter.hold_count().await.expect("count"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cancelled_as_the_grant_arrives_leaves_no_lock_held() {
+    let server = Server::start();
+    let client = client(&server).await;
+    for round in 0..20 {
+        let holder = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("holder");
+        let waiter = client.lock("l");
+        let waiting = {
+            let waiter = waiter.clone();
+            // If the grant wins outright, the guard is dropped here, which releases it; if the
+            // cancellation wins, the client must release a grant that raced it.
+            tokio::spawn(async move { waiter.try_acquire(Duration::from_secs(30), None).await })
+        };
+        eventually("the waiter to block", Duration::from_secs(5), || async {
+            blocked_clients(&server).await == 1
+        })
+        .await;
+        // Release and cancel at once: the grant and the cancellation race.
+        let (released, ()) = tokio::join!(holder.release(), async {
+            if round % 2 == 1 {
+                tokio::task::yield_now().await;
+            }
+            waiting.abort();
+        });
+        released.expect("release");
+        eventually(
+            &format!("round {round}: the lock to be free"),
+            Duration::from_secs(10),
+            || async {
+                client.lock("l").remaining_lease().await.expect("pttl") == Remaining::NotLocked
+            },
+        )
+        .await;
+        assert_eq!(waiter.hold_count().await.expect("count"), 0);
+        assert_eq!(blocked_clients(&server).await, 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

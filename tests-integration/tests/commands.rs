@@ -289,6 +289,7 @@ fn every_bad_argument_gets_an_error_naming_it_and_changes_nothing() {
     let huge_err = "ERR lease-ms is too large: now + lease-ms overflows";
     let owner_err = "ERR owner must not be empty";
     let syntax = "ERR syntax error";
+    let timeout_err = "ERR timeout-ms (after WAIT) must be a non-negative integer of milliseconds";
     let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
     let corrupt =
         "ERR the lock hash holds a hold count for this owner that is not a positive integer";
@@ -307,6 +308,14 @@ fn every_bad_argument_gets_an_error_naming_it_and_changes_nothing() {
         (vec!["RLOCK.ACQUIRE", "held", "a", "100", "extra"], syntax),
         (vec!["RLOCK.ACQUIRE", "str", "a", "100"], wrongtype),
         (vec!["RLOCK.ACQUIRE", "corrupt", "a", "100"], corrupt),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT"], timeout_err),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "-1"], timeout_err),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "1.5"], timeout_err),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "wait", "soon"], timeout_err),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "99999999999999999999"], timeout_err),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "5", "WAIT", "5"], syntax),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "NOWAIT"], syntax),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "0", "WAIT", "5"], lease_err),
         (vec!["RLOCK.ACQUIRE", "zero", "a", "100"], corrupt),
         (vec!["RLOCK.ACQUIRE", "negative", "a", "100"], corrupt),
         (vec!["RLOCK.RELEASE", "held", "a", "0"], lease_err),

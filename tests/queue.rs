@@ -1,0 +1,122 @@
+//! The waiter queues and their schedule, without a server.
+
+use rlock::args::Lease;
+use rlock::queue::{Event, LockName, Queues};
+
+fn lock(key: &str) -> LockName {
+    LockName { db: 0, key: key.as_bytes().to_vec() }
+}
+
+fn lease() -> Lease {
+    Lease::from_millis(1_000).expect("positive")
+}
+
+fn push(q: &mut Queues<u32>, key: &str, handle: u32, timeout_at: Option<i64>) -> u64 {
+    q.push(lock(key), format!("owner-{handle}").into_bytes(), lease(), handle, timeout_at)
+}
+
+#[test]
+fn waiters_are_served_first_in_first_out() {
+    let mut q = Queues::default();
+    for h in 1..=3 {
+        push(&mut q, "l", h, None);
+    }
+    assert_eq!(q.waiting(0, b"l"), 3);
+    let served: Vec<u32> = std::iter::from_fn(|| q.pop_head(0, b"l")).map(|w| w.handle).collect();
+    assert_eq!(served, vec![1, 2, 3]);
+    assert_eq!(q.waiting(0, b"l"), 0);
+    assert_eq!(q.total(), 0);
+    assert!(q.locks().is_empty(), "an empty queue is dropped");
+}
+
+#[test]
+fn a_waiter_leaving_from_the_middle_is_skipped() {
+    let mut q = Queues::default();
+    let _first = push(&mut q, "l", 1, None);
+    let second = push(&mut q, "l", 2, None);
+    push(&mut q, "l", 3, None);
+    assert_eq!(q.find(2), Some(second));
+    assert_eq!(q.remove(second).map(|w| w.owner), Some(b"owner-2".to_vec()));
+    assert_eq!(q.find(2), None);
+    assert_eq!(q.waiting(0, b"l"), 2);
+    assert_eq!(q.pop_head(0, b"l").map(|w| w.handle), Some(1));
+    assert_eq!(q.pop_head(0, b"l").map(|w| w.handle), Some(3));
+    assert_eq!(q.pop_head(0, b"l"), None);
+    assert_eq!(q.remove(second), None, "removed once");
+}
+
+#[test]
+fn locks_are_separate_per_key_and_database() {
+    let mut q = Queues::default();
+    push(&mut q, "a", 1, None);
+    push(&mut q, "b", 2, None);
+    q.push(LockName { db: 1, key: b"a".to_vec() }, b"o".to_vec(), lease(), 3, None);
+    assert_eq!((q.waiting(0, b"a"), q.waiting(0, b"b"), q.waiting(1, b"a")), (1, 1, 1));
+    assert_eq!(q.pop_head(1, b"a").map(|w| w.handle), Some(3));
+    assert_eq!(q.waiting(0, b"a"), 1);
+    assert_eq!(q.locks(), vec![lock("a"), lock("b")]);
+}
+
+#[test]
+fn timeouts_come_due_in_time_order_and_leave_with_their_waiter() {
+    let mut q = Queues::default();
+    let late = push(&mut q, "l", 1, Some(300));
+    let early = push(&mut q, "l", 2, Some(100));
+    let gone = push(&mut q, "l", 3, Some(200));
+    q.remove(gone);
+    assert_eq!(q.next_due(), Some(100));
+    assert_eq!(q.pop_due(99), None);
+    assert_eq!(q.pop_due(100), Some(Event::Timeout(early)));
+    assert_eq!(q.next_due(), Some(300), "the removed waiter's timeout went with it");
+    assert_eq!(q.pop_due(1_000), Some(Event::Timeout(late)));
+    assert_eq!(q.pop_due(1_000), None);
+}
+
+#[test]
+fn a_granted_waiter_takes_its_timeout_with_it() {
+    let mut q = Queues::default();
+    push(&mut q, "l", 1, Some(100));
+    assert!(q.pop_head(0, b"l").is_some());
+    assert_eq!(q.next_due(), None);
+}
+
+#[test]
+fn one_lease_check_per_lock_moved_by_each_new_deadline() {
+    let mut q = Queues::default();
+    q.schedule_lease_check(&lock("nobody-waits"), 50);
+    assert_eq!(q.next_due(), None, "no check for a lock without waiters");
+    push(&mut q, "l", 1, None);
+    q.schedule_lease_check(&lock("l"), 500);
+    q.schedule_lease_check(&lock("l"), 700); // renewed
+    assert_eq!(q.next_due(), Some(700));
+    assert_eq!(q.pop_due(700), Some(Event::LeaseCheck(lock("l"))));
+    assert_eq!(q.next_due(), None);
+    q.schedule_lease_check(&lock("l"), 900);
+    assert!(q.pop_head(0, b"l").is_some());
+    assert_eq!(q.next_due(), None, "the check goes with the last waiter");
+}
+
+#[test]
+fn drain_empties_every_queue_in_order() {
+    let mut q = Queues::default();
+    push(&mut q, "a", 1, Some(10));
+    push(&mut q, "b", 2, None);
+    push(&mut q, "a", 3, None);
+    let handles: Vec<u32> = q.drain().into_iter().map(|w| w.handle).collect();
+    assert_eq!(handles, vec![1, 3, 2]);
+    assert_eq!(q.total(), 0);
+    assert_eq!(q.next_due(), None);
+}
+
+#[test]
+fn serving_cost_does_not_depend_on_dead_ids_piling_up() {
+    // A long queue whose waiters mostly time out: the dead ids are compacted away, and the
+    // head is still found.
+    let mut q = Queues::default();
+    let ids: Vec<u64> = (0..10_000).map(|h| push(&mut q, "l", h, None)).collect();
+    for id in &ids[..9_999] {
+        q.remove(*id);
+    }
+    assert_eq!(q.waiting(0, b"l"), 1);
+    assert_eq!(q.pop_head(0, b"l").map(|w| w.handle), Some(9_999));
+}
