@@ -155,7 +155,7 @@ const fn lease_end(now: i64, pttl: i64) -> i64 {
 /// again at its holder's deadline. Called on every RLOCK write to a lock, before the command's
 /// own rules, so no newcomer takes a lock that waiters are owed.
 pub fn settle(ctx: &Context, key: &LockKey, name: &RedisString) {
-    if !anyone_waits() {
+    if !waits_for(ctx, name) {
         return;
     }
     match key.kind() {
@@ -175,6 +175,11 @@ pub fn settle(ctx: &Context, key: &LockKey, name: &RedisString) {
     }
 }
 
+/// Whether anyone waits for the lock `name` (no allocation: this runs on every RLOCK write).
+fn waits_for(ctx: &Context, name: &RedisString) -> bool {
+    anyone_waits() && with_queues(|q| q.waiting(raw::selected_db(ctx), name.as_slice()) > 0)
+}
+
 /// The lock `name` in the context's selected database.
 pub fn lock_name(ctx: &Context, name: &RedisString) -> LockName {
     LockName { db: raw::selected_db(ctx), key: name.as_slice().to_vec() }
@@ -183,7 +188,7 @@ pub fn lock_name(ctx: &Context, name: &RedisString) -> LockName {
 /// Grants the free lock (the key is empty) to its longest-waiting client, if any: writes and
 /// replicates it as that client's lock, then unblocks the client. Returns whether it did.
 pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
-    if !anyone_waits() || !raw::is_master(ctx) {
+    if !waits_for(ctx, name) || !raw::is_master(ctx) {
         return false;
     }
     let lock = &lock_name(ctx, name);
