@@ -176,8 +176,12 @@ fn view_as(key: &LockKey, owner: Option<&RedisString>) -> Result<View, LockError
 }
 
 /// Carries out a plan on the open key: write, lease, then, when the lock was freed, the hand-off
-/// to its longest-waiting client or (nobody waiting) the unlock message; each replicated as plain
-/// Redis commands. Returns the reply.
+/// to its longest-waiting client or (nobody waiting) the unlock message. Returns the reply.
+///
+/// Each effect is replicated as a plain Redis command (`HSET`, `DEL`, `PEXPIREAT` with the
+/// absolute deadline, `PUBLISH`) whenever Redis may propagate anything (AOF, replicas or a
+/// backlog, see `raw::propagation_possible`). Otherwise nothing would be propagated anyway, and
+/// the write is only counted (one cheap call instead of one `RM_Replicate` per effect).
 pub fn execute(
     ctx: &Context,
     key: &LockKey,
@@ -185,30 +189,43 @@ pub fn execute(
     owner: Option<&RedisString>,
     plan: &Plan,
 ) -> RedisValue {
+    let replicate = (plan.writes() || plan.publish)
+        && (waiting::outside_command() || raw::propagation_possible(ctx));
     match (plan.write, owner) {
         (Write::Keep, _) => {}
         (Write::SetCount(count), Some(owner)) => {
-            let count = int_string(ctx, count as i64);
+            let count = raw::int_string(ctx, count as i64);
             key.hash_set(owner, &count);
-            raw::replicate(ctx, c"HSET", &[name, owner, &count]);
+            if replicate {
+                raw::replicate(ctx, c"HSET", &[name, owner, &count]);
+            }
         }
         (Write::SetCount(_), None) => unreachable!("only owner commands set a hold count"),
         (Write::Delete, _) => {
             key.delete();
-            raw::replicate(ctx, c"DEL", &[name]);
+            if replicate {
+                raw::replicate(ctx, c"DEL", &[name]);
+            }
         }
     }
     if let Some(deadline) = plan.expire_at {
         key.set_expire_at(deadline.unix_ms());
-        raw::replicate(ctx, c"PEXPIREAT", &[name, &int_string(ctx, deadline.unix_ms())]);
+        if replicate {
+            raw::replicate(ctx, c"PEXPIREAT", &[name, &raw::int_string(ctx, deadline.unix_ms())]);
+        }
+    }
+    if plan.writes() && !replicate {
+        raw::count_unpropagated_write(ctx);
     }
     if plan.publish && !waiting::hand_off(ctx, key, name) {
         let channel = unlock_channel(ctx, name);
         let message = RedisString::create_from_slice(ctx.get_raw(), UNLOCK_MESSAGE);
         raw::publish(ctx, &channel, &message);
-        // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as a Lua script's
-        // redis.call('publish') is, so subscribers on replicas hear it too.
-        raw::replicate(ctx, c"PUBLISH", &[&channel, &message]);
+        if replicate {
+            // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as a Lua
+            // script's redis.call('publish') is, so subscribers on replicas hear it too.
+            raw::replicate(ctx, c"PUBLISH", &[&channel, &message]);
+        }
     }
     match plan.reply {
         Reply::Nil => RedisValue::Null,
@@ -224,10 +241,6 @@ fn unlock_channel(ctx: &Context, name: &RedisString) -> RedisString {
     channel.extend_from_slice(name);
     channel.extend_from_slice(CHANNEL_SUFFIX);
     RedisString::create_from_slice(ctx.get_raw(), &channel)
-}
-
-fn int_string(ctx: &Context, n: i64) -> RedisString {
-    RedisString::create_from_slice(ctx.get_raw(), n.to_string().as_bytes())
 }
 
 /// Arity, docs and key specs of every command, set at load time (`lib.rs`'s `init`).
@@ -286,11 +299,16 @@ pub fn set_docs(ctx: &Context) {
     }
 }
 
-/// Whether the server provides every API the commands use.
+/// Whether the server provides every API the commands use, and watches for replication.
 pub fn check_server(ctx: &Context) -> bool {
     let missing = raw::missing_apis();
     if !missing.is_empty() {
         ctx.log_warning(&format!("rlock: this server lacks {}", missing.join(", ")));
+        return false;
     }
-    missing.is_empty()
+    if let Err(e) = raw::watch_replication(ctx) {
+        ctx.log_warning(&format!("rlock: {e}"));
+        return false;
+    }
+    true
 }

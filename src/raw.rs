@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::ptr::{self, NonNull};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{raw, Context, RedisString};
 
@@ -69,7 +70,10 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_UnblockClient,
         RedisModule_SetDisconnectCallback,
         RedisModule_GetBlockedClientHandle,
-        RedisModule_GetBlockedClientPrivateData
+        RedisModule_GetBlockedClientPrivateData,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_CreateStringFromLongLong,
+        RedisModule_SubscribeToServerEvent
     )
 }
 
@@ -270,6 +274,114 @@ pub fn replicate(ctx: &Context, command: &CStr, args: &[&RedisString]) {
     unsafe {
         replicate(ctx.get_raw(), command.as_ptr(), c"v".as_ptr(), argv.as_mut_ptr(), argv.len());
     }
+}
+
+/// An integer as a Redis string (for replicated arguments and hash values).
+pub fn int_string(ctx: &Context, n: i64) -> RedisString {
+    let create = api!(RedisModule_CreateStringFromLongLong);
+    let free = api!(RedisModule_FreeString);
+    // SAFETY: live context; returns a new string with one reference, which `RedisString::new`
+    // retains once more and the explicit free below gives back, leaving the RedisString the
+    // only owner.
+    unsafe {
+        let s = create(ctx.get_raw(), n);
+        let owned = RedisString::new(NonNull::new(ctx.get_raw()), s);
+        free(ctx.get_raw(), s);
+        owned
+    }
+}
+
+/// Whether Redis may propagate writes anywhere: the module's conservative mirror of Redis's
+/// own `shouldPropagate` (AOF on, or a master with a replication backlog or replicas).
+///
+/// The AOF and role come live from the context flags. Backlog and replicas are not visible to
+/// modules, so a sticky flag stands for them: set at load if the server has either, and by every
+/// fork (a full sync forks before it streams anything to a replica), replica change and role
+/// change. It never goes back to false while the module is loaded.
+pub fn propagation_possible(ctx: &Context) -> bool {
+    let flags = api!(RedisModule_GetContextFlags);
+    // SAFETY: live context; only reads flags.
+    let flags = unsafe { flags(ctx.get_raw()) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_AOF != 0
+        || flags & raw::REDISMODULE_CTX_FLAGS_MASTER == 0
+        || REPLICATION_SEEN.load(Ordering::Relaxed)
+}
+
+/// See [`propagation_possible`]; true until `watch_replication` has looked.
+static REPLICATION_SEEN: AtomicBool = AtomicBool::new(true);
+
+/// Marks that this server may now have a replication backlog or replicas.
+pub fn note_replication() {
+    REPLICATION_SEEN.store(true, Ordering::Relaxed);
+}
+
+/// At load: subscribes to the events that can start replication, and reads whether it has
+/// already started.
+pub fn watch_replication(ctx: &Context) -> Result<(), String> {
+    let subscribe = api!(RedisModule_SubscribeToServerEvent);
+    for id in [raw::REDISMODULE_EVENT_FORK_CHILD, raw::REDISMODULE_EVENT_REPLICA_CHANGE] {
+        // SAFETY: live load-time context; `replication_event` has the callback signature Redis
+        // expects and ignores the event data.
+        let status = unsafe {
+            subscribe(
+                ctx.get_raw(),
+                raw::RedisModuleEvent { id, dataver: 1 },
+                Some(replication_event),
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("cannot subscribe to server event {id}"));
+        }
+    }
+    let started = replication_started(ctx).unwrap_or(true);
+    REPLICATION_SEEN.store(started, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether `INFO replication` shows a backlog, replicas or a fork child; `None` if unreadable.
+fn replication_started(ctx: &Context) -> Option<bool> {
+    // SAFETY: read-only access to pointers set by RedisModule_Init.
+    let (get, field, free) = unsafe {
+        (
+            raw::RedisModule_GetServerInfo?,
+            raw::RedisModule_ServerInfoGetFieldSigned?,
+            raw::RedisModule_FreeServerInfo?,
+        )
+    };
+    // SAFETY: live context and a NUL-terminated section name; the info data is read while
+    // alive and freed once, with the same context.
+    unsafe {
+        let info = get(ctx.get_raw(), c"replication".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let mut err: c_int = 0;
+        let backlog = field(info, c"repl_backlog_active".as_ptr(), &mut err);
+        let backlog_ok = err == 0;
+        let replicas = field(info, c"connected_slaves".as_ptr(), &mut err);
+        let replicas_ok = err == 0;
+        free(ctx.get_raw(), info);
+        (backlog_ok && replicas_ok).then_some(backlog != 0 || replicas != 0)
+    }
+}
+
+extern "C" fn replication_event(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    note_replication();
+}
+
+/// Counts a write command whose effects go nowhere (see [`propagation_possible`]): bumps the
+/// server's dirty counter, as replicating would, for RDB save points. Call only from a command
+/// context and only when `propagation_possible` is false: Redis then propagates nothing.
+pub fn count_unpropagated_write(ctx: &Context) {
+    let verbatim = api!(RedisModule_ReplicateVerbatim);
+    // SAFETY: a command context, whose client's argv is valid. With no AOF, no backlog and no
+    // replicas, Redis's alsoPropagate returns before reading it and only `server.dirty` moves.
+    unsafe { verbatim(ctx.get_raw()) };
 }
 
 /// Publishes `message` on `channel` to this server's subscribers (cluster-wide in cluster

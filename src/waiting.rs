@@ -54,6 +54,20 @@ thread_local! {
     /// The armed schedule timer: when it fires, and its id.
     static TIMER: Cell<Option<(i64, RedisModuleTimerID)>> = const { Cell::new(None) };
     static DEFERRED: RefCell<Deferred> = RefCell::new(Deferred::default());
+    /// Set while a timer of this module runs (no client command is being executed).
+    static IN_TIMER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the module is running a timer rather than a client's command.
+pub fn outside_command() -> bool {
+    IN_TIMER.get()
+}
+
+/// Runs a timer's work, marked as outside any command, a panic logged instead of unwinding.
+fn timer_work(ctx: &Context, work: impl FnOnce()) {
+    IN_TIMER.set(true);
+    raw::guard_callback(ctx, work);
+    IN_TIMER.set(false);
 }
 
 /// Work that events may not do themselves, done on a 0 ms timer.
@@ -287,6 +301,7 @@ fn on_flush(ctx: &Context, subevent: FlushSubevent) {
 /// Demoted to a replica: no lock can be granted here any more; every waiter gets an error.
 #[linkme::distributed_slice(redis_module::server_events::ROLE_CHANGED_SERVER_EVENTS_LIST)]
 fn on_role_changed(_ctx: &Context, role: ServerRole) {
+    raw::note_replication();
     if role != ServerRole::Replica {
         return;
     }
@@ -327,7 +342,7 @@ fn defer(ctx: &Context, add: impl FnOnce(&mut Deferred)) {
 }
 
 fn run_deferred(ctx: &Context, (): ()) {
-    raw::guard_callback(ctx, || {
+    timer_work(ctx, || {
         let work = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
         for (lock, owner) in &work.rollback {
             release_one(ctx, lock, owner);
@@ -361,7 +376,7 @@ fn arm(ctx: &Context) {
 
 fn run_schedule(ctx: &Context, (): ()) {
     TIMER.set(None);
-    raw::guard_callback(ctx, || {
+    timer_work(ctx, || {
         let now = raw::now_ms();
         while let Some(event) = with_queues(|q| q.pop_due(now)) {
             match event {

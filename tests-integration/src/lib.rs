@@ -166,6 +166,12 @@ impl Server {
         self.spawn();
     }
 
+    /// Adds a config directive for the next restarts (as `CONFIG SET` at run time would not be
+    /// remembered by a restarted server).
+    pub fn keep_config(&mut self, name: &str, value: &str) {
+        self.builder = self.builder.clone().config(name, value);
+    }
+
     /// Kills the server and starts it again in the same directory, without the module.
     pub fn restart_without_module(&mut self) {
         self.kill();

@@ -234,3 +234,101 @@ fn acl_key_patterns_are_enforced_and_a_read_only_permission_allows_only_pttl_and
     );
     assert_eq!(hgetall(&mut admin, b"lock:1"), vec![(b"x".to_vec(), b"1".to_vec())]);
 }
+
+fn wait_link_up(replica: &mut Connection) {
+    poll("the replica link", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO").arg("replication").query(replica).ok()?;
+        info.contains("master_link_status:up").then_some(())
+    });
+}
+
+fn info_int(con: &mut Connection, section: &str, field: &str) -> i64 {
+    rlock_tests_integration::info_field(con, section, field)
+}
+
+/// With no AOF and no replica, writes are only counted, not replicated; a replica that
+/// attaches later gets the locks by full sync, and from then on every effect, including across
+/// a partial resync.
+#[test]
+fn a_replica_attached_late_and_resyncing_partially_sees_every_lock() {
+    let master = Server::start();
+    let mut m = master.conn();
+    cmd(&mut m, &["RLOCK.ACQUIRE", "before", "a", "60000"]);
+    cmd(&mut m, &["RLOCK.ACQUIRE", "before", "a", "60000"]);
+    cmd(&mut m, &["RLOCK.ACQUIRE", "freed-before", "a", "60000"]);
+    cmd(&mut m, &["RLOCK.RELEASE", "freed-before", "a"]);
+
+    let mut replica = Server::builder().without_module().replica_of(&master).start();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    cmd(&mut m, &["RLOCK.ACQUIRE", "after", "b", "60000"]);
+    cmd(&mut m, &["RLOCK.RELEASE", "before", "a"]);
+    poll("the late replica in sync", Duration::from_secs(10), || {
+        (hgetall(&mut r, b"after") == vec![(b"b".to_vec(), b"1".to_vec())]
+            && hgetall(&mut r, b"before") == vec![(b"a".to_vec(), b"1".to_vec())])
+        .then_some(())
+    });
+    assert_eq!(pexpiretime(&mut r, b"before"), pexpiretime(&mut m, b"before"));
+    assert_eq!(cmd(&mut r, &["EXISTS", "freed-before"]), Value::Int(0));
+
+    // The replica drops out; the master goes on; the replica comes back by partial resync.
+    let port = replica.port();
+    replica.kill();
+    cmd(&mut m, &["RLOCK.ACQUIRE", "while-away", "c", "60000"]);
+    cmd(&mut m, &["RLOCK.RELEASE", "after", "b"]);
+    replica.restart();
+    let mut r = replica.conn();
+    assert_ne!(port, 0);
+    wait_link_up(&mut r);
+    poll("the changes made while away", Duration::from_secs(10), || {
+        (hgetall(&mut r, b"while-away") == vec![(b"c".to_vec(), b"1".to_vec())]
+            && cmd(&mut r, &["EXISTS", "after"]) == Value::Int(0))
+        .then_some(())
+    });
+    assert!(!replica.log().contains("unknown command"), "{}", replica.log());
+}
+
+#[test]
+fn aof_switched_on_at_run_time_keeps_every_lock_across_a_restart() {
+    let mut server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "before", "a", "60000"]);
+    cmd(&mut con, &["CONFIG", "SET", "appendonly", "yes"]);
+    poll("the AOF rewrite", Duration::from_secs(20), || {
+        (info_int(&mut con, "persistence", "aof_rewrite_in_progress") == 0
+            && info_int(&mut con, "persistence", "aof_enabled") == 1)
+            .then_some(())
+    });
+    cmd(&mut con, &["RLOCK.ACQUIRE", "after", "b", "60000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "after", "b", "60000"]);
+    let expiry = pexpiretime(&mut con, b"after");
+    drop(con);
+    server.keep_config("appendonly", "yes");
+    server.restart_without_module();
+    let mut con = server.conn();
+    assert_eq!(hgetall(&mut con, b"before"), vec![(b"a".to_vec(), b"1".to_vec())]);
+    assert_eq!(hgetall(&mut con, b"after"), vec![(b"b".to_vec(), b"2".to_vec())]);
+    assert_eq!(pexpiretime(&mut con, b"after"), expiry);
+}
+
+#[test]
+fn every_write_counts_toward_rdb_save_points_and_failed_commands_do_not() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let changes =
+        |con: &mut Connection| info_int(con, "persistence", "rdb_changes_since_last_save");
+    let start = changes(&mut con);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
+    cmd(&mut con, &["RLOCK.RENEW", "l", "a", "60000"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]);
+    assert_eq!(changes(&mut con) - start, 5, "five writes");
+    cmd(&mut con, &["RLOCK.ACQUIRE", "m", "a", "60000"]);
+    let before = changes(&mut con);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "m", "b", "60000"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "m", "b"]);
+    cmd(&mut con, &["RLOCK.RENEW", "m", "b", "60000"]);
+    cmd(&mut con, &["RLOCK.PTTL", "m"]);
+    assert_eq!(changes(&mut con), before, "refusals and reads write nothing");
+}
