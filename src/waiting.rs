@@ -369,9 +369,18 @@ fn arm(ctx: &Context) {
         // Zero-sized data, as created below.
         let _ = ctx.stop_timer::<()>(id);
     }
-    let delay = u64::try_from(next.saturating_sub(raw::now_ms())).unwrap_or(0);
-    let id = ctx.create_timer(Duration::from_millis(delay), run_schedule, ());
+    let id = ctx.create_timer(delay_until(next), run_schedule, ());
     TIMER.set(Some((next, id)));
+}
+
+/// The timer period that reaches Unix ms `at`: computed from the µs clock (Redis adds the period
+/// to its own µs clock), rounded up so the timer never fires before `at` begins.
+fn delay_until(at: i64) -> Duration {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    let left_us = u64::try_from(at.saturating_mul(1000).saturating_sub(now_us)).unwrap_or(0);
+    Duration::from_millis(left_us.div_ceil(1000))
 }
 
 fn run_schedule(ctx: &Context, (): ()) {

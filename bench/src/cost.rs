@@ -1,0 +1,175 @@
+//! 1. Server cost per command: `usec_per_call` from INFO commandstats and pipelined throughput
+//! (50 clients, pipeline 16) for rlock, the same logic in Lua (EVALSHA), and the floor
+//! (`SET NX PX` / `PEXPIRE` / `DEL`).
+
+use redis::Cmd;
+
+use crate::report::{num, ratio, Section, Target};
+use crate::util::{self, channel, Scripts};
+use crate::Sizes;
+
+const OWNER: &str = "8b9f3c1e-2a7d-4c55-9e0b-1f2d3c4b5a69:1";
+const CLIENTS: usize = 50;
+const PIPELINE: usize = 16;
+
+struct Measure {
+    usec: f64,
+    ops_per_sec: f64,
+}
+
+/// Runs `make` over `n` commands after a stats reset; reads `stat`'s usec_per_call.
+async fn measure<F>(server: &rlock_tests_integration::Server, n: u64, stat: &str, make: F) -> Measure
+where
+    F: Fn(u64) -> Cmd + Send + Sync + 'static,
+{
+    let mut con = util::conn(server).await;
+    util::reset_stats(&mut con).await;
+    let ops_per_sec = util::drive(server, CLIENTS, PIPELINE, n, make).await;
+    Measure { usec: util::usec_per_call(&mut con, stat).await, ops_per_sec }
+}
+
+fn cmd(args: &[&str]) -> Cmd {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c
+}
+
+/// The three columns of one operation: rlock, Lua, floor.
+struct Trio {
+    rlock: Measure,
+    lua: Measure,
+    floor: Measure,
+}
+
+async fn run_on(server: &rlock_tests_integration::Server, n: u64) -> [Trio; 4] {
+    let mut con = util::conn(server).await;
+    let scripts = Scripts::load(&mut con).await;
+
+    util::call(&mut con, &["FLUSHALL"]).await;
+    let acquire = measure(server, n, "rlock.acquire", |i| {
+        cmd(&["RLOCK.ACQUIRE", &format!("l:{i}"), OWNER, "60000"])
+    })
+    .await;
+    let renew =
+        measure(server, n, "rlock.renew", |i| cmd(&["RLOCK.RENEW", &format!("l:{i}"), OWNER, "60000"]))
+            .await;
+    let release =
+        measure(server, n, "rlock.release", |i| cmd(&["RLOCK.RELEASE", &format!("l:{i}"), OWNER]))
+            .await;
+    util::call(&mut con, &["RLOCK.ACQUIRE", "held", OWNER, "60000"]).await;
+    let reenter =
+        measure(server, n, "rlock.acquire", |_| cmd(&["RLOCK.ACQUIRE", "held", OWNER, "60000"])).await;
+
+    util::call(&mut con, &["FLUSHALL"]).await;
+    let s = scripts.clone();
+    let lua_acquire = measure(server, n, "evalsha", move |i| {
+        cmd(&["EVALSHA", &s.acquire, "1", &format!("e:{i}"), "60000", OWNER])
+    })
+    .await;
+    let s = scripts.clone();
+    let lua_renew = measure(server, n, "evalsha", move |i| {
+        cmd(&["EVALSHA", &s.renew, "1", &format!("e:{i}"), "60000", OWNER])
+    })
+    .await;
+    let s = scripts.clone();
+    let lua_release = measure(server, n, "evalsha", move |i| {
+        let key = format!("e:{i}");
+        cmd(&["EVALSHA", &s.release, "2", &key, &channel(&key), "0", "60000", OWNER])
+    })
+    .await;
+    util::call(&mut con, &["EVALSHA", &scripts.acquire, "1", "held", "60000", OWNER]).await;
+    let s = scripts.clone();
+    let lua_reenter = measure(server, n, "evalsha", move |_| {
+        cmd(&["EVALSHA", &s.acquire, "1", "held", "60000", OWNER])
+    })
+    .await;
+
+    util::call(&mut con, &["FLUSHALL"]).await;
+    let set = measure(server, n, "set", |i| {
+        cmd(&["SET", &format!("s:{i}"), OWNER, "NX", "PX", "60000"])
+    })
+    .await;
+    let pexpire =
+        measure(server, n, "pexpire", |i| cmd(&["PEXPIRE", &format!("s:{i}"), "60000"])).await;
+    let del = measure(server, n, "del", |i| cmd(&["DEL", &format!("s:{i}")])).await;
+    util::call(&mut con, &["SET", "held", OWNER]).await;
+    let set_again =
+        measure(server, n, "set", |_| cmd(&["SET", "held", OWNER, "XX", "PX", "60000"])).await;
+
+    [
+        Trio { rlock: acquire, lua: lua_acquire, floor: set },
+        Trio { rlock: reenter, lua: lua_reenter, floor: set_again },
+        Trio { rlock: release, lua: lua_release, floor: del },
+        Trio { rlock: renew, lua: lua_renew, floor: pexpire },
+    ]
+}
+
+const NAMES: [(&str, &str); 4] = [
+    ("acquire, fresh key", "SET NX PX"),
+    ("acquire, re-entrant (held key)", "SET XX PX"),
+    ("release to zero (+ publish)", "DEL"),
+    ("renew", "PEXPIRE"),
+];
+
+pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
+    let mut section = Section::new(
+        "1. Server cost per command",
+        "Server time per call (`usec_per_call`, INFO commandstats) and pipelined throughput \
+         (50 clients, pipeline 16) for rlock, the same logic as a Lua script via EVALSHA \
+         (Redisson's acquire/release/renew, written from the lock model), and the floor. Fresh \
+         keys are new for every command. The second block repeats acquire with AOF on \
+         (`appendfsync no`), where rlock replicates its effects (`HSET` + `PEXPIREAT`) and \
+         Redis rewrites `SET ... PX` as `SET ... PXAT`.",
+        &[
+            "operation", "rlock µs", "Lua µs", "floor", "floor µs", "rlock/Lua", "rlock/floor",
+            "rlock ops/s", "Lua ops/s", "floor ops/s",
+        ],
+    );
+    let n = sizes.ops;
+    let server = util::server();
+    let results = run_on(&server, n).await;
+    drop(server);
+    for ((name, floor), t) in NAMES.iter().zip(&results) {
+        section.row(vec![
+            (*name).to_owned(),
+            num(t.rlock.usec),
+            num(t.lua.usec),
+            (*floor).to_owned(),
+            num(t.floor.usec),
+            ratio(t.rlock.usec, t.lua.usec),
+            ratio(t.rlock.usec, t.floor.usec),
+            num(t.rlock.ops_per_sec),
+            num(t.lua.ops_per_sec),
+            num(t.floor.ops_per_sec),
+        ]);
+    }
+    let [acquire, _, release, _] = &results;
+    let targets = vec![
+        Target::at_most("acquire µs / Lua acquire µs", acquire.rlock.usec / acquire.lua.usec, 0.5),
+        Target::at_most("acquire µs / SET NX PX µs", acquire.rlock.usec / acquire.floor.usec, 1.5),
+        Target::at_most("release-to-zero µs / Lua release µs", release.rlock.usec / release.lua.usec, 0.5),
+    ];
+
+    let aof = rlock_tests_integration::Server::builder()
+        .config("appendonly", "yes")
+        .config("appendfsync", "no")
+        .start();
+    let with_aof = run_on(&aof, n / 2).await;
+    for ((name, floor), t) in NAMES.iter().zip(&with_aof) {
+        section.row(vec![
+            format!("{name}, AOF on"),
+            num(t.rlock.usec),
+            num(t.lua.usec),
+            (*floor).to_owned(),
+            num(t.floor.usec),
+            ratio(t.rlock.usec, t.lua.usec),
+            ratio(t.rlock.usec, t.floor.usec),
+            num(t.rlock.ops_per_sec),
+            num(t.lua.ops_per_sec),
+            num(t.floor.ops_per_sec),
+        ]);
+    }
+    (section, targets)
+}

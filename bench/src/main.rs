@@ -1,0 +1,118 @@
+//! `make bench`: rlock against its baselines, every comparison in one run, on redis-servers
+//! this binary starts itself (with the module from `target/release`, as the tests do).
+//!
+//! `rlock-bench [--smoke] [--out FILE]`: prints the tables and writes them, with the machine
+//! they ran on, to FILE (default `BENCHMARKS.md`). `--smoke` uses tiny sizes, so CI can check
+//! that the harness still runs; its figures mean nothing.
+
+mod contention;
+mod cost;
+mod expiry;
+mod herd;
+mod report;
+mod scale;
+mod util;
+
+use std::process::Command;
+use std::time::Duration;
+
+use report::Report;
+
+/// How big each measurement is.
+pub struct Sizes {
+    ops: u64,
+    contention: Duration,
+    herd: usize,
+    queues: (usize, usize),
+    handoffs: u64,
+    expiry_rounds: usize,
+    scale: u64,
+    scale_probe: u64,
+}
+
+const FULL: Sizes = Sizes {
+    ops: 200_000,
+    contention: Duration::from_secs(3),
+    herd: 1_000,
+    queues: (10, 10_000),
+    handoffs: 20_000,
+    expiry_rounds: 100,
+    scale: 1_000_000,
+    scale_probe: 20_000,
+};
+
+const SMOKE: Sizes = Sizes {
+    ops: 2_000,
+    contention: Duration::from_millis(200),
+    herd: 20,
+    queues: (5, 50),
+    handoffs: 100,
+    expiry_rounds: 5,
+    scale: 5_000,
+    scale_probe: 1_000,
+};
+
+fn output(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_owned()))
+        .unwrap_or_else(|| "unknown".to_owned());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem = meminfo.lines().find(|l| l.starts_with("MemTotal")).unwrap_or("").to_owned();
+    let server = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+    [
+        format!("- CPU: {cpu}, {} cores", output("nproc", &[])),
+        format!("- Memory: {}", mem.trim_start_matches("MemTotal:").trim()),
+        format!("- Kernel: {}", output("uname", &["-sr"])),
+        format!("- Server: {}", output(&server, &["--version"])),
+        format!("- rlock commit: {}", output("git", &["rev-parse", "--short", "HEAD"])),
+        format!("- Date: {}", output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])),
+        "- Load generator: this binary (tokio, redis-rs), on the same machine as the server"
+            .to_owned(),
+    ]
+    .join("\n")
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| "BENCHMARKS.md".to_owned());
+    let sizes = if smoke { &SMOKE } else { &FULL };
+    util::raise_fd_limit();
+
+    let mut report = Report::default();
+    macro_rules! section {
+        ($name:expr, $run:expr) => {{
+            eprintln!("running {}...", $name);
+            let (section, targets) = $run.await;
+            report.sections.push(section);
+            report.targets.extend(targets);
+        }};
+    }
+    section!("1. server cost per command", cost::run(sizes));
+    section!("2. contention", contention::run(sizes));
+    section!("3. herd", herd::run_herd(sizes));
+    section!("4. hand-off cost vs queue length", herd::run_queue_length(sizes));
+    section!("5. expiry -> grant", expiry::run(sizes));
+    section!("6. scale", scale::run(sizes));
+
+    print!("{}", report.text());
+    let mode = if smoke { "smoke run: tiny sizes, figures meaningless" } else { "full run" };
+    std::fs::write(&out, report.markdown(&machine(), mode)).expect("write the report");
+    eprintln!("\nwritten to {out}");
+}

@@ -1,0 +1,175 @@
+//! Shared pieces: servers, connections, the pipelined load driver, INFO readers, the Lua
+//! baselines.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, Value};
+use rlock_tests_integration::Server;
+
+/// A server with the module, room for many clients, and nothing persisted.
+pub fn server() -> Server {
+    Server::builder().config("maxclients", "30000").config("appendonly", "no").start()
+}
+
+/// A dedicated async connection without a response timeout (blocking commands, big pipelines).
+pub async fn conn(server: &Server) -> MultiplexedConnection {
+    let config = AsyncConnectionConfig::new().set_response_timeout(None);
+    server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connect")
+}
+
+/// Runs `make(i)` for i in 0..total over `clients` connections, `pipeline` commands in flight per
+/// connection (as redis-benchmark -c clients -P pipeline). Returns commands per second.
+pub async fn drive<F>(server: &Server, clients: usize, pipeline: usize, total: u64, make: F) -> f64
+where
+    F: Fn(u64) -> Cmd + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        conns.push(conn(server).await);
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(clients);
+    for (c, mut con) in conns.into_iter().enumerate() {
+        let make = Arc::clone(&make);
+        tasks.push(tokio::spawn(async move {
+            let mut i = c as u64;
+            let step = clients as u64;
+            while i < total {
+                let mut pipe = redis::pipe();
+                for _ in 0..pipeline {
+                    if i >= total {
+                        break;
+                    }
+                    pipe.add_command(make(i));
+                    i += step;
+                }
+                let _: Vec<Value> = pipe.query_async(&mut con).await.expect("pipeline");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("driver task");
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// One command, for set-up and probes.
+pub async fn call(con: &mut MultiplexedConnection, args: &[&str]) -> Value {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(con).await.unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+pub async fn info(con: &mut MultiplexedConnection, section: &str) -> String {
+    redis::cmd("INFO").arg(section).query_async(con).await.expect("INFO")
+}
+
+/// A numeric field of an INFO section (0 when absent).
+pub async fn info_num(con: &mut MultiplexedConnection, section: &str, field: &str) -> f64 {
+    parse_field(&info(con, section).await, field).unwrap_or(0.0)
+}
+
+fn parse_field(info: &str, field: &str) -> Option<f64> {
+    info.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().parse().ok())
+}
+
+/// `usec_per_call` of a command in `INFO commandstats` (0 when it did not run).
+pub async fn usec_per_call(con: &mut MultiplexedConnection, command: &str) -> f64 {
+    let stats = info(con, "commandstats").await;
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+pub async fn reset_stats(con: &mut MultiplexedConnection) {
+    call(con, &["CONFIG", "RESETSTAT"]).await;
+}
+
+pub async fn blocked_clients(con: &mut MultiplexedConnection) -> usize {
+    info_num(con, "clients", "blocked_clients").await as usize
+}
+
+/// Waits until `n` clients are blocked (bounded).
+pub async fn until_blocked(con: &mut MultiplexedConnection, n: usize) {
+    let until = Instant::now() + Duration::from_secs(120);
+    while blocked_clients(con).await < n {
+        assert!(Instant::now() < until, "{n} clients never blocked");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Redisson's reentrant lock scripts, written from the lock model (not Redisson's source), and
+/// the compare-and-delete release of the plain `SET NX` recipe.
+pub const LUA_ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil end; \
+    return redis.call('pttl', KEYS[1])";
+pub const LUA_RELEASE: &str = "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end; \
+    local c = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
+    if c > 0 then redis.call('pexpire', KEYS[1], ARGV[2]); return 0 end; \
+    redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1";
+pub const LUA_RENEW: &str = "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+    redis.call('pexpire', KEYS[1], ARGV[1]); return 1 end; return 0";
+pub const LUA_CAD: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end; return 0";
+
+/// The SHA1s of the scripts, loaded on `con`'s server.
+#[derive(Clone)]
+pub struct Scripts {
+    pub acquire: String,
+    pub release: String,
+    pub renew: String,
+    pub cad: String,
+}
+
+impl Scripts {
+    pub async fn load(con: &mut MultiplexedConnection) -> Self {
+        let mut load = async |src: &str| -> String {
+            redis::cmd("SCRIPT").arg("LOAD").arg(src).query_async(con).await.expect("SCRIPT LOAD")
+        };
+        Self {
+            acquire: load(LUA_ACQUIRE).await,
+            release: load(LUA_RELEASE).await,
+            renew: load(LUA_RENEW).await,
+            cad: load(LUA_CAD).await,
+        }
+    }
+}
+
+/// The unlock channel of lock `key`.
+pub fn channel(key: &str) -> String {
+    format!("redisson_lock__channel:{{{key}}}")
+}
+
+/// Percentile of sorted samples.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Raises the open-files limit to its hard maximum (thousands of connections).
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
