@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test lint fmt clean
+.PHONY: all deps build run test bench bench-smoke lint fmt clean
 
 all: build
 
@@ -35,6 +35,17 @@ run: build
 # Every unit and integration test; the integration tests load $(MODULE), built first.
 test: build
 	$(CARGO) test --workspace
+
+# Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
+# rewrites BENCHMARKS.md with the figures and the machine they came from.
+bench: build
+	$(CARGO) build --release -p rlock-bench
+	./target/release/rlock-bench --out BENCHMARKS.md
+
+# The same harness with tiny sizes (CI): proves it still runs; its figures mean nothing.
+bench-smoke: build
+	$(CARGO) build --release -p rlock-bench
+	./target/release/rlock-bench --smoke --out target/BENCHMARKS-smoke.md
 
 lint:
 	$(CARGO) fmt --all -- --check

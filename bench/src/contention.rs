@@ -1,4 +1,4 @@
-//! 2. Contention: N clients each loop acquire -> non-atomic increment -> release on one lock,
+//! Section 2, contention: N clients each loop acquire -> non-atomic increment -> release on one lock,
 //! with (a) server-side WAIT, (b) a Redisson-style client (subscribe to the unlock channel,
 //! retry the Lua acquire on each message or after the PTTL), (c) SET NX with 1 ms polling.
 
@@ -52,17 +52,22 @@ struct Shared {
 
 async fn increment(con: &mut MultiplexedConnection) {
     let v: Option<i64> = redis::cmd("GET").arg(COUNTER).query_async(con).await.expect("GET");
-    let () = redis::cmd("SET").arg(COUNTER).arg(v.unwrap_or(0) + 1).query_async(con).await.expect("SET");
+    let () =
+        redis::cmd("SET").arg(COUNTER).arg(v.unwrap_or(0) + 1).query_async(con).await.expect("SET");
 }
 
-async fn client(server: Arc<Server>, style: Style, id: u64, shared: Arc<Shared>, scripts: Scripts) -> Vec<f64> {
+async fn client(
+    server: Arc<Server>,
+    style: Style,
+    id: u64,
+    shared: Arc<Shared>,
+    scripts: Scripts,
+) -> Vec<f64> {
     let owner = format!("client-{id}");
     let mut con = util::conn(&server).await;
     let mut messages = match style {
         Style::Redisson => {
-            let mut pubsub = server.client().get_async_pubsub().await.expect("pubsub");
-            pubsub.subscribe(channel(LOCK)).await.expect("subscribe");
-            Some(pubsub.into_on_message())
+            Some(util::subscription(&server, &channel(LOCK)).await.into_on_message())
         }
         _ => None,
     };
@@ -72,14 +77,26 @@ async fn client(server: Arc<Server>, style: Style, id: u64, shared: Arc<Shared>,
         match style {
             Style::Wait => {
                 let reply: Value = redis::cmd("RLOCK.ACQUIRE")
-                    .arg(LOCK).arg(&owner).arg(30_000).arg("WAIT").arg(0)
-                    .query_async(&mut con).await.expect("acquire");
+                    .arg(LOCK)
+                    .arg(&owner)
+                    .arg(30_000)
+                    .arg("WAIT")
+                    .arg(0)
+                    .query_async(&mut con)
+                    .await
+                    .expect("acquire");
                 assert_eq!(reply, Value::Nil);
             }
             Style::Redisson => loop {
                 let pttl: Option<i64> = redis::cmd("EVALSHA")
-                    .arg(&scripts.acquire).arg(1).arg(LOCK).arg(30_000).arg(&owner)
-                    .query_async(&mut con).await.expect("lua acquire");
+                    .arg(&scripts.acquire)
+                    .arg(1)
+                    .arg(LOCK)
+                    .arg(30_000)
+                    .arg(&owner)
+                    .query_async(&mut con)
+                    .await
+                    .expect("lua acquire");
                 let Some(pttl) = pttl else { break };
                 let wait = Duration::from_millis(u64::try_from(pttl).unwrap_or(30_000).max(1));
                 let stream = messages.as_mut().expect("subscribed");
@@ -90,8 +107,14 @@ async fn client(server: Arc<Server>, style: Style, id: u64, shared: Arc<Shared>,
             },
             Style::SetNxPoll => loop {
                 let ok: Option<String> = redis::cmd("SET")
-                    .arg(LOCK).arg(&owner).arg("NX").arg("PX").arg(30_000)
-                    .query_async(&mut con).await.expect("set nx");
+                    .arg(LOCK)
+                    .arg(&owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut con)
+                    .await
+                    .expect("set nx");
                 if ok.is_some() {
                     break;
                 }
@@ -105,17 +128,35 @@ async fn client(server: Arc<Server>, style: Style, id: u64, shared: Arc<Shared>,
         increment(&mut con).await;
         match style {
             Style::Wait => {
-                let _: i64 = redis::cmd("RLOCK.RELEASE").arg(LOCK).arg(&owner)
-                    .query_async(&mut con).await.expect("release");
+                let _: i64 = redis::cmd("RLOCK.RELEASE")
+                    .arg(LOCK)
+                    .arg(&owner)
+                    .query_async(&mut con)
+                    .await
+                    .expect("release");
             }
             Style::Redisson => {
                 let _: Option<i64> = redis::cmd("EVALSHA")
-                    .arg(&scripts.release).arg(2).arg(LOCK).arg(channel(LOCK)).arg(0).arg(30_000).arg(&owner)
-                    .query_async(&mut con).await.expect("lua release");
+                    .arg(&scripts.release)
+                    .arg(2)
+                    .arg(LOCK)
+                    .arg(channel(LOCK))
+                    .arg(0)
+                    .arg(30_000)
+                    .arg(&owner)
+                    .query_async(&mut con)
+                    .await
+                    .expect("lua release");
             }
             Style::SetNxPoll => {
-                let _: i64 = redis::cmd("EVALSHA").arg(&scripts.cad).arg(1).arg(LOCK).arg(&owner)
-                    .query_async(&mut con).await.expect("compare and delete");
+                let _: i64 = redis::cmd("EVALSHA")
+                    .arg(&scripts.cad)
+                    .arg(1)
+                    .arg(LOCK)
+                    .arg(&owner)
+                    .query_async(&mut con)
+                    .await
+                    .expect("compare and delete");
             }
         }
     }
@@ -134,7 +175,15 @@ pub async fn measure(style: Style, clients: usize, duration: Duration) -> Outcom
     });
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients as u64)
-        .map(|id| tokio::spawn(client(Arc::clone(&server), style, id, Arc::clone(&shared), scripts.clone())))
+        .map(|id| {
+            tokio::spawn(client(
+                Arc::clone(&server),
+                style,
+                id,
+                Arc::clone(&shared),
+                scripts.clone(),
+            ))
+        })
         .collect();
     let mut latencies = Vec::new();
     for t in tasks {
@@ -161,7 +210,15 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
          previous holder (a client re-taking the lock it just released is not one). Acquire \
          latency runs from the first attempt to holding the lock. The counter is checked: \
          no update was lost in any run.",
-        &["clients", "style", "hand-offs/s", "acquisitions/s", "p50 acquire ms", "p99 acquire ms", "hand-offs/s vs WAIT"],
+        &[
+            "clients",
+            "style",
+            "hand-offs/s",
+            "acquisitions/s",
+            "p50 acquire ms",
+            "p99 acquire ms",
+            "hand-offs/s vs WAIT",
+        ],
     );
     let mut targets = Vec::new();
     for clients in [8usize, 64] {

@@ -1,4 +1,4 @@
-//! 1. Server cost per command: `usec_per_call` from INFO commandstats and pipelined throughput
+//! Section 1, server cost per command: `usec_per_call` from INFO commandstats and pipelined throughput
 //! (50 clients, pipeline 16) for rlock, the same logic in Lua (EVALSHA), and the floor
 //! (`SET NX PX` / `PEXPIRE` / `DEL`).
 
@@ -18,7 +18,12 @@ struct Measure {
 }
 
 /// Runs `make` over `n` commands after a stats reset; reads `stat`'s usec_per_call.
-async fn measure<F>(server: &rlock_tests_integration::Server, n: u64, stat: &str, make: F) -> Measure
+async fn measure<F>(
+    server: &rlock_tests_integration::Server,
+    n: u64,
+    stat: &str,
+    make: F,
+) -> Measure
 where
     F: Fn(u64) -> Cmd + Send + Sync + 'static,
 {
@@ -52,15 +57,17 @@ async fn run_on(server: &rlock_tests_integration::Server, n: u64) -> [Trio; 4] {
         cmd(&["RLOCK.ACQUIRE", &format!("l:{i}"), OWNER, "60000"])
     })
     .await;
-    let renew =
-        measure(server, n, "rlock.renew", |i| cmd(&["RLOCK.RENEW", &format!("l:{i}"), OWNER, "60000"]))
-            .await;
+    let renew = measure(server, n, "rlock.renew", |i| {
+        cmd(&["RLOCK.RENEW", &format!("l:{i}"), OWNER, "60000"])
+    })
+    .await;
     let release =
         measure(server, n, "rlock.release", |i| cmd(&["RLOCK.RELEASE", &format!("l:{i}"), OWNER]))
             .await;
     util::call(&mut con, &["RLOCK.ACQUIRE", "held", OWNER, "60000"]).await;
     let reenter =
-        measure(server, n, "rlock.acquire", |_| cmd(&["RLOCK.ACQUIRE", "held", OWNER, "60000"])).await;
+        measure(server, n, "rlock.acquire", |_| cmd(&["RLOCK.ACQUIRE", "held", OWNER, "60000"]))
+            .await;
 
     util::call(&mut con, &["FLUSHALL"]).await;
     let s = scripts.clone();
@@ -87,10 +94,9 @@ async fn run_on(server: &rlock_tests_integration::Server, n: u64) -> [Trio; 4] {
     .await;
 
     util::call(&mut con, &["FLUSHALL"]).await;
-    let set = measure(server, n, "set", |i| {
-        cmd(&["SET", &format!("s:{i}"), OWNER, "NX", "PX", "60000"])
-    })
-    .await;
+    let set =
+        measure(server, n, "set", |i| cmd(&["SET", &format!("s:{i}"), OWNER, "NX", "PX", "60000"]))
+            .await;
     let pexpire =
         measure(server, n, "pexpire", |i| cmd(&["PEXPIRE", &format!("s:{i}"), "60000"])).await;
     let del = measure(server, n, "del", |i| cmd(&["DEL", &format!("s:{i}")])).await;
@@ -123,8 +129,16 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
          (`appendfsync no`), where rlock replicates its effects (`HSET` + `PEXPIREAT`) and \
          Redis rewrites `SET ... PX` as `SET ... PXAT`.",
         &[
-            "operation", "rlock µs", "Lua µs", "floor", "floor µs", "rlock/Lua", "rlock/floor",
-            "rlock ops/s", "Lua ops/s", "floor ops/s",
+            "operation",
+            "rlock µs",
+            "Lua µs",
+            "floor",
+            "floor µs",
+            "rlock/Lua",
+            "rlock/floor",
+            "rlock ops/s",
+            "Lua ops/s",
+            "floor ops/s",
         ],
     );
     let n = sizes.ops;
@@ -149,7 +163,11 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     let targets = vec![
         Target::at_most("acquire µs / Lua acquire µs", acquire.rlock.usec / acquire.lua.usec, 0.5),
         Target::at_most("acquire µs / SET NX PX µs", acquire.rlock.usec / acquire.floor.usec, 1.5),
-        Target::at_most("release-to-zero µs / Lua release µs", release.rlock.usec / release.lua.usec, 0.5),
+        Target::at_most(
+            "release-to-zero µs / Lua release µs",
+            release.rlock.usec / release.lua.usec,
+            0.5,
+        ),
     ];
 
     let aof = rlock_tests_integration::Server::builder()

@@ -1,4 +1,4 @@
-//! 5. Expiry -> grant: a holder stops renewing; how long after its lease deadline the head
+//! Section 5, expiry -> grant: a holder stops renewing; how long after its lease deadline the head
 //! waiter holds the lock. Measured on the server's clock: the deadline is the old holder's
 //! PEXPIRETIME; the grant time is the new holder's PEXPIRETIME minus its lease.
 
@@ -16,19 +16,29 @@ const LEASE: i64 = 200;
 const NEXT_LEASE: i64 = 30_000;
 const BATCH: usize = 10;
 
-async fn round(server: Arc<rlock_tests_integration::Server>, key: String, pubsub: bool, scripts: Scripts) -> f64 {
+async fn round(
+    server: Arc<rlock_tests_integration::Server>,
+    key: String,
+    pubsub: bool,
+    scripts: Scripts,
+) -> f64 {
     let mut con = util::conn(&server).await;
     util::call(&mut con, &["RLOCK.ACQUIRE", &key, "dead", &LEASE.to_string()]).await;
-    let deadline: i64 = redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.expect("pexpiretime");
+    let deadline: i64 =
+        redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.expect("pexpiretime");
     let mut waiter = util::conn(&server).await;
     if pubsub {
-        let mut ps = server.client().get_async_pubsub().await.expect("pubsub");
-        ps.subscribe(channel(&key)).await.expect("subscribe");
-        let mut messages = ps.into_on_message();
+        let mut messages = util::subscription(&server, &channel(&key)).await.into_on_message();
         loop {
             let pttl: Option<i64> = redis::cmd("EVALSHA")
-                .arg(&scripts.acquire).arg(1).arg(&key).arg(NEXT_LEASE).arg("next")
-                .query_async(&mut waiter).await.expect("acquire");
+                .arg(&scripts.acquire)
+                .arg(1)
+                .arg(&key)
+                .arg(NEXT_LEASE)
+                .arg("next")
+                .query_async(&mut waiter)
+                .await
+                .expect("acquire");
             let Some(pttl) = pttl else { break };
             let wait = Duration::from_millis(u64::try_from(pttl).unwrap_or(1).max(1));
             tokio::select! {
@@ -37,11 +47,19 @@ async fn round(server: Arc<rlock_tests_integration::Server>, key: String, pubsub
             }
         }
     } else {
-        let r: Value = redis::cmd("RLOCK.ACQUIRE").arg(&key).arg("next").arg(NEXT_LEASE).arg("WAIT").arg(0)
-            .query_async(&mut waiter).await.expect("wait");
+        let r: Value = redis::cmd("RLOCK.ACQUIRE")
+            .arg(&key)
+            .arg("next")
+            .arg(NEXT_LEASE)
+            .arg("WAIT")
+            .arg(0)
+            .query_async(&mut waiter)
+            .await
+            .expect("wait");
         assert_eq!(r, Value::Nil);
     }
-    let expires: i64 = redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.expect("pexpiretime");
+    let expires: i64 =
+        redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.expect("pexpiretime");
     (expires - NEXT_LEASE - deadline) as f64
 }
 
@@ -53,7 +71,14 @@ async fn lateness(rounds: usize, pubsub: bool) -> Vec<f64> {
     let mut next = 0;
     while next < rounds {
         let batch: Vec<_> = (next..(next + BATCH).min(rounds))
-            .map(|i| tokio::spawn(round(Arc::clone(&server), format!("exp:{i}"), pubsub, scripts.clone())))
+            .map(|i| {
+                tokio::spawn(round(
+                    Arc::clone(&server),
+                    format!("exp:{i}"),
+                    pubsub,
+                    scripts.clone(),
+                ))
+            })
             .collect();
         next += batch.len();
         for t in batch {

@@ -1,5 +1,5 @@
-//! 3. Herd: many waiters on one lock; server commands processed per hand-off, WAIT vs pub/sub.
-//! 4. Hand-off cost against queue length: server time per hand-off with few and many waiters.
+//! Section 3, herd: many waiters on one lock; server commands processed per hand-off, WAIT vs pub/sub.
+//! Section 4, hand-off cost against queue length: server time per hand-off with few and many waiters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,23 +22,33 @@ async fn commands_per_handoff(waiters: usize, pubsub: bool) -> f64 {
     let scripts = Scripts::load(&mut con).await;
     util::call(&mut con, &["RLOCK.ACQUIRE", LOCK, "holder", "60000"]).await;
     let ready = Arc::new(AtomicU64::new(0));
+    // Connections (and subscriptions) one after the other: a thousand at once would overflow
+    // the server's listen backlog.
+    let mut conns = Vec::with_capacity(waiters);
+    for _ in 0..waiters {
+        let sub =
+            if pubsub { Some(util::subscription(&server, &channel(LOCK)).await) } else { None };
+        conns.push((util::conn(&server).await, sub));
+    }
     let mut tasks = Vec::new();
-    for id in 0..waiters {
-        let server = Arc::clone(&server);
+    for (id, (mut con, sub)) in conns.into_iter().enumerate() {
         let scripts = scripts.clone();
         let ready = Arc::clone(&ready);
         tasks.push(tokio::spawn(async move {
             let owner = format!("waiter-{id}");
-            let mut con = util::conn(&server).await;
-            if pubsub {
-                let mut ps = server.client().get_async_pubsub().await.expect("pubsub");
-                ps.subscribe(channel(LOCK)).await.expect("subscribe");
+            if let Some(ps) = sub {
                 let mut messages = ps.into_on_message();
                 ready.fetch_add(1, Ordering::SeqCst);
                 loop {
                     let pttl: Option<i64> = redis::cmd("EVALSHA")
-                        .arg(&scripts.acquire).arg(1).arg(LOCK).arg(60_000).arg(&owner)
-                        .query_async(&mut con).await.expect("acquire");
+                        .arg(&scripts.acquire)
+                        .arg(1)
+                        .arg(LOCK)
+                        .arg(60_000)
+                        .arg(&owner)
+                        .query_async(&mut con)
+                        .await
+                        .expect("acquire");
                     let Some(pttl) = pttl else { break };
                     let wait = Duration::from_millis(u64::try_from(pttl).unwrap_or(60_000).max(1));
                     tokio::select! {
@@ -47,16 +57,28 @@ async fn commands_per_handoff(waiters: usize, pubsub: bool) -> f64 {
                     }
                 }
                 let _: Option<i64> = redis::cmd("EVALSHA")
-                    .arg(&scripts.release).arg(2).arg(LOCK).arg(channel(LOCK)).arg(0).arg(60_000).arg(&owner)
-                    .query_async(&mut con).await.expect("release");
+                    .arg(&scripts.release)
+                    .arg(2)
+                    .arg(LOCK)
+                    .arg(channel(LOCK))
+                    .arg(0)
+                    .arg(60_000)
+                    .arg(&owner)
+                    .query_async(&mut con)
+                    .await
+                    .expect("release");
             } else {
                 let mut acquire = redis::cmd("RLOCK.ACQUIRE");
                 acquire.arg(LOCK).arg(&owner).arg(60_000).arg("WAIT").arg(0);
                 let wait = acquire.query_async::<Value>(&mut con);
                 ready.fetch_add(1, Ordering::SeqCst);
                 assert_eq!(wait.await.expect("acquire"), Value::Nil);
-                let _: i64 = redis::cmd("RLOCK.RELEASE").arg(LOCK).arg(&owner)
-                    .query_async(&mut con).await.expect("release");
+                let _: i64 = redis::cmd("RLOCK.RELEASE")
+                    .arg(LOCK)
+                    .arg(&owner)
+                    .query_async(&mut con)
+                    .await
+                    .expect("release");
             }
         }));
     }
@@ -66,7 +88,9 @@ async fn commands_per_handoff(waiters: usize, pubsub: bool) -> f64 {
     }
     if pubsub {
         let until = Instant::now() + Duration::from_secs(60);
-        while util::info_num(&mut con, "stats", "total_commands_processed").await < (waiters + 3) as f64 {
+        while util::info_num(&mut con, "stats", "total_commands_processed").await
+            < (waiters + 3) as f64
+        {
             assert!(Instant::now() < until, "waiters never tried");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -98,18 +122,34 @@ pub async fn run_herd(sizes: &Sizes) -> (Section, Vec<Target>) {
         &["waiters", "style", "commands per hand-off", "vs WAIT"],
     );
     section.row(vec![n.to_string(), "rlock WAIT".into(), num(wait), ratio(wait, wait)]);
-    section.row(vec![n.to_string(), "Redisson-style pub/sub".into(), num(pubsub), ratio(pubsub, wait)]);
-    let targets = vec![Target::at_most(&format!("commands per hand-off, {n} waiters, WAIT"), wait, 1.5)];
+    section.row(vec![
+        n.to_string(),
+        "Redisson-style pub/sub".into(),
+        num(pubsub),
+        ratio(pubsub, wait),
+    ]);
+    let targets =
+        vec![Target::at_most(&format!("commands per hand-off, {n} waiters, WAIT"), wait, 1.5)];
     (section, targets)
 }
 
-/// Server µs per hand-off (RLOCK.RELEASE, which hands off inside) and per enqueue (the
-/// blocking RLOCK.ACQUIRE) with `waiters` clients queued at all times.
-async fn handoff_cost(waiters: usize, handoffs: u64) -> (f64, f64) {
+/// Per hand-off and per enqueue server µs, and used_memory per waiting client, with `waiters`
+/// clients queued at all times: each, once served, gives the lock (or element) back and queues
+/// again. rlock: RLOCK.RELEASE hands off inside; BLPOP baseline: RPUSH serves the head.
+struct QueueCost {
+    handoff: f64,
+    enqueue: f64,
+    bytes_per_waiter: f64,
+}
+
+async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool) -> QueueCost {
     let server = Arc::new(util::server());
     let mut con = util::conn(&server).await;
-    util::call(&mut con, &["RLOCK.ACQUIRE", LOCK, "holder", "600000"]).await;
+    if !blpop {
+        util::call(&mut con, &["RLOCK.ACQUIRE", LOCK, "holder", "600000"]).await;
+    }
     let served = Arc::new(AtomicU64::new(0));
+    let memory_before = util::info_num(&mut con, "memory", "used_memory").await;
     let mut conns = Vec::with_capacity(waiters);
     for _ in 0..waiters {
         conns.push(util::conn(&server).await);
@@ -122,16 +162,28 @@ async fn handoff_cost(waiters: usize, handoffs: u64) -> (f64, f64) {
             tokio::spawn(async move {
                 let owner = format!("w{id}");
                 loop {
-                    let r: redis::RedisResult<Value> = redis::cmd("RLOCK.ACQUIRE")
-                        .arg(LOCK).arg(&owner).arg(600_000).arg("WAIT").arg(0)
-                        .query_async(&mut c).await;
-                    if r.is_err() {
+                    let (wait, give_back) = if blpop {
+                        (
+                            redis::cmd("BLPOP").arg(LOCK).arg(0).clone(),
+                            redis::cmd("RPUSH").arg(LOCK).arg("token").clone(),
+                        )
+                    } else {
+                        (
+                            redis::cmd("RLOCK.ACQUIRE")
+                                .arg(LOCK)
+                                .arg(&owner)
+                                .arg(600_000)
+                                .arg("WAIT")
+                                .arg(0)
+                                .clone(),
+                            redis::cmd("RLOCK.RELEASE").arg(LOCK).arg(&owner).clone(),
+                        )
+                    };
+                    if wait.query_async::<Value>(&mut c).await.is_err() {
                         return; // the server is gone: the run is over
                     }
                     served.fetch_add(1, Ordering::SeqCst);
-                    let r: redis::RedisResult<i64> =
-                        redis::cmd("RLOCK.RELEASE").arg(LOCK).arg(&owner).query_async(&mut c).await;
-                    if r.is_err() {
+                    if give_back.query_async::<Value>(&mut c).await.is_err() {
                         return;
                     }
                 }
@@ -139,42 +191,78 @@ async fn handoff_cost(waiters: usize, handoffs: u64) -> (f64, f64) {
         })
         .collect();
     util::until_blocked(&mut con, waiters).await;
+    let memory_blocked = util::info_num(&mut con, "memory", "used_memory").await;
     util::reset_stats(&mut con).await;
-    util::call(&mut con, &["RLOCK.RELEASE", LOCK, "holder"]).await;
+    if blpop {
+        util::call(&mut con, &["RPUSH", LOCK, "token"]).await;
+    } else {
+        util::call(&mut con, &["RLOCK.RELEASE", LOCK, "holder"]).await;
+    }
     let until = Instant::now() + Duration::from_secs(300);
     while served.load(Ordering::SeqCst) < handoffs {
         assert!(Instant::now() < until, "hand-offs stalled");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let release = util::usec_per_call(&mut con, "rlock.release").await;
-    let acquire = util::usec_per_call(&mut con, "rlock.acquire").await;
+    let (give_back, wait) =
+        if blpop { ("rpush", "blpop") } else { ("rlock.release", "rlock.acquire") };
+    let cost = QueueCost {
+        handoff: util::usec_per_call(&mut con, give_back).await,
+        enqueue: util::usec_per_call(&mut con, wait).await,
+        bytes_per_waiter: (memory_blocked - memory_before) / waiters as f64,
+    };
     drop(con);
     for t in &tasks {
         t.abort();
     }
     drop(server);
-    (release, acquire)
+    cost
 }
 
 pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
     let (small, large) = sizes.queues;
-    let (small_release, small_acquire) = handoff_cost(small, sizes.handoffs).await;
-    let (large_release, large_acquire) = handoff_cost(large, sizes.handoffs).await;
     let mut section = Section::new(
         "4. Hand-off cost against queue length",
         &format!(
-            "Clients wait for one lock; each, once served, releases (which hands the lock to the \
-             head of the queue inside RLOCK.RELEASE) and queues again, so the queue keeps its \
-             length. Server µs per call over {} hand-offs.",
+            "Clients wait for one lock; each, once served, releases (RLOCK.RELEASE hands the lock \
+             to the head of the queue inside the command) and queues again, so the queue keeps its \
+             length. Server µs per call over {} hand-offs, and used_memory per waiting client \
+             (its connection included). Baseline: the same loop with BLPOP (wait) and RPUSH (give \
+             back) on a list. On Redis 7.0 every client blocked by a module holds two internal \
+             temporary clients (RedisModule_BlockClient), which is what makes an rlock waiter \
+             heavier than a BLPOP one and its enqueue slower with many waiters; the hand-off \
+             itself does not depend on the queue length.",
             sizes.handoffs
         ),
-        &["waiters", "µs per hand-off (RELEASE)", "µs per enqueue (ACQUIRE WAIT)", "hand-off vs smallest"],
+        &[
+            "waiters",
+            "style",
+            "µs per hand-off",
+            "µs per enqueue",
+            "bytes per waiting client",
+            "hand-off vs smallest",
+        ],
     );
-    section.row(vec![small.to_string(), num(small_release), num(small_acquire), ratio(small_release, small_release)]);
-    section.row(vec![large.to_string(), num(large_release), num(large_acquire), ratio(large_release, small_release)]);
+    let mut rlock = Vec::new();
+    for (name, blpop) in [("rlock WAIT", false), ("BLPOP / RPUSH", true)] {
+        let few = handoff_cost(small, sizes.handoffs, blpop).await;
+        let many = handoff_cost(large, sizes.handoffs, blpop).await;
+        for (n, c) in [(small, &few), (large, &many)] {
+            section.row(vec![
+                n.to_string(),
+                name.to_owned(),
+                num(c.handoff),
+                num(c.enqueue),
+                num(c.bytes_per_waiter),
+                ratio(c.handoff, few.handoff),
+            ]);
+        }
+        if !blpop {
+            rlock = vec![few.handoff, many.handoff];
+        }
+    }
     let targets = vec![Target::at_most(
         &format!("hand-off µs with {large} waiters / with {small}"),
-        large_release / small_release,
+        rlock[1] / rlock[0],
         1.5,
     )];
     (section, targets)

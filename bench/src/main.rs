@@ -1,8 +1,8 @@
 //! `make bench`: rlock against its baselines, every comparison in one run, on redis-servers
 //! this binary starts itself (with the module from `target/release`, as the tests do).
 //!
-//! `rlock-bench [--smoke] [--out FILE]`: prints the tables and writes them, with the machine
-//! they ran on, to FILE (default `BENCHMARKS.md`). `--smoke` uses tiny sizes, so CI can check
+//! `rlock-bench [--smoke] [--only N] [--out FILE]`: prints the tables and writes them, with the
+//! machine they ran on, to FILE (default `BENCHMARKS.md`); `--only N` runs section N alone. `--smoke` uses tiny sizes, so CI can check
 //! that the harness still runs; its figures mean nothing.
 
 mod contention;
@@ -65,7 +65,9 @@ fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_owned()))
+        .find_map(|l| {
+            l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_owned())
+        })
         .unwrap_or_else(|| "unknown".to_owned());
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let mem = meminfo.lines().find(|l| l.starts_with("MemTotal")).unwrap_or("").to_owned();
@@ -75,7 +77,7 @@ fn machine() -> String {
         format!("- Memory: {}", mem.trim_start_matches("MemTotal:").trim()),
         format!("- Kernel: {}", output("uname", &["-sr"])),
         format!("- Server: {}", output(&server, &["--version"])),
-        format!("- rlock commit: {}", output("git", &["rev-parse", "--short", "HEAD"])),
+        format!("- rlock commit: {}", output("git", &["describe", "--always", "--dirty"])),
         format!("- Date: {}", output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])),
         "- Load generator: this binary (tokio, redis-rs), on the same machine as the server"
             .to_owned(),
@@ -92,16 +94,23 @@ async fn main() {
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1).cloned())
         .unwrap_or_else(|| "BENCHMARKS.md".to_owned());
+    let only: Option<usize> =
+        args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)?.parse().ok());
     let sizes = if smoke { &SMOKE } else { &FULL };
     util::raise_fd_limit();
 
     let mut report = Report::default();
     macro_rules! section {
         ($name:expr, $run:expr) => {{
-            eprintln!("running {}...", $name);
-            let (section, targets) = $run.await;
-            report.sections.push(section);
-            report.targets.extend(targets);
+            let number: usize = $name[..1].parse().unwrap_or(0);
+            if only.is_some_and(|n| n != number) {
+                eprintln!("skipping {}", $name);
+            } else {
+                eprintln!("running {}...", $name);
+                let (section, targets) = $run.await;
+                report.sections.push(section);
+                report.targets.extend(targets);
+            }
         }};
     }
     section!("1. server cost per command", cost::run(sizes));

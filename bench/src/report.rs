@@ -42,7 +42,11 @@ impl Target {
     }
 
     pub fn met(&self) -> bool {
-        if self.at_most { self.value <= self.limit } else { self.value >= self.limit }
+        if self.at_most {
+            self.value <= self.limit
+        } else {
+            self.value >= self.limit
+        }
     }
 }
 
@@ -66,7 +70,11 @@ pub fn num(v: f64) -> String {
 }
 
 pub fn ratio(a: f64, b: f64) -> String {
-    if b == 0.0 || a.is_nan() || b.is_nan() { "-".to_owned() } else { format!("{:.2}x", a / b) }
+    if b == 0.0 || a.is_nan() || b.is_nan() {
+        "-".to_owned()
+    } else {
+        format!("{:.2}x", a / b)
+    }
 }
 
 impl Report {
@@ -115,7 +123,12 @@ impl Report {
                 }
             }
             let line = |cells: &[String]| {
-                cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ")
+                cells
+                    .iter()
+                    .zip(&widths)
+                    .map(|(c, w)| format!("{c:<w$}"))
+                    .collect::<Vec<_>>()
+                    .join("  ")
             };
             let _ = writeln!(out, "{}", line(&s.header));
             for r in &s.rows {

@@ -1,4 +1,4 @@
-//! 6. Scale: memory per held lock against Redisson's layout and a SET NX string, and acquire
+//! Section 6, scale: memory per held lock against Redisson's layout and a SET NX string, and acquire
 //! cost with many locks held against few.
 
 use redis::Cmd;
@@ -30,12 +30,23 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
         let sha = scripts.acquire.clone();
         match layout {
             "rlock (RLOCK.ACQUIRE)" => {
-                util::drive(&server, 50, 16, n, |i| cmd(&["RLOCK.ACQUIRE", &format!("lock:{i}"), OWNER, "600000"])).await
+                util::drive(&server, 50, 16, n, |i| {
+                    cmd(&["RLOCK.ACQUIRE", &format!("lock:{i}"), OWNER, "600000"])
+                })
+                .await
             }
             "Redisson (Lua)" => {
-                util::drive(&server, 50, 16, n, move |i| cmd(&["EVALSHA", &sha, "1", &format!("lock:{i}"), "600000", OWNER])).await
+                util::drive(&server, 50, 16, n, move |i| {
+                    cmd(&["EVALSHA", &sha, "1", &format!("lock:{i}"), "600000", OWNER])
+                })
+                .await
             }
-            _ => util::drive(&server, 50, 16, n, |i| cmd(&["SET", &format!("lock:{i}"), OWNER, "NX", "PX", "600000"])).await,
+            _ => {
+                util::drive(&server, 50, 16, n, |i| {
+                    cmd(&["SET", &format!("lock:{i}"), OWNER, "NX", "PX", "600000"])
+                })
+                .await
+            }
         };
         let after = util::info_num(&mut con, "memory", "used_memory").await;
         per_lock.push((layout, (after - before) / n as f64));
@@ -45,9 +56,15 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     let mut cost = Vec::new();
     for held in [1_000u64, n] {
         util::call(&mut con, &["FLUSHALL"]).await;
-        util::drive(&server, 50, 16, held, |i| cmd(&["RLOCK.ACQUIRE", &format!("lock:{i}"), OWNER, "600000"])).await;
+        util::drive(&server, 50, 16, held, |i| {
+            cmd(&["RLOCK.ACQUIRE", &format!("lock:{i}"), OWNER, "600000"])
+        })
+        .await;
         util::reset_stats(&mut con).await;
-        util::drive(&server, 50, 16, probe, |i| cmd(&["RLOCK.ACQUIRE", &format!("probe:{i}"), OWNER, "600000"])).await;
+        util::drive(&server, 50, 16, probe, |i| {
+            cmd(&["RLOCK.ACQUIRE", &format!("probe:{i}"), OWNER, "600000"])
+        })
+        .await;
         cost.push((held, util::usec_per_call(&mut con, "rlock.acquire").await));
     }
 
@@ -62,10 +79,18 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     );
     let rlock_bytes = per_lock[0].1;
     for (layout, bytes) in &per_lock {
-        section.row(vec![format!("bytes per lock, {layout}"), num(*bytes), ratio(*bytes, rlock_bytes)]);
+        section.row(vec![
+            format!("bytes per lock, {layout}"),
+            num(*bytes),
+            ratio(*bytes, rlock_bytes),
+        ]);
     }
     for (held, usec) in &cost {
-        section.row(vec![format!("acquire µs with {held} locks held"), num(*usec), ratio(*usec, cost[0].1)]);
+        section.row(vec![
+            format!("acquire µs with {held} locks held"),
+            num(*usec),
+            ratio(*usec, cost[0].1),
+        ]);
     }
     (section, Vec::<Target>::new())
 }

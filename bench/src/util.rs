@@ -10,17 +10,22 @@ use rlock_tests_integration::Server;
 
 /// A server with the module, room for many clients, and nothing persisted.
 pub fn server() -> Server {
-    Server::builder().config("maxclients", "30000").config("appendonly", "no").start()
+    Server::builder().config("maxclients", "19000").config("appendonly", "no").start()
 }
 
 /// A dedicated async connection without a response timeout (blocking commands, big pipelines).
 pub async fn conn(server: &Server) -> MultiplexedConnection {
-    let config = AsyncConnectionConfig::new().set_response_timeout(None);
-    server
-        .client()
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .expect("connect")
+    let config = AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(Some(Duration::from_secs(30)));
+    server.client().get_multiplexed_async_connection_with_config(&config).await.expect("connect")
+}
+
+/// A subscription to `channel` on its own connection.
+pub async fn subscription(server: &Server, channel: &str) -> redis::aio::PubSub {
+    let mut pubsub = server.client().get_async_pubsub().await.expect("pubsub connection");
+    pubsub.subscribe(channel).await.expect("subscribe");
+    pubsub
 }
 
 /// Runs `make(i)` for i in 0..total over `clients` connections, `pipeline` commands in flight per
@@ -116,7 +121,8 @@ pub async fn until_blocked(con: &mut MultiplexedConnection, n: usize) {
 pub const LUA_ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
     redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil end; \
     return redis.call('pttl', KEYS[1])";
-pub const LUA_RELEASE: &str = "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end; \
+pub const LUA_RELEASE: &str =
+    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end; \
     local c = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
     if c > 0 then redis.call('pexpire', KEYS[1], ARGV[2]); return 0 end; \
     redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1";
