@@ -168,14 +168,21 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-/// Raises the open-files limit to its hard maximum (thousands of connections).
+/// Raises the open-files limit for thousands of connections: to 65,536 where allowed (root may
+/// raise the hard limit), else to the hard limit. Servers started afterwards inherit it.
 pub fn raise_fd_limit() {
+    const WANTED: libc::rlim_t = 65_536;
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit with a valid, initialised struct.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
         }
+        let raised = libc::rlimit { rlim_cur: WANTED, rlim_max: WANTED.max(lim.rlim_max) };
+        if lim.rlim_cur >= WANTED || libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+            return;
+        }
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
     }
 }
