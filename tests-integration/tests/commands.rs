@@ -425,3 +425,18 @@ fn under_oom_acquire_and_renew_are_refused_but_release_works() {
     assert_eq!(int(&cmd(&mut con, &["RLOCK.PTTL", "l"])), -2);
     cmd(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
 }
+
+#[test]
+fn the_server_under_test_is_the_one_asked_for() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let info: String = redis::cmd("INFO").arg("server").query(&mut con).expect("INFO");
+    let asked = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+    let version =
+        info.lines().find(|l| l.starts_with("valkey_version:") || l.starts_with("redis_version:"));
+    eprintln!("server under test: {asked}: {version:?}");
+    assert_eq!(asked.contains("valkey"), info.contains("valkey_version:"), "{info}");
+    let modules: Vec<redis::Value> =
+        redis::cmd("MODULE").arg("LIST").query(&mut con).expect("MODULE LIST");
+    assert_eq!(modules.len(), 1, "the rlock module is loaded: {modules:?}");
+}
