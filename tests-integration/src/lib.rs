@@ -160,6 +160,23 @@ impl Server {
         }
     }
 
+    /// Stops the server process (SIGSTOP): it keeps its connections but answers nothing, as a
+    /// node in a long pause or behind a partition.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill").arg(signal).arg(pid.to_string()).status().expect("kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Kills the server and starts it again in the same directory (so from its AOF/RDB files).
     pub fn restart(&mut self) {
         self.kill();

@@ -1,0 +1,406 @@
+//! One lock on one server: [`Lock`] handles, [`LockGuard`]s, the watchdog, server-side waits.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::RedisError;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::{millis, Error, Remaining, Result, Shared};
+
+/// How long a cancelled wait may take to learn whether it was granted meanwhile.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// A handle on one named lock with one owner id. Clones share the owner id (and so re-enter).
+#[derive(Clone)]
+pub struct Lock {
+    shared: Arc<Shared>,
+    name: Arc<[u8]>,
+    owner: Arc<str>,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(shared: Arc<Shared>, name: Arc<[u8]>, owner: Arc<str>) -> Self {
+        Self { shared, name, owner }
+    }
+
+    /// The lock's name (its Redis key).
+    #[must_use]
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    pub(crate) fn options(&self) -> &crate::Options {
+        &self.shared.options
+    }
+
+    /// This handle's owner id.
+    #[must_use]
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.shared.conn.clone()
+    }
+
+    /// Takes the lock, waiting as long as it takes. `lease: None` uses the watchdog.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn acquire(&self, lease: Option<Duration>) -> Result<LockGuard> {
+        self.acquire_within(None, lease).await
+    }
+
+    /// Takes the lock, waiting at most `wait`. `lease: None` uses the watchdog.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`] when `wait` passes first; [`Error::Redis`] when Redis fails.
+    pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<LockGuard> {
+        self.acquire_within(Some(Instant::now() + wait), lease).await
+    }
+
+    async fn acquire_within(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<LockGuard> {
+        let lease_ms = millis(lease.unwrap_or(self.shared.options.watchdog_timeout));
+        let granted = || LockGuard::new(self.clone(), lease_ms, lease.is_none());
+        // Uncontended: one try on the shared connection (which then also waits for replicas).
+        if self.try_once(lease_ms).await?.is_none() {
+            self.replicated(&mut self.conn()).await?;
+            return Ok(granted());
+        }
+        // Contended: the server queues us and hands the lock over (FIFO) when it is free.
+        let wait_ms = match deadline {
+            None => 0, // WAIT 0: without limit
+            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => millis(left),
+                _ => return Err(Error::TimedOut),
+            },
+        };
+        if self.wait_on_server(lease_ms, wait_ms).await? {
+            Ok(granted())
+        } else {
+            Err(Error::TimedOut)
+        }
+    }
+
+    /// `RLOCK.ACQUIRE ... WAIT wait_ms` on a dedicated connection, run by a task of its own so a
+    /// caller that drops this future (a cancelled wait) cannot leak the lock: the task then
+    /// makes the server answer at once (`CLIENT UNBLOCK ... TIMEOUT`), releases the lock if the
+    /// answer was a grant, and discards the connection, so no late reply reaches a pooled one.
+    /// `true`: acquired; `false`: the wait timed out.
+    pub(crate) async fn wait_on_server(&self, lease_ms: u64, wait_ms: u64) -> Result<bool> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        tokio::spawn(self.clone().blocking_wait(lease_ms, wait_ms, reply_tx));
+        reply_rx.await.unwrap_or_else(|_| {
+            Err(Error::Redis(RedisError::from((
+                redis::ErrorKind::Io,
+                "the task waiting for the lock stopped",
+            ))))
+        })
+    }
+
+    async fn blocking_wait(
+        self,
+        lease_ms: u64,
+        wait_ms: u64,
+        mut reply: oneshot::Sender<Result<bool>>,
+    ) {
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let mut con =
+            match self.shared.client.get_multiplexed_async_connection_with_config(&config).await {
+                Ok(con) => con,
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                    return;
+                }
+            };
+        let id: i64 = match redis::cmd("CLIENT").arg("ID").query_async(&mut con).await {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = reply.send(Err(e.into()));
+                return;
+            }
+        };
+        let mut acquire = redis::cmd("RLOCK.ACQUIRE");
+        acquire.arg(&*self.name).arg(&*self.owner).arg(lease_ms).arg("WAIT").arg(wait_ms);
+        // A clone of the same connection: Redis attributes the grant to this client.
+        let mut waiting = con.clone();
+        let wait = acquire.query_async::<Option<i64>>(&mut waiting);
+        tokio::pin!(wait);
+        let answer = tokio::select! {
+            answer = &mut wait => answer,
+            () = reply.closed() => {
+                // Cancelled: have the server answer now, and settle what it answers.
+                let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                    .arg("UNBLOCK")
+                    .arg(id)
+                    .arg("TIMEOUT")
+                    .query_async(&mut self.conn())
+                    .await;
+                if let Ok(Ok(None)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
+                    let _ = self.release_once().await;
+                }
+                return; // dropping the connection: a wait still pending leaves the queue
+            }
+        };
+        let mut granted = answer.map(|a| a.is_none()).map_err(Error::from);
+        if let Ok(true) = granted {
+            // Redis's WAIT counts the writes of the connection that asked: this one, to which
+            // the server attributes the grant.
+            if let Err(e) = self.replicated(&mut con).await {
+                granted = Err(e);
+            }
+        }
+        if let Err(Ok(true)) = reply.send(granted) {
+            // The caller went away just as the grant arrived.
+            let _ = self.release_once().await;
+        }
+    }
+
+    /// With [`crate::Options::replica_ack`]: waits for the replicas to acknowledge the writes of
+    /// `con` (the grant just made); too few: releases the hold and fails.
+    async fn replicated<C: redis::aio::ConnectionLike + Send>(&self, con: &mut C) -> Result<()> {
+        let Some((wanted, timeout)) = self.shared.options.replica_ack else {
+            return Ok(());
+        };
+        let acknowledged: u32 =
+            match redis::cmd("WAIT").arg(wanted).arg(millis(timeout)).query_async(con).await {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = self.release_once().await;
+                    return Err(e.into());
+                }
+            };
+        if acknowledged >= wanted {
+            return Ok(());
+        }
+        let _ = self.release_once().await;
+        Err(Error::NotReplicated { wanted, acknowledged })
+    }
+
+    /// One `RLOCK.ACQUIRE`: `None` when taken, else the holder's remaining lease.
+    pub(crate) async fn try_once(&self, lease_ms: u64) -> Result<Option<i64>> {
+        Ok(redis::cmd("RLOCK.ACQUIRE")
+            .arg(&*self.name)
+            .arg(&*self.owner)
+            .arg(lease_ms)
+            .query_async(&mut self.conn())
+            .await?)
+    }
+
+    /// Releases one hold of this handle (the guard's `release` is the usual way).
+    pub(crate) async fn release_once(&self) -> Result<()> {
+        let reply: Option<i64> = redis::cmd("RLOCK.RELEASE")
+            .arg(&*self.name)
+            .arg(&*self.owner)
+            .query_async(&mut self.conn())
+            .await?;
+        reply.map(|_| ()).ok_or(Error::NotHeld)
+    }
+
+    pub(crate) async fn renew(&self, lease_ms: u64) -> Result<bool> {
+        let renewed: i64 = redis::cmd("RLOCK.RENEW")
+            .arg(&*self.name)
+            .arg(&*self.owner)
+            .arg(lease_ms)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.remaining_lease().await? != Remaining::NotLocked)
+    }
+
+    /// How many times this handle holds the lock (0: not held by this handle).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn hold_count(&self) -> Result<u64> {
+        let count: Option<u64> = redis::cmd("HGET")
+            .arg(&*self.name)
+            .arg(&*self.owner)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// The lock's remaining lease, whoever holds it.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn remaining_lease(&self) -> Result<Remaining> {
+        let pttl: i64 =
+            redis::cmd("RLOCK.PTTL").arg(&*self.name).query_async(&mut self.conn()).await?;
+        Ok(match u64::try_from(pttl) {
+            Ok(ms) => Remaining::Lease(Duration::from_millis(ms)),
+            Err(_) if pttl == -1 => Remaining::NoExpiry,
+            Err(_) => Remaining::NotLocked,
+        })
+    }
+
+    /// Deletes the lock whoever holds it; `true` when there was one.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn force_release(&self) -> Result<bool> {
+        let deleted: i64 =
+            redis::cmd("RLOCK.FORCERELEASE").arg(&*self.name).query_async(&mut self.conn()).await?;
+        Ok(deleted == 1)
+    }
+}
+
+/// A renewal task: renews every third of the lease until the lock is found gone (or the owner
+/// of this value drops it, which stops the task). Errors are retried while the lease may still
+/// be alive. `lost` turns true when it gives up.
+pub(crate) struct Watchdog {
+    task: JoinHandle<()>,
+    pub(crate) lost: watch::Receiver<bool>,
+}
+
+impl Watchdog {
+    /// Starts renewing with `renew` (`Ok(false)`: the lock is gone).
+    pub(crate) fn start<F, Fut>(lease_ms: u64, renew: F) -> Self
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<bool>> + Send,
+    {
+        let (lost_tx, lost) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let lease = Duration::from_millis(lease_ms);
+            let period = (lease / 3).max(Duration::from_millis(1));
+            let mut renewed_at = Instant::now();
+            loop {
+                tokio::time::sleep(period).await;
+                match renew().await {
+                    Ok(true) => renewed_at = Instant::now(),
+                    Ok(false) => break,
+                    Err(_) if renewed_at.elapsed() < lease => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = lost_tx.send(true);
+        });
+        Self { task, lost }
+    }
+
+    /// A receiver that never turns true (no watchdog).
+    pub(crate) fn never() -> watch::Receiver<bool> {
+        watch::channel(false).1
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Resolves when `lost` turns true; never, if its watchdog stops without a loss.
+pub(crate) async fn until_lost(lost: &watch::Receiver<bool>) {
+    let mut lost = lost.clone();
+    if lost.wait_for(|&lost| lost).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// One hold of a lock. Release it with [`LockGuard::release`]; dropping it releases in the
+/// background.
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    lock: Lock,
+    watchdog: Option<Watchdog>,
+    lost: watch::Receiver<bool>,
+    released: bool,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("lock", &self.lock)
+            .field("watchdog", &self.watchdog.is_some())
+            .field("lost", &*self.lost.borrow())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    fn new(lock: Lock, lease_ms: u64, watchdog: bool) -> Self {
+        let watchdog = watchdog.then(|| {
+            let renewing = lock.clone();
+            Watchdog::start(lease_ms, move || {
+                let lock = renewing.clone();
+                async move { lock.renew(lease_ms).await }
+            })
+        });
+        let lost = watchdog.as_ref().map_or_else(Watchdog::never, |w| w.lost.clone());
+        Self { lock, watchdog, lost, released: false }
+    }
+
+    /// The lock this guard holds.
+    #[must_use]
+    pub const fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// Whether the watchdog found the lock gone (deleted, or taken over after its lease ran
+    /// out). Always `false` for a guard with an explicit lease, which has no watchdog.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Resolves when the watchdog finds the lock gone; never, for a guard with an explicit
+    /// lease (which has no watchdog).
+    pub async fn lost(&self) {
+        until_lost(&self.lost).await;
+    }
+
+    /// Releases this hold.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the lock was no longer held by this owner (its lease ran out, or
+    /// it was force-released); [`Error::Redis`] when Redis fails.
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.watchdog = None; // stops renewing first
+        self.lock.release_once().await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.watchdog = None;
+        let lock = self.lock.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = lock.release_once().await;
+            });
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Locks over several independent servers: [`MultiLock`] (all of them) and [`RedLock`]
+//! (a majority of them).
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::lock::{until_lost, Watchdog};
+use crate::{millis, Error, Lock, LockClient, Result};
+
+/// The same named lock on N independent servers, held on all of them or none (Redisson's
+/// MultiLock). Taking it never holds one lock while waiting for another: when one is busy, the
+/// ones taken are released and the client waits (server-side) for the busy one, then tries the
+/// others again.
+#[derive(Debug, Clone)]
+pub struct MultiLock {
+    locks: Vec<Lock>,
+    watchdog_ms: u64,
+}
+
+impl MultiLock {
+    /// `locks`: one handle per server, e.g. `clients.iter().map(|c| c.lock("name"))`.
+    ///
+    /// # Panics
+    /// When `locks` is empty.
+    #[must_use]
+    pub fn new(locks: Vec<Lock>) -> Self {
+        assert!(!locks.is_empty(), "a MultiLock needs at least one lock");
+        let watchdog_ms = millis(locks[0].options().watchdog_timeout);
+        Self { locks, watchdog_ms }
+    }
+
+    /// Takes every lock, waiting as long as it takes. `lease: None` uses the watchdog.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when a server fails (every lock taken is released first).
+    pub async fn acquire(&self, lease: Option<Duration>) -> Result<MultiGuard> {
+        self.acquire_within(None, lease).await
+    }
+
+    /// Takes every lock, waiting at most `wait`.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`] when `wait` passes first; [`Error::Redis`] when a server fails.
+    pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
+        self.acquire_within(Some(Instant::now() + wait), lease).await
+    }
+
+    async fn acquire_within(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<MultiGuard> {
+        let lease_ms = lease.map_or(self.watchdog_ms, millis);
+        // Each lock is first taken with a longer lease, so the first ones cannot lapse while
+        // the last ones are taken; the real lease is set on all of them at the end.
+        let taking_ms = lease_ms.saturating_mul(2);
+        let mut waited_for: Option<usize> = None;
+        loop {
+            let mut held: Vec<usize> = waited_for.into_iter().collect();
+            let mut busy = None;
+            for (i, lock) in self.locks.iter().enumerate() {
+                if held.contains(&i) {
+                    continue;
+                }
+                match lock.try_once(taking_ms).await {
+                    Ok(None) => held.push(i),
+                    Ok(Some(_)) => {
+                        busy = Some(i);
+                        break;
+                    }
+                    Err(e) => {
+                        self.release_all(&held).await;
+                        return Err(e);
+                    }
+                }
+            }
+            let Some(busy) = busy else {
+                // All taken: set the real lease everywhere. A lock lost meanwhile: start over.
+                let mut all_renewed = true;
+                for lock in &self.locks {
+                    match lock.renew(lease_ms).await {
+                        Ok(true) => {}
+                        Ok(false) => all_renewed = false,
+                        Err(e) => {
+                            self.release_all(&held).await;
+                            return Err(e);
+                        }
+                    }
+                }
+                if all_renewed {
+                    let guard = MultiGuard::new(
+                        self.locks.clone(),
+                        self.locks.len(),
+                        lease_ms,
+                        lease.is_none(),
+                    );
+                    return Ok(guard);
+                }
+                self.release_all(&held).await;
+                waited_for = None;
+                continue;
+            };
+            self.release_all(&held).await;
+            let wait_ms = match deadline {
+                None => 0,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => millis(left),
+                    _ => return Err(Error::TimedOut),
+                },
+            };
+            if !self.locks[busy].wait_on_server(taking_ms, wait_ms).await? {
+                return Err(Error::TimedOut);
+            }
+            waited_for = Some(busy);
+        }
+    }
+
+    async fn release_all(&self, which: &[usize]) {
+        for &i in which {
+            let _ = self.locks[i].release_once().await;
+        }
+    }
+}
+
+/// The same named lock on N (odd) independent masters, held when a majority grant it within
+/// its validity (antirez's RedLock). Every node gets the same owner id.
+///
+/// Caveats (see the README): RedLock assumes bounded clock drift and process pauses; a holder
+/// paused past its validity can still act. It protects efficiency, not correctness, unless the
+/// protected resource checks fencing tokens.
+#[derive(Clone)]
+pub struct RedLock {
+    locks: Vec<Lock>,
+    node_timeout: Duration,
+    retry_delay: Duration,
+    watchdog_ms: u64,
+}
+
+impl fmt::Debug for RedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedLock")
+            .field("nodes", &self.locks.len())
+            .field("node_timeout", &self.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Clock drift allowance: 1 % of the lease plus 2 ms (antirez's figures).
+fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+impl RedLock {
+    /// The lock `name` on each of `clients` (one per independent master), with one owner id.
+    ///
+    /// # Panics
+    /// When `clients` is empty.
+    #[must_use]
+    pub fn new(clients: &[LockClient], name: impl AsRef<[u8]>) -> Self {
+        assert!(!clients.is_empty(), "a RedLock needs at least one server");
+        let owner = format!("{}:redlock:{}", clients[0].id(), uuid::Uuid::new_v4().simple());
+        let locks: Vec<Lock> =
+            clients.iter().map(|c| c.lock_as(name.as_ref(), owner.clone())).collect();
+        let watchdog_ms = millis(locks[0].options().watchdog_timeout);
+        Self {
+            locks,
+            node_timeout: Duration::from_millis(50),
+            retry_delay: Duration::from_millis(50),
+            watchdog_ms,
+        }
+    }
+
+    /// How long one node may take to answer (default 50 ms); keep it small against the lease.
+    #[must_use]
+    pub const fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// The most a failed attempt waits before the next (a random part of it; default 50 ms).
+    #[must_use]
+    pub const fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// A majority of nodes.
+    #[must_use]
+    pub fn quorum(&self) -> usize {
+        self.locks.len() / 2 + 1
+    }
+
+    /// Takes the lock on a majority of nodes, trying again within `wait`. `lease: None` uses the
+    /// watchdog, which keeps renewing on every node and reports a loss when fewer than a
+    /// majority still hold it.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`] when no attempt within `wait` reached a majority with time left.
+    pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
+        let deadline = Instant::now() + wait;
+        let lease_ms = lease.map_or(self.watchdog_ms, millis);
+        let lease_d = Duration::from_millis(lease_ms);
+        loop {
+            let started = Instant::now();
+            let attempts = self.locks.iter().map(|lock| async move {
+                matches!(
+                    tokio::time::timeout(self.node_timeout, lock.try_once(lease_ms)).await,
+                    Ok(Ok(None))
+                )
+            });
+            let granted = futures_util::future::join_all(attempts).await;
+            let count = granted.iter().filter(|&&g| g).count();
+            let validity = lease_d.checked_sub(started.elapsed() + drift(lease_d));
+            if count >= self.quorum() {
+                if let Some(validity) = validity.filter(|v| !v.is_zero()) {
+                    let mut guard = MultiGuard::new(
+                        self.locks.clone(),
+                        self.quorum(),
+                        lease_ms,
+                        lease.is_none(),
+                    );
+                    guard.validity = Some(validity);
+                    return Ok(guard);
+                }
+            }
+            // Failed: release on every node, the silent ones included.
+            release_everywhere(&self.locks, self.node_timeout).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::TimedOut);
+            }
+            tokio::time::sleep(jitter(self.retry_delay).min(left)).await;
+        }
+    }
+}
+
+/// A random part of `max`.
+fn jitter(max: Duration) -> Duration {
+    let r = (uuid::Uuid::new_v4().as_u128() % 1_000) as u32;
+    max * r / 1_000
+}
+
+async fn release_everywhere(locks: &[Lock], node_timeout: Duration) -> usize {
+    let releases = locks.iter().map(|lock| async move {
+        matches!(
+            tokio::time::timeout(node_timeout.max(Duration::from_millis(100)), lock.release_once())
+                .await,
+            Ok(Ok(()))
+        )
+    });
+    futures_util::future::join_all(releases).await.into_iter().filter(|&r| r).count()
+}
+
+/// A lock held on several servers ([`MultiLock`]: all; [`RedLock`]: a majority). Release it
+/// with [`MultiGuard::release`]; dropping it releases in the background.
+#[must_use = "dropping the guard releases the lock"]
+pub struct MultiGuard {
+    locks: Vec<Lock>,
+    quorum: usize,
+    validity: Option<Duration>,
+    watchdog: Option<Watchdog>,
+    lost: watch::Receiver<bool>,
+    released: bool,
+}
+
+impl fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiGuard")
+            .field("servers", &self.locks.len())
+            .field("quorum", &self.quorum)
+            .field("validity", &self.validity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiGuard {
+    fn new(locks: Vec<Lock>, quorum: usize, lease_ms: u64, watchdog: bool) -> Self {
+        let watchdog = watchdog.then(|| {
+            let renewing = locks.clone();
+            Watchdog::start(lease_ms, move || {
+                let locks = renewing.clone();
+                async move {
+                    let renewals = locks.iter().map(|l| l.renew(lease_ms));
+                    let renewed = futures_util::future::join_all(renewals)
+                        .await
+                        .into_iter()
+                        .filter(|r| matches!(r, Ok(true)))
+                        .count();
+                    Ok(renewed >= quorum)
+                }
+            })
+        });
+        let lost = watchdog.as_ref().map_or_else(Watchdog::never, |w| w.lost.clone());
+        Self { locks, quorum, validity: None, watchdog, lost, released: false }
+    }
+
+    /// For a [`RedLock`]: how long the lock was valid for when it was granted (the lease minus
+    /// the time taking it took minus the drift allowance). `None` for a [`MultiLock`].
+    #[must_use]
+    pub const fn validity(&self) -> Option<Duration> {
+        self.validity
+    }
+
+    /// Whether the watchdog found too few servers still holding the lock.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Resolves when the watchdog finds the lock lost; never without a watchdog.
+    pub async fn lost(&self) {
+        until_lost(&self.lost).await;
+    }
+
+    /// Releases the lock on every server.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when fewer servers than required (all, or a majority) still held it.
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.watchdog = None;
+        let released = release_everywhere(&self.locks, Duration::from_secs(5)).await;
+        if released >= self.quorum {
+            Ok(())
+        } else {
+            Err(Error::NotHeld)
+        }
+    }
+}
+
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.watchdog = None;
+        let locks = std::mem::take(&mut self.locks);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                release_everywhere(&locks, Duration::from_secs(5)).await;
+            });
+        }
+    }
+}
