@@ -220,11 +220,18 @@ pub fn execute(
     if plan.publish && !waiting::hand_off(ctx, key, name) {
         let channel = unlock_channel(ctx, name);
         let message = RedisString::create_from_slice(ctx.get_raw(), UNLOCK_MESSAGE);
-        raw::publish(ctx, &channel, &message);
-        if replicate {
-            // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as a Lua
-            // script's redis.call('publish') is, so subscribers on replicas hear it too.
-            raw::replicate(ctx, c"PUBLISH", &[&channel, &message]);
+        if raw::in_cluster(ctx) {
+            // Sharded pub/sub, as Redisson uses on Redis 7 clusters (the channel's hash tag is
+            // the lock name, so the channel lives in the lock's slot). Redis forwards it to
+            // the shard's replicas itself: no replicated SPUBLISH, which would deliver twice.
+            raw::publish_shard(ctx, &channel, &message);
+        } else {
+            raw::publish(ctx, &channel, &message);
+            if replicate {
+                // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as a Lua
+                // script's redis.call('publish') is, so subscribers on replicas hear it too.
+                raw::replicate(ctx, c"PUBLISH", &[&channel, &message]);
+            }
         }
     }
     match plan.reply {

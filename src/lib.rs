@@ -15,12 +15,14 @@
 //!   timeouts and lease checks.
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off, timers, keyspace and server
 //!   events, `INFO rlock` stats.
+//! - [`cluster`]: Redis Cluster as plain Rust: key slots, slot ownership from `CLUSTER NODES`.
 //! - [`error`]: the one error enum and its conversion to error replies.
 //! - [`raw`]: every unsafe `RedisModule_*` call, each with a `// SAFETY:` note.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod args;
+pub mod cluster;
 pub mod commands;
 pub mod error;
 pub mod queue;

@@ -61,6 +61,7 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_Milliseconds,
         RedisModule_Replicate,
         RedisModule_PublishMessage,
+        RedisModule_PublishMessageShard,
         RedisModule_FreeString,
         RedisModule_StringPtrLen,
         RedisModule_GetContextFlags,
@@ -392,6 +393,14 @@ pub fn publish(ctx: &Context, channel: &RedisString, message: &RedisString) {
     unsafe { publish(ctx.get_raw(), channel.inner, message.inner) };
 }
 
+/// Publishes to the shard's subscribers (`SPUBLISH`); in cluster mode Redis forwards it to the
+/// shard's replicas over the cluster bus.
+pub fn publish_shard(ctx: &Context, channel: &RedisString, message: &RedisString) {
+    let publish = api!(RedisModule_PublishMessageShard);
+    // SAFETY: live context and strings; PublishMessageShard does not keep them.
+    unsafe { publish(ctx.get_raw(), channel.inner, message.inner) };
+}
+
 /// Command metadata for `COMMAND INFO` / `COMMAND DOCS`, set at load time.
 pub struct CommandDoc {
     pub name: &'static CStr,
@@ -510,6 +519,14 @@ pub fn may_block(ctx: &Context) -> bool {
             | raw::REDISMODULE_CTX_FLAGS_LUA
             | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
         == 0
+}
+
+/// Whether this server runs in cluster mode.
+pub fn in_cluster(ctx: &Context) -> bool {
+    let flags = api!(RedisModule_GetContextFlags);
+    // SAFETY: live context; only reads flags.
+    let flags = unsafe { flags(ctx.get_raw()) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
 }
 
 /// Whether this server is a master (and so may write).

@@ -44,6 +44,8 @@ pub enum Outcome {
     TimedOut(i64),
     /// Reply this error.
     Failed(LockError),
+    /// Reply this cluster redirection (`MOVED ...`, `ASK ...`, `CLUSTERDOWN ...`).
+    Redirect(String),
 }
 
 thread_local! {
@@ -56,6 +58,8 @@ thread_local! {
     static DEFERRED: RefCell<Deferred> = RefCell::new(Deferred::default());
     /// Set while a timer of this module runs (no client command is being executed).
     static IN_TIMER: Cell<bool> = const { Cell::new(false) };
+    /// Whether the cluster sweep timer is armed.
+    static SWEEPING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether the module is running a timer rather than a client's command.
@@ -158,6 +162,75 @@ pub fn block(
     bump(&STATS.waiting);
     bump(&STATS.waits);
     arm(ctx);
+    if raw::in_cluster(ctx) && !SWEEPING.get() {
+        SWEEPING.set(true);
+        ctx.create_timer(CLUSTER_SWEEP, sweep_cluster, ());
+    }
+}
+
+/// How often waiters are checked against slot moves in cluster mode.
+const CLUSTER_SWEEP: Duration = Duration::from_millis(200);
+
+/// In cluster mode: the redirection for a client waiting on `key` when this node cannot grant
+/// it (`key_here`: the key exists on this node), or `None`.
+fn cluster_redirect(ctx: &Context, key: &[u8], key_here: bool) -> Option<String> {
+    if !raw::in_cluster(ctx) {
+        return None;
+    }
+    cluster_view(ctx)?.redirect(crate::cluster::key_slot(key), key_here)
+}
+
+/// This node's view of the cluster (`CLUSTER NODES`); `None` if it cannot be read.
+fn cluster_view(ctx: &Context) -> Option<crate::cluster::ClusterView> {
+    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
+    let reply: CallResult = ctx.call_ext("CLUSTER", &CallOptionsBuilder::new().build(), &["NODES"]);
+    match reply {
+        Ok(CallReply::String(s)) => {
+            Some(crate::cluster::ClusterView::parse(&String::from_utf8_lossy(s.as_bytes())))
+        }
+        Ok(CallReply::VerbatimString(s)) => {
+            let (_, text) = s.to_parts()?;
+            Some(crate::cluster::ClusterView::parse(&String::from_utf8_lossy(&text)))
+        }
+        _ => None,
+    }
+}
+
+/// Unblocks every client waiting for `lock` with `redirect`.
+fn redirect_all(lock: &LockName, redirect: &str) {
+    while let Some(waiter) = take(|q| q.pop_head(lock.db, &lock.key)) {
+        bump(&STATS.left);
+        raw::unblock_client(waiter.handle, Some(Outcome::Redirect(redirect.to_owned())));
+    }
+}
+
+/// Cluster mode: every few hundred ms while clients wait, sends the waiters of locks whose
+/// slot left this node to the node that has it, so no waiter hangs on a slot moved away.
+fn sweep_cluster(ctx: &Context, (): ()) {
+    timer_work(ctx, || {
+        if !anyone_waits() {
+            return;
+        }
+        let Some(view) = cluster_view(ctx) else { return };
+        for lock in with_queues(|q| q.locks()) {
+            let slot = crate::cluster::key_slot(&lock.key);
+            if matches!(view.slot_state(slot), crate::cluster::SlotState::Mine) {
+                continue;
+            }
+            let key_here = raw::select_db(ctx, lock.db) && {
+                let name = RedisString::create_from_slice(ctx.get_raw(), &lock.key);
+                LockKey::open(ctx, &name, false).kind() != KeyKind::Empty
+            };
+            if let Some(redirect) = view.redirect(slot, key_here) {
+                redirect_all(&lock, &redirect);
+            }
+        }
+    });
+    if anyone_waits() {
+        ctx.create_timer(CLUSTER_SWEEP, sweep_cluster, ());
+    } else {
+        SWEEPING.set(false);
+    }
 }
 
 /// When a lease of `pttl` ms left at `now` is over: Redis expires a key once now > deadline.
@@ -206,6 +279,11 @@ pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
         return false;
     }
     let lock = &lock_name(ctx, name);
+    if let Some(redirect) = cluster_redirect(ctx, &lock.key, false) {
+        // The slot left this node: its waiters must ask the node that has it now.
+        redirect_all(lock, &redirect);
+        return false;
+    }
     let Some(waiter) = take(|q| q.pop_head(lock.db, &lock.key)) else {
         return false;
     };
@@ -235,6 +313,7 @@ pub fn reply(ctx: &Context, outcome: Option<&Outcome>) {
         Some(Outcome::Granted { .. }) => Ok(RedisValue::Null),
         Some(Outcome::TimedOut(pttl)) => Ok(RedisValue::Integer(*pttl)),
         Some(Outcome::Failed(e)) => Err((*e).into()),
+        Some(Outcome::Redirect(e)) => Err(redis_module::RedisError::String(e.clone())),
         None => Err(LockError::Internal.into()),
     };
     ctx.reply(result);

@@ -1,0 +1,140 @@
+//! The module on every node of a 3-master Redis Cluster.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{hgetall, poll, run_str, Cluster, Pending};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+#[test]
+fn the_module_computes_key_slots_as_the_cluster_does() {
+    let cluster = Cluster::start(3);
+    let mut keys: Vec<Vec<u8>> = (0..300).map(|i| format!("lock:{i}").into_bytes()).collect();
+    keys.extend([
+        b"{user1000}.following".to_vec(),
+        b"foo{}bar".to_vec(),
+        b"{}".to_vec(),
+        b"a{b}c{d}".to_vec(),
+        b"bin\0\xff{tag}".to_vec(),
+        Vec::new(),
+    ]);
+    for key in keys {
+        assert_eq!(rlock::cluster::key_slot(&key), cluster.slot(&key), "{key:?}");
+    }
+}
+
+#[test]
+fn the_command_contract_holds_on_every_node_and_keys_route_by_slot() {
+    let cluster = Cluster::start(3);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let key = cluster.key_on(i, "lock:");
+        let mut con = node.conn();
+        assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", &key, "a", "30000"]), Value::Nil);
+        assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", &key, "a", "30000"]), Value::Nil);
+        assert!(
+            matches!(cmd(&mut con, &["RLOCK.ACQUIRE", &key, "b", "30000"]), Value::Int(n) if n > 0)
+        );
+        assert!(matches!(cmd(&mut con, &["RLOCK.PTTL", &key]), Value::Int(n) if n > 0));
+        assert!(matches!(cmd(&mut con, &["RLOCK.INFO", &key]), Value::Array(_)));
+        assert_eq!(cmd(&mut con, &["RLOCK.RENEW", &key, "a", "30000"]), Value::Int(1));
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &key, "a"]), Value::Int(0));
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &key, "a"]), Value::Int(1));
+        assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", &key, "a", "30000"]), Value::Nil);
+        assert_eq!(cmd(&mut con, &["RLOCK.FORCERELEASE", &key]), Value::Int(1));
+        // Any other node redirects, as for any key command.
+        let other = &cluster.nodes[(i + 1) % 3];
+        let err =
+            run_str(&mut other.conn(), &["RLOCK.ACQUIRE", &key, "a", "30000"]).expect_err("moved");
+        let slot = cluster.slot(key.as_bytes());
+        assert_eq!(err, format!("MOVED {slot} 127.0.0.1:{}", node.port()));
+    }
+}
+
+/// Reads one pushed message from a connection subscribed with SSUBSCRIBE.
+fn next_push(con: &mut Connection) -> Vec<Vec<u8>> {
+    let value = con.recv_response().expect("a pushed message");
+    let Value::Array(parts) = value else { panic!("push: {value:?}") };
+    parts.into_iter().map(|p| redis::from_redis_value(p).expect("bytes")).collect()
+}
+
+#[test]
+fn a_release_reaches_sharded_subscribers_of_the_lock_slot() {
+    let cluster = Cluster::start(3);
+    for i in 0..3 {
+        let key = cluster.key_on(i, "pub:");
+        let channel = format!("redisson_lock__channel:{{{key}}}");
+        let node = &cluster.nodes[i];
+        let mut sub = node.conn();
+        sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+        let _: Value = redis::cmd("SSUBSCRIBE").arg(&channel).query(&mut sub).expect("ssubscribe");
+        let mut con = node.conn();
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "a", "30000"]);
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &key, "a"]), Value::Int(1));
+        let msg = next_push(&mut sub);
+        assert_eq!(msg, vec![b"smessage".to_vec(), channel.into_bytes(), b"0".to_vec()]);
+    }
+}
+
+#[test]
+fn waiting_hands_off_on_every_node() {
+    let cluster = Cluster::start(3);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let key = cluster.key_on(i, "wait:");
+        let mut con = node.conn();
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "a", "30000"]);
+        let waiter = Pending::start_str(node, &["RLOCK.ACQUIRE", &key, "b", "30000", "WAIT", "0"]);
+        poll("the waiter", LIMIT, || {
+            (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
+        });
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &key, "a"]), Value::Int(1));
+        assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Nil));
+        assert_eq!(hgetall(&mut con, key.as_bytes()), vec![(b"b".to_vec(), b"1".to_vec())]);
+    }
+}
+
+#[test]
+fn a_waiter_whose_slot_moves_away_is_redirected_not_left_hanging() {
+    let cluster = Cluster::start(3);
+    let key = cluster.key_on(0, "moving:");
+    let slot = cluster.slot(key.as_bytes());
+    let node = &cluster.nodes[0];
+    let mut con = node.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", &key, "holder", "60000"]);
+    let waiter = Pending::start_str(node, &["RLOCK.ACQUIRE", &key, "waiter", "30000", "WAIT", "0"]);
+    poll("the waiter", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
+    });
+
+    cluster.move_slot(slot, 0, 1);
+    let (reply, _) = waiter.reply(LIMIT);
+    let err = reply.expect_err("redirected");
+    let target = format!("{slot} 127.0.0.1:{}", cluster.nodes[1].port());
+    assert!(err == format!("MOVED {target}") || err == format!("ASK {target}"), "{err}");
+    // The lock moved with its holder; nothing was granted on the old node.
+    let mut new_owner = cluster.nodes[1].conn();
+    assert_eq!(hgetall(&mut new_owner, key.as_bytes()), vec![(b"holder".to_vec(), b"1".to_vec())]);
+    assert_eq!(rlock_tests_integration::blocked_clients(&mut con), 0);
+}
+
+#[test]
+fn a_waiter_whose_node_dies_gets_an_error() {
+    let mut cluster = Cluster::start(3);
+    let key = cluster.key_on(2, "dying:");
+    let mut con = cluster.nodes[2].conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", &key, "holder", "60000"]);
+    let waiter = Pending::start_str(
+        &cluster.nodes[2],
+        &["RLOCK.ACQUIRE", &key, "waiter", "30000", "WAIT", "0"],
+    );
+    poll("the waiter", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
+    });
+    cluster.nodes[2].kill();
+    let (reply, _) = waiter.reply(LIMIT);
+    assert!(reply.is_err(), "{reply:?}");
+}
