@@ -40,6 +40,7 @@
 //!   servers, [`RedLock`] on a majority of them.
 //! - **Dropping a guard** releases the lock in the background (on the current tokio runtime).
 
+mod conn;
 mod lock;
 mod multi;
 
@@ -48,8 +49,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{IntoConnectionInfo, RedisError};
+
+use conn::{Conn, Target};
 
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock, RedLock};
@@ -155,8 +157,8 @@ pub enum Remaining {
 }
 
 struct Shared {
-    client: redis::Client,
-    conn: ConnectionManager,
+    target: Target,
+    conn: Conn,
     id: String,
     next_handle: AtomicU64,
     options: Options,
@@ -202,16 +204,46 @@ impl LockClient {
         if let Some((_, timeout)) = options.replica_ack {
             config = config.set_response_timeout(Some(timeout + Duration::from_secs(1)));
         }
-        let conn = client.get_connection_manager_with_config(config).await?;
-        Ok(Self {
+        let conn = Conn::Single(client.get_connection_manager_with_config(config).await?);
+        Ok(Self::from_parts(Target::Single(client), conn, options))
+    }
+
+    /// Connects to a Redis Cluster (every node with the module) through `nodes` (one or more of
+    /// its nodes), with the given options. Commands route by the lock's hash slot; a
+    /// server-side wait runs on a connection to the node serving the lock, following MOVED and
+    /// ASK when the slot moves.
+    ///
+    /// # Errors
+    /// When the addresses are invalid or the cluster cannot be reached.
+    pub async fn cluster<T: IntoConnectionInfo>(nodes: Vec<T>, options: Options) -> Result<Self> {
+        let infos = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<redis::RedisResult<Vec<_>>>()?;
+        let Some(template) = infos.first().cloned() else {
+            return Err(Error::Redis(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a cluster needs at least one node address",
+            ))));
+        };
+        let mut builder = redis::cluster::ClusterClient::builder(infos);
+        if let Some((_, timeout)) = options.replica_ack {
+            builder = builder.response_timeout(timeout + Duration::from_secs(1));
+        }
+        let conn = Conn::Cluster(builder.build()?.get_async_connection().await?);
+        Ok(Self::from_parts(Target::Cluster(template), conn, options))
+    }
+
+    fn from_parts(target: Target, conn: Conn, options: Options) -> Self {
+        Self {
             shared: Arc::new(Shared {
-                client,
+                target,
                 conn,
                 id: uuid::Uuid::new_v4().to_string(),
                 next_handle: AtomicU64::new(1),
                 options,
             }),
-        })
+        }
     }
 
     /// This client's process-unique id (a UUID v4), the prefix of its owner ids.

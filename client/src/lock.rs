@@ -5,16 +5,27 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::RedisError;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::conn::Conn;
 use crate::{millis, Error, Remaining, Result, Shared};
 
 /// How long a cancelled wait may take to learn whether it was granted meanwhile.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// How many MOVED/ASK redirections one wait follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// The node a MOVED or ASK error points to, and whether it was ASK.
+fn redirection(e: &RedisError) -> Option<((String, u16), bool)> {
+    let (address, _slot) = e.redirect_node()?;
+    let (host, port) = address.rsplit_once(':')?;
+    let ask = matches!(e.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::Ask));
+    Some(((host.to_owned(), port.parse().ok()?), ask))
+}
 
 /// A handle on one named lock with one owner id. Clones share the owner id (and so re-enter).
 #[derive(Clone)]
@@ -54,7 +65,7 @@ impl Lock {
         &self.owner
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Conn {
         self.shared.conn.clone()
     }
 
@@ -82,7 +93,11 @@ impl Lock {
         let lease_ms = millis(lease.unwrap_or(self.shared.options.watchdog_timeout));
         let granted = || LockGuard::new(self.clone(), lease_ms, lease.is_none());
         // Uncontended: one try on the shared connection (which then also waits for replicas).
-        if self.try_once(lease_ms).await?.is_none() {
+        // In a cluster, replica acknowledgement must run on the node's own connection: the
+        // server-side path does that, and returns at once when the lock is free.
+        let ack_in_cluster =
+            self.shared.options.replica_ack.is_some() && self.shared.target.is_cluster();
+        if !ack_in_cluster && self.try_once(lease_ms).await?.is_none() {
             self.replicated(&mut self.conn()).await?;
             return Ok(granted());
         }
@@ -123,56 +138,93 @@ impl Lock {
         wait_ms: u64,
         mut reply: oneshot::Sender<Result<bool>>,
     ) {
-        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        let mut con =
-            match self.shared.client.get_multiplexed_async_connection_with_config(&config).await {
-                Ok(con) => con,
-                Err(e) => {
-                    let _ = reply.send(Err(e.into()));
-                    return;
-                }
-            };
-        let id: i64 = match redis::cmd("CLIENT").arg("ID").query_async(&mut con).await {
-            Ok(id) => id,
+        let mut node = match self.shared.target.node_for(&self.name, &mut self.conn()).await {
+            Ok(node) => node,
             Err(e) => {
-                let _ = reply.send(Err(e.into()));
+                let _ = reply.send(Err(e));
                 return;
             }
         };
-        let mut acquire = redis::cmd("RLOCK.ACQUIRE");
-        acquire.arg(&*self.name).arg(&*self.owner).arg(lease_ms).arg("WAIT").arg(wait_ms);
-        // A clone of the same connection: Redis attributes the grant to this client.
-        let mut waiting = con.clone();
-        let wait = acquire.query_async::<Option<i64>>(&mut waiting);
-        tokio::pin!(wait);
-        let answer = tokio::select! {
-            answer = &mut wait => answer,
-            () = reply.closed() => {
-                // Cancelled: have the server answer now, and settle what it answers.
-                let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                    .arg("UNBLOCK")
-                    .arg(id)
-                    .arg("TIMEOUT")
-                    .query_async(&mut self.conn())
-                    .await;
-                if let Ok(Ok(None)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
-                    let _ = self.release_once().await;
+        let mut asking = false;
+        for _ in 0..MAX_REDIRECTS {
+            let (mut con, id) = match self.wait_connection(&node, asking).await {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    return;
                 }
-                return; // dropping the connection: a wait still pending leaves the queue
+            };
+            let mut acquire = redis::cmd("RLOCK.ACQUIRE");
+            acquire.arg(&*self.name).arg(&*self.owner).arg(lease_ms).arg("WAIT").arg(wait_ms);
+            // A clone of the same connection: Redis attributes the grant to this client.
+            let mut waiting = con.clone();
+            let wait = acquire.query_async::<Option<i64>>(&mut waiting);
+            tokio::pin!(wait);
+            let answer = tokio::select! {
+                answer = &mut wait => answer,
+                () = reply.closed() => {
+                    // Cancelled: have the server answer now, and settle what it answers.
+                    if let Ok(mut unblocker) = node.get_multiplexed_async_connection().await {
+                        let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                            .arg("UNBLOCK")
+                            .arg(id)
+                            .arg("TIMEOUT")
+                            .query_async(&mut unblocker)
+                            .await;
+                    }
+                    if let Ok(Ok(None)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
+                        let _ = self.release_once().await;
+                    }
+                    return; // dropping the connection: a wait still pending leaves the queue
+                }
+            };
+            // The lock's slot moved (cluster): wait on the node that has it now.
+            if let Some((address, ask)) = answer.as_ref().err().and_then(redirection) {
+                match self.shared.target.client_at(Some((&address.0, address.1))) {
+                    Ok(next) => {
+                        node = next;
+                        asking = ask;
+                        continue;
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                }
             }
-        };
-        let mut granted = answer.map(|a| a.is_none()).map_err(Error::from);
-        if let Ok(true) = granted {
-            // Redis's WAIT counts the writes of the connection that asked: this one, to which
-            // the server attributes the grant.
-            if let Err(e) = self.replicated(&mut con).await {
-                granted = Err(e);
+            let mut granted = answer.map(|a| a.is_none()).map_err(Error::from);
+            if let Ok(true) = granted {
+                // Redis's WAIT counts the writes of the connection that asked: this one, to
+                // which the server attributes the grant.
+                if let Err(e) = self.replicated(&mut con).await {
+                    granted = Err(e);
+                }
             }
+            if let Err(Ok(true)) = reply.send(granted) {
+                // The caller went away just as the grant arrived.
+                let _ = self.release_once().await;
+            }
+            return;
         }
-        if let Err(Ok(true)) = reply.send(granted) {
-            // The caller went away just as the grant arrived.
-            let _ = self.release_once().await;
+        let _ = reply.send(Err(Error::Redis(RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
+            "the lock's slot kept moving",
+        )))));
+    }
+
+    /// A dedicated connection to `node` and its client id (for `CLIENT UNBLOCK`); `asking`
+    /// sends `ASKING` first (after an ASK redirection).
+    async fn wait_connection(
+        &self,
+        node: &redis::Client,
+        asking: bool,
+    ) -> Result<(redis::aio::MultiplexedConnection, i64)> {
+        let mut con = crate::conn::dedicated(node).await?;
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut con).await?;
+        if asking {
+            let () = redis::cmd("ASKING").query_async(&mut con).await?;
         }
+        Ok((con, id))
     }
 
     /// With [`crate::Options::replica_ack`]: waits for the replicas to acknowledge the writes of

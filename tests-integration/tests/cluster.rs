@@ -138,3 +138,119 @@ fn a_waiter_whose_node_dies_gets_an_error() {
     let (reply, _) = waiter.reply(LIMIT);
     assert!(reply.is_err(), "{reply:?}");
 }
+
+async fn cluster_client(cluster: &Cluster) -> rlock_client::LockClient {
+    let urls: Vec<String> =
+        cluster.nodes.iter().map(rlock_tests_integration::Server::url).collect();
+    rlock_client::LockClient::cluster(urls, rlock_client::Options::default())
+        .await
+        .expect("cluster client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_locks_and_waits_on_keys_of_every_node() {
+    let cluster = Cluster::start(3);
+    let client = cluster_client(&cluster).await;
+    for i in 0..3 {
+        let key = cluster.key_on(i, "client:");
+        let lock = client.lock(&key);
+        let guard = lock.acquire(Some(Duration::from_secs(30))).await.expect("acquire");
+        assert_eq!(lock.hold_count().await.expect("count"), 1);
+        assert!(matches!(
+            lock.remaining_lease().await.expect("pttl"),
+            rlock_client::Remaining::Lease(_)
+        ));
+        let holder = hgetall(&mut cluster.nodes[i].conn(), key.as_bytes());
+        assert_eq!(holder, vec![(lock.owner().as_bytes().to_vec(), b"1".to_vec())], "on node {i}");
+
+        let waiter = client.lock(&key);
+        let waiting = tokio::spawn(async move {
+            waiter.try_acquire(Duration::from_secs(20), Some(Duration::from_secs(30))).await
+        });
+        let mut con = cluster.nodes[i].conn();
+        poll("the waiter blocked on its node", LIMIT, || {
+            (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
+        });
+        guard.release().await.expect("release");
+        let granted = tokio::time::timeout(LIMIT, waiting).await.expect("granted").expect("task");
+        granted.expect("acquired").release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_incrementing_under_cluster_locks_lose_nothing() {
+    const TASKS: usize = 4;
+    const INCREMENTS: usize = 25;
+    let cluster = Cluster::start(3);
+    let client = cluster_client(&cluster).await;
+    let keys: Vec<String> = (0..3).map(|i| cluster.key_on(i, "counted:")).collect();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        for key in &keys {
+            let lock = client.lock(key);
+            let node = cluster.nodes[cluster.node_of(key.as_bytes())].client();
+            let counter = format!("{{{key}}}:counter");
+            tasks.push(tokio::spawn(async move {
+                let mut con = node.get_multiplexed_async_connection().await.expect("con");
+                for _ in 0..INCREMENTS {
+                    let guard = lock.acquire(Some(Duration::from_secs(10))).await.expect("acquire");
+                    let v: Option<i64> =
+                        redis::cmd("GET").arg(&counter).query_async(&mut con).await.expect("get");
+                    tokio::task::yield_now().await;
+                    let () = redis::cmd("SET")
+                        .arg(&counter)
+                        .arg(v.unwrap_or(0) + 1)
+                        .query_async(&mut con)
+                        .await
+                        .expect("set");
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .expect("no deadlock")
+            .expect("task");
+    }
+    for key in &keys {
+        let node = &cluster.nodes[cluster.node_of(key.as_bytes())];
+        let total: i64 = redis::cmd("GET")
+            .arg(format!("{{{key}}}:counter"))
+            .query(&mut node.conn())
+            .expect("get");
+        assert_eq!(total, (TASKS * INCREMENTS) as i64, "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_wait_follows_its_lock_when_the_slot_moves() {
+    let cluster = Cluster::start(3);
+    let client = cluster_client(&cluster).await;
+    let key = cluster.key_on(0, "follow:");
+    let slot = cluster.slot(key.as_bytes());
+    let holder = client.lock(&key);
+    let guard = holder.acquire(Some(Duration::from_secs(60))).await.expect("holder");
+    let waiter = client.lock(&key);
+    let waiting = tokio::spawn(async move {
+        waiter.try_acquire(Duration::from_secs(30), Some(Duration::from_secs(30))).await
+    });
+    let mut old = cluster.nodes[0].conn();
+    poll("the waiter on the old node", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut old) == 1).then_some(())
+    });
+    cluster.move_slot(slot, 0, 1);
+    let mut new = cluster.nodes[1].conn();
+    poll("the waiter on the new node", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut new) == 1).then_some(())
+    });
+    guard.release().await.expect("the holder releases on the new node");
+    let granted = tokio::time::timeout(LIMIT, waiting).await.expect("granted").expect("task");
+    let granted = granted.expect("acquired after the move");
+    assert_eq!(
+        hgetall(&mut new, key.as_bytes()),
+        vec![(granted.lock().owner().as_bytes().to_vec(), b"1".to_vec())]
+    );
+    granted.release().await.expect("release");
+}
