@@ -293,6 +293,8 @@ fn aof_switched_on_at_run_time_keeps_every_lock_across_a_restart() {
     let mut server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "before", "a", "60000"]);
+    // `always`: the SIGKILL below must not lose the last second (everysec may postpone writes).
+    cmd(&mut con, &["CONFIG", "SET", "appendfsync", "always"]);
     cmd(&mut con, &["CONFIG", "SET", "appendonly", "yes"]);
     poll("the AOF rewrite", Duration::from_secs(20), || {
         (info_int(&mut con, "persistence", "aof_rewrite_in_progress") == 0
@@ -304,6 +306,7 @@ fn aof_switched_on_at_run_time_keeps_every_lock_across_a_restart() {
     let expiry = pexpiretime(&mut con, b"after");
     drop(con);
     server.keep_config("appendonly", "yes");
+    server.keep_config("appendfsync", "always");
     server.restart_without_module();
     let mut con = server.conn();
     assert_eq!(hgetall(&mut con, b"before"), vec![(b"a".to_vec(), b"1".to_vec())]);
