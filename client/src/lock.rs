@@ -124,7 +124,13 @@ impl Lock {
     pub(crate) async fn wait_on_server(&self, lease_ms: u64, wait_ms: u64) -> Result<bool> {
         let (reply_tx, reply_rx) = oneshot::channel();
         tokio::spawn(self.clone().blocking_wait(lease_ms, wait_ms, reply_tx));
-        reply_rx.await.unwrap_or_else(|_| {
+        let mut pending = PendingGrant { reply: Some(reply_rx), lock: self.clone() };
+        let Some(reply) = pending.reply.as_mut() else {
+            unreachable!("set just above");
+        };
+        let answer = reply.await;
+        pending.reply = None; // consumed: nothing left for Drop to settle
+        answer.unwrap_or_else(|_| {
             Err(Error::Redis(RedisError::from((
                 redis::ErrorKind::Io,
                 "the task waiting for the lock stopped",
@@ -321,6 +327,30 @@ impl Lock {
         let deleted: i64 =
             redis::cmd("RLOCK.FORCERELEASE").arg(&*self.name).query_async(&mut self.conn()).await?;
         Ok(deleted == 1)
+    }
+}
+
+/// The receiving end of a server-side wait. If the caller drops the acquire future after the
+/// waiting task sent a grant but before it was read, the grant would be lost with the channel:
+/// on drop, the channel is closed (so a later send fails, and the sender releases) and a grant
+/// already sent is released here. Exactly one side releases.
+struct PendingGrant {
+    reply: Option<oneshot::Receiver<Result<bool>>>,
+    lock: Lock,
+}
+
+impl Drop for PendingGrant {
+    fn drop(&mut self) {
+        let Some(mut reply) = self.reply.take() else { return };
+        reply.close();
+        if let Ok(Ok(true)) = reply.try_recv() {
+            let lock = self.lock.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = lock.release_once().await;
+                });
+            }
+        }
     }
 }
 
