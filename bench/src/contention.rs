@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 use rlock_tests_integration::Server;
@@ -87,24 +86,10 @@ async fn client(
                     .expect("acquire");
                 assert_eq!(reply, Value::Nil);
             }
-            Style::Redisson => loop {
-                let pttl: Option<i64> = redis::cmd("EVALSHA")
-                    .arg(&scripts.acquire)
-                    .arg(1)
-                    .arg(LOCK)
-                    .arg(30_000)
-                    .arg(&owner)
-                    .query_async(&mut con)
-                    .await
-                    .expect("lua acquire");
-                let Some(pttl) = pttl else { break };
-                let wait = Duration::from_millis(u64::try_from(pttl).unwrap_or(30_000).max(1));
+            Style::Redisson => {
                 let stream = messages.as_mut().expect("subscribed");
-                tokio::select! {
-                    _ = stream.next() => {}
-                    () = tokio::time::sleep(wait) => {}
-                }
-            },
+                util::redisson_acquire(&mut con, &scripts, LOCK, 30_000, &owner, stream).await;
+            }
             Style::SetNxPoll => loop {
                 let ok: Option<String> = redis::cmd("SET")
                     .arg(LOCK)
@@ -136,17 +121,7 @@ async fn client(
                     .expect("release");
             }
             Style::Redisson => {
-                let _: Option<i64> = redis::cmd("EVALSHA")
-                    .arg(&scripts.release)
-                    .arg(2)
-                    .arg(LOCK)
-                    .arg(channel(LOCK))
-                    .arg(0)
-                    .arg(30_000)
-                    .arg(&owner)
-                    .query_async(&mut con)
-                    .await
-                    .expect("lua release");
+                util::redisson_release(&mut con, &scripts, LOCK, 30_000, &owner).await;
             }
             Style::SetNxPoll => {
                 let _: i64 = redis::cmd("EVALSHA")

@@ -119,6 +119,21 @@ const NAMES: [(&str, &str); 4] = [
     ("renew", "PEXPIRE"),
 ];
 
+fn row(name: &str, floor: &str, t: &Trio) -> Vec<String> {
+    vec![
+        name.to_owned(),
+        num(t.rlock.usec),
+        num(t.lua.usec),
+        floor.to_owned(),
+        num(t.floor.usec),
+        ratio(t.rlock.usec, t.lua.usec),
+        ratio(t.rlock.usec, t.floor.usec),
+        num(t.rlock.ops_per_sec),
+        num(t.lua.ops_per_sec),
+        num(t.floor.ops_per_sec),
+    ]
+}
+
 pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     let mut section = Section::new(
         "1. Server cost per command",
@@ -146,18 +161,7 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     let results = run_on(&server, n).await;
     drop(server);
     for ((name, floor), t) in NAMES.iter().zip(&results) {
-        section.row(vec![
-            (*name).to_owned(),
-            num(t.rlock.usec),
-            num(t.lua.usec),
-            (*floor).to_owned(),
-            num(t.floor.usec),
-            ratio(t.rlock.usec, t.lua.usec),
-            ratio(t.rlock.usec, t.floor.usec),
-            num(t.rlock.ops_per_sec),
-            num(t.lua.ops_per_sec),
-            num(t.floor.ops_per_sec),
-        ]);
+        section.row(row(name, floor, t));
     }
     let [acquire, _, release, _] = &results;
     let targets = vec![
@@ -176,18 +180,7 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
         .start();
     let with_aof = run_on(&aof, n / 2).await;
     for ((name, floor), t) in NAMES.iter().zip(&with_aof) {
-        section.row(vec![
-            format!("{name}, AOF on"),
-            num(t.rlock.usec),
-            num(t.lua.usec),
-            (*floor).to_owned(),
-            num(t.floor.usec),
-            ratio(t.rlock.usec, t.lua.usec),
-            ratio(t.rlock.usec, t.floor.usec),
-            num(t.rlock.ops_per_sec),
-            num(t.lua.ops_per_sec),
-            num(t.floor.ops_per_sec),
-        ]);
+        section.row(row(&format!("{name}, AOF on"), floor, t));
     }
     (section, targets)
 }

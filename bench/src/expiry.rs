@@ -3,9 +3,7 @@
 //! PEXPIRETIME; the grant time is the new holder's PEXPIRETIME minus its lease.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures_util::StreamExt;
 use redis::Value;
 
 use crate::report::{num, Section, Target};
@@ -29,23 +27,15 @@ async fn round(
     let mut waiter = util::conn(&server).await;
     if pubsub {
         let mut messages = util::subscription(&server, &channel(&key)).await.into_on_message();
-        loop {
-            let pttl: Option<i64> = redis::cmd("EVALSHA")
-                .arg(&scripts.acquire)
-                .arg(1)
-                .arg(&key)
-                .arg(NEXT_LEASE)
-                .arg("next")
-                .query_async(&mut waiter)
-                .await
-                .expect("acquire");
-            let Some(pttl) = pttl else { break };
-            let wait = Duration::from_millis(u64::try_from(pttl).unwrap_or(1).max(1));
-            tokio::select! {
-                _ = messages.next() => {}
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
+        util::redisson_acquire(
+            &mut waiter,
+            &scripts,
+            &key,
+            NEXT_LEASE as u64,
+            "next",
+            &mut messages,
+        )
+        .await;
     } else {
         let r: Value = redis::cmd("RLOCK.ACQUIRE")
             .arg(&key)

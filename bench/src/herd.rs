@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use redis::Value;
 
 use crate::report::{num, ratio, Section, Target};
@@ -39,34 +38,9 @@ async fn commands_per_handoff(waiters: usize, pubsub: bool) -> f64 {
             if let Some(ps) = sub {
                 let mut messages = ps.into_on_message();
                 ready.fetch_add(1, Ordering::SeqCst);
-                loop {
-                    let pttl: Option<i64> = redis::cmd("EVALSHA")
-                        .arg(&scripts.acquire)
-                        .arg(1)
-                        .arg(LOCK)
-                        .arg(60_000)
-                        .arg(&owner)
-                        .query_async(&mut con)
-                        .await
-                        .expect("acquire");
-                    let Some(pttl) = pttl else { break };
-                    let wait = Duration::from_millis(u64::try_from(pttl).unwrap_or(60_000).max(1));
-                    tokio::select! {
-                        _ = messages.next() => {}
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-                let _: Option<i64> = redis::cmd("EVALSHA")
-                    .arg(&scripts.release)
-                    .arg(2)
-                    .arg(LOCK)
-                    .arg(channel(LOCK))
-                    .arg(0)
-                    .arg(60_000)
-                    .arg(&owner)
-                    .query_async(&mut con)
-                    .await
-                    .expect("release");
+                util::redisson_acquire(&mut con, &scripts, LOCK, 60_000, &owner, &mut messages)
+                    .await;
+                util::redisson_release(&mut con, &scripts, LOCK, 60_000, &owner).await;
             } else {
                 let mut acquire = redis::cmd("RLOCK.ACQUIRE");
                 acquire.arg(LOCK).arg(&owner).arg(60_000).arg("WAIT").arg(0);

@@ -154,6 +154,59 @@ impl Scripts {
     }
 }
 
+/// A Redisson-style acquire: the Lua acquire; when busy, wait for an unlock message on the
+/// client's subscription (`messages`) or for the holder's PTTL, whichever is first; retry.
+pub async fn redisson_acquire<S>(
+    con: &mut MultiplexedConnection,
+    scripts: &Scripts,
+    lock: &str,
+    lease_ms: u64,
+    owner: &str,
+    messages: &mut S,
+) where
+    S: futures_util::Stream + Unpin,
+{
+    use futures_util::StreamExt;
+    loop {
+        let pttl: Option<i64> = redis::cmd("EVALSHA")
+            .arg(&scripts.acquire)
+            .arg(1)
+            .arg(lock)
+            .arg(lease_ms)
+            .arg(owner)
+            .query_async(con)
+            .await
+            .expect("lua acquire");
+        let Some(pttl) = pttl else { return };
+        let wait = Duration::from_millis(u64::try_from(pttl).unwrap_or(lease_ms).max(1));
+        tokio::select! {
+            _ = messages.next() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// The Redisson-style release (publishes the unlock message when freed).
+pub async fn redisson_release(
+    con: &mut MultiplexedConnection,
+    scripts: &Scripts,
+    lock: &str,
+    lease_ms: u64,
+    owner: &str,
+) {
+    let _: Option<i64> = redis::cmd("EVALSHA")
+        .arg(&scripts.release)
+        .arg(2)
+        .arg(lock)
+        .arg(channel(lock))
+        .arg(0)
+        .arg(lease_ms)
+        .arg(owner)
+        .query_async(con)
+        .await
+        .expect("lua release");
+}
+
 /// The unlock channel of lock `key`.
 pub fn channel(key: &str) -> String {
     format!("redisson_lock__channel:{{{key}}}")

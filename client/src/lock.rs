@@ -354,15 +354,20 @@ impl Drop for PendingGrant {
     }
 }
 
-/// A renewal task: renews every third of the lease until the lock is found gone (or the owner
-/// of this value drops it, which stops the task). Errors are retried while the lease may still
-/// be alive. `lost` turns true when it gives up.
-pub(crate) struct Watchdog {
-    task: JoinHandle<()>,
-    pub(crate) lost: watch::Receiver<bool>,
+/// A guard's lease renewal (its watchdog), and the loss it reports: renews every third of the
+/// lease until the lock is found gone, or until stopped (on release or drop). Errors are retried
+/// while the lease may still be alive. Without a watchdog, no loss is ever reported.
+pub(crate) struct Renewal {
+    task: Option<JoinHandle<()>>,
+    lost: watch::Receiver<bool>,
 }
 
-impl Watchdog {
+impl Renewal {
+    /// No watchdog (a guard with an explicit lease).
+    pub(crate) fn none() -> Self {
+        Self { task: None, lost: watch::channel(false).1 }
+    }
+
     /// Starts renewing with `renew` (`Ok(false)`: the lock is gone).
     pub(crate) fn start<F, Fut>(lease_ms: u64, renew: F) -> Self
     where
@@ -385,26 +390,33 @@ impl Watchdog {
             }
             let _ = lost_tx.send(true);
         });
-        Self { task, lost }
+        Self { task: Some(task), lost }
     }
 
-    /// A receiver that never turns true (no watchdog).
-    pub(crate) fn never() -> watch::Receiver<bool> {
-        watch::channel(false).1
+    /// Stops renewing.
+    pub(crate) fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Whether the watchdog found the lock gone.
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Resolves when the watchdog finds the lock gone; never if it stops without a loss.
+    pub(crate) async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        if lost.wait_for(|&lost| lost).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
-impl Drop for Watchdog {
+impl Drop for Renewal {
     fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Resolves when `lost` turns true; never, if its watchdog stops without a loss.
-pub(crate) async fn until_lost(lost: &watch::Receiver<bool>) {
-    let mut lost = lost.clone();
-    if lost.wait_for(|&lost| lost).await.is_err() {
-        std::future::pending::<()>().await;
+        self.stop();
     }
 }
 
@@ -413,8 +425,7 @@ pub(crate) async fn until_lost(lost: &watch::Receiver<bool>) {
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     lock: Lock,
-    watchdog: Option<Watchdog>,
-    lost: watch::Receiver<bool>,
+    renewal: Renewal,
     released: bool,
 }
 
@@ -422,23 +433,24 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("lock", &self.lock)
-            .field("watchdog", &self.watchdog.is_some())
-            .field("lost", &*self.lost.borrow())
+            .field("watchdog", &self.renewal.task.is_some())
+            .field("lost", &self.renewal.is_lost())
             .finish()
     }
 }
 
 impl LockGuard {
     fn new(lock: Lock, lease_ms: u64, watchdog: bool) -> Self {
-        let watchdog = watchdog.then(|| {
+        let renewal = if watchdog {
             let renewing = lock.clone();
-            Watchdog::start(lease_ms, move || {
+            Renewal::start(lease_ms, move || {
                 let lock = renewing.clone();
                 async move { lock.renew(lease_ms).await }
             })
-        });
-        let lost = watchdog.as_ref().map_or_else(Watchdog::never, |w| w.lost.clone());
-        Self { lock, watchdog, lost, released: false }
+        } else {
+            Renewal::none()
+        };
+        Self { lock, renewal, released: false }
     }
 
     /// The lock this guard holds.
@@ -451,13 +463,13 @@ impl LockGuard {
     /// out). Always `false` for a guard with an explicit lease, which has no watchdog.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        self.renewal.is_lost()
     }
 
     /// Resolves when the watchdog finds the lock gone; never, for a guard with an explicit
     /// lease (which has no watchdog).
     pub async fn lost(&self) {
-        until_lost(&self.lost).await;
+        self.renewal.lost().await;
     }
 
     /// Releases this hold.
@@ -467,7 +479,7 @@ impl LockGuard {
     /// it was force-released); [`Error::Redis`] when Redis fails.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        self.watchdog = None; // stops renewing first
+        self.renewal.stop(); // stops renewing first
         self.lock.release_once().await
     }
 }
@@ -477,7 +489,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        self.watchdog = None;
+        self.renewal.stop();
         let lock = self.lock.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

@@ -4,10 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::lock::{until_lost, Watchdog};
+use crate::lock::Renewal;
 use crate::{millis, Error, Lock, LockClient, Result};
 
 /// The same named lock on N independent servers, held on all of them or none (Redisson's
@@ -261,8 +260,7 @@ pub struct MultiGuard {
     locks: Vec<Lock>,
     quorum: usize,
     validity: Option<Duration>,
-    watchdog: Option<Watchdog>,
-    lost: watch::Receiver<bool>,
+    renewal: Renewal,
     released: bool,
 }
 
@@ -278,9 +276,11 @@ impl fmt::Debug for MultiGuard {
 
 impl MultiGuard {
     fn new(locks: Vec<Lock>, quorum: usize, lease_ms: u64, watchdog: bool) -> Self {
-        let watchdog = watchdog.then(|| {
+        let renewal = if !watchdog {
+            Renewal::none()
+        } else {
             let renewing = locks.clone();
-            Watchdog::start(lease_ms, move || {
+            Renewal::start(lease_ms, move || {
                 let locks = renewing.clone();
                 async move {
                     let renewals = locks.iter().map(|l| l.renew(lease_ms));
@@ -292,9 +292,8 @@ impl MultiGuard {
                     Ok(renewed >= quorum)
                 }
             })
-        });
-        let lost = watchdog.as_ref().map_or_else(Watchdog::never, |w| w.lost.clone());
-        Self { locks, quorum, validity: None, watchdog, lost, released: false }
+        };
+        Self { locks, quorum, validity: None, renewal, released: false }
     }
 
     /// For a [`RedLock`]: how long the lock was valid for when it was granted (the lease minus
@@ -307,12 +306,12 @@ impl MultiGuard {
     /// Whether the watchdog found too few servers still holding the lock.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        self.renewal.is_lost()
     }
 
     /// Resolves when the watchdog finds the lock lost; never without a watchdog.
     pub async fn lost(&self) {
-        until_lost(&self.lost).await;
+        self.renewal.lost().await;
     }
 
     /// Releases the lock on every server.
@@ -321,7 +320,7 @@ impl MultiGuard {
     /// [`Error::NotHeld`] when fewer servers than required (all, or a majority) still held it.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        self.watchdog = None;
+        self.renewal.stop();
         let released = release_everywhere(&self.locks, Duration::from_secs(5)).await;
         if released >= self.quorum {
             Ok(())
@@ -336,7 +335,7 @@ impl Drop for MultiGuard {
         if self.released {
             return;
         }
-        self.watchdog = None;
+        self.renewal.stop();
         let locks = std::mem::take(&mut self.locks);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

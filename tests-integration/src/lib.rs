@@ -285,6 +285,23 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
 }
 
+/// Waits until `replica` reports its link to the master up.
+pub fn wait_link_up(replica: &mut Connection) {
+    poll("the replica link", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO").arg("replication").query(replica).ok()?;
+        info.contains("master_link_status:up").then_some(())
+    });
+}
+
+/// Waits until `master` counts a replica as online (what `WAIT` counts).
+pub fn wait_replica_online(master: &Server) {
+    let mut m = master.conn();
+    poll("the replica online", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut m).ok()?;
+        info.contains("state=online").then_some(())
+    });
+}
+
 /// Polls `check` every few ms until it returns `Some`, for at most `limit`.
 ///
 /// # Panics

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redis::{Connection, Script, Value};
-use rlock_tests_integration::{hgetall, pexpiretime, poll, run_str, Server};
+use rlock_tests_integration::{hgetall, pexpiretime, poll, run_str, wait_link_up, Server};
 
 fn cmd(con: &mut Connection, args: &[&str]) -> Value {
     run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
@@ -112,10 +112,7 @@ fn a_replica_without_the_module_gets_the_hash_its_expiry_and_the_unlock_message(
     let replica = Server::builder().without_module().replica_of(&master).start();
     let mut m = master.conn();
     let mut r = replica.conn();
-    poll("the replica link", Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).ok()?;
-        info.contains("master_link_status:up").then_some(())
-    });
+    wait_link_up(&mut r);
 
     cmd(&mut m, &["RLOCK.ACQUIRE", "l", "owner-1", "60000"]);
     cmd(&mut m, &["RLOCK.ACQUIRE", "l", "owner-1", "60000"]);
@@ -233,13 +230,6 @@ fn acl_key_patterns_are_enforced_and_a_read_only_permission_allows_only_pttl_and
         run_str(&mut reader, &["RLOCK.PTTL", "other:1"]).is_err_and(|e| e.starts_with("NOPERM"))
     );
     assert_eq!(hgetall(&mut admin, b"lock:1"), vec![(b"x".to_vec(), b"1".to_vec())]);
-}
-
-fn wait_link_up(replica: &mut Connection) {
-    poll("the replica link", Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(replica).ok()?;
-        info.contains("master_link_status:up").then_some(())
-    });
 }
 
 fn info_int(con: &mut Connection, section: &str, field: &str) -> i64 {

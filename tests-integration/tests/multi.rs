@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use rlock_client::{Error, LockClient, MultiLock, Options, RedLock, Remaining};
-use rlock_tests_integration::{poll, Server};
+use rlock_tests_integration::{wait_replica_online, Server};
 use tokio::time::{timeout, Instant};
 
 async fn clients(servers: &[Server]) -> Vec<LockClient> {
@@ -24,15 +24,6 @@ async fn holder_of(server: &Server, name: &str) -> Vec<(String, i64)> {
     let mut pairs: Vec<(String, i64)> = con.hgetall(name).await.expect("HGETALL");
     pairs.sort();
     pairs
-}
-
-/// Waits until the master counts the replica as online (what `WAIT` counts).
-fn wait_replica_online(master: &Server) {
-    let mut m = master.conn();
-    poll("the replica online", Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut m).ok()?;
-        info.contains("state=online").then_some(())
-    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    blocked_clients, hgetall, info_field, pexpiretime, poll, run_str, Pending, Server,
+    blocked_clients, hgetall, info_field, pexpiretime, poll, run_str, wait_link_up, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -300,10 +300,7 @@ fn a_replica_without_the_module_ends_with_the_waiter_as_holder() {
     let replica = Server::builder().without_module().replica_of(&master).start();
     let mut m = master.conn();
     let mut r = replica.conn();
-    poll("the replica link", Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).ok()?;
-        info.contains("master_link_status:up").then_some(())
-    });
+    wait_link_up(&mut r);
     cmd(&mut m, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
     let waiter = wait_for(&master, &mut m, "l", "b", "0");
     cmd(&mut m, &["RLOCK.RELEASE", "l", "a"]);
