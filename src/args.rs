@@ -46,8 +46,9 @@ impl Arg for redis_module::RedisString {
     }
 }
 
-/// Option word of `RLOCK.ACQUIRE`: `WAIT timeout-ms` (matched case-insensitively).
+/// Option words of `RLOCK.ACQUIRE` (matched case-insensitively): `WAIT timeout-ms`, `TOKEN`.
 pub const WAIT: &[u8] = b"WAIT";
+pub const TOKEN: &[u8] = b"TOKEN";
 
 /// How long `RLOCK.ACQUIRE ... WAIT` may block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,7 +184,7 @@ impl<'a, A: Arg> Parser<'a, A> {
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms]`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN]`
 #[derive(Debug)]
 pub struct Acquire<'a, A> {
     pub key: &'a A,
@@ -191,6 +192,8 @@ pub struct Acquire<'a, A> {
     pub lease: Lease,
     /// `WAIT timeout-ms`: block while another owner holds the lock.
     pub wait: Option<WaitFor>,
+    /// `TOKEN`: a grant also yields a fencing token (reply `[1, token]` / `[0, pttl]`).
+    pub token: bool,
 }
 
 impl<'a, A: Arg> Acquire<'a, A> {
@@ -199,14 +202,19 @@ impl<'a, A: Arg> Acquire<'a, A> {
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 4)?;
         let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
-        let wait = if p.option(WAIT) {
-            let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
-            Some(WaitFor::parse(timeout.bytes())?)
-        } else {
-            None
-        };
+        let (mut wait, mut token) = (None, false);
+        loop {
+            if wait.is_none() && p.option(WAIT) {
+                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
+                wait = Some(WaitFor::parse(timeout.bytes())?);
+            } else if !token && p.option(TOKEN) {
+                token = true;
+            } else {
+                break;
+            }
+        }
         p.finish()?;
-        Ok(Self { key, owner, lease, wait })
+        Ok(Self { key, owner, lease, wait, token })
     }
 }
 

@@ -21,6 +21,8 @@ use crate::waiting;
 /// Redisson's unlock channel is `redisson_lock__channel:{<lock name>}`.
 const CHANNEL_PREFIX: &[u8] = b"redisson_lock__channel:{";
 const CHANNEL_SUFFIX: &[u8] = b"}";
+/// Where Redisson's RFencedLock keeps a lock's token counter: `redisson_lock_token:{<name>}`.
+const TOKEN_PREFIX: &[u8] = b"redisson_lock_token:{";
 /// Redisson's unlock message.
 const UNLOCK_MESSAGE: &[u8] = b"0";
 
@@ -36,24 +38,106 @@ fn guarded(ctx: &Context, body: impl FnOnce() -> Result<RedisValue, LockError>) 
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms]`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Acquire::parse(&argv)?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        // The token counter is checked before anything is written.
+        let fencing = cmd.token.then(|| Fencing::open(ctx, cmd.key)).transpose()?;
         let key = LockKey::open(ctx, cmd.key, true);
         waiting::settle(ctx, &key, cmd.key);
         let plan = rules::acquire(view_as(&key, Some(cmd.owner))?, deadline)?;
         match (plan.reply, cmd.wait) {
             (Reply::Int(holder_pttl), Some(wait)) if raw::may_block(ctx) => {
-                drop(key);
+                drop((key, fencing));
                 let lock = waiting::lock_name(ctx, cmd.key);
-                waiting::block(ctx, lock, cmd.owner.as_slice(), cmd.lease, wait, holder_pttl);
+                let request = waiting::WaitRequest {
+                    owner: cmd.owner.as_slice(),
+                    lease: cmd.lease,
+                    wait,
+                    token: cmd.token,
+                };
+                waiting::block(ctx, lock, &request, holder_pttl);
                 Ok(RedisValue::NoReply)
             }
-            _ => Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan)),
+            _ => {
+                let reply = execute(ctx, &key, cmd.key, Some(cmd.owner), &plan);
+                match (fencing, plan.reply) {
+                    (None, _) => Ok(reply),
+                    (Some(fencing), Reply::Nil) => Ok(token_reply(Some(fencing.next(ctx)?))),
+                    (Some(_), Reply::Int(pttl)) => Ok(busy_reply(pttl)),
+                }
+            }
         }
     })
+}
+
+/// A lock's fencing-token counter, `redisson_lock_token:{<lock>}` (where Redisson's RFencedLock
+/// keeps its own): a plain integer string, never expiring, incremented by every grant that asks
+/// for a token, so each token is strictly greater than every one before it, across releases,
+/// expiries, restarts and failovers (it is replicated as plain data).
+pub struct Fencing {
+    name: RedisString,
+    key: LockKey,
+    current: u64,
+}
+
+impl Fencing {
+    /// Opens and reads the counter of the lock `lock`.
+    ///
+    /// # Errors
+    /// `WRONGTYPE` or [`LockError::CorruptToken`] when the counter key holds anything else.
+    pub fn open(ctx: &Context, lock: &RedisString) -> Result<Self, LockError> {
+        let name = token_key_name(ctx, lock);
+        let key = LockKey::open(ctx, &name, true);
+        let current = match key.kind() {
+            KeyKind::Empty => rules::parse_token(None)?,
+            KeyKind::String => rules::parse_token(Some(&key.string_value()))?,
+            KeyKind::Hash | KeyKind::Other => return Err(LockError::WrongType),
+        };
+        Ok(Self { name, key, current })
+    }
+
+    /// The last token granted (0: none yet).
+    pub const fn current(&self) -> u64 {
+        self.current
+    }
+
+    /// Takes the next token: stores and replicates it (`SET`, an absolute value).
+    ///
+    /// # Errors
+    /// [`LockError::CorruptToken`] when the counter cannot grow.
+    pub fn next(self, ctx: &Context) -> Result<u64, LockError> {
+        let token = rules::next_token(self.current)?;
+        let value = raw::int_string(ctx, token as i64);
+        self.key.string_set(&value);
+        if waiting::outside_command() || raw::propagation_possible(ctx) {
+            raw::replicate(ctx, c"SET", &[&self.name, &value]);
+        } else {
+            raw::count_unpropagated_write(ctx);
+        }
+        Ok(token)
+    }
+}
+
+/// `redisson_lock_token:{<key>}`, binary-safe (same slot as the lock in a cluster).
+fn token_key_name(ctx: &Context, name: &RedisString) -> RedisString {
+    RedisString::create_from_slice(
+        ctx.get_raw(),
+        &[TOKEN_PREFIX, name.bytes(), CHANNEL_SUFFIX].concat(),
+    )
+}
+
+/// `[1, token]`: held, with this fencing token (`nil` if the counter could not be read).
+pub fn token_reply(token: Option<u64>) -> RedisValue {
+    let token = token.map_or(RedisValue::Null, |t| RedisValue::Integer(t as i64));
+    RedisValue::Array(vec![RedisValue::Integer(1), token])
+}
+
+/// `[0, pttl]`: not held; the holder's remaining lease.
+pub fn busy_reply(pttl: i64) -> RedisValue {
+    RedisValue::Array(vec![RedisValue::Integer(0), RedisValue::Integer(pttl)])
 }
 
 /// `RLOCK.RELEASE key owner [lease-ms]`
@@ -130,6 +214,7 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let (owner, count) = only_field(ctx, cmd.key)?;
         let count = rules::parse_count(&count)?;
         let waiters = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice());
+        let token = last_token(ctx, cmd.key)?;
         raw::reply_map(
             ctx,
             &[
@@ -137,10 +222,21 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 ("count", Field::Int(count as i64)),
                 ("pttl", Field::Int(pttl)),
                 ("waiters", Field::Int(waiters as i64)),
+                ("token", Field::Int(token as i64)),
             ],
         );
         Ok(RedisValue::NoReply)
     })
+}
+
+/// The last fencing token granted for a lock (0: none), read-only.
+fn last_token(ctx: &Context, lock: &RedisString) -> Result<u64, LockError> {
+    let key = LockKey::open(ctx, &token_key_name(ctx, lock), false);
+    match key.kind() {
+        KeyKind::Empty => Ok(0),
+        KeyKind::String => rules::parse_token(Some(&key.string_value())),
+        KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
+    }
 }
 
 /// The one field and value of a one-field hash. The low-level API has no field iteration on
@@ -164,7 +260,7 @@ fn only_field(ctx: &Context, key: &RedisString) -> Result<(Vec<u8>, Vec<u8>), Lo
 fn view_as(key: &LockKey, owner: Option<&RedisString>) -> Result<View, LockError> {
     match key.kind() {
         KeyKind::Empty => Ok(View::Free),
-        KeyKind::Other => Err(LockError::WrongType),
+        KeyKind::Other | KeyKind::String => Err(LockError::WrongType),
         KeyKind::Hash => {
             let mine = match owner.and_then(|o| key.hash_get(o)) {
                 Some(count) => Some(rules::parse_count(count.as_bytes())?),

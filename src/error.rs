@@ -31,6 +31,8 @@ pub enum LockError {
     CorruptCount,
     /// Re-entering would take the hold count past the largest integer Redis stores.
     CountOverflow,
+    /// The fencing-token counter key holds something other than a non-negative integer.
+    CorruptToken,
     /// The key is a hash but not a reentrant lock (`RLOCK.INFO` needs exactly one owner field).
     NotALock,
     /// A bug in the module, caught before it could take the server down.
@@ -58,6 +60,9 @@ impl LockError {
                 "ERR the lock hash holds a hold count for this owner that is not a positive integer"
             }
             Self::CountOverflow => "ERR hold count overflow",
+            Self::CorruptToken => {
+                "ERR the fencing token counter (redisson_lock_token:{key}) is not a non-negative integer"
+            }
             Self::NotALock => {
                 "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"
             }

@@ -29,6 +29,8 @@ pub struct Waiter<H> {
     pub owner: Vec<u8>,
     /// The lease the waiter gets when granted.
     pub lease: Lease,
+    /// Whether it asked for a fencing token.
+    pub token: bool,
     pub handle: H,
     /// Where its timeout sits in the schedule, if it has one.
     timeout: Option<Slot>,
@@ -85,6 +87,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         lock: LockName,
         owner: Vec<u8>,
         lease: Lease,
+        token: bool,
         handle: H,
         timeout_at: Option<i64>,
     ) -> WaiterId {
@@ -95,7 +98,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         queue.order.push_back(id);
         queue.live += 1;
         self.by_handle.insert(handle, id);
-        self.waiters.insert(id, Waiter { id, lock, owner, lease, handle, timeout });
+        self.waiters.insert(id, Waiter { id, lock, owner, lease, token, handle, timeout });
         id
     }
 

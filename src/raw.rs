@@ -55,6 +55,8 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_ValueLength,
         RedisModule_HashGet,
         RedisModule_HashSet,
+        RedisModule_StringDMA,
+        RedisModule_StringSet,
         RedisModule_DeleteKey,
         RedisModule_GetExpire,
         RedisModule_SetExpire,
@@ -90,6 +92,7 @@ pub fn now_ms() -> i64 {
 pub enum KeyKind {
     Empty,
     Hash,
+    String,
     Other,
 }
 
@@ -125,6 +128,7 @@ impl LockKey {
         match unsafe { key_type(self.key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY => KeyKind::Empty,
             raw::REDISMODULE_KEYTYPE_HASH => KeyKind::Hash,
+            raw::REDISMODULE_KEYTYPE_STRING => KeyKind::String,
             _ => KeyKind::Other,
         }
     }
@@ -180,6 +184,35 @@ impl LockKey {
                 ptr::null_mut::<c_void>(),
             );
         }
+    }
+
+    /// A string key's value (a copy). Call only when `kind()` is `String`.
+    pub fn string_value(&self) -> Vec<u8> {
+        if self.key.is_null() {
+            return Vec::new();
+        }
+        let dma = api!(RedisModule_StringDMA);
+        let mut len: usize = 0;
+        // SAFETY: the key is open and holds a string (the caller checked its kind); READ access
+        // returns a pointer to `len` bytes that stay valid until the key is modified or closed,
+        // and they are copied out before either.
+        unsafe {
+            let data = dma(self.key, &mut len, raw::REDISMODULE_READ as c_int);
+            if data.is_null() {
+                return Vec::new();
+            }
+            std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec()
+        }
+    }
+
+    /// Sets a string value (replacing what the key held). The key must be writable.
+    pub fn string_set(&self, value: &RedisString) {
+        if self.key.is_null() {
+            return;
+        }
+        let set = api!(RedisModule_StringSet);
+        // SAFETY: the key is open for writing; StringSet copies the live string it is given.
+        unsafe { set(self.key, value.inner) };
     }
 
     /// Deletes the key. The key must be writable.

@@ -169,3 +169,22 @@ pub const fn pttl(view: View) -> i64 {
         View::Held { pttl, .. } => pttl,
     }
 }
+
+/// Parses a fencing-token counter as stored (`None`: no counter yet, so 0).
+///
+/// # Errors
+/// [`LockError::CorruptToken`] unless it is a non-negative integer that fits an `i64`.
+pub fn parse_token(stored: Option<&[u8]>) -> Result<u64, LockError> {
+    match stored {
+        None | Some(b"0") => Ok(0),
+        Some(bytes) => crate::args::parse_positive(bytes).ok_or(LockError::CorruptToken),
+    }
+}
+
+/// The token of the next grant: strictly greater than every token granted before.
+///
+/// # Errors
+/// [`LockError::CorruptToken`] when the counter is at the largest integer Redis stores.
+pub fn next_token(current: u64) -> Result<u64, LockError> {
+    current.checked_add(1).filter(|&t| t <= i64::MAX as u64).ok_or(LockError::CorruptToken)
+}

@@ -38,10 +38,10 @@ use crate::rules::{Deadline, Plan, Reply, Write};
 /// What a blocked waiter is unblocked with; its reply callback turns it into the reply.
 #[derive(Debug)]
 pub enum Outcome {
-    /// It holds the lock: reply nil.
-    Granted { lock: LockName, owner: Vec<u8> },
-    /// Its budget ran out: reply the holder's remaining lease.
-    TimedOut(i64),
+    /// It holds the lock: reply nil, or `[1, token]` if it asked for a fencing token.
+    Granted { lock: LockName, owner: Vec<u8>, token: Option<Option<u64>> },
+    /// Its budget ran out: reply the holder's remaining lease (`[0, pttl]` with TOKEN).
+    TimedOut { pttl: i64, token: bool },
     /// Reply this error.
     Failed(LockError),
     /// Reply this cluster redirection (`MOVED ...`, `ASK ...`, `CLUSTERDOWN ...`).
@@ -137,16 +137,19 @@ pub fn waiting(db: i32, key: &[u8]) -> usize {
     with_queues(|q| q.waiting(db, key))
 }
 
+/// What a blocking `RLOCK.ACQUIRE` asked for.
+pub struct WaitRequest<'a> {
+    pub owner: &'a [u8],
+    pub lease: Lease,
+    pub wait: WaitFor,
+    /// It asked for a fencing token (`TOKEN`).
+    pub token: bool,
+}
+
 /// Blocks the calling client until it holds the lock or `wait` passes. `holder_pttl`: the
 /// current holder's remaining lease (-1: none), when the lock is worth checking again.
-pub fn block(
-    ctx: &Context,
-    lock: LockName,
-    owner: &[u8],
-    lease: Lease,
-    wait: WaitFor,
-    holder_pttl: i64,
-) {
+pub fn block(ctx: &Context, lock: LockName, request: &WaitRequest<'_>, holder_pttl: i64) {
+    let WaitRequest { owner, lease, wait, token } = *request;
     let bc = raw::block_client(ctx);
     let now = raw::now_ms();
     let timeout_at = match wait {
@@ -154,7 +157,7 @@ pub fn block(
         WaitFor::Millis(ms) => Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))),
     };
     with_queues(|q| {
-        q.push(lock.clone(), owner.to_vec(), lease, bc, timeout_at);
+        q.push(lock.clone(), owner.to_vec(), lease, token, bc, timeout_at);
         if holder_pttl >= 0 {
             q.schedule_lease_check(&lock, lease_end(now, holder_pttl));
         }
@@ -258,7 +261,7 @@ pub fn settle(ctx: &Context, key: &LockKey, name: &RedisString) {
                 arm(ctx);
             }
         }
-        KeyKind::Other => {}
+        KeyKind::Other | KeyKind::String => {}
     }
 }
 
@@ -297,9 +300,14 @@ pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
         reply: Reply::Nil,
     };
     crate::commands::execute(ctx, key, name, Some(&owner), &grant);
+    // A waiter that asked for a fencing token gets the next one (none if the counter is bad:
+    // the grant stands, the reply says `[1, nil]`).
+    let token = waiter
+        .token
+        .then(|| crate::commands::Fencing::open(ctx, name).and_then(|f| f.next(ctx)).ok());
     raw::unblock_client(
         waiter.handle,
-        Some(Outcome::Granted { lock: lock.clone(), owner: waiter.owner }),
+        Some(Outcome::Granted { lock: lock.clone(), owner: waiter.owner, token }),
     );
     bump(&STATS.handoffs);
     with_queues(|q| q.schedule_lease_check(lock, deadline.unix_ms().saturating_add(1)));
@@ -310,8 +318,12 @@ pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
 /// The reply of a client this module unblocked.
 pub fn reply(ctx: &Context, outcome: Option<&Outcome>) {
     let result: RedisResult = match outcome {
-        Some(Outcome::Granted { .. }) => Ok(RedisValue::Null),
-        Some(Outcome::TimedOut(pttl)) => Ok(RedisValue::Integer(*pttl)),
+        Some(Outcome::Granted { token: None, .. }) => Ok(RedisValue::Null),
+        Some(Outcome::Granted { token: Some(token), .. }) => {
+            Ok(crate::commands::token_reply(*token))
+        }
+        Some(Outcome::TimedOut { pttl, token: false }) => Ok(RedisValue::Integer(*pttl)),
+        Some(Outcome::TimedOut { pttl, token: true }) => Ok(crate::commands::busy_reply(*pttl)),
         Some(Outcome::Failed(e)) => Err((*e).into()),
         Some(Outcome::Redirect(e)) => Err(redis_module::RedisError::String(e.clone())),
         None => Err(LockError::Internal.into()),
@@ -327,7 +339,9 @@ pub fn unblocked_by_command(ctx: &Context, bc: Blocked) {
     };
     bump(&STATS.left);
     let pttl = holder_pttl(ctx, &waiter.lock);
-    ctx.reply(Ok(RedisValue::Integer(pttl)));
+    let reply =
+        if waiter.token { crate::commands::busy_reply(pttl) } else { RedisValue::Integer(pttl) };
+    ctx.reply(Ok(reply));
     // Redis unblocks the client itself after this callback; this frees our handle.
     raw::unblock_client(bc, None);
 }
@@ -340,7 +354,7 @@ pub fn client_gone(ctx: &Context, bc: Blocked, outcome: Option<&Outcome>) {
         return;
     }
     // Granted, but gone before its reply: the hold must not stay with a client that is gone.
-    if let Some(Outcome::Granted { lock, owner }) = outcome {
+    if let Some(Outcome::Granted { lock, owner, .. }) = outcome {
         bump(&STATS.rollbacks);
         defer(ctx, |d| d.rollback.push((lock.clone(), owner.clone())));
     }
@@ -352,7 +366,7 @@ fn holder_pttl(ctx: &Context, lock: &LockName) -> i64 {
     let key = LockKey::open(ctx, &name, false);
     match key.kind() {
         KeyKind::Hash => key.pttl(),
-        KeyKind::Empty | KeyKind::Other => -2,
+        KeyKind::Empty | KeyKind::Other | KeyKind::String => -2,
     }
 }
 
@@ -487,7 +501,7 @@ fn time_out(ctx: &Context, id: WaiterId) {
     };
     bump(&STATS.timeouts);
     let pttl = holder_pttl(ctx, &lock);
-    raw::unblock_client(waiter.handle, Some(Outcome::TimedOut(pttl)));
+    raw::unblock_client(waiter.handle, Some(Outcome::TimedOut { pttl, token: waiter.token }));
 }
 
 /// Opens the lock from a timer and settles it.

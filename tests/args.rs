@@ -114,3 +114,20 @@ fn wait_takes_a_timeout_in_ms_zero_meaning_forever_in_any_case() {
     );
     assert!(LockError::InvalidTimeout.message().starts_with("ERR timeout-ms"));
 }
+
+#[test]
+fn token_is_a_flag_in_any_order_with_wait_and_only_once() {
+    let parsed = |args: &[&str]| Acquire::parse(&argv(args)).map(|a| (a.wait, a.token));
+    assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1"]), Ok((None, false)));
+    assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "token"]), Ok((None, true)));
+    assert_eq!(
+        parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "TOKEN", "WAIT", "5"]),
+        Ok((Some(WaitFor::Millis(5)), true))
+    );
+    assert_eq!(
+        parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "0", "Token"]),
+        Ok((Some(WaitFor::Ever), true))
+    );
+    assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "TOKEN", "TOKEN"]), Err(LockError::Syntax));
+    assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "TOKEN", "x"]), Err(LockError::Syntax));
+}

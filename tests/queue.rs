@@ -12,7 +12,7 @@ fn lease() -> Lease {
 }
 
 fn push(q: &mut Queues<u32>, key: &str, handle: u32, timeout_at: Option<i64>) -> u64 {
-    q.push(lock(key), format!("owner-{handle}").into_bytes(), lease(), handle, timeout_at)
+    q.push(lock(key), format!("owner-{handle}").into_bytes(), lease(), false, handle, timeout_at)
 }
 
 #[test]
@@ -50,7 +50,7 @@ fn locks_are_separate_per_key_and_database() {
     let mut q = Queues::default();
     push(&mut q, "a", 1, None);
     push(&mut q, "b", 2, None);
-    q.push(LockName { db: 1, key: b"a".to_vec() }, b"o".to_vec(), lease(), 3, None);
+    q.push(LockName { db: 1, key: b"a".to_vec() }, b"o".to_vec(), lease(), false, 3, None);
     assert_eq!((q.waiting(0, b"a"), q.waiting(0, b"b"), q.waiting(1, b"a")), (1, 1, 1));
     assert_eq!(q.pop_head(1, b"a").map(|w| w.handle), Some(3));
     assert_eq!(q.waiting(0, b"a"), 1);

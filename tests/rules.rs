@@ -184,3 +184,16 @@ fn an_expired_lease_frees_the_lock_without_a_message() {
     assert_eq!(m.release("a", 101), Reply::Nil, "the old owner no longer holds it");
     assert_eq!(m.published, 0);
 }
+
+#[test]
+fn token_counters_start_at_zero_and_only_grow() {
+    use rlock::rules::{next_token, parse_token};
+    assert_eq!(parse_token(None), Ok(0));
+    assert_eq!(parse_token(Some(b"0")), Ok(0));
+    assert_eq!(parse_token(Some(b"41")), Ok(41));
+    for bad in [&b"-1"[..], b"x", b"", b"1.0", b"01"] {
+        assert_eq!(parse_token(Some(bad)), Err(LockError::CorruptToken), "{bad:?}");
+    }
+    assert_eq!(next_token(41), Ok(42));
+    assert_eq!(next_token(i64::MAX as u64), Err(LockError::CorruptToken));
+}

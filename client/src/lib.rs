@@ -118,11 +118,14 @@ pub struct Options {
     /// Replicas that must acknowledge a grant before it is reported acquired, and how long to
     /// wait for them. Default: none.
     pub replica_ack: Option<(u32, Duration)>,
+    /// Ask for a fencing token with every grant ([`LockGuard::token`]). Default: off (each lock
+    /// name then keeps a counter key, `redisson_lock_token:{name}`, for good).
+    pub fencing: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { watchdog_timeout: Duration::from_secs(30), replica_ack: None }
+        Self { watchdog_timeout: Duration::from_secs(30), replica_ack: None, fencing: false }
     }
 }
 
@@ -131,6 +134,13 @@ impl Options {
     #[must_use]
     pub const fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Asks for a fencing token with every grant (see [`LockGuard::token`]).
+    #[must_use]
+    pub const fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
         self
     }
 

@@ -16,6 +16,45 @@ use crate::{millis, Error, Remaining, Result, Shared};
 /// How long a cancelled wait may take to learn whether it was granted meanwhile.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
+/// The answer to one `RLOCK.ACQUIRE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Held (taken or re-entered), with its fencing token when one was asked for.
+    Held { token: Option<u64> },
+    /// Held by another owner (or the wait timed out): the holder's remaining lease.
+    Busy { pttl: i64 },
+}
+
+impl Attempt {
+    /// Reads `nil` / `pttl`, or with `TOKEN` `[1, token]` / `[0, pttl]`.
+    fn from_reply(reply: &redis::Value) -> Result<Self> {
+        use redis::Value::{Array, Int, Nil};
+        match reply {
+            Nil => Ok(Self::Held { token: None }),
+            Int(pttl) => Ok(Self::Busy { pttl: *pttl }),
+            Array(parts) => match parts.as_slice() {
+                [Int(1), Int(token)] => Ok(Self::Held { token: u64::try_from(*token).ok() }),
+                [Int(1), Nil] => Ok(Self::Held { token: None }),
+                [Int(0), Int(pttl)] => Ok(Self::Busy { pttl: *pttl }),
+                _ => Err(unexpected(reply)),
+            },
+            _ => Err(unexpected(reply)),
+        }
+    }
+
+    pub(crate) const fn is_held(self) -> bool {
+        matches!(self, Self::Held { .. })
+    }
+}
+
+fn unexpected(reply: &redis::Value) -> Error {
+    Error::Redis(RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected RLOCK.ACQUIRE reply",
+        format!("{reply:?}"),
+    )))
+}
+
 /// How many MOVED/ASK redirections one wait follows.
 const MAX_REDIRECTS: usize = 5;
 
@@ -91,15 +130,18 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<LockGuard> {
         let lease_ms = millis(lease.unwrap_or(self.shared.options.watchdog_timeout));
-        let granted = || LockGuard::new(self.clone(), lease_ms, lease.is_none());
+        let fencing = self.shared.options.fencing;
+        let granted = |token| LockGuard::new(self.clone(), lease_ms, lease.is_none(), token);
         // Uncontended: one try on the shared connection (which then also waits for replicas).
         // In a cluster, replica acknowledgement must run on the node's own connection: the
         // server-side path does that, and returns at once when the lock is free.
         let ack_in_cluster =
             self.shared.options.replica_ack.is_some() && self.shared.target.is_cluster();
-        if !ack_in_cluster && self.try_once(lease_ms).await?.is_none() {
-            self.replicated(&mut self.conn()).await?;
-            return Ok(granted());
+        if !ack_in_cluster {
+            if let Attempt::Held { token } = self.try_once(lease_ms, fencing).await? {
+                self.replicated(&mut self.conn()).await?;
+                return Ok(granted(token));
+            }
         }
         // Contended: the server queues us and hands the lock over (FIFO) when it is free.
         let wait_ms = match deadline {
@@ -109,10 +151,9 @@ impl Lock {
                 _ => return Err(Error::TimedOut),
             },
         };
-        if self.wait_on_server(lease_ms, wait_ms).await? {
-            Ok(granted())
-        } else {
-            Err(Error::TimedOut)
+        match self.wait_on_server(lease_ms, wait_ms, fencing).await? {
+            Attempt::Held { token } => Ok(granted(token)),
+            Attempt::Busy { .. } => Err(Error::TimedOut),
         }
     }
 
@@ -120,10 +161,15 @@ impl Lock {
     /// caller that drops this future (a cancelled wait) cannot leak the lock: the task then
     /// makes the server answer at once (`CLIENT UNBLOCK ... TIMEOUT`), releases the lock if the
     /// answer was a grant, and discards the connection, so no late reply reaches a pooled one.
-    /// `true`: acquired; `false`: the wait timed out.
-    pub(crate) async fn wait_on_server(&self, lease_ms: u64, wait_ms: u64) -> Result<bool> {
+    /// `Busy`: the wait timed out.
+    pub(crate) async fn wait_on_server(
+        &self,
+        lease_ms: u64,
+        wait_ms: u64,
+        token: bool,
+    ) -> Result<Attempt> {
         let (reply_tx, reply_rx) = oneshot::channel();
-        tokio::spawn(self.clone().blocking_wait(lease_ms, wait_ms, reply_tx));
+        tokio::spawn(self.clone().blocking_wait(lease_ms, wait_ms, token, reply_tx));
         let mut pending = PendingGrant { reply: Some(reply_rx), lock: self.clone() };
         let Some(reply) = pending.reply.as_mut() else {
             unreachable!("set just above");
@@ -142,7 +188,8 @@ impl Lock {
         self,
         lease_ms: u64,
         wait_ms: u64,
-        mut reply: oneshot::Sender<Result<bool>>,
+        token: bool,
+        mut reply: oneshot::Sender<Result<Attempt>>,
     ) {
         let mut node = match self.shared.target.node_for(&self.name, &mut self.conn()).await {
             Ok(node) => node,
@@ -160,11 +207,10 @@ impl Lock {
                     return;
                 }
             };
-            let mut acquire = redis::cmd("RLOCK.ACQUIRE");
-            acquire.arg(&*self.name).arg(&*self.owner).arg(lease_ms).arg("WAIT").arg(wait_ms);
+            let acquire = self.acquire_cmd(lease_ms, Some(wait_ms), token);
             // A clone of the same connection: Redis attributes the grant to this client.
             let mut waiting = con.clone();
-            let wait = acquire.query_async::<Option<i64>>(&mut waiting);
+            let wait = acquire.query_async::<redis::Value>(&mut waiting);
             tokio::pin!(wait);
             let answer = tokio::select! {
                 answer = &mut wait => answer,
@@ -178,8 +224,10 @@ impl Lock {
                             .query_async(&mut unblocker)
                             .await;
                     }
-                    if let Ok(Ok(None)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
-                        let _ = self.release_once().await;
+                    if let Ok(Ok(answer)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
+                        if Attempt::from_reply(&answer).is_ok_and(Attempt::is_held) {
+                            let _ = self.release_once().await;
+                        }
                     }
                     return; // dropping the connection: a wait still pending leaves the queue
                 }
@@ -198,15 +246,15 @@ impl Lock {
                     }
                 }
             }
-            let mut granted = answer.map(|a| a.is_none()).map_err(Error::from);
-            if let Ok(true) = granted {
+            let mut granted = answer.map_err(Error::from).and_then(|a| Attempt::from_reply(&a));
+            if granted.as_ref().is_ok_and(|a| a.is_held()) {
                 // Redis's WAIT counts the writes of the connection that asked: this one, to
                 // which the server attributes the grant.
                 if let Err(e) = self.replicated(&mut con).await {
                     granted = Err(e);
                 }
             }
-            if let Err(Ok(true)) = reply.send(granted) {
+            if let Err(Ok(Attempt::Held { .. })) = reply.send(granted) {
                 // The caller went away just as the grant arrived.
                 let _ = self.release_once().await;
             }
@@ -254,14 +302,24 @@ impl Lock {
         Err(Error::NotReplicated { wanted, acknowledged })
     }
 
-    /// One `RLOCK.ACQUIRE`: `None` when taken, else the holder's remaining lease.
-    pub(crate) async fn try_once(&self, lease_ms: u64) -> Result<Option<i64>> {
-        Ok(redis::cmd("RLOCK.ACQUIRE")
-            .arg(&*self.name)
-            .arg(&*self.owner)
-            .arg(lease_ms)
-            .query_async(&mut self.conn())
-            .await?)
+    /// `RLOCK.ACQUIRE key owner lease [WAIT ms] [TOKEN]`.
+    fn acquire_cmd(&self, lease_ms: u64, wait_ms: Option<u64>, token: bool) -> redis::Cmd {
+        let mut cmd = redis::cmd("RLOCK.ACQUIRE");
+        cmd.arg(&*self.name).arg(&*self.owner).arg(lease_ms);
+        if let Some(wait_ms) = wait_ms {
+            cmd.arg("WAIT").arg(wait_ms);
+        }
+        if token {
+            cmd.arg("TOKEN");
+        }
+        cmd
+    }
+
+    /// One non-blocking `RLOCK.ACQUIRE` on the shared connection.
+    pub(crate) async fn try_once(&self, lease_ms: u64, token: bool) -> Result<Attempt> {
+        let reply: redis::Value =
+            self.acquire_cmd(lease_ms, None, token).query_async(&mut self.conn()).await?;
+        Attempt::from_reply(&reply)
     }
 
     /// Releases one hold of this handle (the guard's `release` is the usual way).
@@ -335,7 +393,7 @@ impl Lock {
 /// on drop, the channel is closed (so a later send fails, and the sender releases) and a grant
 /// already sent is released here. Exactly one side releases.
 struct PendingGrant {
-    reply: Option<oneshot::Receiver<Result<bool>>>,
+    reply: Option<oneshot::Receiver<Result<Attempt>>>,
     lock: Lock,
 }
 
@@ -343,7 +401,7 @@ impl Drop for PendingGrant {
     fn drop(&mut self) {
         let Some(mut reply) = self.reply.take() else { return };
         reply.close();
-        if let Ok(Ok(true)) = reply.try_recv() {
+        if let Ok(Ok(Attempt::Held { .. })) = reply.try_recv() {
             let lock = self.lock.clone();
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
@@ -425,6 +483,7 @@ impl Drop for Renewal {
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     lock: Lock,
+    token: Option<u64>,
     renewal: Renewal,
     released: bool,
 }
@@ -440,7 +499,7 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    fn new(lock: Lock, lease_ms: u64, watchdog: bool) -> Self {
+    fn new(lock: Lock, lease_ms: u64, watchdog: bool, token: Option<u64>) -> Self {
         let renewal = if watchdog {
             let renewing = lock.clone();
             Renewal::start(lease_ms, move || {
@@ -450,13 +509,22 @@ impl LockGuard {
         } else {
             Renewal::none()
         };
-        Self { lock, renewal, released: false }
+        Self { lock, token, renewal, released: false }
     }
 
     /// The lock this guard holds.
     #[must_use]
     pub const fn lock(&self) -> &Lock {
         &self.lock
+    }
+
+    /// This grant's fencing token, with [`crate::Options::fencing`]: strictly greater than the
+    /// token of every earlier grant of the same lock name. Send it with every write to the
+    /// protected resource, which must refuse a write carrying a smaller token than one it has
+    /// seen. `None` without the option.
+    #[must_use]
+    pub const fn token(&self) -> Option<u64> {
+        self.token
     }
 
     /// Whether the watchdog found the lock gone (deleted, or taken over after its lease ran

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lock::Renewal;
+use crate::lock::{Attempt, Renewal};
 use crate::{millis, Error, Lock, LockClient, Result};
 
 /// The same named lock on N independent servers, held on all of them or none (Redisson's
@@ -64,9 +64,9 @@ impl MultiLock {
                 if held.contains(&i) {
                     continue;
                 }
-                match lock.try_once(taking_ms).await {
-                    Ok(None) => held.push(i),
-                    Ok(Some(_)) => {
+                match lock.try_once(taking_ms, false).await {
+                    Ok(Attempt::Held { .. }) => held.push(i),
+                    Ok(Attempt::Busy { .. }) => {
                         busy = Some(i);
                         break;
                     }
@@ -110,7 +110,7 @@ impl MultiLock {
                     _ => return Err(Error::TimedOut),
                 },
             };
-            if !self.locks[busy].wait_on_server(taking_ms, wait_ms).await? {
+            if !self.locks[busy].wait_on_server(taking_ms, wait_ms, false).await?.is_held() {
                 return Err(Error::TimedOut);
             }
             waited_for = Some(busy);
@@ -206,8 +206,8 @@ impl RedLock {
             let started = Instant::now();
             let attempts = self.locks.iter().map(|lock| async move {
                 matches!(
-                    tokio::time::timeout(self.node_timeout, lock.try_once(lease_ms)).await,
-                    Ok(Ok(None))
+                    tokio::time::timeout(self.node_timeout, lock.try_once(lease_ms, false)).await,
+                    Ok(Ok(Attempt::Held { .. }))
                 )
             });
             let granted = futures_util::future::join_all(attempts).await;

@@ -187,7 +187,7 @@ fn release_to_zero_publishes_zero_on_the_redisson_channel() {
 }
 
 #[test]
-fn info_replies_nil_or_owner_count_pttl_waiters() {
+fn info_replies_nil_or_owner_count_pttl_waiters_token() {
     let server = Server::start();
     let mut con = server.conn();
     assert_eq!(cmd(&mut con, &["RLOCK.INFO", "l"]), Value::Nil);
@@ -201,16 +201,17 @@ fn info_replies_nil_or_owner_count_pttl_waiters() {
         let Value::BulkString(name) = &pair[0] else { panic!("field name {pair:?}") };
         fields.insert(String::from_utf8(name.clone()).expect("utf8"), pair[1].clone());
     }
-    assert_eq!(fields.len(), 4, "{fields:?}");
+    assert_eq!(fields.len(), 5, "{fields:?}");
     assert_eq!(fields["owner"], Value::BulkString(b"a".to_vec()));
     assert_eq!(fields["count"], Value::Int(2));
     assert!((29_000..=30_000).contains(&int(&fields["pttl"])));
     assert_eq!(fields["waiters"], Value::Int(0));
+    assert_eq!(fields["token"], Value::Int(0), "no token asked for yet");
 
     // RESP3: a map.
     let mut con3 = server.conn_resp3();
     let Value::Map(map) = cmd(&mut con3, &["RLOCK.INFO", "l"]) else { panic!("map") };
-    assert_eq!(map.len(), 4);
+    assert_eq!(map.len(), 5);
     assert!(
         map.contains(&(Value::BulkString(b"count".to_vec()), Value::Int(2)))
             || map.contains(&(Value::SimpleString("count".into()), Value::Int(2))),

@@ -1,0 +1,185 @@
+//! Fencing tokens: `RLOCK.ACQUIRE ... TOKEN`, strictly increasing per lock name.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_client::{LockClient, Options};
+use rlock_tests_integration::{
+    blocked_clients, digest, poll, run_str, wait_link_up, Pending, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+/// The token of a `[1, token]` reply.
+fn token(reply: &Value) -> i64 {
+    match reply {
+        Value::Array(parts) if parts.len() == 2 && parts[0] == Value::Int(1) => match parts[1] {
+            Value::Int(t) => t,
+            ref other => panic!("token {other:?}"),
+        },
+        other => panic!("not held: {other:?}"),
+    }
+}
+
+fn acquire_token(con: &mut Connection, key: &str, owner: &str, lease: &str) -> i64 {
+    token(&cmd(con, &["RLOCK.ACQUIRE", key, owner, lease, "TOKEN"]))
+}
+
+#[test]
+fn tokens_increase_across_every_kind_of_grant() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut seen = vec![acquire_token(&mut con, "l", "a", "30000")];
+    seen.push(acquire_token(&mut con, "l", "a", "30000")); // re-entry, as Redisson's RFencedLock
+    let busy = cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "30000", "TOKEN"]);
+    assert!(
+        matches!(&busy, Value::Array(p) if p[0] == Value::Int(0) && matches!(p[1], Value::Int(n) if n > 0)),
+        "{busy:?}"
+    );
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]);
+    seen.push(acquire_token(&mut con, "l", "b", "100")); // after a release
+    poll("the lease to end", LIMIT, || {
+        (cmd(&mut con, &["RLOCK.PTTL", "l"]) == Value::Int(-2)).then_some(())
+    });
+    seen.push(acquire_token(&mut con, "l", "c", "30000")); // after an expiry
+    cmd(&mut con, &["RLOCK.FORCERELEASE", "l"]);
+    seen.push(acquire_token(&mut con, "l", "d", "30000")); // after a force-release
+                                                           // A hand-off to a waiter that asked for a token.
+    let waiter =
+        Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "e", "30000", "WAIT", "0", "TOKEN"]);
+    poll("the waiter", LIMIT, || (blocked_clients(&mut con) == 1).then_some(()));
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "d"]);
+    seen.push(token(&waiter.reply(LIMIT).0.expect("granted")));
+    // A plain acquire (no TOKEN) does not move the counter.
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "e"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "f", "30000"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "f"]);
+    seen.push(acquire_token(&mut con, "l", "g", "30000"));
+
+    assert!(seen.windows(2).all(|w| w[1] > w[0]), "strictly increasing: {seen:?}");
+    assert_eq!(seen, (1..=7).collect::<Vec<i64>>());
+    let Value::Array(info) = cmd(&mut con, &["RLOCK.INFO", "l"]) else { panic!("info") };
+    assert_eq!((&info[8], &info[9]), (&Value::BulkString(b"token".to_vec()), &Value::Int(7)));
+    assert_eq!(
+        cmd(&mut con, &["GET", "redisson_lock_token:{l}"]),
+        Value::BulkString(b"7".to_vec())
+    );
+    // Another lock name has its own counter.
+    assert_eq!(acquire_token(&mut con, "other", "a", "30000"), 1);
+}
+
+#[test]
+fn a_wait_that_times_out_with_token_replies_zero_and_the_pttl() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
+    let reply = cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "1000", "TOKEN", "WAIT", "100"]);
+    assert!(
+        matches!(&reply, Value::Array(p) if p[0] == Value::Int(0) && matches!(p[1], Value::Int(n) if n > 50_000)),
+        "{reply:?}"
+    );
+}
+
+#[test]
+fn a_bad_token_counter_is_refused_and_nothing_changes() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "redisson_lock_token:{l}", "not a number"]);
+    cmd(&mut con, &["HSET", "redisson_lock_token:{h}", "x", "1"]);
+    let before = digest(&mut con);
+    let err =
+        run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000", "TOKEN"]).expect_err("corrupt");
+    assert!(err.starts_with("ERR the fencing token counter"), "{err}");
+    let err =
+        run_str(&mut con, &["RLOCK.ACQUIRE", "h", "a", "30000", "TOKEN"]).expect_err("wrong type");
+    assert!(err.starts_with("WRONGTYPE"), "{err}");
+    assert_eq!(digest(&mut con), before, "no lock taken, no counter touched");
+    let err = run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000", "TOKEN", "TOKEN"])
+        .expect_err("twice");
+    assert_eq!(err, "ERR syntax error");
+}
+
+#[test]
+fn tokens_keep_increasing_across_an_aof_restart_and_a_failover() {
+    let mut server =
+        Server::builder().config("appendonly", "yes").config("appendfsync", "always").start();
+    let mut con = server.conn();
+    for owner in ["a", "b", "c"] {
+        acquire_token(&mut con, "l", owner, "30000");
+        cmd(&mut con, &["RLOCK.RELEASE", "l", owner]);
+    }
+    drop(con);
+    server.restart();
+    let mut con = server.conn();
+    assert_eq!(acquire_token(&mut con, "l", "d", "30000"), 4, "the counter survived the restart");
+
+    // A replica (with the module) promoted: the counter came along.
+    let replica = Server::builder().replica_of(&server).start();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "d"]);
+    assert_eq!(acquire_token(&mut con, "l", "e", "30000"), 5);
+    poll("the counter on the replica", LIMIT, || {
+        (cmd(&mut r, &["GET", "redisson_lock_token:{l}"]) == Value::BulkString(b"5".to_vec()))
+            .then_some(())
+    });
+    cmd(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    cmd(&mut r, &["RLOCK.FORCERELEASE", "l"]);
+    assert_eq!(acquire_token(&mut r, "l", "f", "30000"), 6, "the promoted replica goes on from 5");
+}
+
+/// A resource that checks tokens: it refuses a write whose token is older than the newest it
+/// has seen (KEYS[1] = resource; ARGV = token, value).
+const GUARDED_WRITE: &str = r"
+local newest = tonumber(redis.call('hget', KEYS[1], 'token') or '0')
+if tonumber(ARGV[1]) < newest then return 0 end
+redis.call('hset', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
+return 1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_s_stale_write_is_refused_by_a_resource_that_checks_tokens() {
+    let server = Server::start();
+    let client = LockClient::with_options(server.client(), Options::default().fencing(true))
+        .await
+        .expect("client");
+    let script = redis::Script::new(GUARDED_WRITE);
+    let mut con = server.client().get_multiplexed_async_connection().await.expect("con");
+
+    // A takes the lock with a short lease, then stalls (GC, swap, a paused VM) past it.
+    let a = client.lock("job").acquire(Some(Duration::from_millis(200))).await.expect("A");
+    let token_a = a.token().expect("A's token");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // Meanwhile B takes the lock (A's lease ran out) and writes.
+    let b = client.lock("job").try_acquire(LIMIT, Some(Duration::from_secs(30))).await.expect("B");
+    let token_b = b.token().expect("B's token");
+    assert!(token_b > token_a, "{token_b} > {token_a}");
+    let written: i64 = script
+        .key("resource")
+        .arg(token_b)
+        .arg("from B")
+        .invoke_async(&mut con)
+        .await
+        .expect("B writes");
+    assert_eq!(written, 1);
+
+    // A wakes up, still believing it holds the lock, and writes: refused.
+    let written: i64 = script
+        .key("resource")
+        .arg(token_a)
+        .arg("from A")
+        .invoke_async(&mut con)
+        .await
+        .expect("A writes");
+    assert_eq!(written, 0, "the stale holder's write is refused");
+    let value: String =
+        redis::cmd("HGET").arg("resource").arg("value").query_async(&mut con).await.expect("HGET");
+    assert_eq!(value, "from B");
+    assert!(matches!(a.release().await, Err(rlock_client::Error::NotHeld)));
+    b.release().await.expect("release");
+}
