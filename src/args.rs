@@ -49,6 +49,8 @@ impl Arg for redis_module::RedisString {
 /// Option words of `RLOCK.ACQUIRE` (matched case-insensitively): `WAIT timeout-ms`, `TOKEN`.
 pub const WAIT: &[u8] = b"WAIT";
 pub const TOKEN: &[u8] = b"TOKEN";
+/// Option word of `RLOCK.RELEASE`: `REQUEST id`.
+pub const REQUEST: &[u8] = b"REQUEST";
 
 /// How long `RLOCK.ACQUIRE ... WAIT` may block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,10 +163,14 @@ impl<'a, A: Arg> Parser<'a, A> {
         Lease::parse(self.required()?.bytes())
     }
 
+    /// Whether the next argument is the option word `word` (not consumed).
+    fn peek_is(&self, word: &[u8]) -> bool {
+        self.args.get(self.next).is_some_and(|a| a.bytes().eq_ignore_ascii_case(word))
+    }
+
     /// The next argument if it is the option word `word`.
     fn option(&mut self, word: &[u8]) -> bool {
-        let is_word =
-            self.args.get(self.next).is_some_and(|a| a.bytes().eq_ignore_ascii_case(word));
+        let is_word = self.peek_is(word);
         if is_word {
             self.next += 1;
         }
@@ -218,23 +224,35 @@ impl<'a, A: Arg> Acquire<'a, A> {
     }
 }
 
-/// `RLOCK.RELEASE key owner [lease-ms]`
+/// `RLOCK.RELEASE key owner [lease-ms] [REQUEST id]`
 #[derive(Debug)]
 pub struct Release<'a, A> {
     pub key: &'a A,
     pub owner: &'a A,
     /// When given, a lock still held after this release gets this lease.
     pub lease: Option<Lease>,
+    /// `REQUEST id`: a retry with the same id returns the first result.
+    pub request: Option<&'a A>,
 }
 
 impl<'a, A: Arg> Release<'a, A> {
     /// # Errors
-    /// Wrong arity, empty owner, bad lease, or a leftover argument.
+    /// Wrong arity, empty owner or request id, bad lease, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 3)?;
-        let parsed = Self { key: p.required()?, owner: p.owner()?, lease: p.optional_lease()? };
+        let (key, owner) = (p.required()?, p.owner()?);
+        let lease = if p.peek_is(REQUEST) { None } else { p.optional_lease()? };
+        let request = if p.option(REQUEST) {
+            let id = p.take().ok_or(LockError::InvalidRequest)?;
+            if id.bytes().is_empty() {
+                return Err(LockError::InvalidRequest);
+            }
+            Some(id)
+        } else {
+            None
+        };
         p.finish()?;
-        Ok(parsed)
+        Ok(Self { key, owner, lease, request })
     }
 }
 

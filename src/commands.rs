@@ -23,6 +23,8 @@ const CHANNEL_PREFIX: &[u8] = b"redisson_lock__channel:{";
 const CHANNEL_SUFFIX: &[u8] = b"}";
 /// Where Redisson's RFencedLock keeps a lock's token counter: `redisson_lock_token:{<name>}`.
 const TOKEN_PREFIX: &[u8] = b"redisson_lock_token:{";
+/// Where Redisson keeps a release request's result: `redisson_unlock_latch:{<name>}:<id>`.
+const LATCH_PREFIX: &[u8] = b"redisson_unlock_latch:{";
 /// Redisson's unlock message.
 const UNLOCK_MESSAGE: &[u8] = b"0";
 
@@ -140,14 +142,66 @@ pub fn busy_reply(pttl: i64) -> RedisValue {
     RedisValue::Array(vec![RedisValue::Integer(0), RedisValue::Integer(pttl)])
 }
 
-/// `RLOCK.RELEASE key owner [lease-ms]`
+/// `RLOCK.RELEASE key owner [lease-ms] [REQUEST id]`
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Release::parse(&argv)?;
         let deadline = cmd.lease.map(|lease| Deadline::after(raw::now_ms(), lease)).transpose()?;
+        // A retried request replies what the first one did, and changes nothing.
+        let latch = cmd.request.map(|id| Latch::open(ctx, cmd.key, id)).transpose()?;
+        if let Some(first) = latch.as_ref().and_then(|l| l.result) {
+            return Ok(RedisValue::Integer(first));
+        }
         let key = LockKey::open(ctx, cmd.key, true);
-        release_hold(ctx, &key, cmd.key, cmd.owner, deadline)
+        let reply = release_hold(ctx, &key, cmd.key, cmd.owner, deadline)?;
+        if let (Some(latch), RedisValue::Integer(result)) = (latch, &reply) {
+            latch.remember(ctx, *result);
+        }
+        Ok(reply)
     })
+}
+
+/// How long a release's result is remembered for retries with the same `REQUEST` id.
+const RELEASE_LATCH_MS: i64 = 10_000;
+
+/// A release request's latch, `redisson_unlock_latch:{<lock>}:<id>` (Redisson's unlock latch):
+/// the result (0 or 1) of the first release with that id, kept for [`RELEASE_LATCH_MS`].
+/// "Not held" is not remembered, as in Redisson.
+struct Latch {
+    name: RedisString,
+    key: LockKey,
+    result: Option<i64>,
+}
+
+impl Latch {
+    fn open(ctx: &Context, lock: &RedisString, id: &RedisString) -> Result<Self, LockError> {
+        let name = [LATCH_PREFIX, lock.bytes(), b"}:", id.bytes()].concat();
+        let name = RedisString::create_from_slice(ctx.get_raw(), &name);
+        let key = LockKey::open(ctx, &name, true);
+        let result = match key.kind() {
+            KeyKind::Empty => None,
+            KeyKind::String => match key.string_value().as_slice() {
+                b"0" => Some(0),
+                b"1" => Some(1),
+                _ => return Err(LockError::WrongType),
+            },
+            KeyKind::Hash | KeyKind::Other => return Err(LockError::WrongType),
+        };
+        Ok(Self { name, key, result })
+    }
+
+    fn remember(self, ctx: &Context, result: i64) {
+        let value = raw::int_string(ctx, result);
+        self.key.string_set(&value);
+        let until = raw::now_ms().saturating_add(RELEASE_LATCH_MS);
+        self.key.set_expire_at(until);
+        if waiting::outside_command() || raw::propagation_possible(ctx) {
+            raw::replicate(ctx, c"SET", &[&self.name, &value]);
+            raw::replicate(ctx, c"PEXPIREAT", &[&self.name, &raw::int_string(ctx, until)]);
+        } else {
+            raw::count_unpropagated_write(ctx);
+        }
+    }
 }
 
 /// Releases one hold of `owner` on the open key: the rules of `RLOCK.RELEASE`, with the

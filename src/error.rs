@@ -19,6 +19,8 @@ pub enum LockError {
     InvalidLease,
     /// `WAIT` without a value, or a timeout that is not a non-negative integer.
     InvalidTimeout,
+    /// `REQUEST` without an id, or an empty one.
+    InvalidRequest,
     /// The server became a replica while the client waited.
     Demoted,
     /// `now + lease-ms` does not fit a Unix time in milliseconds.
@@ -50,6 +52,7 @@ impl LockError {
             Self::InvalidTimeout => {
                 "ERR timeout-ms (after WAIT) must be a non-negative integer of milliseconds"
             }
+            Self::InvalidRequest => "ERR request id (after REQUEST) must not be empty",
             Self::Demoted => {
                 "READONLY the server became a replica while this client waited for the lock"
             }

@@ -55,6 +55,9 @@ fn unexpected(reply: &redis::Value) -> Error {
     )))
 }
 
+/// How many times a release is retried (same request id) after a connection failure.
+const RELEASE_RETRIES: u32 = 3;
+
 /// How many MOVED/ASK redirections one wait follows.
 const MAX_REDIRECTS: usize = 5;
 
@@ -323,13 +326,34 @@ impl Lock {
     }
 
     /// Releases one hold of this handle (the guard's `release` is the usual way).
+    ///
+    /// The release carries a request id, and is retried with the same id when the connection
+    /// fails (the reply may have been lost after the server released): the server answers a
+    /// retry with the first result, so a hold is never released twice and a successful release
+    /// is never reported as "not held".
     pub(crate) async fn release_once(&self) -> Result<()> {
-        let reply: Option<i64> = redis::cmd("RLOCK.RELEASE")
-            .arg(&*self.name)
-            .arg(&*self.owner)
-            .query_async(&mut self.conn())
-            .await?;
-        reply.map(|_| ()).ok_or(Error::NotHeld)
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let mut retries = RELEASE_RETRIES;
+        loop {
+            let reply: redis::RedisResult<Option<i64>> = redis::cmd("RLOCK.RELEASE")
+                .arg(&*self.name)
+                .arg(&*self.owner)
+                .arg("REQUEST")
+                .arg(&request)
+                .query_async(&mut self.conn())
+                .await;
+            match reply {
+                Ok(held) => return held.map(|_| ()).ok_or(Error::NotHeld),
+                Err(e)
+                    if retries > 0
+                        && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped()) =>
+                {
+                    retries -= 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     pub(crate) async fn renew(&self, lease_ms: u64) -> Result<bool> {

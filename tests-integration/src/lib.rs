@@ -183,6 +183,14 @@ impl Server {
         self.spawn();
     }
 
+    /// Kills the server and starts it again in the same directory on the same port, so
+    /// clients can reconnect to it.
+    pub fn restart_same_port(&mut self) {
+        self.kill();
+        let port = self.port;
+        self.spawn_on(Some(port));
+    }
+
     /// Adds a config directive for the next restarts (as `CONFIG SET` at run time would not be
     /// remembered by a restarted server).
     pub fn keep_config(&mut self, name: &str, value: &str) {
@@ -197,6 +205,10 @@ impl Server {
     }
 
     fn spawn(&mut self) {
+        self.spawn_on(None);
+    }
+
+    fn spawn_on(&mut self, fixed_port: Option<u16>) {
         let module = module_path();
         if self.builder.module {
             assert!(
@@ -208,7 +220,7 @@ impl Server {
         }
         // A port found free may be taken before the server binds it: try a few.
         for _ in 0..5 {
-            self.port = free_port();
+            self.port = fixed_port.unwrap_or_else(free_port);
             let mut cmd = Command::new(server_binary());
             cmd.arg("--port")
                 .arg(self.port.to_string())

@@ -9,8 +9,31 @@ fn now_ns() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos()
 }
 
+/// `lock_worker hold <url> <lock> <lease-ms>`: takes the lock, prints "held", then sleeps
+/// (a holder process to be killed).
+fn hold(url: &str, lock: &str, lease: &str) -> ! {
+    let mut con = redis::Client::open(url).expect("url").get_connection().expect("connect");
+    let owner = format!("holder-{}", std::process::id());
+    let granted: Option<i64> = redis::cmd("RLOCK.ACQUIRE")
+        .arg(lock)
+        .arg(&owner)
+        .arg(lease)
+        .query(&mut con)
+        .expect("acquire");
+    assert_eq!(granted, None, "the lock was free");
+    println!("held");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let [_, mode, url, lock, lease] = args.as_slice() {
+        if mode == "hold" {
+            hold(url, lock, lease);
+        }
+    }
     let [_, url, lock, counter, n] = args.as_slice() else {
         eprintln!("usage: lock_worker <url> <lock> <counter> <iterations>");
         std::process::exit(2);

@@ -1,0 +1,273 @@
+//! Safety under faults: idempotent release, random input against a live server, holders and
+//! servers killed, paused writes, promotion.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+use rlock_client::{Error, LockClient, Options, Remaining};
+use rlock_tests_integration::{
+    blocked_clients, hgetall, poll, run, run_str, wait_link_up, Pending, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+#[test]
+fn a_retried_release_replies_the_first_result_and_never_releases_twice() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a", "REQUEST", "r1"]), Value::Int(0));
+    assert_eq!(
+        cmd(&mut con, &["RLOCK.RELEASE", "l", "a", "REQUEST", "r1"]),
+        Value::Int(0),
+        "retry"
+    );
+    assert_eq!(hgetall(&mut con, b"l"), vec![(b"a".to_vec(), b"1".to_vec())], "released once");
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a", "5000", "REQUEST", "r2"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["EXISTS", "l"]), Value::Int(0));
+    // The retry of the release that freed it still says 1, not "not held".
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a", "REQUEST", "r2"]), Value::Int(1));
+    // Without a request id, or with another one, it is simply not held.
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a", "REQUEST", "r3"]), Value::Nil);
+    // The result is remembered where Redisson keeps it, for a short window.
+    let latch = "redisson_unlock_latch:{l}:r2";
+    assert_eq!(cmd(&mut con, &["GET", latch]), Value::BulkString(b"1".to_vec()));
+    assert!(matches!(cmd(&mut con, &["PTTL", latch]), Value::Int(n) if n > 9_000 && n <= 10_000));
+    cmd(&mut con, &["PEXPIRE", latch, "1"]); // the window ends
+    poll("the latch to expire", LIMIT, || {
+        (cmd(&mut con, &["EXISTS", latch]) == Value::Int(0)).then_some(())
+    });
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a", "REQUEST", "r2"]), Value::Nil);
+
+    for (args, err) in [
+        (
+            &["RLOCK.RELEASE", "l", "a", "REQUEST"][..],
+            "ERR request id (after REQUEST) must not be empty",
+        ),
+        (
+            &["RLOCK.RELEASE", "l", "a", "REQUEST", ""],
+            "ERR request id (after REQUEST) must not be empty",
+        ),
+        (&["RLOCK.RELEASE", "l", "a", "REQUEST", "x", "y"], "ERR syntax error"),
+        (
+            &["RLOCK.RELEASE", "l", "a", "x", "REQUEST", "y"],
+            "ERR lease-ms must be a positive integer of milliseconds",
+        ),
+    ] {
+        assert_eq!(run_str(&mut con, args), Err(err.to_owned()), "{args:?}");
+    }
+}
+
+/// xorshift64*: deterministic, seeded, enough for fuzzing.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn random_arg(rng: &mut Rng) -> Vec<u8> {
+    let pool: [&[u8]; 24] = [
+        b"",
+        b"k",
+        b"a",
+        b"b",
+        b"0",
+        b"1",
+        b"-1",
+        b"100",
+        b"30000",
+        b"+5",
+        b" 5",
+        b"1.5",
+        b"9223372036854775807",
+        b"9223372036854775808",
+        b"-9223372036854775808",
+        b"99999999999999999999",
+        b"WAIT",
+        b"wait",
+        b"TOKEN",
+        b"REQUEST",
+        b"NOWAIT",
+        b"\0",
+        b"k\0\xff",
+        b"\xff\xfe",
+    ];
+    match rng.below(10) {
+        0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+        1 => vec![b'x'; rng.below(100_000)],
+        _ => pool[rng.below(pool.len())].to_vec(),
+    }
+}
+
+#[test]
+fn random_argument_vectors_get_replies_or_errors_and_the_server_survives() {
+    let server = Server::start();
+    let mut con = server.conn();
+    con.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let commands: [&[u8]; 6] = [
+        b"RLOCK.ACQUIRE",
+        b"RLOCK.RELEASE",
+        b"RLOCK.RENEW",
+        b"RLOCK.PTTL",
+        b"RLOCK.FORCERELEASE",
+        b"RLOCK.INFO",
+    ];
+    let seed = 0x5EED_0F_F022;
+    let mut rng = Rng(seed);
+    let (mut ok, mut errors) = (0, 0);
+    for i in 0..20_000 {
+        let mut args = vec![commands[rng.below(commands.len())].to_vec()];
+        for _ in 0..rng.below(8) {
+            args.push(random_arg(&mut rng));
+        }
+        // Never block without a bound: a WAIT here waits at most a few ms.
+        for j in 1..args.len() {
+            if args[j - 1].eq_ignore_ascii_case(b"WAIT") && args[j] == b"0" {
+                args[j] = b"3".to_vec();
+            }
+        }
+        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        match run(&mut con, &argv) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert!(
+                    ["ERR ", "WRONGTYPE ", "OOM "].iter().any(|code| e.starts_with(code)),
+                    "seed {seed:#x}, command {i}: {argv:?}: unexpected error {e}"
+                );
+                errors += 1;
+            }
+        }
+    }
+    eprintln!("20000 random commands: {ok} replies, {errors} errors");
+    assert!(ok > 1_000 && errors > 1_000, "both paths exercised");
+    assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+}
+
+#[test]
+fn a_killed_holder_process_frees_the_lock_within_its_lease_and_the_waiter_is_served() {
+    let server = Server::start();
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_lock_worker"))
+        .args(["hold", &server.url(), "l", "500"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("holder process");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().expect("stdout")).read_line(&mut line).expect("held");
+    assert_eq!(line.trim(), "held");
+    let mut con = server.conn();
+    let deadline = redis::cmd("PEXPIRETIME").arg("l").query::<i64>(&mut con).expect("expiry");
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "next", "30000", "WAIT", "0"]);
+    poll("the waiter", LIMIT, || (blocked_clients(&mut con) == 1).then_some(()));
+    holder.kill().expect("kill -9 the holder");
+    let _ = holder.wait();
+    assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Nil));
+    let granted_at =
+        redis::cmd("PEXPIRETIME").arg("l").query::<i64>(&mut con).expect("expiry") - 30_000;
+    assert!(
+        (0..=50).contains(&(granted_at - deadline)),
+        "served {} ms after the lease",
+        granted_at - deadline
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_and_restarted_from_aof_keeps_locks_leases_and_tokens() {
+    let mut server =
+        Server::builder().config("appendonly", "yes").config("appendfsync", "always").start();
+    let options = Options::default().fencing(true);
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let a = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("A");
+    let token_a = a.token().expect("token");
+    let waiter = client.lock("l");
+    let waiting =
+        tokio::spawn(async move { waiter.try_acquire(Duration::from_secs(30), None).await });
+    let mut con = server.conn();
+    poll("the waiter", LIMIT, || (blocked_clients(&mut con) == 1).then_some(()));
+    let expiry = redis::cmd("PEXPIRETIME").arg("l").query::<i64>(&mut con).expect("expiry");
+    drop(con);
+
+    server.restart_same_port(); // SIGKILL, then from the AOF
+    let mut con = server.conn();
+    assert_eq!(
+        redis::cmd("PEXPIRETIME").arg("l").query::<i64>(&mut con).expect("expiry"),
+        expiry,
+        "the lease came back"
+    );
+    assert_eq!(
+        hgetall(&mut con, b"l"),
+        vec![(a.lock().owner().as_bytes().to_vec(), b"1".to_vec())]
+    );
+    // The waiter's connection died with the server: it is told, not left hanging.
+    let waited = tokio::time::timeout(LIMIT, waiting).await.expect("answered").expect("task");
+    assert!(matches!(waited, Err(Error::Redis(_))), "{waited:?}");
+    // The clients reconnect: the holder releases, a new grant gets a larger token.
+    a.release().await.expect("release after the restart");
+    let b = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("B");
+    assert!(b.token().expect("token") > token_a);
+    b.release().await.expect("release");
+}
+
+#[test]
+fn client_pause_write_delays_releases_and_hand_offs_without_losing_them() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "30000"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "b", "30000", "WAIT", "0"]);
+    poll("the waiter", LIMIT, || (blocked_clients(&mut con) == 1).then_some(()));
+    cmd(&mut con, &["CLIENT", "PAUSE", "300", "WRITE"]);
+    let paused_at = Instant::now();
+    let release = Pending::start_str(&server, &["RLOCK.RELEASE", "l", "a"]);
+    let (released, at) = release.reply(LIMIT);
+    assert_eq!(released, Ok(Value::Int(1)));
+    assert!(at - paused_at >= Duration::from_millis(250), "the release waited for the pause");
+    assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Nil));
+    assert_eq!(hgetall(&mut con, b"l"), vec![(b"b".to_vec(), b"1".to_vec())]);
+    // Read-only commands run during a write pause.
+    cmd(&mut con, &["CLIENT", "PAUSE", "300", "WRITE"]);
+    let started = Instant::now();
+    assert!(matches!(cmd(&mut con, &["RLOCK.PTTL", "l"]), Value::Int(n) if n > 0));
+    assert!(started.elapsed() < Duration::from_millis(200));
+    cmd(&mut con, &["CLIENT", "UNPAUSE"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_promoted_while_locks_are_held_keeps_them_and_grants_after_them() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    let client = LockClient::new(master.client()).await.expect("client");
+    let held = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("held");
+    let mut m = master.conn();
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
+    cmd(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    cmd(&mut m, &["REPLICAOF", "127.0.0.1", &replica.port().to_string()]);
+    // On the promoted replica the lock is still held, with its lease.
+    assert_eq!(
+        hgetall(&mut r, b"l"),
+        vec![(held.lock().owner().as_bytes().to_vec(), b"1".to_vec())]
+    );
+    let other = LockClient::new(replica.client()).await.expect("client on the new master");
+    let refused = other.lock("l").try_acquire(Duration::from_millis(100), None).await;
+    assert!(matches!(refused, Err(Error::TimedOut)), "{refused:?}");
+    assert!(matches!(other.lock("l").remaining_lease().await.expect("pttl"), Remaining::Lease(_)));
+    std::mem::forget(held);
+}
