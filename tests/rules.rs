@@ -2,72 +2,11 @@
 //! model of the key (a map owner -> count with an absolute deadline), as the module's key layer
 //! applies plans.
 
-use std::collections::BTreeMap;
+mod common;
 
-use rlock::args::Lease;
+use common::{at, lease, Model};
 use rlock::error::LockError;
 use rlock::rules::{self, parse_count, Deadline, Plan, Reply, View, Write};
-
-fn lease(ms: u64) -> Lease {
-    Lease::from_millis(ms).expect("positive")
-}
-
-fn at(now: i64, ms: u64) -> Deadline {
-    Deadline::after(now, lease(ms)).expect("fits")
-}
-
-/// One lock key as Redis would hold it, with lazy expiry.
-#[derive(Default)]
-struct Model {
-    owners: BTreeMap<String, u64>,
-    deadline: Option<i64>,
-    published: usize,
-}
-
-impl Model {
-    fn view(&mut self, owner: Option<&str>, now: i64) -> View {
-        if self.deadline.is_some_and(|d| d <= now) {
-            self.owners.clear();
-            self.deadline = None;
-        }
-        if self.owners.is_empty() {
-            return View::Free;
-        }
-        View::Held {
-            mine: owner.and_then(|o| self.owners.get(o).copied()),
-            pttl: self.deadline.map_or(-1, |d| d - now),
-        }
-    }
-
-    fn apply(&mut self, owner: Option<&str>, plan: Plan) -> Reply {
-        match plan.write {
-            Write::Keep => {}
-            Write::SetCount(n) => {
-                self.owners.insert(owner.expect("owner").to_owned(), n);
-            }
-            Write::Delete => {
-                self.owners.clear();
-                self.deadline = None;
-            }
-        }
-        if let Some(d) = plan.expire_at {
-            self.deadline = Some(d.unix_ms());
-        }
-        self.published += usize::from(plan.publish);
-        plan.reply
-    }
-
-    fn acquire(&mut self, owner: &str, now: i64, ms: u64) -> Reply {
-        let view = self.view(Some(owner), now);
-        let plan = rules::acquire(view, at(now, ms)).expect("no overflow");
-        self.apply(Some(owner), plan)
-    }
-
-    fn release(&mut self, owner: &str, now: i64) -> Reply {
-        let view = self.view(Some(owner), now);
-        self.apply(Some(owner), rules::release(view, None))
-    }
-}
 
 #[test]
 fn acquire_takes_a_free_lock_reenters_and_reports_the_holders_pttl() {
