@@ -129,7 +129,7 @@ fn random_argument_vectors_get_replies_or_errors_and_the_server_survives() {
         b"RLOCK.FORCERELEASE",
         b"RLOCK.INFO",
     ];
-    let seed = 0x5EED_0F_F022;
+    let seed = 0x005E_ED0F_F022;
     let mut rng = Rng(seed);
     let (mut ok, mut errors) = (0, 0);
     for i in 0..20_000 {
