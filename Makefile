@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps build run test test-valkey bench bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps build run test test-valkey soak bench bench-smoke lint fmt clean
 
 all: build
 
@@ -46,6 +46,11 @@ test: build
 # The integration tests again, against Valkey 8 instead of Redis 7.0.
 test-valkey: build valkey-deps
 	REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" $(CARGO) test -p rlock-tests-integration
+
+# The soak at full size: 20 clients x 50,000 lock cycles with waiting (CI runs 300 cycles).
+SOAK_CYCLES ?= 50000
+soak: build
+	SOAK_CYCLES=$(SOAK_CYCLES) $(CARGO) test --release -p rlock-tests-integration --test soak -- --nocapture
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # rewrites BENCHMARKS.md with the figures and the machine they came from.

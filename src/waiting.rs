@@ -228,6 +228,7 @@ fn sweep_cluster(ctx: &Context, (): ()) {
                 redirect_all(&lock, &redirect);
             }
         }
+        arm(ctx);
     });
     if anyone_waits() {
         ctx.create_timer(CLUSTER_SWEEP, sweep_cluster, ());
@@ -338,6 +339,7 @@ pub fn unblocked_by_command(ctx: &Context, bc: Blocked) {
         return;
     };
     bump(&STATS.left);
+    arm(ctx);
     let pttl = holder_pttl(ctx, &waiter.lock);
     let reply =
         if waiter.token { crate::commands::busy_reply(pttl) } else { RedisValue::Integer(pttl) };
@@ -351,6 +353,7 @@ pub fn client_gone(ctx: &Context, bc: Blocked, outcome: Option<&Outcome>) {
     if take(|q| q.find(bc).and_then(|id| q.remove(id))).is_some() {
         bump(&STATS.left);
         raw::unblock_client(bc, None);
+        arm(ctx);
         return;
     }
     // Granted, but gone before its reply: the hold must not stay with a client that is gone.
@@ -393,7 +396,7 @@ fn on_flush(ctx: &Context, subevent: FlushSubevent) {
 
 /// Demoted to a replica: no lock can be granted here any more; every waiter gets an error.
 #[linkme::distributed_slice(redis_module::server_events::ROLE_CHANGED_SERVER_EVENTS_LIST)]
-fn on_role_changed(_ctx: &Context, role: ServerRole) {
+fn on_role_changed(ctx: &Context, role: ServerRole) {
     raw::note_replication();
     if role != ServerRole::Replica {
         return;
@@ -403,6 +406,7 @@ fn on_role_changed(_ctx: &Context, role: ServerRole) {
         bump(&STATS.left);
         raw::unblock_client(waiter.handle, Some(Outcome::Failed(LockError::Demoted)));
     }
+    arm(ctx);
 }
 
 #[linkme::distributed_slice(redis_module::server_events::INFO_COMMAND_HANDLER_LIST)]
@@ -416,6 +420,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("timeouts", get(&STATS.timeouts).to_string())?
         .field("left_while_waiting", get(&STATS.left).to_string())?
         .field("grants_rolled_back", get(&STATS.rollbacks).to_string())?
+        .field("timers_armed", timers_armed().to_string())?
         .build_section()?
         .build_info()?;
     Ok(())
@@ -450,20 +455,31 @@ fn run_deferred(ctx: &Context, (): ()) {
     });
 }
 
-/// Re-arms the schedule timer for the earliest event, if it is not armed for it already.
+/// Re-arms the schedule timer for the earliest event, if it is not armed for it already; with
+/// nothing scheduled, stops it (no timer outlives the waits).
 fn arm(ctx: &Context) {
-    let Some(next) = with_queues(|q| q.next_due()) else {
-        return;
-    };
-    if let Some((when, id)) = TIMER.get() {
-        if when <= next {
-            return;
-        }
+    let next = with_queues(|q| q.next_due());
+    let armed = TIMER.get();
+    match (next, armed) {
+        (None, None) => return,
+        (Some(next), Some((when, _))) if when <= next => return,
+        _ => {}
+    }
+    if let Some((_, id)) = armed {
         // Zero-sized data, as created below.
         let _ = ctx.stop_timer::<()>(id);
+        TIMER.set(None);
     }
-    let id = ctx.create_timer(delay_until(next), run_schedule, ());
-    TIMER.set(Some((next, id)));
+    if let Some(next) = next {
+        let id = ctx.create_timer(delay_until(next), run_schedule, ());
+        TIMER.set(Some((next, id)));
+    }
+}
+
+/// How many timers of this module are armed (schedule, deferred work, cluster sweep).
+fn timers_armed() -> u64 {
+    let deferred = DEFERRED.with(|d| d.try_borrow().map_or(true, |d| d.armed));
+    u64::from(TIMER.get().is_some()) + u64::from(deferred) + u64::from(SWEEPING.get())
 }
 
 /// The timer period that reaches Unix ms `at`: computed from the µs clock (Redis adds the period
