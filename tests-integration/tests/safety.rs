@@ -271,3 +271,79 @@ async fn a_replica_promoted_while_locks_are_held_keeps_them_and_grants_after_the
     assert!(matches!(other.lock("l").remaining_lease().await.expect("pttl"), Remaining::Lease(_)));
     std::mem::forget(held);
 }
+
+/// The live module against a reference model of one lock (Redisson's semantics; leases long
+/// enough not to expire during the run), over random operation sequences on a few keys.
+#[test]
+fn random_operations_on_the_live_module_agree_with_a_reference_model() {
+    use std::collections::HashMap;
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut model: HashMap<&str, (String, i64)> = HashMap::new(); // key -> (owner, count)
+    let mut rng = Rng(0x00C0_FFEE);
+    let keys = ["k1", "k2", "k\0"];
+    let owners = ["a", "b", "c\0"];
+    for i in 0..20_000 {
+        let key = keys[rng.below(keys.len())];
+        let owner = owners[rng.below(owners.len())];
+        let op = rng.below(5);
+        let (args, want): (Vec<&[u8]>, Value) = match op {
+            0 | 1 => {
+                let want = match model.get_mut(key) {
+                    None => {
+                        model.insert(key, (owner.to_owned(), 1));
+                        Value::Nil
+                    }
+                    Some((o, n)) if o == owner => {
+                        *n += 1;
+                        Value::Nil
+                    }
+                    Some(_) => Value::Int(-99), // busy: any positive pttl
+                };
+                (vec![b"RLOCK.ACQUIRE", key.as_bytes(), owner.as_bytes(), b"600000"], want)
+            }
+            2 => {
+                let want = match model.get_mut(key) {
+                    Some((o, n)) if o == owner && *n > 1 => {
+                        *n -= 1;
+                        Value::Int(0)
+                    }
+                    Some((o, _)) if o == owner => {
+                        model.remove(key);
+                        Value::Int(1)
+                    }
+                    _ => Value::Nil,
+                };
+                (vec![b"RLOCK.RELEASE", key.as_bytes(), owner.as_bytes()], want)
+            }
+            3 => {
+                let held = model.get(key).is_some_and(|(o, _)| o == owner);
+                (
+                    vec![b"RLOCK.RENEW", key.as_bytes(), owner.as_bytes(), b"600000"],
+                    Value::Int(i64::from(held)),
+                )
+            }
+            _ => {
+                let existed = model.remove(key).is_some();
+                (vec![b"RLOCK.FORCERELEASE", key.as_bytes()], Value::Int(i64::from(existed)))
+            }
+        };
+        let got = run(&mut con, &args).unwrap_or_else(|e| panic!("op {i}: {e}"));
+        match want {
+            Value::Int(-99) => {
+                assert!(matches!(got, Value::Int(n) if n > 0), "op {i} {args:?}: {got:?}")
+            }
+            want => assert_eq!(got, want, "op {i} {args:?}"),
+        }
+        if i % 1_000 == 0 {
+            for key in keys {
+                let stored = hgetall(&mut con, key.as_bytes());
+                let modelled: Vec<(Vec<u8>, Vec<u8>)> = model
+                    .get(key)
+                    .map(|(o, n)| vec![(o.as_bytes().to_vec(), n.to_string().into_bytes())])
+                    .unwrap_or_default();
+                assert_eq!(stored, modelled, "after op {i}, {key:?}");
+            }
+        }
+    }
+}
