@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::{Connection, Value};
 use rlock_client::{Error, LockClient, Options, Remaining};
 use rlock_tests_integration::{
-    blocked_clients, hgetall, poll, run, run_str, wait_link_up, Pending, Server,
+    blocked_clients, hgetall, poll, run, run_str, wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -253,11 +253,13 @@ async fn a_replica_promoted_while_locks_are_held_keeps_them_and_grants_after_the
     let master = Server::start();
     let replica = Server::builder().replica_of(&master).start();
     let mut r = replica.conn();
-    wait_link_up(&mut r);
-    let client = LockClient::new(master.client()).await.expect("client");
+    wait_replica_online(&master);
+    // Acknowledged by the replica before it is reported held (Redis WAIT on the writer's
+    // connection): so the promotion cannot race replication.
+    let options = Options::default().replica_ack(1, Duration::from_secs(5));
+    let client = LockClient::with_options(master.client(), options).await.expect("client");
     let held = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("held");
     let mut m = master.conn();
-    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
     cmd(&mut r, &["REPLICAOF", "NO", "ONE"]);
     cmd(&mut m, &["REPLICAOF", "127.0.0.1", &replica.port().to_string()]);
     // On the promoted replica the lock is still held, with its lease.
