@@ -4,26 +4,11 @@
 
 mod common;
 
+use common::rng::Rng;
 use common::Model;
 use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew};
 use rlock::error::LockError;
 use rlock::rules::{self, Deadline, Reply, View};
-
-/// xorshift64*: deterministic and seeded, so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
     const POOL: [&[u8]; 20] = [
@@ -51,7 +36,7 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
     if rng.below(4) == 0 {
         (0..rng.below(24)).map(|_| rng.next() as u8).collect()
     } else {
-        POOL[rng.below(POOL.len() as u64) as usize].to_vec()
+        POOL[rng.below(POOL.len())].to_vec()
     }
 }
 
@@ -172,7 +157,7 @@ fn a_million_random_operations_agree_with_the_reference_model() {
         let mut frees = 0;
         for _ in 0..100 {
             now += rng.below(40) as i64;
-            let owner = owners[rng.below(3) as usize];
+            let owner = owners[rng.below(3)];
             let lease = 1 + rng.below(100) as i64;
             let (want, got) = match rng.below(5) {
                 0 | 1 => {

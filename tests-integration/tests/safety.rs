@@ -66,21 +66,10 @@ fn a_retried_release_replies_the_first_result_and_never_releases_twice() {
     }
 }
 
-/// xorshift64*: deterministic, seeded, enough for fuzzing.
-struct Rng(u64);
+#[path = "../../tests/common/rng.rs"]
+mod rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use rng::Rng;
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
     let pool: [&[u8]; 24] = [
