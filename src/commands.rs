@@ -114,7 +114,7 @@ impl Fencing {
         let token = rules::next_token(self.current)?;
         let value = raw::int_string(ctx, token as i64);
         self.key.string_set(&value);
-        if waiting::outside_command() || raw::propagation_possible(ctx) {
+        if replicating(ctx) {
             raw::replicate(ctx, c"SET", &[&self.name, &value]);
         } else {
             raw::count_unpropagated_write(ctx);
@@ -195,7 +195,7 @@ impl Latch {
         self.key.string_set(&value);
         let until = raw::now_ms().saturating_add(RELEASE_LATCH_MS);
         self.key.set_expire_at(until);
-        if waiting::outside_command() || raw::propagation_possible(ctx) {
+        if replicating(ctx) {
             raw::replicate(ctx, c"SET", &[&self.name, &value]);
             raw::replicate(ctx, c"PEXPIREAT", &[&self.name, &raw::int_string(ctx, until)]);
         } else {
@@ -339,8 +339,7 @@ pub fn execute(
     owner: Option<&RedisString>,
     plan: &Plan,
 ) -> RedisValue {
-    let replicate = (plan.writes() || plan.publish)
-        && (waiting::outside_command() || raw::propagation_possible(ctx));
+    let replicate = (plan.writes() || plan.publish) && replicating(ctx);
     match (plan.write, owner) {
         (Write::Keep, _) => {}
         (Write::SetCount(count), Some(owner)) => {
@@ -388,6 +387,13 @@ pub fn execute(
         Reply::Nil => RedisValue::Null,
         Reply::Int(n) => RedisValue::Integer(n),
     }
+}
+
+/// Whether writes are replicated as effects now: always from a timer (no client command to
+/// count them against), else whenever Redis may propagate anything (`raw::propagation_possible`).
+/// When not, a writer counts its write with `raw::count_unpropagated_write` instead.
+fn replicating(ctx: &Context) -> bool {
+    waiting::outside_command() || raw::propagation_possible(ctx)
 }
 
 /// `redisson_lock__channel:{<key>}`, binary-safe.

@@ -391,6 +391,28 @@ fn an_evicted_lock_is_handed_to_its_waiter() {
     assert_eq!(info_field(&mut con, "rlock", "rlock_handoffs"), 1);
 }
 
+/// In one transaction, `owner` releases the lock `l` and the waiting client `gone` is killed,
+/// in that order (`release_first`) or the other; returns (release reply, kill reply).
+fn release_and_kill(
+    con: &mut Connection,
+    owner: &str,
+    gone: &Pending,
+    release_first: bool,
+) -> (i64, i64) {
+    let mut tx = redis::pipe();
+    tx.atomic();
+    let release = redis::cmd("RLOCK.RELEASE").arg("l").arg(owner).clone();
+    let kill = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(gone.client_id()).clone();
+    if release_first {
+        tx.add_command(release).add_command(kill);
+        tx.query(con).expect("MULTI/EXEC")
+    } else {
+        tx.add_command(kill).add_command(release);
+        let (killed, released): (i64, i64) = tx.query(con).expect("MULTI/EXEC");
+        (released, killed)
+    }
+}
+
 #[test]
 fn a_waiter_gone_between_its_grant_and_its_reply_never_keeps_the_lock() {
     let server = Server::start();
@@ -400,17 +422,7 @@ fn a_waiter_gone_between_its_grant_and_its_reply_never_keeps_the_lock() {
     let next = wait_for(&server, &mut con, "l", "next", "0");
     // In one transaction: the release grants the lock to `gone`, then `gone` is killed before
     // Redis could send it the reply. Its hold is released and the next waiter is served.
-    let (released, killed): (i64, i64) = redis::pipe()
-        .atomic()
-        .cmd("RLOCK.RELEASE")
-        .arg("l")
-        .arg("h")
-        .cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(gone.client_id())
-        .query(&mut con)
-        .expect("MULTI/EXEC");
+    let (released, killed) = release_and_kill(&mut con, "h", &gone, true);
     assert_eq!((released, killed), (1, 1));
     assert!(gone.reply(LIMIT).0.is_err(), "the killed client got no grant");
     assert_eq!(next.reply(LIMIT).0, Ok(Value::Nil));
@@ -423,17 +435,7 @@ fn a_waiter_gone_between_its_grant_and_its_reply_never_keeps_the_lock() {
     sub.set_read_timeout(Some(LIMIT)).expect("timeout");
     let mut sub = sub.as_pubsub();
     sub.subscribe("redisson_lock__channel:{l}").expect("subscribe");
-    let _: (i64, i64) = redis::pipe()
-        .atomic()
-        .cmd("RLOCK.RELEASE")
-        .arg("l")
-        .arg("next")
-        .cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(gone.client_id())
-        .query(&mut con)
-        .expect("MULTI/EXEC");
+    release_and_kill(&mut con, "next", &gone, true);
     assert!(gone.reply(LIMIT).0.is_err());
     assert_eq!(sub.get_message().expect("unlock message").get_payload_bytes(), b"0");
     assert_eq!(cmd(&mut con, &["RLOCK.PTTL", "l"]), Value::Int(-2));
@@ -446,17 +448,7 @@ fn a_waiter_killed_before_the_release_is_never_granted() {
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "h", "60000"]);
     let gone = wait_for(&server, &mut con, "l", "gone", "0");
-    let (killed, released): (i64, i64) = redis::pipe()
-        .atomic()
-        .cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(gone.client_id())
-        .cmd("RLOCK.RELEASE")
-        .arg("l")
-        .arg("h")
-        .query(&mut con)
-        .expect("MULTI/EXEC");
+    let (released, killed) = release_and_kill(&mut con, "h", &gone, false);
     assert_eq!((killed, released), (1, 1));
     assert!(gone.reply(LIMIT).0.is_err());
     assert_eq!(cmd(&mut con, &["RLOCK.PTTL", "l"]), Value::Int(-2), "nobody got it");
