@@ -12,19 +12,13 @@ use redis_module::{
     CallOptionsBuilder, CallReply, CallResult, Context, RedisResult, RedisString, RedisValue,
 };
 
-use crate::args::{self, Arg};
+use crate::args;
 use crate::error::LockError;
+use crate::names;
 use crate::raw::{self, CommandDoc, Field, KeyKind, LockKey};
 use crate::rules::{self, Deadline, Plan, Reply, View, Write};
 use crate::waiting;
 
-/// Redisson's unlock channel is `redisson_lock__channel:{<lock name>}`.
-const CHANNEL_PREFIX: &[u8] = b"redisson_lock__channel:{";
-const CHANNEL_SUFFIX: &[u8] = b"}";
-/// Where Redisson's RFencedLock keeps a lock's token counter: `redisson_lock_token:{<name>}`.
-const TOKEN_PREFIX: &[u8] = b"redisson_lock_token:{";
-/// Where Redisson keeps a release request's result: `redisson_unlock_latch:{<name>}:<id>`.
-const LATCH_PREFIX: &[u8] = b"redisson_unlock_latch:{";
 /// Redisson's unlock message.
 const UNLOCK_MESSAGE: &[u8] = b"0";
 
@@ -45,14 +39,16 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Acquire::parse(&argv)?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
-        // The token counter is checked before anything is written.
-        let fencing = cmd.token.then(|| Fencing::open(ctx, cmd.key)).transpose()?;
+        // Everything that can refuse is checked before anything is written.
+        let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
+        // Waiters first: a free lock they are owed goes to them (on its own key handle).
+        waiting::settle(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
-        waiting::settle(ctx, &key, cmd.key);
         let plan = rules::acquire(view_as(&key, Some(cmd.owner))?, deadline)?;
-        match (plan.reply, cmd.wait) {
-            (Reply::Int(holder_pttl), Some(wait)) if raw::may_block(ctx) => {
-                drop((key, fencing));
+        if let (Reply::Int(holder_pttl), Some(wait)) = (plan.reply, cmd.wait) {
+            // Never block where no grant can happen (MULTI, Lua, a writable replica).
+            if raw::may_block(ctx) && raw::is_master(ctx) {
+                drop(key);
                 let lock = waiting::lock_name(ctx, cmd.key);
                 let request = waiting::WaitRequest {
                     owner: cmd.owner.as_slice(),
@@ -61,80 +57,152 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     token: cmd.token,
                 };
                 waiting::block(ctx, lock, &request, holder_pttl);
-                Ok(RedisValue::NoReply)
+                return Ok(RedisValue::NoReply);
             }
-            _ => {
-                let reply = execute(ctx, &key, cmd.key, Some(cmd.owner), &plan);
-                match (fencing, plan.reply) {
-                    (None, _) => Ok(reply),
-                    (Some(fencing), Reply::Nil) => Ok(token_reply(Some(fencing.next(ctx)?))),
-                    (Some(_), Reply::Int(pttl)) => Ok(busy_reply(pttl)),
-                }
+        }
+        let token = match (&counter, plan.reply) {
+            (Some(counter), Reply::Nil) => Some(rules::next_token(counter.current(ctx)?)?),
+            _ => None,
+        };
+        let reply = execute(ctx, &key, cmd.key, Some(cmd.owner), &plan);
+        drop(key);
+        match (counter, token, plan.reply) {
+            (Some(counter), Some(token), _) => {
+                counter.store(ctx, token);
+                Ok(token_reply(token))
             }
+            (Some(_), _, Reply::Int(pttl)) => Ok(busy_reply(pttl)),
+            _ => Ok(reply),
         }
     })
 }
 
-/// A lock's fencing-token counter, `redisson_lock_token:{<lock>}` (where Redisson's RFencedLock
+/// A lock's fencing-token counter, named by Redisson's rule (`names::token`, where RFencedLock
 /// keeps its own): a plain integer string, never expiring, incremented by every grant that asks
 /// for a token, so each token is strictly greater than every one before it, across releases,
 /// expiries, restarts and failovers (it is replicated as plain data).
-pub struct Fencing {
+///
+/// No key handle is kept: the counter is read, then written, each on a key opened and closed at
+/// once, so nothing (a hand-off granting a token in between) can leave a handle stale.
+pub struct TokenCounter {
     name: RedisString,
-    key: LockKey,
-    current: u64,
 }
 
-impl Fencing {
-    /// Opens and reads the counter of the lock `lock`.
+impl TokenCounter {
+    /// The counter of `lock`, for a grant made by the module itself (a hand-off).
     ///
     /// # Errors
-    /// `WRONGTYPE` or [`LockError::CorruptToken`] when the counter key holds anything else.
-    pub fn open(ctx: &Context, lock: &RedisString) -> Result<Self, LockError> {
-        let name = token_key_name(ctx, lock);
-        let key = LockKey::open(ctx, &name, true);
-        let current = match key.kind() {
-            KeyKind::Empty => rules::parse_token(None)?,
-            KeyKind::String => rules::parse_token(Some(&key.string_value()))?,
-            KeyKind::Hash | KeyKind::Other => return Err(LockError::WrongType),
-        };
-        Ok(Self { name, key, current })
+    /// [`LockError::CrossSlot`] in cluster mode for a name whose counter lives in another slot;
+    /// [`LockError::TokenEvictable`] under an `allkeys-*` eviction policy.
+    pub fn for_grant(ctx: &Context, lock: &RedisString) -> Result<Self, LockError> {
+        let name = names::token(lock.as_slice());
+        if raw::in_cluster(ctx) && !names::same_slot(lock.as_slice(), &name) {
+            return Err(LockError::CrossSlot);
+        }
+        if evicts_any_key(ctx) {
+            return Err(LockError::TokenEvictable);
+        }
+        Ok(Self { name: RedisString::create_from_slice(ctx.get_raw(), &name) })
+    }
+
+    /// The counter of `lock` for the calling client, which must be allowed to write it.
+    ///
+    /// # Errors
+    /// As [`Self::for_grant`], and `NOPERM` when the caller's ACL user may not use the key.
+    pub fn for_caller(ctx: &Context, lock: &RedisString) -> Result<Self, LockError> {
+        let counter = Self::for_grant(ctx, lock)?;
+        check_key(ctx, &counter.name, raw::KeyUse::ReadWrite, LockError::NoPermToken)?;
+        Ok(counter)
     }
 
     /// The last token granted (0: none yet).
-    pub const fn current(&self) -> u64 {
-        self.current
-    }
-
-    /// Takes the next token: stores and replicates it (`SET`, an absolute value).
     ///
     /// # Errors
-    /// [`LockError::CorruptToken`] when the counter cannot grow.
-    pub fn next(self, ctx: &Context) -> Result<u64, LockError> {
-        let token = rules::next_token(self.current)?;
+    /// `WRONGTYPE` or [`LockError::CorruptToken`] when the counter key holds anything else.
+    pub fn current(&self, ctx: &Context) -> Result<u64, LockError> {
+        let key = LockKey::open(ctx, &self.name, false);
+        match key.kind() {
+            KeyKind::Empty => rules::parse_token(None),
+            KeyKind::String => rules::parse_token(Some(&key.string_value())),
+            KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
+        }
+    }
+
+    /// Stores `token` (checked by the caller with [`rules::next_token`]) and replicates it
+    /// (`SET`, an absolute value).
+    pub fn store(self, ctx: &Context, token: u64) {
         let value = raw::int_string(ctx, token as i64);
-        self.key.string_set(&value);
+        LockKey::open(ctx, &self.name, true).string_set(&value);
+        raw::signal_modified(ctx, &self.name);
+        raw::notify(ctx, raw::Notify::String, c"incrby", &self.name);
         if replicating(ctx) {
             raw::replicate(ctx, c"SET", &[&self.name, &value]);
         } else {
             raw::count_unpropagated_write(ctx);
         }
-        Ok(token)
     }
 }
 
-/// `redisson_lock_token:{<key>}`, binary-safe (same slot as the lock in a cluster).
-fn token_key_name(ctx: &Context, name: &RedisString) -> RedisString {
-    RedisString::create_from_slice(
-        ctx.get_raw(),
-        &[TOKEN_PREFIX, name.bytes(), CHANNEL_SUFFIX].concat(),
-    )
+/// Whether an `allkeys-*` eviction policy is in force: keys with no TTL (token counters) may be
+/// evicted by ordinary traffic. Read only when Redis may evict at all.
+fn evicts_any_key(ctx: &Context) -> bool {
+    if !raw::may_evict(ctx) {
+        return false;
+    }
+    let reply: CallResult = ctx.call_ext(
+        "CONFIG",
+        &CallOptionsBuilder::new().build(),
+        &["GET", "maxmemory-policy"],
+    );
+    match reply {
+        Ok(CallReply::Array(items)) => match items.get(1) {
+            Some(Ok(CallReply::String(policy))) => policy.as_bytes().starts_with(b"allkeys-"),
+            // Unreadable: assume the worst.
+            _ => true,
+        },
+        _ => true,
+    }
 }
 
-/// `[1, token]`: held, with this fencing token (`nil` if the counter could not be read).
-pub fn token_reply(token: Option<u64>) -> RedisValue {
-    let token = token.map_or(RedisValue::Null, |t| RedisValue::Integer(t as i64));
-    RedisValue::Array(vec![RedisValue::Integer(1), token])
+/// Refuses with `denied` (and an `ACL LOG` entry) when the calling client's ACL user may not use
+/// `key` so. Timers and events (no calling client) are the module's own work: not checked.
+fn check_key(
+    ctx: &Context,
+    key: &RedisString,
+    how: raw::KeyUse,
+    denied: LockError,
+) -> Result<(), LockError> {
+    if waiting::outside_command() {
+        return Ok(());
+    }
+    match raw::User::current(ctx) {
+        Some(user) if !user.may_use_key(key, how) => {
+            user.log_denied(ctx, key, false);
+            Err(denied)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses with `NOPERM` (and an `ACL LOG` entry) when the plan publishes the unlock message
+/// and the calling client's ACL user may not publish on the lock's channel.
+fn check_publish(ctx: &Context, name: &RedisString, plan: &Plan) -> Result<(), LockError> {
+    if !plan.publish || waiting::outside_command() {
+        return Ok(());
+    }
+    let Some(user) = raw::User::current(ctx) else { return Ok(()) };
+    let channel = unlock_channel(ctx, name);
+    if user.may_publish(&channel) {
+        Ok(())
+    } else {
+        user.log_denied(ctx, &channel, true);
+        Err(LockError::NoPermChannel)
+    }
+}
+
+/// `[1, token]`: held, with this fencing token.
+pub fn token_reply(token: u64) -> RedisValue {
+    RedisValue::Array(vec![RedisValue::Integer(1), RedisValue::Integer(token as i64)])
 }
 
 /// `[0, pttl]`: not held; the holder's remaining lease.
@@ -148,12 +216,13 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let cmd = args::Release::parse(&argv)?;
         let deadline = cmd.lease.map(|lease| Deadline::after(raw::now_ms(), lease)).transpose()?;
         // A retried request replies what the first one did, and changes nothing.
-        let latch = cmd.request.map(|id| Latch::open(ctx, cmd.key, id)).transpose()?;
-        if let Some(first) = latch.as_ref().and_then(|l| l.result) {
-            return Ok(RedisValue::Integer(first));
+        let latch = cmd.request.map(|id| Latch::for_caller(ctx, cmd.key, id)).transpose()?;
+        if let Some(latch) = &latch {
+            if let Some(first) = latch.result(ctx)? {
+                return Ok(RedisValue::Integer(first));
+            }
         }
-        let key = LockKey::open(ctx, cmd.key, true);
-        let reply = release_hold(ctx, &key, cmd.key, cmd.owner, deadline)?;
+        let reply = release_hold(ctx, cmd.key, cmd.owner, deadline)?;
         if let (Some(latch), RedisValue::Integer(result)) = (latch, &reply) {
             latch.remember(ctx, *result);
         }
@@ -164,37 +233,49 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 /// How long a release's result is remembered for retries with the same `REQUEST` id.
 const RELEASE_LATCH_MS: i64 = 10_000;
 
-/// A release request's latch, `redisson_unlock_latch:{<lock>}:<id>` (Redisson's unlock latch):
-/// the result (0 or 1) of the first release with that id, kept for [`RELEASE_LATCH_MS`].
-/// "Not held" is not remembered, as in Redisson.
+/// A release request's latch (Redisson's unlock latch, named by `names::latch`): the result
+/// (0 or 1) of the first release with that id, kept for [`RELEASE_LATCH_MS`]. "Not held" is not
+/// remembered, as in Redisson. Like the token counter, no key handle is kept.
 struct Latch {
     name: RedisString,
-    key: LockKey,
-    result: Option<i64>,
 }
 
 impl Latch {
-    fn open(ctx: &Context, lock: &RedisString, id: &RedisString) -> Result<Self, LockError> {
-        let name = [LATCH_PREFIX, lock.bytes(), b"}:", id.bytes()].concat();
+    fn for_caller(ctx: &Context, lock: &RedisString, id: &RedisString) -> Result<Self, LockError> {
+        let name = names::latch(lock.as_slice(), id.as_slice());
+        if raw::in_cluster(ctx) && !names::same_slot(lock.as_slice(), &name) {
+            return Err(LockError::CrossSlot);
+        }
         let name = RedisString::create_from_slice(ctx.get_raw(), &name);
-        let key = LockKey::open(ctx, &name, true);
-        let result = match key.kind() {
-            KeyKind::Empty => None,
+        check_key(ctx, &name, raw::KeyUse::ReadWrite, LockError::NoPermLatch)?;
+        Ok(Self { name })
+    }
+
+    /// The first release's result, if this request was seen.
+    fn result(&self, ctx: &Context) -> Result<Option<i64>, LockError> {
+        let key = LockKey::open(ctx, &self.name, false);
+        match key.kind() {
+            KeyKind::Empty => Ok(None),
             KeyKind::String => match key.string_value().as_slice() {
-                b"0" => Some(0),
-                b"1" => Some(1),
-                _ => return Err(LockError::WrongType),
+                b"0" => Ok(Some(0)),
+                b"1" => Ok(Some(1)),
+                _ => Err(LockError::CorruptLatch),
             },
-            KeyKind::Hash | KeyKind::Other => return Err(LockError::WrongType),
-        };
-        Ok(Self { name, key, result })
+            KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
+        }
     }
 
     fn remember(self, ctx: &Context, result: i64) {
         let value = raw::int_string(ctx, result);
-        self.key.string_set(&value);
         let until = raw::now_ms().saturating_add(RELEASE_LATCH_MS);
-        self.key.set_expire_at(until);
+        {
+            let key = LockKey::open(ctx, &self.name, true);
+            key.string_set(&value);
+            key.set_expire_at(until);
+        }
+        raw::signal_modified(ctx, &self.name);
+        raw::notify(ctx, raw::Notify::String, c"set", &self.name);
+        raw::notify(ctx, raw::Notify::Generic, c"expire", &self.name);
         if replicating(ctx) {
             raw::replicate(ctx, c"SET", &[&self.name, &value]);
             raw::replicate(ctx, c"PEXPIREAT", &[&self.name, &raw::int_string(ctx, until)]);
@@ -204,21 +285,22 @@ impl Latch {
     }
 }
 
-/// Releases one hold of `owner` on the open key: the rules of `RLOCK.RELEASE`, with the
+/// Releases one hold of `owner` on the lock `name`: the rules of `RLOCK.RELEASE`, with the
 /// hand-off to a waiter when the lock is freed. Also used to undo a grant whose client left.
 ///
 /// # Errors
-/// `WRONGTYPE`, or a corrupt hold count.
+/// `WRONGTYPE`, a corrupt hold count, or `NOPERM` for the unlock channel.
 pub fn release_hold(
     ctx: &Context,
-    key: &LockKey,
     name: &RedisString,
     owner: &RedisString,
     deadline: Option<Deadline>,
 ) -> Result<RedisValue, LockError> {
-    waiting::settle(ctx, key, name);
-    let plan = rules::release(view_as(key, Some(owner))?, deadline);
-    Ok(execute(ctx, key, name, Some(owner), &plan))
+    waiting::settle(ctx, name);
+    let key = LockKey::open(ctx, name, true);
+    let plan = rules::release(view_as(&key, Some(owner))?, deadline);
+    check_publish(ctx, name, &plan)?;
+    Ok(execute(ctx, &key, name, Some(owner), &plan))
 }
 
 /// `RLOCK.RENEW key owner lease-ms`
@@ -236,9 +318,10 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
+        waiting::settle(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
-        waiting::settle(ctx, &key, cmd.key);
         let plan = rules::force_release(view_as(&key, None)?);
+        check_publish(ctx, cmd.key, &plan)?;
         Ok(execute(ctx, &key, cmd.key, None, &plan))
     })
 }
@@ -283,14 +366,12 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// The last fencing token granted for a lock (0: none), read-only.
+/// The last fencing token granted for a lock (0: none), read-only: the caller's ACL user must
+/// be allowed to read the counter key.
 fn last_token(ctx: &Context, lock: &RedisString) -> Result<u64, LockError> {
-    let key = LockKey::open(ctx, &token_key_name(ctx, lock), false);
-    match key.kind() {
-        KeyKind::Empty => Ok(0),
-        KeyKind::String => rules::parse_token(Some(&key.string_value())),
-        KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
-    }
+    let name = RedisString::create_from_slice(ctx.get_raw(), &names::token(lock.as_slice()));
+    check_key(ctx, &name, raw::KeyUse::Read, LockError::NoPermToken)?;
+    TokenCounter { name }.current(ctx)
 }
 
 /// The one field and value of a one-field hash. The low-level API has no field iteration on
@@ -340,18 +421,27 @@ pub fn execute(
     plan: &Plan,
 ) -> RedisValue {
     let replicate = (plan.writes() || plan.publish) && replicating(ctx);
+    if plan.writes() {
+        raw::signal_modified(ctx, name);
+    }
     match (plan.write, owner) {
         (Write::Keep, _) => {}
         (Write::SetCount(count), Some(owner)) => {
             let count = raw::int_string(ctx, count as i64);
             key.hash_set(owner, &count);
+            raw::notify(ctx, raw::Notify::Hash, c"hincrby", name);
             if replicate {
                 raw::replicate(ctx, c"HSET", &[name, owner, &count]);
             }
         }
         (Write::SetCount(_), None) => unreachable!("only owner commands set a hold count"),
-        (Write::Delete, _) => {
+        (Write::Delete, owner) => {
             key.delete();
+            if owner.is_some() {
+                // Redisson's release decrements to 0 (HINCRBY), then deletes.
+                raw::notify(ctx, raw::Notify::Hash, c"hincrby", name);
+            }
+            raw::notify(ctx, raw::Notify::Generic, c"del", name);
             if replicate {
                 raw::replicate(ctx, c"DEL", &[name]);
             }
@@ -359,6 +449,7 @@ pub fn execute(
     }
     if let Some(deadline) = plan.expire_at {
         key.set_expire_at(deadline.unix_ms());
+        raw::notify(ctx, raw::Notify::Generic, c"expire", name);
         if replicate {
             raw::replicate(ctx, c"PEXPIREAT", &[name, &raw::int_string(ctx, deadline.unix_ms())]);
         }
@@ -396,14 +487,9 @@ fn replicating(ctx: &Context) -> bool {
     waiting::outside_command() || raw::propagation_possible(ctx)
 }
 
-/// `redisson_lock__channel:{<key>}`, binary-safe.
+/// The lock's unlock channel (`names::channel`), binary-safe.
 fn unlock_channel(ctx: &Context, name: &RedisString) -> RedisString {
-    let name = name.bytes();
-    let mut channel = Vec::with_capacity(CHANNEL_PREFIX.len() + name.len() + CHANNEL_SUFFIX.len());
-    channel.extend_from_slice(CHANNEL_PREFIX);
-    channel.extend_from_slice(name);
-    channel.extend_from_slice(CHANNEL_SUFFIX);
-    RedisString::create_from_slice(ctx.get_raw(), &channel)
+    RedisString::create_from_slice(ctx.get_raw(), &names::channel(name.as_slice()))
 }
 
 /// Arity, docs and key specs of every command, set at load time (`lib.rs`'s `init`).
@@ -469,9 +555,11 @@ pub fn check_server(ctx: &Context) -> bool {
         ctx.log_warning(&format!("rlock: this server lacks {}", missing.join(", ")));
         return false;
     }
-    if let Err(e) = raw::watch_replication(ctx) {
+    if let Err(e) = raw::watch_replication(ctx).and_then(|()| raw::watch_swapdb(ctx)) {
         ctx.log_warning(&format!("rlock: {e}"));
         return false;
     }
+    raw::set_module_options(ctx);
+    waiting::reset_stats();
     true
 }

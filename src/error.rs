@@ -35,6 +35,21 @@ pub enum LockError {
     CountOverflow,
     /// The fencing-token counter key holds something other than a non-negative integer.
     CorruptToken,
+    /// The fencing-token counter is at the largest integer Redis stores.
+    TokenExhausted,
+    /// `TOKEN` while an `allkeys-*` eviction policy could evict the counter (and repeat tokens).
+    TokenEvictable,
+    /// The unlock latch key holds something other than a release result.
+    CorruptLatch,
+    /// In cluster mode, a derived key (token counter, unlock latch) would land in another hash
+    /// slot than the lock (a name whose braces form no hash tag of their own).
+    CrossSlot,
+    /// The caller's ACL user may not write the lock's token counter.
+    NoPermToken,
+    /// The caller's ACL user may not write the lock's unlock latch.
+    NoPermLatch,
+    /// The caller's ACL user may not publish on the lock's unlock channel.
+    NoPermChannel,
     /// The key is a hash but not a reentrant lock (`RLOCK.INFO` needs exactly one owner field).
     NotALock,
     /// A bug in the module, caught before it could take the server down.
@@ -64,7 +79,28 @@ impl LockError {
             }
             Self::CountOverflow => "ERR hold count overflow",
             Self::CorruptToken => {
-                "ERR the fencing token counter (redisson_lock_token:{key}) is not a non-negative integer"
+                "ERR the fencing token counter (redisson_lock_token:...) is not a non-negative integer"
+            }
+            Self::TokenExhausted => {
+                "ERR the fencing token counter cannot grow: it holds the largest integer Redis stores"
+            }
+            Self::TokenEvictable => {
+                "ERR TOKEN refused: maxmemory-policy is allkeys-*, which may evict the token counter and repeat tokens"
+            }
+            Self::CorruptLatch => {
+                "ERR the unlock latch (redisson_unlock_latch:...) holds a value that is not a release result"
+            }
+            Self::CrossSlot => {
+                "ERR the lock name's braces form no hash tag, so its token counter or unlock latch would live in another cluster slot: use a name with a complete {tag} or no braces"
+            }
+            Self::NoPermToken => {
+                "NOPERM this user has no permissions to access the lock's fencing token counter key (redisson_lock_token:...)"
+            }
+            Self::NoPermLatch => {
+                "NOPERM this user has no permissions to access the lock's unlock latch key (redisson_unlock_latch:...)"
+            }
+            Self::NoPermChannel => {
+                "NOPERM this user has no permissions to publish on the lock's unlock channel (redisson_lock__channel:...)"
             }
             Self::NotALock => {
                 "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"

@@ -15,6 +15,7 @@
 //!   timeouts and lease checks.
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off, timers, keyspace and server
 //!   events, `INFO rlock` stats.
+//! - [`names`]: the keys and channels a lock derives from its name (Redisson's `prefixName`).
 //! - [`cluster`]: Redis Cluster as plain Rust: key slots, slot ownership from `CLUSTER NODES`.
 //! - [`error`]: the one error enum and its conversion to error replies.
 //! - [`raw`]: every unsafe `RedisModule_*` call, each with a `// SAFETY:` note.
@@ -25,6 +26,7 @@ pub mod args;
 pub mod cluster;
 pub mod commands;
 pub mod error;
+pub mod names;
 pub mod queue;
 pub mod raw;
 pub mod rules;

@@ -34,7 +34,7 @@ fn missing_api(name: &'static str) -> ! {
     panic!("this server does not provide {name}")
 }
 
-/// The APIs the commands rely on; `check_apis` refuses to load without them.
+/// The APIs the commands rely on; `commands::check_server` refuses to load without them.
 pub fn missing_apis() -> Vec<&'static str> {
     macro_rules! check {
         ($($name:ident),*) => {{
@@ -76,7 +76,17 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_GetBlockedClientPrivateData,
         RedisModule_ReplicateVerbatim,
         RedisModule_CreateStringFromLongLong,
-        RedisModule_SubscribeToServerEvent
+        RedisModule_SubscribeToServerEvent,
+        RedisModule_AvoidReplicaTraffic,
+        RedisModule_SetModuleOptions,
+        RedisModule_SignalModifiedKey,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_GetCurrentUserName,
+        RedisModule_GetModuleUserFromUserName,
+        RedisModule_FreeModuleUser,
+        RedisModule_ACLCheckKeyPermissions,
+        RedisModule_ACLCheckChannelPermissions,
+        RedisModule_ACLAddLogEntry
     )
 }
 
@@ -675,4 +685,183 @@ extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         // Redis calls this once per blocked client.
         drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
     }
+}
+
+/// Whether writes are paused (`CLIENT PAUSE ... WRITE|ALL`, `FAILOVER`). Redis then keeps keys
+/// that are logically expired stored (a lookup reports them missing): a module write that
+/// "creates" such a key aborts the server in `dbAdd`. Timers must not write while this holds.
+/// (Redis's own expiry and this call read the same pause state; asking also ends a pause whose
+/// time is up, as Redis's own checks do.)
+pub fn writes_paused() -> bool {
+    let avoid = api!(RedisModule_AvoidReplicaTraffic);
+    // SAFETY: takes no arguments and only reads (and, if its time is up, ends) the pause state.
+    unsafe { avoid() != 0 }
+}
+
+/// At load: the module signals modified keys itself (`signal_modified`), only when something
+/// changed, so a no-op (a busy acquire, a release by a non-holder) does not abort a `WATCH`.
+pub fn set_module_options(ctx: &Context) {
+    let set = api!(RedisModule_SetModuleOptions);
+    // SAFETY: live load-time context; the option is a flag Redis defines.
+    unsafe { set(ctx.get_raw(), raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int) };
+}
+
+/// Marks `name` as modified (aborts `WATCH`es on it, invalidates client-side caching).
+pub fn signal_modified(ctx: &Context, name: &RedisString) {
+    let signal = api!(RedisModule_SignalModifiedKey);
+    // SAFETY: live context and key name; Redis copies what it keeps.
+    unsafe { signal(ctx.get_raw(), name.inner) };
+}
+
+/// The class of a keyspace notification (`notify-keyspace-events` letters `g`, `$`, `h`).
+#[derive(Debug, Clone, Copy)]
+pub enum Notify {
+    Generic,
+    String,
+    Hash,
+}
+
+thread_local! {
+    /// Set while the module raises a notification (its own subscriber ignores those).
+    static NOTIFYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the keyspace event being delivered was raised by this module.
+pub fn notifying() -> bool {
+    NOTIFYING.get()
+}
+
+/// Raises the keyspace notification `event` on `name`, as Redis's own command would.
+pub fn notify(ctx: &Context, class: Notify, event: &CStr, name: &RedisString) {
+    let notify = api!(RedisModule_NotifyKeyspaceEvent);
+    let class = match class {
+        Notify::Generic => raw::REDISMODULE_NOTIFY_GENERIC,
+        Notify::String => raw::REDISMODULE_NOTIFY_STRING,
+        Notify::Hash => raw::REDISMODULE_NOTIFY_HASH,
+    };
+    NOTIFYING.set(true);
+    // SAFETY: live context, a NUL-terminated event name and a live key name; Redis copies what
+    // it keeps.
+    unsafe { notify(ctx.get_raw(), class, event.as_ptr(), name.inner) };
+    NOTIFYING.set(false);
+}
+
+/// The ACL user of the client running the current command.
+pub struct User {
+    user: NonNull<raw::RedisModuleUser>,
+}
+
+/// What a key is used for, as ACL key permissions see it.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyUse {
+    /// Read only (`%R~`).
+    Read,
+    /// Read and written (`~`, or `%RW~`).
+    ReadWrite,
+}
+
+impl User {
+    /// The user of the client whose command runs in `ctx`. Call only from a command context
+    /// (timers and events have no user): `None` when there is none.
+    pub fn current(ctx: &Context) -> Option<Self> {
+        let (get_name, from_name, free) = (
+            api!(RedisModule_GetCurrentUserName),
+            api!(RedisModule_GetModuleUserFromUserName),
+            api!(RedisModule_FreeString),
+        );
+        // SAFETY: a command context, whose client has a user; the name is a new string we own
+        // and free once, after the lookup (which does not keep it). The user handle is ours
+        // until `FreeModuleUser` in Drop.
+        let user = unsafe {
+            let name = get_name(ctx.get_raw());
+            if name.is_null() {
+                return None;
+            }
+            let user = from_name(name);
+            free(ctx.get_raw(), name);
+            user
+        };
+        NonNull::new(user).map(|user| Self { user })
+    }
+
+    /// Whether the user may use `key` so (its key patterns).
+    pub fn may_use_key(&self, key: &RedisString, how: KeyUse) -> bool {
+        let check = api!(RedisModule_ACLCheckKeyPermissions);
+        let flags = match how {
+            KeyUse::Read => raw::REDISMODULE_CMD_KEY_ACCESS,
+            KeyUse::ReadWrite => {
+                raw::REDISMODULE_CMD_KEY_ACCESS
+                    | raw::REDISMODULE_CMD_KEY_UPDATE
+                    | raw::REDISMODULE_CMD_KEY_INSERT
+            }
+        };
+        // SAFETY: a live user handle and key string; the check only reads them.
+        unsafe { check(self.user.as_ptr(), key.inner, flags as c_int) == raw::REDISMODULE_OK as c_int }
+    }
+
+    /// Whether the user may publish on `channel` (a literal channel, not a pattern).
+    pub fn may_publish(&self, channel: &RedisString) -> bool {
+        let check = api!(RedisModule_ACLCheckChannelPermissions);
+        // SAFETY: a live user handle and channel string; 0 = a literal channel (no pattern flag)
+        // in every server's reading of this argument.
+        unsafe { check(self.user.as_ptr(), channel.inner, 0) == raw::REDISMODULE_OK as c_int }
+    }
+
+    /// Records a refused key or channel in `ACL LOG`, as Redis does for its own commands.
+    pub fn log_denied(&self, ctx: &Context, object: &RedisString, channel: bool) {
+        let log = api!(RedisModule_ACLAddLogEntry);
+        let reason = if channel {
+            raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CHANNEL
+        } else {
+            raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_KEY
+        };
+        // SAFETY: a command context, a live user handle and object string; Redis copies them.
+        unsafe { log(ctx.get_raw(), self.user.as_ptr(), object.inner, reason) };
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        let free = api!(RedisModule_FreeModuleUser);
+        // SAFETY: the handle came from GetModuleUserFromUserName and is freed once, here.
+        unsafe { free(self.user.as_ptr()) };
+    }
+}
+
+/// At load: calls `waiting::on_swapdb` after every `SWAPDB` (which moves keys between
+/// databases without any keyspace event).
+pub fn watch_swapdb(ctx: &Context) -> Result<(), String> {
+    let subscribe = api!(RedisModule_SubscribeToServerEvent);
+    // SAFETY: live load-time context; `swapdb_event` has the callback signature Redis expects
+    // and ignores the event data.
+    let status = unsafe {
+        subscribe(
+            ctx.get_raw(),
+            raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 },
+            Some(swapdb_event),
+        )
+    };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err("cannot subscribe to the SWAPDB server event".to_owned())
+    }
+}
+
+extern "C" fn swapdb_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    let context = Context::new(ctx);
+    guard_callback(&context, || waiting::on_swapdb(&context));
+}
+
+/// Whether Redis may evict keys at all (a `maxmemory-policy` other than `noeviction`).
+pub fn may_evict(ctx: &Context) -> bool {
+    let flags = api!(RedisModule_GetContextFlags);
+    // SAFETY: live context; only reads flags.
+    let flags = unsafe { flags(ctx.get_raw()) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_EVICT != 0
 }

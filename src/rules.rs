@@ -99,6 +99,13 @@ pub fn parse_count(stored: &[u8]) -> Result<u64, LockError> {
     crate::args::parse_positive(stored).ok_or(LockError::CorruptCount)
 }
 
+/// The grant of a free lock: the caller's count 1, the lease set, reply nil. Also the grant a
+/// hand-off makes to a waiter.
+#[must_use]
+pub const fn grant(deadline: Deadline) -> Plan {
+    Plan { write: Write::SetCount(1), expire_at: Some(deadline), publish: false, reply: Reply::Nil }
+}
+
 /// `ACQUIRE`: take a free lock (count 1), or re-enter one we hold (count + 1); both set the
 /// lease. Held by another owner: reply its remaining lease, change nothing.
 ///
@@ -106,7 +113,7 @@ pub fn parse_count(stored: &[u8]) -> Result<u64, LockError> {
 /// [`LockError::CountOverflow`] when re-entry would pass `i64::MAX` holds.
 pub fn acquire(view: View, deadline: Deadline) -> Result<Plan, LockError> {
     let count = match view {
-        View::Free => 1,
+        View::Free => return Ok(grant(deadline)),
         View::Held { mine: Some(held), .. } => next_count(held)?,
         View::Held { mine: None, pttl } => return Ok(Plan::reply(Reply::Int(pttl))),
     };
@@ -184,7 +191,7 @@ pub fn parse_token(stored: Option<&[u8]>) -> Result<u64, LockError> {
 /// The token of the next grant: strictly greater than every token granted before.
 ///
 /// # Errors
-/// [`LockError::CorruptToken`] when the counter is at the largest integer Redis stores.
+/// [`LockError::TokenExhausted`] when the counter is at the largest integer Redis stores.
 pub fn next_token(current: u64) -> Result<u64, LockError> {
-    current.checked_add(1).filter(|&t| t <= i64::MAX as u64).ok_or(LockError::CorruptToken)
+    current.checked_add(1).filter(|&t| t <= i64::MAX as u64).ok_or(LockError::TokenExhausted)
 }

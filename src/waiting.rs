@@ -33,13 +33,13 @@ use crate::args::{Lease, WaitFor};
 use crate::error::LockError;
 use crate::queue::{Event, LockName, Queues, Waiter, WaiterId};
 use crate::raw::{self, Blocked, KeyKind, LockKey};
-use crate::rules::{Deadline, Plan, Reply, Write};
+use crate::rules::{self, Deadline};
 
 /// What a blocked waiter is unblocked with; its reply callback turns it into the reply.
 #[derive(Debug)]
 pub enum Outcome {
     /// It holds the lock: reply nil, or `[1, token]` if it asked for a fencing token.
-    Granted { lock: LockName, owner: Vec<u8>, token: Option<Option<u64>> },
+    Granted { lock: LockName, owner: Vec<u8>, token: Option<u64> },
     /// Its budget ran out: reply the holder's remaining lease (`[0, pttl]` with TOKEN).
     TimedOut { pttl: i64, token: bool },
     /// Reply this error.
@@ -244,14 +244,16 @@ const fn lease_end(now: i64, pttl: i64) -> i64 {
 
 /// Hands a free lock to its longest-waiting client, or (when held) makes sure it is checked
 /// again at its holder's deadline. Called on every RLOCK write to a lock, before the command's
-/// own rules, so no newcomer takes a lock that waiters are owed.
-pub fn settle(ctx: &Context, key: &LockKey, name: &RedisString) {
+/// own rules, so no newcomer takes a lock that waiters are owed. Opens (and closes) its own key
+/// handle: the caller opens its own afterwards, so no handle outlives a hand-off's writes.
+pub fn settle(ctx: &Context, name: &RedisString) {
     if !waits_for(ctx, name) {
         return;
     }
+    let key = LockKey::open(ctx, name, true);
     match key.kind() {
         KeyKind::Empty => {
-            hand_off(ctx, key, name);
+            hand_off(ctx, &key, name);
         }
         KeyKind::Hash => {
             let pttl = key.pttl();
@@ -278,8 +280,12 @@ pub fn lock_name(ctx: &Context, name: &RedisString) -> LockName {
 
 /// Grants the free lock (the key is empty) to its longest-waiting client, if any: writes and
 /// replicates it as that client's lock, then unblocks the client. Returns whether it did.
+///
+/// A waiter that asked for a fencing token and cannot get one (the counter is corrupt or full,
+/// or an `allkeys-*` policy is in force) gets that error and the next waiter is tried: nothing
+/// is granted with an error reply. Never writes while writes are paused (timers check first).
 pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
-    if !waits_for(ctx, name) || !raw::is_master(ctx) {
+    if !waits_for(ctx, name) || !raw::is_master(ctx) || raw::writes_paused() {
         return false;
     }
     let lock = &lock_name(ctx, name);
@@ -288,41 +294,56 @@ pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
         redirect_all(lock, &redirect);
         return false;
     }
-    let Some(waiter) = take(|q| q.pop_head(lock.db, &lock.key)) else {
-        return false;
-    };
-    let now = raw::now_ms();
-    let deadline = Deadline::after(now, waiter.lease).unwrap_or(Deadline::LAST);
-    let owner = RedisString::create_from_slice(ctx.get_raw(), &waiter.owner);
-    let grant = Plan {
-        write: Write::SetCount(1),
-        expire_at: Some(deadline),
-        publish: false,
-        reply: Reply::Nil,
-    };
-    crate::commands::execute(ctx, key, name, Some(&owner), &grant);
-    // A waiter that asked for a fencing token gets the next one (none if the counter is bad:
-    // the grant stands, the reply says `[1, nil]`).
-    let token = waiter
-        .token
-        .then(|| crate::commands::Fencing::open(ctx, name).and_then(|f| f.next(ctx)).ok());
-    raw::unblock_client(
-        waiter.handle,
-        Some(Outcome::Granted { lock: lock.clone(), owner: waiter.owner, token }),
-    );
-    bump(&STATS.handoffs);
-    with_queues(|q| q.schedule_lease_check(lock, deadline.unix_ms().saturating_add(1)));
-    arm(ctx);
-    true
+    loop {
+        let Some(waiter) = take(|q| q.pop_head(lock.db, &lock.key)) else {
+            return false;
+        };
+        // Everything that can refuse is checked before the grant is written.
+        let token = match waiter.token.then(|| next_token(ctx, name)).transpose() {
+            Ok(token) => token,
+            Err(e) => {
+                bump(&STATS.left);
+                raw::unblock_client(waiter.handle, Some(Outcome::Failed(e)));
+                continue;
+            }
+        };
+        let deadline = Deadline::after(raw::now_ms(), waiter.lease).unwrap_or(Deadline::LAST);
+        let owner = RedisString::create_from_slice(ctx.get_raw(), &waiter.owner);
+        crate::commands::execute(ctx, key, name, Some(&owner), &rules::grant(deadline));
+        let token = token.map(|(counter, token)| {
+            counter.store(ctx, token);
+            token
+        });
+        raw::unblock_client(
+            waiter.handle,
+            Some(Outcome::Granted {
+                lock: lock.clone(),
+                owner: waiter.owner,
+                token,
+            }),
+        );
+        bump(&STATS.handoffs);
+        with_queues(|q| q.schedule_lease_check(lock, deadline.unix_ms().saturating_add(1)));
+        arm(ctx);
+        return true;
+    }
+}
+
+/// The counter and the next token of a grant made by a hand-off, checked, nothing written.
+fn next_token(
+    ctx: &Context,
+    name: &RedisString,
+) -> Result<(crate::commands::TokenCounter, u64), LockError> {
+    let counter = crate::commands::TokenCounter::for_grant(ctx, name)?;
+    let token = crate::rules::next_token(counter.current(ctx)?)?;
+    Ok((counter, token))
 }
 
 /// The reply of a client this module unblocked.
 pub fn reply(ctx: &Context, outcome: Option<&Outcome>) {
     let result: RedisResult = match outcome {
         Some(Outcome::Granted { token: None, .. }) => Ok(RedisValue::Null),
-        Some(Outcome::Granted { token: Some(token), .. }) => {
-            Ok(crate::commands::token_reply(*token))
-        }
+        Some(Outcome::Granted { token: Some(token), .. }) => Ok(crate::commands::token_reply(*token)),
         Some(Outcome::TimedOut { pttl, token: false }) => Ok(RedisValue::Integer(*pttl)),
         Some(Outcome::TimedOut { pttl, token: true }) => Ok(crate::commands::busy_reply(*pttl)),
         Some(Outcome::Failed(e)) => Err((*e).into()),
@@ -340,10 +361,13 @@ pub fn unblocked_by_command(ctx: &Context, bc: Blocked) {
     };
     bump(&STATS.left);
     arm(ctx);
-    let pttl = holder_pttl(ctx, &waiter.lock);
-    let reply =
-        if waiter.token { crate::commands::busy_reply(pttl) } else { RedisValue::Integer(pttl) };
-    ctx.reply(Ok(reply));
+    // The context is the waiter's own client, whose database is the lock's.
+    let reply = match holder_pttl(ctx, &waiter.lock) {
+        Ok(pttl) if waiter.token => Ok(crate::commands::busy_reply(pttl)),
+        Ok(pttl) => Ok(RedisValue::Integer(pttl)),
+        Err(e) => Err(e.into()),
+    };
+    ctx.reply(reply);
     // Redis unblocks the client itself after this callback; this frees our handle.
     raw::unblock_client(bc, None);
 }
@@ -363,20 +387,25 @@ pub fn client_gone(ctx: &Context, bc: Blocked, outcome: Option<&Outcome>) {
     }
 }
 
-/// The remaining lease of the lock's holder (-2: none), read in the context's own database.
-fn holder_pttl(ctx: &Context, lock: &LockName) -> i64 {
+/// What a wait that ends without a grant replies, read in the context's selected database: the
+/// holder's remaining lease (-1: no expiry), as a busy `RLOCK.ACQUIRE`; 0 when nobody holds it
+/// at this instant but it could not be granted (writes paused): retry at once; `WRONGTYPE` when
+/// the key now holds something else.
+fn holder_pttl(ctx: &Context, lock: &LockName) -> Result<i64, LockError> {
     let name = RedisString::create_from_slice(ctx.get_raw(), &lock.key);
     let key = LockKey::open(ctx, &name, false);
     match key.kind() {
-        KeyKind::Hash => key.pttl(),
-        KeyKind::Empty | KeyKind::Other | KeyKind::String => -2,
+        KeyKind::Hash => Ok(key.pttl()),
+        KeyKind::Empty => Ok(0),
+        KeyKind::Other | KeyKind::String => Err(LockError::WrongType),
     }
 }
 
 /// Keyspace events (in the `redis_module!` table): a lock with waiters that was deleted,
 /// expired or evicted is handed off on a 0 ms timer.
 pub fn on_keyspace_event(ctx: &Context, _event: NotifyEvent, _name: &str, key: &[u8]) {
-    if !anyone_waits() {
+    // The module's own notifications (its writes hand off themselves) are not news.
+    if !anyone_waits() || raw::notifying() {
         return;
     }
     let db = raw::selected_db(ctx);
@@ -391,6 +420,21 @@ pub fn on_keyspace_event(ctx: &Context, _event: NotifyEvent, _name: &str, key: &
 fn on_flush(ctx: &Context, subevent: FlushSubevent) {
     if subevent == FlushSubevent::Ended && anyone_waits() {
         defer(ctx, |d| d.settle_all = true);
+    }
+}
+
+/// `SWAPDB` moved whole databases: every lock with waiters is looked at again (handed off if
+/// its database no longer holds it, checked at its new holder's deadline otherwise).
+pub fn on_swapdb(ctx: &Context) {
+    if anyone_waits() {
+        defer(ctx, |d| d.settle_all = true);
+    }
+}
+
+/// At load: `INFO rlock` starts from zero (a reloaded module may find its old statics).
+pub fn reset_stats() {
+    for counter in [&STATS.waits, &STATS.handoffs, &STATS.timeouts, &STATS.left, &STATS.rollbacks] {
+        counter.store(0, Ordering::Relaxed);
     }
 }
 
@@ -439,7 +483,16 @@ fn defer(ctx: &Context, add: impl FnOnce(&mut Deferred)) {
     }
 }
 
+/// How often work that writes is retried while writes are paused (`CLIENT PAUSE`, `FAILOVER`):
+/// a waiter owed a lock is served within this of the pause's end.
+const PAUSE_RETRY: Duration = Duration::from_millis(1);
+
 fn run_deferred(ctx: &Context, (): ()) {
+    if raw::writes_paused() {
+        // Keep the work (still armed) and look again shortly.
+        ctx.create_timer(PAUSE_RETRY, run_deferred, ());
+        return;
+    }
     timer_work(ctx, || {
         let work = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
         for (lock, owner) in &work.rollback {
@@ -496,28 +549,45 @@ fn run_schedule(ctx: &Context, (): ()) {
     TIMER.set(None);
     timer_work(ctx, || {
         let now = raw::now_ms();
+        // While writes are paused nothing is granted: lease checks wait for the pause's end
+        // (retried every PAUSE_RETRY), timeouts still end their waits.
+        let paused = raw::writes_paused();
+        let mut later = Vec::new();
         while let Some(event) = with_queues(|q| q.pop_due(now)) {
             match event {
-                Event::Timeout(id) => time_out(ctx, id),
+                Event::Timeout(id) => time_out(ctx, id, paused),
+                Event::LeaseCheck(lock) if paused => later.push(lock),
                 Event::LeaseCheck(lock) => settle_lock(ctx, &lock),
             }
         }
+        let retry_at = now.saturating_add(PAUSE_RETRY.as_millis() as i64);
+        with_queues(|q| later.iter().for_each(|lock| q.schedule_lease_check(lock, retry_at)));
     });
     arm(ctx);
 }
 
-/// A waiter's budget ran out. A free lock goes to its head first (perhaps this waiter).
-fn time_out(ctx: &Context, id: WaiterId) {
+/// A waiter's budget ran out. A free lock goes to its head first (perhaps this waiter), unless
+/// writes are paused.
+fn time_out(ctx: &Context, id: WaiterId, paused: bool) {
     let Some(lock) = with_queues(|q| q.get(id).map(|w| w.lock.clone())) else {
         return;
     };
-    settle_lock(ctx, &lock);
+    if !paused {
+        settle_lock(ctx, &lock);
+    }
     let Some(waiter) = take(|q| q.remove(id)) else {
         return; // granted just now
     };
     bump(&STATS.timeouts);
-    let pttl = holder_pttl(ctx, &lock);
-    raw::unblock_client(waiter.handle, Some(Outcome::TimedOut { pttl, token: waiter.token }));
+    let outcome = if raw::select_db(ctx, lock.db) {
+        match holder_pttl(ctx, &lock) {
+            Ok(pttl) => Outcome::TimedOut { pttl, token: waiter.token },
+            Err(e) => Outcome::Failed(e),
+        }
+    } else {
+        Outcome::Failed(LockError::Internal)
+    };
+    raw::unblock_client(waiter.handle, Some(outcome));
 }
 
 /// Opens the lock from a timer and settles it.
@@ -526,8 +596,7 @@ fn settle_lock(ctx: &Context, lock: &LockName) {
         return;
     }
     let name = RedisString::create_from_slice(ctx.get_raw(), &lock.key);
-    let key = LockKey::open(ctx, &name, true);
-    settle(ctx, &key, &name);
+    settle(ctx, &name);
 }
 
 /// Releases one hold of `owner` (a grant whose client left), handing off if that frees it.
@@ -537,8 +606,7 @@ fn release_one(ctx: &Context, lock: &LockName, owner: &[u8]) {
     }
     let name = RedisString::create_from_slice(ctx.get_raw(), &lock.key);
     let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
-    let key = LockKey::open(ctx, &name, true);
-    if let Err(e) = crate::commands::release_hold(ctx, &key, &name, &owner, None) {
+    if let Err(e) = crate::commands::release_hold(ctx, &name, &owner, None) {
         ctx.log_warning(&format!("rlock: could not release a grant whose client left: {e}"));
     }
 }

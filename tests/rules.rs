@@ -134,5 +134,5 @@ fn token_counters_start_at_zero_and_only_grow() {
         assert_eq!(parse_token(Some(bad)), Err(LockError::CorruptToken), "{bad:?}");
     }
     assert_eq!(next_token(41), Ok(42));
-    assert_eq!(next_token(i64::MAX as u64), Err(LockError::CorruptToken));
+    assert_eq!(next_token(i64::MAX as u64), Err(LockError::TokenExhausted));
 }

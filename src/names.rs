@@ -1,0 +1,91 @@
+//! The keys and channels a lock derives from its name, built as Redisson builds them (plain Rust,
+//! so unit tests drive it without a server).
+//!
+//! Redisson's rule (`prefixName`): `prefix + ":" + name` when the name contains `{` (it carries
+//! its own hash tag, which must stay the first one), else `prefix + ":{" + name + "}"`. With that
+//! rule every derived name hashes to the lock's own cluster slot, except for names whose braces
+//! do not form a hash tag of their own (a `{` with no `}` after it, `{}`, a `}` with no `{`):
+//! [`same_slot`] tells those apart, and in cluster mode the commands refuse to derive keys for
+//! them rather than write into another slot.
+
+use crate::cluster::key_slot;
+
+/// Redisson's unlock channel: `redisson_lock__channel:{<name>}`.
+pub const CHANNEL: &[u8] = b"redisson_lock__channel";
+/// Redisson's RFencedLock token counter: `redisson_lock_token:{<name>}`.
+pub const TOKEN: &[u8] = b"redisson_lock_token";
+/// Redisson's unlock latch (idempotent release): `redisson_unlock_latch:{<name>}:<request id>`.
+pub const LATCH: &[u8] = b"redisson_unlock_latch";
+
+/// `prefix:{name}`, or `prefix:name` when `name` contains `{` (Redisson's `prefixName`).
+#[must_use]
+pub fn prefixed(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let braced = name.contains(&b'{');
+    let mut out = Vec::with_capacity(prefix.len() + name.len() + 3);
+    out.extend_from_slice(prefix);
+    out.push(b':');
+    if !braced {
+        out.push(b'{');
+    }
+    out.extend_from_slice(name);
+    if !braced {
+        out.push(b'}');
+    }
+    out
+}
+
+/// The unlock channel of the lock `name`.
+#[must_use]
+pub fn channel(name: &[u8]) -> Vec<u8> {
+    prefixed(CHANNEL, name)
+}
+
+/// The fencing-token counter of the lock `name`.
+#[must_use]
+pub fn token(name: &[u8]) -> Vec<u8> {
+    prefixed(TOKEN, name)
+}
+
+/// The unlock latch of release request `id` on the lock `name`.
+#[must_use]
+pub fn latch(name: &[u8], id: &[u8]) -> Vec<u8> {
+    let mut out = prefixed(LATCH, name);
+    out.push(b':');
+    out.extend_from_slice(id);
+    out
+}
+
+/// Whether `derived` lives in the same cluster hash slot as the lock `name`.
+#[must_use]
+pub fn same_slot(name: &[u8], derived: &[u8]) -> bool {
+    key_slot(name) == key_slot(derived)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_names_are_wrapped_in_a_hash_tag() {
+        assert_eq!(token(b"job"), b"redisson_lock_token:{job}");
+        assert_eq!(channel(b"job"), b"redisson_lock__channel:{job}");
+        assert_eq!(latch(b"job", b"r1"), b"redisson_unlock_latch:{job}:r1");
+    }
+
+    #[test]
+    fn braced_names_keep_their_own_tag() {
+        assert_eq!(token(b"{user1}:lock"), b"redisson_lock_token:{user1}:lock");
+        assert_eq!(channel(b"orders{42}"), b"redisson_lock__channel:orders{42}");
+        for name in [&b"{user1}:lock"[..], b"orders{42}", b"x", b"{a}{b}"] {
+            assert!(same_slot(name, &token(name)), "{name:?}");
+            assert!(same_slot(name, &latch(name, b"{id}")), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn names_whose_braces_form_no_tag_are_told_apart() {
+        for name in [&b"a}b"[..], b"a{b", b"a{}b", b"}{"] {
+            assert!(!same_slot(name, &token(name)), "{name:?}");
+        }
+    }
+}
