@@ -144,11 +144,8 @@ impl TokenCounter {
 }
 
 /// Whether an `allkeys-*` eviction policy is in force: keys with no TTL (token counters) may be
-/// evicted by ordinary traffic. Read only when Redis may evict at all.
+/// evicted by ordinary traffic. Read whatever `maxmemory` is now: it can be set at any time.
 fn evicts_any_key(ctx: &Context) -> bool {
-    if !raw::may_evict(ctx) {
-        return false;
-    }
     let reply: CallResult = ctx.call_ext(
         "CONFIG",
         &CallOptionsBuilder::new().build(),

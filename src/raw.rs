@@ -857,11 +857,3 @@ extern "C" fn swapdb_event(
     let context = Context::new(ctx);
     guard_callback(&context, || waiting::on_swapdb(&context));
 }
-
-/// Whether Redis may evict keys at all (a `maxmemory-policy` other than `noeviction`).
-pub fn may_evict(ctx: &Context) -> bool {
-    let flags = api!(RedisModule_GetContextFlags);
-    // SAFETY: live context; only reads flags.
-    let flags = unsafe { flags(ctx.get_raw()) } as u32;
-    flags & raw::REDISMODULE_CTX_FLAGS_EVICT != 0
-}

@@ -1,0 +1,512 @@
+//! Where real deployments differ (issue 9): write pauses, fencing tokens under nested hand-offs,
+//! Redisson's naming of derived keys for braced names, ACL users limited to key patterns and
+//! channels, eviction, counters at their limit, SWAPDB/MOVE/RENAME, writable replicas, WATCH and
+//! keyspace notifications, a module reload. Each test is a regression test for one defect found
+//! by trying to break rlock, named after it.
+
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{
+    blocked_clients, digest, hgetall, info_field, poll, run_str, Pending, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+fn exists(con: &mut Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
+}
+
+fn get(con: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(con).expect("GET")
+}
+
+fn wait_blocked(con: &mut Connection, n: i64) {
+    poll("the waiters to block", LIMIT, || (blocked_clients(con) == n).then_some(()));
+}
+
+/// `[1, token]` → token.
+fn granted_token(v: &Value) -> i64 {
+    match v {
+        Value::Array(items) if items.len() == 2 && items[0] == Value::Int(1) => match items[1] {
+            Value::Int(t) => t,
+            ref other => panic!("token: {other:?}"),
+        },
+        other => panic!("expected [1, token], got {other:?}"),
+    }
+}
+
+/// A connection authenticated as `user` (created with `nopass`).
+fn conn_as(server: &Server, user: &str) -> Connection {
+    let mut con = server.conn();
+    cmd(&mut con, &["AUTH", user, "any"]);
+    con
+}
+
+// ---- 1. writes paused ----------------------------------------------------------------------
+
+/// A lease that ends during `CLIENT PAUSE` must not make the module write (the server aborted
+/// in dbAdd): the waiter is served after the pause, and never during it.
+fn lease_end_during_pause(mode: &str) {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "holder", "300"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let paused_at = Instant::now();
+    cmd(&mut con, &["CLIENT", "PAUSE", "1500", mode]);
+    let (reply, at) = waiter.reply(LIMIT);
+    assert_eq!(reply, Ok(Value::Nil), "the waiter is granted; log:\n{}", server.log());
+    assert!(
+        at.duration_since(paused_at) >= Duration::from_millis(1400),
+        "granted during the pause ({:?} after it began)",
+        at.duration_since(paused_at)
+    );
+    assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()), "alive");
+    assert_eq!(hgetall(&mut con, b"k"), vec![(b"w".to_vec(), b"1".to_vec())]);
+    assert!(!server.log().contains("ASSERTION"), "{}", server.log());
+}
+
+#[test]
+fn d1_a_lease_ending_during_client_pause_write_is_handed_off_after_it() {
+    lease_end_during_pause("WRITE");
+}
+
+#[test]
+fn d1_a_lease_ending_during_client_pause_all_is_handed_off_after_it() {
+    lease_end_during_pause("ALL");
+}
+
+#[test]
+fn d1_a_waiter_timing_out_during_a_pause_writes_nothing_and_is_answered() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "holder", "200"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "600"]);
+    wait_blocked(&mut con, 1);
+    cmd(&mut con, &["CLIENT", "PAUSE", "1500", "WRITE"]);
+    // The lease is over but the key cannot be deleted: no holder, nothing granted: retry now (0).
+    let (reply, _) = waiter.reply(LIMIT);
+    assert_eq!(reply, Ok(Value::Int(0)), "log:\n{}", server.log());
+    cmd(&mut con, &["CLIENT", "UNPAUSE"]);
+    assert!(!exists(&mut con, "k"), "nothing granted");
+    assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
+}
+
+#[test]
+fn d1_a_grant_rolled_back_during_a_pause_is_released_after_it() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "holder", "60000"]);
+    // A waiter whose connection is killed in the same transaction as the release that grants it:
+    // its grant is rolled back on a timer, which runs while writes are paused.
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "60000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let id = waiter.client_id().to_string();
+    cmd(&mut con, &["MULTI"]);
+    cmd(&mut con, &["RLOCK.RELEASE", "k", "holder"]);
+    cmd(&mut con, &["CLIENT", "KILL", "ID", &id]);
+    cmd(&mut con, &["CLIENT", "PAUSE", "800", "WRITE"]);
+    cmd(&mut con, &["EXEC"]);
+    let _ = waiter.reply(LIMIT);
+    poll("the rolled-back grant released", LIMIT, || (!exists(&mut con, "k")).then_some(()));
+    assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
+    assert!(!server.log().contains("ASSERTION"), "{}", server.log());
+}
+
+// ---- 2. tokens under a nested hand-off -------------------------------------------------------
+
+/// `MULTI; DEL k; RLOCK.ACQUIRE k X ... TOKEN; EXEC` with a TOKEN waiter queued: the acquire hands
+/// the lock to the waiter first; the two grants must never share a token.
+fn nested_handoff_tokens(caller: &str) {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    let waiter =
+        Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "X", "60000", "WAIT", "0", "TOKEN"]);
+    wait_blocked(&mut con, 1);
+    cmd(&mut con, &["MULTI"]);
+    cmd(&mut con, &["DEL", "k"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", caller, "60000", "TOKEN"]);
+    let Value::Array(results) = cmd(&mut con, &["EXEC"]) else { panic!("EXEC") };
+    let (reply, _) = waiter.reply(LIMIT);
+    let first = granted_token(&reply.expect("the waiter's reply"));
+    assert_eq!(first, 1, "the waiter is served first");
+    let counter: i64 = get(&mut con, "redisson_lock_token:{k}").expect("counter").parse().unwrap();
+    match &results[1] {
+        // Same owner: it re-entered after the hand-off, with the next token.
+        Value::Array(_) if caller == "X" => {
+            assert_eq!(granted_token(&results[1]), 2);
+            assert_eq!(counter, 2);
+        }
+        // Another owner: busy, holding nothing; the counter is the waiter's.
+        Value::Array(items) => {
+            assert_eq!(items[0], Value::Int(0), "busy: {items:?}");
+            assert_eq!(counter, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn d2_a_nested_hand_off_and_a_reentry_never_share_a_token() {
+    nested_handoff_tokens("X");
+}
+
+#[test]
+fn d2_a_nested_hand_off_leaves_another_owner_busy_with_the_counter_intact() {
+    nested_handoff_tokens("Y");
+}
+
+// ---- 3. derived names of braced lock names ---------------------------------------------------
+
+#[test]
+fn d3_braced_names_derive_keys_and_channels_by_redissons_prefixname_rule() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("redisson_lock__channel:{user1}:lock").expect("subscribe");
+    for name in ["{user1}:lock", "orders{42}", "a}b"] {
+        cmd(&mut con, &["RLOCK.ACQUIRE", name, "o", "30000", "TOKEN"]);
+        let counter = if name.contains('{') {
+            format!("redisson_lock_token:{name}")
+        } else {
+            format!("redisson_lock_token:{{{name}}}")
+        };
+        assert_eq!(get(&mut con, &counter).as_deref(), Some("1"), "{counter}");
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", name, "o", "REQUEST", "r1"]), Value::Int(1));
+        let latch = if name.contains('{') {
+            format!("redisson_unlock_latch:{name}:r1")
+        } else {
+            format!("redisson_unlock_latch:{{{name}}}:r1")
+        };
+        assert!(exists(&mut con, &latch), "{latch}");
+    }
+    let msg = sub.get_message().expect("the unlock message of {user1}:lock");
+    assert_eq!(msg.get_channel_name(), "redisson_lock__channel:{user1}:lock");
+    assert_eq!(msg.get_payload_bytes(), b"0");
+}
+
+// ---- 4. ACL: derived keys and the channel ----------------------------------------------------
+
+fn acl_log_objects(con: &mut Connection) -> Vec<String> {
+    let entries: Vec<Value> = redis::cmd("ACL").arg("LOG").query(con).expect("ACL LOG");
+    entries
+        .into_iter()
+        .filter_map(|e| {
+            let Value::Array(kv) = e else { return None };
+            let at = kv.iter().position(|v| *v == Value::BulkString(b"object".to_vec()))?;
+            redis::from_redis_value::<String>(kv[at + 1].clone()).ok()
+        })
+        .collect()
+}
+
+#[test]
+fn d4_a_user_limited_to_lock_keys_cannot_touch_counters_latches_or_the_channel() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["ACL", "SETUSER", "lim", "on", "nopass", "~locks:*", "resetchannels", "+@all"]);
+    let mut lim = conn_as(&server, "lim");
+    let before = digest(&mut admin);
+    let err = run_str(&mut lim, &["RLOCK.ACQUIRE", "locks:x", "o", "10000", "TOKEN"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "{err}");
+    assert_eq!(digest(&mut admin), before, "nothing changes on NOPERM");
+    assert!(acl_log_objects(&mut admin).contains(&"redisson_lock_token:{locks:x}".to_owned()));
+
+    cmd(&mut lim, &["RLOCK.ACQUIRE", "locks:x", "o", "10000"]);
+    let before = digest(&mut admin);
+    let err = run_str(&mut lim, &["RLOCK.RELEASE", "locks:x", "o", "REQUEST", "r"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let err = run_str(&mut lim, &["RLOCK.RELEASE", "locks:x", "o"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "the release would publish: {err}");
+    let err = run_str(&mut lim, &["RLOCK.FORCERELEASE", "locks:x"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "{err}");
+    assert_eq!(digest(&mut admin), before, "still held, no latch");
+    assert!(acl_log_objects(&mut admin).contains(&"redisson_lock__channel:{locks:x}".to_owned()));
+
+    // Granted the channel and the derived keys, the same user does it all.
+    cmd(
+        &mut admin,
+        &[
+            "ACL",
+            "SETUSER",
+            "lim",
+            "&redisson_lock__channel:*",
+            "~redisson_lock_token:*",
+            "~redisson_unlock_latch:*",
+        ],
+    );
+    assert_eq!(cmd(&mut lim, &["RLOCK.RELEASE", "locks:x", "o", "REQUEST", "r"]), Value::Int(1));
+    let token = cmd(&mut lim, &["RLOCK.ACQUIRE", "locks:x", "o", "10000", "TOKEN"]);
+    assert_eq!(granted_token(&token), 1);
+}
+
+#[test]
+fn d4_a_read_only_user_cannot_read_the_counter_through_info() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["RLOCK.ACQUIRE", "locks:x", "o", "10000", "TOKEN"]);
+    cmd(&mut admin, &["ACL", "SETUSER", "ro", "on", "nopass", "%R~locks:*", "+@all"]);
+    let mut ro = conn_as(&server, "ro");
+    assert!(matches!(cmd(&mut ro, &["RLOCK.PTTL", "locks:x"]), Value::Int(n) if n > 0));
+    let err = run_str(&mut ro, &["RLOCK.INFO", "locks:x"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "{err}");
+    cmd(&mut admin, &["ACL", "SETUSER", "ro", "%R~redisson_lock_token:*"]);
+    assert!(matches!(cmd(&mut ro, &["RLOCK.INFO", "locks:x"]), Value::Array(_)));
+}
+
+// ---- 5. eviction ----------------------------------------------------------------------------
+
+#[test]
+fn d5_token_is_refused_while_an_allkeys_policy_may_evict_the_counter() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let before = digest(&mut con);
+    let err = run_str(&mut con, &["RLOCK.ACQUIRE", "job", "c1", "30000", "TOKEN"]).unwrap_err();
+    assert!(err.starts_with("ERR TOKEN refused") && err.contains("allkeys"), "{err}");
+    assert_eq!(digest(&mut con), before);
+    // Plain locks still work; volatile-* never evicts the counter (no TTL).
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "job", "c1", "30000"]), Value::Nil);
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+    assert_eq!(granted_token(&cmd(&mut con, &["RLOCK.ACQUIRE", "job", "c1", "30000", "TOKEN"])), 1);
+}
+
+#[test]
+fn d5_a_token_waiter_is_refused_not_granted_when_the_policy_changed_while_it_waited() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "job", "h", "30000"]);
+    let w1 =
+        Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w1", "30000", "WAIT", "0", "TOKEN"]);
+    wait_blocked(&mut con, 1);
+    let w2 = Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w2", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 2);
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "job", "h"]), Value::Int(1));
+    let (r1, _) = w1.reply(LIMIT);
+    assert!(r1.as_ref().is_err_and(|e| e.starts_with("ERR TOKEN refused")), "{r1:?}");
+    assert_eq!(w2.reply(LIMIT).0, Ok(Value::Nil), "the next waiter gets the lock");
+    assert_eq!(hgetall(&mut con, b"job"), vec![(b"w2".to_vec(), b"1".to_vec())]);
+}
+
+// ---- 6 and 10. a counter at its limit -------------------------------------------------------
+
+#[test]
+fn d6_a_counter_that_cannot_grow_refuses_before_anything_is_written() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "redisson_lock_token:{job}", "9223372036854775807"]);
+    let before = digest(&mut con);
+    let err = run_str(&mut con, &["RLOCK.ACQUIRE", "job", "c1", "30000", "TOKEN"]).unwrap_err();
+    assert!(err.starts_with("ERR") && err.contains("cannot grow"), "{err}");
+    assert_eq!(digest(&mut con), before, "no lock written");
+    assert!(!exists(&mut con, "job"));
+}
+
+#[test]
+fn d6_a_hand_off_never_grants_with_an_error_or_a_nil_token() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "job", "h", "30000"]);
+    let w1 =
+        Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w1", "30000", "WAIT", "0", "TOKEN"]);
+    wait_blocked(&mut con, 1);
+    let w2 = Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w2", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 2);
+    cmd(&mut con, &["SET", "redisson_lock_token:{job}", "9223372036854775807"]);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "job", "h"]), Value::Int(1));
+    let (r1, _) = w1.reply(LIMIT);
+    assert!(r1.as_ref().is_err_and(|e| e.contains("cannot grow")), "{r1:?}");
+    assert_eq!(w2.reply(LIMIT).0, Ok(Value::Nil));
+    assert_eq!(hgetall(&mut con, b"job"), vec![(b"w2".to_vec(), b"1".to_vec())]);
+}
+
+// ---- 7. SWAPDB, MOVE, RENAME -----------------------------------------------------------------
+
+/// A lock with no expiry (taken by hand), a waiter, then `change` takes the lock out of db 0:
+/// the waiter is served promptly.
+fn waiter_follows(change: &[&str]) {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["HSET", "k", "h", "1"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    cmd(&mut con, change);
+    assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Nil), "{change:?}; log:\n{}", server.log());
+    assert_eq!(hgetall(&mut con, b"k"), vec![(b"w".to_vec(), b"1".to_vec())]);
+}
+
+#[test]
+fn d7_a_waiter_is_served_when_swapdb_takes_the_lock_away() {
+    waiter_follows(&["SWAPDB", "0", "1"]);
+}
+
+#[test]
+fn d7_a_waiter_is_served_when_the_lock_is_moved_or_renamed_away() {
+    waiter_follows(&["MOVE", "k", "1"]);
+    waiter_follows(&["RENAME", "k", "elsewhere"]);
+}
+
+#[test]
+fn d7_a_waiter_sees_the_lock_swapdb_brings_in() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    // db 1 holds the same lock with a short lease: after the swap, db 0's waiter gets it when
+    // that lease ends, not 60 s later.
+    cmd(&mut con, &["SELECT", "1"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h1", "300"]);
+    cmd(&mut con, &["SWAPDB", "0", "1"]);
+    assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Nil));
+    cmd(&mut con, &["SELECT", "0"]);
+    assert_eq!(hgetall(&mut con, b"k"), vec![(b"w".to_vec(), b"1".to_vec())]);
+}
+
+// ---- 8. writable replicas and the replies of ended waits ------------------------------------
+
+#[test]
+fn d8_a_writable_replica_never_blocks_a_waiter_it_cannot_serve() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).config("replica-read-only", "no").start();
+    let mut m = master.conn();
+    cmd(&mut m, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    let mut r = replica.conn();
+    rlock_tests_integration::wait_link_up(&mut r);
+    poll("the lock replicated", LIMIT, || exists(&mut r, "k").then_some(()));
+    // Busy: the holder's lease at once, not a wait that no hand-off could ever end.
+    let reply = cmd(&mut r, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "0"]);
+    assert!(matches!(reply, Value::Int(n) if n > 0), "{reply:?}");
+    assert_eq!(blocked_clients(&mut r), 0);
+}
+
+#[test]
+fn d8_a_wait_ending_on_a_key_of_another_type_replies_wrongtype() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "400"]);
+    wait_blocked(&mut con, 1);
+    cmd(&mut con, &["MULTI"]);
+    cmd(&mut con, &["DEL", "k"]);
+    cmd(&mut con, &["SET", "k", "a string"]);
+    cmd(&mut con, &["EXEC"]);
+    let (reply, _) = waiter.reply(LIMIT);
+    assert!(reply.as_ref().is_err_and(|e| e.starts_with("WRONGTYPE")), "{reply:?}");
+}
+
+// ---- 9. WATCH and keyspace notifications ----------------------------------------------------
+
+/// `WATCH k`, then `other` runs `no_op` (which changes nothing): the transaction still runs.
+fn watch_survives(setup: &[&[&str]], no_op: &[&str]) {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut other = server.conn();
+    for c in setup {
+        cmd(&mut other, c);
+    }
+    cmd(&mut con, &["WATCH", "k"]);
+    let before = digest(&mut other);
+    cmd(&mut other, no_op);
+    assert_eq!(digest(&mut other), before, "{no_op:?} is a no-op");
+    cmd(&mut con, &["MULTI"]);
+    cmd(&mut con, &["SET", "x", "1"]);
+    let exec = cmd(&mut con, &["EXEC"]);
+    assert_ne!(exec, Value::Nil, "{no_op:?} aborted the WATCH");
+}
+
+#[test]
+fn d9_no_ops_do_not_abort_a_watch() {
+    let held: &[&[&str]] = &[&["RLOCK.ACQUIRE", "k", "h", "60000"]];
+    watch_survives(held, &["RLOCK.ACQUIRE", "k", "other", "60000"]);
+    watch_survives(held, &["RLOCK.RELEASE", "k", "other"]);
+    watch_survives(held, &["RLOCK.RENEW", "k", "other", "60000"]);
+    watch_survives(&[], &["RLOCK.RELEASE", "k", "nobody"]);
+    watch_survives(&[], &["RLOCK.FORCERELEASE", "k"]);
+}
+
+#[test]
+fn d9_a_real_change_does_abort_a_watch() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut other = server.conn();
+    cmd(&mut con, &["WATCH", "k"]);
+    cmd(&mut other, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    cmd(&mut con, &["MULTI"]);
+    cmd(&mut con, &["SET", "x", "1"]);
+    assert_eq!(cmd(&mut con, &["EXEC"]), Value::Nil);
+}
+
+/// The keyspace events `ops` raise on `k`, in order.
+fn events(ops: &[&[&str]]) -> Vec<String> {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["CONFIG", "SET", "notify-keyspace-events", "KA"]);
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("__keyspace@0__:k").expect("subscribe");
+    for op in ops {
+        cmd(&mut con, op);
+    }
+    let mut seen = Vec::new();
+    while let Ok(msg) = sub.get_message() {
+        seen.push(msg.get_payload::<String>().expect("event"));
+    }
+    seen
+}
+
+#[test]
+fn d9_rlock_raises_the_notifications_redissons_scripts_raise() {
+    let acquire: &[&str] = &["RLOCK.ACQUIRE", "k", "a", "60000"];
+    let release: &[&str] = &["RLOCK.RELEASE", "k", "a"];
+    assert_eq!(events(&[acquire]), ["hincrby", "expire"]);
+    assert_eq!(events(&[acquire, acquire, release]), ["hincrby", "expire", "hincrby", "expire", "hincrby"]);
+    assert_eq!(events(&[acquire, release]), ["hincrby", "expire", "hincrby", "del"]);
+    assert_eq!(events(&[acquire, &["RLOCK.RENEW", "k", "a", "60000"]]), ["hincrby", "expire", "expire"]);
+    assert_eq!(events(&[acquire, &["RLOCK.FORCERELEASE", "k"]]), ["hincrby", "expire", "del"]);
+    // No-ops raise nothing.
+    assert_eq!(events(&[&["RLOCK.RELEASE", "k", "a"], &["RLOCK.RENEW", "k", "a", "100"]]), Vec::<String>::new());
+}
+
+// ---- 10. smaller ones -------------------------------------------------------------------------
+
+#[test]
+fn d10_info_counters_start_from_zero_after_a_module_reload() {
+    let server = Server::builder().config("enable-module-command", "yes").start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "60000", "WAIT", "100"]);
+    let (reply, _) = waiter.reply(LIMIT);
+    assert!(matches!(reply, Ok(Value::Int(n)) if n > 0), "timed out: {reply:?}");
+    assert_eq!(info_field(&mut con, "rlock", "rlock_waits"), 1);
+    poll("no module timer armed", LIMIT, || {
+        (info_field(&mut con, "rlock", "rlock_timers_armed") == 0).then_some(())
+    });
+    cmd(&mut con, &["MODULE", "UNLOAD", "rlock"]);
+    let path = rlock_tests_integration::module_path();
+    cmd(&mut con, &["MODULE", "LOAD", path.to_str().expect("path")]);
+    assert_eq!(info_field(&mut con, "rlock", "rlock_waits"), 0);
+    assert_eq!(info_field(&mut con, "rlock", "rlock_timeouts"), 0);
+}
+
+#[test]
+fn d10_a_latch_holding_a_foreign_string_is_named_not_called_wrongtype() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    cmd(&mut con, &["SET", "redisson_unlock_latch:{k}:r", "x"]);
+    let err = run_str(&mut con, &["RLOCK.RELEASE", "k", "h", "REQUEST", "r"]).unwrap_err();
+    assert!(err.starts_with("ERR the unlock latch"), "{err}");
+    cmd(&mut con, &["HSET", "redisson_unlock_latch:{k}:h", "f", "v"]);
+    let err = run_str(&mut con, &["RLOCK.RELEASE", "k", "h", "REQUEST", "h"]).unwrap_err();
+    assert!(err.starts_with("WRONGTYPE"), "{err}");
+}
