@@ -440,18 +440,23 @@ pub fn blocked_clients(con: &mut Connection) -> i64 {
     info_field(con, "clients", "blocked_clients")
 }
 
-/// One integer field of an `INFO` section (0 when absent).
+/// One integer field of an `INFO` section.
+///
+/// # Panics
+/// When the section has no such integer field (a renamed or vanished field must fail the test,
+/// not read as 0).
 #[must_use]
 pub fn info_field(con: &mut Connection, section: &str, field: &str) -> i64 {
     let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
     info.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().parse().ok())
-        .unwrap_or(0)
+        .unwrap_or_else(|| panic!("INFO {section} has no integer field {field}:\n{info}"))
 }
 
 /// The cli matching the server under test (`REDIS_CLI`, else `valkey-cli` beside a
 /// `valkey-server`, else `redis-cli`).
-fn cli_binary() -> String {
+#[must_use]
+pub fn cli_binary() -> String {
     if let Ok(cli) = std::env::var("REDIS_CLI") {
         return cli;
     }

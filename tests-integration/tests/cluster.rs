@@ -254,3 +254,71 @@ async fn a_client_wait_follows_its_lock_when_the_slot_moves() {
     );
     granted.release().await.expect("release");
 }
+
+/// Every key of every node hashes to a slot that node serves.
+fn assert_no_foreign_keys(cluster: &Cluster) {
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let keys: Vec<Vec<u8>> =
+            redis::cmd("KEYS").arg("*").query(&mut node.conn()).expect("KEYS");
+        for key in keys {
+            assert_eq!(cluster.node_of(&key), i, "node {i} holds {:?}", String::from_utf8_lossy(&key));
+        }
+    }
+}
+
+#[test]
+fn braced_names_keep_every_derived_key_and_channel_in_the_lock_slot() {
+    let cluster = Cluster::start(3);
+    for i in 0..3 {
+        let tag = cluster.key_on(i, "t");
+        let node = &cluster.nodes[i];
+        let mut con = node.conn();
+        for name in [format!("{{{tag}}}:lock"), format!("orders{{{tag}}}"), format!("{{{tag}}}")] {
+            let channel = format!("redisson_lock__channel:{name}");
+            let mut sub = node.conn();
+            sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+            let _: Value =
+                redis::cmd("SSUBSCRIBE").arg(&channel).query(&mut sub).expect("ssubscribe");
+            let token = cmd(&mut con, &["RLOCK.ACQUIRE", &name, "a", "30000", "TOKEN"]);
+            assert_eq!(token, Value::Array(vec![Value::Int(1), Value::Int(1)]), "{name}");
+            let waiter =
+                Pending::start_str(node, &["RLOCK.ACQUIRE", &name, "b", "30000", "WAIT", "0", "TOKEN"]);
+            poll("the waiter", LIMIT, || {
+                (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
+            });
+            assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &name, "a", "REQUEST", "r1"]), Value::Int(1));
+            assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Array(vec![Value::Int(1), Value::Int(2)])));
+            assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &name, "b", "REQUEST", "r2"]), Value::Int(1));
+            let msg = next_push(&mut sub);
+            assert_eq!(msg, vec![b"smessage".to_vec(), channel.into_bytes(), b"0".to_vec()]);
+        }
+    }
+    assert_no_foreign_keys(&cluster);
+    let check = std::process::Command::new(rlock_tests_integration::cli_binary())
+        .args(["--cluster", "check", &format!("127.0.0.1:{}", cluster.nodes[0].port())])
+        .output()
+        .expect("redis-cli --cluster check");
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success() && out.contains("[OK] All 16384 slots covered"), "{out}");
+    assert!(!out.contains("[WARNING]") && !out.contains("[ERR]"), "{out}");
+}
+
+#[test]
+fn names_whose_braces_form_no_tag_refuse_derived_keys_rather_than_cross_slots() {
+    let cluster = Cluster::start(3);
+    for name in ["a{b", "a}b", "x{}y"] {
+        let node = &cluster.nodes[cluster.node_of(name.as_bytes())];
+        let mut con = node.conn();
+        for args in [
+            &["RLOCK.ACQUIRE", name, "a", "30000", "TOKEN"][..],
+            &["RLOCK.RELEASE", name, "a", "REQUEST", "r"],
+        ] {
+            let err = run_str(&mut con, args).expect_err("cross-slot");
+            assert!(err.starts_with("ERR") && err.contains("slot"), "{args:?}: {err}");
+        }
+        // The lock itself works.
+        assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", name, "a", "30000"]), Value::Nil);
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", name, "a"]), Value::Int(1));
+    }
+    assert_no_foreign_keys(&cluster);
+}

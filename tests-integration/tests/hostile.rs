@@ -98,22 +98,32 @@ fn d1_a_waiter_timing_out_during_a_pause_writes_nothing_and_is_answered() {
 }
 
 #[test]
-fn d1_a_grant_rolled_back_during_a_pause_is_released_after_it() {
+fn d1_a_grant_rolled_back_during_a_pause_is_released_after_it_not_during_it() {
     let server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "k", "holder", "60000"]);
     // A waiter whose connection is killed in the same transaction as the release that grants it:
-    // its grant is rolled back on a timer, which runs while writes are paused.
+    // its grant is rolled back on a timer, which comes due while writes are paused.
     let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "60000", "WAIT", "0"]);
     wait_blocked(&mut con, 1);
     let id = waiter.client_id().to_string();
     cmd(&mut con, &["MULTI"]);
     cmd(&mut con, &["RLOCK.RELEASE", "k", "holder"]);
     cmd(&mut con, &["CLIENT", "KILL", "ID", &id]);
-    cmd(&mut con, &["CLIENT", "PAUSE", "800", "WRITE"]);
+    cmd(&mut con, &["CLIENT", "PAUSE", "2000", "WRITE"]);
     cmd(&mut con, &["EXEC"]);
+    let paused_at = Instant::now();
     let _ = waiter.reply(LIMIT);
+    poll("the rollback queued", LIMIT, || {
+        (info_field(&mut con, "rlock", "rlock_grants_rolled_back") == 1).then_some(())
+    });
+    let still_held = exists(&mut con, "k");
+    // Conclusive only if the pause surely still lasted when EXISTS ran.
+    if paused_at.elapsed() < Duration::from_millis(1500) {
+        assert!(still_held, "the module wrote (released the grant) while writes were paused");
+    }
     poll("the rolled-back grant released", LIMIT, || (!exists(&mut con, "k")).then_some(()));
+    assert!(paused_at.elapsed() >= Duration::from_millis(1900), "released during the pause");
     assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
     assert!(!server.log().contains("ASSERTION"), "{}", server.log());
 }
