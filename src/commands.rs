@@ -146,11 +146,8 @@ impl TokenCounter {
 /// Whether an `allkeys-*` eviction policy is in force: keys with no TTL (token counters) may be
 /// evicted by ordinary traffic. Read whatever `maxmemory` is now: it can be set at any time.
 fn evicts_any_key(ctx: &Context) -> bool {
-    let reply: CallResult = ctx.call_ext(
-        "CONFIG",
-        &CallOptionsBuilder::new().build(),
-        &["GET", "maxmemory-policy"],
-    );
+    let reply: CallResult =
+        ctx.call_ext("CONFIG", &CallOptionsBuilder::new().build(), &["GET", "maxmemory-policy"]);
     match reply {
         Ok(CallReply::Array(items)) => match items.get(1) {
             Some(Ok(CallReply::String(policy))) => policy.as_bytes().starts_with(b"allkeys-"),

@@ -796,7 +796,9 @@ impl User {
             }
         };
         // SAFETY: a live user handle and key string; the check only reads them.
-        unsafe { check(self.user.as_ptr(), key.inner, flags as c_int) == raw::REDISMODULE_OK as c_int }
+        unsafe {
+            check(self.user.as_ptr(), key.inner, flags as c_int) == raw::REDISMODULE_OK as c_int
+        }
     }
 
     /// Whether the user may publish on `channel` (a literal channel, not a pattern).

@@ -316,11 +316,7 @@ pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
         });
         raw::unblock_client(
             waiter.handle,
-            Some(Outcome::Granted {
-                lock: lock.clone(),
-                owner: waiter.owner,
-                token,
-            }),
+            Some(Outcome::Granted { lock: lock.clone(), owner: waiter.owner, token }),
         );
         bump(&STATS.handoffs);
         with_queues(|q| q.schedule_lease_check(lock, deadline.unix_ms().saturating_add(1)));
@@ -343,7 +339,9 @@ fn next_token(
 pub fn reply(ctx: &Context, outcome: Option<&Outcome>) {
     let result: RedisResult = match outcome {
         Some(Outcome::Granted { token: None, .. }) => Ok(RedisValue::Null),
-        Some(Outcome::Granted { token: Some(token), .. }) => Ok(crate::commands::token_reply(*token)),
+        Some(Outcome::Granted { token: Some(token), .. }) => {
+            Ok(crate::commands::token_reply(*token))
+        }
         Some(Outcome::TimedOut { pttl, token: false }) => Ok(RedisValue::Integer(*pttl)),
         Some(Outcome::TimedOut { pttl, token: true }) => Ok(crate::commands::busy_reply(*pttl)),
         Some(Outcome::Failed(e)) => Err((*e).into()),

@@ -352,6 +352,46 @@ pub fn error_text(e: &redis::RedisError) -> String {
     }
 }
 
+/// Runs `args` between two `DEBUG DIGEST`s in one `MULTI`, so nothing else (timers, expiry,
+/// other clients) can change the dataset in between: the command's reply (an error as its text),
+/// and whether the dataset changed. A command refused while queueing (arity) ran not at all.
+///
+/// # Errors
+/// The connection failed (the server is gone).
+pub fn run_checked(
+    con: &mut Connection,
+    args: &[&[u8]],
+) -> Result<(Result<Value, String>, bool), String> {
+    run(con, &[b"MULTI"])?;
+    run(con, &[b"DEBUG", b"DIGEST"])?;
+    if let Err(e) = run(con, args) {
+        run(con, &[b"DISCARD"])?;
+        return Ok((Err(e), false));
+    }
+    run(con, &[b"DEBUG", b"DIGEST"])?;
+    // The raw reply: `query` would turn the command's error inside EXEC into an error of EXEC.
+    let exec =
+        redis::ConnectionLike::req_command(con, &redis::cmd("EXEC")).map_err(|e| error_text(&e))?;
+    let Value::Array(results) = exec else { return Err(format!("EXEC: {exec:?}")) };
+    let reply = match &results[1] {
+        Value::ServerError(e) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+        other => Ok(other.clone()),
+    };
+    Ok((reply, results[0] != results[2]))
+}
+
+/// The seed of a randomised test: `RLOCK_FUZZ_SEED` to replay one, else a new one per run (the
+/// test prints it and names it in its failures).
+#[must_use]
+pub fn fuzz_seed() -> u64 {
+    std::env::var("RLOCK_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1
+    })
+}
+
 /// Like [`run`] with string arguments.
 ///
 /// # Errors

@@ -258,10 +258,14 @@ async fn a_client_wait_follows_its_lock_when_the_slot_moves() {
 /// Every key of every node hashes to a slot that node serves.
 fn assert_no_foreign_keys(cluster: &Cluster) {
     for (i, node) in cluster.nodes.iter().enumerate() {
-        let keys: Vec<Vec<u8>> =
-            redis::cmd("KEYS").arg("*").query(&mut node.conn()).expect("KEYS");
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut node.conn()).expect("KEYS");
         for key in keys {
-            assert_eq!(cluster.node_of(&key), i, "node {i} holds {:?}", String::from_utf8_lossy(&key));
+            assert_eq!(
+                cluster.node_of(&key),
+                i,
+                "node {i} holds {:?}",
+                String::from_utf8_lossy(&key)
+            );
         }
     }
 }
@@ -281,14 +285,22 @@ fn braced_names_keep_every_derived_key_and_channel_in_the_lock_slot() {
                 redis::cmd("SSUBSCRIBE").arg(&channel).query(&mut sub).expect("ssubscribe");
             let token = cmd(&mut con, &["RLOCK.ACQUIRE", &name, "a", "30000", "TOKEN"]);
             assert_eq!(token, Value::Array(vec![Value::Int(1), Value::Int(1)]), "{name}");
-            let waiter =
-                Pending::start_str(node, &["RLOCK.ACQUIRE", &name, "b", "30000", "WAIT", "0", "TOKEN"]);
+            let waiter = Pending::start_str(
+                node,
+                &["RLOCK.ACQUIRE", &name, "b", "30000", "WAIT", "0", "TOKEN"],
+            );
             poll("the waiter", LIMIT, || {
                 (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
             });
-            assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &name, "a", "REQUEST", "r1"]), Value::Int(1));
+            assert_eq!(
+                cmd(&mut con, &["RLOCK.RELEASE", &name, "a", "REQUEST", "r1"]),
+                Value::Int(1)
+            );
             assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Array(vec![Value::Int(1), Value::Int(2)])));
-            assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &name, "b", "REQUEST", "r2"]), Value::Int(1));
+            assert_eq!(
+                cmd(&mut con, &["RLOCK.RELEASE", &name, "b", "REQUEST", "r2"]),
+                Value::Int(1)
+            );
             let msg = next_push(&mut sub);
             assert_eq!(msg, vec![b"smessage".to_vec(), channel.into_bytes(), b"0".to_vec()]);
         }

@@ -221,7 +221,10 @@ fn acl_log_objects(con: &mut Connection) -> Vec<String> {
 fn d4_a_user_limited_to_lock_keys_cannot_touch_counters_latches_or_the_channel() {
     let server = Server::start();
     let mut admin = server.conn();
-    cmd(&mut admin, &["ACL", "SETUSER", "lim", "on", "nopass", "~locks:*", "resetchannels", "+@all"]);
+    cmd(
+        &mut admin,
+        &["ACL", "SETUSER", "lim", "on", "nopass", "~locks:*", "resetchannels", "+@all"],
+    );
     let mut lim = conn_as(&server, "lim");
     let before = digest(&mut admin);
     let err = run_str(&mut lim, &["RLOCK.ACQUIRE", "locks:x", "o", "10000", "TOKEN"]).unwrap_err();
@@ -479,12 +482,21 @@ fn d9_rlock_raises_the_notifications_redissons_scripts_raise() {
     let acquire: &[&str] = &["RLOCK.ACQUIRE", "k", "a", "60000"];
     let release: &[&str] = &["RLOCK.RELEASE", "k", "a"];
     assert_eq!(events(&[acquire]), ["hincrby", "expire"]);
-    assert_eq!(events(&[acquire, acquire, release]), ["hincrby", "expire", "hincrby", "expire", "hincrby"]);
+    assert_eq!(
+        events(&[acquire, acquire, release]),
+        ["hincrby", "expire", "hincrby", "expire", "hincrby"]
+    );
     assert_eq!(events(&[acquire, release]), ["hincrby", "expire", "hincrby", "del"]);
-    assert_eq!(events(&[acquire, &["RLOCK.RENEW", "k", "a", "60000"]]), ["hincrby", "expire", "expire"]);
+    assert_eq!(
+        events(&[acquire, &["RLOCK.RENEW", "k", "a", "60000"]]),
+        ["hincrby", "expire", "expire"]
+    );
     assert_eq!(events(&[acquire, &["RLOCK.FORCERELEASE", "k"]]), ["hincrby", "expire", "del"]);
     // No-ops raise nothing.
-    assert_eq!(events(&[&["RLOCK.RELEASE", "k", "a"], &["RLOCK.RENEW", "k", "a", "100"]]), Vec::<String>::new());
+    assert_eq!(
+        events(&[&["RLOCK.RELEASE", "k", "a"], &["RLOCK.RENEW", "k", "a", "100"]]),
+        Vec::<String>::new()
+    );
 }
 
 // ---- 10. smaller ones -------------------------------------------------------------------------
