@@ -246,19 +246,26 @@ impl LockKey {
     }
 
     /// Sets the key to expire at `deadline_ms` (Unix ms), exactly: the value replicated as
-    /// `PEXPIREAT` must be the one stored here.
+    /// `PEXPIREAT` must be the one stored here. A deadline already past expires the key at once.
     ///
-    /// `RedisModule_SetExpire` takes a relative time and adds its own reading of the clock, so
-    /// the clock is read around the call: when it did not move, the stored deadline is exact.
+    /// `RedisModule_SetAbsExpire` (6.2.2+) stores it as given. Without it, `SetExpire` takes a
+    /// relative time and adds its own reading of the clock, so the clock is read around the
+    /// call: when it did not move, the stored deadline is exact.
     pub fn set_expire_at(&self, deadline_ms: i64) {
         if self.key.is_null() {
+            return;
+        }
+        // SAFETY: read-only access to a pointer set by RedisModule_Init.
+        if let Some(set_abs) = unsafe { raw::RedisModule_SetAbsExpire } {
+            // SAFETY: `self.key` is a non-null key opened for writing that holds a value; the
+            // deadline is a non-negative Unix time (never REDISMODULE_NO_EXPIRE).
+            unsafe { set_abs(self.key, deadline_ms.max(0)) };
             return;
         }
         let set_expire = api!(RedisModule_SetExpire);
         for _ in 0..4 {
             let before = now_ms();
-            // Never -1 (REDISMODULE_NO_EXPIRE would remove the expiry); a deadline already past
-            // expires the key at once.
+            // Never -1 (REDISMODULE_NO_EXPIRE would remove the expiry).
             let relative = deadline_ms.saturating_sub(before).max(0);
             // SAFETY: `self.key` is a non-null key opened for writing that holds a value.
             unsafe { set_expire(self.key, relative) };
