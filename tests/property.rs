@@ -6,7 +6,7 @@ mod common;
 
 use common::rng::Rng;
 use common::Model;
-use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew};
+use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew, WaitFor};
 use rlock::error::LockError;
 use rlock::rules::{self, Deadline, Reply, View};
 
@@ -40,32 +40,92 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
     }
 }
 
+/// The grammar, restated independently of `args.rs`: a canonical positive integer that fits
+/// an `i64` (no sign, no leading zero, no spaces).
+fn positive(b: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(b).ok()?;
+    let canonical = !s.is_empty() && !s.starts_with('0') && s.bytes().all(|c| c.is_ascii_digit());
+    canonical.then(|| s.parse::<i64>().ok()).flatten().map(|n| n as u64)
+}
+
+fn is_word(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN]` (options in either order):
+/// `(lease, wait, token)` if valid; wait `Some(0)` is `WAIT 0`.
+fn acquire_spec(args: &[Vec<u8>]) -> Option<(u64, Option<u64>, bool)> {
+    if args.len() < 4 || args[2].is_empty() {
+        return None;
+    }
+    let lease = positive(&args[3])?;
+    let timeout = |t: &[u8]| if t == b"0" { Some(0) } else { positive(t) };
+    match &args[4..] {
+        [] => Some((lease, None, false)),
+        [t] if is_word(t, "TOKEN") => Some((lease, None, true)),
+        [w, t] if is_word(w, "WAIT") => Some((lease, Some(timeout(t)?), false)),
+        [w, t, k] if is_word(w, "WAIT") && is_word(k, "TOKEN") => {
+            Some((lease, Some(timeout(t)?), true))
+        }
+        [k, w, t] if is_word(k, "TOKEN") && is_word(w, "WAIT") => {
+            Some((lease, Some(timeout(t)?), true))
+        }
+        _ => None,
+    }
+}
+
+/// `RLOCK.RELEASE key owner [lease-ms] [REQUEST id]`: `(lease, request)` if valid.
+fn release_spec(args: &[Vec<u8>]) -> Option<(Option<u64>, Option<Vec<u8>>)> {
+    if args.len() < 3 || args[2].is_empty() {
+        return None;
+    }
+    let request =
+        |r: &[u8], id: &[u8]| (is_word(r, "REQUEST") && !id.is_empty()).then(|| id.to_vec());
+    match &args[3..] {
+        [] => Some((None, None)),
+        [r, id] if is_word(r, "REQUEST") => Some((None, Some(request(r, id)?))),
+        [l] => Some((Some(positive(l)?), None)),
+        [l, r, id] => Some((Some(positive(l)?), Some(request(r, id)?))),
+        _ => None,
+    }
+}
+
+/// `RLOCK.RENEW key owner lease-ms`.
+fn renew_spec(args: &[Vec<u8>]) -> Option<u64> {
+    (args.len() == 4 && !args[2].is_empty()).then(|| positive(&args[3])).flatten()
+}
+
 #[test]
-fn a_million_random_argument_vectors_parse_or_fail_cleanly() {
+fn a_million_random_argument_vectors_are_accepted_exactly_when_the_grammar_allows() {
     let mut rng = Rng(0xA11CE);
     let (mut ok, mut refused) = (0u32, 0u32);
-    for _ in 0..1_000_000 {
+    for i in 0..1_000_000 {
         let mut args = vec![b"CMD".to_vec()];
         for _ in 0..rng.below(8) {
             args.push(random_arg(&mut rng));
         }
-        let results = [
-            Acquire::parse(&args).map(|a| {
-                assert_eq!(a.key, &args[1]);
-                assert!(!a.owner.is_empty());
-                assert!(a.lease.as_millis() > 0 && a.lease.as_millis() <= i64::MAX as u64);
-            }),
-            Release::parse(&args).map(|r| assert!(r.request.is_none_or(|id| !id.is_empty()))),
-            Renew::parse(&args).map(|r| assert!(!r.owner.is_empty())),
-            KeyOnly::parse(&args).map(|k| assert_eq!(args.len(), 2, "{:?}", k.key)),
-        ];
-        for r in results {
-            match r {
-                Ok(()) => ok += 1,
-                Err(e) => {
-                    assert!(
-                        e.message().starts_with("ERR ") || e.message().starts_with("WRONGTYPE ")
-                    );
+        let acquire = Acquire::parse(&args).map(|a| {
+            assert_eq!(a.key, &args[1]);
+            let wait = a.wait.map(|w| match w {
+                WaitFor::Ever => 0,
+                WaitFor::Millis(ms) => ms,
+            });
+            (a.lease.as_millis(), wait, a.token)
+        });
+        assert_eq!(acquire.as_ref().ok().copied(), acquire_spec(&args), "{i}: acquire {args:?}");
+        let release = Release::parse(&args)
+            .map(|r| (r.lease.map(Lease::as_millis), r.request.map(|id| id.to_vec())));
+        assert_eq!(release.as_ref().ok().cloned(), release_spec(&args), "{i}: release {args:?}");
+        let renew = Renew::parse(&args).map(|r| r.lease.as_millis());
+        assert_eq!(renew.as_ref().ok().copied(), renew_spec(&args), "{i}: renew {args:?}");
+        let key_only = KeyOnly::parse(&args).map(|k| k.key.clone());
+        assert_eq!(key_only.is_ok(), args.len() == 2, "{i}: key-only {args:?}");
+        let errors = [acquire.err(), release.err(), renew.err(), key_only.err()];
+        for e in errors {
+            match e {
+                None => ok += 1,
+                Some(e) => {
+                    assert!(e.message().starts_with("ERR "), "{e:?}");
                     refused += 1;
                 }
             }
@@ -79,6 +139,8 @@ fn a_million_random_argument_vectors_parse_or_fail_cleanly() {
 struct Reference {
     holder: Option<(String, u64)>,
     expires: Option<i64>,
+    /// Tokens granted so far (the last one).
+    token: u64,
 }
 
 impl Reference {
@@ -153,17 +215,36 @@ fn a_million_random_operations_agree_with_the_reference_model() {
     let mut ops = 0u64;
     for _sequence in 0..10_000 {
         let (mut reference, mut stored) = (Reference::default(), Model::default());
+        let mut stored_token = 0u64;
         let mut now: i64 = 1_000_000;
         let mut frees = 0;
         for _ in 0..100 {
             now += rng.below(40) as i64;
             let owner = owners[rng.below(3)];
             let lease = 1 + rng.below(100) as i64;
-            let (want, got) = match rng.below(5) {
+            let (want, got) = match rng.below(6) {
                 0 | 1 => {
                     let view = stored.view(Some(owner), now);
                     let plan = rules::acquire(view, deadline(now, lease)).expect("no overflow");
-                    (reference.acquire(owner, now, lease), stored.apply(Some(owner), plan))
+                    let want = reference.acquire(owner, now, lease);
+                    // With TOKEN, every grant takes the next token: strictly increasing.
+                    if want == Reply::Nil && rng.below(2) == 0 {
+                        reference.token += 1;
+                        stored_token = rules::next_token(stored_token).expect("grows");
+                        assert_eq!(stored_token, reference.token, "operation {ops}: token");
+                    }
+                    (want, stored.apply(Some(owner), plan))
+                }
+                5 => {
+                    // A lock planted with no expiry (HSET by hand): busy replies say -1.
+                    reference.expire(now);
+                    if stored.view(None, now) == View::Free {
+                        reference.holder = Some((owner.to_owned(), 1));
+                        reference.expires = None;
+                        stored.owners.insert(owner.to_owned(), 1);
+                        stored.deadline = None;
+                    }
+                    (Reply::Nil, Reply::Nil)
                 }
                 2 => {
                     let with_lease = rng.below(2) == 0;

@@ -96,12 +96,16 @@ async fn release_after_the_lease_ran_out_or_a_force_release_reports_not_held() {
     assert!(matches!(guard.release().await, Err(Error::NotHeld)));
 }
 
-async fn blocked_clients(server: &Server) -> i64 {
+async fn info_int(server: &Server, section: &str, field: &str) -> i64 {
     let mut con = server.client().get_multiplexed_async_connection().await.expect("con");
-    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut con).await.expect("INFO");
+    let info: String = redis::cmd("INFO").arg(section).query_async(&mut con).await.expect("INFO");
     info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:")?.trim().parse().ok())
-        .expect("blocked_clients")
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+}
+
+async fn blocked_clients(server: &Server) -> i64 {
+    info_int(server, "clients", "blocked_clients").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,8 +159,13 @@ async fn a_cancelled_wait_leaves_the_queue_and_takes_no_lock() {
 async fn a_wait_cancelled_as_the_grant_arrives_leaves_no_lock_held() {
     let server = Server::start();
     let client = client(&server).await;
-    let (mut granted_first, mut cancelled_first) = (0, 0);
-    for round in 0..20 {
+    // The three ways the race ends; the test runs until the hardest one (the cancellation won
+    // but the server had already granted: the client must release that grant) was seen.
+    let (mut granted_first, mut cancelled_before, mut cancelled_after) = (0, 0, 0);
+    let mut round = 0;
+    while round < 20 || cancelled_after == 0 {
+        assert!(round < 400, "in {round} rounds the cancellation never lost to a grant");
+        let handoffs = info_int(&server, "rlock", "rlock_handoffs").await;
         let holder = client.lock("l").acquire(Some(Duration::from_secs(60))).await.expect("holder");
         let waiter = client.lock("l");
         let waiting = {
@@ -171,7 +180,7 @@ async fn a_wait_cancelled_as_the_grant_arrives_leaves_no_lock_held() {
         .await;
         // Release and cancel at once: the grant and the cancellation race.
         let (released, ()) = tokio::join!(holder.release(), async {
-            if round % 2 == 1 {
+            for _ in 0..round % 4 {
                 tokio::task::yield_now().await;
             }
             waiting.abort();
@@ -179,14 +188,15 @@ async fn a_wait_cancelled_as_the_grant_arrives_leaves_no_lock_held() {
         released.expect("release");
         // Either the grant won (the task finished with a guard, dropped here, which releases)
         // or the cancellation did (the client must release a grant that raced it).
-        match waiting.await {
+        let cancelled = match waiting.await {
             Ok(Ok(guard)) => {
                 granted_first += 1;
                 drop(guard);
+                false
             }
             Ok(Err(e)) => panic!("round {round}: {e}"),
-            Err(_) => cancelled_first += 1,
-        }
+            Err(_) => true,
+        };
         let until = Instant::now() + Duration::from_secs(10);
         while client.lock("l").remaining_lease().await.expect("pttl") != Remaining::NotLocked {
             if Instant::now() > until {
@@ -199,10 +209,22 @@ async fn a_wait_cancelled_as_the_grant_arrives_leaves_no_lock_held() {
             }
             sleep(Duration::from_millis(5)).await;
         }
+        if cancelled {
+            // The server had handed the lock over before the cancellation reached it.
+            if info_int(&server, "rlock", "rlock_handoffs").await > handoffs {
+                cancelled_after += 1;
+            } else {
+                cancelled_before += 1;
+            }
+        }
         assert_eq!(waiter.hold_count().await.expect("count"), 0);
         assert_eq!(blocked_clients(&server).await, 0);
+        round += 1;
     }
-    eprintln!("20 rounds: the grant won {granted_first}, the cancellation won {cancelled_first}");
+    eprintln!(
+        "{round} rounds: the grant won {granted_first}, the cancellation won before the grant \
+         {cancelled_before}, after it {cancelled_after}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,9 @@ fn the_module_computes_key_slots_as_the_cluster_does() {
     keys.extend([
         b"{user1000}.following".to_vec(),
         b"foo{}bar".to_vec(),
+        b"foo{}{bar}".to_vec(),
+        b"a{b".to_vec(),
+        b"a}b".to_vec(),
         b"{}".to_vec(),
         b"a{b}c{d}".to_vec(),
         b"bin\0\xff{tag}".to_vec(),
@@ -333,4 +336,22 @@ fn names_whose_braces_form_no_tag_refuse_derived_keys_rather_than_cross_slots() 
         assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", name, "a"]), Value::Int(1));
     }
     assert_no_foreign_keys(&cluster);
+}
+
+#[test]
+fn a_waiter_whose_slot_is_served_by_nobody_gets_clusterdown_from_the_sweep() {
+    let cluster = Cluster::start(3);
+    let key = cluster.key_on(0, "down:");
+    let slot = cluster.slot(key.as_bytes()).to_string();
+    let node = &cluster.nodes[0];
+    let mut con = node.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", &key, "holder", "60000"]);
+    let waiter = Pending::start_str(node, &["RLOCK.ACQUIRE", &key, "w", "30000", "WAIT", "0"]);
+    poll("the waiter", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
+    });
+    // Nothing happens to the lock itself: only the periodic sweep can notice.
+    cmd(&mut con, &["CLUSTER", "DELSLOTS", &slot]);
+    let (reply, _) = waiter.reply(LIMIT);
+    assert!(reply.as_ref().is_err_and(|e| e.starts_with("CLUSTERDOWN")), "{reply:?}");
 }

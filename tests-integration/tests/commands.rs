@@ -115,8 +115,13 @@ fn renew_resets_a_holders_lease_and_never_creates_a_lock() {
 fn lease_expiry_frees_the_lock_and_the_old_owners_release_replies_nil() {
     let server = Server::start();
     let mut con = server.conn();
+    // In one transaction, so a stalled machine cannot let the 100 ms lease run out in between.
+    cmd(&mut con, &["MULTI"]);
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "100"]);
-    assert!(int(&cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "100"])) > 0, "held by a");
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "100"]);
+    let Value::Array(replies) = cmd(&mut con, &["EXEC"]) else { panic!("EXEC") };
+    assert_eq!(replies[0], Value::Nil);
+    assert!(int(&replies[1]) > 0, "held by a");
     poll("the lease to run out", Duration::from_secs(5), || {
         (int(&cmd(&mut con, &["RLOCK.PTTL", "l"])) == -2).then_some(())
     });

@@ -193,7 +193,8 @@ async fn redlock_survives_a_stopped_minority_and_fails_in_time_without_a_majorit
         let result = redlock.try_acquire(budget, Some(Duration::from_secs(10))).await;
         let took = started.elapsed();
         assert!(matches!(result, Err(Error::TimedOut)), "{n} nodes: {result:?}");
-        assert!(took < budget + Duration::from_millis(400), "{n} nodes: gave up after {took:?}");
+        // Gives up about when the budget ends (a loaded machine may add a second, not more).
+        assert!(took < budget + Duration::from_millis(1500), "{n} nodes: gave up after {took:?}");
         for s in &servers[..=minority] {
             s.resume();
         }
