@@ -82,6 +82,8 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_SignalModifiedKey,
         RedisModule_NotifyKeyspaceEvent,
         RedisModule_GetCurrentUserName,
+        RedisModule_GetClientUserNameById,
+        RedisModule_GetClientId,
         RedisModule_GetModuleUserFromUserName,
         RedisModule_FreeModuleUser,
         RedisModule_ACLCheckKeyPermissions,
@@ -768,19 +770,31 @@ pub enum KeyUse {
 }
 
 impl User {
-    /// The user of the client whose command runs in `ctx`. Call only from a command context
-    /// (timers and events have no user): `None` when there is none.
+    /// The user of the client whose command runs in `ctx`: `None` when there is none (timers,
+    /// events, and the internal clients of other modules' `RM_Call`, which act as the
+    /// superuser). Inside a script, the script's caller.
     pub fn current(ctx: &Context) -> Option<Self> {
-        let (get_name, from_name, free) = (
+        let (get_flags, get_name, by_id, client_id, from_name, free) = (
+            api!(RedisModule_GetContextFlags),
             api!(RedisModule_GetCurrentUserName),
+            api!(RedisModule_GetClientUserNameById),
+            api!(RedisModule_GetClientId),
             api!(RedisModule_GetModuleUserFromUserName),
             api!(RedisModule_FreeString),
         );
-        // SAFETY: a command context, whose client has a user; the name is a new string we own
-        // and free once, after the lookup (which does not keep it). The user handle is ours
-        // until `FreeModuleUser` in Drop.
+        // SAFETY: live context. `GetCurrentUserName` dereferences the context client's user,
+        // which internal clients leave NULL: it is used only inside a script, whose client
+        // always carries the caller's user. Elsewhere the lookup by client id returns NULL for
+        // a client without a user, or one Redis does not list (internal clients). The name is
+        // a new string we own and free once, after the lookup (which does not keep it). The user
+        // handle is ours until `FreeModuleUser` in Drop.
         let user = unsafe {
-            let name = get_name(ctx.get_raw());
+            let in_script = get_flags(ctx.get_raw()) as u32 & raw::REDISMODULE_CTX_FLAGS_LUA != 0;
+            let name = if in_script {
+                get_name(ctx.get_raw())
+            } else {
+                by_id(ctx.get_raw(), client_id(ctx.get_raw()))
+            };
             if name.is_null() {
                 return None;
             }

@@ -82,6 +82,28 @@ fn d1_a_lease_ending_during_client_pause_all_is_handed_off_after_it() {
 }
 
 #[test]
+fn d1_a_lease_ending_while_a_failover_pauses_writes_is_handed_off_after_it() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    rlock_tests_integration::wait_replica_online(&master);
+    let mut con = master.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "holder", "300"]);
+    let waiter = Pending::start_str(&master, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    // A replica that cannot catch up: FAILOVER pauses writes for its whole timeout, then gives
+    // up and the master stays a master.
+    replica.pause();
+    let started = Instant::now();
+    cmd(&mut con, &["FAILOVER", "TIMEOUT", "1500"]);
+    let (reply, at) = waiter.reply(LIMIT);
+    replica.resume();
+    assert_eq!(reply, Ok(Value::Nil), "log:\n{}", master.log());
+    assert!(at.duration_since(started) >= Duration::from_millis(1000), "granted during the pause");
+    assert_eq!(hgetall(&mut con, b"k"), vec![(b"w".to_vec(), b"1".to_vec())]);
+    assert!(!master.log().contains("ASSERTION"), "{}", master.log());
+}
+
+#[test]
 fn d1_a_waiter_timing_out_during_a_pause_writes_nothing_and_is_answered() {
     let server = Server::start();
     let mut con = server.conn();
@@ -242,6 +264,16 @@ fn d4_a_user_limited_to_lock_keys_cannot_touch_counters_latches_or_the_channel()
     assert!(err.starts_with("NOPERM"), "{err}");
     assert_eq!(digest(&mut admin), before, "still held, no latch");
     assert!(acl_log_objects(&mut admin).contains(&"redisson_lock__channel:{locks:x}".to_owned()));
+
+    // Nor through a script or a transaction.
+    let script = "return redis.call('RLOCK.ACQUIRE', KEYS[1], 'o', '10000', 'TOKEN')";
+    let err = run_str(&mut lim, &["EVAL", script, "1", "locks:x"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "{err}");
+    cmd(&mut lim, &["MULTI"]);
+    cmd(&mut lim, &["RLOCK.RELEASE", "locks:x", "o", "REQUEST", "r"]);
+    let err = run_str(&mut lim, &["EXEC"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "{err}");
+    assert_eq!(digest(&mut admin), before, "still nothing changed");
 
     // Granted the channel and the derived keys, the same user does it all.
     cmd(
