@@ -401,16 +401,37 @@ fn holder_pttl(ctx: &Context, lock: &LockName) -> Result<i64, LockError> {
 
 /// Keyspace events (in the `redis_module!` table): a lock with waiters that was deleted,
 /// expired or evicted is handed off on a 0 ms timer.
-pub fn on_keyspace_event(ctx: &Context, _event: NotifyEvent, _name: &str, key: &[u8]) {
+pub fn on_keyspace_event(ctx: &Context, _event: NotifyEvent, name: &str, key: &[u8]) {
+    let db = raw::selected_db(ctx);
+    keep_the_clients_database(ctx, name, db);
     // The module's own notifications (its writes hand off themselves) are not news.
     if !anyone_waits() || raw::notifying() {
         return;
     }
-    let db = raw::selected_db(ctx);
     // If the queues are borrowed, this event fired inside the module's own work: settle anyway.
     let queued = QUEUES.with(|q| q.try_borrow().map_or(true, |q| q.waiting(db, key) > 0));
     if queued {
         defer(ctx, |d| d.settle.push(LockName { db, key: key.to_vec() }));
+    }
+}
+
+/// Valkey 8.1 (valkey PR #1819, until #4024) runs keyspace subscribers on the client executing
+/// the command, after selecting the event's database on it, and never selects the client's own
+/// back: with any module subscribed, a `MOVE` left its client in the destination database.
+/// `MOVE` notifies `move_from` (in the client's database) just before `move_to`: select that
+/// database back then. Elsewhere the context's client is a temporary one and this is harmless.
+fn keep_the_clients_database(ctx: &Context, event: &str, db: i32) {
+    thread_local! {
+        static MOVED_FROM: Cell<Option<i32>> = const { Cell::new(None) };
+    }
+    match event {
+        "move_from" => MOVED_FROM.set(Some(db)),
+        "move_to" => {
+            if let Some(from) = MOVED_FROM.take() {
+                raw::select_db(ctx, from);
+            }
+        }
+        _ => {}
     }
 }
 

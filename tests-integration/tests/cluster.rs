@@ -355,3 +355,59 @@ fn a_waiter_whose_slot_is_served_by_nobody_gets_clusterdown_from_the_sweep() {
     let (reply, _) = waiter.reply(LIMIT);
     assert!(reply.as_ref().is_err_and(|e| e.starts_with("CLUSTERDOWN")), "{reply:?}");
 }
+
+#[path = "../../tests/common/rng.rs"]
+mod rng;
+
+#[test]
+fn a_random_run_on_braced_and_odd_names_leaves_no_key_in_a_foreign_slot() {
+    let cluster = Cluster::start(3);
+    let seed = rlock_tests_integration::fuzz_seed();
+    eprintln!("seed {seed} (replay with RLOCK_FUZZ_SEED={seed})");
+    let mut rng = rng::Rng(seed);
+    let mut names: Vec<String> = Vec::new();
+    for i in 0..3 {
+        let tag = cluster.key_on(i, "t");
+        names.extend([format!("{{{tag}}}:lock"), format!("orders{{{tag}}}"), format!("{{{tag}}}")]);
+        names.push(cluster.key_on(i, "plain:"));
+    }
+    let odd = ["a{b", "a}b", "x{}y"];
+    names.extend(odd.iter().map(|s| (*s).to_owned()));
+    let mut cons: Vec<Connection> = cluster.nodes.iter().map(|n| n.conn()).collect();
+    let mut waiters = Vec::new();
+    for step in 0..600 {
+        let name = names[rng.below(names.len())].clone();
+        let node = cluster.node_of(name.as_bytes());
+        let owner = ["a", "b", "c"][rng.below(3)];
+        let lease = ["50", "300", "5000"][rng.below(3)];
+        let request = format!("r{}", rng.below(5));
+        let mut args: Vec<&str> = match rng.below(6) {
+            0 | 1 => vec!["RLOCK.ACQUIRE", &name, owner, lease],
+            2 | 3 => vec!["RLOCK.RELEASE", &name, owner],
+            4 => vec!["RLOCK.RENEW", &name, owner, lease],
+            _ => vec!["RLOCK.FORCERELEASE", &name],
+        };
+        let token = rng.below(2) == 0;
+        match args[0] {
+            "RLOCK.ACQUIRE" if token => args.push("TOKEN"),
+            "RLOCK.RELEASE" if token => args.extend(["REQUEST", &request]),
+            _ => {}
+        }
+        if args[0] == "RLOCK.ACQUIRE" && rng.below(4) == 0 && waiters.len() < 4 {
+            args.extend(["WAIT", "200"]);
+            waiters.push(Pending::start_str(&cluster.nodes[node], &args));
+            continue;
+        }
+        match run_str(&mut cons[node], &args) {
+            Ok(_) => {}
+            Err(e) if odd.contains(&name.as_str()) && e.contains("slot") => {}
+            Err(e) => panic!("seed {seed}, step {step}: {args:?}: {e}"),
+        }
+        waiters.retain(|w| !w.replied());
+    }
+    for w in waiters {
+        let (reply, _) = w.reply(LIMIT);
+        assert!(reply.is_ok() || reply.as_ref().is_err_and(|e| e.contains("slot")), "{reply:?}");
+    }
+    assert_no_foreign_keys(&cluster);
+}

@@ -385,7 +385,10 @@ fn waiter_follows(change: &[&str]) {
     wait_blocked(&mut con, 1);
     cmd(&mut con, change);
     assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Nil), "{change:?}; log:\n{}", server.log());
-    assert_eq!(hgetall(&mut con, b"k"), vec![(b"w".to_vec(), b"1".to_vec())]);
+    let db0 = hgetall(&mut con, b"k");
+    cmd(&mut con, &["SELECT", "1"]);
+    let db1 = hgetall(&mut con, b"k");
+    assert_eq!(db0, vec![(b"w".to_vec(), b"1".to_vec())], "{change:?}; db 1: {db1:?}");
 }
 
 #[test]
@@ -397,6 +400,19 @@ fn d7_a_waiter_is_served_when_swapdb_takes_the_lock_away() {
 fn d7_a_waiter_is_served_when_the_lock_is_moved_or_renamed_away() {
     waiter_follows(&["MOVE", "k", "1"]);
     waiter_follows(&["RENAME", "k", "elsewhere"]);
+}
+
+#[test]
+fn d7_a_move_leaves_its_client_in_its_own_database() {
+    // Valkey 8.1 left the client of a MOVE in the destination database whenever a module
+    // listened to keyspace events (valkey PR #4024); rlock selects it back.
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "k", "v"]);
+    assert_eq!(cmd(&mut con, &["MOVE", "k", "1"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["EXISTS", "k"]), Value::Int(0), "still in db 0, where k is gone");
+    cmd(&mut con, &["SET", "j", "v"]);
+    assert_eq!(cmd(&mut con, &["MOVE", "j", "1"]), Value::Int(1));
 }
 
 #[test]
