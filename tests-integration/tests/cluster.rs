@@ -411,3 +411,29 @@ fn a_random_run_on_braced_and_odd_names_leaves_no_key_in_a_foreign_slot() {
     }
     assert_no_foreign_keys(&cluster);
 }
+
+#[test]
+fn tokens_and_latches_move_with_their_lock_when_its_slot_migrates() {
+    let cluster = Cluster::start(3);
+    let tag = cluster.key_on(0, "t");
+    for name in [format!("{{{tag}}}:lock"), tag.clone()] {
+        let slot = cluster.slot(name.as_bytes());
+        let from = cluster.node_of(name.as_bytes());
+        let to = (from + 1) % 3;
+        let mut con = cluster.nodes[from].conn();
+        let token = cmd(&mut con, &["RLOCK.ACQUIRE", &name, "a", "60000", "TOKEN"]);
+        let Value::Array(first) = token else { panic!("{token:?}") };
+        cmd(&mut con, &["RLOCK.ACQUIRE", &name, "a", "60000"]);
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &name, "a", "REQUEST", "r1"]), Value::Int(0));
+        cluster.move_slot(slot, from, to);
+        let mut con = cluster.nodes[to].conn();
+        // The retry of the release finds its latch on the new node: not released twice.
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &name, "a", "REQUEST", "r1"]), Value::Int(0));
+        assert_eq!(hgetall(&mut con, name.as_bytes()), vec![(b"a".to_vec(), b"1".to_vec())]);
+        // Tokens go on from the counter that moved with the lock.
+        let next = cmd(&mut con, &["RLOCK.ACQUIRE", &name, "a", "60000", "TOKEN"]);
+        let Value::Array(next) = next else { panic!("{next:?}") };
+        assert_eq!(first[1], Value::Int(1), "{name}");
+        assert_eq!(next[1], Value::Int(2), "{name}: tokens go on after the move");
+    }
+}
