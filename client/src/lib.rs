@@ -38,7 +38,13 @@
 //!   once that many replicas have its grant (Redis `WAIT`); otherwise it is released again.
 //! - **Several servers**: [`MultiLock`] takes the same lock on every one of several independent
 //!   servers, [`RedLock`] on a majority of them.
-//! - **Dropping a guard** releases the lock in the background (on the current tokio runtime).
+//! - **Holds are tied to their grant.** A handle's re-entries share one server hold (a
+//!   *chain*) with an owner id of its own: a guard that outlived its grant never releases or
+//!   renews a later hold, and an acquire that did not return a guard (cancelled, timed out,
+//!   failed) leaves nothing held.
+//! - **Dropping a guard** releases the lock at once, with a blocking round trip on a connection
+//!   of its own (at most about a second), so it works at the end of `main`, outside any runtime
+//!   and while a runtime shuts down.
 
 mod conn;
 mod lock;
@@ -72,6 +78,8 @@ pub enum Error {
         /// Replicas that acknowledged.
         acknowledged: u32,
     },
+    /// The server does not have the rlock module loaded (checked when the client opens).
+    NoModule,
     /// Redis (or the connection to it) failed.
     Redis(RedisError),
 }
@@ -85,6 +93,7 @@ impl fmt::Display for Error {
                 f,
                 "the lock reached {acknowledged} replica(s) of the {wanted} required; released"
             ),
+            Self::NoModule => f.write_str("the server does not have the rlock module loaded"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
         }
     }
@@ -191,7 +200,8 @@ impl LockClient {
     /// Connects to `url` (e.g. `redis://127.0.0.1:6390/`) with default [`Options`].
     ///
     /// # Errors
-    /// When the URL is invalid or the server cannot be reached.
+    /// When the URL is invalid or the server cannot be reached; [`Error::NoModule`] when the
+    /// server has no rlock module.
     pub async fn open<T: IntoConnectionInfo>(url: T) -> Result<Self> {
         Self::with_options(redis::Client::open(url)?, Options::default()).await
     }
@@ -214,7 +224,8 @@ impl LockClient {
         if let Some((_, timeout)) = options.replica_ack {
             config = config.set_response_timeout(Some(timeout + Duration::from_secs(1)));
         }
-        let conn = Conn::Single(client.get_connection_manager_with_config(config).await?);
+        let mut conn = Conn::Single(client.get_connection_manager_with_config(config).await?);
+        check_module(&mut conn).await?;
         Ok(Self::from_parts(Target::Single(client), conn, options))
     }
 
@@ -240,7 +251,8 @@ impl LockClient {
         if let Some((_, timeout)) = options.replica_ack {
             builder = builder.response_timeout(timeout + Duration::from_secs(1));
         }
-        let conn = Conn::Cluster(builder.build()?.get_async_connection().await?);
+        let mut conn = Conn::Cluster(builder.build()?.get_async_connection().await?);
+        check_module(&mut conn).await?;
         Ok(Self::from_parts(Target::Cluster(template), conn, options))
     }
 
@@ -272,6 +284,16 @@ impl LockClient {
     /// A handle with a given owner id (the same owner on several servers, for RedLock).
     pub(crate) fn lock_as(&self, name: impl AsRef<[u8]>, owner: String) -> Lock {
         Lock::new(Arc::clone(&self.shared), name.as_ref().into(), owner.into())
+    }
+}
+
+/// Fails with [`Error::NoModule`] unless the server knows `RLOCK.ACQUIRE`.
+async fn check_module(conn: &mut Conn) -> Result<()> {
+    let info: Vec<redis::Value> =
+        redis::cmd("COMMAND").arg("INFO").arg("rlock.acquire").query_async(conn).await?;
+    match info.first() {
+        Some(redis::Value::Array(_)) => Ok(()),
+        _ => Err(Error::NoModule),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::RedisError;
@@ -69,12 +69,50 @@ fn redirection(e: &RedisError) -> Option<((String, u16), bool)> {
     Some(((host.to_owned(), port.parse().ok()?), ask))
 }
 
-/// A handle on one named lock with one owner id. Clones share the owner id (and so re-enter).
+/// A handle on one named lock. Clones share its holds (and so re-enter).
+///
+/// Each continuous hold of the lock by a handle (a *chain*: the first grant, then re-entries
+/// until the last guard is released) has an owner id of its own, `<handle owner>:<chain>`.
+/// Re-entries are counted here, one server hold per chain: a guard acts only on its own
+/// chain's hold, so a guard that outlived its grant (its lease ran out, the lock was deleted)
+/// can never release or renew a later hold of the same handle; and an acquire that did not
+/// hand out a guard (cancelled, timed out) can be undone exactly, by releasing its own owner.
 #[derive(Clone)]
 pub struct Lock {
     shared: Arc<Shared>,
     name: Arc<[u8]>,
     owner: Arc<str>,
+    holds: Arc<Mutex<Holds>>,
+    /// One acquire of the handle at a time: concurrent ones re-enter instead of racing.
+    acquiring: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The holds of one handle (and its clones).
+#[derive(Default)]
+struct Holds {
+    chain: Option<Chain>,
+    /// Chains started so far (the last chain's number).
+    started: u64,
+}
+
+/// One continuous hold of the lock by a handle.
+struct Chain {
+    id: u64,
+    owner: Arc<str>,
+    /// Live guards of this chain (the server counts one hold).
+    guards: usize,
+    token: Option<u64>,
+    /// The latest moment a guard of the chain was promised the lock until (local clock):
+    /// re-entries and renewals never set a shorter lease than this.
+    until: Instant,
+    /// Set when the chain is found lost; every guard of the chain watches it.
+    lost: Arc<watch::Sender<bool>>,
+}
+
+impl Chain {
+    fn remaining_ms(&self) -> u64 {
+        millis(self.until.saturating_duration_since(Instant::now()))
+    }
 }
 
 impl fmt::Debug for Lock {
@@ -88,7 +126,27 @@ impl fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(shared: Arc<Shared>, name: Arc<[u8]>, owner: Arc<str>) -> Self {
-        Self { shared, name, owner }
+        Self { shared, name, owner, holds: Arc::default(), acquiring: Arc::default() }
+    }
+
+    fn with_holds<R>(&self, f: impl FnOnce(&mut Holds) -> R) -> R {
+        f(&mut self.holds.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Whether chain `id` is still this handle's chain.
+    fn is_current(&self, id: u64) -> bool {
+        self.with_holds(|h| h.chain.as_ref().is_some_and(|c| c.id == id))
+    }
+
+    /// Marks chain `id` lost (its guards see it) and forgets it.
+    fn lose_chain(&self, id: u64) {
+        self.with_holds(|h| {
+            if h.chain.as_ref().is_some_and(|c| c.id == id) {
+                if let Some(chain) = h.chain.take() {
+                    chain.lost.send_replace(true);
+                }
+            }
+        });
     }
 
     /// The lock's name (its Redis key).
@@ -101,7 +159,8 @@ impl Lock {
         &self.shared.options
     }
 
-    /// This handle's owner id.
+    /// This handle's owner id. Its holds are stored under `<owner>:<chain>` (see
+    /// [`LockGuard::owner`]); MultiLock and RedLock use it as it is.
     #[must_use]
     pub fn owner(&self) -> &str {
         &self.owner
@@ -119,12 +178,14 @@ impl Lock {
         self.acquire_within(None, lease).await
     }
 
-    /// Takes the lock, waiting at most `wait`. `lease: None` uses the watchdog.
+    /// Takes the lock, waiting at most `wait` (a `wait` too large to add to now waits without
+    /// limit). `lease: None` uses the watchdog.
     ///
     /// # Errors
-    /// [`Error::TimedOut`] when `wait` passes first; [`Error::Redis`] when Redis fails.
+    /// [`Error::TimedOut`] when `wait` passes first, or the server did not answer in time (the
+    /// attempt is then undone: nothing stays held); [`Error::Redis`] when Redis fails.
     pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<LockGuard> {
-        self.acquire_within(Some(Instant::now() + wait), lease).await
+        self.acquire_within(Instant::now().checked_add(wait), lease).await
     }
 
     async fn acquire_within(
@@ -132,18 +193,85 @@ impl Lock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<LockGuard> {
-        let lease_ms = millis(lease.unwrap_or(self.shared.options.watchdog_timeout));
+        let watchdog = lease.is_none();
+        let lease = lease.unwrap_or(self.shared.options.watchdog_timeout);
+        let lease_ms = millis(lease);
+        let _turn = match deadline {
+            None => self.acquiring.lock().await,
+            Some(deadline) => tokio::time::timeout_at(deadline, self.acquiring.lock())
+                .await
+                .map_err(|_| Error::TimedOut)?,
+        };
+        if let Some(guard) = self.reenter(lease_ms, watchdog).await? {
+            return Ok(guard);
+        }
+        let (id, owner) = self.with_holds(|h| {
+            h.started += 1;
+            (h.started, Arc::<str>::from(format!("{}:{}", self.owner, h.started)))
+        });
+        let asked_at = Instant::now();
+        let token = self.grant(&owner, lease_ms, deadline).await?;
+        let lost = Arc::new(watch::channel(false).0);
+        self.with_holds(|h| {
+            h.chain = Some(Chain {
+                id,
+                owner: Arc::clone(&owner),
+                guards: 1,
+                token,
+                until: asked_at + lease,
+                lost: Arc::clone(&lost),
+            });
+        });
+        Ok(LockGuard::new(self.clone(), id, owner, token, lease_ms, watchdog, &lost))
+    }
+
+    /// Re-enters the handle's current chain, if any, once the server confirms the chain still
+    /// holds the lock (`RLOCK.RENEW`, with a lease no shorter than any guard of the chain was
+    /// promised). A chain the server no longer holds is marked lost (its guards see it).
+    /// Cancel-safe: the renewal only extends a hold the chain's guards own.
+    async fn reenter(&self, lease_ms: u64, watchdog: bool) -> Result<Option<LockGuard>> {
+        let Some((id, owner, needed_ms)) = self.with_holds(|h| {
+            h.chain.as_ref().map(|c| (c.id, Arc::clone(&c.owner), lease_ms.max(c.remaining_ms())))
+        }) else {
+            return Ok(None);
+        };
+        let sent = Instant::now();
+        let held = self.renew_as(&owner, needed_ms).await?;
+        if !held {
+            self.lose_chain(id);
+            return Ok(None);
+        }
+        let joined = self.with_holds(|h| match &mut h.chain {
+            Some(c) if c.id == id => {
+                c.guards += 1;
+                c.until = c.until.max(sent + Duration::from_millis(needed_ms));
+                Some((c.token, Arc::clone(&c.lost)))
+            }
+            _ => None, // the chain ended meanwhile: start a new one
+        });
+        Ok(joined.map(|(token, lost)| {
+            LockGuard::new(self.clone(), id, owner, token, lease_ms, watchdog, &lost)
+        }))
+    }
+
+    /// Takes the lock for a new chain's `owner` (nobody else's): one try on the shared
+    /// connection, then a server-side wait. Whatever ends it without a grant for the caller (a
+    /// dropped future, a lost reply, a failed replica acknowledgement) leaves nothing held.
+    async fn grant(
+        &self,
+        owner: &Arc<str>,
+        lease_ms: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Option<u64>> {
         let fencing = self.shared.options.fencing;
-        let granted = |token| LockGuard::new(self.clone(), lease_ms, lease.is_none(), token);
         // Uncontended: one try on the shared connection (which then also waits for replicas).
         // In a cluster, replica acknowledgement must run on the node's own connection: the
         // server-side path does that, and returns at once when the lock is free.
         let ack_in_cluster =
             self.shared.options.replica_ack.is_some() && self.shared.target.is_cluster();
         if !ack_in_cluster {
-            if let Attempt::Held { token } = self.try_once(lease_ms, fencing).await? {
-                self.replicated(&mut self.conn()).await?;
-                return Ok(granted(token));
+            if let Attempt::Held { token } = self.try_settled(owner, lease_ms, fencing).await? {
+                return Ok(token);
             }
         }
         // Contended: the server queues us and hands the lock over (FIFO) when it is free.
@@ -154,26 +282,50 @@ impl Lock {
                 _ => return Err(Error::TimedOut),
             },
         };
-        match self.wait_on_server(lease_ms, wait_ms, fencing).await? {
-            Attempt::Held { token } => Ok(granted(token)),
+        match self.wait_on_server_as(owner, lease_ms, wait_ms, fencing).await? {
+            Attempt::Held { token } => Ok(token),
             Attempt::Busy { .. } => Err(Error::TimedOut),
         }
     }
 
-    /// `RLOCK.ACQUIRE ... WAIT wait_ms` on a dedicated connection, run by a task of its own so a
-    /// caller that drops this future (a cancelled wait) cannot leak the lock: the task then
-    /// makes the server answer at once (`CLIENT UNBLOCK ... TIMEOUT`), releases the lock if the
-    /// answer was a grant, and discards the connection, so no late reply reaches a pooled one.
-    /// `Busy`: the wait timed out.
-    pub(crate) async fn wait_on_server(
-        &self,
-        lease_ms: u64,
-        wait_ms: u64,
-        token: bool,
-    ) -> Result<Attempt> {
+    /// One non-blocking try (and the replica acknowledgement after a grant) for `owner`, run by
+    /// a task of its own: if the caller drops this future, or the reply is lost (a response
+    /// timeout, a broken connection), the task releases `owner`'s hold. The owner is this
+    /// attempt's alone, so that undoes exactly this attempt, and touches nothing if it was not
+    /// granted; on the same connection, the release is ordered after the acquire.
+    async fn try_settled(&self, owner: &Arc<str>, lease_ms: u64, fencing: bool) -> Result<Attempt> {
         let (reply_tx, reply_rx) = oneshot::channel();
-        tokio::spawn(self.clone().blocking_wait(lease_ms, wait_ms, token, reply_tx));
-        let mut pending = PendingGrant { reply: Some(reply_rx), lock: self.clone() };
+        let lock = self.clone();
+        let attempt_owner = Arc::clone(owner);
+        tokio::spawn(async move {
+            let owner = attempt_owner;
+            let mut result = lock.try_once_as(&owner, lease_ms, fencing).await;
+            if result.as_ref().is_ok_and(|a| a.is_held()) {
+                if let Err(e) = lock.replicated_as(&owner, &mut lock.conn()).await {
+                    result = Err(e); // released by `replicated_as`
+                }
+            }
+            if let Err(Error::Redis(e)) = &result {
+                if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() {
+                    let _ = lock.release_as(&owner).await;
+                    result = Err(Error::TimedOut);
+                }
+            }
+            if let Err(Ok(Attempt::Held { .. })) = reply_tx.send(result) {
+                let _ = lock.release_as(&owner).await; // the caller went away
+            }
+        });
+        self.settle(reply_rx, owner).await
+    }
+
+    /// Reads a grant from a task, releasing it if this future is dropped before it is read.
+    async fn settle(
+        &self,
+        reply: oneshot::Receiver<Result<Attempt>>,
+        owner: &Arc<str>,
+    ) -> Result<Attempt> {
+        let mut pending =
+            PendingGrant { reply: Some(reply), lock: self.clone(), owner: Arc::clone(owner) };
         let Some(reply) = pending.reply.as_mut() else {
             unreachable!("set just above");
         };
@@ -187,8 +339,38 @@ impl Lock {
         })
     }
 
+    /// `RLOCK.ACQUIRE ... WAIT wait_ms` for the handle's own owner id (MultiLock).
+    pub(crate) async fn wait_on_server(
+        &self,
+        lease_ms: u64,
+        wait_ms: u64,
+        token: bool,
+    ) -> Result<Attempt> {
+        let owner = Arc::clone(&self.owner);
+        self.wait_on_server_as(&owner, lease_ms, wait_ms, token).await
+    }
+
+    /// `RLOCK.ACQUIRE ... WAIT wait_ms` on a dedicated connection, run by a task of its own so a
+    /// caller that drops this future (a cancelled wait) cannot leak the lock: the task then
+    /// makes the server answer at once (`CLIENT UNBLOCK ... TIMEOUT`), releases the lock if the
+    /// answer was a grant, and discards the connection, so no late reply reaches a pooled one.
+    /// `Busy`: the wait timed out.
+    async fn wait_on_server_as(
+        &self,
+        owner: &Arc<str>,
+        lease_ms: u64,
+        wait_ms: u64,
+        token: bool,
+    ) -> Result<Attempt> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let waiter = Arc::clone(owner);
+        tokio::spawn(self.clone().blocking_wait(waiter, lease_ms, wait_ms, token, reply_tx));
+        self.settle(reply_rx, owner).await
+    }
+
     async fn blocking_wait(
         self,
+        owner: Arc<str>,
         lease_ms: u64,
         wait_ms: u64,
         token: bool,
@@ -210,7 +392,7 @@ impl Lock {
                     return;
                 }
             };
-            let acquire = self.acquire_cmd(lease_ms, Some(wait_ms), token);
+            let acquire = self.acquire_cmd(&owner, lease_ms, Some(wait_ms), token);
             // A clone of the same connection: Redis attributes the grant to this client.
             let mut waiting = con.clone();
             let wait = acquire.query_async::<redis::Value>(&mut waiting);
@@ -229,7 +411,7 @@ impl Lock {
                     }
                     if let Ok(Ok(answer)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
                         if Attempt::from_reply(&answer).is_ok_and(Attempt::is_held) {
-                            let _ = self.release_once().await;
+                            let _ = self.release_as(&owner).await;
                         }
                     }
                     return; // dropping the connection: a wait still pending leaves the queue
@@ -253,13 +435,13 @@ impl Lock {
             if granted.as_ref().is_ok_and(|a| a.is_held()) {
                 // Redis's WAIT counts the writes of the connection that asked: this one, to
                 // which the server attributes the grant.
-                if let Err(e) = self.replicated(&mut con).await {
+                if let Err(e) = self.replicated_as(&owner, &mut con).await {
                     granted = Err(e);
                 }
             }
             if let Err(Ok(Attempt::Held { .. })) = reply.send(granted) {
                 // The caller went away just as the grant arrived.
-                let _ = self.release_once().await;
+                let _ = self.release_as(&owner).await;
             }
             return;
         }
@@ -286,7 +468,11 @@ impl Lock {
 
     /// With [`crate::Options::replica_ack`]: waits for the replicas to acknowledge the writes of
     /// `con` (the grant just made); too few: releases the hold and fails.
-    async fn replicated<C: redis::aio::ConnectionLike + Send>(&self, con: &mut C) -> Result<()> {
+    async fn replicated_as<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        owner: &str,
+        con: &mut C,
+    ) -> Result<()> {
         let Some((wanted, timeout)) = self.shared.options.replica_ack else {
             return Ok(());
         };
@@ -294,21 +480,21 @@ impl Lock {
             match redis::cmd("WAIT").arg(wanted).arg(millis(timeout)).query_async(con).await {
                 Ok(n) => n,
                 Err(e) => {
-                    let _ = self.release_once().await;
+                    let _ = self.release_as(owner).await;
                     return Err(e.into());
                 }
             };
         if acknowledged >= wanted {
             return Ok(());
         }
-        let _ = self.release_once().await;
+        let _ = self.release_as(owner).await;
         Err(Error::NotReplicated { wanted, acknowledged })
     }
 
     /// `RLOCK.ACQUIRE key owner lease [WAIT ms] [TOKEN]`.
-    fn acquire_cmd(&self, lease_ms: u64, wait_ms: Option<u64>, token: bool) -> redis::Cmd {
+    fn acquire_cmd(&self, owner: &str, lease_ms: u64, wait_ms: Option<u64>, token: bool) -> redis::Cmd {
         let mut cmd = redis::cmd("RLOCK.ACQUIRE");
-        cmd.arg(&*self.name).arg(&*self.owner).arg(lease_ms);
+        cmd.arg(&*self.name).arg(owner).arg(lease_ms);
         if let Some(wait_ms) = wait_ms {
             cmd.arg("WAIT").arg(wait_ms);
         }
@@ -318,10 +504,15 @@ impl Lock {
         cmd
     }
 
-    /// One non-blocking `RLOCK.ACQUIRE` on the shared connection.
+    /// One non-blocking `RLOCK.ACQUIRE` for the handle's own owner id (MultiLock, RedLock).
     pub(crate) async fn try_once(&self, lease_ms: u64, token: bool) -> Result<Attempt> {
+        self.try_once_as(&self.owner, lease_ms, token).await
+    }
+
+    /// One non-blocking `RLOCK.ACQUIRE` for `owner` on the shared connection.
+    async fn try_once_as(&self, owner: &str, lease_ms: u64, token: bool) -> Result<Attempt> {
         let reply: redis::Value =
-            self.acquire_cmd(lease_ms, None, token).query_async(&mut self.conn()).await?;
+            self.acquire_cmd(owner, lease_ms, None, token).query_async(&mut self.conn()).await?;
         Attempt::from_reply(&reply)
     }
 
@@ -332,12 +523,17 @@ impl Lock {
     /// retry with the first result, so a hold is never released twice and a successful release
     /// is never reported as "not held".
     pub(crate) async fn release_once(&self) -> Result<()> {
+        self.release_as(&self.owner).await
+    }
+
+    /// Releases one hold of `owner`, as [`Self::release_once`].
+    async fn release_as(&self, owner: &str) -> Result<()> {
         let request = uuid::Uuid::new_v4().simple().to_string();
         let mut retries = RELEASE_RETRIES;
         loop {
             let reply: redis::RedisResult<Option<i64>> = redis::cmd("RLOCK.RELEASE")
                 .arg(&*self.name)
-                .arg(&*self.owner)
+                .arg(owner)
                 .arg("REQUEST")
                 .arg(&request)
                 .query_async(&mut self.conn())
@@ -357,13 +553,94 @@ impl Lock {
     }
 
     pub(crate) async fn renew(&self, lease_ms: u64) -> Result<bool> {
+        self.renew_as(&self.owner, lease_ms).await
+    }
+
+    async fn renew_as(&self, owner: &str, lease_ms: u64) -> Result<bool> {
         let renewed: i64 = redis::cmd("RLOCK.RENEW")
             .arg(&*self.name)
-            .arg(&*self.owner)
+            .arg(owner)
             .arg(lease_ms)
             .query_async(&mut self.conn())
             .await?;
         Ok(renewed == 1)
+    }
+
+    /// Whether `owner` holds the lock on the server.
+    async fn holds_as(&self, owner: &str) -> Result<bool> {
+        let held: bool = redis::cmd("HEXISTS")
+            .arg(&*self.name)
+            .arg(owner)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(held)
+    }
+
+    /// Renews chain `id` for a watchdog: never shorter than the chain was promised; a chain that
+    /// is no longer this handle's, or that the server no longer holds, is lost.
+    async fn renew_chain(&self, id: u64, owner: &str, lease_ms: u64) -> Result<bool> {
+        let Some(needed_ms) = self.with_holds(|h| match &h.chain {
+            Some(c) if c.id == id => Some(lease_ms.max(c.remaining_ms())),
+            _ => None,
+        }) else {
+            return Ok(false);
+        };
+        let sent = Instant::now();
+        let renewed = self.renew_as(owner, needed_ms).await?;
+        if renewed {
+            self.with_holds(|h| {
+                if let Some(c) = h.chain.as_mut().filter(|c| c.id == id) {
+                    c.until = c.until.max(sent + Duration::from_millis(needed_ms));
+                }
+            });
+        } else {
+            self.lose_chain(id);
+        }
+        Ok(renewed)
+    }
+
+    /// Gives back one guard of chain `id`: the last one releases the chain's hold on the
+    /// server (in a task of its own, so a dropped future cannot leave it held); the others
+    /// only check that the hold is still there. A stale guard touches nothing.
+    async fn release_guard(&self, id: u64, owner: &Arc<str>) -> Result<()> {
+        enum Step {
+            Stale,
+            Others,
+            Last,
+        }
+        let step = self.with_holds(|h| match &mut h.chain {
+            Some(c) if c.id == id && c.guards > 1 => {
+                c.guards -= 1;
+                Step::Others
+            }
+            Some(c) if c.id == id => {
+                h.chain = None;
+                Step::Last
+            }
+            _ => Step::Stale,
+        });
+        match step {
+            Step::Stale => Err(Error::NotHeld),
+            Step::Others => {
+                if self.holds_as(owner).await? {
+                    Ok(())
+                } else {
+                    self.lose_chain(id);
+                    Err(Error::NotHeld)
+                }
+            }
+            Step::Last => {
+                let (lock, owner) = (self.clone(), Arc::clone(owner));
+                let release = tokio::spawn(async move { lock.release_as(&owner).await });
+                release.await.unwrap_or_else(|e| {
+                    Err(Error::Redis(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the release task failed",
+                        e.to_string(),
+                    ))))
+                })
+            }
+        }
     }
 
     /// Whether anyone holds the lock.
@@ -374,17 +651,23 @@ impl Lock {
         Ok(self.remaining_lease().await? != Remaining::NotLocked)
     }
 
-    /// How many times this handle holds the lock (0: not held by this handle).
+    /// How many live guards of this handle hold the lock (0: not held by this handle, or its
+    /// hold was lost).
     ///
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn hold_count(&self) -> Result<u64> {
-        let count: Option<u64> = redis::cmd("HGET")
-            .arg(&*self.name)
-            .arg(&*self.owner)
-            .query_async(&mut self.conn())
-            .await?;
-        Ok(count.unwrap_or(0))
+        let Some((id, owner, guards)) = self
+            .with_holds(|h| h.chain.as_ref().map(|c| (c.id, Arc::clone(&c.owner), c.guards)))
+        else {
+            return Ok(0);
+        };
+        if self.holds_as(&owner).await? {
+            Ok(guards as u64)
+        } else {
+            self.lose_chain(id);
+            Ok(0)
+        }
     }
 
     /// The lock's remaining lease, whoever holds it.
@@ -419,6 +702,7 @@ impl Lock {
 struct PendingGrant {
     reply: Option<oneshot::Receiver<Result<Attempt>>>,
     lock: Lock,
+    owner: Arc<str>,
 }
 
 impl Drop for PendingGrant {
@@ -426,53 +710,58 @@ impl Drop for PendingGrant {
         let Some(mut reply) = self.reply.take() else { return };
         reply.close();
         if let Ok(Ok(Attempt::Held { .. })) = reply.try_recv() {
-            let lock = self.lock.clone();
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    let _ = lock.release_once().await;
-                });
-            }
+            self.lock.release_blocking(&self.owner);
         }
     }
 }
 
 /// A guard's lease renewal (its watchdog), and the loss it reports: renews every third of the
-/// lease until the lock is found gone, or until stopped (on release or drop). Errors are retried
-/// while the lease may still be alive. Without a watchdog, no loss is ever reported.
+/// lease until the lock is found gone, or until stopped (on release or drop). A failed renewal
+/// is retried promptly (50 ms, doubling up to the period) while the lease may still be alive;
+/// a renewal that finds the lock gone reports the loss at once. Without a watchdog, the loss is
+/// still reported when something else proves it (a re-entry or release of the same chain).
 pub(crate) struct Renewal {
     task: Option<JoinHandle<()>>,
     lost: watch::Receiver<bool>,
 }
 
 impl Renewal {
-    /// No watchdog (a guard with an explicit lease).
-    pub(crate) fn none() -> Self {
-        Self { task: None, lost: watch::channel(false).1 }
+    /// No watchdog (a guard with an explicit lease); `lost` reports a loss found elsewhere.
+    pub(crate) fn none(lost: watch::Receiver<bool>) -> Self {
+        Self { task: None, lost }
     }
 
-    /// Starts renewing with `renew` (`Ok(false)`: the lock is gone).
-    pub(crate) fn start<F, Fut>(lease_ms: u64, renew: F) -> Self
+    /// Starts renewing with `renew` (`Ok(false)`: the lock is gone), reporting on `lost`.
+    pub(crate) fn start<F, Fut>(lease_ms: u64, lost: Arc<watch::Sender<bool>>, renew: F) -> Self
     where
         F: Fn() -> Fut + Send + 'static,
         Fut: Future<Output = Result<bool>> + Send,
     {
-        let (lost_tx, lost) = watch::channel(false);
+        let watching = lost.subscribe();
         let task = tokio::spawn(async move {
             let lease = Duration::from_millis(lease_ms);
             let period = (lease / 3).max(Duration::from_millis(1));
+            let first_retry = Duration::from_millis(50).min(period);
+            let (mut next, mut retry) = (period, first_retry);
             let mut renewed_at = Instant::now();
             loop {
-                tokio::time::sleep(period).await;
+                tokio::time::sleep(next).await;
                 match renew().await {
-                    Ok(true) => renewed_at = Instant::now(),
+                    Ok(true) => {
+                        renewed_at = Instant::now();
+                        (next, retry) = (period, first_retry);
+                    }
                     Ok(false) => break,
-                    Err(_) if renewed_at.elapsed() < lease => {}
+                    Err(_) if renewed_at.elapsed() < lease => {
+                        next = retry;
+                        retry = (retry * 2).min(period);
+                    }
                     Err(_) => break,
                 }
             }
-            let _ = lost_tx.send(true);
+            lost.send_replace(true);
         });
-        Self { task: Some(task), lost }
+        Self { task: Some(task), lost: watching }
     }
 
     /// Stops renewing.
@@ -482,12 +771,12 @@ impl Renewal {
         }
     }
 
-    /// Whether the watchdog found the lock gone.
+    /// Whether the lock was found gone.
     pub(crate) fn is_lost(&self) -> bool {
         *self.lost.borrow()
     }
 
-    /// Resolves when the watchdog finds the lock gone; never if it stops without a loss.
+    /// Resolves when the lock is found gone; never if that never happens.
     pub(crate) async fn lost(&self) {
         let mut lost = self.lost.clone();
         if lost.wait_for(|&lost| lost).await.is_err() {
@@ -502,11 +791,13 @@ impl Drop for Renewal {
     }
 }
 
-/// One hold of a lock. Release it with [`LockGuard::release`]; dropping it releases in the
-/// background.
+/// One hold of a lock (one grant of its chain, see [`Lock`]). Release it with
+/// [`LockGuard::release`]; dropping it releases it too, synchronously (see `Drop`).
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     lock: Lock,
+    chain: u64,
+    owner: Arc<str>,
     token: Option<u64>,
     renewal: Renewal,
     released: bool,
@@ -516,6 +807,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("lock", &self.lock)
+            .field("owner", &self.owner)
             .field("watchdog", &self.renewal.task.is_some())
             .field("lost", &self.renewal.is_lost())
             .finish()
@@ -523,17 +815,25 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    fn new(lock: Lock, lease_ms: u64, watchdog: bool, token: Option<u64>) -> Self {
+    fn new(
+        lock: Lock,
+        chain: u64,
+        owner: Arc<str>,
+        token: Option<u64>,
+        lease_ms: u64,
+        watchdog: bool,
+        lost: &Arc<watch::Sender<bool>>,
+    ) -> Self {
         let renewal = if watchdog {
-            let renewing = lock.clone();
-            Renewal::start(lease_ms, move || {
-                let lock = renewing.clone();
-                async move { lock.renew(lease_ms).await }
+            let (renewing, renewing_owner) = (lock.clone(), Arc::clone(&owner));
+            Renewal::start(lease_ms, Arc::clone(lost), move || {
+                let (lock, owner) = (renewing.clone(), Arc::clone(&renewing_owner));
+                async move { lock.renew_chain(chain, &owner, lease_ms).await }
             })
         } else {
-            Renewal::none()
+            Renewal::none(lost.subscribe())
         };
-        Self { lock, token, renewal, released: false }
+        Self { lock, chain, owner, token, renewal, released: false }
     }
 
     /// The lock this guard holds.
@@ -542,24 +842,30 @@ impl LockGuard {
         &self.lock
     }
 
+    /// The owner id the server stores for this guard's hold (`<handle owner>:<chain>`; every
+    /// re-entry of one chain shares it).
+    #[must_use]
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
     /// This grant's fencing token, with [`crate::Options::fencing`]: strictly greater than the
-    /// token of every earlier grant of the same lock name. Send it with every write to the
-    /// protected resource, which must refuse a write carrying a smaller token than one it has
-    /// seen. `None` without the option.
+    /// token of every earlier grant of the same lock name (re-entries of one hold share the
+    /// hold's token). Send it with every write to the protected resource, which must refuse a
+    /// write carrying a smaller token than one it has seen. `None` without the option.
     #[must_use]
     pub const fn token(&self) -> Option<u64> {
         self.token
     }
 
-    /// Whether the watchdog found the lock gone (deleted, or taken over after its lease ran
-    /// out). Always `false` for a guard with an explicit lease, which has no watchdog.
+    /// Whether the lock was found gone (deleted, or taken over after its lease ran out): by
+    /// this guard's watchdog, or by another guard, re-entry or release of the same hold.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.renewal.is_lost()
+        self.renewal.is_lost() || !self.lock.is_current(self.chain)
     }
 
-    /// Resolves when the watchdog finds the lock gone; never, for a guard with an explicit
-    /// lease (which has no watchdog).
+    /// Resolves when the lock is found gone (see [`LockGuard::is_lost`]).
     pub async fn lost(&self) {
         self.renewal.lost().await;
     }
@@ -567,26 +873,70 @@ impl LockGuard {
     /// Releases this hold.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when the lock was no longer held by this owner (its lease ran out, or
-    /// it was force-released); [`Error::Redis`] when Redis fails.
+    /// [`Error::NotHeld`] when this guard's hold was no longer held (its lease ran out, it was
+    /// force-released, or the handle's later hold replaced it; nothing is touched then);
+    /// [`Error::Redis`] when Redis fails.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         self.renewal.stop(); // stops renewing first
-        self.lock.release_once().await
+        self.lock.release_guard(self.chain, &self.owner).await
     }
 }
 
 impl Drop for LockGuard {
+    /// Gives the hold back at once: the last guard of a hold releases it on the server with a
+    /// blocking round trip (its own connection, at most about a second), so no runtime needs
+    /// to run afterwards: a guard dropped at the end of `main`, outside any runtime, or while a
+    /// runtime shuts down is released all the same.
     fn drop(&mut self) {
         if self.released {
             return;
         }
         self.renewal.stop();
-        let lock = self.lock.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = lock.release_once().await;
-            });
+        self.lock.drop_guard(self.chain, &self.owner);
+    }
+}
+
+impl Lock {
+    /// A guard dropped without `release`: as [`Lock::release_guard`], with a blocking release.
+    fn drop_guard(&self, id: u64, owner: &str) {
+        let last = self.with_holds(|h| match &mut h.chain {
+            Some(c) if c.id == id && c.guards > 1 => {
+                c.guards -= 1;
+                false
+            }
+            Some(c) if c.id == id => {
+                h.chain = None;
+                true
+            }
+            _ => false,
+        });
+        if last {
+            self.release_blocking(owner);
+        }
+    }
+
+    /// Releases one hold of `owner` on a blocking connection of its own (following a cluster
+    /// redirection), bounded by short timeouts; errors are ignored (the lease still ends it).
+    pub(crate) fn release_blocking(&self, owner: &str) {
+        const TIMEOUT: Duration = Duration::from_secs(1);
+        let request = uuid::Uuid::new_v4().simple().to_string();
+        let Ok(mut node) = self.shared.target.client_at(None) else { return };
+        for _ in 0..=MAX_REDIRECTS {
+            let Ok(mut con) = node.get_connection_with_timeout(TIMEOUT) else { return };
+            let _ = con.set_read_timeout(Some(TIMEOUT));
+            let _ = con.set_write_timeout(Some(TIMEOUT));
+            let reply: redis::RedisResult<Option<i64>> = redis::cmd("RLOCK.RELEASE")
+                .arg(&*self.name)
+                .arg(owner)
+                .arg("REQUEST")
+                .arg(&request)
+                .query(&mut con);
+            let Some(((host, port), _)) = reply.err().as_ref().and_then(redirection) else {
+                return;
+            };
+            let Ok(next) = self.shared.target.client_at(Some((&host, port))) else { return };
+            node = next;
         }
     }
 }

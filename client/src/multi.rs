@@ -44,7 +44,7 @@ impl MultiLock {
     /// # Errors
     /// [`Error::TimedOut`] when `wait` passes first; [`Error::Redis`] when a server fails.
     pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
-        self.acquire_within(Some(Instant::now() + wait), lease).await
+        self.acquire_within(Instant::now().checked_add(wait), lease).await
     }
 
     async fn acquire_within(
@@ -64,15 +64,24 @@ impl MultiLock {
                 if held.contains(&i) {
                     continue;
                 }
-                match lock.try_once(taking_ms, false).await {
+                // A node that does not answer within the budget may still grant later: it is
+                // released too (in the background, ordered after the acquire on its connection).
+                let attempt = match deadline {
+                    None => lock.try_once(taking_ms, false).await,
+                    Some(d) => tokio::time::timeout_at(d, lock.try_once(taking_ms, false))
+                        .await
+                        .unwrap_or(Err(Error::TimedOut)),
+                };
+                match attempt {
                     Ok(Attempt::Held { .. }) => held.push(i),
                     Ok(Attempt::Busy { .. }) => {
                         busy = Some(i);
                         break;
                     }
                     Err(e) => {
-                        self.release_all(&held).await;
-                        return Err(e);
+                        held.push(i); // its outcome is unknown
+                        self.release_all(&held);
+                        return Err(if uncertain(&e) { Error::TimedOut } else { e });
                     }
                 }
             }
@@ -84,7 +93,7 @@ impl MultiLock {
                         Ok(true) => {}
                         Ok(false) => all_renewed = false,
                         Err(e) => {
-                            self.release_all(&held).await;
+                            self.release_all(&held);
                             return Err(e);
                         }
                     }
@@ -95,14 +104,15 @@ impl MultiLock {
                         self.locks.len(),
                         lease_ms,
                         lease.is_none(),
+                        MULTI_RELEASE_TIMEOUT,
                     );
                     return Ok(guard);
                 }
-                self.release_all(&held).await;
+                self.release_all(&held);
                 waited_for = None;
                 continue;
             };
-            self.release_all(&held).await;
+            self.release_all(&held);
             let wait_ms = match deadline {
                 None => 0,
                 Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -117,10 +127,26 @@ impl MultiLock {
         }
     }
 
-    async fn release_all(&self, which: &[usize]) {
-        for &i in which {
-            let _ = self.locks[i].release_once().await;
-        }
+    /// Releases the locks `which` in the background (a stalled node cannot hold up the caller;
+    /// its release runs when it answers).
+    fn release_all(&self, which: &[usize]) {
+        let locks: Vec<Lock> = which.iter().map(|&i| self.locks[i].clone()).collect();
+        tokio::spawn(async move {
+            let releases = locks.iter().map(Lock::release_once);
+            futures_util::future::join_all(releases).await;
+        });
+    }
+}
+
+/// How long a [`MultiLock`] guard's release waits for each server (in parallel).
+const MULTI_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether an error leaves the outcome of a command unknown (it may have run).
+fn uncertain(e: &Error) -> bool {
+    match e {
+        Error::TimedOut => true,
+        Error::Redis(e) => e.is_timeout() || e.is_io_error() || e.is_connection_dropped(),
+        _ => false,
     }
 }
 
@@ -199,7 +225,7 @@ impl RedLock {
     /// # Errors
     /// [`Error::TimedOut`] when no attempt within `wait` reached a majority with time left.
     pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
-        let deadline = Instant::now() + wait;
+        let deadline = Instant::now().checked_add(wait);
         let lease_ms = lease.map_or(self.watchdog_ms, millis);
         let lease_d = Duration::from_millis(lease_ms);
         loop {
@@ -220,14 +246,16 @@ impl RedLock {
                         self.quorum(),
                         lease_ms,
                         lease.is_none(),
+                        self.node_timeout.max(Duration::from_millis(100)),
                     );
                     guard.validity = Some(validity);
                     return Ok(guard);
                 }
             }
             // Failed: release on every node, the silent ones included.
-            release_everywhere(&self.locks, self.node_timeout).await;
-            let left = deadline.saturating_duration_since(Instant::now());
+            release_everywhere(&self.locks, self.node_timeout.max(Duration::from_millis(100)))
+                .await;
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 return Err(Error::TimedOut);
             }
@@ -245,8 +273,7 @@ fn jitter(max: Duration) -> Duration {
 async fn release_everywhere(locks: &[Lock], node_timeout: Duration) -> usize {
     let releases = locks.iter().map(|lock| async move {
         matches!(
-            tokio::time::timeout(node_timeout.max(Duration::from_millis(100)), lock.release_once())
-                .await,
+            tokio::time::timeout(node_timeout, lock.release_once()).await,
             Ok(Ok(()))
         )
     });
@@ -259,6 +286,8 @@ async fn release_everywhere(locks: &[Lock], node_timeout: Duration) -> usize {
 pub struct MultiGuard {
     locks: Vec<Lock>,
     quorum: usize,
+    /// How long a release waits for each server (in parallel).
+    node_timeout: Duration,
     validity: Option<Duration>,
     renewal: Renewal,
     released: bool,
@@ -275,25 +304,38 @@ impl fmt::Debug for MultiGuard {
 }
 
 impl MultiGuard {
-    fn new(locks: Vec<Lock>, quorum: usize, lease_ms: u64, watchdog: bool) -> Self {
+    fn new(
+        locks: Vec<Lock>,
+        quorum: usize,
+        lease_ms: u64,
+        watchdog: bool,
+        node_timeout: Duration,
+    ) -> Self {
+        let lost = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
         let renewal = if !watchdog {
-            Renewal::none()
+            Renewal::none(lost.subscribe())
         } else {
             let renewing = locks.clone();
-            Renewal::start(lease_ms, move || {
+            Renewal::start(lease_ms, lost, move || {
                 let locks = renewing.clone();
                 async move {
+                    // Lost only when too many servers really lost it (renew said 0); a server
+                    // that failed to answer is retried (the renewal retries while the lease
+                    // may still be alive).
                     let renewals = locks.iter().map(|l| l.renew(lease_ms));
-                    let renewed = futures_util::future::join_all(renewals)
-                        .await
-                        .into_iter()
-                        .filter(|r| matches!(r, Ok(true)))
-                        .count();
-                    Ok(renewed >= quorum)
+                    let results = futures_util::future::join_all(renewals).await;
+                    let gone = results.iter().filter(|r| matches!(r, Ok(false))).count();
+                    if gone > locks.len() - quorum {
+                        return Ok(false);
+                    }
+                    match results.into_iter().find_map(Result::err) {
+                        Some(e) => Err(e),
+                        None => Ok(true),
+                    }
                 }
             })
         };
-        Self { locks, quorum, validity: None, renewal, released: false }
+        Self { locks, quorum, node_timeout, validity: None, renewal, released: false }
     }
 
     /// For a [`RedLock`]: how long the lock was valid for when it was granted (the lease minus
@@ -321,7 +363,7 @@ impl MultiGuard {
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         self.renewal.stop();
-        let released = release_everywhere(&self.locks, Duration::from_secs(5)).await;
+        let released = release_everywhere(&self.locks, self.node_timeout).await;
         if released >= self.quorum {
             Ok(())
         } else {
@@ -336,11 +378,9 @@ impl Drop for MultiGuard {
             return;
         }
         self.renewal.stop();
-        let locks = std::mem::take(&mut self.locks);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                release_everywhere(&locks, Duration::from_secs(5)).await;
-            });
+        // As a single guard: blocking releases, so no runtime needs to run afterwards.
+        for lock in &self.locks {
+            lock.release_blocking(lock.owner());
         }
     }
 }
