@@ -25,8 +25,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - **Owners.** Each [`Lock`] handle has its own owner id, `<client-uuid>:<n>`: re-entry is per
-//!   handle (clones share it), not per thread, since async tasks move between threads.
+//! - **Owners.** Each [`Lock`] handle has its own id, `<client-uuid>:<n>`: re-entry is per
+//!   handle (clones share it), not per thread, since async tasks move between threads. Each
+//!   continuous hold is stored under `<client-uuid>:<n>:<hold>` ([`LockGuard::owner`]).
 //! - **Watchdog.** With no lease, the lock is taken with [`Options::watchdog_timeout`] (30 s) and
 //!   renewed every third of it until released. A renewal that finds the lock gone marks the
 //!   guard lost: see [`LockGuard::is_lost`] and [`LockGuard::lost`].

@@ -270,7 +270,15 @@ impl Lock {
         let ack_in_cluster =
             self.shared.options.replica_ack.is_some() && self.shared.target.is_cluster();
         if !ack_in_cluster {
-            if let Attempt::Held { token } = self.try_settled(owner, lease_ms, fencing).await? {
+            let attempt = self.try_settled(owner, lease_ms, fencing);
+            let attempt = match deadline {
+                None => attempt.await?,
+                // Dropping the attempt at the deadline leaves the task to undo any grant.
+                Some(d) => {
+                    tokio::time::timeout_at(d, attempt).await.map_err(|_| Error::TimedOut)??
+                }
+            };
+            if let Attempt::Held { token } = attempt {
                 return Ok(token);
             }
         }
@@ -305,13 +313,13 @@ impl Lock {
                     result = Err(e); // released by `replicated_as`
                 }
             }
-            if let Err(Error::Redis(e)) = &result {
-                if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() {
-                    let _ = lock.release_as(&owner).await;
-                    result = Err(Error::TimedOut);
-                }
-            }
-            if let Err(Ok(Attempt::Held { .. })) = reply_tx.send(result) {
+            let unanswered = matches!(&result, Err(Error::Redis(e))
+                if e.is_timeout() || e.is_io_error() || e.is_connection_dropped());
+            if unanswered {
+                // The reply was lost, not the command: it may still run. Answer now, then undo.
+                let _ = reply_tx.send(Err(Error::TimedOut));
+                let _ = lock.release_as(&owner).await;
+            } else if let Err(Ok(Attempt::Held { .. })) = reply_tx.send(result) {
                 let _ = lock.release_as(&owner).await; // the caller went away
             }
         });
@@ -492,7 +500,13 @@ impl Lock {
     }
 
     /// `RLOCK.ACQUIRE key owner lease [WAIT ms] [TOKEN]`.
-    fn acquire_cmd(&self, owner: &str, lease_ms: u64, wait_ms: Option<u64>, token: bool) -> redis::Cmd {
+    fn acquire_cmd(
+        &self,
+        owner: &str,
+        lease_ms: u64,
+        wait_ms: Option<u64>,
+        token: bool,
+    ) -> redis::Cmd {
         let mut cmd = redis::cmd("RLOCK.ACQUIRE");
         cmd.arg(&*self.name).arg(owner).arg(lease_ms);
         if let Some(wait_ms) = wait_ms {
@@ -568,11 +582,8 @@ impl Lock {
 
     /// Whether `owner` holds the lock on the server.
     async fn holds_as(&self, owner: &str) -> Result<bool> {
-        let held: bool = redis::cmd("HEXISTS")
-            .arg(&*self.name)
-            .arg(owner)
-            .query_async(&mut self.conn())
-            .await?;
+        let held: bool =
+            redis::cmd("HEXISTS").arg(&*self.name).arg(owner).query_async(&mut self.conn()).await?;
         Ok(held)
     }
 
@@ -657,8 +668,8 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn hold_count(&self) -> Result<u64> {
-        let Some((id, owner, guards)) = self
-            .with_holds(|h| h.chain.as_ref().map(|c| (c.id, Arc::clone(&c.owner), c.guards)))
+        let Some((id, owner, guards)) =
+            self.with_holds(|h| h.chain.as_ref().map(|c| (c.id, Arc::clone(&c.owner), c.guards)))
         else {
             return Ok(0);
         };

@@ -255,7 +255,8 @@ impl RedLock {
             // Failed: release on every node, the silent ones included.
             release_everywhere(&self.locks, self.node_timeout.max(Duration::from_millis(100)))
                 .await;
-            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            let left =
+                deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 return Err(Error::TimedOut);
             }
@@ -272,10 +273,7 @@ fn jitter(max: Duration) -> Duration {
 
 async fn release_everywhere(locks: &[Lock], node_timeout: Duration) -> usize {
     let releases = locks.iter().map(|lock| async move {
-        matches!(
-            tokio::time::timeout(node_timeout, lock.release_once()).await,
-            Ok(Ok(()))
-        )
+        matches!(tokio::time::timeout(node_timeout, lock.release_once()).await, Ok(Ok(())))
     });
     futures_util::future::join_all(releases).await.into_iter().filter(|&r| r).count()
 }

@@ -164,7 +164,7 @@ async fn the_client_locks_and_waits_on_keys_of_every_node() {
             rlock_client::Remaining::Lease(_)
         ));
         let holder = hgetall(&mut cluster.nodes[i].conn(), key.as_bytes());
-        assert_eq!(holder, vec![(lock.owner().as_bytes().to_vec(), b"1".to_vec())], "on node {i}");
+        assert_eq!(holder, vec![(guard.owner().as_bytes().to_vec(), b"1".to_vec())], "on node {i}");
 
         let waiter = client.lock(&key);
         let waiting = tokio::spawn(async move {
@@ -253,7 +253,7 @@ async fn a_client_wait_follows_its_lock_when_the_slot_moves() {
     let granted = granted.expect("acquired after the move");
     assert_eq!(
         hgetall(&mut new, key.as_bytes()),
-        vec![(granted.lock().owner().as_bytes().to_vec(), b"1".to_vec())]
+        vec![(granted.owner().as_bytes().to_vec(), b"1".to_vec())]
     );
     granted.release().await.expect("release");
 }

@@ -37,7 +37,7 @@ async fn with_replica_ack_an_acquired_lock_is_on_the_replica_and_survives_its_pr
     let guard =
         lock.acquire(Some(Duration::from_secs(60))).await.expect("acquired and acknowledged");
     // No polling: acknowledged means already on the replica.
-    assert_eq!(holder_of(&replica, "l").await, vec![(lock.owner().to_owned(), 1)]);
+    assert_eq!(holder_of(&replica, "l").await, vec![(guard.owner().to_owned(), 1)]);
 
     // The server-side wait path acknowledges too.
     let waiter_client = LockClient::with_options(master.client(), options).await.expect("client");
@@ -50,12 +50,12 @@ async fn with_replica_ack_an_acquired_lock_is_on_the_replica_and_survives_its_pr
     guard.release().await.expect("release");
     let granted = timeout(Duration::from_secs(10), waiting).await.expect("granted").expect("task");
     let granted = granted.expect("acknowledged grant");
-    assert_eq!(holder_of(&replica, "l").await, vec![(waiter.owner().to_owned(), 1)]);
+    assert_eq!(holder_of(&replica, "l").await, vec![(granted.owner().to_owned(), 1)]);
 
     // Fail over to the replica: the lock is still held there, with its lease.
     let mut r = replica.conn();
     let () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).expect("promote");
-    assert_eq!(holder_of(&replica, "l").await, vec![(waiter.owner().to_owned(), 1)]);
+    assert_eq!(holder_of(&replica, "l").await, vec![(granted.owner().to_owned(), 1)]);
     let pttl: i64 = redis::cmd("PTTL").arg("l").query(&mut r).expect("PTTL");
     assert!(pttl > 50_000, "the lease came along: {pttl}");
     std::mem::forget(granted); // the old master is gone for this client
@@ -88,7 +88,7 @@ async fn a_multilock_is_taken_on_all_servers_or_none() {
     let result = multi.try_acquire(Duration::from_millis(300), Some(Duration::from_secs(30))).await;
     assert!(matches!(result, Err(Error::TimedOut)), "{result:?}");
     for (i, s) in servers.iter().enumerate() {
-        let expected = if i == 1 { vec![(other.owner().to_owned(), 1)] } else { vec![] };
+        let expected = if i == 1 { vec![(blocker.owner().to_owned(), 1)] } else { vec![] };
         assert_eq!(holder_of(s, "m").await, expected, "server {i}: nothing left behind");
     }
 

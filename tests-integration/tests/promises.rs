@@ -166,14 +166,12 @@ async fn the_client_retries_a_release_whose_reply_was_lost_with_the_same_request
         .await
         .expect("client");
     let lock = client.lock("l");
-    let lease = Some(Duration::from_secs(60));
-    let outer = lock.acquire(lease).await.expect("outer");
-    let inner = lock.acquire(lease).await.expect("re-entered");
+    let guard = lock.acquire(Some(Duration::from_secs(60))).await.expect("acquired");
     let mut con = server.conn();
-    assert_eq!(hgetall(&mut con, b"l")[0].1, b"2");
-
     proxy.armed.store(true, Ordering::SeqCst);
-    inner.release().await.expect("released once, reported once");
+    // Reported released, not "not held": the retry, with the same request id, gets the first
+    // release's result (a fresh release would find nothing and say nil).
+    guard.release().await.expect("released once, reported once");
     assert!(!proxy.armed.load(Ordering::SeqCst), "the proxy cut a release");
     // The server saw the release twice (the lost one and the retry) and released once.
     let calls: String = redis::cmd("INFO").arg("commandstats").query(&mut con).expect("INFO");
@@ -184,9 +182,7 @@ async fn the_client_retries_a_release_whose_reply_was_lost_with_the_same_request
         })
         .unwrap_or(0);
     assert_eq!(releases, 2, "{calls}");
-    assert_eq!(hgetall(&mut con, b"l")[0].1, b"1", "one hold left");
-    outer.release().await.expect("the last hold");
-    assert!(hgetall(&mut con, b"l").is_empty());
+    assert!(hgetall(&mut con, b"l").is_empty(), "released");
 }
 
 #[test]

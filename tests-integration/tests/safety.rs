@@ -205,10 +205,7 @@ async fn a_server_killed_and_restarted_from_aof_keeps_locks_leases_and_tokens() 
         expiry,
         "the lease came back"
     );
-    assert_eq!(
-        hgetall(&mut con, b"l"),
-        vec![(a.lock().owner().as_bytes().to_vec(), b"1".to_vec())]
-    );
+    assert_eq!(hgetall(&mut con, b"l"), vec![(a.owner().as_bytes().to_vec(), b"1".to_vec())]);
     // The waiter's connection died with the server: it is told, not left hanging.
     let waited = tokio::time::timeout(LIMIT, waiting).await.expect("answered").expect("task");
     assert!(matches!(waited, Err(Error::Redis(_))), "{waited:?}");
@@ -257,10 +254,7 @@ async fn a_replica_promoted_while_locks_are_held_keeps_them_and_grants_after_the
     cmd(&mut r, &["REPLICAOF", "NO", "ONE"]);
     cmd(&mut m, &["REPLICAOF", "127.0.0.1", &replica.port().to_string()]);
     // On the promoted replica the lock is still held, with its lease.
-    assert_eq!(
-        hgetall(&mut r, b"l"),
-        vec![(held.lock().owner().as_bytes().to_vec(), b"1".to_vec())]
-    );
+    assert_eq!(hgetall(&mut r, b"l"), vec![(held.owner().as_bytes().to_vec(), b"1".to_vec())]);
     let other = LockClient::new(replica.client()).await.expect("client on the new master");
     let refused = other.lock("l").try_acquire(Duration::from_millis(100), None).await;
     assert!(matches!(refused, Err(Error::TimedOut)), "{refused:?}");
