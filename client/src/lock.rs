@@ -318,12 +318,25 @@ impl Lock {
             if unanswered {
                 // The reply was lost, not the command: it may still run. Answer now, then undo.
                 let _ = reply_tx.send(Err(Error::TimedOut));
-                let _ = lock.release_as(&owner).await;
+                lock.undo(&owner).await;
             } else if let Err(Ok(Attempt::Held { .. })) = reply_tx.send(result) {
                 let _ = lock.release_as(&owner).await; // the caller went away
             }
         });
         self.settle(reply_rx, owner).await
+    }
+
+    /// Undoes an attempt of `owner` (this attempt's alone) whose reply was lost: the command may
+    /// have run, or may still run (a stalled server runs what it had read; after a reconnect the
+    /// release may even be read first). Releasing `owner` touches nothing when it holds nothing,
+    /// so it is released again a few times over the next seconds, until one release finds it.
+    async fn undo(&self, owner: &str) {
+        for delay_ms in [0, 50, 250, 1_000, 3_000] {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            if self.release_as(owner).await.is_ok() {
+                return;
+            }
+        }
     }
 
     /// Reads a grant from a task, releasing it if this future is dropped before it is read.
@@ -930,7 +943,7 @@ impl Lock {
     /// Releases one hold of `owner` on a blocking connection of its own (following a cluster
     /// redirection), bounded by short timeouts; errors are ignored (the lease still ends it).
     pub(crate) fn release_blocking(&self, owner: &str) {
-        const TIMEOUT: Duration = Duration::from_secs(1);
+        const TIMEOUT: Duration = Duration::from_secs(2);
         let request = uuid::Uuid::new_v4().simple().to_string();
         let Ok(mut node) = self.shared.target.client_at(None) else { return };
         for _ in 0..=MAX_REDIRECTS {

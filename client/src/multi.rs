@@ -58,14 +58,17 @@ impl MultiLock {
         let taking_ms = lease_ms.saturating_mul(2);
         let mut waited_for: Option<usize> = None;
         loop {
-            let mut held: Vec<usize> = waited_for.into_iter().collect();
+            // What this round took (or may have: a try in flight), released if the round ends
+            // without a guard, the future dropped included.
+            let mut taking = Taking { locks: &self.locks, held: waited_for.into_iter().collect() };
             let mut busy = None;
             for (i, lock) in self.locks.iter().enumerate() {
-                if held.contains(&i) {
+                if taking.held.contains(&i) {
                     continue;
                 }
                 // A node that does not answer within the budget may still grant later: it is
                 // released too (in the background, ordered after the acquire on its connection).
+                taking.held.push(i);
                 let attempt = match deadline {
                     None => lock.try_once(taking_ms, false).await,
                     Some(d) => tokio::time::timeout_at(d, lock.try_once(taking_ms, false))
@@ -73,14 +76,14 @@ impl MultiLock {
                         .unwrap_or(Err(Error::TimedOut)),
                 };
                 match attempt {
-                    Ok(Attempt::Held { .. }) => held.push(i),
+                    Ok(Attempt::Held { .. }) => {}
                     Ok(Attempt::Busy { .. }) => {
+                        taking.held.pop();
                         busy = Some(i);
                         break;
                     }
                     Err(e) => {
-                        held.push(i); // its outcome is unknown
-                        self.release_all(&held);
+                        // Its outcome is unknown: `taking` releases it with the others.
                         return Err(if uncertain(&e) { Error::TimedOut } else { e });
                     }
                 }
@@ -89,16 +92,12 @@ impl MultiLock {
                 // All taken: set the real lease everywhere. A lock lost meanwhile: start over.
                 let mut all_renewed = true;
                 for lock in &self.locks {
-                    match lock.renew(lease_ms).await {
-                        Ok(true) => {}
-                        Ok(false) => all_renewed = false,
-                        Err(e) => {
-                            self.release_all(&held);
-                            return Err(e);
-                        }
+                    if !lock.renew(lease_ms).await? {
+                        all_renewed = false;
                     }
                 }
                 if all_renewed {
+                    taking.held.clear(); // the guard owns them now
                     let guard = MultiGuard::new(
                         self.locks.clone(),
                         self.locks.len(),
@@ -108,11 +107,10 @@ impl MultiLock {
                     );
                     return Ok(guard);
                 }
-                self.release_all(&held);
                 waited_for = None;
                 continue;
             };
-            self.release_all(&held);
+            drop(taking);
             let wait_ms = match deadline {
                 None => 0,
                 Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -126,15 +124,35 @@ impl MultiLock {
             waited_for = Some(busy);
         }
     }
+}
 
-    /// Releases the locks `which` in the background (a stalled node cannot hold up the caller;
-    /// its release runs when it answers).
-    fn release_all(&self, which: &[usize]) {
-        let locks: Vec<Lock> = which.iter().map(|&i| self.locks[i].clone()).collect();
-        tokio::spawn(async move {
-            let releases = locks.iter().map(Lock::release_once);
-            futures_util::future::join_all(releases).await;
-        });
+/// Locks a [`MultiLock`] acquire took (or may have), released on drop unless handed to a guard:
+/// in the background on their shared connections (so after any acquire still in flight there),
+/// or, with no runtime to run that, with blocking releases.
+struct Taking<'a> {
+    locks: &'a [Lock],
+    held: Vec<usize>,
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let locks: Vec<Lock> = self.held.iter().map(|&i| self.locks[i].clone()).collect();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let releases = locks.iter().map(Lock::release_once);
+                    futures_util::future::join_all(releases).await;
+                });
+            }
+            Err(_) => {
+                for lock in &locks {
+                    lock.release_blocking(lock.owner());
+                }
+            }
+        }
     }
 }
 

@@ -270,6 +270,24 @@ async fn d3_a_multilock_with_a_stalled_node_keeps_its_budget_and_leaks_nothing()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_a_multilock_acquire_dropped_midway_leaks_nothing() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let mut clients = Vec::new();
+    for s in &servers {
+        clients.push(client(s).await);
+    }
+    let multi = MultiLock::new(clients.iter().map(|c| c.lock("m")).collect());
+    // Nodes 0 and 1 grant at once; node 2 stalls with the acquire in flight; then it is dropped.
+    servers[2].pause();
+    let dropped = timeout(Duration::from_millis(100), multi.acquire(Some(Duration::from_secs(30))));
+    assert!(dropped.await.is_err(), "still taking when dropped");
+    servers[2].resume();
+    for (i, s) in servers.iter().enumerate() {
+        until_free(s, "m", &format!("server {i} to hold nothing"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d4_a_multilock_watchdog_survives_a_killed_connection() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let options = Options::default().watchdog_timeout(Duration::from_millis(1_500));
@@ -307,9 +325,9 @@ async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_b
     let mut rng = rng::Rng(seed);
     let baseline =
         rlock_tests_integration::info_field(&mut server.conn(), "clients", "connected_clients");
+    let client = client(&server).await;
+    let handles: Vec<_> = (0..4).map(|_| client.lock("l")).collect();
     {
-        let client = client(&server).await;
-        let handles: Vec<_> = (0..4).map(|_| client.lock("l")).collect();
         for step in 0..1_500 {
             let lock = &handles[rng.below(handles.len())];
             let wait = Duration::from_millis(rng.below(30) as u64);
@@ -341,14 +359,23 @@ async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_b
         }
     }
     // Everything cancelled, released or dropped: nothing held, nobody waiting, no connection left.
-    until_free(&server, "l", &format!("seed {seed}: the lock to be free"));
+    let until = std::time::Instant::now() + LIMIT;
+    while !holders(&server, "l").is_empty() {
+        let pttl: i64 = redis::cmd("PTTL").arg("l").query(&mut server.conn()).expect("PTTL");
+        assert!(
+            std::time::Instant::now() < until,
+            "seed {seed}: still held by {:?} (pttl {pttl}); handles {:?}",
+            holders(&server, "l"),
+            handles.iter().map(|h| h.owner().to_owned()).collect::<Vec<_>>()
+        );
+        sleep(Duration::from_millis(5)).await;
+    }
     let mut con = server.conn();
     poll("no waiter", LIMIT, || (blocked_clients(&mut con) == 0).then_some(()));
     poll("the connections back to the baseline", LIMIT, || {
         let now = rlock_tests_integration::info_field(&mut con, "clients", "connected_clients");
         (now <= baseline + 1).then_some(())
     });
-    let client = client(&server).await;
     let remaining = client.lock("l").remaining_lease().await.expect("pttl");
     assert_eq!(remaining, Remaining::NotLocked);
 }
