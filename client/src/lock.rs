@@ -430,10 +430,15 @@ impl Lock {
                             .query_async(&mut unblocker)
                             .await;
                     }
-                    if let Ok(Ok(answer)) = tokio::time::timeout(CANCEL_GRACE, wait).await {
-                        if Attempt::from_reply(&answer).is_ok_and(Attempt::is_held) {
-                            let _ = self.release_as(&owner).await;
+                    match tokio::time::timeout(CANCEL_GRACE, wait).await {
+                        Ok(Ok(answer)) => {
+                            if Attempt::from_reply(&answer).is_ok_and(Attempt::is_held) {
+                                let _ = self.release_as(&owner).await;
+                            }
                         }
+                        // The connection failed, or no answer came: a grant may have been
+                        // sent and never read (the server then keeps it). Undo it.
+                        Ok(Err(_)) | Err(_) => self.undo(&owner).await,
                     }
                     return; // dropping the connection: a wait still pending leaves the queue
                 }
@@ -452,7 +457,16 @@ impl Lock {
                     }
                 }
             }
+            // A failed connection may have lost a grant the server sent (and keeps): undo it.
+            let lost_reply = answer.as_ref().is_err_and(|e| {
+                e.is_timeout() || e.is_io_error() || e.is_connection_dropped()
+            });
             let mut granted = answer.map_err(Error::from).and_then(|a| Attempt::from_reply(&a));
+            if lost_reply {
+                let _ = reply.send(granted);
+                self.undo(&owner).await;
+                return;
+            }
             if granted.as_ref().is_ok_and(|a| a.is_held()) {
                 // Redis's WAIT counts the writes of the connection that asked: this one, to
                 // which the server attributes the grant.
