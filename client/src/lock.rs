@@ -458,9 +458,9 @@ impl Lock {
                 }
             }
             // A failed connection may have lost a grant the server sent (and keeps): undo it.
-            let lost_reply = answer.as_ref().is_err_and(|e| {
-                e.is_timeout() || e.is_io_error() || e.is_connection_dropped()
-            });
+            let lost_reply = answer
+                .as_ref()
+                .is_err_and(|e| e.is_timeout() || e.is_io_error() || e.is_connection_dropped());
             let mut granted = answer.map_err(Error::from).and_then(|a| Attempt::from_reply(&a));
             if lost_reply {
                 let _ = reply.send(granted);
