@@ -173,7 +173,8 @@ impl Lock {
     /// Takes the lock, waiting as long as it takes. `lease: None` uses the watchdog.
     ///
     /// # Errors
-    /// [`Error::Redis`] when Redis fails.
+    /// [`Error::TimedOut`] when the server did not answer in time (the attempt is then undone:
+    /// nothing stays held); [`Error::Redis`] when Redis fails.
     pub async fn acquire(&self, lease: Option<Duration>) -> Result<LockGuard> {
         self.acquire_within(None, lease).await
     }
