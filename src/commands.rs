@@ -16,6 +16,7 @@ use crate::args;
 use crate::error::LockError;
 use crate::names;
 use crate::raw::{self, CommandDoc, Field, KeyKind, LockKey};
+use crate::replicas;
 use crate::rules::{self, Deadline, Plan, Reply, View, Write};
 use crate::waiting;
 
@@ -39,6 +40,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Acquire::parse(&argv)?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        may_grant(ctx)?;
         // Everything that can refuse is checked before anything is written.
         let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
         // Waiters first: a free lock they are owed goes to them (on its own key handle).
@@ -61,7 +63,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             }
         }
         let token = match (&counter, plan.reply) {
-            (Some(counter), Reply::Nil) => Some(rules::next_token(counter.current(ctx)?)?),
+            (Some(counter), Reply::Nil) => Some(counter.next(ctx)?),
             _ => None,
         };
         let reply = execute(ctx, &key, cmd.key, Some(cmd.owner), &plan);
@@ -75,6 +77,18 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             _ => Ok(reply),
         }
     })
+}
+
+/// Refuses a grant (or a renewal) on a master that lost the replicas it had (`replicas`).
+///
+/// # Errors
+/// [`LockError::NoReplicas`].
+pub fn may_grant(ctx: &Context) -> Result<(), LockError> {
+    if raw::is_master(ctx) {
+        replicas::may_grant(raw::now_ms())
+    } else {
+        Ok(())
+    }
 }
 
 /// A lock's fencing-token counter, named by Redisson's rule (`names::token`, where RFencedLock
@@ -128,7 +142,16 @@ impl TokenCounter {
         }
     }
 
-    /// Stores `token` (checked by the caller with [`rules::next_token`]) and replicates it
+    /// The token of the next grant ([`rules::next_token`] above the failover floor); nothing
+    /// is written.
+    ///
+    /// # Errors
+    /// As [`Self::current`], and [`LockError::TokenExhausted`].
+    pub fn next(&self, ctx: &Context) -> Result<u64, LockError> {
+        rules::next_token(self.current(ctx)?, replicas::token_floor())
+    }
+
+    /// Stores `token` (from [`Self::next`]) and replicates it
     /// (`SET`, an absolute value).
     pub fn store(self, ctx: &Context, token: u64) {
         let value = raw::int_string(ctx, token as i64);
@@ -302,6 +325,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Renew::parse(&argv)?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        may_grant(ctx)?;
         let key = LockKey::open(ctx, cmd.key, true);
         let plan = rules::renew(view_as(&key, Some(cmd.owner))?, deadline);
         Ok(execute(ctx, &key, cmd.key, Some(cmd.owner), &plan))

@@ -52,6 +52,9 @@ pub enum LockError {
     NoPermChannel,
     /// The key is a hash but not a reentrant lock (`RLOCK.INFO` needs exactly one owner field).
     NotALock,
+    /// This master had replicas and too few are in sync now: it may have been replaced by a
+    /// promoted replica, so it grants nothing (retry on the current master).
+    NoReplicas,
     /// A bug in the module, caught before it could take the server down.
     Internal,
 }
@@ -104,6 +107,9 @@ impl LockError {
             }
             Self::NotALock => {
                 "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"
+            }
+            Self::NoReplicas => {
+                "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
             }
             Self::Internal => "ERR internal error in the rlock module (see the server log)",
         }

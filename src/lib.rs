@@ -15,6 +15,8 @@
 //!   timeouts and lease checks.
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off, timers, keyspace and server
 //!   events, `INFO rlock` stats.
+//! - [`replicas`]: failover safety: a master that lost its replicas grants nothing; the token
+//!   floor raised on promotion.
 //! - [`names`]: the keys and channels a lock derives from its name (Redisson's `prefixName`).
 //! - [`cluster`]: Redis Cluster as plain Rust: key slots, slot ownership from `CLUSTER NODES`.
 //! - [`error`]: the one error enum and its conversion to error replies.
@@ -29,9 +31,11 @@ pub mod error;
 pub mod names;
 pub mod queue;
 pub mod raw;
+pub mod replicas;
 pub mod rules;
 pub mod waiting;
 
+use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
 /// Redis's allocator inside the server (the module's memory shows in `INFO memory`); the system
@@ -73,4 +77,17 @@ redis_module! {
     event_handlers: [
         [@GENERIC @EXPIRED @EVICTED: waiting::on_keyspace_event],
     ],
+    // `CONFIG SET rlock.min-replicas 0`, or `loadmodule librlock.so rlock.min-replicas 1`.
+    configurations: [
+        i64: [
+            // -1: one replica in sync once one has been online; 0: off; n: n replicas.
+            ["min-replicas", &replicas::MIN_REPLICAS, -1, -1, 1_000, ConfigurationFlags::DEFAULT, None],
+            // Seconds since a replica's last acknowledgement for it to count as in sync.
+            ["replica-max-lag", &replicas::MAX_LAG, 2, 1, 3_600, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
 }

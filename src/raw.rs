@@ -418,6 +418,43 @@ fn replication_started(ctx: &Context) -> Option<bool> {
     }
 }
 
+/// The `slave<i>` lines of `INFO replication` (`ip=...,port=...,state=online,offset=...,lag=0`),
+/// one per attached replica, whatever its state; `None` if the section cannot be read.
+pub fn replica_lines(ctx: &Context) -> Option<Vec<Vec<u8>>> {
+    // SAFETY: read-only access to pointers set by RedisModule_Init.
+    let (get, signed, text, free) = unsafe {
+        (
+            raw::RedisModule_GetServerInfo?,
+            raw::RedisModule_ServerInfoGetFieldSigned?,
+            raw::RedisModule_ServerInfoGetFieldC?,
+            raw::RedisModule_FreeServerInfo?,
+        )
+    };
+    // SAFETY: live context and NUL-terminated names; each C string returned by
+    // ServerInfoGetFieldC lives as long as the info data, and is copied before that is freed
+    // (once, with the same context).
+    unsafe {
+        let info = get(ctx.get_raw(), c"replication".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let mut err: c_int = 0;
+        let count = signed(info, c"connected_slaves".as_ptr(), &mut err);
+        let mut lines = (err == 0).then(Vec::new);
+        if let Some(lines) = lines.as_mut() {
+            for i in 0..count.max(0) {
+                let Ok(name) = std::ffi::CString::new(format!("slave{i}")) else { continue };
+                let value = text(info, name.as_ptr());
+                if !value.is_null() {
+                    lines.push(CStr::from_ptr(value).to_bytes().to_vec());
+                }
+            }
+        }
+        free(ctx.get_raw(), info);
+        lines
+    }
+}
+
 extern "C" fn replication_event(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -188,10 +188,16 @@ pub fn parse_token(stored: Option<&[u8]>) -> Result<u64, LockError> {
     }
 }
 
-/// The token of the next grant: strictly greater than every token granted before.
+/// The token of the next grant: strictly greater than every token granted before, and at least
+/// `floor` (raised on promotion, see `replicas`, so a new master's tokens are above every token
+/// its predecessor may have issued without replicating it).
 ///
 /// # Errors
 /// [`LockError::TokenExhausted`] when the counter is at the largest integer Redis stores.
-pub fn next_token(current: u64) -> Result<u64, LockError> {
-    current.checked_add(1).filter(|&t| t <= i64::MAX as u64).ok_or(LockError::TokenExhausted)
+pub fn next_token(current: u64, floor: u64) -> Result<u64, LockError> {
+    current
+        .checked_add(1)
+        .map(|t| t.max(floor))
+        .filter(|&t| t <= i64::MAX as u64)
+        .ok_or(LockError::TokenExhausted)
 }

@@ -26,13 +26,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis_module::raw::RedisModuleTimerID;
-use redis_module::server_events::{FlushSubevent, ServerRole};
+use redis_module::server_events::{FlushSubevent, LoadingSubevent, ServerRole};
 use redis_module::{Context, InfoContext, NotifyEvent, RedisResult, RedisString, RedisValue};
 
 use crate::args::{Lease, WaitFor};
 use crate::error::LockError;
 use crate::queue::{Event, LockName, Queues, Waiter, WaiterId};
 use crate::raw::{self, Blocked, KeyKind, LockKey};
+use crate::replicas;
 use crate::rules::{self, Deadline};
 
 /// What a blocked waiter is unblocked with; its reply callback turns it into the reply.
@@ -288,6 +289,11 @@ pub fn hand_off(ctx: &Context, key: &LockKey, name: &RedisString) -> bool {
     if !waits_for(ctx, name) || !raw::is_master(ctx) || raw::writes_paused() {
         return false;
     }
+    if replicas::may_grant(raw::now_ms()).is_err() {
+        // A master that lost its replicas: the waiters stay queued; the replica check that
+        // finds them in sync again settles every lock (`on_cron`).
+        return false;
+    }
     let lock = &lock_name(ctx, name);
     if let Some(redirect) = cluster_redirect(ctx, &lock.key, false) {
         // The slot left this node: its waiters must ask the node that has it now.
@@ -331,7 +337,7 @@ fn next_token(
     name: &RedisString,
 ) -> Result<(crate::commands::TokenCounter, u64), LockError> {
     let counter = crate::commands::TokenCounter::for_grant(ctx, name)?;
-    let token = crate::rules::next_token(counter.current(ctx)?)?;
+    let token = counter.next(ctx)?;
     Ok((counter, token))
 }
 
@@ -455,13 +461,55 @@ pub fn reset_stats() {
     for counter in [&STATS.waits, &STATS.handoffs, &STATS.timeouts, &STATS.left, &STATS.rollbacks] {
         counter.store(0, Ordering::Relaxed);
     }
+    replicas::reset();
 }
 
-/// Demoted to a replica: no lock can be granted here any more; every waiter gets an error.
+/// Checks this master's replicas on every cron tick (`replicas`); when grants become allowed
+/// again, the waiters held back meanwhile are served.
+#[linkme::distributed_slice(redis_module::server_events::CRON_SERVER_EVENTS_LIST)]
+fn on_cron(ctx: &Context, _: u64) {
+    if !raw::is_master(ctx) {
+        replicas::not_master();
+        return;
+    }
+    let links: Vec<_> = raw::replica_lines(ctx)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|line| replicas::parse_link(line))
+        .collect();
+    if replicas::record_check(raw::now_ms(), &links) && anyone_waits() {
+        defer(ctx, |d| d.settle_all = true);
+    }
+}
+
+/// A master loaded its data from disk (a restart): grants the last fsync missed may be lost,
+/// so tokens from now on start above any this server issued before (`replicas`).
+#[linkme::distributed_slice(redis_module::server_events::LOADING_SERVER_EVENTS_LIST)]
+fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
+    thread_local! {
+        static FROM_DISK: Cell<bool> = const { Cell::new(false) };
+    }
+    match subevent {
+        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => FROM_DISK.set(true),
+        LoadingSubevent::ReplStarted => FROM_DISK.set(false),
+        LoadingSubevent::Ended => {
+            if FROM_DISK.replace(false) && raw::is_master(ctx) {
+                replicas::raise_token_floor(raw::now_ms());
+            }
+        }
+        LoadingSubevent::Failed => FROM_DISK.set(false),
+    }
+}
+
+/// Promoted: tokens from now on are above any the old master issued, and the new master
+/// starts with no replicas seen. Demoted to a replica: no lock can be granted here any more;
+/// every waiter gets an error.
 #[linkme::distributed_slice(redis_module::server_events::ROLE_CHANGED_SERVER_EVENTS_LIST)]
 fn on_role_changed(ctx: &Context, role: ServerRole) {
     raw::note_replication();
-    if role != ServerRole::Replica {
+    replicas::not_master();
+    if role == ServerRole::Primary {
+        replicas::raise_token_floor(raw::now_ms());
         return;
     }
     for waiter in with_queues(Queues::drain) {
@@ -475,6 +523,7 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
 #[linkme::distributed_slice(redis_module::server_events::INFO_COMMAND_HANDLER_LIST)]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let (required, in_sync, allowed, refused) = replicas::summary(raw::now_ms());
     ctx.builder()
         .add_section("waits")
         .field("waiting_clients", get(&STATS.waiting).to_string())?
@@ -484,6 +533,13 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("left_while_waiting", get(&STATS.left).to_string())?
         .field("grants_rolled_back", get(&STATS.rollbacks).to_string())?
         .field("timers_armed", timers_armed().to_string())?
+        .build_section()?
+        .add_section("replicas")
+        .field("replicas_required", required.to_string())?
+        .field("replicas_in_sync", in_sync.to_string())?
+        .field("grants_allowed", u8::from(allowed).to_string())?
+        .field("grants_refused", refused.to_string())?
+        .field("token_floor", replicas::token_floor().to_string())?
         .build_section()?
         .build_info()?;
     Ok(())

@@ -230,7 +230,7 @@ fn a_million_random_operations_agree_with_the_reference_model() {
                     // With TOKEN, every grant takes the next token: strictly increasing.
                     if want == Reply::Nil && rng.below(2) == 0 {
                         reference.token += 1;
-                        stored_token = rules::next_token(stored_token).expect("grows");
+                        stored_token = rules::next_token(stored_token, 0).expect("grows");
                         assert_eq!(stored_token, reference.token, "operation {ops}: token");
                     }
                     (want, stored.apply(Some(owner), plan))

@@ -133,6 +133,10 @@ fn token_counters_start_at_zero_and_only_grow() {
     for bad in [&b"-1"[..], b"x", b"", b"1.0", b"01"] {
         assert_eq!(parse_token(Some(bad)), Err(LockError::CorruptToken), "{bad:?}");
     }
-    assert_eq!(next_token(41), Ok(42));
-    assert_eq!(next_token(i64::MAX as u64), Err(LockError::TokenExhausted));
+    assert_eq!(next_token(41, 0), Ok(42));
+    assert_eq!(next_token(i64::MAX as u64, 0), Err(LockError::TokenExhausted));
+    // The failover floor lifts the next token, never lowers it.
+    assert_eq!(next_token(41, 1_000_000), Ok(1_000_000));
+    assert_eq!(next_token(1_000_000, 1_000_000), Ok(1_000_001));
+    assert_eq!(next_token(41, i64::MAX as u64 + 1), Err(LockError::TokenExhausted));
 }

@@ -1,5 +1,7 @@
-//! Where commands go: one server, or a Redis Cluster routed by hash slot.
+//! Where commands go: one server, a master found through Sentinel, or a Redis Cluster routed
+//! by hash slot.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
@@ -14,6 +16,7 @@ use crate::{Error, Result};
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
+    Sentinel(Arc<Sentinel>),
     Cluster(ClusterConnection),
 }
 
@@ -21,6 +24,12 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
+            Self::Sentinel(s) => Box::pin(async move {
+                let mut con = s.connection().await?;
+                let reply = con.req_packed_command(cmd).await;
+                s.check_reply(&reply);
+                reply
+            }),
             Self::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -33,6 +42,15 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(s) => Box::pin(async move {
+                let mut con = s.connection().await?;
+                let reply = con.req_packed_commands(pipeline, offset, count).await;
+                match &reply {
+                    Ok(values) => values.iter().for_each(|v| s.check_value(v)),
+                    Err(e) => s.check(e),
+                }
+                reply
+            }),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -40,7 +58,155 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Self::Single(c) => c.get_db(),
+            Self::Sentinel(s) => s.template.redis_settings().db(),
             Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Error codes from a server that is no longer (or not yet) the master to use.
+fn master_changed(code: &str) -> bool {
+    matches!(code, "READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING")
+}
+
+/// The master of a Sentinel-monitored group: found by asking the Sentinels, checked with
+/// `ROLE`, and found again after any error that suggests it is no longer the master (a broken
+/// connection, a timeout, `READONLY` from a demoted master, `NOREPLICAS` from one that lost its
+/// replicas): commands never keep going to an old address.
+pub(crate) struct Sentinel {
+    sentinels: Vec<ConnectionInfo>,
+    master: String,
+    /// Settings for master connections (database, credentials); the address is replaced.
+    template: ConnectionInfo,
+    response_timeout: Duration,
+    /// The current master and a connection to it.
+    current: Mutex<Option<(redis::Client, MultiplexedConnection)>>,
+    /// One resolution at a time.
+    resolving: tokio::sync::Mutex<()>,
+}
+
+impl Sentinel {
+    pub(crate) fn new(
+        sentinels: Vec<ConnectionInfo>,
+        master: String,
+        template: ConnectionInfo,
+        response_timeout: Duration,
+    ) -> Self {
+        Self {
+            sentinels,
+            master,
+            template,
+            response_timeout,
+            current: Mutex::new(None),
+            resolving: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn cached(&self) -> Option<(redis::Client, MultiplexedConnection)> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Forgets the master after an error that suggests it changed: a failed connection, or a
+    /// refusal only a master that is no longer the master gives.
+    fn check(&self, e: &redis::RedisError) {
+        let moved_on = e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.code().is_some_and(master_changed);
+        if moved_on {
+            self.forget();
+        }
+    }
+
+    /// As [`Self::check`], for a reply (redis-rs returns server errors as values).
+    fn check_reply(&self, reply: &redis::RedisResult<Value>) {
+        match reply {
+            Ok(value) => self.check_value(value),
+            Err(e) => self.check(e),
+        }
+    }
+
+    fn check_value(&self, value: &Value) {
+        if let Value::ServerError(e) = value {
+            if master_changed(e.code()) {
+                self.forget();
+            }
+        }
+    }
+
+    fn forget(&self) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The client of the current master, if known (for a blocking release).
+    pub(crate) fn current_client(&self) -> Option<redis::Client> {
+        self.cached().map(|(client, _)| client)
+    }
+
+    /// A connection to the current master, asking the Sentinels when none is known.
+    pub(crate) async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
+        Ok(self.master().await?.1)
+    }
+
+    /// The current master's client and a connection to it.
+    pub(crate) async fn master(
+        &self,
+    ) -> redis::RedisResult<(redis::Client, MultiplexedConnection)> {
+        if let Some(current) = self.cached() {
+            return Ok(current);
+        }
+        let _turn = self.resolving.lock().await;
+        if let Some(current) = self.cached() {
+            return Ok(current);
+        }
+        let mut last_error = None;
+        for sentinel in &self.sentinels {
+            match self.ask(sentinel).await {
+                Ok(found) => {
+                    *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some(found.clone());
+                    return Ok(found);
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no Sentinel given"))
+        }))
+    }
+
+    /// Asks one Sentinel for the master, connects, and checks that it says it is the master.
+    async fn ask(
+        &self,
+        sentinel: &ConnectionInfo,
+    ) -> redis::RedisResult<(redis::Client, MultiplexedConnection)> {
+        let quick = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(1)));
+        let mut asking = redis::Client::open(sentinel.clone())?
+            .get_multiplexed_async_connection_with_config(&quick)
+            .await?;
+        let (host, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master)
+            .query_async(&mut asking)
+            .await?;
+        let client = redis::Client::open(
+            self.template.clone().set_addr(ConnectionAddr::Tcp(host.clone(), port)),
+        )?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(self.response_timeout));
+        let mut con = client.get_multiplexed_async_connection_with_config(&config).await?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut con).await?;
+        match role.first() {
+            Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok((client, con)),
+            _ => Err(redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                "the address Sentinel gave is not a master (yet)",
+                format!("{host}:{port}"),
+            ))),
         }
     }
 }
@@ -48,6 +214,8 @@ impl ConnectionLike for Conn {
 /// How to reach the server that holds a given lock, for a dedicated connection.
 pub(crate) enum Target {
     Single(redis::Client),
+    /// Whichever server the Sentinels name as the master now.
+    Sentinel(Arc<Sentinel>),
     /// The connection settings of a cluster node, whose address is replaced per node.
     Cluster(ConnectionInfo),
 }
@@ -59,6 +227,9 @@ impl Target {
 
     /// A client for the server that serves `key`.
     pub(crate) async fn node_for(&self, key: &[u8], shared: &mut Conn) -> Result<redis::Client> {
+        if let Self::Sentinel(sentinel) = self {
+            return Ok(sentinel.master().await?.0);
+        }
         let Self::Cluster(_) = self else { return self.client_at(None) };
         let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(shared).await?;
         let slots: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(shared).await?;
@@ -90,6 +261,12 @@ impl Target {
     pub(crate) fn client_at(&self, address: Option<(&str, u16)>) -> Result<redis::Client> {
         match (self, address) {
             (Self::Single(client), _) => Ok(client.clone()),
+            (Self::Sentinel(sentinel), _) => sentinel.current_client().ok_or_else(|| {
+                Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no master known: the Sentinels have not been asked yet",
+                )))
+            }),
             (Self::Cluster(template), Some((host, port))) => Ok(redis::Client::open(
                 template.clone().set_addr(ConnectionAddr::Tcp(host.to_owned(), port)),
             )?),

@@ -79,6 +79,15 @@ pub enum Error {
         /// Replicas that acknowledged.
         acknowledged: u32,
     },
+    /// The lock was taken, but its grant was not written to the AOF (fsynced) of the master
+    /// and/or of as many replicas as [`Options::aof_ack`] asks for in time; it was released
+    /// again.
+    NotPersisted {
+        /// Whether the master's own fsync was asked for, and whether it happened.
+        local: (bool, bool),
+        /// Replicas asked for, and replicas that fsynced the grant.
+        replicas: (u32, u32),
+    },
     /// The server does not have the rlock module loaded (checked when the client opens).
     NoModule,
     /// Redis (or the connection to it) failed.
@@ -93,6 +102,16 @@ impl fmt::Display for Error {
             Self::NotReplicated { wanted, acknowledged } => write!(
                 f,
                 "the lock reached {acknowledged} replica(s) of the {wanted} required; released"
+            ),
+            Self::NotPersisted { local, replicas } => write!(
+                f,
+                "the lock's grant was fsynced to the AOF of {} replica(s) of the {} required{}; released",
+                replicas.1,
+                replicas.0,
+                match local {
+                    (true, false) => " and not on the master",
+                    _ => "",
+                }
             ),
             Self::NoModule => f.write_str("the server does not have the rlock module loaded"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
@@ -131,11 +150,31 @@ pub struct Options {
     /// Ask for a fencing token with every grant ([`LockGuard::token`]). Default: off (each lock
     /// name then keeps a counter key, `redisson_lock_token:{name}`, for good).
     pub fencing: bool,
+    /// AOF fsyncs that must cover a grant before it is reported acquired (`WAITAOF`, Redis
+    /// 7.2+ and Valkey 8+). Default: none.
+    pub aof_ack: Option<AofAck>,
+}
+
+/// What [`Options::aof_ack`] requires of a grant: `WAITAOF numlocal numreplicas timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AofAck {
+    /// The master's own AOF must have fsynced it (needs `appendonly yes` on the master).
+    pub local: bool,
+    /// How many replicas must have fsynced it to their AOF.
+    pub replicas: u32,
+    /// How long to wait for the fsyncs.
+    pub timeout: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { watchdog_timeout: Duration::from_secs(30), replica_ack: None, fencing: false }
+        Self {
+            watchdog_timeout: Duration::from_secs(30),
+            replica_ack: None,
+            fencing: false,
+            aof_ack: None,
+        }
     }
 }
 
@@ -161,6 +200,27 @@ impl Options {
     pub const fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_ack = Some((replicas, timeout));
         self
+    }
+
+    /// Requires each grant to be fsynced to the master's AOF (`local`) and to the AOF of
+    /// `replicas` replicas within `timeout` (Redis `WAITAOF`, after acquiring and after
+    /// [`Options::replica_ack`] if set); when it is not, the lock is released and the acquire
+    /// fails with [`Error::NotPersisted`]. On a server without `WAITAOF` (Redis before 7.2)
+    /// every acquire fails with that server's error, and nothing stays held.
+    #[must_use]
+    pub const fn aof_ack(mut self, local: bool, replicas: u32, timeout: Duration) -> Self {
+        self.aof_ack = Some(AofAck { local, replicas, timeout });
+        self
+    }
+
+    /// How long a command on the shared connection may take: room for `WAIT` and `WAITAOF`.
+    fn response_timeout(&self) -> Option<Duration> {
+        let wait = self.replica_ack.map(|(_, t)| t);
+        let fsync = self.aof_ack.map(|a| a.timeout);
+        match (wait, fsync) {
+            (None, None) => None,
+            (w, f) => Some(w.unwrap_or_default() + f.unwrap_or_default() + Duration::from_secs(1)),
+        }
     }
 }
 
@@ -222,8 +282,8 @@ impl LockClient {
     pub async fn with_options(client: redis::Client, options: Options) -> Result<Self> {
         // The shared connection also runs `WAIT` for replica acknowledgements: give it room.
         let mut config = redis::aio::ConnectionManagerConfig::new();
-        if let Some((_, timeout)) = options.replica_ack {
-            config = config.set_response_timeout(Some(timeout + Duration::from_secs(1)));
+        if let Some(timeout) = options.response_timeout() {
+            config = config.set_response_timeout(Some(timeout));
         }
         let mut conn = Conn::Single(client.get_connection_manager_with_config(config).await?);
         check_module(&mut conn).await?;
@@ -249,12 +309,61 @@ impl LockClient {
             ))));
         };
         let mut builder = redis::cluster::ClusterClient::builder(infos);
-        if let Some((_, timeout)) = options.replica_ack {
-            builder = builder.response_timeout(timeout + Duration::from_secs(1));
+        if let Some(timeout) = options.response_timeout() {
+            builder = builder.response_timeout(timeout);
         }
         let mut conn = Conn::Cluster(builder.build()?.get_async_connection().await?);
         check_module(&mut conn).await?;
         Ok(Self::from_parts(Target::Cluster(template), conn, options))
+    }
+
+    /// Connects to the master that the Sentinels at `sentinels` name for `master_name` (as
+    /// configured with `sentinel monitor <master_name> ...`), with the given options.
+    /// `master` holds the settings of master connections (database, user, password); its
+    /// address is ignored.
+    ///
+    /// The master's address is asked of the Sentinels (in the order given) and checked with
+    /// `ROLE`. After a connection error, a timeout, or a `READONLY` / `NOREPLICAS` reply (a
+    /// demoted master, or one that lost its replicas and grants nothing), the next command asks
+    /// the Sentinels again instead of retrying the old address. Waits, releases and renewals
+    /// all go to the master known at the time.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), rlock_client::Error> {
+    /// use rlock_client::{LockClient, Options};
+    /// let client = LockClient::sentinel(
+    ///     vec!["redis://127.0.0.1:26379/", "redis://127.0.0.1:26380/"],
+    ///     "mymaster",
+    ///     "redis://127.0.0.1/",
+    ///     Options::default(),
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// When the addresses are invalid or no Sentinel names a reachable master;
+    /// [`Error::NoModule`] when the master has no rlock module.
+    pub async fn sentinel<T: IntoConnectionInfo, M: IntoConnectionInfo>(
+        sentinels: Vec<T>,
+        master_name: &str,
+        master: M,
+        options: Options,
+    ) -> Result<Self> {
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<redis::RedisResult<Vec<_>>>()?;
+        let response_timeout = options.response_timeout().unwrap_or(Duration::from_millis(500));
+        let sentinel = Arc::new(conn::Sentinel::new(
+            sentinels,
+            master_name.to_owned(),
+            master.into_connection_info()?,
+            response_timeout,
+        ));
+        let mut conn = Conn::Sentinel(Arc::clone(&sentinel));
+        check_module(&mut conn).await?;
+        Ok(Self::from_parts(Target::Sentinel(sentinel), conn, options))
     }
 
     fn from_parts(target: Target, conn: Conn, options: Options) -> Self {

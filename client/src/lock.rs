@@ -133,9 +133,9 @@ impl Lock {
         f(&mut self.holds.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Whether chain `id` is still this handle's chain.
-    fn is_current(&self, id: u64) -> bool {
-        self.with_holds(|h| h.chain.as_ref().is_some_and(|c| c.id == id))
+    /// Until when chain `id` is known valid (`None`: it is no longer this handle's chain).
+    fn chain_until(&self, id: u64) -> Option<Instant> {
+        self.with_holds(|h| h.chain.as_ref().filter(|c| c.id == id).map(|c| c.until))
     }
 
     /// Marks chain `id` lost (its guards see it) and forgets it.
@@ -223,7 +223,7 @@ impl Lock {
                 lost: Arc::clone(&lost),
             });
         });
-        Ok(LockGuard::new(self.clone(), id, owner, token, lease_ms, watchdog, &lost))
+        Ok(LockGuard::new(self.clone(), id, owner, token, (lease_ms, asked_at), watchdog, &lost))
     }
 
     /// Re-enters the handle's current chain, if any, once the server confirms the chain still
@@ -251,7 +251,7 @@ impl Lock {
             _ => None, // the chain ended meanwhile: start a new one
         });
         Ok(joined.map(|(token, lost)| {
-            LockGuard::new(self.clone(), id, owner, token, lease_ms, watchdog, &lost)
+            LockGuard::new(self.clone(), id, owner, token, (lease_ms, sent), watchdog, &lost)
         }))
     }
 
@@ -268,8 +268,9 @@ impl Lock {
         // Uncontended: one try on the shared connection (which then also waits for replicas).
         // In a cluster, replica acknowledgement must run on the node's own connection: the
         // server-side path does that, and returns at once when the lock is free.
-        let ack_in_cluster =
-            self.shared.options.replica_ack.is_some() && self.shared.target.is_cluster();
+        let options = &self.shared.options;
+        let ack_in_cluster = (options.replica_ack.is_some() || options.aof_ack.is_some())
+            && self.shared.target.is_cluster();
         if !ack_in_cluster {
             let attempt = self.try_settled(owner, lease_ms, fencing);
             let attempt = match deadline {
@@ -509,22 +510,37 @@ impl Lock {
         owner: &str,
         con: &mut C,
     ) -> Result<()> {
-        let Some((wanted, timeout)) = self.shared.options.replica_ack else {
-            return Ok(());
-        };
-        let acknowledged: u32 =
-            match redis::cmd("WAIT").arg(wanted).arg(millis(timeout)).query_async(con).await {
-                Ok(n) => n,
-                Err(e) => {
-                    let _ = self.release_as(owner).await;
-                    return Err(e.into());
-                }
-            };
-        if acknowledged >= wanted {
-            return Ok(());
+        let checked = self.acknowledged(con).await;
+        if checked.is_err() {
+            let _ = self.release_as(owner).await;
         }
-        let _ = self.release_as(owner).await;
-        Err(Error::NotReplicated { wanted, acknowledged })
+        checked
+    }
+
+    /// `WAIT` ([`crate::Options::replica_ack`]), then `WAITAOF` ([`crate::Options::aof_ack`]).
+    async fn acknowledged<C: redis::aio::ConnectionLike + Send>(&self, con: &mut C) -> Result<()> {
+        if let Some((wanted, timeout)) = self.shared.options.replica_ack {
+            let acknowledged: u32 =
+                redis::cmd("WAIT").arg(wanted).arg(millis(timeout)).query_async(con).await?;
+            if acknowledged < wanted {
+                return Err(Error::NotReplicated { wanted, acknowledged });
+            }
+        }
+        if let Some(aof) = self.shared.options.aof_ack {
+            let (local, replicas): (u32, u32) = redis::cmd("WAITAOF")
+                .arg(u32::from(aof.local))
+                .arg(aof.replicas)
+                .arg(millis(aof.timeout))
+                .query_async(con)
+                .await?;
+            if (aof.local && local == 0) || replicas < aof.replicas {
+                return Err(Error::NotPersisted {
+                    local: (aof.local, local > 0),
+                    replicas: (aof.replicas, replicas),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `RLOCK.ACQUIRE key owner lease [WAIT ms] [TOKEN]`.
@@ -770,8 +786,17 @@ impl Renewal {
         Self { task: None, lost }
     }
 
-    /// Starts renewing with `renew` (`Ok(false)`: the lock is gone), reporting on `lost`.
-    pub(crate) fn start<F, Fut>(lease_ms: u64, lost: Arc<watch::Sender<bool>>, renew: F) -> Self
+    /// Starts renewing with `renew` (`Ok(false)`: the lock is gone), reporting on `lost`. The
+    /// hold is known valid until `since` (when the grant was asked for) plus the lease, and
+    /// then until each confirmed renewal's send time plus the lease: when that moment passes
+    /// without a confirmation (renewals failing, or not answering), the loss is reported then,
+    /// on this process's monotonic clock, whatever the server may still say later.
+    pub(crate) fn start<F, Fut>(
+        lease_ms: u64,
+        since: Instant,
+        lost: Arc<watch::Sender<bool>>,
+        renew: F,
+    ) -> Self
     where
         F: Fn() -> Fut + Send + 'static,
         Fut: Future<Output = Result<bool>> + Send,
@@ -782,20 +807,23 @@ impl Renewal {
             let period = (lease / 3).max(Duration::from_millis(1));
             let first_retry = Duration::from_millis(50).min(period);
             let (mut next, mut retry) = (period, first_retry);
-            let mut renewed_at = Instant::now();
+            let mut valid_until = since + lease;
             loop {
-                tokio::time::sleep(next).await;
-                match renew().await {
-                    Ok(true) => {
-                        renewed_at = Instant::now();
+                tokio::time::sleep_until((Instant::now() + next).min(valid_until)).await;
+                let sent = Instant::now();
+                if sent >= valid_until {
+                    break;
+                }
+                match tokio::time::timeout_at(valid_until, renew()).await {
+                    Ok(Ok(true)) => {
+                        valid_until = sent + lease;
                         (next, retry) = (period, first_retry);
                     }
-                    Ok(false) => break,
-                    Err(_) if renewed_at.elapsed() < lease => {
+                    Ok(Err(_)) => {
                         next = retry;
                         retry = (retry * 2).min(period);
                     }
-                    Err(_) => break,
+                    Ok(Ok(false)) | Err(_) => break,
                 }
             }
             lost.send_replace(true);
@@ -859,13 +887,13 @@ impl LockGuard {
         chain: u64,
         owner: Arc<str>,
         token: Option<u64>,
-        lease_ms: u64,
+        (lease_ms, since): (u64, Instant),
         watchdog: bool,
         lost: &Arc<watch::Sender<bool>>,
     ) -> Self {
         let renewal = if watchdog {
             let (renewing, renewing_owner) = (lock.clone(), Arc::clone(&owner));
-            Renewal::start(lease_ms, Arc::clone(lost), move || {
+            Renewal::start(lease_ms, since, Arc::clone(lost), move || {
                 let (lock, owner) = (renewing.clone(), Arc::clone(&renewing_owner));
                 async move { lock.renew_chain(chain, &owner, lease_ms).await }
             })
@@ -897,16 +925,41 @@ impl LockGuard {
         self.token
     }
 
-    /// Whether the lock was found gone (deleted, or taken over after its lease ran out): by
-    /// this guard's watchdog, or by another guard, re-entry or release of the same hold.
+    /// Whether the hold is lost: its lease ran out on this process's clock (see
+    /// [`LockGuard::valid_until`]), or the lock was found gone (deleted, or taken over) by this
+    /// guard's watchdog, or by another guard, re-entry or release of the same hold.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.renewal.is_lost() || !self.lock.is_current(self.chain)
+        self.renewal.is_lost() || self.valid_until().is_none_or(|until| until <= Instant::now())
     }
 
-    /// Resolves when the lock is found gone (see [`LockGuard::is_lost`]).
+    /// Until when the hold is known valid, on this process's monotonic clock: the moment its
+    /// grant was asked for plus the lease, pushed later only by renewals (and re-entries) the
+    /// server confirmed, each from the moment it was sent. The server's lease cannot end
+    /// before this moment, so work done before it is covered; after it the hold counts as lost
+    /// even if the server (or a server that took over after a failover) could not be asked.
+    /// `None` once the hold is known lost.
+    #[must_use]
+    pub fn valid_until(&self) -> Option<Instant> {
+        if self.renewal.is_lost() {
+            return None;
+        }
+        self.lock.chain_until(self.chain)
+    }
+
+    /// Resolves when the hold is lost (see [`LockGuard::is_lost`]): at the latest when
+    /// [`LockGuard::valid_until`] passes without a confirmed renewal.
     pub async fn lost(&self) {
-        self.renewal.lost().await;
+        loop {
+            let Some(until) = self.valid_until() else { return };
+            if until <= Instant::now() {
+                return;
+            }
+            tokio::select! {
+                () = self.renewal.lost() => return,
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
     }
 
     /// Releases this hold.

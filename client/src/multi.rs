@@ -91,6 +91,7 @@ impl MultiLock {
             let Some(busy) = busy else {
                 // All taken: set the real lease everywhere. A lock lost meanwhile: start over.
                 let mut all_renewed = true;
+                let since = Instant::now();
                 for lock in &self.locks {
                     if !lock.renew(lease_ms).await? {
                         all_renewed = false;
@@ -101,7 +102,7 @@ impl MultiLock {
                     let guard = MultiGuard::new(
                         self.locks.clone(),
                         self.locks.len(),
-                        lease_ms,
+                        (lease_ms, since),
                         lease.is_none(),
                         MULTI_RELEASE_TIMEOUT,
                     );
@@ -262,7 +263,7 @@ impl RedLock {
                     let mut guard = MultiGuard::new(
                         self.locks.clone(),
                         self.quorum(),
-                        lease_ms,
+                        (lease_ms, started),
                         lease.is_none(),
                         self.node_timeout.max(Duration::from_millis(100)),
                     );
@@ -323,7 +324,7 @@ impl MultiGuard {
     fn new(
         locks: Vec<Lock>,
         quorum: usize,
-        lease_ms: u64,
+        (lease_ms, since): (u64, Instant),
         watchdog: bool,
         node_timeout: Duration,
     ) -> Self {
@@ -332,7 +333,7 @@ impl MultiGuard {
             Renewal::none(lost.subscribe())
         } else {
             let renewing = locks.clone();
-            Renewal::start(lease_ms, lost, move || {
+            Renewal::start(lease_ms, since, lost, move || {
                 let locks = renewing.clone();
                 async move {
                     // Lost only when too many servers really lost it (renew said 0); a server

@@ -104,6 +104,12 @@ fn a_bad_token_counter_is_refused_and_nothing_changes() {
     assert_eq!(err, "ERR syntax error");
 }
 
+/// The server's clock, Unix ms.
+fn server_ms(con: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
 #[test]
 fn tokens_keep_increasing_across_an_aof_restart_and_a_failover() {
     let mut server =
@@ -113,24 +119,42 @@ fn tokens_keep_increasing_across_an_aof_restart_and_a_failover() {
         acquire_token(&mut con, "l", owner, "30000");
         cmd(&mut con, &["RLOCK.RELEASE", "l", owner]);
     }
+    let before_restart = server_ms(&mut con);
     drop(con);
     server.restart();
     let mut con = server.conn();
-    assert_eq!(acquire_token(&mut con, "l", "d", "30000"), 4, "the counter survived the restart");
+    // A restart may have lost grants the last fsync missed: tokens jump above the floor the
+    // restart raised (its time in ms x 1,000,000), beyond any token issued before it.
+    let d = acquire_token(&mut con, "l", "d", "30000");
+    assert!(d > 3, "the counter survived the restart: {d}");
+    assert!(d >= before_restart * 1_000_000, "{d} is above the restart's floor");
 
-    // A replica (with the module) promoted: the counter came along.
+    // A replica (with the module) promoted: the counter came along, and the promotion raised
+    // the floor again, above anything the old master issued (even unreplicated).
     let replica = Server::builder().replica_of(&server).start();
     let mut r = replica.conn();
     wait_link_up(&mut r);
     cmd(&mut con, &["RLOCK.RELEASE", "l", "d"]);
-    assert_eq!(acquire_token(&mut con, "l", "e", "30000"), 5);
+    let e = acquire_token(&mut con, "l", "e", "30000");
+    assert_eq!(e, d + 1, "one master issues consecutive tokens");
     poll("the counter on the replica", LIMIT, || {
-        (cmd(&mut r, &["GET", "redisson_lock_token:{l}"]) == Value::BulkString(b"5".to_vec()))
-            .then_some(())
+        (cmd(&mut r, &["GET", "redisson_lock_token:{l}"])
+            == Value::BulkString(e.to_string().into_bytes()))
+        .then_some(())
     });
+    // The old master goes on issuing tokens the replica never sees (a split brain).
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]);
     cmd(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let before_promotion = server_ms(&mut r);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "e"]);
+    let unreplicated = acquire_token(&mut con, "l", "x", "30000");
     cmd(&mut r, &["RLOCK.FORCERELEASE", "l"]);
-    assert_eq!(acquire_token(&mut r, "l", "f", "30000"), 6, "the promoted replica goes on from 5");
+    let f = acquire_token(&mut r, "l", "f", "30000");
+    assert!(
+        f > unreplicated,
+        "the promoted replica goes above the old master: {f} > {unreplicated}"
+    );
+    assert!(f >= (before_promotion - 1000) * 1_000_000, "{f} is above the promotion's floor");
 }
 
 /// A resource that checks tokens: it refuses a write whose token is older than the newest it

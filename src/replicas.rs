@@ -1,0 +1,274 @@
+//! Failover safety: which master may grant, and fencing tokens that never repeat across a
+//! promotion.
+//!
+//! **A stale master grants nothing.** A master that has had replicas since it became master
+//! refuses every grant (`ACQUIRE`, `RENEW`, hand-offs) while fewer than `rlock.min-replicas` of
+//! them are online with a replication lag of at most `rlock.replica-max-lag` seconds: after a
+//! pause or a partition, Sentinel or the cluster may already have promoted one of them, and
+//! every grant here would be a split-brain grant. The default (`-1`, "auto") requires one
+//! replica once one has been online; `0` turns the check off; `n > 0` requires `n` always.
+//! The replicas are checked on Redis's cron (10 times a second at the default `hz`); a check
+//! goes stale quickly, so a master that was stopped (SIGSTOP, a VM pause) grants nothing when it
+//! resumes until a fresh check, and a stall long enough for a failover (`STALL_MS`) starts a
+//! quarantine longer than the lag bound, so acknowledgements buffered before the stall cannot
+//! pass for live replicas.
+//!
+//! **Tokens never repeat.** On promotion, and when a master loads its data from disk, the
+//! module raises a *token floor* to the current Unix time in ms × 1,000,000: the next token of
+//! every lock is at least the floor. A new master's tokens are therefore above every token the
+//! old master issued (even ones that never replicated, or that a split-brain old master issued
+//! later), as long as the old master issued fewer than a million tokens per lock per
+//! millisecond since its own floor, and the clocks of the two servers agree to within the time
+//! between the two promotions. Tokens stay integers that Redisson's `RFencedLock` (`INCR` on
+//! the same counter) reads as increasing.
+//!
+//! The rules are plain Rust ([`Health`], [`parse_link`]); the cron and role hooks in `waiting`
+//! feed them.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::error::LockError;
+
+/// `rlock.min-replicas`: -1 auto (1 once a replica has been online), 0 off, n: n replicas.
+pub static MIN_REPLICAS: AtomicI64 = AtomicI64::new(-1);
+/// `rlock.replica-max-lag`: the largest replication lag, in seconds, of a replica in sync.
+pub static MAX_LAG: AtomicI64 = AtomicI64::new(2);
+
+/// The token floor (see the module docs); 0 until the first promotion or load from disk.
+static TOKEN_FLOOR: AtomicU64 = AtomicU64::new(0);
+
+/// Tokens per millisecond of the floor.
+pub const TOKENS_PER_MS: u64 = 1_000_000;
+
+/// A gap between two checks this long means the server stalled (stopped, paused, blocked) long
+/// enough for a failover detector (Sentinel's down-after, a cluster's node timeout) to act.
+pub const STALL_MS: i64 = 1_500;
+
+thread_local! {
+    static HEALTH: Cell<Health> = const { Cell::new(Health::NEW) };
+}
+
+/// One attached replica as `INFO replication` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// `state=online`: synced and streaming.
+    pub online: bool,
+    /// Seconds since its last acknowledgement (`lag=`).
+    pub lag: i64,
+}
+
+/// Parses a `slave<i>` line: `ip=127.0.0.1,port=6380,state=online,offset=123,lag=0`.
+#[must_use]
+pub fn parse_link(line: &[u8]) -> Option<Link> {
+    let mut online = None;
+    let mut lag = None;
+    for part in line.split(|&b| b == b',') {
+        if let Some(state) = part.strip_prefix(b"state=") {
+            online = Some(state == b"online");
+        } else if let Some(value) = part.strip_prefix(b"lag=") {
+            lag = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+        }
+    }
+    Some(Link { online: online?, lag: lag? })
+}
+
+/// What the last checks showed of this master's replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    /// A replica has been online since this server last became master (or loaded the module).
+    pub seen: bool,
+    /// Replicas online within the lag bound at the last check.
+    pub good: u32,
+    /// When the last check ran (Unix ms); 0: never.
+    pub checked_at: i64,
+    /// No grant before this time (Unix ms): the quarantine after a stall.
+    pub quarantine_until: i64,
+    /// How long a check stays valid (ms): a few cron periods.
+    pub valid_ms: i64,
+}
+
+impl Health {
+    /// Before any check.
+    pub const NEW: Self =
+        Self { seen: false, good: 0, checked_at: 0, quarantine_until: 0, valid_ms: 500 };
+
+    /// The state after a check at `now` that found `links`. Checks run on Redis's cron; the
+    /// usual gap between them sets how long a check stays valid (a few gaps, at least 500 ms).
+    #[must_use]
+    pub fn checked(self, now: i64, links: &[Link], max_lag: i64) -> Self {
+        let gap = now - self.checked_at;
+        let stalled = self.checked_at > 0 && gap > STALL_MS.max(self.valid_ms);
+        let valid_ms = if self.checked_at > 0 && !stalled {
+            (3 * gap).clamp(500, STALL_MS)
+        } else {
+            self.valid_ms
+        };
+        let quarantine_until = if stalled {
+            // Longer than the lag bound: a replica counts again only on an acknowledgement it
+            // sent after the stall ended.
+            now.saturating_add(max_lag.saturating_add(1).saturating_mul(1000)).saturating_add(500)
+        } else {
+            self.quarantine_until
+        };
+        let good = links.iter().filter(|l| l.online && l.lag <= max_lag).count();
+        Self {
+            seen: self.seen || links.iter().any(|l| l.online),
+            good: u32::try_from(good).unwrap_or(u32::MAX),
+            checked_at: now,
+            quarantine_until,
+            valid_ms,
+        }
+    }
+
+    /// How many replicas in sync a grant needs under `min_replicas` (the setting).
+    #[must_use]
+    pub fn required(&self, min_replicas: i64) -> u32 {
+        if min_replicas < 0 {
+            u32::from(self.seen)
+        } else {
+            u32::try_from(min_replicas).unwrap_or(u32::MAX)
+        }
+    }
+
+    /// Whether a grant may happen at `now`.
+    ///
+    /// # Errors
+    /// [`LockError::NoReplicas`] when replicas are required and the last check is stale, the
+    /// server is in quarantine after a stall, or too few replicas were in sync.
+    pub fn may_grant(&self, now: i64, min_replicas: i64) -> Result<(), LockError> {
+        let required = self.required(min_replicas);
+        if required == 0 {
+            return Ok(());
+        }
+        let fresh = self.checked_at > 0 && now - self.checked_at <= self.valid_ms;
+        if fresh && now >= self.quarantine_until && self.good >= required {
+            Ok(())
+        } else {
+            Err(LockError::NoReplicas)
+        }
+    }
+}
+
+/// Whether this master may grant now (always, for a server that needs no replicas).
+///
+/// # Errors
+/// [`LockError::NoReplicas`], see [`Health::may_grant`].
+pub fn may_grant(now: i64) -> Result<(), LockError> {
+    let verdict = HEALTH.get().may_grant(now, MIN_REPLICAS.load(Ordering::Relaxed));
+    if verdict.is_err() {
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+    }
+    verdict
+}
+
+/// Grants and hand-offs refused by [`may_grant`] since load.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Folds a check into the state; returns whether grants became allowed by it (waiters that
+/// were held back can be served now).
+pub fn record_check(now: i64, links: &[Link]) -> bool {
+    let min = MIN_REPLICAS.load(Ordering::Relaxed);
+    let before = HEALTH.get();
+    let after = before.checked(now, links, MAX_LAG.load(Ordering::Relaxed));
+    HEALTH.set(after);
+    before.may_grant(now, min).is_err() && after.may_grant(now, min).is_ok()
+}
+
+/// This server is not a master: it grants nothing, and forgets its replicas. When it is
+/// promoted it starts afresh: a new master grants like a standalone server until a replica
+/// has come online.
+pub fn not_master() {
+    HEALTH.set(Health::NEW);
+}
+
+/// This server just became a master (promotion) or loaded its data from disk (a restart):
+/// tokens from now on are above any its predecessor could have issued.
+pub fn raise_token_floor(now: i64) {
+    let floor = u64::try_from(now).unwrap_or(0).saturating_mul(TOKENS_PER_MS);
+    TOKEN_FLOOR.fetch_max(floor.min(i64::MAX as u64), Ordering::Relaxed);
+}
+
+/// The token floor, for [`crate::rules::next_token`].
+#[must_use]
+pub fn token_floor() -> u64 {
+    TOKEN_FLOOR.load(Ordering::Relaxed)
+}
+
+/// At load: a reloaded module may find its old statics.
+pub fn reset() {
+    HEALTH.set(Health::NEW);
+    TOKEN_FLOOR.store(0, Ordering::Relaxed);
+    REFUSED.store(0, Ordering::Relaxed);
+}
+
+/// For `INFO rlock`: (replicas required now, replicas in sync at the last check, grants
+/// allowed, grants refused since load).
+#[must_use]
+pub fn summary(now: i64) -> (u32, u32, bool, u64) {
+    let health = HEALTH.get();
+    let min = MIN_REPLICAS.load(Ordering::Relaxed);
+    let allowed = health.may_grant(now, min).is_ok();
+    (health.required(min), health.good, allowed, REFUSED.load(Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UP: Link = Link { online: true, lag: 0 };
+
+    #[test]
+    fn parses_info_lines() {
+        assert_eq!(
+            parse_link(b"ip=127.0.0.1,port=6380,state=online,offset=123,lag=1"),
+            Some(Link { online: true, lag: 1 })
+        );
+        assert_eq!(
+            parse_link(b"ip=::1,port=1,state=wait_bgsave,offset=0,lag=0"),
+            Some(Link { online: false, lag: 0 })
+        );
+        assert_eq!(parse_link(b"ip=::1,port=1"), None);
+    }
+
+    #[test]
+    fn a_master_without_replicas_grants_and_one_that_had_them_needs_them() {
+        let h = Health::NEW.checked(1_000, &[], 2);
+        assert_eq!(h.may_grant(1_050, -1), Ok(()));
+        let h = h.checked(1_100, &[UP], 2);
+        assert_eq!(h.may_grant(1_150, -1), Ok(()));
+        let lagging = Link { online: true, lag: 3 };
+        let h = h.checked(1_200, &[lagging], 2);
+        assert_eq!(h.may_grant(1_250, -1), Err(LockError::NoReplicas));
+        let h = h.checked(1_300, &[], 2);
+        assert_eq!(h.may_grant(1_350, -1), Err(LockError::NoReplicas));
+        assert_eq!(h.may_grant(1_350, 0), Ok(()), "0 turns the check off");
+        assert_eq!(Health::NEW.may_grant(5, 1), Err(LockError::NoReplicas), "explicit minimum");
+    }
+
+    #[test]
+    fn a_stale_check_or_a_stall_refuses_until_fresh_acknowledgements() {
+        let h = Health::NEW.checked(1_000, &[UP], 2).checked(1_100, &[UP], 2);
+        assert_eq!(h.may_grant(1_500, -1), Ok(()));
+        assert_eq!(h.may_grant(1_700, -1), Err(LockError::NoReplicas), "check too old");
+        // Stopped for 5 s: the first check after it still sees the replica (buffered acks).
+        let h = h.checked(6_000, &[UP], 2);
+        assert_eq!(h.may_grant(6_050, -1), Err(LockError::NoReplicas));
+        let mut h = h;
+        for now in (6_100..=9_400).step_by(100) {
+            h = h.checked(now, &[UP], 2);
+            assert_eq!(h.may_grant(now + 50, -1), Err(LockError::NoReplicas), "in quarantine");
+        }
+        let h = h.checked(9_500, &[UP], 2);
+        assert_eq!(h.may_grant(9_550, -1), Ok(()));
+    }
+
+    #[test]
+    fn a_slow_cron_widens_the_validity() {
+        let h = Health::NEW.checked(1_000, &[UP], 2).checked(2_000, &[UP], 2);
+        assert_eq!(h.quarantine_until, 0, "a 1 s cron period is no stall");
+        assert_eq!(h.may_grant(3_400, -1), Ok(()));
+        let h = h.checked(3_010, &[UP], 2);
+        assert_eq!(h.quarantine_until, 0);
+    }
+}
