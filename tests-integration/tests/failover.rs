@@ -309,3 +309,245 @@ fn a_paused_or_killed_master_is_replaced_without_split_brain_grants_or_repeated_
     let rounds = std::env::var("RLOCK_FAILOVER_ROUNDS").ok().and_then(|r| r.parse().ok());
     run_rounds(rounds.unwrap_or(1));
 }
+
+// ---- the module's guard, one behaviour at a time ------------------------------------------------
+
+fn run_str(con: &mut redis::Connection, args: &[&str]) -> Result<Value, String> {
+    rlock_tests_integration::run_str(con, args)
+}
+
+fn refused(reply: &Result<Value, String>) -> bool {
+    matches!(reply, Err(e) if e.starts_with("NOREPLICAS "))
+}
+
+fn info(con: &mut redis::Connection, field: &str) -> i64 {
+    rlock_tests_integration::info_field(con, "rlock_replicas", field)
+}
+
+#[test]
+fn a_master_that_lost_its_replica_grants_nothing_until_it_is_back_and_can_opt_out() {
+    let master = Server::start();
+    let mut con = master.conn();
+    assert_eq!(info(&mut con, "rlock_replicas_required"), 0, "standalone: no replica needed");
+    run_str(&mut con, &["RLOCK.ACQUIRE", "held", "a", "60000"]).expect("standalone grants");
+
+    let mut replica = Server::builder().replica_of(&master).start();
+    rlock_tests_integration::wait_replica_online(&master);
+    poll("the master to count its replica", FAILOVER_LIMIT, || {
+        (info(&mut con, "rlock_replicas_in_sync") == 1).then_some(())
+    });
+    assert_eq!(info(&mut con, "rlock_replicas_required"), 1, "auto: one, once one was online");
+    // A waiter queued while all is well.
+    let waiter = rlock_tests_integration::Pending::start_str(
+        &master,
+        &["RLOCK.ACQUIRE", "held", "w", "60000", "WAIT", "60000"],
+    );
+    poll("the waiter to block", FAILOVER_LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut con) == 1).then_some(())
+    });
+
+    replica.kill();
+    poll("the master to refuse grants", FAILOVER_LIMIT, || {
+        refused(&run_str(&mut con, &["RLOCK.ACQUIRE", "other", "b", "60000"])).then_some(())
+    });
+    assert!(refused(&run_str(&mut con, &["RLOCK.RENEW", "held", "a", "60000"])), "no renewal");
+    assert!(refused(&run_str(&mut con, &["RLOCK.ACQUIRE", "held", "a", "60000"])), "no re-entry");
+    assert_eq!(info(&mut con, "rlock_grants_allowed"), 0);
+    // Releasing still works, but the lock is not handed to the waiter while the master is stale.
+    assert_eq!(run_str(&mut con, &["RLOCK.RELEASE", "held", "a"]), Ok(Value::Int(1)));
+    thread::sleep(Duration::from_millis(300)); // a hand-off, were it wrongly allowed, is immediate
+    assert!(!waiter.replied(), "no hand-off from a master that lost its replicas");
+    assert_eq!(rlock_tests_integration::hgetall(&mut con, b"held"), vec![]);
+
+    // The replica comes back: the held-back waiter is served.
+    replica.restart_same_port();
+    let (reply, _) = waiter.reply(FAILOVER_LIMIT);
+    assert_eq!(reply, Ok(Value::Nil), "the waiter got the lock once the replica was back");
+
+    // The explicit opt-out.
+    replica.kill();
+    poll("the master to refuse grants again", FAILOVER_LIMIT, || {
+        refused(&run_str(&mut con, &["RLOCK.ACQUIRE", "other", "b", "60000"])).then_some(())
+    });
+    run_str(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]).expect("CONFIG SET");
+    assert_eq!(run_str(&mut con, &["RLOCK.ACQUIRE", "other", "b", "60000"]), Ok(Value::Nil));
+    assert!(info(&mut con, "rlock_grants_refused") >= 4);
+    let err = run_str(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "-2"]).expect_err("-2");
+    assert!(err.starts_with("ERR"), "{err}");
+}
+
+#[test]
+fn an_explicit_minimum_in_the_config_file_covers_a_restarted_master() {
+    // `rlock.min-replicas 1` next to `loadmodule`: a master restarted before its replicas
+    // reconnect (or one that never had any) grants nothing.
+    let server = Server::builder().config("rlock.min-replicas", "1").start();
+    let mut con = server.conn();
+    assert!(refused(&run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"])));
+    assert_eq!(info(&mut con, "rlock_replicas_required"), 1);
+    let replica = Server::builder().replica_of(&server).start();
+    rlock_tests_integration::wait_replica_online(&server);
+    poll("grants once the replica is in sync", FAILOVER_LIMIT, || {
+        (run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]) == Ok(Value::Nil)).then_some(())
+    });
+    drop(replica);
+}
+
+#[test]
+fn a_master_that_stalled_refuses_what_it_read_meanwhile_and_waits_out_a_quarantine() {
+    let master = Server::start();
+    let _replica = Server::builder().replica_of(&master).start();
+    rlock_tests_integration::wait_replica_online(&master);
+    let mut con = master.conn();
+    poll("the master to count its replica", FAILOVER_LIMIT, || {
+        (info(&mut con, "rlock_replicas_in_sync") == 1).then_some(())
+    });
+    // An acquire that sits in the socket while the master is stopped (its replica stays
+    // connected: only the master stalled).
+    let mut queued = master.conn();
+    master.pause();
+    let sender = thread::spawn(move || {
+        let reply = run_str(&mut queued, &["RLOCK.ACQUIRE", "l", "q", "60000"]);
+        (reply, Instant::now())
+    });
+    thread::sleep(Duration::from_millis(2_000));
+    let resumed = Instant::now();
+    master.resume();
+    let (reply, _) = sender.join().expect("sender");
+    assert!(refused(&reply), "the queued acquire is refused: {reply:?}");
+    // Refused for the quarantine (longer than the lag bound), then granted again.
+    let granted_at = poll("grants after the quarantine", FAILOVER_LIMIT, || {
+        (run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]) == Ok(Value::Nil))
+            .then(Instant::now)
+    });
+    let quarantine = granted_at - resumed;
+    assert!(quarantine >= Duration::from_millis(3_000), "quarantine too short: {quarantine:?}");
+}
+
+// ---- the client ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_counts_its_hold_lost_at_its_lease_end_on_its_own_clock() {
+    let server = Server::start();
+    let client = LockClient::open(server.url()).await.expect("client");
+    let asked = tokio::time::Instant::now();
+    let guard = client.lock("l").acquire(Some(Duration::from_millis(400))).await.expect("acquire");
+    let until = guard.valid_until().expect("valid");
+    assert!(
+        until >= asked + Duration::from_millis(400) && until <= asked + Duration::from_millis(450)
+    );
+    assert!(!guard.is_lost());
+    // Nobody can be asked (the server is stopped): the lease end alone makes it lost.
+    server.pause();
+    tokio::time::timeout(Duration::from_secs(2), guard.lost()).await.expect("lost reported");
+    let at = tokio::time::Instant::now();
+    server.resume();
+    assert!(at >= until, "not before the lease end");
+    assert!(guard.is_lost());
+    assert!(guard.valid_until().is_none() || guard.valid_until() <= Some(at));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_guard_that_cannot_renew_is_lost_when_its_last_confirmed_lease_ends() {
+    let server = Server::start();
+    let options = Options::default().watchdog_timeout(Duration::from_millis(900));
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let guard = client.lock("l").acquire(None).await.expect("acquire");
+    // Renewals confirmed for a while: the deadline moves on.
+    let first = guard.valid_until().expect("valid");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(!guard.is_lost());
+    let pushed = guard.valid_until().expect("valid");
+    assert!(pushed > first, "confirmed renewals push the deadline");
+    // The server stalls: no renewal is confirmed; lost at the last confirmed deadline.
+    server.pause();
+    let deadline = guard.valid_until().expect("valid");
+    tokio::time::timeout(Duration::from_secs(3), guard.lost()).await.expect("lost reported");
+    let at = tokio::time::Instant::now();
+    server.resume();
+    assert!(at >= deadline, "not before the deadline");
+    assert!(at <= deadline + Duration::from_millis(300), "promptly: {:?} late", at - deadline);
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_client_follows_a_manual_failover() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_link_up(&mut replica.conn());
+    let sentinel = Sentinel::start(&master, 1, 5_000);
+    let client = LockClient::sentinel(
+        vec![sentinel.url()],
+        SENTINEL_MASTER,
+        "redis://127.0.0.1/",
+        Options::default(),
+    )
+    .await
+    .expect("client");
+    let guard =
+        client.lock("before").acquire(Some(Duration::from_secs(30))).await.expect("acquire");
+    guard.release().await.expect("release");
+    poll("the sentinel to know the replica", FAILOVER_LIMIT, || {
+        let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
+        let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
+        info.contains("slaves=1").then_some(())
+    });
+    let mut s = redis::Client::open(sentinel.url()).expect("client").get_connection().expect("con");
+    // Refused (NOGOODSLAVE) until the Sentinel has had a reply to INFO from the replica.
+    poll("the sentinel to accept a failover", FAILOVER_LIMIT, || {
+        redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
+    });
+    poll("the promotion", FAILOVER_LIMIT, || {
+        (sentinel.master_port() == replica.port()).then_some(())
+    });
+    poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
+    // The next acquire reaches the new master (the old one answers READONLY, then is left).
+    let guard = poll_async_acquire(&client, "after").await;
+    let held = rlock_tests_integration::hgetall(&mut replica.conn(), b"after");
+    assert_eq!(held.len(), 1, "the hold is on the promoted replica");
+    guard.release().await.expect("release");
+}
+
+async fn poll_async_acquire(client: &LockClient, name: &str) -> rlock_client::LockGuard {
+    let until = tokio::time::Instant::now() + FAILOVER_LIMIT;
+    loop {
+        match client
+            .lock(name)
+            .try_acquire(Duration::from_secs(1), Some(Duration::from_secs(30)))
+            .await
+        {
+            Ok(guard) => return guard,
+            Err(e) => {
+                assert!(tokio::time::Instant::now() < until, "no acquire after failover: {e}")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aof_acknowledgement_is_required_where_the_server_offers_waitaof() {
+    let server = Server::builder().config("appendonly", "yes").start();
+    let mut con = server.conn();
+    let has_waitaof = matches!(
+        redis::cmd("COMMAND").arg("INFO").arg("WAITAOF").query::<Vec<Value>>(&mut con).as_deref(),
+        Ok([Value::Array(_)])
+    );
+    let options = Options::default().aof_ack(true, 0, Duration::from_secs(1));
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let result = client.lock("l").acquire(Some(Duration::from_secs(30))).await;
+    if has_waitaof {
+        result.expect("fsynced on the master").release().await.expect("release");
+        // Replicas that do not exist cannot fsync it: refused, and nothing stays held.
+        let options = Options::default().aof_ack(true, 1, Duration::from_millis(200));
+        let client = LockClient::with_options(server.client(), options).await.expect("client");
+        let result = client.lock("l").acquire(Some(Duration::from_secs(30))).await;
+        assert!(
+            matches!(result, Err(Error::NotPersisted { local: (true, true), replicas: (1, 0) })),
+            "{result:?}"
+        );
+    } else {
+        // Redis 7.0: no WAITAOF; the acquire fails with the server's error.
+        assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    }
+    assert_eq!(rlock_tests_integration::hgetall(&mut con, b"l"), vec![], "nothing stays held");
+}
