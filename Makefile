@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps build run test test-valkey soak bench bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps build run test test-valkey failover soak bench bench-smoke lint fmt clean
 
 all: build
 
@@ -46,6 +46,14 @@ test: build
 # The integration tests again, against Valkey 8 instead of Redis 7.0.
 test-valkey: build valkey-deps
 	REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" $(CARGO) test -p rlock-tests-integration
+
+# The failover test at full size: FAILOVER_ROUNDS rounds of each nemesis (pause, kill) on a
+# master + 2 replicas + 3 Sentinels, on Redis and then on Valkey 8 (CI runs one round on each).
+FAILOVER_ROUNDS ?= 3
+failover: build valkey-deps
+	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test --release -p rlock-tests-integration --test failover -- --nocapture a_paused_or_killed
+	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
+		$(CARGO) test --release -p rlock-tests-integration --test failover -- --nocapture a_paused_or_killed
 
 # The soak at full size: 20 clients x 50,000 lock cycles with waiting (CI runs 300 cycles).
 SOAK_CYCLES ?= 50000

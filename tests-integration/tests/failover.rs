@@ -167,7 +167,9 @@ fn pause_nemesis(group: &Group) -> (Probes, Probes) {
             })
         })
         .collect();
+    let paused = Instant::now();
     group.wait_failover(port);
+    eprintln!("pause: a replica promoted after {:?}", paused.elapsed());
     group.servers[old].resume();
     let mut fresh = Probes::default();
     let until = Instant::now() + FAILOVER_LIMIT;
@@ -197,7 +199,9 @@ fn kill_nemesis(group: &mut Group) {
     let old = group.master_index();
     let port = group.servers[old].port();
     group.servers[old].kill();
+    let killed = Instant::now();
     group.wait_failover(port);
+    eprintln!("kill: a replica promoted after {:?}", killed.elapsed());
     group.servers[old].restart_same_port();
 }
 
@@ -274,7 +278,9 @@ fn run_rounds(rounds: usize) {
     let granted = || record.grants.lock().expect("grants").len();
     let progress = |what: &str| {
         let before = granted();
+        let since = Instant::now();
         poll(what, FAILOVER_LIMIT, || (granted() >= before + 20).then_some(()));
+        eprintln!("{what}: 20 grants within {:?}", since.elapsed());
     };
     progress("grants before any nemesis");
     for round in 0..rounds {
