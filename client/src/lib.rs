@@ -37,6 +37,12 @@
 //!   races the cancellation is released.
 //! - **Replica acknowledgement** ([`Options::replica_ack`]): a lock is reported acquired only
 //!   once that many replicas have its grant (Redis `WAIT`); otherwise it is released again.
+//! - **Deadlines**: a guard's hold is valid until [`LockGuard::valid_until`] on this process's
+//!   monotonic clock (grant asked + lease, pushed only by confirmed renewals); when it passes
+//!   without a confirmation, the guard is lost ([`LockGuard::is_lost`], [`LockGuard::lost`]).
+//! - **Sentinel** ([`LockClient::sentinel`]): the master is asked of the Sentinels and asked
+//!   again after an error that suggests it changed, never retried at its old address.
+//! - **Durable acknowledgement** ([`Options::aof_ack`]): `WAITAOF` after each grant.
 //! - **Several servers**: [`MultiLock`] takes the same lock on every one of several independent
 //!   servers, [`RedLock`] on a majority of them.
 //! - **Holds are tied to their grant.** A handle's re-entries share one server hold (a
