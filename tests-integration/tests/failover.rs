@@ -383,6 +383,30 @@ fn a_master_that_lost_its_replica_grants_nothing_until_it_is_back_and_can_opt_ou
 }
 
 #[test]
+fn a_master_cut_off_from_its_replica_stops_granting_within_the_lag_bound() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    rlock_tests_integration::wait_replica_online(&master);
+    let mut con = master.conn();
+    poll("the master to count its replica", FAILOVER_LIMIT, || {
+        (info(&mut con, "rlock_replicas_in_sync") == 1).then_some(())
+    });
+    // The replica stops acknowledging but keeps its connection (a partition that drops
+    // packets): its lag grows past rlock.replica-max-lag (2 s).
+    replica.pause();
+    let cut = Instant::now();
+    let refused_after = poll("the master to refuse grants", FAILOVER_LIMIT, || {
+        refused(&run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"])).then(|| cut.elapsed())
+    });
+    replica.resume();
+    // Sentinel's down-after must be longer than this (README recommends 5 s or more).
+    assert!(refused_after <= Duration::from_millis(5_000), "refused only after {refused_after:?}");
+    poll("grants once the replica acknowledges again", FAILOVER_LIMIT, || {
+        (run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]) == Ok(Value::Nil)).then_some(())
+    });
+}
+
+#[test]
 fn an_explicit_minimum_in_the_config_file_covers_a_restarted_master() {
     // `rlock.min-replicas 1` next to `loadmodule`: a master restarted before its replicas
     // reconnect (or one that never had any) grants nothing.
