@@ -60,10 +60,10 @@ test-valkey: build valkey-deps
 
 # The integration tests on Redis 8.2 and on Valkey 9.1.
 test-redis8: build servers-deps
-	REDIS_SERVER="$$($(REDIS8_SERVER_PATH))" $(CARGO) test -p rlock-tests-integration
+	REDIS_SERVER="$$($(REDIS8_SERVER_PATH))" $(CARGO) test --no-fail-fast -p rlock-tests-integration
 
 test-valkey9: build servers-deps
-	REDIS_SERVER="$$($(VALKEY9_SERVER_PATH))" REDIS_CLI=redis-cli $(CARGO) test -p rlock-tests-integration
+	REDIS_SERVER="$$($(VALKEY9_SERVER_PATH))" REDIS_CLI=redis-cli $(CARGO) test --no-fail-fast -p rlock-tests-integration
 
 # Every server of the matrix: Redis 7.0 (all tests), Valkey 8.1, Redis 8.2, Valkey 9.1.
 test-servers: test test-valkey test-redis8 test-valkey9

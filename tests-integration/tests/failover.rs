@@ -562,7 +562,7 @@ async fn an_aof_acknowledgement_is_required_where_the_server_offers_waitaof() {
         redis::cmd("COMMAND").arg("INFO").arg("WAITAOF").query::<Vec<Value>>(&mut con).as_deref(),
         Ok([Value::Array(_)])
     );
-    let options = Options::default().aof_ack(true, 0, Duration::from_secs(1));
+    let options = Options::default().aof_ack(true, 0, Duration::from_secs(3));
     let client = LockClient::with_options(server.client(), options).await.expect("client");
     let result = client.lock("l").acquire(Some(Duration::from_secs(30))).await;
     if has_waitaof {
@@ -572,7 +572,7 @@ async fn an_aof_acknowledgement_is_required_where_the_server_offers_waitaof() {
         let client = LockClient::with_options(server.client(), options).await.expect("client");
         let result = client.lock("l").acquire(Some(Duration::from_secs(30))).await;
         assert!(
-            matches!(result, Err(Error::NotPersisted { local: (true, true), replicas: (1, 0) })),
+            matches!(result, Err(Error::NotPersisted { local: (true, _), replicas: (1, 0) })),
             "{result:?}"
         );
     } else {
