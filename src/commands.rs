@@ -577,6 +577,19 @@ pub fn check_server(ctx: &Context) -> bool {
         ctx.log_warning(&format!("rlock: {e}"));
         return false;
     }
+    let server = raw::server_info(ctx);
+    if let Some(events) = server.slot_migration_events() {
+        if let Err(e) = raw::watch_slot_migrations(ctx, events) {
+            ctx.log_warning(&format!("rlock: {e}"));
+            return false;
+        }
+    }
+    ctx.log_notice(&format!(
+        "rlock: running on {}; optional capabilities in use: {}",
+        server.describe(),
+        server.capabilities()
+    ));
+    crate::server::set(server);
     raw::set_module_options(ctx);
     waiting::reset_stats();
     true

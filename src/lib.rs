@@ -18,6 +18,7 @@
 //! - [`replicas`]: failover safety: a master that lost its replicas grants nothing; the token
 //!   floor raised on promotion.
 //! - [`names`]: the keys and channels a lock derives from its name (Redisson's `prefixName`).
+//! - [`server`]: which server the module runs in and the optional capabilities it uses there.
 //! - [`cluster`]: Redis Cluster as plain Rust: key slots, slot ownership from `CLUSTER NODES`.
 //! - [`error`]: the one error enum and its conversion to error replies.
 //! - [`raw`]: every unsafe `RedisModule_*` call, each with a `// SAFETY:` note.
@@ -33,6 +34,7 @@ pub mod queue;
 pub mod raw;
 pub mod replicas;
 pub mod rules;
+pub mod server;
 pub mod waiting;
 
 use redis_module::configuration::ConfigurationFlags;

@@ -455,6 +455,131 @@ pub fn replica_lines(ctx: &Context) -> Option<Vec<Vec<u8>>> {
     }
 }
 
+/// What this server is, and which optional APIs it provides (read at load).
+pub fn server_info(ctx: &Context) -> crate::server::Server {
+    let text = |field: &CStr| -> Option<String> {
+        // SAFETY: read-only access to pointers set by RedisModule_Init.
+        let (get, text, free) = unsafe {
+            (
+                raw::RedisModule_GetServerInfo?,
+                raw::RedisModule_ServerInfoGetFieldC?,
+                raw::RedisModule_FreeServerInfo?,
+            )
+        };
+        // SAFETY: live context and NUL-terminated names; the C string lives as long as the
+        // info data and is copied before that is freed (once, with the same context).
+        unsafe {
+            let info = get(ctx.get_raw(), c"server".as_ptr());
+            if info.is_null() {
+                return None;
+            }
+            let value = text(info, field.as_ptr());
+            let copy =
+                (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+            free(ctx.get_raw(), info);
+            copy
+        }
+    };
+    let (flavor, version) = match text(c"valkey_version") {
+        Some(v) => (crate::server::Flavor::Valkey, Some(v)),
+        None => (crate::server::Flavor::Redis, text(c"redis_version")),
+    };
+    // SAFETY: read-only access to pointers set by RedisModule_Init.
+    let (abs_expire, key_slot_api) =
+        unsafe { (raw::RedisModule_SetAbsExpire, raw::RedisModule_ClusterKeySlot) };
+    let (abs_expire, key_slot_api) = (abs_expire.is_some(), key_slot_api.is_some());
+    crate::server::Server {
+        flavor,
+        version: version.as_deref().and_then(crate::server::Version::parse),
+        abs_expire,
+        key_slot_api,
+    }
+}
+
+/// The hash slot of `key`, computed by the server when it offers `RedisModule_ClusterKeySlot`
+/// (7.4+, Valkey 8+), else by the module's own CRC16 (`cluster::key_slot`, the same function).
+pub fn key_slot(ctx: &Context, key: &[u8]) -> u16 {
+    // SAFETY: read-only access to a pointer set by RedisModule_Init.
+    match unsafe { raw::RedisModule_ClusterKeySlot } {
+        Some(slot_of) => {
+            let name = RedisString::create_from_slice(ctx.get_raw(), key);
+            // SAFETY: a valid string owned by `name` for the duration of the call.
+            let slot = unsafe { slot_of(name.inner) };
+            u16::try_from(slot).unwrap_or_else(|_| crate::cluster::key_slot(key))
+        }
+        None => crate::cluster::key_slot(key),
+    }
+}
+
+/// Subscribes to the server's atomic slot migration events, and (Valkey 9) opts in to atomic
+/// slot migration, which Valkey refuses while any loaded module has not.
+///
+/// Valkey 9 (event 19): an export starting may start propagation to the target (as a replica
+/// would), so writes are replicated as effects from then on; an export or import ending, or
+/// an export aborting, has the waiters checked against the new slot owners at once.
+/// Redis 8.4 (events 18 and 19, from its `redismodule.h`; not run here, no binary exists for
+/// this platform): the same, on its migrate and trim subevents.
+pub fn watch_slot_migrations(
+    ctx: &Context,
+    events: crate::server::SlotMigrationEvents,
+) -> Result<(), String> {
+    use crate::server::SlotMigrationEvents;
+    let subscribe = api!(RedisModule_SubscribeToServerEvent);
+    let ids: &[u64] = match events {
+        SlotMigrationEvents::Valkey => &[VALKEY_EVENT_ATOMIC_SLOT_MIGRATION],
+        SlotMigrationEvents::Redis => &[
+            raw::REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION,
+            raw::REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION_TRIM,
+        ],
+    };
+    for &id in ids {
+        // SAFETY: live load-time context; `slot_migration_event` has the callback signature
+        // the server expects and reads only the event id and subevent, never the data.
+        let status = unsafe {
+            subscribe(
+                ctx.get_raw(),
+                raw::RedisModuleEvent { id, dataver: 1 },
+                Some(slot_migration_event),
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("cannot subscribe to slot migration event {id}"));
+        }
+    }
+    if events == SlotMigrationEvents::Valkey {
+        ASM_OPT_IN.store(true, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Valkey 9's `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (valkeymodule.h).
+const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+/// Valkey 9's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`.
+const VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+/// Whether to opt in to Valkey 9's atomic slot migration (`set_module_options`).
+static ASM_OPT_IN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn slot_migration_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    let context = Context::new(ctx);
+    let started = if ASM_OPT_IN.load(Ordering::Relaxed) {
+        // EXPORT_STARTED
+        subevent == 1
+    } else {
+        // MIGRATE_STARTED (event 18)
+        event.id == raw::REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION && subevent == 3
+    };
+    if started {
+        note_replication();
+    } else {
+        guard_callback(&context, || waiting::on_slots_moved(&context));
+    }
+}
+
 extern "C" fn replication_event(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
@@ -748,8 +873,13 @@ pub fn writes_paused() -> bool {
 /// changed, so a no-op (a busy acquire, a release by a non-holder) does not abort a `WATCH`.
 pub fn set_module_options(ctx: &Context) {
     let set = api!(RedisModule_SetModuleOptions);
-    // SAFETY: live load-time context; the option is a flag Redis defines.
-    unsafe { set(ctx.get_raw(), raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int) };
+    let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int;
+    if ASM_OPT_IN.load(Ordering::Relaxed) {
+        options |= VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
+    // SAFETY: live load-time context; the options are flags the server defines (the slot
+    // migration one only on Valkey 9+, see `watch_slot_migrations`).
+    unsafe { set(ctx.get_raw(), options) };
 }
 
 /// Marks `name` as modified (aborts `WATCH`es on it, invalidates client-side caching).

@@ -181,7 +181,7 @@ fn cluster_redirect(ctx: &Context, key: &[u8], key_here: bool) -> Option<String>
     if !raw::in_cluster(ctx) {
         return None;
     }
-    cluster_view(ctx)?.redirect(crate::cluster::key_slot(key), key_here)
+    cluster_view(ctx)?.redirect(raw::key_slot(ctx, key), key_here)
 }
 
 /// This node's view of the cluster (`CLUSTER NODES`); `None` if it cannot be read.
@@ -211,30 +211,47 @@ fn redirect_all(lock: &LockName, redirect: &str) {
 /// Cluster mode: every few hundred ms while clients wait, sends the waiters of locks whose
 /// slot left this node to the node that has it, so no waiter hangs on a slot moved away.
 fn sweep_cluster(ctx: &Context, (): ()) {
-    timer_work(ctx, || {
-        if !anyone_waits() {
-            return;
-        }
-        let Some(view) = cluster_view(ctx) else { return };
-        for lock in with_queues(|q| q.locks()) {
-            let slot = crate::cluster::key_slot(&lock.key);
-            if matches!(view.slot_state(slot), crate::cluster::SlotState::Mine) {
-                continue;
-            }
-            let key_here = raw::select_db(ctx, lock.db) && {
-                let name = RedisString::create_from_slice(ctx.get_raw(), &lock.key);
-                LockKey::open(ctx, &name, false).kind() != KeyKind::Empty
-            };
-            if let Some(redirect) = view.redirect(slot, key_here) {
-                redirect_all(&lock, &redirect);
-            }
-        }
-        arm(ctx);
-    });
+    timer_work(ctx, || sweep(ctx));
     if anyone_waits() {
         ctx.create_timer(CLUSTER_SWEEP, sweep_cluster, ());
     } else {
         SWEEPING.set(false);
+    }
+}
+
+/// One sweep now (an atomic slot migration just ended), outside the periodic ones.
+fn sweep_now(ctx: &Context, (): ()) {
+    timer_work(ctx, || sweep(ctx));
+}
+
+/// Redirects the waiters of every lock whose slot is not this node's any more.
+fn sweep(ctx: &Context) {
+    if !anyone_waits() {
+        return;
+    }
+    let Some(view) = cluster_view(ctx) else { return };
+    for lock in with_queues(|q| q.locks()) {
+        let slot = raw::key_slot(ctx, &lock.key);
+        if matches!(view.slot_state(slot), crate::cluster::SlotState::Mine) {
+            continue;
+        }
+        let key_here = raw::select_db(ctx, lock.db) && {
+            let name = RedisString::create_from_slice(ctx.get_raw(), &lock.key);
+            LockKey::open(ctx, &name, false).kind() != KeyKind::Empty
+        };
+        if let Some(redirect) = view.redirect(slot, key_here) {
+            redirect_all(&lock, &redirect);
+        }
+    }
+    arm(ctx);
+}
+
+/// An atomic slot migration ended (exported, imported, aborted) or the server trimmed migrated
+/// keys: the waiters are checked against the new slot owners at once (a timer: nothing is
+/// done inside the server event itself), not at the next periodic sweep.
+pub fn on_slots_moved(ctx: &Context) {
+    if anyone_waits() {
+        ctx.create_timer(Duration::ZERO, sweep_now, ());
     }
 }
 
@@ -524,6 +541,8 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let (required, in_sync, allowed, refused) = replicas::summary(raw::now_ms());
+    let (server, capabilities) = crate::server::get()
+        .map_or_else(|| (String::new(), String::new()), |s| (s.describe(), s.capabilities()));
     ctx.builder()
         .add_section("waits")
         .field("waiting_clients", get(&STATS.waiting).to_string())?
@@ -540,6 +559,10 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("grants_allowed", u8::from(allowed).to_string())?
         .field("grants_refused", refused.to_string())?
         .field("token_floor", replicas::token_floor().to_string())?
+        .build_section()?
+        .add_section("server")
+        .field("server", server)?
+        .field("capabilities", capabilities)?
         .build_section()?
         .build_info()?;
     Ok(())

@@ -519,13 +519,25 @@ impl Cluster {
     /// When the cluster does not come up within a bounded wait.
     #[must_use]
     pub fn start(masters: usize) -> Self {
+        Self::start_with(masters, &[])
+    }
+
+    /// As [`Cluster::start`], each node with extra config directives.
+    ///
+    /// # Panics
+    /// When the cluster does not come up within a bounded wait.
+    #[must_use]
+    pub fn start_with(masters: usize, config: &[(&str, &str)]) -> Self {
         let nodes: Vec<Server> = (0..masters)
             .map(|_| {
-                Server::builder()
+                let mut builder = Server::builder()
                     .config("cluster-enabled", "yes")
                     .config("cluster-config-file", "nodes.conf")
-                    .config("cluster-node-timeout", "2000")
-                    .start()
+                    .config("cluster-node-timeout", "2000");
+                for (name, value) in config {
+                    builder = builder.config(name, value);
+                }
+                builder.start()
             })
             .collect();
         let mut create = Command::new(cli_binary());
@@ -758,4 +770,12 @@ pub fn is_master(server: &Server) -> bool {
     let _ = con.set_read_timeout(Some(Duration::from_millis(500)));
     let role: redis::RedisResult<Vec<Value>> = redis::cmd("ROLE").query(&mut con);
     matches!(role.as_deref(), Ok([Value::BulkString(r), ..]) if r == b"master")
+}
+
+/// The Valkey major version of the server behind `con` (`None` for Redis).
+#[must_use]
+pub fn valkey_major(con: &mut Connection) -> Option<u32> {
+    let info: String = redis::cmd("INFO").arg("server").query(con).ok()?;
+    let version = info.lines().find_map(|l| l.strip_prefix("valkey_version:"))?;
+    version.trim().split('.').next()?.parse().ok()
 }

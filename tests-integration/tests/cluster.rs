@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{hgetall, poll, run_str, Cluster, Pending};
+use rlock_tests_integration::{
+    hgetall, pexpiretime, poll, run_str, valkey_major, Cluster, Pending,
+};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -436,4 +438,152 @@ fn tokens_and_latches_move_with_their_lock_when_its_slot_migrates() {
         assert_eq!(first[1], Value::Int(1), "{name}");
         assert_eq!(next[1], Value::Int(2), "{name}: tokens go on after the move");
     }
+}
+
+// ---- Valkey 9 ------------------------------------------------------------------------------------
+
+/// `[1, token]` -> token.
+fn granted_token(reply: &Value) -> i64 {
+    match reply {
+        Value::Array(parts) if parts.first() == Some(&Value::Int(1)) => match parts[1] {
+            Value::Int(token) => token,
+            _ => panic!("{reply:?}"),
+        },
+        _ => panic!("not granted: {reply:?}"),
+    }
+}
+
+#[test]
+fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_its_waiters() {
+    let cluster = Cluster::start(3);
+    let mut src = cluster.nodes[0].conn();
+    if valkey_major(&mut src).is_none_or(|major| major < 9) {
+        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9");
+        return;
+    }
+    let key = cluster.key_on(0, "asm:");
+    let slot = cluster.slot(key.as_bytes());
+    let t1 = granted_token(&cmd(&mut src, &["RLOCK.ACQUIRE", &key, "a", "60000", "TOKEN"]));
+    assert_eq!(cmd(&mut src, &["RLOCK.RELEASE", &key, "a", "REQUEST", "r1"]), Value::Int(1));
+    let t2 = granted_token(&cmd(&mut src, &["RLOCK.ACQUIRE", &key, "b", "60000", "TOKEN"]));
+    assert!(t2 > t1);
+    let expiry = pexpiretime(&mut src, key.as_bytes());
+    let waiters: Vec<Pending> = ["w1", "w2"]
+        .iter()
+        .map(|w| {
+            Pending::start_str(
+                &cluster.nodes[0],
+                &["RLOCK.ACQUIRE", &key, w, "60000", "WAIT", "60000", "TOKEN"],
+            )
+        })
+        .collect();
+    poll("the waiters to block", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut src) == 2).then_some(())
+    });
+
+    // The module opted in: Valkey accepts the migration (it refuses while any module has not).
+    // The target is stopped for a moment, so the migration is still under way when the lock is
+    // released on the source: the hand-off to the first waiter happens there, mid-migration,
+    // and must reach the target with the slot.
+    let target = cluster.node_id(1);
+    let slot_text = slot.to_string();
+    cluster.nodes[1].pause();
+    cmd(
+        &mut src,
+        &["CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", &slot_text, &slot_text, "NODE", &target],
+    );
+    let migrating: Vec<Value> =
+        redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS").query(&mut src).expect("migrations");
+    assert!(!migrating.is_empty(), "a migration is under way");
+    assert_eq!(cmd(&mut src, &["RLOCK.RELEASE", &key, "b"]), Value::Int(1));
+    let mut waiters = waiters.into_iter();
+    let first = waiters.next().expect("w1");
+    let (reply, _) = first.reply(LIMIT);
+    let t_w1 = granted_token(&reply.expect("w1 granted on the source during the migration"));
+    assert!(t_w1 > t2);
+    cluster.nodes[1].resume();
+    poll("the target to own the slot", LIMIT, || {
+        (cluster.node_of(key.as_bytes()) == 1).then_some(())
+    });
+    let moved_at = std::time::Instant::now();
+
+    // The other waiter is sent to the new owner, promptly, never granted on the source.
+    for waiter in waiters {
+        let (reply, at) = waiter.reply(LIMIT);
+        let err = reply.expect_err("redirected, not granted");
+        assert!(
+            err.starts_with(&format!("MOVED {slot} 127.0.0.1:{}", cluster.nodes[1].port())),
+            "{err}"
+        );
+        assert!(at.saturating_duration_since(moved_at) < Duration::from_secs(1), "promptly");
+    }
+    // Lock, counter and latch arrived together on the target.
+    let mut dst = cluster.nodes[1].conn();
+    assert_eq!(hgetall(&mut dst, key.as_bytes()), vec![(b"w1".to_vec(), b"1".to_vec())]);
+    assert!(pexpiretime(&mut dst, key.as_bytes()) > expiry, "w1's own lease came along");
+    let counter = format!("redisson_lock_token:{{{key}}}");
+    assert_eq!(cmd(&mut dst, &["GET", &counter]), Value::BulkString(t_w1.to_string().into_bytes()));
+    assert_eq!(
+        cmd(&mut dst, &["RLOCK.RELEASE", &key, "a", "REQUEST", "r1"]),
+        Value::Int(1),
+        "a retried release gets the first reply"
+    );
+    assert_eq!(cmd(&mut dst, &["RLOCK.FORCERELEASE", &key]), Value::Int(1));
+    let t3 = granted_token(&cmd(&mut dst, &["RLOCK.ACQUIRE", &key, "c", "60000", "TOKEN"]));
+    assert!(t3 > t_w1, "tokens keep increasing on the target: {t3} > {t_w1}");
+    // The source trimmed the slot and grants nothing for it.
+    poll("the source to trim the slot", LIMIT, || {
+        let n: i64 = redis::cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut src).ok()?;
+        (n == 0).then_some(())
+    });
+    let err = run_str(&mut src, &["RLOCK.ACQUIRE", &key, "x", "60000"]).expect_err("moved");
+    assert!(err.starts_with("MOVED"), "{err}");
+}
+
+#[test]
+fn numbered_databases_in_cluster_mode_keep_their_waiters_apart() {
+    let cluster = Cluster::start_with(3, &[("cluster-databases", "4")]);
+    let mut con = cluster.nodes[0].conn();
+    if valkey_major(&mut con).is_none_or(|major| major < 9) {
+        eprintln!("skipped: numbered databases in cluster mode need Valkey 9");
+        return;
+    }
+    let key = cluster.key_on(0, "db:");
+    for db in ["0", "1"] {
+        cmd(&mut con, &["SELECT", db]);
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, &format!("holder{db}"), "60000"]);
+    }
+    // A waiter per database, each on a connection of its own (a blocking command cannot
+    // SELECT first inside MULTI).
+    let mut w0 = cluster.nodes[0].conn();
+    let mut w1 = cluster.nodes[0].conn();
+    cmd(&mut w1, &["SELECT", "1"]);
+    let acquire = |w: &str| {
+        let mut c = redis::cmd("RLOCK.ACQUIRE");
+        c.arg(&key).arg(w).arg(60_000).arg("WAIT").arg(60_000);
+        c
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx0, tx1) = (tx.clone(), tx);
+    let a0 = acquire("waiter0");
+    let a1 = acquire("waiter1");
+    let h0 = std::thread::spawn(move || tx0.send(("db0", a0.query::<Value>(&mut w0))).ok());
+    let h1 = std::thread::spawn(move || tx1.send(("db1", a1.query::<Value>(&mut w1))).ok());
+    poll("both waiters to block", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut con) == 2).then_some(())
+    });
+    // Releasing db 1's lock hands it to db 1's waiter only.
+    cmd(&mut con, &["SELECT", "1"]);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &key, "holder1"]), Value::Int(1));
+    let (db, reply) = rx.recv_timeout(LIMIT).expect("a waiter answered");
+    assert_eq!((db, reply.expect("granted")), ("db1", Value::Nil));
+    assert_eq!(hgetall(&mut con, key.as_bytes()), vec![(b"waiter1".to_vec(), b"1".to_vec())]);
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "db 0's waiter still waits");
+    cmd(&mut con, &["SELECT", "0"]);
+    assert_eq!(hgetall(&mut con, key.as_bytes()), vec![(b"holder0".to_vec(), b"1".to_vec())]);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", &key, "holder0"]), Value::Int(1));
+    let (db, reply) = rx.recv_timeout(LIMIT).expect("db 0's waiter answered");
+    assert_eq!((db, reply.expect("granted")), ("db0", Value::Nil));
+    h0.join().expect("db0");
+    h1.join().expect("db1");
 }
