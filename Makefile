@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run test test-valkey test-redis8 test-valkey9 test-servers failover soak bench bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps servers-deps build run test test-valkey test-redis8 test-valkey9 test-servers failover soak bench bench-servers bench-smoke lint fmt clean
 
 all: build
 
@@ -83,14 +83,33 @@ soak: build
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # rewrites BENCHMARKS.md with the figures and the machine they came from.
-bench: build
+# SERVER=redis7 (default), valkey8, redis8 or valkey9 picks the server benchmarked.
+SERVER ?= redis7
+SERVER_PATH = case "$(SERVER)" in \
+	redis7) echo redis-server;; \
+	valkey8) $(VALKEY_SERVER_PATH);; \
+	redis8) $(REDIS8_SERVER_PATH);; \
+	valkey9) $(VALKEY9_SERVER_PATH);; \
+	*) echo "SERVER must be redis7, valkey8, redis8 or valkey9" >&2; exit 1;; \
+	esac
+BENCH_SERVERS = Redis=redis-server,Valkey=$$($(VALKEY_SERVER_PATH)),Redis=$$($(REDIS8_SERVER_PATH)),Valkey=$$($(VALKEY9_SERVER_PATH))
+
+bench: build servers-deps
 	$(CARGO) build --release -p rlock-bench
-	./target/release/rlock-bench --out BENCHMARKS.md
+	REDIS_SERVER="$$($(SERVER_PATH))" ./target/release/rlock-bench --out BENCHMARKS.md
+
+# Sections 1 and 4 on each of the four servers, into BENCHMARKS.md's per-server table.
+bench-servers: build servers-deps
+	$(CARGO) build --release -p rlock-bench
+	RLOCK_BENCH_SERVERS="$(BENCH_SERVERS)" ./target/release/rlock-bench --per-server --out BENCHMARKS.md
 
 # The same harness with tiny sizes (CI): proves it still runs; its figures mean nothing.
-bench-smoke: build
+bench-smoke: build servers-deps
 	$(CARGO) build --release -p rlock-bench
 	./target/release/rlock-bench --smoke --out target/BENCHMARKS-smoke.md
+	cp BENCHMARKS.md target/BENCHMARKS-servers-smoke.md
+	RLOCK_BENCH_SERVERS="$(BENCH_SERVERS)" ./target/release/rlock-bench --per-server --smoke \
+		--out target/BENCHMARKS-servers-smoke.md
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,14 +1,21 @@
 //! `make bench`: rlock against its baselines, every comparison in one run, on redis-servers
 //! this binary starts itself (with the module from `target/release`, as the tests do).
 //!
-//! `rlock-bench [--smoke] [--only N] [--out FILE]`: prints the tables and writes them, with the
-//! machine they ran on, to FILE (default `BENCHMARKS.md`); `--only N` runs section N alone. `--smoke` uses tiny sizes, so CI can check
-//! that the harness still runs; its figures mean nothing.
+//! `rlock-bench [--smoke] [--only N[,M...]] [--out FILE]`: prints the tables and writes them,
+//! with the machine they ran on, to FILE (default `BENCHMARKS.md`); `--only` runs the sections
+//! listed. `--smoke` uses tiny sizes, so CI can check that the harness still runs; its figures
+//! mean nothing.
+//!
+//! `rlock-bench --per-server [--smoke] [--out FILE]`: runs sections 1 and 4 on each server of
+//! `RLOCK_BENCH_SERVERS` (`label=path,label=path`, set by `make bench-servers`), one child run
+//! per server, and writes their target ratios side by side into FILE's per-server block
+//! (replacing it, or appended when absent).
 
 mod contention;
 mod cost;
 mod expiry;
 mod herd;
+mod per_server;
 mod report;
 mod scale;
 mod util;
@@ -94,8 +101,15 @@ async fn main() {
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1).cloned())
         .unwrap_or_else(|| "BENCHMARKS.md".to_owned());
-    let only: Option<usize> =
-        args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)?.parse().ok());
+    let only: Option<Vec<usize>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1)?.split(',').map(|n| n.trim().parse().ok()).collect());
+    if args.iter().any(|a| a == "--per-server") {
+        per_server::run(smoke, &out);
+        return;
+    }
+    let targets_tsv = args.iter().position(|a| a == "--targets-tsv").and_then(|i| args.get(i + 1));
     let sizes = if smoke { &SMOKE } else { &FULL };
     util::raise_fd_limit();
 
@@ -103,7 +117,7 @@ async fn main() {
     macro_rules! section {
         ($name:expr, $run:expr) => {{
             let number: usize = $name[..1].parse().unwrap_or(0);
-            if only.is_some_and(|n| n != number) {
+            if only.as_ref().is_some_and(|list| !list.contains(&number)) {
                 eprintln!("skipping {}", $name);
             } else {
                 eprintln!("running {}...", $name);
@@ -121,6 +135,10 @@ async fn main() {
     section!("6. scale", scale::run(sizes));
 
     print!("{}", report.text());
+    if let Some(path) = targets_tsv {
+        std::fs::write(path, report.targets_tsv()).expect("write the targets");
+        return;
+    }
     let mode = if smoke { "smoke run: tiny sizes, figures meaningless" } else { "full run" };
     std::fs::write(&out, report.markdown(&machine(), mode)).expect("write the report");
     eprintln!("\nwritten to {out}");

@@ -56,6 +56,19 @@ pub struct Report {
     pub targets: Vec<Target>,
 }
 
+impl Report {
+    /// The targets as tab-separated lines: what, value, limit, `<=` or `>=`.
+    pub fn targets_tsv(&self) -> String {
+        self.targets
+            .iter()
+            .map(|t| {
+                let op = if t.at_most { "<=" } else { ">=" };
+                format!("{}\t{}\t{}\t{op}\n", t.what, t.value, t.limit)
+            })
+            .collect()
+    }
+}
+
 /// A figure with 2 significant decimals, or 3 for small values.
 pub fn num(v: f64) -> String {
     if v.is_nan() {
