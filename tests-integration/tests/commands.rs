@@ -442,6 +442,13 @@ fn the_server_under_test_is_the_one_asked_for() {
         info.lines().find(|l| l.starts_with("valkey_version:") || l.starts_with("redis_version:"));
     eprintln!("server under test: {asked}: {version:?}");
     assert_eq!(asked.contains("valkey"), info.contains("valkey_version:"), "{info}");
+    // The module saw the same server at load, and says which optional capabilities it uses.
+    let seen: String = redis::cmd("INFO").arg("rlock_server").query(&mut con).expect("INFO");
+    let flavor = if info.contains("valkey_version:") { "valkey" } else { "redis" };
+    let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let version = field("valkey_version:").or_else(|| field("redis_version:")).unwrap_or_default();
+    assert!(seen.contains(&format!("rlock_server:{flavor} {version}")), "{seen}");
+    assert!(seen.contains("rlock_capabilities:abs_expire"), "{seen}");
     // rlock from the module under test, and otherwise only the server's built-in modules
     // (Redis 8's vectorset, Valkey 9's lua), which are not loaded from a file.
     let modules: Vec<std::collections::HashMap<String, redis::Value>> =
