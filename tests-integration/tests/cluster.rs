@@ -495,6 +495,7 @@ fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_
     let migrating: Vec<Value> =
         redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS").query(&mut src).expect("migrations");
     assert!(!migrating.is_empty(), "a migration is under way");
+    eprintln!("the migration when the lock is released: {migrating:?}");
     assert_eq!(cmd(&mut src, &["RLOCK.RELEASE", &key, "b"]), Value::Int(1));
     let mut waiters = waiters.into_iter();
     let first = waiters.next().expect("w1");
