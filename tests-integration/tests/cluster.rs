@@ -589,3 +589,63 @@ fn numbered_databases_in_cluster_mode_keep_their_waiters_apart() {
     h0.join().expect("db0");
     h1.join().expect("db1");
 }
+
+#[test]
+fn a_hand_off_while_an_atomic_migration_streams_reaches_the_target() {
+    let cluster = Cluster::start(3);
+    let mut src = cluster.nodes[0].conn();
+    if valkey_major(&mut src).is_none_or(|major| major < 9) {
+        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9");
+        return;
+    }
+    let key = cluster.key_on(0, "stream:");
+    let slot = cluster.slot(key.as_bytes());
+    // Enough data in the slot (under the lock's hash tag) that the snapshot takes a while.
+    let chunk = vec![b'x'; 4 << 20];
+    for i in 0..60 {
+        let filler = format!("{{{key}}}:filler:{i}");
+        let () = redis::cmd("SET").arg(&filler).arg(&chunk).query(&mut src).expect("SET");
+    }
+    cmd(&mut src, &["RLOCK.ACQUIRE", &key, "holder", "60000", "TOKEN"]);
+    let waiter = Pending::start_str(
+        &cluster.nodes[0],
+        &["RLOCK.ACQUIRE", &key, "w", "60000", "WAIT", "60000", "TOKEN"],
+    );
+    poll("the waiter to block", LIMIT, || {
+        (rlock_tests_integration::blocked_clients(&mut src) == 1).then_some(())
+    });
+    let target = cluster.node_id(1);
+    let slot_text = slot.to_string();
+    cmd(
+        &mut src,
+        &["CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", &slot_text, &slot_text, "NODE", &target],
+    );
+    // Release once the source is past connecting: the snapshot is being sent, or the stream of
+    // later writes has begun.
+    let state = poll("the migration to snapshot or stream", LIMIT, || {
+        let jobs: Vec<std::collections::HashMap<String, Value>> =
+            redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS").query(&mut src).ok()?;
+        let state = match jobs.first()?.get("state")? {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => return None,
+        };
+        // The fork sends the snapshot; writes made meanwhile are streamed after it.
+        matches!(state.as_str(), "snapshotting" | "streaming" | "replicating" | "waiting-to-pause")
+            .then_some(state)
+    });
+    assert_eq!(cmd(&mut src, &["RLOCK.RELEASE", &key, "holder"]), Value::Int(1));
+    let (reply, _) = waiter.reply(LIMIT);
+    let token = granted_token(&reply.expect("granted on the source while migrating"));
+    eprintln!("handed off while the migration was {state:?}");
+    assert_ne!(state, "success", "still migrating when released");
+    poll("the target to own the slot", Duration::from_secs(60), || {
+        (cluster.node_of(key.as_bytes()) == 1).then_some(())
+    });
+    let mut dst = cluster.nodes[1].conn();
+    assert_eq!(hgetall(&mut dst, key.as_bytes()), vec![(b"w".to_vec(), b"1".to_vec())]);
+    let counter = format!("redisson_lock_token:{{{key}}}");
+    assert_eq!(
+        cmd(&mut dst, &["GET", &counter]),
+        Value::BulkString(token.to_string().into_bytes())
+    );
+}
