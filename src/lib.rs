@@ -52,7 +52,23 @@ const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
 #[cfg(feature = "system-alloc")]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+/// The module arguments (`loadmodule librlock.so min-replicas 1`) are the settings of the
+/// `configurations` table, by name without the `rlock.` prefix; anything else (a typo, or the
+/// prefixed name, which Redis would otherwise ignore) refuses the load rather than leave a
+/// safety setting silently at its default.
+const ARGUMENTS: [&str; 2] = ["min-replicas", "replica-max-lag"];
+
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    for pair in args.chunks(2) {
+        let name = pair[0].to_string_lossy();
+        if pair.len() != 2 || !ARGUMENTS.contains(&name.as_str()) {
+            ctx.log_warning(&format!(
+                "rlock: unknown module argument '{name}' (or no value): the arguments are \
+                 min-replicas <n> and replica-max-lag <seconds>"
+            ));
+            return Status::Err;
+        }
+    }
     if !commands::check_server(ctx) {
         return Status::Err;
     }

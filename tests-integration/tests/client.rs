@@ -255,7 +255,9 @@ async fn try_acquire_gives_up_when_the_budget_is_spent() {
     let result = client.lock("l").try_acquire(Duration::from_millis(300), None).await;
     let waited = started.elapsed();
     assert!(matches!(result, Err(Error::TimedOut)), "{result:?}");
-    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(3), "{waited:?}");
+    // The server keeps time in whole milliseconds: its deadline may fall up to 1 ms before the
+    // client's, and the WAIT budget is sent floored to a millisecond.
+    assert!(waited >= Duration::from_millis(298) && waited < Duration::from_secs(3), "{waited:?}");
     holder.release().await.expect("release");
 }
 

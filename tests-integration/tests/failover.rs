@@ -581,3 +581,27 @@ async fn an_aof_acknowledgement_is_required_where_the_server_offers_waitaof() {
     }
     assert_eq!(rlock_tests_integration::hgetall(&mut con, b"l"), vec![], "nothing stays held");
 }
+
+#[test]
+fn module_arguments_set_the_settings_and_an_unknown_one_refuses_the_load() {
+    let server = Server::builder().without_module().config("enable-module-command", "yes").start();
+    let mut con = server.conn();
+    let module = rlock_tests_integration::module_path();
+    let module = module.to_string_lossy();
+    // The prefixed name (a config-file spelling) is not an argument: refused, not ignored.
+    let err = run_str(&mut con, &["MODULE", "LOAD", &module, "rlock.min-replicas", "1"])
+        .expect_err("refused");
+    assert!(err.starts_with("ERR"), "{err}");
+    let err =
+        run_str(&mut con, &["MODULE", "LOAD", &module, "min-replicas"]).expect_err("no value");
+    assert!(err.starts_with("ERR"), "{err}");
+    assert!(server.log().contains("unknown module argument"), "the log says why");
+    run_str(&mut con, &["MODULE", "LOAD", &module, "min-replicas", "1", "replica-max-lag", "5"])
+        .expect("loaded");
+    let got: Vec<String> =
+        redis::cmd("CONFIG").arg("GET").arg("rlock.*").query(&mut con).expect("CONFIG GET");
+    let pairs: Vec<(&str, &str)> = got.chunks(2).map(|p| (p[0].as_str(), p[1].as_str())).collect();
+    assert!(pairs.contains(&("rlock.min-replicas", "1")), "{pairs:?}");
+    assert!(pairs.contains(&("rlock.replica-max-lag", "5")), "{pairs:?}");
+    assert!(refused(&run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"])));
+}
