@@ -329,6 +329,29 @@ pub fn poll<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>
     }
 }
 
+/// Sends one command given as text arguments and returns its reply.
+///
+/// # Panics
+/// When the server answers with an error (named with the command).
+pub fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
+}
+
+/// The token of an `RLOCK.ACQUIRE ... TOKEN` grant, `[1, token]`.
+///
+/// # Panics
+/// When the reply is anything else (not granted).
+#[must_use]
+pub fn granted_token(reply: &Value) -> i64 {
+    match reply {
+        Value::Array(parts) if parts.len() == 2 && parts[0] == Value::Int(1) => match parts[1] {
+            Value::Int(token) => token,
+            ref other => panic!("token: {other:?}"),
+        },
+        other => panic!("expected [1, token], got {other:?}"),
+    }
+}
+
 /// Sends one command given as raw byte arguments; a server error comes back as its full text
 /// (`"ERR syntax error"`, `"WRONGTYPE ..."`).
 ///

@@ -4,14 +4,10 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    hgetall, pexpiretime, poll, run_str, valkey_major, Cluster, Pending,
+    cmd, granted_token, hgetall, pexpiretime, poll, run_str, valkey_major, Cluster, Pending,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
 
 #[test]
 fn the_module_computes_key_slots_as_the_cluster_does() {
@@ -441,17 +437,6 @@ fn tokens_and_latches_move_with_their_lock_when_its_slot_migrates() {
 }
 
 // ---- Valkey 9 ------------------------------------------------------------------------------------
-
-/// `[1, token]` -> token.
-fn granted_token(reply: &Value) -> i64 {
-    match reply {
-        Value::Array(parts) if parts.first() == Some(&Value::Int(1)) => match parts[1] {
-            Value::Int(token) => token,
-            _ => panic!("{reply:?}"),
-        },
-        _ => panic!("not granted: {reply:?}"),
-    }
-}
 
 #[test]
 fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_its_waiters() {

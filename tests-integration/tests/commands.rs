@@ -3,11 +3,7 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{digest, hgetall, pexpiretime, poll, run, run_str, Server};
-
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
+use rlock_tests_integration::{cmd, digest, hgetall, pexpiretime, poll, run, run_str, Server};
 
 fn int(v: &Value) -> i64 {
     match v {

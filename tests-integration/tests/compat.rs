@@ -4,11 +4,7 @@
 use std::time::Duration;
 
 use redis::{Connection, Script, Value};
-use rlock_tests_integration::{hgetall, pexpiretime, poll, run_str, wait_link_up, Server};
-
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
+use rlock_tests_integration::{cmd, hgetall, pexpiretime, poll, run_str, wait_link_up, Server};
 
 /// Redisson's acquire, re-derived from the lock model: KEYS[1] = lock, ARGV = lease, owner.
 const LUA_ACQUIRE: &str = r"

@@ -5,28 +5,13 @@ use std::time::Duration;
 use redis::{Connection, Value};
 use rlock_client::{LockClient, Options};
 use rlock_tests_integration::{
-    blocked_clients, digest, poll, run_str, wait_link_up, Pending, Server,
+    blocked_clients, cmd, digest, granted_token, poll, run_str, wait_link_up, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
-
-/// The token of a `[1, token]` reply.
-fn token(reply: &Value) -> i64 {
-    match reply {
-        Value::Array(parts) if parts.len() == 2 && parts[0] == Value::Int(1) => match parts[1] {
-            Value::Int(t) => t,
-            ref other => panic!("token {other:?}"),
-        },
-        other => panic!("not held: {other:?}"),
-    }
-}
-
 fn acquire_token(con: &mut Connection, key: &str, owner: &str, lease: &str) -> i64 {
-    token(&cmd(con, &["RLOCK.ACQUIRE", key, owner, lease, "TOKEN"]))
+    granted_token(&cmd(con, &["RLOCK.ACQUIRE", key, owner, lease, "TOKEN"]))
 }
 
 #[test]
@@ -54,7 +39,7 @@ fn tokens_increase_across_every_kind_of_grant() {
         Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "e", "30000", "WAIT", "0", "TOKEN"]);
     poll("the waiter", LIMIT, || (blocked_clients(&mut con) == 1).then_some(()));
     cmd(&mut con, &["RLOCK.RELEASE", "l", "d"]);
-    seen.push(token(&waiter.reply(LIMIT).0.expect("granted")));
+    seen.push(granted_token(&waiter.reply(LIMIT).0.expect("granted")));
     // A plain acquire (no TOKEN) does not move the counter.
     cmd(&mut con, &["RLOCK.RELEASE", "l", "e"]);
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "f", "30000"]);

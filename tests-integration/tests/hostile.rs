@@ -8,14 +8,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    blocked_clients, digest, hgetall, info_field, poll, run_str, Pending, Server,
+    blocked_clients, cmd, digest, granted_token, hgetall, info_field, poll, run_str, Pending,
+    Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
 
 fn exists(con: &mut Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
@@ -27,17 +24,6 @@ fn get(con: &mut Connection, key: &str) -> Option<String> {
 
 fn wait_blocked(con: &mut Connection, n: i64) {
     poll("the waiters to block", LIMIT, || (blocked_clients(con) == n).then_some(()));
-}
-
-/// `[1, token]` → token.
-fn granted_token(v: &Value) -> i64 {
-    match v {
-        Value::Array(items) if items.len() == 2 && items[0] == Value::Int(1) => match items[1] {
-            Value::Int(t) => t,
-            ref other => panic!("token: {other:?}"),
-        },
-        other => panic!("expected [1, token], got {other:?}"),
-    }
 }
 
 /// A connection authenticated as `user` (created with `nopass`).

@@ -11,14 +11,10 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    blocked_clients, hgetall, info_field, pexpiretime, poll, run_str, Pending, Server,
+    blocked_clients, cmd, hgetall, info_field, pexpiretime, poll, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
 
 fn wait(server: &Server, con: &mut Connection, owner: &str, lease: &str) -> Pending {
     let before = blocked_clients(con);

@@ -5,17 +5,14 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redis::{Connection, Value};
+use redis::Value;
 use rlock_client::{Error, LockClient, Options, Remaining};
 use rlock_tests_integration::{
-    blocked_clients, hgetall, poll, run, run_checked, run_str, wait_replica_online, Pending, Server,
+    blocked_clients, cmd, hgetall, poll, run, run_checked, run_str, wait_replica_online, Pending,
+    Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
 
 #[test]
 fn a_retried_release_replies_the_first_result_and_never_releases_twice() {

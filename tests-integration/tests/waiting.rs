@@ -5,14 +5,10 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    blocked_clients, hgetall, info_field, pexpiretime, poll, run_str, wait_link_up, Pending, Server,
+    blocked_clients, cmd, hgetall, info_field, pexpiretime, poll, wait_link_up, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn cmd(con: &mut Connection, args: &[&str]) -> Value {
-    run_str(con, args).unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
-}
 
 fn holder(con: &mut Connection, key: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     hgetall(con, key.as_bytes())
