@@ -391,94 +391,81 @@ pub fn watch_replication(ctx: &Context) -> Result<(), String> {
     Ok(())
 }
 
+/// One section of the server's `INFO`, read once and freed on drop.
+struct ServerInfo<'a> {
+    ctx: &'a Context,
+    data: NonNull<raw::RedisModuleServerInfoData>,
+}
+
+impl<'a> ServerInfo<'a> {
+    /// `section` of `INFO`; `None` if the server cannot give it.
+    fn read(ctx: &'a Context, section: &CStr) -> Option<Self> {
+        // SAFETY: read-only access to a pointer set by RedisModule_Init.
+        let get = unsafe { raw::RedisModule_GetServerInfo }?;
+        // SAFETY: live context and a NUL-terminated section name; the data is freed once, in
+        // Drop, with the same context.
+        let data = unsafe { get(ctx.get_raw(), section.as_ptr()) };
+        Some(Self { ctx, data: NonNull::new(data)? })
+    }
+
+    /// An integer field; `None` if missing or not an integer.
+    fn signed(&self, field: &CStr) -> Option<i64> {
+        // SAFETY: read-only access to a pointer set by RedisModule_Init.
+        let get = unsafe { raw::RedisModule_ServerInfoGetFieldSigned }?;
+        let mut err: c_int = 0;
+        // SAFETY: the info data is alive (owned by self); the name is NUL-terminated.
+        let value = unsafe { get(self.data.as_ptr(), field.as_ptr(), &mut err) };
+        (err == 0).then_some(value)
+    }
+
+    /// A field's text, copied; `None` if missing.
+    fn text(&self, field: &CStr) -> Option<Vec<u8>> {
+        // SAFETY: read-only access to a pointer set by RedisModule_Init.
+        let get = unsafe { raw::RedisModule_ServerInfoGetFieldC }?;
+        // SAFETY: the info data is alive (owned by self); the name is NUL-terminated; the
+        // returned C string lives as long as the data and is copied before it is freed.
+        unsafe {
+            let value = get(self.data.as_ptr(), field.as_ptr());
+            (!value.is_null()).then(|| CStr::from_ptr(value).to_bytes().to_vec())
+        }
+    }
+}
+
+impl Drop for ServerInfo<'_> {
+    fn drop(&mut self) {
+        // SAFETY: read-only access to a pointer set by RedisModule_Init.
+        if let Some(free) = unsafe { raw::RedisModule_FreeServerInfo } {
+            // SAFETY: data from GetServerInfo with this context, freed exactly once.
+            unsafe { free(self.ctx.get_raw(), self.data.as_ptr()) };
+        }
+    }
+}
+
 /// Whether `INFO replication` shows a backlog, replicas or a fork child; `None` if unreadable.
 fn replication_started(ctx: &Context) -> Option<bool> {
-    // SAFETY: read-only access to pointers set by RedisModule_Init.
-    let (get, field, free) = unsafe {
-        (
-            raw::RedisModule_GetServerInfo?,
-            raw::RedisModule_ServerInfoGetFieldSigned?,
-            raw::RedisModule_FreeServerInfo?,
-        )
-    };
-    // SAFETY: live context and a NUL-terminated section name; the info data is read while
-    // alive and freed once, with the same context.
-    unsafe {
-        let info = get(ctx.get_raw(), c"replication".as_ptr());
-        if info.is_null() {
-            return None;
-        }
-        let mut err: c_int = 0;
-        let backlog = field(info, c"repl_backlog_active".as_ptr(), &mut err);
-        let backlog_ok = err == 0;
-        let replicas = field(info, c"connected_slaves".as_ptr(), &mut err);
-        let replicas_ok = err == 0;
-        free(ctx.get_raw(), info);
-        (backlog_ok && replicas_ok).then_some(backlog != 0 || replicas != 0)
-    }
+    let info = ServerInfo::read(ctx, c"replication")?;
+    let backlog = info.signed(c"repl_backlog_active")?;
+    let replicas = info.signed(c"connected_slaves")?;
+    Some(backlog != 0 || replicas != 0)
 }
 
 /// The `slave<i>` lines of `INFO replication` (`ip=...,port=...,state=online,offset=...,lag=0`),
 /// one per attached replica, whatever its state; `None` if the section cannot be read.
 pub fn replica_lines(ctx: &Context) -> Option<Vec<Vec<u8>>> {
-    // SAFETY: read-only access to pointers set by RedisModule_Init.
-    let (get, signed, text, free) = unsafe {
-        (
-            raw::RedisModule_GetServerInfo?,
-            raw::RedisModule_ServerInfoGetFieldSigned?,
-            raw::RedisModule_ServerInfoGetFieldC?,
-            raw::RedisModule_FreeServerInfo?,
-        )
-    };
-    // SAFETY: live context and NUL-terminated names; each C string returned by
-    // ServerInfoGetFieldC lives as long as the info data, and is copied before that is freed
-    // (once, with the same context).
-    unsafe {
-        let info = get(ctx.get_raw(), c"replication".as_ptr());
-        if info.is_null() {
-            return None;
-        }
-        let mut err: c_int = 0;
-        let count = signed(info, c"connected_slaves".as_ptr(), &mut err);
-        let mut lines = (err == 0).then(Vec::new);
-        if let Some(lines) = lines.as_mut() {
-            for i in 0..count.max(0) {
-                let Ok(name) = std::ffi::CString::new(format!("slave{i}")) else { continue };
-                let value = text(info, name.as_ptr());
-                if !value.is_null() {
-                    lines.push(CStr::from_ptr(value).to_bytes().to_vec());
-                }
-            }
-        }
-        free(ctx.get_raw(), info);
-        lines
-    }
+    let info = ServerInfo::read(ctx, c"replication")?;
+    let count = info.signed(c"connected_slaves")?;
+    let lines = (0..count.max(0))
+        .filter_map(|i| info.text(&std::ffi::CString::new(format!("slave{i}")).ok()?))
+        .collect();
+    Some(lines)
 }
 
 /// What this server is, and which optional APIs it provides (read at load).
 pub fn server_info(ctx: &Context) -> crate::server::Server {
-    let text = |field: &CStr| -> Option<String> {
-        // SAFETY: read-only access to pointers set by RedisModule_Init.
-        let (get, text, free) = unsafe {
-            (
-                raw::RedisModule_GetServerInfo?,
-                raw::RedisModule_ServerInfoGetFieldC?,
-                raw::RedisModule_FreeServerInfo?,
-            )
-        };
-        // SAFETY: live context and NUL-terminated names; the C string lives as long as the
-        // info data and is copied before that is freed (once, with the same context).
-        unsafe {
-            let info = get(ctx.get_raw(), c"server".as_ptr());
-            if info.is_null() {
-                return None;
-            }
-            let value = text(info, field.as_ptr());
-            let copy =
-                (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
-            free(ctx.get_raw(), info);
-            copy
-        }
+    let info = ServerInfo::read(ctx, c"server");
+    let text = |field: &CStr| {
+        let value = info.as_ref()?.text(field)?;
+        Some(String::from_utf8_lossy(&value).into_owned())
     };
     let (flavor, version) = match text(c"valkey_version") {
         Some(v) => (crate::server::Flavor::Valkey, Some(v)),
@@ -487,12 +474,11 @@ pub fn server_info(ctx: &Context) -> crate::server::Server {
     // SAFETY: read-only access to pointers set by RedisModule_Init.
     let (abs_expire, key_slot_api) =
         unsafe { (raw::RedisModule_SetAbsExpire, raw::RedisModule_ClusterKeySlot) };
-    let (abs_expire, key_slot_api) = (abs_expire.is_some(), key_slot_api.is_some());
     crate::server::Server {
         flavor,
         version: version.as_deref().and_then(crate::server::Version::parse),
-        abs_expire,
-        key_slot_api,
+        abs_expire: abs_expire.is_some(),
+        key_slot_api: key_slot_api.is_some(),
     }
 }
 
