@@ -438,14 +438,24 @@ fn tokens_and_latches_move_with_their_lock_when_its_slot_migrates() {
 
 // ---- Valkey 9 ------------------------------------------------------------------------------------
 
+/// Whether the server under test is Valkey 9 or later (asked of a plain server, as some
+/// cluster settings make other servers refuse to start); if not, says the test is skipped.
+fn valkey_9(needs: &str) -> bool {
+    let ok = valkey_major(&mut rlock_tests_integration::Server::start().conn())
+        .is_some_and(|major| major >= 9);
+    if !ok {
+        eprintln!("skipped: {needs} needs Valkey 9");
+    }
+    ok
+}
+
 #[test]
 fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_its_waiters() {
-    let cluster = Cluster::start(3);
-    let mut src = cluster.nodes[0].conn();
-    if valkey_major(&mut src).is_none_or(|major| major < 9) {
-        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9");
+    if !valkey_9("CLUSTER MIGRATESLOTS") {
         return;
     }
+    let cluster = Cluster::start(3);
+    let mut src = cluster.nodes[0].conn();
     let key = cluster.key_on(0, "asm:");
     let slot = cluster.slot(key.as_bytes());
     let t1 = granted_token(&cmd(&mut src, &["RLOCK.ACQUIRE", &key, "a", "60000", "TOKEN"]));
@@ -528,9 +538,8 @@ fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_
 
 #[test]
 fn numbered_databases_in_cluster_mode_keep_their_waiters_apart() {
-    // Other servers refuse to start with `cluster-databases`: ask a plain server first.
-    if valkey_major(&mut rlock_tests_integration::Server::start().conn()).is_none_or(|m| m < 9) {
-        eprintln!("skipped: numbered databases in cluster mode need Valkey 9");
+    // Other servers refuse to start with `cluster-databases`.
+    if !valkey_9("numbered databases in cluster mode") {
         return;
     }
     let cluster = Cluster::start_with(3, &[("cluster-databases", "4")]);
@@ -577,12 +586,11 @@ fn numbered_databases_in_cluster_mode_keep_their_waiters_apart() {
 
 #[test]
 fn a_hand_off_while_an_atomic_migration_streams_reaches_the_target() {
-    let cluster = Cluster::start(3);
-    let mut src = cluster.nodes[0].conn();
-    if valkey_major(&mut src).is_none_or(|major| major < 9) {
-        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9");
+    if !valkey_9("CLUSTER MIGRATESLOTS") {
         return;
     }
+    let cluster = Cluster::start(3);
+    let mut src = cluster.nodes[0].conn();
     let key = cluster.key_on(0, "stream:");
     let slot = cluster.slot(key.as_bytes());
     // Enough data in the slot (under the lock's hash tag) that the snapshot takes a while.

@@ -330,6 +330,16 @@ fn info(con: &mut redis::Connection, field: &str) -> i64 {
     rlock_tests_integration::info_field(con, "rlock_replicas", field)
 }
 
+/// Starts a replica of `master` and waits until the master's module counts it in sync.
+fn attach_replica(master: &Server, con: &mut redis::Connection) -> Server {
+    let replica = Server::builder().replica_of(master).start();
+    rlock_tests_integration::wait_replica_online(master);
+    poll("the master to count its replica", FAILOVER_LIMIT, || {
+        (info(con, "rlock_replicas_in_sync") == 1).then_some(())
+    });
+    replica
+}
+
 #[test]
 fn a_master_that_lost_its_replica_grants_nothing_until_it_is_back_and_can_opt_out() {
     let master = Server::start();
@@ -337,11 +347,7 @@ fn a_master_that_lost_its_replica_grants_nothing_until_it_is_back_and_can_opt_ou
     assert_eq!(info(&mut con, "rlock_replicas_required"), 0, "standalone: no replica needed");
     run_str(&mut con, &["RLOCK.ACQUIRE", "held", "a", "60000"]).expect("standalone grants");
 
-    let mut replica = Server::builder().replica_of(&master).start();
-    rlock_tests_integration::wait_replica_online(&master);
-    poll("the master to count its replica", FAILOVER_LIMIT, || {
-        (info(&mut con, "rlock_replicas_in_sync") == 1).then_some(())
-    });
+    let mut replica = attach_replica(&master, &mut con);
     assert_eq!(info(&mut con, "rlock_replicas_required"), 1, "auto: one, once one was online");
     // A waiter queued while all is well.
     let waiter = rlock_tests_integration::Pending::start_str(
@@ -385,12 +391,8 @@ fn a_master_that_lost_its_replica_grants_nothing_until_it_is_back_and_can_opt_ou
 #[test]
 fn a_master_cut_off_from_its_replica_stops_granting_within_the_lag_bound() {
     let master = Server::start();
-    let replica = Server::builder().replica_of(&master).start();
-    rlock_tests_integration::wait_replica_online(&master);
     let mut con = master.conn();
-    poll("the master to count its replica", FAILOVER_LIMIT, || {
-        (info(&mut con, "rlock_replicas_in_sync") == 1).then_some(())
-    });
+    let replica = attach_replica(&master, &mut con);
     // The replica stops acknowledging but keeps its connection (a partition that drops
     // packets): its lag grows past rlock.replica-max-lag (2 s).
     replica.pause();
@@ -425,12 +427,8 @@ fn an_explicit_minimum_in_the_config_file_covers_a_restarted_master() {
 #[test]
 fn a_master_that_stalled_refuses_what_it_read_meanwhile_and_waits_out_a_quarantine() {
     let master = Server::start();
-    let _replica = Server::builder().replica_of(&master).start();
-    rlock_tests_integration::wait_replica_online(&master);
     let mut con = master.conn();
-    poll("the master to count its replica", FAILOVER_LIMIT, || {
-        (info(&mut con, "rlock_replicas_in_sync") == 1).then_some(())
-    });
+    let _replica = attach_replica(&master, &mut con);
     // An acquire that sits in the socket while the master is stopped (its replica stays
     // connected: only the master stalled).
     let mut queued = master.conn();
