@@ -5,23 +5,23 @@
 //! expiry), so Redisson clients and rlock clients agree on who holds a lock.
 //!
 //! # Layout
-//! - `lib.rs`: the `redis_module!` table, one row per command (name, handler, flags, keys).
-//! - [`commands`]: one handler per command: parse, read the key, apply the rules, write and
-//!   replicate, reply. The only code that touches keys.
-//! - [`args`]: argument parsing into a typed struct per command.
-//! - [`rules`]: the lock rules as plain Rust (acquire, release, renew, force-release), which
-//!   unit tests drive without a server.
-//! - [`queue`]: server-side waiting as plain Rust: FIFO queues per lock, the schedule of
-//!   timeouts and lease checks.
-//! - [`waiting`]: server-side waiting on Redis: blocking, hand-off, timers, keyspace and server
-//!   events, `INFO rlock` stats.
-//! - [`replicas`]: failover safety: a master that lost its replicas grants nothing; the token
-//!   floor raised on promotion.
-//! - [`names`]: the keys and channels a lock derives from its name (Redisson's `prefixName`).
-//! - [`server`]: which server the module runs in and the optional capabilities it uses there.
-//! - [`cluster`]: Redis Cluster as plain Rust: key slots, slot ownership from `CLUSTER NODES`.
-//! - [`error`]: the one error enum and its conversion to error replies.
-//! - [`raw`]: every unsafe `RedisModule_*` call, each with a `// SAFETY:` note.
+//! Floors point down: each layer calls only the ones below it.
+//! - `lib.rs`: the one command table (name, handler, flags, key spec, arity, summary,
+//!   arguments), module settings, load-time checks.
+//! - [`commands`]: one handler per command: parse, call the store and waiting, reply.
+//! - [`events`]: what the server tells the module outside commands (keyspace and server events,
+//!   the cron tick, `INFO rlock`).
+//! - [`waiting`]: server-side waiting on Redis: blocking, hand-off (several grants at once where
+//!   the lock kind allows), timers, cluster redirects.
+//! - [`store`]: a lock on Redis: open its key, read a `View`, apply a `Plan` (write, notify,
+//!   replicate), the unlock message, derived keys (token counter, release latch), ACL checks.
+//! - Plain Rust, driven by unit tests without a server: [`rules`] (the lock rules and what a
+//!   waiter asks for), [`queue`] (FIFO queues and the schedule of timed events), [`args`]
+//!   (argument parsing), [`names`] (Redisson's derived names), [`cluster`] (key slots, slot
+//!   ownership), [`replicas`] (failover safety), [`server`] (which server, which capabilities),
+//!   [`error`] (the one error enum and its replies).
+//! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a
+//!   `// SAFETY:` note; it knows no caller (callbacks come in through traits).
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -29,16 +29,24 @@ pub mod args;
 pub mod cluster;
 pub mod commands;
 pub mod error;
+pub mod events;
 pub mod names;
 pub mod queue;
 pub mod raw;
 pub mod replicas;
 pub mod rules;
 pub mod server;
+pub mod store;
 pub mod waiting;
+
+use std::ffi::CStr;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
+
+use raw::command_info::{
+    ArgDoc, ArgType, CommandDoc, KEY_ACCESS, KEY_DELETE, KEY_RO, KEY_RW, KEY_UPDATE,
+};
 
 /// Redis's allocator inside the server (the module's memory shows in `INFO memory`); the system
 /// allocator for the server-free tests, which link this crate outside redis-server.
@@ -69,33 +77,128 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
-    if !commands::check_server(ctx) {
-        return Status::Err;
+    match check_server(ctx) {
+        Ok(()) => Status::Ok,
+        Err(e) => {
+            ctx.log_warning(&format!("rlock: {e}"));
+            Status::Err
+        }
     }
-    commands::set_docs(ctx);
-    Status::Ok
 }
 
-redis_module! {
-    name: "rlock",
-    version: 1,
-    allocator: (Allocator, ALLOCATOR),
-    data_types: [],
-    init: init,
+/// At load: the server must provide every API the commands use; subscribes to the events the
+/// module watches, sets the command docs and the module options.
+fn check_server(ctx: &Context) -> Result<(), String> {
+    let missing = raw::missing_apis();
+    if !missing.is_empty() {
+        return Err(format!("this server lacks {}", missing.join(", ")));
+    }
+    raw::replication::watch_replication(ctx)?;
+    raw::events::watch_swapdb::<events::Events>(ctx)?;
+    let server = server::detect(ctx);
+    if let Some(migrations) = server.slot_migration_events() {
+        raw::events::watch_slot_migrations::<events::Events>(ctx, migrations)?;
+    }
+    for doc in COMMANDS {
+        // Not fatal: the commands work without it, but a read-only ACL key permission will not
+        // be enough for RLOCK.PTTL / RLOCK.INFO.
+        if let Err(e) = raw::command_info::set_command_info(ctx, doc) {
+            ctx.log_warning(&format!("rlock: {e}"));
+        }
+    }
+    ctx.log_notice(&format!(
+        "rlock: running on {}; optional capabilities in use: {}",
+        server.describe(),
+        server.capabilities()
+    ));
+    server::set(server);
+    raw::events::set_module_options(ctx);
+    waiting::reset_stats();
+    replicas::reset();
+    Ok(())
+}
+
+/// A command name as a C string, at compile time.
+const fn c_name(name: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(name.as_bytes()) {
+        Ok(name) => name,
+        Err(_) => panic!("a command name must not contain NUL"),
+    }
+}
+
+/// The one command table: expands into the `redis_module!` registration and [`COMMANDS`] (the
+/// docs, key specs and arguments set at load), so the two cannot drift.
+macro_rules! rlock_module {
+    (
+        commands: [$([
+            $name:literal, $handler:path, $flags:literal, $key_flags:expr, $arity:literal,
+            $summary:literal, $args:expr $(,)?
+        ]),* $(,)?],
+        $($rest:tt)*
+    ) => {
+        /// Arity, docs, key spec and arguments of every command, as registered.
+        pub const COMMANDS: &[CommandDoc] = &[$(CommandDoc {
+            name: c_name(concat!($name, "\0")),
+            summary: c_name(concat!($summary, "\0")),
+            complexity: c"O(1)",
+            arity: $arity,
+            key_flags: $key_flags,
+            args: $args,
+        }),*];
+
+        redis_module! {
+            name: "rlock",
+            version: 1,
+            allocator: (Allocator, ALLOCATOR),
+            data_types: [],
+            init: init,
+            // Every command has one key, at position 1.
+            commands: [$([$name, $handler, $flags, 1, 1, 1, ""]),*],
+            $($rest)*
+        }
+    };
+}
+
+const KEY: ArgDoc = ArgDoc::new(c"key", ArgType::Key);
+const OWNER: ArgDoc = ArgDoc::new(c"owner", ArgType::String);
+const LEASE: ArgDoc = ArgDoc::new(c"lease-ms", ArgType::Integer);
+
+rlock_module! {
     commands: [
-        // name,                 handler,                  flags,               keys: first, last, step, ACL categories
-        ["rlock.acquire",      commands::acquire,       "write deny-oom",    1, 1, 1, ""],
-        ["rlock.release",      commands::release,       "write",             1, 1, 1, ""],
-        ["rlock.renew",        commands::renew,         "write deny-oom",    1, 1, 1, ""],
-        ["rlock.forcerelease", commands::force_release, "write",             1, 1, 1, ""],
-        ["rlock.pttl",         commands::pttl,          "readonly fast",     1, 1, 1, ""],
-        ["rlock.info",         commands::info,          "readonly fast",     1, 1, 1, ""],
+        // name, handler, flags, key spec flags, arity (-N: at least N), summary, arguments
+        ["rlock.acquire", commands::acquire, "write deny-oom",
+            KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
+            "Acquires or re-enters a reentrant lock; replies nil, or the holder's remaining lease in ms",
+            &[KEY, OWNER, LEASE,
+              ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional(),
+              ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional()]],
+        ["rlock.release", commands::release, "write",
+            KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
+            "Releases one hold; 1: freed (and published), 0: still held, nil: not the holder",
+            &[KEY, OWNER, LEASE.optional(),
+              ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional()]],
+        ["rlock.renew", commands::renew, "write deny-oom",
+            KEY_RW | KEY_UPDATE, -4,
+            "Resets the lease of a lock the owner holds; 1: renewed, 0: not held",
+            &[KEY, OWNER, LEASE]],
+        ["rlock.forcerelease", commands::force_release, "write",
+            KEY_RW | KEY_DELETE, 2,
+            "Deletes a lock whoever holds it and publishes the unlock message",
+            &[KEY]],
+        ["rlock.pttl", commands::pttl, "readonly fast",
+            KEY_RO | KEY_ACCESS, 2,
+            "Remaining lease in ms; -2: no lock, -1: no expiry",
+            &[KEY]],
+        ["rlock.info", commands::info, "readonly fast",
+            KEY_RO | KEY_ACCESS, 2,
+            "The lock's owner, hold count, remaining lease and number of waiters; nil if free",
+            &[KEY]],
     ],
     // A lock with waiters that is deleted, expires or is evicted is handed off to its head.
     event_handlers: [
-        [@GENERIC @EXPIRED @EVICTED: waiting::on_keyspace_event],
+        [@GENERIC @EXPIRED @EVICTED: events::on_keyspace_event],
     ],
-    // `CONFIG SET rlock.min-replicas 0`, or `loadmodule librlock.so rlock.min-replicas 1`.
+    // `CONFIG SET rlock.min-replicas 0`, or `loadmodule librlock.so min-replicas 1`.
     configurations: [
         i64: [
             // -1: one replica in sync once one has been online; 0: off; n: n replicas.

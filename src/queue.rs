@@ -2,14 +2,18 @@
 //! timed events (waiter timeouts, checks at a holder's lease deadline). No Redis here: `waiting`
 //! drives it, and unit tests drive it directly.
 //!
+//! A waiter carries its lock kind's request (`R`, opaque here): the queue knows order and time,
+//! the kind's rules decide who at the head can be granted. A hand-off looks at the head
+//! ([`Queues::head`]), grants it, and looks again, so one hand-off can grant several waiters in
+//! order (readers up to the next writer, semaphore waiters while permits last) and stops at the
+//! first it cannot grant.
+//!
 //! Every operation is O(1) or O(log n) in the number of waiters: a waiter leaving from the middle
 //! of a queue (timeout, disconnect) is removed from the waiter table at once and its id skipped
 //! lazily when it reaches the head; the queue is compacted when dead ids outnumber live ones.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::Hash;
-
-use crate::args::Lease;
 
 /// A waiter's id, unique for the life of the module.
 pub type WaiterId = u64;
@@ -21,16 +25,13 @@ pub struct LockName {
     pub key: Vec<u8>,
 }
 
-/// A client waiting for a lock. `H` is the server's handle on the blocked client.
+/// A client waiting for a lock. `H` is the server's handle on the blocked client, `R` what it
+/// asks for (its lock kind's request).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Waiter<H> {
+pub struct Waiter<H, R> {
     pub id: WaiterId,
     pub lock: LockName,
-    pub owner: Vec<u8>,
-    /// The lease the waiter gets when granted.
-    pub lease: Lease,
-    /// Whether it asked for a fencing token.
-    pub token: bool,
+    pub request: R,
     pub handle: H,
     /// Where its timeout sits in the schedule, if it has one.
     timeout: Option<Slot>,
@@ -57,16 +58,16 @@ struct Queue {
 
 /// All queues, the waiter table and the schedule.
 #[derive(Debug)]
-pub struct Queues<H> {
+pub struct Queues<H, R> {
     by_db: HashMap<i32, HashMap<Vec<u8>, Queue>>,
-    waiters: HashMap<WaiterId, Waiter<H>>,
+    waiters: HashMap<WaiterId, Waiter<H, R>>,
     by_handle: HashMap<H, WaiterId>,
     schedule: BTreeMap<Slot, Event>,
     next_id: WaiterId,
     next_seq: u64,
 }
 
-impl<H> Default for Queues<H> {
+impl<H, R> Default for Queues<H, R> {
     fn default() -> Self {
         Self {
             by_db: HashMap::new(),
@@ -79,15 +80,13 @@ impl<H> Default for Queues<H> {
     }
 }
 
-impl<H: Copy + Eq + Hash> Queues<H> {
+impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     /// Puts a waiter at the tail of `lock`'s queue; `timeout_at` (Unix ms) schedules its
     /// timeout.
     pub fn push(
         &mut self,
         lock: LockName,
-        owner: Vec<u8>,
-        lease: Lease,
-        token: bool,
+        request: R,
         handle: H,
         timeout_at: Option<i64>,
     ) -> WaiterId {
@@ -98,7 +97,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         queue.order.push_back(id);
         queue.live += 1;
         self.by_handle.insert(handle, id);
-        self.waiters.insert(id, Waiter { id, lock, owner, lease, token, handle, timeout });
+        self.waiters.insert(id, Waiter { id, lock, request, handle, timeout });
         id
     }
 
@@ -116,7 +115,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
 
     /// The waiter with this id, while it waits.
     #[must_use]
-    pub fn get(&self, id: WaiterId) -> Option<&Waiter<H>> {
+    pub fn get(&self, id: WaiterId) -> Option<&Waiter<H, R>> {
         self.waiters.get(&id)
     }
 
@@ -126,8 +125,22 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         self.by_handle.get(&handle).copied()
     }
 
-    /// Takes the longest-waiting client of a lock out of its queue (to be granted the lock).
-    pub fn pop_head(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H>> {
+    /// The longest-waiting client of a lock, left in its queue (a hand-off asks the lock
+    /// kind's rules whether it can be granted, then [`Self::remove`]s it).
+    pub fn head(&mut self, db: i32, key: &[u8]) -> Option<&Waiter<H, R>> {
+        let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
+        // Ids of waiters that left are skipped (and dropped) here.
+        while let Some(&id) = queue.order.front() {
+            if self.waiters.contains_key(&id) {
+                return self.waiters.get(&id);
+            }
+            queue.order.pop_front();
+        }
+        None
+    }
+
+    /// Takes the longest-waiting client of a lock out of its queue.
+    pub fn pop_head(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H, R>> {
         let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
         while let Some(id) = queue.order.pop_front() {
             if self.waiters.contains_key(&id) {
@@ -138,7 +151,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     }
 
     /// Removes a waiter (granted, timed out, or gone), wherever it stands in its queue.
-    pub fn remove(&mut self, id: WaiterId) -> Option<Waiter<H>> {
+    pub fn remove(&mut self, id: WaiterId) -> Option<Waiter<H, R>> {
         let waiter = self.waiters.remove(&id)?;
         self.by_handle.remove(&waiter.handle);
         if let Some(slot) = waiter.timeout {
@@ -222,7 +235,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     }
 
     /// Removes every waiter, each queue in FIFO order.
-    pub fn drain(&mut self) -> Vec<Waiter<H>> {
+    pub fn drain(&mut self) -> Vec<Waiter<H, R>> {
         let mut all = Vec::with_capacity(self.total());
         for lock in self.locks() {
             while let Some(w) = self.pop_head(lock.db, &lock.key) {

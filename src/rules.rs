@@ -1,6 +1,7 @@
 //! The lock rules, as plain Rust: given what the key holds now ([`View`]), each operation returns
-//! a [`Plan`]: what to write, which lease deadline to set, whether to publish the unlock message,
-//! and the reply. Only `commands` touches Redis; unit tests drive these functions directly.
+//! a [`Plan`]: what to write, which lease deadline to set, whether the lock is freed (handed to
+//! a waiter, or the unlock message published), and the reply. Only the `store` touches Redis;
+//! unit tests drive these functions directly.
 //!
 //! The rules are Redisson's reentrant lock (see the README's "How it maps to Redisson"):
 //! a lock is a hash `owner -> hold count` whose key expiry is the lease.
@@ -33,6 +34,18 @@ impl Deadline {
     pub const fn unix_ms(self) -> i64 {
         self.0
     }
+
+    /// When a lease ending at this deadline is over: Redis expires a key once now > deadline.
+    #[must_use]
+    pub const fn over_at(self) -> i64 {
+        self.0.saturating_add(1)
+    }
+}
+
+/// When a lease with `pttl` ms left at `now` is over (see [`Deadline::over_at`]).
+#[must_use]
+pub const fn lease_over_at(now: i64, pttl: i64) -> i64 {
+    Deadline(now.saturating_add(pttl)).over_at()
 }
 
 /// What the lock's key holds, seen by the calling owner.
@@ -61,6 +74,70 @@ pub enum Write {
 pub enum Reply {
     Nil,
     Int(i64),
+    /// `[1, token]`: held, with this fencing token (an acquire with `TOKEN`).
+    Token(u64),
+    /// `[0, pttl]`: not held; the holder's remaining lease (an acquire with `TOKEN`).
+    Busy(i64),
+}
+
+/// An acquire's reply when it is granted: nil, or `[1, token]` when a token was asked for.
+#[must_use]
+pub const fn granted(token: Option<u64>) -> Reply {
+    match token {
+        Some(token) => Reply::Token(token),
+        None => Reply::Nil,
+    }
+}
+
+/// An acquire's reply when another owner holds the lock with `pttl` ms left (-1: no expiry):
+/// the integer, or `[0, pttl]` when a token was asked for.
+#[must_use]
+pub const fn busy(pttl: i64, token: bool) -> Reply {
+    if token {
+        Reply::Busy(pttl)
+    } else {
+        Reply::Int(pttl)
+    }
+}
+
+/// What a release's latch remembers for retries with the same request id: its 0 or 1. "Not
+/// held" (nil) is not remembered, as in Redisson: a retry after a grant may release then.
+#[must_use]
+pub const fn remembered(reply: Reply) -> Option<i64> {
+    match reply {
+        Reply::Int(n @ (0 | 1)) => Some(n),
+        _ => None,
+    }
+}
+
+/// What a waiter asks for, kept in its queue until it is granted. The lock kind's request: a
+/// reentrant lock's owner and lease (a read-write lock adds its mode, a semaphore its permits,
+/// each with its own rules for [`Request::grant`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub owner: Vec<u8>,
+    /// The lease the waiter gets when granted.
+    pub lease: Lease,
+    /// Whether it asked for a fencing token.
+    pub token: bool,
+}
+
+impl Request {
+    /// The grant of this request on the lock as it is now: the plan to apply, or `None` while
+    /// the lock cannot be granted to it (the hand-off stops at the first waiter it cannot
+    /// grant, so the queue stays FIFO).
+    #[must_use]
+    pub fn grant(&self, view: View, now_ms: i64) -> Option<Plan> {
+        let deadline = Deadline::after(now_ms, self.lease).unwrap_or(Deadline::LAST);
+        acquire(view, deadline).ok().filter(|plan| plan.reply == Reply::Nil)
+    }
+
+    /// Whether a grant of this request excludes every other waiter (a reentrant lock's always
+    /// does: the hand-off stops after it without reading the key again).
+    #[must_use]
+    pub const fn exclusive(&self) -> bool {
+        true
+    }
 }
 
 /// The outcome of an operation: everything the key layer must do, in this order:
@@ -70,7 +147,8 @@ pub struct Plan {
     pub write: Write,
     /// A new lease deadline for the key (`None`: leave the expiry as it is).
     pub expire_at: Option<Deadline>,
-    /// Publish the unlock message (`0` on `redisson_lock__channel:{key}`).
+    /// The lock is freed: it goes to its longest-waiting client, or (nobody waiting) the unlock
+    /// message is published (`0` on `redisson_lock__channel:{key}`).
     pub publish: bool,
     pub reply: Reply,
 }
@@ -99,10 +177,9 @@ pub fn parse_count(stored: &[u8]) -> Result<u64, LockError> {
     crate::args::parse_positive(stored).ok_or(LockError::CorruptCount)
 }
 
-/// The grant of a free lock: the caller's count 1, the lease set, reply nil. Also the grant a
-/// hand-off makes to a waiter.
+/// The grant of a free lock: the caller's count 1, the lease set, reply nil.
 #[must_use]
-pub const fn grant(deadline: Deadline) -> Plan {
+const fn grant(deadline: Deadline) -> Plan {
     Plan { write: Write::SetCount(1), expire_at: Some(deadline), publish: false, reply: Reply::Nil }
 }
 

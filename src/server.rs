@@ -1,6 +1,6 @@
 //! Which server the module runs in, and the optional capabilities it uses there, as plain Rust.
 //!
-//! Read once at load (`raw::server_version`, `raw::optional_apis`): the module is built against
+//! Read once at load ([`detect`], from `INFO server` and the APIs present): the module is built against
 //! one `redismodule.h` but runs on Redis 7.0 to 8.x and Valkey 8 to 9, whose optional APIs and
 //! server events differ (the same event id 19 is Valkey 9's atomic slot migration and Redis
 //! 8.4's slot trim). `INFO rlock_server` and a log line at load say what is active.
@@ -38,15 +38,7 @@ impl Version {
     }
 }
 
-/// Which atomic slot migration events the server has, if any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotMigrationEvents {
-    /// Valkey 9+: `CLUSTER MIGRATESLOTS`; event 19, and modules must opt in
-    /// (`VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`) or the server refuses to migrate.
-    Valkey,
-    /// Redis 8.4+: `CLUSTER MIGRATION IMPORT`; events 18 (migration) and 19 (trim).
-    Redis,
-}
+pub use crate::raw::events::SlotMigrationEvents;
 
 /// What the module found at load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +104,28 @@ impl Server {
         match self.version {
             Some(v) => format!("{name} {}.{}.{}", v.major, v.minor, v.patch),
             None => format!("{name} (version unknown)"),
+        }
+    }
+}
+
+/// What this server is and which optional APIs it provides (at load).
+pub fn detect(ctx: &redis_module::Context) -> Server {
+    Server::from_text(&crate::raw::info::server_text(ctx))
+}
+
+impl Server {
+    /// The server described by `INFO server` and the APIs present.
+    #[must_use]
+    pub fn from_text(text: &crate::raw::info::ServerText) -> Self {
+        let (flavor, version) = match &text.valkey_version {
+            Some(v) => (Flavor::Valkey, Some(v)),
+            None => (Flavor::Redis, text.redis_version.as_ref()),
+        };
+        Self {
+            flavor,
+            version: version.and_then(|v| Version::parse(v)),
+            abs_expire: text.abs_expire,
+            key_slot_api: text.key_slot_api,
         }
     }
 }

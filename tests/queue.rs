@@ -2,6 +2,7 @@
 
 use rlock::args::Lease;
 use rlock::queue::{Event, LockName, Queues};
+use rlock::rules::Request;
 
 fn lock(key: &str) -> LockName {
     LockName { db: 0, key: key.as_bytes().to_vec() }
@@ -11,8 +12,10 @@ fn lease() -> Lease {
     Lease::from_millis(1_000).expect("positive")
 }
 
-fn push(q: &mut Queues<u32>, key: &str, handle: u32, timeout_at: Option<i64>) -> u64 {
-    q.push(lock(key), format!("owner-{handle}").into_bytes(), lease(), false, handle, timeout_at)
+fn push(q: &mut Queues<u32, Request>, key: &str, handle: u32, timeout_at: Option<i64>) -> u64 {
+    let request =
+        Request { owner: format!("owner-{handle}").into_bytes(), lease: lease(), token: false };
+    q.push(lock(key), request, handle, timeout_at)
 }
 
 #[test]
@@ -36,7 +39,7 @@ fn a_waiter_leaving_from_the_middle_is_skipped() {
     let second = push(&mut q, "l", 2, None);
     push(&mut q, "l", 3, None);
     assert_eq!(q.find(2), Some(second));
-    assert_eq!(q.remove(second).map(|w| w.owner), Some(b"owner-2".to_vec()));
+    assert_eq!(q.remove(second).map(|w| w.request.owner), Some(b"owner-2".to_vec()));
     assert_eq!(q.find(2), None);
     assert_eq!(q.waiting(0, b"l"), 2);
     assert_eq!(q.pop_head(0, b"l").map(|w| w.handle), Some(1));
@@ -50,7 +53,8 @@ fn locks_are_separate_per_key_and_database() {
     let mut q = Queues::default();
     push(&mut q, "a", 1, None);
     push(&mut q, "b", 2, None);
-    q.push(LockName { db: 1, key: b"a".to_vec() }, b"o".to_vec(), lease(), false, 3, None);
+    let request = Request { owner: b"o".to_vec(), lease: lease(), token: false };
+    q.push(LockName { db: 1, key: b"a".to_vec() }, request, 3, None);
     assert_eq!((q.waiting(0, b"a"), q.waiting(0, b"b"), q.waiting(1, b"a")), (1, 1, 1));
     assert_eq!(q.pop_head(1, b"a").map(|w| w.handle), Some(3));
     assert_eq!(q.waiting(0, b"a"), 1);
@@ -119,4 +123,35 @@ fn serving_cost_does_not_depend_on_dead_ids_piling_up() {
     }
     assert_eq!(q.waiting(0, b"l"), 1);
     assert_eq!(q.pop_head(0, b"l").map(|w| w.handle), Some(9_999));
+}
+
+/// A hand-off looks at the head, grants it if the lock kind's rules allow, and looks again: with
+/// a kind that can grant several waiters (readers here), one hand-off grants every reader at the
+/// head and stops at the first writer, whoever queued behind it.
+#[test]
+fn a_hand_off_grants_from_the_head_while_the_rules_allow_and_stays_fifo() {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Mode {
+        Read,
+        Write,
+    }
+    let mut q: Queues<u32, Mode> = Queues::default();
+    let modes = [Mode::Read, Mode::Read, Mode::Write, Mode::Read];
+    for (handle, mode) in (1..).zip(modes) {
+        q.push(lock("rw"), mode, handle, None);
+    }
+    // A waiter that left from the middle of the run of readers is skipped.
+    let gone = q.find(2).expect("queued");
+    q.remove(gone);
+    let mut granted = Vec::new();
+    while let Some(head) = q.head(0, b"rw") {
+        if head.request == Mode::Write && !granted.is_empty() {
+            break;
+        }
+        let id = head.id;
+        granted.push(q.remove(id).expect("queued").handle);
+    }
+    assert_eq!(granted, vec![1], "the readers at the head, up to the writer");
+    assert_eq!(q.head(0, b"rw").map(|w| (w.handle, w.request)), Some((3, Mode::Write)));
+    assert_eq!(q.waiting(0, b"rw"), 2, "the writer and the reader behind it still wait");
 }

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{at, lease, Model};
+use rlock::args::Lease;
 use rlock::error::LockError;
 use rlock::rules::{self, parse_count, Deadline, Plan, Reply, View, Write};
 
@@ -139,4 +140,41 @@ fn token_counters_start_at_zero_and_only_grow() {
     assert_eq!(next_token(41, 1_000_000), Ok(1_000_000));
     assert_eq!(next_token(1_000_000, 1_000_000), Ok(1_000_001));
     assert_eq!(next_token(41, i64::MAX as u64 + 1), Err(LockError::TokenExhausted));
+}
+
+#[test]
+fn acquire_replies_have_one_shape_with_and_without_token() {
+    assert_eq!(rules::granted(None), Reply::Nil);
+    assert_eq!(rules::granted(Some(7)), Reply::Token(7));
+    assert_eq!(rules::busy(40, false), Reply::Int(40));
+    assert_eq!(rules::busy(-1, true), Reply::Busy(-1));
+}
+
+#[test]
+fn a_latch_remembers_a_release_result_but_not_a_non_holder() {
+    assert_eq!(rules::remembered(Reply::Int(1)), Some(1));
+    assert_eq!(rules::remembered(Reply::Int(0)), Some(0));
+    assert_eq!(rules::remembered(Reply::Nil), None);
+}
+
+#[test]
+fn a_lease_is_over_one_ms_after_its_deadline() {
+    let d = Deadline::after(1_000, Lease::from_millis(500).expect("positive")).expect("fits");
+    assert_eq!(d.over_at(), 1_501);
+    assert_eq!(rules::lease_over_at(1_000, 500), 1_501);
+    assert_eq!(rules::lease_over_at(i64::MAX, 5), i64::MAX);
+}
+
+#[test]
+fn a_waiter_is_granted_a_free_lock_only() {
+    let request = rules::Request {
+        owner: b"w".to_vec(),
+        lease: Lease::from_millis(100).expect("positive"),
+        token: false,
+    };
+    let plan = request.grant(View::Free, 1_000).expect("free: granted");
+    assert_eq!((plan.write, plan.reply), (Write::SetCount(1), Reply::Nil));
+    assert_eq!(plan.expire_at.map(Deadline::unix_ms), Some(1_100));
+    assert_eq!(request.grant(View::Held { mine: None, pttl: 5 }, 1_000), None);
+    assert!(request.exclusive());
 }

@@ -1,0 +1,129 @@
+//! The clock, the context's flags and selected database, strings, keyspace notifications,
+//! publishing, key slots.
+
+use std::cell::Cell;
+use std::ffi::{c_int, CStr};
+use std::ptr::NonNull;
+
+use redis_module::{raw, Context, RedisString};
+
+/// The current Unix time in milliseconds, from the same clock Redis uses for expiries.
+pub fn now_ms() -> i64 {
+    let now = api!(RedisModule_Milliseconds);
+    // SAFETY: takes no arguments and only reads the clock.
+    unsafe { now() }
+}
+
+/// The context's flags (`REDISMODULE_CTX_FLAGS_*`).
+pub(crate) fn flags(ctx: &Context) -> u32 {
+    let flags = api!(RedisModule_GetContextFlags);
+    // SAFETY: live context; only reads flags.
+    unsafe { flags(ctx.get_raw()) as u32 }
+}
+
+/// Whether this server runs in cluster mode.
+pub fn in_cluster(ctx: &Context) -> bool {
+    flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+}
+
+/// Whether this server is a master (and so may write).
+pub fn is_master(ctx: &Context) -> bool {
+    flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
+}
+
+/// The database the context's client has selected.
+pub fn selected_db(ctx: &Context) -> i32 {
+    let get = api!(RedisModule_GetSelectedDb);
+    // SAFETY: live context; only reads the client's db id.
+    unsafe { get(ctx.get_raw()) }
+}
+
+/// Selects `db` for the context (timer and event contexts have their own client).
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    let select = api!(RedisModule_SelectDb);
+    // SAFETY: live context; Redis validates the id.
+    unsafe { select(ctx.get_raw(), db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// An integer as a Redis string (for replicated arguments and hash values).
+pub fn int_string(ctx: &Context, n: i64) -> RedisString {
+    let create = api!(RedisModule_CreateStringFromLongLong);
+    let free = api!(RedisModule_FreeString);
+    // SAFETY: live context; returns a new string with one reference, which `RedisString::new`
+    // retains once more and the explicit free below gives back, leaving the RedisString the
+    // only owner.
+    unsafe {
+        let s = create(ctx.get_raw(), n);
+        let owned = RedisString::new(NonNull::new(ctx.get_raw()), s);
+        free(ctx.get_raw(), s);
+        owned
+    }
+}
+
+/// The hash slot of `key` as the server computes it (`RedisModule_ClusterKeySlot`, 7.4+ and
+/// Valkey 8+); `None` on servers without the API.
+pub fn key_slot(ctx: &Context, key: &[u8]) -> Option<u16> {
+    let slot_of = optional_api!(RedisModule_ClusterKeySlot)?;
+    let name = RedisString::create_from_slice(ctx.get_raw(), key);
+    // SAFETY: a valid string owned by `name` for the duration of the call.
+    let slot = unsafe { slot_of(name.inner) };
+    u16::try_from(slot).ok()
+}
+
+/// Marks `name` as modified (aborts `WATCH`es on it, invalidates client-side caching).
+pub fn signal_modified(ctx: &Context, name: &RedisString) {
+    let signal = api!(RedisModule_SignalModifiedKey);
+    // SAFETY: live context and key name; Redis copies what it keeps.
+    unsafe { signal(ctx.get_raw(), name.inner) };
+}
+
+/// The class of a keyspace notification (`notify-keyspace-events` letters `g`, `$`, `h`, `z`).
+#[derive(Debug, Clone, Copy)]
+pub enum Notify {
+    Generic,
+    String,
+    Hash,
+    Zset,
+}
+
+thread_local! {
+    /// Set while the module raises a notification (its own subscriber ignores those).
+    static NOTIFYING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the keyspace event being delivered was raised by this module.
+pub fn notifying() -> bool {
+    NOTIFYING.get()
+}
+
+/// Raises the keyspace notification `event` on `name`, as Redis's own command would.
+pub fn notify(ctx: &Context, class: Notify, event: &CStr, name: &RedisString) {
+    let notify = api!(RedisModule_NotifyKeyspaceEvent);
+    let class = match class {
+        Notify::Generic => raw::REDISMODULE_NOTIFY_GENERIC,
+        Notify::String => raw::REDISMODULE_NOTIFY_STRING,
+        Notify::Hash => raw::REDISMODULE_NOTIFY_HASH,
+        Notify::Zset => raw::REDISMODULE_NOTIFY_ZSET,
+    };
+    NOTIFYING.set(true);
+    // SAFETY: live context, a NUL-terminated event name and a live key name; Redis copies what
+    // it keeps.
+    unsafe { notify(ctx.get_raw(), class, event.as_ptr(), name.inner) };
+    NOTIFYING.set(false);
+}
+
+/// Publishes `message` on `channel` to this server's subscribers (cluster-wide in cluster
+/// mode). Not propagated to replicas: replicate a `PUBLISH` for that.
+pub fn publish(ctx: &Context, channel: &RedisString, message: &RedisString) {
+    let publish = api!(RedisModule_PublishMessage);
+    // SAFETY: live context and strings; PublishMessage does not keep them.
+    unsafe { publish(ctx.get_raw(), channel.inner, message.inner) };
+}
+
+/// Publishes to the shard's subscribers (`SPUBLISH`); in cluster mode Redis forwards it to the
+/// shard's replicas over the cluster bus.
+pub fn publish_shard(ctx: &Context, channel: &RedisString, message: &RedisString) {
+    let publish = api!(RedisModule_PublishMessageShard);
+    // SAFETY: live context and strings; PublishMessageShard does not keep them.
+    unsafe { publish(ctx.get_raw(), channel.inner, message.inner) };
+}

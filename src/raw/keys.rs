@@ -1,0 +1,227 @@
+//! An open key: what it holds, hash fields, a string value, the expiry, delete. Binary-safe
+//! throughout (field names and values may hold NUL bytes).
+
+use std::ffi::{c_int, c_void};
+use std::ptr::{self, NonNull};
+
+use redis_module::{raw, Context, RedisString};
+
+use super::context::now_ms;
+
+/// What a key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Empty,
+    Hash,
+    String,
+    Other,
+}
+
+/// An open key, closed on drop.
+pub struct Key {
+    ctx: *mut raw::RedisModuleCtx,
+    /// NULL when a key opened read-only does not exist.
+    key: *mut raw::RedisModuleKey,
+}
+
+impl Key {
+    /// Opens `name` for reading, or for reading and writing.
+    pub fn open(ctx: &Context, name: &RedisString, writable: bool) -> Self {
+        let mode = if writable {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        let open = api!(RedisModule_OpenKey);
+        // SAFETY: `ctx` is the context of the command being executed and `name` a live string
+        // owned by the caller; both outlive the returned key, which is closed in Drop.
+        let key = unsafe { open(ctx.get_raw(), name.inner, mode as c_int) };
+        Self { ctx: ctx.get_raw(), key }
+    }
+
+    /// What the key holds. Expired keys read as empty (Redis expires them on open).
+    pub fn kind(&self) -> KeyKind {
+        if self.key.is_null() {
+            return KeyKind::Empty;
+        }
+        let key_type = api!(RedisModule_KeyType);
+        // SAFETY: `self.key` is a non-null key opened by `open` and not yet closed.
+        match unsafe { key_type(self.key) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => KeyKind::Empty,
+            raw::REDISMODULE_KEYTYPE_HASH => KeyKind::Hash,
+            raw::REDISMODULE_KEYTYPE_STRING => KeyKind::String,
+            _ => KeyKind::Other,
+        }
+    }
+
+    /// The number of fields of a hash (0 for an empty key).
+    pub fn field_count(&self) -> usize {
+        if self.key.is_null() {
+            return 0;
+        }
+        let value_length = api!(RedisModule_ValueLength);
+        // SAFETY: `self.key` is a non-null open key.
+        unsafe { value_length(self.key) }
+    }
+
+    /// A hash field's value, binary-safe. `None` when the field (or the key) does not exist.
+    /// Call only when `kind()` is `Hash` or `Empty`.
+    pub fn hash_get(&self, field: &RedisString) -> Option<OwnedString> {
+        if self.key.is_null() {
+            return None;
+        }
+        let hash_get = api!(RedisModule_HashGet);
+        let mut value: *mut raw::RedisModuleString = ptr::null_mut();
+        // SAFETY: the key is open and is a hash or empty (the caller checked its kind). The
+        // variadic arguments are one (field, out-pointer) pair ended by NULL, as HashGet expects
+        // with REDISMODULE_HASH_NONE; `field` is a live string and `value` a local out-pointer
+        // that receives a new string (ours to free) or NULL.
+        unsafe {
+            hash_get(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                &mut value as *mut *mut raw::RedisModuleString,
+                ptr::null_mut::<c_void>(),
+            );
+        }
+        NonNull::new(value).map(|ptr| OwnedString { ctx: self.ctx, ptr })
+    }
+
+    /// Sets a hash field, creating the hash when the key is empty. The key must be writable.
+    pub fn hash_set(&self, field: &RedisString, value: &RedisString) {
+        if self.key.is_null() {
+            return;
+        }
+        let hash_set = api!(RedisModule_HashSet);
+        // SAFETY: the key is open for writing and is a hash or empty; the variadic arguments are
+        // one (field, value) pair of live strings ended by NULL. HashSet copies what it keeps.
+        unsafe {
+            hash_set(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                value.inner,
+                ptr::null_mut::<c_void>(),
+            );
+        }
+    }
+
+    /// A string key's value (a copy). Call only when `kind()` is `String`.
+    pub fn string_value(&self) -> Vec<u8> {
+        if self.key.is_null() {
+            return Vec::new();
+        }
+        let dma = api!(RedisModule_StringDMA);
+        let mut len: usize = 0;
+        // SAFETY: the key is open and holds a string (the caller checked its kind); READ access
+        // returns a pointer to `len` bytes that stay valid until the key is modified or closed,
+        // and they are copied out before either.
+        unsafe {
+            let data = dma(self.key, &mut len, raw::REDISMODULE_READ as c_int);
+            if data.is_null() {
+                return Vec::new();
+            }
+            std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec()
+        }
+    }
+
+    /// Sets a string value (replacing what the key held). The key must be writable.
+    pub fn string_set(&self, value: &RedisString) {
+        if self.key.is_null() {
+            return;
+        }
+        let set = api!(RedisModule_StringSet);
+        // SAFETY: the key is open for writing; StringSet copies the live string it is given.
+        unsafe { set(self.key, value.inner) };
+    }
+
+    /// Deletes the key. The key must be writable.
+    pub fn delete(&self) {
+        if self.key.is_null() {
+            return;
+        }
+        let delete = api!(RedisModule_DeleteKey);
+        // SAFETY: `self.key` is a non-null key opened for writing.
+        unsafe { delete(self.key) };
+    }
+
+    /// The remaining lease in ms; -1 when the key has no expiry (or does not exist).
+    pub fn pttl(&self) -> i64 {
+        if self.key.is_null() {
+            return -1;
+        }
+        let get_expire = api!(RedisModule_GetExpire);
+        // SAFETY: `self.key` is a non-null open key.
+        unsafe { get_expire(self.key) }
+    }
+
+    /// Sets the key to expire at `deadline_ms` (Unix ms), exactly: the value replicated as
+    /// `PEXPIREAT` must be the one stored here. A deadline already past expires the key at once.
+    ///
+    /// `RedisModule_SetAbsExpire` (6.2.2+) stores it as given. Without it, `SetExpire` takes a
+    /// relative time and adds its own reading of the clock, so the clock is read around the
+    /// call: when it did not move, the stored deadline is exact.
+    pub fn set_expire_at(&self, deadline_ms: i64) {
+        if self.key.is_null() {
+            return;
+        }
+        if let Some(set_abs) = optional_api!(RedisModule_SetAbsExpire) {
+            // SAFETY: `self.key` is a non-null key opened for writing that holds a value; the
+            // deadline is a non-negative Unix time (never REDISMODULE_NO_EXPIRE).
+            unsafe { set_abs(self.key, deadline_ms.max(0)) };
+            return;
+        }
+        let set_expire = api!(RedisModule_SetExpire);
+        for _ in 0..4 {
+            let before = now_ms();
+            // Never -1 (REDISMODULE_NO_EXPIRE would remove the expiry).
+            let relative = deadline_ms.saturating_sub(before).max(0);
+            // SAFETY: `self.key` is a non-null key opened for writing that holds a value.
+            unsafe { set_expire(self.key, relative) };
+            if now_ms() == before {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if self.key.is_null() {
+            return;
+        }
+        let close = api!(RedisModule_CloseKey);
+        // SAFETY: `self.key` was opened by `open` and is closed exactly once, here.
+        unsafe { close(self.key) };
+    }
+}
+
+/// A string returned by Redis that we own (from `HashGet`); freed on drop.
+pub struct OwnedString {
+    ctx: *mut raw::RedisModuleCtx,
+    ptr: NonNull<raw::RedisModuleString>,
+}
+
+impl OwnedString {
+    /// The string's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        let ptr_len = api!(RedisModule_StringPtrLen);
+        let mut len: usize = 0;
+        // SAFETY: `self.ptr` is a live string we own; the returned buffer lives as long as it,
+        // which the borrow of `self` enforces.
+        unsafe {
+            let data = ptr_len(self.ptr.as_ptr(), &mut len);
+            std::slice::from_raw_parts(data.cast::<u8>(), len)
+        }
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        let free = api!(RedisModule_FreeString);
+        // SAFETY: HashGet gave us one reference to this string (automatic memory is not enabled
+        // on our contexts), released exactly once, here, with the context it was made with.
+        unsafe { free(self.ctx, self.ptr.as_ptr()) };
+    }
+}

@@ -1,0 +1,67 @@
+//! What the calling client may touch beyond its command's key: the keys and channel a lock
+//! derives from its name are checked against the caller's ACL user, as Redis checks the keys
+//! of its own commands. The module's own work (timers, events) has no caller and is not checked.
+
+use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
+
+use super::{outside_command, unlock_channel};
+use crate::error::LockError;
+use crate::raw::{self, KeyUse};
+
+/// Refuses with `denied` (and an `ACL LOG` entry) when the calling client's ACL user may not use
+/// `key` so.
+///
+/// # Errors
+/// `denied`.
+pub fn check_key(
+    ctx: &Context,
+    key: &RedisString,
+    how: KeyUse,
+    denied: LockError,
+) -> Result<(), LockError> {
+    if outside_command() {
+        return Ok(());
+    }
+    match raw::User::current(ctx) {
+        Some(user) if !user.may_use_key(key, how) => {
+            user.log_denied(ctx, key, false);
+            Err(denied)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses with `NOPERM` (and an `ACL LOG` entry) when the calling client's ACL user may not
+/// publish on the lock's unlock channel. `freeing`: whether the operation may free the lock
+/// (and so publish).
+///
+/// # Errors
+/// [`LockError::NoPermChannel`].
+pub fn check_publish(ctx: &Context, name: &RedisString, freeing: bool) -> Result<(), LockError> {
+    if !freeing || outside_command() {
+        return Ok(());
+    }
+    let Some(user) = raw::User::current(ctx) else { return Ok(()) };
+    let channel = unlock_channel(ctx, name);
+    if user.may_publish(&channel) {
+        Ok(())
+    } else {
+        user.log_denied(ctx, &channel, true);
+        Err(LockError::NoPermChannel)
+    }
+}
+
+/// Whether an `allkeys-*` eviction policy is in force: keys with no TTL (token counters) may be
+/// evicted by ordinary traffic. Read whatever `maxmemory` is now: it can be set at any time.
+pub fn evicts_any_key(ctx: &Context) -> bool {
+    let reply: CallResult =
+        ctx.call_ext("CONFIG", &CallOptionsBuilder::new().build(), &["GET", "maxmemory-policy"]);
+    match reply {
+        Ok(CallReply::Array(items)) => match items.get(1) {
+            Some(Ok(CallReply::String(policy))) => policy.as_bytes().starts_with(b"allkeys-"),
+            // Unreadable: assume the worst.
+            _ => true,
+        },
+        _ => true,
+    }
+}

@@ -1,0 +1,217 @@
+//! The store: a lock on Redis. Opens a lock's key, reads it as a [`View`], applies a [`Plan`]
+//! (write, lease, keyspace notifications, replication), and owns the names a lock derives from
+//! its own (unlock channel, token counter, release latch: [`derived`]) and the ACL checks on
+//! them ([`access`]).
+//!
+//! The store never decides who gets a lock: applying a plan that frees the lock returns `true`,
+//! and the caller (a command, or `waiting` itself) hands the lock to a waiter or publishes the
+//! unlock message ([`publish_unlock`]).
+//!
+//! Replication: the effects are replicated, never the `RLOCK.*` command, so replicas and AOF
+//! files need no module: `HSET key owner <count>`, `DEL key`, `PEXPIREAT key <unix-ms>` (an
+//! absolute deadline: a restart keeps the remaining lease) and `PUBLISH` for the unlock message.
+
+pub mod access;
+pub mod derived;
+
+use std::cell::Cell;
+
+use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisString, RedisValue};
+
+use crate::error::LockError;
+use crate::names;
+use crate::raw::{self, Key, KeyKind};
+use crate::replicas;
+use crate::rules::{self, Plan, Reply, View, Write};
+
+/// Redisson's unlock message.
+const UNLOCK_MESSAGE: &[u8] = b"0";
+
+thread_local! {
+    /// Set while the module does its own work (a timer): no client command is being executed.
+    static MODULE_WORK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the module is doing its own work (a timer) rather than a client's command: nothing
+/// is checked against a caller's ACL, and effects are always replicated.
+pub fn outside_command() -> bool {
+    MODULE_WORK.get()
+}
+
+/// Runs the module's own work (a timer's), marked as outside any command, a panic logged
+/// instead of unwinding into Redis.
+pub fn module_work(ctx: &Context, work: impl FnOnce()) {
+    MODULE_WORK.set(true);
+    raw::guard_callback(ctx, work);
+    MODULE_WORK.set(false);
+}
+
+/// Whether writes are replicated as effects now: always from a timer (no client command to
+/// count them against), else whenever Redis may propagate anything (`raw::propagation_possible`).
+/// When not, a writer counts its write with `raw::count_unpropagated_write` instead.
+pub fn replicating(ctx: &Context) -> bool {
+    outside_command() || raw::propagation_possible(ctx)
+}
+
+/// Refuses a grant (or a renewal) on a master that lost the replicas it had (`replicas`).
+///
+/// # Errors
+/// [`LockError::NoReplicas`].
+pub fn may_grant(ctx: &Context) -> Result<(), LockError> {
+    if raw::is_master(ctx) {
+        replicas::may_grant(raw::now_ms())
+    } else {
+        Ok(())
+    }
+}
+
+/// A lock's key, open (closed on drop). Keep it no longer than one step: a hand-off writes the
+/// same key through its own handle, so callers open, apply and drop before handing off.
+pub struct LockKey<'a> {
+    ctx: &'a Context,
+    name: &'a RedisString,
+    key: Key,
+}
+
+impl<'a> LockKey<'a> {
+    /// Opens the lock `name` for reading, or for reading and writing.
+    pub fn open(ctx: &'a Context, name: &'a RedisString, writable: bool) -> Self {
+        Self { ctx, name, key: Key::open(ctx, name, writable) }
+    }
+
+    /// The lock's name.
+    pub const fn name(&self) -> &'a RedisString {
+        self.name
+    }
+
+    /// The key as the rules see it. `owner`: the caller whose hold count matters, if any.
+    ///
+    /// # Errors
+    /// `WRONGTYPE` for a key that is not a hash; a corrupt hold count.
+    pub fn view(&self, owner: Option<&RedisString>) -> Result<View, LockError> {
+        match self.key.kind() {
+            KeyKind::Empty => Ok(View::Free),
+            KeyKind::Other | KeyKind::String => Err(LockError::WrongType),
+            KeyKind::Hash => {
+                let mine = match owner.and_then(|o| self.key.hash_get(o)) {
+                    Some(count) => Some(rules::parse_count(count.as_bytes())?),
+                    None => None,
+                };
+                Ok(View::Held { mine, pttl: self.key.pttl() })
+            }
+        }
+    }
+
+    /// The number of fields of the lock hash (holders).
+    pub fn holders(&self) -> usize {
+        self.key.field_count()
+    }
+
+    /// Carries out `plan` for `owner`: write, lease, notifications, replication. Returns whether
+    /// the lock was freed (the caller hands it off or publishes the unlock message).
+    ///
+    /// Each effect is replicated as a plain Redis command (`HSET`, `DEL`, `PEXPIREAT` with the
+    /// absolute deadline) whenever Redis may propagate anything ([`replicating`]). Otherwise
+    /// nothing would be propagated anyway, and the write is only counted (one cheap call instead
+    /// of one `RM_Replicate` per effect).
+    pub fn apply(&self, owner: Option<&RedisString>, plan: &Plan) -> bool {
+        if !plan.writes() {
+            return false;
+        }
+        let (ctx, name) = (self.ctx, self.name);
+        let replicate = replicating(ctx);
+        raw::signal_modified(ctx, name);
+        match (plan.write, owner) {
+            (Write::Keep, _) => {}
+            (Write::SetCount(count), Some(owner)) => {
+                let count = raw::int_string(ctx, count as i64);
+                self.key.hash_set(owner, &count);
+                raw::notify(ctx, raw::Notify::Hash, c"hincrby", name);
+                if replicate {
+                    raw::replicate(ctx, c"HSET", &[name, owner, &count]);
+                }
+            }
+            (Write::SetCount(_), None) => unreachable!("only owner commands set a hold count"),
+            (Write::Delete, owner) => {
+                self.key.delete();
+                if owner.is_some() {
+                    // Redisson's release decrements to 0 (HINCRBY), then deletes.
+                    raw::notify(ctx, raw::Notify::Hash, c"hincrby", name);
+                }
+                raw::notify(ctx, raw::Notify::Generic, c"del", name);
+                if replicate {
+                    raw::replicate(ctx, c"DEL", &[name]);
+                }
+            }
+        }
+        if let Some(deadline) = plan.expire_at {
+            self.key.set_expire_at(deadline.unix_ms());
+            raw::notify(ctx, raw::Notify::Generic, c"expire", name);
+            if replicate {
+                let at = raw::int_string(ctx, deadline.unix_ms());
+                raw::replicate(ctx, c"PEXPIREAT", &[name, &at]);
+            }
+        }
+        if !replicate {
+            raw::count_unpropagated_write(ctx);
+        }
+        plan.publish
+    }
+}
+
+/// Publishes Redisson's unlock message on the lock's channel ([`names::channel`]).
+pub fn publish_unlock(ctx: &Context, name: &RedisString) {
+    let channel = unlock_channel(ctx, name);
+    let message = RedisString::create_from_slice(ctx.get_raw(), UNLOCK_MESSAGE);
+    if raw::in_cluster(ctx) {
+        // Sharded pub/sub, as Redisson uses on Redis 7 clusters (the channel's hash tag is the
+        // lock name, so the channel lives in the lock's slot). Redis forwards it to the shard's
+        // replicas itself: no replicated SPUBLISH, which would deliver twice.
+        raw::publish_shard(ctx, &channel, &message);
+    } else {
+        raw::publish(ctx, &channel, &message);
+        if replicating(ctx) {
+            // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as a Lua
+            // script's redis.call('publish') is, so subscribers on replicas hear it too.
+            raw::replicate(ctx, c"PUBLISH", &[&channel, &message]);
+        }
+    }
+}
+
+/// The lock's unlock channel (`names::channel`), binary-safe.
+pub fn unlock_channel(ctx: &Context, name: &RedisString) -> RedisString {
+    RedisString::create_from_slice(ctx.get_raw(), &names::channel(name.as_slice()))
+}
+
+/// The one conversion of a rules [`Reply`] to a Redis reply.
+#[must_use]
+pub fn to_value(reply: Reply) -> RedisValue {
+    let pair =
+        |a: i64, b: i64| RedisValue::Array(vec![RedisValue::Integer(a), RedisValue::Integer(b)]);
+    match reply {
+        Reply::Nil => RedisValue::Null,
+        Reply::Int(n) => RedisValue::Integer(n),
+        Reply::Token(token) => pair(1, token as i64),
+        Reply::Busy(pttl) => pair(0, pttl),
+    }
+}
+
+/// The one field and value of a one-field hash. The low-level API has no field iteration on
+/// Redis 7.0, so this reads `HGETALL` (only `RLOCK.INFO`, off the hot path, uses it).
+///
+/// # Errors
+/// [`LockError::NotALock`] unless the hash has exactly one field.
+pub fn only_field(ctx: &Context, key: &RedisString) -> Result<(Vec<u8>, Vec<u8>), LockError> {
+    let reply: CallResult = ctx.call_ext("HGETALL", &CallOptionsBuilder::new().build(), &[key]);
+    let Ok(CallReply::Array(items)) = reply else {
+        return Err(LockError::Internal);
+    };
+    let bytes = |i: usize| match items.get(i) {
+        Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    };
+    match (items.len(), bytes(0), bytes(1)) {
+        (2, Some(field), Some(value)) => Ok((field, value)),
+        _ => Err(LockError::NotALock),
+    }
+}

@@ -1,0 +1,175 @@
+//! The module's timers: one for the earliest event of the schedule (waiter timeouts, checks at
+//! a holder's lease deadline), and a 0 ms one for work that server events may not do themselves
+//! (settle locks, roll back grants to clients that left). Both do their work as the module's
+//! own (`store::module_work`), and neither writes while writes are paused.
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use redis_module::raw::RedisModuleTimerID;
+use redis_module::{Context, RedisString};
+
+use super::{bump, holder_pttl, release_hold, settle, unblock, with_queues, Outcome, STATS};
+use crate::error::LockError;
+use crate::queue::{Event, LockName, WaiterId};
+use crate::raw;
+use crate::store;
+
+thread_local! {
+    /// The armed schedule timer: when it fires, and its id.
+    static TIMER: Cell<Option<(i64, RedisModuleTimerID)>> = const { Cell::new(None) };
+    static DEFERRED: RefCell<Deferred> = RefCell::new(Deferred::default());
+}
+
+/// Work that events may not do themselves, done on a 0 ms timer.
+#[derive(Default)]
+pub struct Deferred {
+    armed: bool,
+    /// Locks to hand off if free.
+    pub settle: Vec<LockName>,
+    /// Every lock with waiters (after a flush, a `SWAPDB`, replicas back in sync).
+    pub settle_all: bool,
+    /// Holds granted to clients that left before their reply: release them.
+    pub rollback: Vec<(LockName, Vec<u8>)>,
+}
+
+/// Queues work for the 0 ms timer, arming it if needed.
+pub fn defer(ctx: &Context, add: impl FnOnce(&mut Deferred)) {
+    let arm_now = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        add(&mut d);
+        !std::mem::replace(&mut d.armed, true)
+    });
+    if arm_now {
+        // A fn item with () data: the timer's data is zero-sized.
+        ctx.create_timer(Duration::ZERO, run_deferred, ());
+    }
+}
+
+/// How often work that writes is retried while writes are paused (`CLIENT PAUSE`, `FAILOVER`):
+/// a waiter owed a lock is served within this of the pause's end.
+const PAUSE_RETRY: Duration = Duration::from_millis(1);
+
+fn run_deferred(ctx: &Context, (): ()) {
+    if raw::writes_paused() {
+        // Keep the work (still armed) and look again shortly.
+        ctx.create_timer(PAUSE_RETRY, run_deferred, ());
+        return;
+    }
+    store::module_work(ctx, || {
+        let work = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        for (lock, owner) in &work.rollback {
+            release_one(ctx, lock, owner);
+        }
+        let mut locks = work.settle;
+        if work.settle_all {
+            locks.extend(with_queues(|q| q.locks()));
+        }
+        for lock in &locks {
+            settle_lock(ctx, lock);
+        }
+    });
+}
+
+/// Re-arms the schedule timer for the earliest event, if it is not armed for it already; with
+/// nothing scheduled, stops it (no timer outlives the waits).
+pub fn arm(ctx: &Context) {
+    let next = with_queues(|q| q.next_due());
+    let armed = TIMER.get();
+    match (next, armed) {
+        (None, None) => return,
+        (Some(next), Some((when, _))) if when <= next => return,
+        _ => {}
+    }
+    if let Some((_, id)) = armed {
+        // Zero-sized data, as created below.
+        let _ = ctx.stop_timer::<()>(id);
+        TIMER.set(None);
+    }
+    if let Some(next) = next {
+        let id = ctx.create_timer(delay_until(next), run_schedule, ());
+        TIMER.set(Some((next, id)));
+    }
+}
+
+/// How many of these timers are armed (schedule, deferred work).
+pub fn armed() -> u64 {
+    let deferred = DEFERRED.with(|d| d.try_borrow().map_or(true, |d| d.armed));
+    u64::from(TIMER.get().is_some()) + u64::from(deferred)
+}
+
+/// The timer period that reaches Unix ms `at`: computed from the µs clock (Redis adds the period
+/// to its own µs clock), rounded up so the timer never fires before `at` begins.
+fn delay_until(at: i64) -> Duration {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    let left_us = u64::try_from(at.saturating_mul(1000).saturating_sub(now_us)).unwrap_or(0);
+    Duration::from_millis(left_us.div_ceil(1000))
+}
+
+fn run_schedule(ctx: &Context, (): ()) {
+    TIMER.set(None);
+    store::module_work(ctx, || {
+        let now = raw::now_ms();
+        // While writes are paused nothing is granted: lease checks wait for the pause's end
+        // (retried every PAUSE_RETRY), timeouts still end their waits.
+        let paused = raw::writes_paused();
+        let mut later = Vec::new();
+        while let Some(event) = with_queues(|q| q.pop_due(now)) {
+            match event {
+                Event::Timeout(id) => time_out(ctx, id, paused),
+                Event::LeaseCheck(lock) if paused => later.push(lock),
+                Event::LeaseCheck(lock) => settle_lock(ctx, &lock),
+            }
+        }
+        let retry_at = now.saturating_add(PAUSE_RETRY.as_millis() as i64);
+        with_queues(|q| later.iter().for_each(|lock| q.schedule_lease_check(lock, retry_at)));
+    });
+    arm(ctx);
+}
+
+/// A waiter's budget ran out. A free lock goes to its head first (perhaps this waiter), unless
+/// writes are paused.
+fn time_out(ctx: &Context, id: WaiterId, paused: bool) {
+    let Some(lock) = with_queues(|q| q.get(id).map(|w| w.lock.clone())) else {
+        return;
+    };
+    if !paused {
+        settle_lock(ctx, &lock);
+    }
+    let Some(waiter) = with_queues(|q| q.remove(id)) else {
+        return; // granted just now
+    };
+    bump(&STATS.timeouts);
+    let outcome = if raw::select_db(ctx, lock.db) {
+        match holder_pttl(ctx, &lock) {
+            Ok(pttl) => Outcome::TimedOut { pttl, token: waiter.request.token },
+            Err(e) => Outcome::Failed(e),
+        }
+    } else {
+        Outcome::Failed(LockError::Internal)
+    };
+    unblock(waiter, outcome);
+}
+
+/// Selects the lock's database and gives its name, for work done from a timer.
+fn open_db(ctx: &Context, lock: &LockName) -> Option<RedisString> {
+    raw::select_db(ctx, lock.db).then(|| RedisString::create_from_slice(ctx.get_raw(), &lock.key))
+}
+
+/// Settles the lock from a timer.
+fn settle_lock(ctx: &Context, lock: &LockName) {
+    if let Some(name) = open_db(ctx, lock) {
+        settle(ctx, &name);
+    }
+}
+
+/// Releases one hold of `owner` (a grant whose client left), handing off if that frees it.
+fn release_one(ctx: &Context, lock: &LockName, owner: &[u8]) {
+    let Some(name) = open_db(ctx, lock) else { return };
+    let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
+    if let Err(e) = release_hold(ctx, &name, &owner, None) {
+        ctx.log_warning(&format!("rlock: could not release a grant whose client left: {e}"));
+    }
+}
