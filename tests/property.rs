@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::rng::Rng;
 use common::Model;
 use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew, WaitFor};
 use rlock::error::LockError;
 use rlock::rules::{self, Deadline, Reply, View};
+use rlock_tests_integration::Rng;
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
     const POOL: [&[u8]; 20] = [
@@ -34,7 +34,7 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
         b"\xff",
     ];
     if rng.below(4) == 0 {
-        (0..rng.below(24)).map(|_| rng.next() as u8).collect()
+        (0..rng.below(24)).map(|_| rng.next_u64() as u8).collect()
     } else {
         POOL[rng.below(POOL.len())].to_vec()
     }

@@ -113,12 +113,7 @@ async fn client(
         increment(&mut con).await;
         match style {
             Style::Wait => {
-                let _: i64 = redis::cmd("RLOCK.RELEASE")
-                    .arg(LOCK)
-                    .arg(&owner)
-                    .query_async(&mut con)
-                    .await
-                    .expect("release");
+                util::rlock_release(&mut con, LOCK, &owner).await;
             }
             Style::Redisson => {
                 util::redisson_release(&mut con, &scripts, LOCK, 30_000, &owner).await;

@@ -3,6 +3,7 @@
 //! (`SET NX PX` / `PEXPIRE` / `DEL`).
 
 use redis::Cmd;
+use rlock_tests_integration::command as cmd;
 
 use crate::report::{num, ratio, Section, Target};
 use crate::util::{self, channel, Scripts};
@@ -31,14 +32,6 @@ where
     util::reset_stats(&mut con).await;
     let ops_per_sec = util::drive(server, CLIENTS, PIPELINE, n, make).await;
     Measure { usec: util::usec_per_call(&mut con, stat).await, ops_per_sec }
-}
-
-fn cmd(args: &[&str]) -> Cmd {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c
 }
 
 /// The three columns of one operation: rlock, Lua, floor.

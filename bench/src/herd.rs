@@ -47,12 +47,7 @@ async fn commands_per_handoff(waiters: usize, pubsub: bool) -> f64 {
                 let wait = acquire.query_async::<Value>(&mut con);
                 ready.fetch_add(1, Ordering::SeqCst);
                 assert_eq!(wait.await.expect("acquire"), Value::Nil);
-                let _: i64 = redis::cmd("RLOCK.RELEASE")
-                    .arg(LOCK)
-                    .arg(&owner)
-                    .query_async(&mut con)
-                    .await
-                    .expect("release");
+                util::rlock_release(&mut con, LOCK, &owner).await;
             }
         }));
     }

@@ -1,21 +1,13 @@
 //! Section 6, scale: memory per held lock against Redisson's layout and a SET NX string, and acquire
 //! cost with many locks held against few.
 
-use redis::Cmd;
+use rlock_tests_integration::command as cmd;
 
 use crate::report::{num, ratio, Section, Target};
 use crate::util::{self, Scripts};
 use crate::Sizes;
 
 const OWNER: &str = "8b9f3c1e-2a7d-4c55-9e0b-1f2d3c4b5a69:1";
-
-fn cmd(args: &[&str]) -> Cmd {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c
-}
 
 pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     let n = sizes.scale;

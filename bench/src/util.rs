@@ -186,6 +186,12 @@ pub async fn redisson_acquire<S>(
     }
 }
 
+/// `RLOCK.RELEASE lock owner`, which must find `owner` holding it.
+pub async fn rlock_release(con: &mut MultiplexedConnection, lock: &str, owner: &str) {
+    let _: i64 =
+        redis::cmd("RLOCK.RELEASE").arg(lock).arg(owner).query_async(con).await.expect("release");
+}
+
 /// The Redisson-style release (publishes the unlock message when freed).
 pub async fn redisson_release(
     con: &mut MultiplexedConnection,

@@ -54,8 +54,10 @@
 //!   and while a runtime shuts down.
 
 mod conn;
+mod guard;
 mod lock;
 mod multi;
+mod wait;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -410,6 +412,21 @@ async fn check_module(conn: &mut Conn) -> Result<()> {
     match info.first() {
         Some(redis::Value::Array(_)) => Ok(()),
         _ => Err(Error::NoModule),
+    }
+}
+
+/// A server-side wait's `WAIT` budget: what is left until `deadline` (0: no deadline, wait
+/// without limit).
+///
+/// # Errors
+/// [`Error::TimedOut`] when the deadline has passed.
+fn wait_budget(deadline: Option<tokio::time::Instant>) -> Result<u64> {
+    match deadline {
+        None => Ok(0),
+        Some(deadline) => match deadline.checked_duration_since(tokio::time::Instant::now()) {
+            Some(left) if !left.is_zero() => Ok(millis(left)),
+            _ => Err(Error::TimedOut),
+        },
     }
 }
 

@@ -1,20 +1,16 @@
 //! One lock on one server: [`Lock`] handles, [`LockGuard`]s, the watchdog, server-side waits.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::RedisError;
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::conn::Conn;
-use crate::{millis, Error, Remaining, Result, Shared};
-
-/// How long a cancelled wait may take to learn whether it was granted meanwhile.
-const CANCEL_GRACE: Duration = Duration::from_secs(5);
+use crate::guard::GuardCore;
+use crate::{millis, wait_budget, Error, Remaining, Result, Shared};
 
 /// The answer to one `RLOCK.ACQUIRE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +23,7 @@ pub(crate) enum Attempt {
 
 impl Attempt {
     /// Reads `nil` / `pttl`, or with `TOKEN` `[1, token]` / `[0, pttl]`.
-    fn from_reply(reply: &redis::Value) -> Result<Self> {
+    pub(crate) fn from_reply(reply: &redis::Value) -> Result<Self> {
         use redis::Value::{Array, Int, Nil};
         match reply {
             Nil => Ok(Self::Held { token: None }),
@@ -59,10 +55,10 @@ fn unexpected(reply: &redis::Value) -> Error {
 const RELEASE_RETRIES: u32 = 3;
 
 /// How many MOVED/ASK redirections one wait follows.
-const MAX_REDIRECTS: usize = 5;
+pub(crate) const MAX_REDIRECTS: usize = 5;
 
 /// The node a MOVED or ASK error points to, and whether it was ASK.
-fn redirection(e: &RedisError) -> Option<((String, u16), bool)> {
+pub(crate) fn redirection(e: &RedisError) -> Option<((String, u16), bool)> {
     let (address, _slot) = e.redirect_node()?;
     let (host, port) = address.rsplit_once(':')?;
     let ask = matches!(e.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::Ask));
@@ -79,9 +75,9 @@ fn redirection(e: &RedisError) -> Option<((String, u16), bool)> {
 /// hand out a guard (cancelled, timed out) can be undone exactly, by releasing its own owner.
 #[derive(Clone)]
 pub struct Lock {
-    shared: Arc<Shared>,
-    name: Arc<[u8]>,
-    owner: Arc<str>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Arc<[u8]>,
+    pub(crate) owner: Arc<str>,
     holds: Arc<Mutex<Holds>>,
     /// One acquire of the handle at a time: concurrent ones re-enter instead of racing.
     acquiring: Arc<tokio::sync::Mutex<()>>,
@@ -166,7 +162,7 @@ impl Lock {
         &self.owner
     }
 
-    fn conn(&self) -> Conn {
+    pub(crate) fn conn(&self) -> Conn {
         self.shared.conn.clone()
     }
 
@@ -285,13 +281,7 @@ impl Lock {
             }
         }
         // Contended: the server queues us and hands the lock over (FIFO) when it is free.
-        let wait_ms = match deadline {
-            None => 0, // WAIT 0: without limit
-            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => millis(left),
-                _ => return Err(Error::TimedOut),
-            },
-        };
+        let wait_ms = wait_budget(deadline)?;
         match self.wait_on_server_as(owner, lease_ms, wait_ms, fencing).await? {
             Attempt::Held { token } => Ok(token),
             Attempt::Busy { .. } => Err(Error::TimedOut),
@@ -332,7 +322,7 @@ impl Lock {
     /// have run, or may still run (a stalled server runs what it had read; after a reconnect the
     /// release may even be read first). Releasing `owner` touches nothing when it holds nothing,
     /// so it is released again a few times over the next seconds, until one release finds it.
-    async fn undo(&self, owner: &str) {
+    pub(crate) async fn undo(&self, owner: &str) {
         for delay_ms in [0, 50, 250, 1_000, 3_000] {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             if self.release_as(owner).await.is_ok() {
@@ -342,7 +332,7 @@ impl Lock {
     }
 
     /// Reads a grant from a task, releasing it if this future is dropped before it is read.
-    async fn settle(
+    pub(crate) async fn settle(
         &self,
         reply: oneshot::Receiver<Result<Attempt>>,
         owner: &Arc<str>,
@@ -362,150 +352,9 @@ impl Lock {
         })
     }
 
-    /// `RLOCK.ACQUIRE ... WAIT wait_ms` for the handle's own owner id (MultiLock).
-    pub(crate) async fn wait_on_server(
-        &self,
-        lease_ms: u64,
-        wait_ms: u64,
-        token: bool,
-    ) -> Result<Attempt> {
-        let owner = Arc::clone(&self.owner);
-        self.wait_on_server_as(&owner, lease_ms, wait_ms, token).await
-    }
-
-    /// `RLOCK.ACQUIRE ... WAIT wait_ms` on a dedicated connection, run by a task of its own so a
-    /// caller that drops this future (a cancelled wait) cannot leak the lock: the task then
-    /// makes the server answer at once (`CLIENT UNBLOCK ... TIMEOUT`), releases the lock if the
-    /// answer was a grant, and discards the connection, so no late reply reaches a pooled one.
-    /// `Busy`: the wait timed out.
-    async fn wait_on_server_as(
-        &self,
-        owner: &Arc<str>,
-        lease_ms: u64,
-        wait_ms: u64,
-        token: bool,
-    ) -> Result<Attempt> {
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let waiter = Arc::clone(owner);
-        tokio::spawn(self.clone().blocking_wait(waiter, lease_ms, wait_ms, token, reply_tx));
-        self.settle(reply_rx, owner).await
-    }
-
-    async fn blocking_wait(
-        self,
-        owner: Arc<str>,
-        lease_ms: u64,
-        wait_ms: u64,
-        token: bool,
-        mut reply: oneshot::Sender<Result<Attempt>>,
-    ) {
-        let mut node = match self.shared.target.node_for(&self.name, &mut self.conn()).await {
-            Ok(node) => node,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        let mut asking = false;
-        for _ in 0..MAX_REDIRECTS {
-            let (mut con, id) = match self.wait_connection(&node, asking).await {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-            };
-            let acquire = self.acquire_cmd(&owner, lease_ms, Some(wait_ms), token);
-            // A clone of the same connection: Redis attributes the grant to this client.
-            let mut waiting = con.clone();
-            let wait = acquire.query_async::<redis::Value>(&mut waiting);
-            tokio::pin!(wait);
-            let answer = tokio::select! {
-                answer = &mut wait => answer,
-                () = reply.closed() => {
-                    // Cancelled: have the server answer now, and settle what it answers.
-                    if let Ok(mut unblocker) = node.get_multiplexed_async_connection().await {
-                        let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                            .arg("UNBLOCK")
-                            .arg(id)
-                            .arg("TIMEOUT")
-                            .query_async(&mut unblocker)
-                            .await;
-                    }
-                    match tokio::time::timeout(CANCEL_GRACE, wait).await {
-                        Ok(Ok(answer)) => {
-                            if Attempt::from_reply(&answer).is_ok_and(Attempt::is_held) {
-                                let _ = self.release_as(&owner).await;
-                            }
-                        }
-                        // The connection failed, or no answer came: a grant may have been
-                        // sent and never read (the server then keeps it). Undo it.
-                        Ok(Err(_)) | Err(_) => self.undo(&owner).await,
-                    }
-                    return; // dropping the connection: a wait still pending leaves the queue
-                }
-            };
-            // The lock's slot moved (cluster): wait on the node that has it now.
-            if let Some((address, ask)) = answer.as_ref().err().and_then(redirection) {
-                match self.shared.target.client_at(Some((&address.0, address.1))) {
-                    Ok(next) => {
-                        node = next;
-                        asking = ask;
-                        continue;
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                        return;
-                    }
-                }
-            }
-            // A failed connection may have lost a grant the server sent (and keeps): undo it.
-            let lost_reply = answer
-                .as_ref()
-                .is_err_and(|e| e.is_timeout() || e.is_io_error() || e.is_connection_dropped());
-            let mut granted = answer.map_err(Error::from).and_then(|a| Attempt::from_reply(&a));
-            if lost_reply {
-                let _ = reply.send(granted);
-                self.undo(&owner).await;
-                return;
-            }
-            if granted.as_ref().is_ok_and(|a| a.is_held()) {
-                // Redis's WAIT counts the writes of the connection that asked: this one, to
-                // which the server attributes the grant.
-                if let Err(e) = self.replicated_as(&owner, &mut con).await {
-                    granted = Err(e);
-                }
-            }
-            if let Err(Ok(Attempt::Held { .. })) = reply.send(granted) {
-                // The caller went away just as the grant arrived.
-                let _ = self.release_as(&owner).await;
-            }
-            return;
-        }
-        let _ = reply.send(Err(Error::Redis(RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
-            "the lock's slot kept moving",
-        )))));
-    }
-
-    /// A dedicated connection to `node` and its client id (for `CLIENT UNBLOCK`); `asking`
-    /// sends `ASKING` first (after an ASK redirection).
-    async fn wait_connection(
-        &self,
-        node: &redis::Client,
-        asking: bool,
-    ) -> Result<(redis::aio::MultiplexedConnection, i64)> {
-        let mut con = crate::conn::dedicated(node).await?;
-        let id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut con).await?;
-        if asking {
-            let () = redis::cmd("ASKING").query_async(&mut con).await?;
-        }
-        Ok((con, id))
-    }
-
     /// With [`crate::Options::replica_ack`]: waits for the replicas to acknowledge the writes of
     /// `con` (the grant just made); too few: releases the hold and fails.
-    async fn replicated_as<C: redis::aio::ConnectionLike + Send>(
+    pub(crate) async fn replicated_as<C: redis::aio::ConnectionLike + Send>(
         &self,
         owner: &str,
         con: &mut C,
@@ -544,7 +393,7 @@ impl Lock {
     }
 
     /// `RLOCK.ACQUIRE key owner lease [WAIT ms] [TOKEN]`.
-    fn acquire_cmd(
+    pub(crate) fn acquire_cmd(
         &self,
         owner: &str,
         lease_ms: u64,
@@ -585,7 +434,7 @@ impl Lock {
     }
 
     /// Releases one hold of `owner`, as [`Self::release_once`].
-    async fn release_as(&self, owner: &str) -> Result<()> {
+    pub(crate) async fn release_as(&self, owner: &str) -> Result<()> {
         let request = uuid::Uuid::new_v4().simple().to_string();
         let mut retries = RELEASE_RETRIES;
         loop {
@@ -770,94 +619,6 @@ impl Drop for PendingGrant {
     }
 }
 
-/// A guard's lease renewal (its watchdog), and the loss it reports: renews every third of the
-/// lease until the lock is found gone, or until stopped (on release or drop). A failed renewal
-/// is retried promptly (50 ms, doubling up to the period) while the lease may still be alive;
-/// a renewal that finds the lock gone reports the loss at once. Without a watchdog, the loss is
-/// still reported when something else proves it (a re-entry or release of the same chain).
-pub(crate) struct Renewal {
-    task: Option<JoinHandle<()>>,
-    lost: watch::Receiver<bool>,
-}
-
-impl Renewal {
-    /// No watchdog (a guard with an explicit lease); `lost` reports a loss found elsewhere.
-    pub(crate) fn none(lost: watch::Receiver<bool>) -> Self {
-        Self { task: None, lost }
-    }
-
-    /// Starts renewing with `renew` (`Ok(false)`: the lock is gone), reporting on `lost`. The
-    /// hold is known valid until `since` (when the grant was asked for) plus the lease, and
-    /// then until each confirmed renewal's send time plus the lease: when that moment passes
-    /// without a confirmation (renewals failing, or not answering), the loss is reported then,
-    /// on this process's monotonic clock, whatever the server may still say later.
-    pub(crate) fn start<F, Fut>(
-        lease_ms: u64,
-        since: Instant,
-        lost: Arc<watch::Sender<bool>>,
-        renew: F,
-    ) -> Self
-    where
-        F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<bool>> + Send,
-    {
-        let watching = lost.subscribe();
-        let task = tokio::spawn(async move {
-            let lease = Duration::from_millis(lease_ms);
-            let period = (lease / 3).max(Duration::from_millis(1));
-            let first_retry = Duration::from_millis(50).min(period);
-            let (mut next, mut retry) = (period, first_retry);
-            let mut valid_until = since + lease;
-            loop {
-                tokio::time::sleep_until((Instant::now() + next).min(valid_until)).await;
-                let sent = Instant::now();
-                if sent >= valid_until {
-                    break;
-                }
-                match tokio::time::timeout_at(valid_until, renew()).await {
-                    Ok(Ok(true)) => {
-                        valid_until = sent + lease;
-                        (next, retry) = (period, first_retry);
-                    }
-                    Ok(Err(_)) => {
-                        next = retry;
-                        retry = (retry * 2).min(period);
-                    }
-                    Ok(Ok(false)) | Err(_) => break,
-                }
-            }
-            lost.send_replace(true);
-        });
-        Self { task: Some(task), lost: watching }
-    }
-
-    /// Stops renewing.
-    pub(crate) fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-
-    /// Whether the lock was found gone.
-    pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow()
-    }
-
-    /// Resolves when the lock is found gone; never if that never happens.
-    pub(crate) async fn lost(&self) {
-        let mut lost = self.lost.clone();
-        if lost.wait_for(|&lost| lost).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// One hold of a lock (one grant of its chain, see [`Lock`]). Release it with
 /// [`LockGuard::release`]; dropping it releases it too, synchronously (see `Drop`).
 #[must_use = "dropping the guard releases the lock"]
@@ -866,8 +627,7 @@ pub struct LockGuard {
     chain: u64,
     owner: Arc<str>,
     token: Option<u64>,
-    renewal: Renewal,
-    released: bool,
+    core: GuardCore,
 }
 
 impl fmt::Debug for LockGuard {
@@ -875,8 +635,8 @@ impl fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("lock", &self.lock)
             .field("owner", &self.owner)
-            .field("watchdog", &self.renewal.task.is_some())
-            .field("lost", &self.renewal.is_lost())
+            .field("watchdog", &self.core.watchdog())
+            .field("lost", &self.core.is_lost())
             .finish()
     }
 }
@@ -891,16 +651,12 @@ impl LockGuard {
         watchdog: bool,
         lost: &Arc<watch::Sender<bool>>,
     ) -> Self {
-        let renewal = if watchdog {
-            let (renewing, renewing_owner) = (lock.clone(), Arc::clone(&owner));
-            Renewal::start(lease_ms, since, Arc::clone(lost), move || {
-                let (lock, owner) = (renewing.clone(), Arc::clone(&renewing_owner));
-                async move { lock.renew_chain(chain, &owner, lease_ms).await }
-            })
-        } else {
-            Renewal::none(lost.subscribe())
-        };
-        Self { lock, chain, owner, token, renewal, released: false }
+        let (renewing, renewing_owner) = (lock.clone(), Arc::clone(&owner));
+        let core = GuardCore::new(watchdog, (lease_ms, since), lost, move || {
+            let (lock, owner) = (renewing.clone(), Arc::clone(&renewing_owner));
+            async move { lock.renew_chain(chain, &owner, lease_ms).await }
+        });
+        Self { lock, chain, owner, token, core }
     }
 
     /// The lock this guard holds.
@@ -930,7 +686,7 @@ impl LockGuard {
     /// guard's watchdog, or by another guard, re-entry or release of the same hold.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.renewal.is_lost() || self.valid_until().is_none_or(|until| until <= Instant::now())
+        self.core.is_lost() || self.valid_until().is_none_or(|until| until <= Instant::now())
     }
 
     /// Until when the hold is known valid, on this process's monotonic clock: the moment its
@@ -941,7 +697,7 @@ impl LockGuard {
     /// `None` once the hold is known lost.
     #[must_use]
     pub fn valid_until(&self) -> Option<Instant> {
-        if self.renewal.is_lost() {
+        if self.core.is_lost() {
             return None;
         }
         self.lock.chain_until(self.chain)
@@ -956,7 +712,7 @@ impl LockGuard {
                 return;
             }
             tokio::select! {
-                () = self.renewal.lost() => return,
+                () = self.core.lost() => return,
                 () = tokio::time::sleep_until(until) => {}
             }
         }
@@ -969,8 +725,7 @@ impl LockGuard {
     /// force-released, or the handle's later hold replaced it; nothing is touched then);
     /// [`Error::Redis`] when Redis fails.
     pub async fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.renewal.stop(); // stops renewing first
+        self.core.give_back(); // stops renewing first
         self.lock.release_guard(self.chain, &self.owner).await
     }
 }
@@ -981,11 +736,9 @@ impl Drop for LockGuard {
     /// to run afterwards: a guard dropped at the end of `main`, outside any runtime, or while a
     /// runtime shuts down is released all the same.
     fn drop(&mut self) {
-        if self.released {
-            return;
+        if self.core.give_back() {
+            self.lock.drop_guard(self.chain, &self.owner);
         }
-        self.renewal.stop();
-        self.lock.drop_guard(self.chain, &self.owner);
     }
 }
 

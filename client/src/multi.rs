@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lock::{Attempt, Renewal};
-use crate::{millis, Error, Lock, LockClient, Result};
+use crate::guard::GuardCore;
+use crate::lock::Attempt;
+use crate::{millis, wait_budget, Error, Lock, LockClient, Result};
 
 /// The same named lock on N independent servers, held on all of them or none (Redisson's
 /// MultiLock). Taking it never holds one lock while waiting for another: when one is busy, the
@@ -112,13 +113,7 @@ impl MultiLock {
                 continue;
             };
             drop(taking);
-            let wait_ms = match deadline {
-                None => 0,
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => millis(left),
-                    _ => return Err(Error::TimedOut),
-                },
-            };
+            let wait_ms = wait_budget(deadline)?;
             if !self.locks[busy].wait_on_server(taking_ms, wait_ms, false).await?.is_held() {
                 return Err(Error::TimedOut);
             }
@@ -306,8 +301,7 @@ pub struct MultiGuard {
     /// How long a release waits for each server (in parallel).
     node_timeout: Duration,
     validity: Option<Duration>,
-    renewal: Renewal,
-    released: bool,
+    core: GuardCore,
 }
 
 impl fmt::Debug for MultiGuard {
@@ -329,30 +323,26 @@ impl MultiGuard {
         node_timeout: Duration,
     ) -> Self {
         let lost = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
-        let renewal = if !watchdog {
-            Renewal::none(lost.subscribe())
-        } else {
-            let renewing = locks.clone();
-            Renewal::start(lease_ms, since, lost, move || {
-                let locks = renewing.clone();
-                async move {
-                    // Lost only when too many servers really lost it (renew said 0); a server
-                    // that failed to answer is retried (the renewal retries while the lease
-                    // may still be alive).
-                    let renewals = locks.iter().map(|l| l.renew(lease_ms));
-                    let results = futures_util::future::join_all(renewals).await;
-                    let gone = results.iter().filter(|r| matches!(r, Ok(false))).count();
-                    if gone > locks.len() - quorum {
-                        return Ok(false);
-                    }
-                    match results.into_iter().find_map(Result::err) {
-                        Some(e) => Err(e),
-                        None => Ok(true),
-                    }
+        let renewing = locks.clone();
+        let core = GuardCore::new(watchdog, (lease_ms, since), &lost, move || {
+            let locks = renewing.clone();
+            async move {
+                // Lost only when too many servers really lost it (renew said 0); a server that
+                // failed to answer is retried (the renewal retries while the lease may still be
+                // alive).
+                let renewals = locks.iter().map(|l| l.renew(lease_ms));
+                let results = futures_util::future::join_all(renewals).await;
+                let gone = results.iter().filter(|r| matches!(r, Ok(false))).count();
+                if gone > locks.len() - quorum {
+                    return Ok(false);
                 }
-            })
-        };
-        Self { locks, quorum, node_timeout, validity: None, renewal, released: false }
+                match results.into_iter().find_map(Result::err) {
+                    Some(e) => Err(e),
+                    None => Ok(true),
+                }
+            }
+        });
+        Self { locks, quorum, node_timeout, validity: None, core }
     }
 
     /// For a [`RedLock`]: how long the lock was valid for when it was granted (the lease minus
@@ -365,12 +355,12 @@ impl MultiGuard {
     /// Whether the watchdog found too few servers still holding the lock.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.renewal.is_lost()
+        self.core.is_lost()
     }
 
     /// Resolves when the watchdog finds the lock lost; never without a watchdog.
     pub async fn lost(&self) {
-        self.renewal.lost().await;
+        self.core.lost().await;
     }
 
     /// Releases the lock on every server.
@@ -378,8 +368,7 @@ impl MultiGuard {
     /// # Errors
     /// [`Error::NotHeld`] when fewer servers than required (all, or a majority) still held it.
     pub async fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.renewal.stop();
+        self.core.give_back();
         let released = release_everywhere(&self.locks, self.node_timeout).await;
         if released >= self.quorum {
             Ok(())
@@ -391,10 +380,9 @@ impl MultiGuard {
 
 impl Drop for MultiGuard {
     fn drop(&mut self) {
-        if self.released {
+        if !self.core.give_back() {
             return;
         }
-        self.renewal.stop();
         // As a single guard: blocking releases, so no runtime needs to run afterwards.
         for lock in &self.locks {
             lock.release_blocking(lock.owner());

@@ -314,15 +314,12 @@ async fn d4_a_multilock_watchdog_survives_a_killed_connection() {
 
 // ---- the randomized cancellation run ---------------------------------------------------------
 
-#[path = "../../tests/common/rng.rs"]
-mod rng;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_behind() {
     let server = Server::start();
     let seed = rlock_tests_integration::fuzz_seed();
     eprintln!("seed {seed} (replay with RLOCK_FUZZ_SEED={seed})");
-    let mut rng = rng::Rng(seed);
+    let mut rng = rlock_tests_integration::Rng(seed);
     let baseline =
         rlock_tests_integration::info_field(&mut server.conn(), "clients", "connected_clients");
     let client = client(&server).await;

@@ -354,15 +354,12 @@ fn a_waiter_whose_slot_is_served_by_nobody_gets_clusterdown_from_the_sweep() {
     assert!(reply.as_ref().is_err_and(|e| e.starts_with("CLUSTERDOWN")), "{reply:?}");
 }
 
-#[path = "../../tests/common/rng.rs"]
-mod rng;
-
 #[test]
 fn a_random_run_on_braced_and_odd_names_leaves_no_key_in_a_foreign_slot() {
     let cluster = Cluster::start(3);
     let seed = rlock_tests_integration::fuzz_seed();
     eprintln!("seed {seed} (replay with RLOCK_FUZZ_SEED={seed})");
-    let mut rng = rng::Rng(seed);
+    let mut rng = rlock_tests_integration::Rng(seed);
     let mut names: Vec<String> = Vec::new();
     for i in 0..3 {
         let tag = cluster.key_on(i, "t");

@@ -22,10 +22,7 @@ use rlock_tests_integration::{
     blocked_clients, digest, info_field, poll, run, run_checked, Server,
 };
 
-#[path = "../../tests/common/rng.rs"]
-mod rng;
-
-use rng::Rng;
+use rlock_tests_integration::Rng;
 
 const NAMES: [&str; 5] = ["l0", "l1", "{t}:l2", "o{42}", "a}b"];
 const OWNERS: [&str; 3] = ["A", "B", "C"];

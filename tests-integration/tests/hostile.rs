@@ -311,6 +311,16 @@ fn d5_token_is_refused_while_an_allkeys_policy_may_evict_the_counter() {
 
 #[test]
 fn d5_a_token_waiter_is_refused_not_granted_when_the_policy_changed_while_it_waited() {
+    spoiled_token_refuses_the_waiter_and_grants_the_next(
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-random"],
+        "ERR TOKEN refused",
+    );
+}
+
+/// A waiter asking for a token, then one without, queue behind a holder; `spoil` then makes the
+/// token impossible. The release must answer the first with the error (`refused` starts or is
+/// in its text), never a grant, and hand the lock to the second.
+fn spoiled_token_refuses_the_waiter_and_grants_the_next(spoil: &[&str], refused: &str) {
     let server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "job", "h", "30000"]);
@@ -319,10 +329,10 @@ fn d5_a_token_waiter_is_refused_not_granted_when_the_policy_changed_while_it_wai
     wait_blocked(&mut con, 1);
     let w2 = Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w2", "30000", "WAIT", "0"]);
     wait_blocked(&mut con, 2);
-    cmd(&mut con, &["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
+    cmd(&mut con, spoil);
     assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "job", "h"]), Value::Int(1));
     let (r1, _) = w1.reply(LIMIT);
-    assert!(r1.as_ref().is_err_and(|e| e.starts_with("ERR TOKEN refused")), "{r1:?}");
+    assert!(r1.as_ref().is_err_and(|e| e.contains(refused)), "{r1:?}");
     assert_eq!(w2.reply(LIMIT).0, Ok(Value::Nil), "the next waiter gets the lock");
     assert_eq!(hgetall(&mut con, b"job"), vec![(b"w2".to_vec(), b"1".to_vec())]);
 }
@@ -343,20 +353,10 @@ fn d6_a_counter_that_cannot_grow_refuses_before_anything_is_written() {
 
 #[test]
 fn d6_a_hand_off_never_grants_with_an_error_or_a_nil_token() {
-    let server = Server::start();
-    let mut con = server.conn();
-    cmd(&mut con, &["RLOCK.ACQUIRE", "job", "h", "30000"]);
-    let w1 =
-        Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w1", "30000", "WAIT", "0", "TOKEN"]);
-    wait_blocked(&mut con, 1);
-    let w2 = Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w2", "30000", "WAIT", "0"]);
-    wait_blocked(&mut con, 2);
-    cmd(&mut con, &["SET", "redisson_lock_token:{job}", "9223372036854775807"]);
-    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "job", "h"]), Value::Int(1));
-    let (r1, _) = w1.reply(LIMIT);
-    assert!(r1.as_ref().is_err_and(|e| e.contains("cannot grow")), "{r1:?}");
-    assert_eq!(w2.reply(LIMIT).0, Ok(Value::Nil));
-    assert_eq!(hgetall(&mut con, b"job"), vec![(b"w2".to_vec(), b"1".to_vec())]);
+    spoiled_token_refuses_the_waiter_and_grants_the_next(
+        &["SET", "redisson_lock_token:{job}", "9223372036854775807"],
+        "cannot grow",
+    );
 }
 
 // ---- 7. SWAPDB, MOVE, RENAME -----------------------------------------------------------------

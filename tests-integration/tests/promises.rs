@@ -234,5 +234,18 @@ fn command_info_shows_the_flags_and_key_specs() {
             redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut con).expect("DOCS");
         let docs = format!("{docs:?}");
         assert!(docs.contains("summary") && docs.contains("since"), "{name}: {docs}");
+        // The arguments (redis-cli's hints read them): names, option words, optional flags.
+        let arguments: &[&str] = match name {
+            "rlock.acquire" => {
+                &["key", "owner", "lease-ms", "timeout-ms", "WAIT", "TOKEN", "optional"]
+            }
+            "rlock.release" => &["key", "owner", "lease-ms", "REQUEST", "optional"],
+            "rlock.renew" => &["key", "owner", "lease-ms"],
+            _ => &["key"],
+        };
+        assert!(docs.contains("arguments"), "{name}: no arguments in {docs}");
+        for word in arguments {
+            assert!(docs.contains(&format!("\"{word}\"")), "{name}: {word} missing in {docs}");
+        }
     }
 }

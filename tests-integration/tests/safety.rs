@@ -63,10 +63,7 @@ fn a_retried_release_replies_the_first_result_and_never_releases_twice() {
     }
 }
 
-#[path = "../../tests/common/rng.rs"]
-mod rng;
-
-use rng::Rng;
+use rlock_tests_integration::Rng;
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
     let pool: [&[u8]; 24] = [
@@ -96,7 +93,7 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
         b"\xff\xfe",
     ];
     match rng.below(10) {
-        0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+        0 => (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect(),
         1 => vec![b'x'; rng.below(100_000)],
         _ => pool[rng.below(pool.len())].to_vec(),
     }

@@ -109,9 +109,11 @@ fn a_timeout_replies_the_holders_pttl_after_the_timeout() {
     let waited = at - started;
     let Ok(Value::Int(pttl)) = reply else { panic!("{reply:?}") };
     assert!((57_000..=59_100).contains(&pttl), "the holder's remaining lease: {pttl}");
+    // Never early (the server's ms clock may round the start down by under 1 ms); late only by
+    // what a loaded 2-core machine may add (how prompt timeouts are is a benchmark figure).
     assert!(
-        waited >= Duration::from_millis(900) && waited <= Duration::from_millis(1_100),
-        "timed out after {waited:?}, not 1 s ± 10 %"
+        waited >= Duration::from_millis(995) && waited <= Duration::from_secs(3),
+        "timed out after {waited:?}, not after 1 s"
     );
     assert_eq!(holder(&mut con, "l"), held_by("a", 1));
     assert_eq!(blocked_clients(&mut con), 0);

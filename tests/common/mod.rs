@@ -3,8 +3,6 @@
 
 #![allow(dead_code)] // each test file uses part of it
 
-pub mod rng;
-
 use std::collections::BTreeMap;
 
 use rlock::args::Lease;

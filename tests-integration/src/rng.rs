@@ -1,10 +1,10 @@
 //! A small deterministic PRNG (xorshift64*) for fuzz and property tests: seeded, so a failure
-//! can be replayed. Shared with the integration tests (included there by path).
+//! can be replayed. The module's server-free tests use it too.
 
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -13,6 +13,6 @@ impl Rng {
 
     /// A number in `0..n`.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 }
