@@ -132,6 +132,12 @@ impl Request {
         acquire(view, deadline).ok().filter(|plan| plan.reply == Reply::Nil)
     }
 
+    /// The reply of a wait that ends without a grant, the lock's holder having `pttl` ms left.
+    #[must_use]
+    pub const fn not_granted(&self, pttl: i64) -> Reply {
+        busy(pttl, self.token)
+    }
+
     /// Whether a grant of this request excludes every other waiter (a reentrant lock's always
     /// does: the hand-off stops after it without reading the key again).
     #[must_use]

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::Result;
+use crate::error::Result;
 
 /// The core of a guard: its renewal and whether its hold was given back.
 pub(crate) struct GuardCore {

@@ -8,9 +8,11 @@ use redis::RedisError;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Shared};
+use crate::error::{Error, Result};
 use crate::guard::GuardCore;
-use crate::{millis, wait_budget, Error, Remaining, Result, Shared};
+use crate::options::Remaining;
+use crate::options::{millis, wait_budget};
 
 /// The answer to one `RLOCK.ACQUIRE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +153,7 @@ impl Lock {
         &self.name
     }
 
-    pub(crate) fn options(&self) -> &crate::Options {
+    pub(crate) fn options(&self) -> &crate::options::Options {
         &self.shared.options
     }
 

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::client::LockClient;
+use crate::error::{Error, Result};
 use crate::guard::GuardCore;
 use crate::lock::Attempt;
-use crate::{millis, wait_budget, Error, Lock, LockClient, Result};
+use crate::lock::Lock;
+use crate::options::{millis, wait_budget};
 
 /// The same named lock on N independent servers, held on all of them or none (Redisson's
 /// MultiLock). Taking it never holds one lock while waiting for another: when one is busy, the

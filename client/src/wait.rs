@@ -11,8 +11,9 @@ use redis::aio::MultiplexedConnection;
 use redis::RedisError;
 use tokio::sync::oneshot;
 
+use crate::error::{Error, Result};
+use crate::lock::Lock;
 use crate::lock::{redirection, Attempt, MAX_REDIRECTS};
-use crate::{Error, Lock, Result};
 
 /// How long a cancelled wait may take to learn whether it was granted meanwhile.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);

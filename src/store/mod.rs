@@ -13,6 +13,7 @@
 
 pub mod access;
 pub mod derived;
+pub mod waiters;
 
 use std::cell::Cell;
 

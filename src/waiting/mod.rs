@@ -40,16 +40,16 @@ use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
 use crate::store::access::check_publish;
-use crate::store::derived::TokenCounter;
+use crate::store::waiters::{self, Head};
 use crate::store::{self, LockKey};
 
 /// What a blocked waiter is unblocked with; its reply callback turns it into the reply.
 #[derive(Debug)]
 pub enum Outcome {
-    /// It holds the lock: reply nil, or `[1, token]` if it asked for a fencing token.
-    Granted { lock: LockName, owner: Vec<u8>, token: Option<u64> },
-    /// Its budget ran out: reply the holder's remaining lease (`[0, pttl]` with TOKEN).
-    TimedOut { pttl: i64, token: bool },
+    /// It holds the lock as it asked (`request`): reply `reply` (nil, or `[1, token]`).
+    Granted { lock: LockName, request: Request, reply: Reply },
+    /// Its budget ran out: reply `reply` (the holder's remaining lease, or `[0, pttl]`).
+    TimedOut(Reply),
     /// Reply this error.
     Failed(LockError),
     /// Reply this cluster redirection (`MOVED ...`, `ASK ...`, `CLUSTERDOWN ...`).
@@ -172,14 +172,15 @@ pub fn freed(ctx: &Context, name: &RedisString) {
 }
 
 /// Grants the lock to waiters from the head of its queue while its rules allow; returns whether
-/// anyone was granted. Writes and replicates each grant as that client's hold, then unblocks
-/// the client.
+/// anyone was granted. Each grant is written and replicated as that client's hold (by the
+/// store, which knows the lock kind's layout), then the client is unblocked.
 ///
-/// A waiter that asked for a fencing token and cannot get one (the counter is corrupt or full,
-/// or an `allkeys-*` policy is in force) gets that error and the next waiter is tried: nothing
-/// is granted with an error reply. Never writes while writes are paused (timers check first),
-/// on a replica, or on a master that lost its replicas (the waiters stay queued; the replica
-/// check that finds them in sync again settles every lock, see `events::on_cron`).
+/// A waiter that can never be granted as it asked (a fencing token that cannot be issued: the
+/// counter is corrupt or full, or an `allkeys-*` policy is in force) gets that error and the
+/// next waiter is tried: nothing is granted with an error reply. Never writes while writes are
+/// paused (timers check first), on a replica, or on a master that lost its replicas (the
+/// waiters stay queued; the replica check that finds them in sync again settles every lock,
+/// see `events::on_cron`).
 pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
     if !waits_for(ctx, name) || !raw::is_master(ctx) || raw::writes_paused() {
         return false;
@@ -189,73 +190,52 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
     }
     let lock = &lock_name(ctx, name);
     let mut granted = false;
-    let mut checked_slot = false;
+    let mut slot_checked = false;
     loop {
-        let head = with_queues(|q| {
-            q.head(lock.db, &lock.key)
-                .map(|w| (w.id, RedisString::create_from_slice(ctx.get_raw(), &w.request.owner)))
-        });
-        let Some((id, owner)) = head else { return granted };
-        let key = LockKey::open(ctx, name, true);
-        let Ok(view) = key.view(Some(&owner)) else { return granted };
-        let now = raw::now_ms();
-        let plan = with_queues(|q| q.get(id).and_then(|w| w.request.grant(view, now)));
-        let Some(plan) = plan else {
-            // The head cannot be granted yet: look again when the holder's lease ends.
-            if let rules::View::Held { pttl, .. } = view {
-                if pttl >= 0 {
-                    with_queues(|q| q.schedule_lease_check(lock, rules::lease_over_at(now, pttl)));
-                    timers::arm(ctx);
-                }
-            }
+        let Some((id, request)) =
+            with_queues(|q| q.head(lock.db, &lock.key).map(|w| (w.id, w.request.clone())))
+        else {
             return granted;
         };
-        if !checked_slot {
-            checked_slot = true;
+        let grant = match waiters::consider(ctx, name, &request, raw::now_ms()) {
+            Head::Grant(grant) => grant,
+            Head::Wait { recheck_at } => {
+                if let Some(at) = recheck_at {
+                    with_queues(|q| q.schedule_lease_check(lock, at));
+                    timers::arm(ctx);
+                }
+                return granted;
+            }
+            Head::Refuse(e) => {
+                if let Some(waiter) = with_queues(|q| q.remove(id)) {
+                    bump(&STATS.left);
+                    unblock(waiter, Outcome::Failed(e));
+                }
+                continue;
+            }
+        };
+        if !std::mem::replace(&mut slot_checked, true) {
             if let Some(redirect) = cluster::redirect(ctx, &lock.key, false) {
                 // The slot left this node: its waiters must ask the node that has it now.
-                drop(key);
+                drop(grant);
                 cluster::redirect_all(lock, &redirect);
                 return granted;
             }
         }
         let Some(waiter) = with_queues(|q| q.remove(id)) else { return granted };
-        // Everything that can refuse is checked before the grant is written.
-        let token = match waiter.request.token.then(|| next_token(ctx, name)).transpose() {
-            Ok(token) => token,
-            Err(e) => {
-                drop(key);
-                bump(&STATS.left);
-                unblock(waiter, Outcome::Failed(e));
-                continue;
-            }
-        };
-        key.apply(Some(&owner), &plan);
-        drop(key);
-        let token = token.map(|(counter, token)| {
-            counter.store(ctx, token);
-            token
-        });
-        let exclusive = waiter.request.exclusive();
-        let owner = waiter.request.owner.clone();
-        unblock(waiter, Outcome::Granted { lock: lock.clone(), owner, token });
+        let (reply, lease_over_at) = grant.write(ctx);
+        let exclusive = request.exclusive();
+        unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply });
         bump(&STATS.handoffs);
         granted = true;
-        if let Some(deadline) = plan.expire_at {
-            with_queues(|q| q.schedule_lease_check(lock, deadline.over_at()));
+        if let Some(at) = lease_over_at {
+            with_queues(|q| q.schedule_lease_check(lock, at));
             timers::arm(ctx);
         }
         if exclusive {
             return true;
         }
     }
-}
-
-/// The counter and the next token of a grant made by a hand-off, checked, nothing written.
-fn next_token(ctx: &Context, name: &RedisString) -> Result<(TokenCounter, u64), LockError> {
-    let counter = TokenCounter::for_grant(ctx, name)?;
-    let token = counter.next(ctx)?;
-    Ok((counter, token))
 }
 
 /// Releases one hold of `owner` on the lock `name`: the rules of `RLOCK.RELEASE`, with the
@@ -281,18 +261,6 @@ pub fn release_hold(
     Ok(plan.reply)
 }
 
-/// What a wait that ends without a grant replies, read in the context's selected database: the
-/// holder's remaining lease (-1: no expiry), as a busy `RLOCK.ACQUIRE`; 0 when nobody holds it
-/// at this instant but it could not be granted (writes paused): retry at once; `WRONGTYPE` when
-/// the key now holds something else.
-fn holder_pttl(ctx: &Context, lock: &LockName) -> Result<i64, LockError> {
-    let name = RedisString::create_from_slice(ctx.get_raw(), &lock.key);
-    match LockKey::open(ctx, &name, false).view(None)? {
-        rules::View::Held { pttl, .. } => Ok(pttl),
-        rules::View::Free => Ok(0),
-    }
-}
-
 /// The blocked-client callbacks of `RLOCK.ACQUIRE ... WAIT` (see [`BlockHandler`]).
 pub struct Waiting;
 
@@ -301,8 +269,7 @@ impl BlockHandler for Waiting {
 
     fn reply(ctx: &Context, outcome: Option<&Outcome>) {
         let reply = match outcome {
-            Some(Outcome::Granted { token, .. }) => Ok(rules::granted(*token)),
-            Some(Outcome::TimedOut { pttl, token }) => Ok(rules::busy(*pttl, *token)),
+            Some(Outcome::Granted { reply, .. } | Outcome::TimedOut(reply)) => Ok(*reply),
             Some(Outcome::Failed(e)) => Err((*e).into()),
             Some(Outcome::Redirect(e)) => Err(redis_module::RedisError::String(e.clone())),
             None => Err(LockError::Internal.into()),
@@ -318,9 +285,8 @@ impl BlockHandler for Waiting {
         bump(&STATS.left);
         timers::arm(ctx);
         // The context is the waiter's own client, whose database is the lock's.
-        let reply = holder_pttl(ctx, &waiter.lock)
-            .map(|pttl| store::to_value(rules::busy(pttl, waiter.request.token)));
-        ctx.reply(reply.map_err(Into::into));
+        let reply = waiters::not_granted(ctx, &waiter.lock.key, &waiter.request);
+        ctx.reply(reply.map(store::to_value).map_err(Into::into));
         // Redis unblocks the client itself after this callback; this frees our handle.
         raw::unblock_client::<Self>(bc, None);
     }
@@ -333,9 +299,9 @@ impl BlockHandler for Waiting {
             return;
         }
         // Granted, but gone before its reply: the hold must not stay with a client that is gone.
-        if let Some(Outcome::Granted { lock, owner, .. }) = outcome {
+        if let Some(Outcome::Granted { lock, request, .. }) = outcome {
             bump(&STATS.rollbacks);
-            timers::defer(ctx, |d| d.rollback.push((lock.clone(), owner.clone())));
+            timers::defer(ctx, |d| d.rollback.push((lock.clone(), request.clone())));
         }
     }
 }

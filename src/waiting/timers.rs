@@ -9,11 +9,12 @@ use std::time::Duration;
 use redis_module::raw::RedisModuleTimerID;
 use redis_module::{Context, RedisString};
 
-use super::{bump, holder_pttl, release_hold, settle, unblock, with_queues, Outcome, STATS};
+use super::{bump, release_hold, settle, unblock, with_queues, Outcome, STATS};
 use crate::error::LockError;
 use crate::queue::{Event, LockName, WaiterId};
 use crate::raw;
-use crate::store;
+use crate::rules::Request;
+use crate::store::{self, waiters};
 
 thread_local! {
     /// The armed schedule timer: when it fires, and its id.
@@ -29,8 +30,8 @@ pub struct Deferred {
     pub settle: Vec<LockName>,
     /// Every lock with waiters (after a flush, a `SWAPDB`, replicas back in sync).
     pub settle_all: bool,
-    /// Holds granted to clients that left before their reply: release them.
-    pub rollback: Vec<(LockName, Vec<u8>)>,
+    /// Grants to clients that left before their reply: undo them.
+    pub rollback: Vec<(LockName, Request)>,
 }
 
 /// Queues work for the 0 ms timer, arming it if needed.
@@ -58,8 +59,8 @@ fn run_deferred(ctx: &Context, (): ()) {
     }
     store::module_work(ctx, || {
         let work = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-        for (lock, owner) in &work.rollback {
-            release_one(ctx, lock, owner);
+        for (lock, request) in &work.rollback {
+            undo_grant(ctx, lock, request);
         }
         let mut locks = work.settle;
         if work.settle_all {
@@ -143,8 +144,8 @@ fn time_out(ctx: &Context, id: WaiterId, paused: bool) {
     };
     bump(&STATS.timeouts);
     let outcome = if raw::select_db(ctx, lock.db) {
-        match holder_pttl(ctx, &lock) {
-            Ok(pttl) => Outcome::TimedOut { pttl, token: waiter.request.token },
+        match waiters::not_granted(ctx, &lock.key, &waiter.request) {
+            Ok(reply) => Outcome::TimedOut(reply),
             Err(e) => Outcome::Failed(e),
         }
     } else {
@@ -165,10 +166,11 @@ fn settle_lock(ctx: &Context, lock: &LockName) {
     }
 }
 
-/// Releases one hold of `owner` (a grant whose client left), handing off if that frees it.
-fn release_one(ctx: &Context, lock: &LockName, owner: &[u8]) {
+/// Undoes a grant whose client left before its reply: releases the hold it was granted (as
+/// `RLOCK.RELEASE` would), handing off if that frees the lock.
+fn undo_grant(ctx: &Context, lock: &LockName, request: &Request) {
     let Some(name) = open_db(ctx, lock) else { return };
-    let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
+    let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
     if let Err(e) = release_hold(ctx, &name, &owner, None) {
         ctx.log_warning(&format!("rlock: could not release a grant whose client left: {e}"));
     }

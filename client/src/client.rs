@@ -1,0 +1,176 @@
+//! [`LockClient`]: a connection to one server, a Sentinel group or a cluster, handing out locks.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{IntoConnectionInfo, RedisError};
+
+use crate::conn::{Conn, Shared, Target};
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::options::Options;
+
+/// A connection to a Redis server with the rlock module, from which [`Lock`] handles are made.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct LockClient {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient").field("id", &self.shared.id).finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// Connects to `url` (e.g. `redis://127.0.0.1:6390/`) with default [`Options`].
+    ///
+    /// # Errors
+    /// When the URL is invalid or the server cannot be reached; [`Error::NoModule`] when the
+    /// server has no rlock module.
+    pub async fn open<T: IntoConnectionInfo>(url: T) -> Result<Self> {
+        Self::with_options(redis::Client::open(url)?, Options::default()).await
+    }
+
+    /// Uses an existing `redis::Client`, with default [`Options`].
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub async fn new(client: redis::Client) -> Result<Self> {
+        Self::with_options(client, Options::default()).await
+    }
+
+    /// Uses an existing `redis::Client` with the given options.
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub async fn with_options(client: redis::Client, options: Options) -> Result<Self> {
+        // The shared connection also runs `WAIT` for replica acknowledgements: give it room.
+        let mut config = redis::aio::ConnectionManagerConfig::new();
+        if let Some(timeout) = options.response_timeout() {
+            config = config.set_response_timeout(Some(timeout));
+        }
+        let mut conn = Conn::Single(client.get_connection_manager_with_config(config).await?);
+        check_module(&mut conn).await?;
+        Ok(Self::from_parts(Target::Single(client), conn, options))
+    }
+
+    /// Connects to a Redis Cluster (every node with the module) through `nodes` (one or more of
+    /// its nodes), with the given options. Commands route by the lock's hash slot; a
+    /// server-side wait runs on a connection to the node serving the lock, following MOVED and
+    /// ASK when the slot moves.
+    ///
+    /// # Errors
+    /// When the addresses are invalid or the cluster cannot be reached.
+    pub async fn cluster<T: IntoConnectionInfo>(nodes: Vec<T>, options: Options) -> Result<Self> {
+        let infos = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<redis::RedisResult<Vec<_>>>()?;
+        let Some(template) = infos.first().cloned() else {
+            return Err(Error::Redis(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a cluster needs at least one node address",
+            ))));
+        };
+        let mut builder = redis::cluster::ClusterClient::builder(infos);
+        if let Some(timeout) = options.response_timeout() {
+            builder = builder.response_timeout(timeout);
+        }
+        let mut conn = Conn::Cluster(builder.build()?.get_async_connection().await?);
+        check_module(&mut conn).await?;
+        Ok(Self::from_parts(Target::Cluster(template), conn, options))
+    }
+
+    /// Connects to the master that the Sentinels at `sentinels` name for `master_name` (as
+    /// configured with `sentinel monitor <master_name> ...`), with the given options.
+    /// `master` holds the settings of master connections (database, user, password); its
+    /// address is ignored.
+    ///
+    /// The master's address is asked of the Sentinels (in the order given) and checked with
+    /// `ROLE`. After a connection error, a timeout, or a `READONLY` / `NOREPLICAS` reply (a
+    /// demoted master, or one that lost its replicas and grants nothing), the next command asks
+    /// the Sentinels again instead of retrying the old address. Waits, releases and renewals
+    /// all go to the master known at the time.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), rlock_client::Error> {
+    /// use rlock_client::{LockClient, Options};
+    /// let client = LockClient::sentinel(
+    ///     vec!["redis://127.0.0.1:26379/", "redis://127.0.0.1:26380/"],
+    ///     "mymaster",
+    ///     "redis://127.0.0.1/",
+    ///     Options::default(),
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// When the addresses are invalid or no Sentinel names a reachable master;
+    /// [`Error::NoModule`] when the master has no rlock module.
+    pub async fn sentinel<T: IntoConnectionInfo, M: IntoConnectionInfo>(
+        sentinels: Vec<T>,
+        master_name: &str,
+        master: M,
+        options: Options,
+    ) -> Result<Self> {
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<redis::RedisResult<Vec<_>>>()?;
+        let response_timeout = options.response_timeout().unwrap_or(Duration::from_millis(500));
+        let sentinel = Arc::new(crate::conn::Sentinel::new(
+            sentinels,
+            master_name.to_owned(),
+            master.into_connection_info()?,
+            response_timeout,
+        ));
+        let mut conn = Conn::Sentinel(Arc::clone(&sentinel));
+        check_module(&mut conn).await?;
+        Ok(Self::from_parts(Target::Sentinel(sentinel), conn, options))
+    }
+
+    fn from_parts(target: Target, conn: Conn, options: Options) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                target,
+                conn,
+                id: uuid::Uuid::new_v4().to_string(),
+                next_handle: AtomicU64::new(1),
+                options,
+            }),
+        }
+    }
+
+    /// This client's process-unique id (a UUID v4), the prefix of its owner ids.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// A handle on the lock `name`, with a new owner id. Re-entry is per handle.
+    #[must_use]
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.lock_as(name, format!("{}:{n}", self.shared.id))
+    }
+
+    /// A handle with a given owner id (the same owner on several servers, for RedLock).
+    pub(crate) fn lock_as(&self, name: impl AsRef<[u8]>, owner: String) -> Lock {
+        Lock::new(Arc::clone(&self.shared), name.as_ref().into(), owner.into())
+    }
+}
+
+/// Fails with [`Error::NoModule`] unless the server knows `RLOCK.ACQUIRE`.
+async fn check_module(conn: &mut Conn) -> Result<()> {
+    let info: Vec<redis::Value> =
+        redis::cmd("COMMAND").arg("INFO").arg("rlock.acquire").query_async(conn).await?;
+    match info.first() {
+        Some(redis::Value::Array(_)) => Ok(()),
+        _ => Err(Error::NoModule),
+    }
+}

@@ -1,0 +1,79 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+use redis::RedisError;
+
+/// Errors of lock operations.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock was not held by this owner (released by someone else, or its lease ran out).
+    NotHeld,
+    /// The wait budget ran out before the lock could be taken.
+    TimedOut,
+    /// The lock was taken, but fewer replicas than [`Options::replica_ack`] asks for
+    /// acknowledged it in time; it was released again.
+    NotReplicated {
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that acknowledged.
+        acknowledged: u32,
+    },
+    /// The lock was taken, but its grant was not written to the AOF (fsynced) of the master
+    /// and/or of as many replicas as [`Options::aof_ack`] asks for in time; it was released
+    /// again.
+    NotPersisted {
+        /// Whether the master's own fsync was asked for, and whether it happened.
+        local: (bool, bool),
+        /// Replicas asked for, and replicas that fsynced the grant.
+        replicas: (u32, u32),
+    },
+    /// The server does not have the rlock module loaded (checked when the client opens).
+    NoModule,
+    /// Redis (or the connection to it) failed.
+    Redis(RedisError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotHeld => f.write_str("the lock is not held by this owner"),
+            Self::TimedOut => f.write_str("timed out waiting for the lock"),
+            Self::NotReplicated { wanted, acknowledged } => write!(
+                f,
+                "the lock reached {acknowledged} replica(s) of the {wanted} required; released"
+            ),
+            Self::NotPersisted { local, replicas } => write!(
+                f,
+                "the lock's grant was fsynced to the AOF of {} replica(s) of the {} required{}; released",
+                replicas.1,
+                replicas.0,
+                match local {
+                    (true, false) => " and not on the master",
+                    _ => "",
+                }
+            ),
+            Self::NoModule => f.write_str("the server does not have the rlock module loaded"),
+            Self::Redis(e) => write!(f, "redis error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(e: RedisError) -> Self {
+        Self::Redis(e)
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
