@@ -355,14 +355,21 @@ async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_b
             }
         }
     }
-    // Everything cancelled, released or dropped: nothing held, nobody waiting, no connection left.
+    // Everything cancelled, released or dropped: nothing held, nobody waiting, no connection
+    // left. A cancelled attempt whose command reached the server late may hold the lock for a
+    // moment until its undo releases it (within a few seconds); a leak holds it for its whole
+    // 30 s lease, past this bound.
     let until = std::time::Instant::now() + LIMIT;
-    while !holders(&server, "l").is_empty() {
-        let pttl: i64 = redis::cmd("PTTL").arg("l").query(&mut server.conn()).expect("PTTL");
+    let checker = client.lock("l");
+    loop {
+        let held = holders(&server, "l");
+        let remaining = checker.remaining_lease().await.expect("pttl");
+        if held.is_empty() && remaining == Remaining::NotLocked {
+            break;
+        }
         assert!(
             std::time::Instant::now() < until,
-            "seed {seed}: still held by {:?} (pttl {pttl}); handles {:?}",
-            holders(&server, "l"),
+            "seed {seed}: still held by {held:?} ({remaining:?}); handles {:?}",
             handles.iter().map(|h| h.owner().to_owned()).collect::<Vec<_>>()
         );
         sleep(Duration::from_millis(5)).await;
@@ -373,6 +380,4 @@ async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_b
         let now = rlock_tests_integration::info_field(&mut con, "clients", "connected_clients");
         (now <= baseline + 1).then_some(())
     });
-    let remaining = client.lock("l").remaining_lease().await.expect("pttl");
-    assert_eq!(remaining, Remaining::NotLocked);
 }
