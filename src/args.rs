@@ -51,6 +51,32 @@ pub const WAIT: &[u8] = b"WAIT";
 pub const TOKEN: &[u8] = b"TOKEN";
 /// Option word of `RLOCK.RELEASE`: `REQUEST id`.
 pub const REQUEST: &[u8] = b"REQUEST";
+/// The mode words of `RWLOCK.*`.
+pub const READ: &[u8] = b"READ";
+pub const WRITE: &[u8] = b"WRITE";
+
+/// A read-write lock's mode, and what an `RWLOCK.*` operation concerns (`READ` or `WRITE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    Write,
+}
+
+impl Mode {
+    /// Reads `READ` or `WRITE` (any case).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidMode`] for anything else.
+    pub fn parse(bytes: &[u8]) -> Result<Self, LockError> {
+        if bytes.eq_ignore_ascii_case(READ) {
+            Ok(Self::Read)
+        } else if bytes.eq_ignore_ascii_case(WRITE) {
+            Ok(Self::Write)
+        } else {
+            Err(LockError::InvalidMode)
+        }
+    }
+}
 
 /// How long `RLOCK.ACQUIRE ... WAIT` may block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +203,18 @@ impl<'a, A: Arg> Parser<'a, A> {
         is_word
     }
 
+    /// `REQUEST id`, if next.
+    fn request(&mut self) -> Result<Option<&'a A>, LockError> {
+        if !self.option(REQUEST) {
+            return Ok(None);
+        }
+        let id = self.take().ok_or(LockError::InvalidRequest)?;
+        if id.bytes().is_empty() {
+            return Err(LockError::InvalidRequest);
+        }
+        Ok(Some(id))
+    }
+
     fn optional_lease(&mut self) -> Result<Option<Lease>, LockError> {
         self.take().map(|a| Lease::parse(a.bytes())).transpose()
     }
@@ -242,17 +280,68 @@ impl<'a, A: Arg> Release<'a, A> {
         let mut p = Parser::new(args, 3)?;
         let (key, owner) = (p.required()?, p.owner()?);
         let lease = if p.peek_is(REQUEST) { None } else { p.optional_lease()? };
-        let request = if p.option(REQUEST) {
-            let id = p.take().ok_or(LockError::InvalidRequest)?;
-            if id.bytes().is_empty() {
-                return Err(LockError::InvalidRequest);
-            }
-            Some(id)
-        } else {
-            None
-        };
+        let request = p.request()?;
         p.finish()?;
         Ok(Self { key, owner, lease, request })
+    }
+}
+
+/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN]`
+#[derive(Debug)]
+pub struct RwAcquire<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub mode: Mode,
+    pub lease: Lease,
+    pub wait: Option<WaitFor>,
+    /// `TOKEN` (WRITE only): a grant also yields a fencing token.
+    pub token: bool,
+}
+
+impl<'a, A: Arg> RwAcquire<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner, bad mode, lease or timeout, `TOKEN` with `READ`, or a leftover
+    /// argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 5)?;
+        let (key, owner) = (p.required()?, p.owner()?);
+        let mode = Mode::parse(p.required()?.bytes())?;
+        let lease = p.lease()?;
+        let (mut wait, mut token) = (None, false);
+        loop {
+            if wait.is_none() && p.option(WAIT) {
+                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
+                wait = Some(WaitFor::parse(timeout.bytes())?);
+            } else if !token && mode == Mode::Write && p.option(TOKEN) {
+                token = true;
+            } else {
+                break;
+            }
+        }
+        p.finish()?;
+        Ok(Self { key, owner, mode, lease, wait, token })
+    }
+}
+
+/// `RWLOCK.RELEASE key owner READ|WRITE [REQUEST id]`
+#[derive(Debug)]
+pub struct RwRelease<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub mode: Mode,
+    pub request: Option<&'a A>,
+}
+
+impl<'a, A: Arg> RwRelease<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner or request id, bad mode, or a leftover argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 4)?;
+        let (key, owner) = (p.required()?, p.owner()?);
+        let mode = Mode::parse(p.required()?.bytes())?;
+        let request = p.request()?;
+        p.finish()?;
+        Ok(Self { key, owner, mode, request })
     }
 }
 

@@ -52,6 +52,19 @@ pub enum LockError {
     NoPermChannel,
     /// The key is a hash but not a reentrant lock (`RLOCK.INFO` needs exactly one owner field).
     NotALock,
+    /// `RLOCK.*` on a read-write lock's hash (it has a `mode` field).
+    NotAReentrantLock,
+    /// `RWLOCK.*` on a hash without `mode` (a reentrant lock).
+    NotAnRwLock,
+    /// A read-write lock owner that would read as another field of its hash.
+    ReservedOwner,
+    /// `RWLOCK.ACQUIRE ... WRITE ... WAIT` by an owner that holds only read: it would wait for
+    /// itself.
+    Upgrade,
+    /// `READ|WRITE` missing or misspelled.
+    InvalidMode,
+    /// The caller's ACL user may not write the read-write lock's read hold keys.
+    NoPermHold,
     /// This master had replicas and too few are in sync now: it may have been replaced by a
     /// promoted replica, so it grants nothing (retry on the current master).
     NoReplicas,
@@ -103,10 +116,26 @@ impl LockError {
                 "NOPERM this user has no permissions to access the lock's unlock latch key (redisson_unlock_latch:...)"
             }
             Self::NoPermChannel => {
-                "NOPERM this user has no permissions to publish on the lock's unlock channel (redisson_lock__channel:...)"
+                "NOPERM this user has no permissions to publish on the lock's unlock channel (redisson_lock__channel:... or redisson_rwlock:...)"
             }
             Self::NotALock => {
                 "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"
+            }
+            Self::NotAReentrantLock => {
+                "WRONGTYPE the key holds a read-write lock, not a reentrant lock: use RWLOCK.*"
+            }
+            Self::NotAnRwLock => {
+                "WRONGTYPE the key holds a reentrant lock, not a read-write lock: use RLOCK.*"
+            }
+            Self::ReservedOwner => {
+                "ERR owner must not be 'mode' or end in ':write' (they name other fields of the read-write lock)"
+            }
+            Self::Upgrade => {
+                "ERR upgrade refused: this owner holds the read lock and asks for the write lock, which would wait for itself; release its read holds first"
+            }
+            Self::InvalidMode => "ERR mode must be READ or WRITE",
+            Self::NoPermHold => {
+                "NOPERM this user has no permissions to access the read-write lock's read hold keys ({name}:<owner>:rwlock_timeout:<i>)"
             }
             Self::NoReplicas => {
                 "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"

@@ -9,18 +9,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::server_events::{FlushSubevent, LoadingSubevent, ServerRole};
 use redis_module::{Context, InfoContext, NotifyEvent, RedisResult};
 
+use crate::names::HOLD_INFIX;
 use crate::queue::LockName;
 use crate::raw::{self, events::ServerEvents};
 use crate::replicas;
 use crate::waiting::{self, timers::defer, STATS};
 
 /// Keyspace events (in the `redis_module!` table): a lock with waiters that was deleted,
-/// expired or evicted is handed off on a 0 ms timer.
+/// expired or evicted is handed off on a 0 ms timer; a read-write lock whose read hold another
+/// client created is checked when that hold ends.
 pub fn on_keyspace_event(ctx: &Context, _event: NotifyEvent, name: &str, key: &[u8]) {
     let db = raw::selected_db(ctx);
     keep_the_clients_database(ctx, name, db);
     // The module's own notifications (its writes hand off themselves) are not news.
-    if raw::notifying() || !waiting::anyone_waits() {
+    if raw::notifying() {
+        return;
+    }
+    // Another client (a Redisson reader) gave a read hold a lease: its read-write lock is looked
+    // at, so the hold is reaped when it ends.
+    if name == "expire" && key.windows(HOLD_INFIX.len()).any(|w| w == HOLD_INFIX) {
+        defer(ctx, |d| d.read_holds.push(LockName { db, key: key.to_vec() }));
+    }
+    if !waiting::anyone_waits() {
         return;
     }
     // Counted as waiting when the queues are in use: this event fired inside the module's own
@@ -138,6 +148,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("timeouts", get(&STATS.timeouts).to_string())?
         .field("left_while_waiting", get(&STATS.left).to_string())?
         .field("grants_rolled_back", get(&STATS.rollbacks).to_string())?
+        .field("dead_reader_reaps", get(&STATS.reaps).to_string())?
         .field("timers_armed", waiting::timers_armed().to_string())?
         .build_section()?
         .add_section("replicas")

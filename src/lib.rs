@@ -35,6 +35,7 @@ pub mod queue;
 pub mod raw;
 pub mod replicas;
 pub mod rules;
+pub mod rw_rules;
 pub mod server;
 pub mod store;
 pub mod waiting;
@@ -162,6 +163,16 @@ macro_rules! rlock_module {
 const KEY: ArgDoc = ArgDoc::new(c"key", ArgType::Key);
 const OWNER: ArgDoc = ArgDoc::new(c"owner", ArgType::String);
 const LEASE: ArgDoc = ArgDoc::new(c"lease-ms", ArgType::Integer);
+const MODE: ArgDoc = ArgDoc::one_of(
+    c"mode",
+    &[
+        ArgDoc::new(c"read", ArgType::PureToken).token(c"READ"),
+        ArgDoc::new(c"write", ArgType::PureToken).token(c"WRITE"),
+    ],
+);
+const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
+const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
+const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
 
 rlock_module! {
     commands: [
@@ -169,14 +180,11 @@ rlock_module! {
         ["rlock.acquire", commands::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
             "Acquires or re-enters a reentrant lock; replies nil, or the holder's remaining lease in ms",
-            &[KEY, OWNER, LEASE,
-              ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional(),
-              ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional()]],
+            &[KEY, OWNER, LEASE, WAIT, TOKEN]],
         ["rlock.release", commands::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
             "Releases one hold; 1: freed (and published), 0: still held, nil: not the holder",
-            &[KEY, OWNER, LEASE.optional(),
-              ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional()]],
+            &[KEY, OWNER, LEASE.optional(), REQUEST]],
         ["rlock.renew", commands::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, -4,
             "Resets the lease of a lock the owner holds; 1: renewed, 0: not held",
@@ -192,6 +200,26 @@ rlock_module! {
         ["rlock.info", commands::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
             "The lock's owner, hold count, remaining lease and number of waiters; nil if free",
+            &[KEY]],
+        ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
+            KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
+            "Acquires or re-enters a read-write lock's read or write hold; replies nil, or the remaining lease in ms",
+            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN]],
+        ["rwlock.release", commands::rw::release, "write",
+            KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
+            "Releases one read or write hold; 1: freed (or write hold ended), 0: still held, nil: no such hold",
+            &[KEY, OWNER, MODE, REQUEST]],
+        ["rwlock.renew", commands::rw::renew, "write deny-oom",
+            KEY_RW | KEY_UPDATE, 4,
+            "Resets the lease of every hold of the owner; 1: renewed, 0: holds nothing",
+            &[KEY, OWNER, LEASE]],
+        ["rwlock.forcerelease", commands::rw::force_release, "write",
+            KEY_RW | KEY_DELETE, 2,
+            "Deletes a read-write lock whoever holds it and publishes its release",
+            &[KEY]],
+        ["rwlock.info", commands::rw::info, "readonly fast",
+            KEY_RO | KEY_ACCESS, 2,
+            "Mode, writer, readers, holds, remaining lease and waiters of a read-write lock; nil if free",
             &[KEY]],
     ],
     // A lock with waiters that is deleted, expires or is evicted is handed off to its head.

@@ -16,6 +16,14 @@ pub const CHANNEL: &[u8] = b"redisson_lock__channel";
 pub const TOKEN: &[u8] = b"redisson_lock_token";
 /// Redisson's unlock latch (idempotent release): `redisson_unlock_latch:{<name>}:<request id>`.
 pub const LATCH: &[u8] = b"redisson_unlock_latch";
+/// Redisson's read-write lock channel: `redisson_rwlock:{<name>}` (`0` read, `1` write unlock).
+pub const RW_CHANNEL: &[u8] = b"redisson_rwlock";
+/// The hash field of a read-write lock's mode (`read` or `write`).
+pub const MODE_FIELD: &[u8] = b"mode";
+/// What a write hold's field adds to its owner: `<owner>:write`.
+pub const WRITE_SUFFIX: &[u8] = b":write";
+/// What sits between an owner and a read hold's index in the hold's key name.
+pub const HOLD_INFIX: &[u8] = b":rwlock_timeout:";
 
 /// `prefix:{name}`, or `prefix:name` when `name` contains `{` (Redisson's `prefixName`).
 #[must_use]
@@ -55,6 +63,68 @@ pub fn latch(name: &[u8], id: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `{name}:suffix`, or `name:suffix` when `name` contains `{` (Redisson's `suffixName`).
+#[must_use]
+pub fn suffixed(name: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let braced = name.contains(&b'{');
+    let mut out = Vec::with_capacity(name.len() + suffix.len() + 3);
+    if !braced {
+        out.push(b'{');
+    }
+    out.extend_from_slice(name);
+    if !braced {
+        out.push(b'}');
+    }
+    out.push(b':');
+    out.extend_from_slice(suffix);
+    out
+}
+
+/// The read-write lock channel of the lock `name`.
+#[must_use]
+pub fn rw_channel(name: &[u8]) -> Vec<u8> {
+    prefixed(RW_CHANNEL, name)
+}
+
+/// The hash field of `owner`'s write hold: `<owner>:write`.
+#[must_use]
+pub fn write_field(owner: &[u8]) -> Vec<u8> {
+    [owner, WRITE_SUFFIX].concat()
+}
+
+/// The key of `owner`'s read hold number `index` (1-based) on the read-write lock `name`:
+/// `{name}:<owner>:rwlock_timeout:<index>` (Redisson's per-hold lease key).
+#[must_use]
+pub fn read_hold(name: &[u8], owner: &[u8], index: u64) -> Vec<u8> {
+    let index = index.to_string();
+    suffixed(name, &[owner, HOLD_INFIX, index.as_bytes()].concat())
+}
+
+/// The lock names a read hold's key may belong to (`read_hold`'s inverse; an owner may contain
+/// `:` and braces, so there can be several), with the owner and index of each reading.
+#[must_use]
+pub fn read_hold_owners(hold: &[u8]) -> Vec<(Vec<u8>, Vec<u8>, u64)> {
+    let Some(at) = hold.windows(HOLD_INFIX.len()).rposition(|w| w == HOLD_INFIX) else {
+        return Vec::new();
+    };
+    let Some(index) = crate::args::parse_positive(&hold[at + HOLD_INFIX.len()..]) else {
+        return Vec::new();
+    };
+    let head = &hold[..at];
+    let mut found = Vec::new();
+    for (i, _) in head.iter().enumerate().filter(|&(_, &b)| b == b':') {
+        let (prefix, owner) = (&head[..i], &head[i + 1..]);
+        // `{name}` for a name without braces, or the name itself when it has one.
+        let inner = prefix.strip_prefix(b"{").and_then(|p| p.strip_suffix(b"}"));
+        for name in inner.into_iter().chain(Some(prefix)) {
+            if !owner.is_empty() && read_hold(name, owner, index) == hold {
+                found.push((name.to_vec(), owner.to_vec(), index));
+            }
+        }
+    }
+    found
+}
+
 /// Whether `derived` lives in the same cluster hash slot as the lock `name`.
 #[must_use]
 pub fn same_slot(name: &[u8], derived: &[u8]) -> bool {
@@ -80,6 +150,33 @@ mod tests {
             assert!(same_slot(name, &token(name)), "{name:?}");
             assert!(same_slot(name, &latch(name, b"{id}")), "{name:?}");
         }
+    }
+
+    #[test]
+    fn read_write_names_follow_redissons_rules() {
+        assert_eq!(rw_channel(b"orders"), b"redisson_rwlock:{orders}");
+        assert_eq!(rw_channel(b"app{7}:orders"), b"redisson_rwlock:app{7}:orders");
+        assert_eq!(suffixed(b"orders", b"timeout"), b"{orders}:timeout");
+        assert_eq!(suffixed(b"app{7}:orders", b"timeout"), b"app{7}:orders:timeout");
+        assert_eq!(read_hold(b"orders", b"c1:7", 2), b"{orders}:c1:7:rwlock_timeout:2");
+        assert_eq!(read_hold(b"a{7}", b"c1:7", 1), b"a{7}:c1:7:rwlock_timeout:1");
+        assert_eq!(write_field(b"c1:7"), b"c1:7:write");
+        for name in [&b"orders"[..], b"app{7}:orders", b"{x}"] {
+            assert!(same_slot(name, &read_hold(name, b"o:{1}", 3)), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn a_read_holds_key_names_its_lock_owner_and_index() {
+        for (name, owner) in
+            [(&b"orders"[..], &b"c1:7"[..]), (b"app{7}:x", b"u:9"), (b"n", b"a:b:c")]
+        {
+            let hold = read_hold(name, owner, 12);
+            let found = read_hold_owners(&hold);
+            assert!(found.contains(&(name.to_vec(), owner.to_vec(), 12)), "{hold:?}: {found:?}");
+        }
+        assert!(read_hold_owners(b"{orders}:c1:7:rwlock_timeout:x").is_empty());
+        assert!(read_hold_owners(b"plain-key").is_empty());
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub enum Event {
     Timeout(WaiterId),
     /// A lock with waiters reaches its holder's lease deadline: see whether it expired.
     LeaseCheck(LockName),
+    /// A lock's own check, waiters or not (a read-write lock whose read hold ends: its reader
+    /// may have to leave).
+    Check(LockName),
 }
 
 /// A position in the schedule: (time in Unix ms, sequence number for ties).
@@ -63,6 +66,8 @@ pub struct Queues<H, R> {
     waiters: HashMap<WaiterId, Waiter<H, R>>,
     by_handle: HashMap<H, WaiterId>,
     schedule: BTreeMap<Slot, Event>,
+    /// Each lock's own check (`Event::Check`), waiters or not.
+    checks: HashMap<LockName, Slot>,
     next_id: WaiterId,
     next_seq: u64,
 }
@@ -74,6 +79,7 @@ impl<H, R> Default for Queues<H, R> {
             waiters: HashMap::new(),
             by_handle: HashMap::new(),
             schedule: BTreeMap::new(),
+            checks: HashMap::new(),
             next_id: 1,
             next_seq: 0,
         }
@@ -105,6 +111,14 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     #[must_use]
     pub fn waiting(&self, db: i32, key: &[u8]) -> usize {
         self.queue(db, key).map_or(0, |q| q.live)
+    }
+
+    /// How many clients wait for the lock `key` of database `db` with a request `matching`.
+    #[must_use]
+    pub fn waiting_for(&self, db: i32, key: &[u8], matching: impl Fn(&R) -> bool) -> usize {
+        let Some(queue) = self.queue(db, key) else { return 0 };
+        let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
+        waiters.filter(|w| matching(&w.request)).count()
     }
 
     /// How many clients wait, over all locks.
@@ -197,6 +211,25 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         }
     }
 
+    /// Schedules `lock`'s own check at `at` (Unix ms), whether anyone waits for it or not; an
+    /// earlier check already scheduled stays (it schedules the next one itself).
+    pub fn schedule_check(&mut self, lock: &LockName, at: i64) {
+        if self.checks.get(lock).is_some_and(|&(when, _)| when <= at) {
+            return;
+        }
+        if let Some(slot) = self.checks.remove(lock) {
+            self.schedule.remove(&slot);
+        }
+        let slot = self.add_event(at, Event::Check(lock.clone()));
+        self.checks.insert(lock.clone(), slot);
+    }
+
+    /// How many locks have a check scheduled.
+    #[must_use]
+    pub fn checks(&self) -> usize {
+        self.checks.len()
+    }
+
     /// The time of the earliest scheduled event.
     #[must_use]
     pub fn next_due(&self) -> Option<i64> {
@@ -217,6 +250,9 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
                 if let Some(q) = self.by_db.get_mut(&lock.db).and_then(|q| q.get_mut(&lock.key)) {
                     q.lease_check = None;
                 }
+            }
+            Event::Check(lock) => {
+                self.checks.remove(lock);
             }
         }
         Some(event)

@@ -6,7 +6,7 @@
 //! The rules are Redisson's reentrant lock (see the README's "How it maps to Redisson"):
 //! a lock is a hash `owner -> hold count` whose key expiry is the lease.
 
-use crate::args::Lease;
+use crate::args::{Lease, Mode};
 use crate::error::LockError;
 
 /// An absolute lease deadline: Unix time in milliseconds, as `PEXPIREAT` takes it.
@@ -27,6 +27,12 @@ impl Deadline {
             .and_then(|ms| now_ms.checked_add(ms))
             .map(Self)
             .ok_or(LockError::LeaseTooLarge)
+    }
+
+    /// The deadline at Unix ms `unix_ms`.
+    #[must_use]
+    pub const fn at(unix_ms: i64) -> Self {
+        Self(unix_ms)
     }
 
     /// The deadline as Unix milliseconds.
@@ -110,11 +116,20 @@ pub const fn remembered(reply: Reply) -> Option<i64> {
     }
 }
 
-/// What a waiter asks for, kept in its queue until it is granted. The lock kind's request: a
-/// reentrant lock's owner and lease (a read-write lock adds its mode, a semaphore its permits,
-/// each with its own rules for [`Request::grant`]).
+/// Which kind of lock a waiter waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A reentrant lock (`RLOCK.*`).
+    Reentrant,
+    /// A read-write lock's read or write hold (`RWLOCK.*`).
+    Rw(Mode),
+}
+
+/// What a waiter asks for, kept in its queue until it is granted: its lock kind, owner and
+/// lease. Each kind has its own rules for granting it (`store::waiters` asks them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
+    pub kind: Kind,
     pub owner: Vec<u8>,
     /// The lease the waiter gets when granted.
     pub lease: Lease,
@@ -138,11 +153,12 @@ impl Request {
         busy(pttl, self.token)
     }
 
-    /// Whether a grant of this request excludes every other waiter (a reentrant lock's always
-    /// does: the hand-off stops after it without reading the key again).
+    /// Whether a grant of this request excludes every other waiter (a reentrant lock's and a
+    /// write hold's do: the hand-off stops after it without reading the key again; a read hold
+    /// may be followed by more readers).
     #[must_use]
     pub const fn exclusive(&self) -> bool {
-        true
+        !matches!(self.kind, Kind::Rw(Mode::Read))
     }
 }
 

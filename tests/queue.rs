@@ -13,8 +13,12 @@ fn lease() -> Lease {
 }
 
 fn push(q: &mut Queues<u32, Request>, key: &str, handle: u32, timeout_at: Option<i64>) -> u64 {
-    let request =
-        Request { owner: format!("owner-{handle}").into_bytes(), lease: lease(), token: false };
+    let request = Request {
+        kind: rlock::rules::Kind::Reentrant,
+        owner: format!("owner-{handle}").into_bytes(),
+        lease: lease(),
+        token: false,
+    };
     q.push(lock(key), request, handle, timeout_at)
 }
 
@@ -53,7 +57,12 @@ fn locks_are_separate_per_key_and_database() {
     let mut q = Queues::default();
     push(&mut q, "a", 1, None);
     push(&mut q, "b", 2, None);
-    let request = Request { owner: b"o".to_vec(), lease: lease(), token: false };
+    let request = Request {
+        kind: rlock::rules::Kind::Reentrant,
+        owner: b"o".to_vec(),
+        lease: lease(),
+        token: false,
+    };
     q.push(LockName { db: 1, key: b"a".to_vec() }, request, 3, None);
     assert_eq!((q.waiting(0, b"a"), q.waiting(0, b"b"), q.waiting(1, b"a")), (1, 1, 1));
     assert_eq!(q.pop_head(1, b"a").map(|w| w.handle), Some(3));

@@ -168,6 +168,7 @@ fn a_lease_is_over_one_ms_after_its_deadline() {
 #[test]
 fn a_waiter_is_granted_a_free_lock_only() {
     let request = rules::Request {
+        kind: rules::Kind::Reentrant,
         owner: b"w".to_vec(),
         lease: Lease::from_millis(100).expect("positive"),
         token: false,

@@ -2,6 +2,8 @@
 //! store and the waiting machinery, reply. No key is touched here directly: `store` opens and
 //! writes keys, `waiting` blocks and hands off.
 
+pub mod rw;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
@@ -9,14 +11,17 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 use crate::args;
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
-use crate::rules::{self, Deadline, Reply, Request, View};
+use crate::rules::{self, Deadline, Kind, Reply, Request, View};
 use crate::store::derived::{Latch, TokenCounter};
-use crate::store::{self, access::check_publish, LockKey};
+use crate::store::{self, access::check_publish, LockKey, Unlocked};
 use crate::waiting;
 
 /// Runs a handler body; a panic becomes an error reply (and a log line) instead of a dead
 /// server. Every handler goes through here.
-fn guarded(ctx: &Context, body: impl FnOnce() -> Result<RedisValue, LockError>) -> RedisResult {
+pub(crate) fn guarded(
+    ctx: &Context,
+    body: impl FnOnce() -> Result<RedisValue, LockError>,
+) -> RedisResult {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result.map_err(Into::into),
         Err(_) => {
@@ -42,8 +47,12 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             // Never block where no grant can happen (MULTI, Lua, a writable replica).
             if raw::may_block(ctx) && raw::is_master(ctx) {
                 drop(key);
-                let request =
-                    Request { owner: cmd.owner.to_vec(), lease: cmd.lease, token: cmd.token };
+                let request = Request {
+                    kind: Kind::Reentrant,
+                    owner: cmd.owner.to_vec(),
+                    lease: cmd.lease,
+                    token: cmd.token,
+                };
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, holder_pttl);
                 return Ok(RedisValue::NoReply);
             }
@@ -105,10 +114,10 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         waiting::settle(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
         let plan = rules::force_release(key.view(None)?);
-        check_publish(ctx, cmd.key, plan.publish)?;
+        check_publish(ctx, cmd.key, plan.publish.then_some(Unlocked::Lock))?;
         if key.apply(None, &plan) {
             drop(key);
-            waiting::freed(ctx, cmd.key);
+            waiting::freed(ctx, cmd.key, Unlocked::Lock);
         }
         Ok(store::to_value(plan.reply))
     })

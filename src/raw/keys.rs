@@ -107,6 +107,52 @@ impl Key {
         }
     }
 
+    /// Deletes a hash field (nothing when it is not there). The key must be writable.
+    pub fn hash_delete(&self, field: &RedisString) {
+        if self.key.is_null() {
+            return;
+        }
+        let hash_set = api!(RedisModule_HashSet);
+        // SAFETY: the key is open for writing and is a hash; one (field, value) pair ended by
+        // NULL, the value being REDISMODULE_HASH_DELETE (the pointer value 1, as redismodule.h
+        // defines it), which HashSet reads as "delete this field" and never dereferences.
+        unsafe {
+            hash_set(
+                self.key,
+                raw::REDISMODULE_HASH_NONE as c_int,
+                field.inner,
+                ptr::without_provenance_mut::<raw::RedisModuleString>(1),
+                ptr::null_mut::<c_void>(),
+            );
+        }
+    }
+
+    /// Every field of a hash with its value, binary-safe, sorted by field (`RedisModule_ScanKey`;
+    /// a field a scan returns twice is kept once). Empty for an empty key.
+    pub fn hash_fields(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        if self.key.is_null() {
+            return Vec::new();
+        }
+        let (create, scan, destroy) = (
+            api!(RedisModule_ScanCursorCreate),
+            api!(RedisModule_ScanKey),
+            api!(RedisModule_ScanCursorDestroy),
+        );
+        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        // SAFETY: the key is an open hash; the cursor is created, used and destroyed here; the
+        // callback only reads the strings it is given (valid for the call) and appends to the
+        // vector behind `privdata`, which outlives the scan and is not touched meanwhile.
+        unsafe {
+            let cursor = create();
+            let privdata = (&mut fields as *mut Vec<(Vec<u8>, Vec<u8>)>).cast::<c_void>();
+            while scan(self.key, cursor, Some(collect_field), privdata) != 0 {}
+            destroy(cursor);
+        }
+        fields.sort();
+        fields.dedup_by(|a, b| a.0 == b.0);
+        fields
+    }
+
     /// A string key's value (a copy). Call only when `kind()` is `String`.
     pub fn string_value(&self) -> Vec<u8> {
         if self.key.is_null() {
@@ -223,5 +269,37 @@ impl Drop for OwnedString {
         // SAFETY: HashGet gave us one reference to this string (automatic memory is not enabled
         // on our contexts), released exactly once, here, with the context it was made with.
         unsafe { free(self.ctx, self.ptr.as_ptr()) };
+    }
+}
+
+/// The bytes of a string Redis lends for the duration of a call.
+///
+/// # Safety
+/// `s` is NULL or a live `RedisModuleString`.
+unsafe fn lent_bytes(s: *mut raw::RedisModuleString) -> Vec<u8> {
+    if s.is_null() {
+        return Vec::new();
+    }
+    let ptr_len = api!(RedisModule_StringPtrLen);
+    let mut len: usize = 0;
+    // SAFETY: `s` is live (the caller's contract); the buffer is copied before returning.
+    unsafe {
+        let data = ptr_len(s, &mut len);
+        std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec()
+    }
+}
+
+/// `ScanKey`'s callback for [`Key::hash_fields`].
+unsafe extern "C" fn collect_field(
+    _key: *mut raw::RedisModuleKey,
+    field: *mut raw::RedisModuleString,
+    value: *mut raw::RedisModuleString,
+    privdata: *mut c_void,
+) {
+    // SAFETY: `privdata` is the vector `hash_fields` passed, alive and not otherwise borrowed
+    // during the scan; `field` and `value` are live for this call.
+    unsafe {
+        let fields = &mut *privdata.cast::<Vec<(Vec<u8>, Vec<u8>)>>();
+        fields.push((lent_bytes(field), lent_bytes(value)));
     }
 }

@@ -109,6 +109,9 @@ declare_apis! {
         RedisModule_ACLCheckKeyPermissions,
         RedisModule_ACLCheckChannelPermissions,
         RedisModule_ACLAddLogEntry,
+        RedisModule_ScanCursorCreate,
+        RedisModule_ScanCursorDestroy,
+        RedisModule_ScanKey,
     ],
     optional: [
         RedisModule_SetAbsExpire,

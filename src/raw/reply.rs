@@ -7,6 +7,7 @@ use redis_module::{raw, Context};
 pub enum Field<'a> {
     Bytes(&'a [u8]),
     Int(i64),
+    Nil,
 }
 
 /// Replies a map, fields in the given order (a flat field/value array under RESP2).
@@ -19,6 +20,7 @@ pub fn reply_map(ctx: &Context, fields: &[(&str, Field<'_>)]) {
         match value {
             Field::Bytes(b) => raw::reply_with_string_buffer(ctx, b.as_ptr().cast(), b.len()),
             Field::Int(n) => raw::reply_with_long_long(ctx, *n),
+            Field::Nil => raw::reply_with_null(ctx),
         };
     }
 }

@@ -4,7 +4,7 @@
 
 use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
-use super::{outside_command, unlock_channel};
+use super::{outside_command, unlock_channel, Unlocked};
 use crate::error::LockError;
 use crate::raw::{self, KeyUse};
 
@@ -32,17 +32,19 @@ pub fn check_key(
 }
 
 /// Refuses with `NOPERM` (and an `ACL LOG` entry) when the calling client's ACL user may not
-/// publish on the lock's unlock channel. `freeing`: whether the operation may free the lock
-/// (and so publish).
+/// publish on the lock's unlock channel. `freeing`: the release the operation may announce, if
+/// it may free the lock.
 ///
 /// # Errors
 /// [`LockError::NoPermChannel`].
-pub fn check_publish(ctx: &Context, name: &RedisString, freeing: bool) -> Result<(), LockError> {
-    if !freeing || outside_command() {
-        return Ok(());
-    }
+pub fn check_publish(
+    ctx: &Context,
+    name: &RedisString,
+    freeing: Option<Unlocked>,
+) -> Result<(), LockError> {
+    let Some(unlocked) = freeing.filter(|_| !outside_command()) else { return Ok(()) };
     let Some(user) = raw::User::current(ctx) else { return Ok(()) };
-    let channel = unlock_channel(ctx, name);
+    let channel = unlock_channel(ctx, name, unlocked);
     if user.may_publish(&channel) {
         Ok(())
     } else {

@@ -13,6 +13,7 @@
 
 pub mod access;
 pub mod derived;
+pub mod rw;
 pub mod waiters;
 
 use std::cell::Cell;
@@ -24,6 +25,7 @@ use crate::names;
 use crate::raw::{self, Key, KeyKind};
 use crate::replicas;
 use crate::rules::{self, Plan, Reply, View, Write};
+use crate::rw_rules::Mode;
 
 /// Redisson's unlock message.
 const UNLOCK_MESSAGE: &[u8] = b"0";
@@ -94,6 +96,9 @@ impl<'a> LockKey<'a> {
             KeyKind::Empty => Ok(View::Free),
             KeyKind::Other | KeyKind::String => Err(LockError::WrongType),
             KeyKind::Hash => {
+                if owner.is_some() && self.key.field_count() != 1 && self.is_rw_lock() {
+                    return Err(LockError::NotAReentrantLock);
+                }
                 let mine = match owner.and_then(|o| self.key.hash_get(o)) {
                     Some(count) => Some(rules::parse_count(count.as_bytes())?),
                     None => None,
@@ -101,6 +106,13 @@ impl<'a> LockKey<'a> {
                 Ok(View::Held { mine, pttl: self.key.pttl() })
             }
         }
+    }
+
+    /// Whether the hash is a read-write lock's (it has a `mode` field). A reentrant lock's hash
+    /// has one field, so only a hash with another number of fields is asked.
+    fn is_rw_lock(&self) -> bool {
+        let mode = RedisString::create_from_slice(self.ctx.get_raw(), names::MODE_FIELD);
+        self.key.hash_get(&mode).is_some()
     }
 
     /// The number of fields of the lock hash (holders).
@@ -160,10 +172,36 @@ impl<'a> LockKey<'a> {
     }
 }
 
-/// Publishes Redisson's unlock message on the lock's channel ([`names::channel`]).
-pub fn publish_unlock(ctx: &Context, name: &RedisString) {
-    let channel = unlock_channel(ctx, name);
-    let message = RedisString::create_from_slice(ctx.get_raw(), UNLOCK_MESSAGE);
+/// Which channel a lock announces its release on, and with what message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unlocked {
+    /// A reentrant lock: `0` on `redisson_lock__channel:{name}`.
+    Lock,
+    /// A read-write lock released by a hold of this mode: `0` (read) or `1` (write) on
+    /// `redisson_rwlock:{name}`.
+    Rw(Mode),
+}
+
+impl Unlocked {
+    fn channel(self, name: &[u8]) -> Vec<u8> {
+        match self {
+            Self::Lock => names::channel(name),
+            Self::Rw(_) => names::rw_channel(name),
+        }
+    }
+
+    const fn message(self) -> &'static [u8] {
+        match self {
+            Self::Lock => UNLOCK_MESSAGE,
+            Self::Rw(mode) => mode.message(),
+        }
+    }
+}
+
+/// Publishes Redisson's unlock message for a freed lock on its channel.
+pub fn publish_unlock(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
+    let channel = unlock_channel(ctx, name, unlocked);
+    let message = RedisString::create_from_slice(ctx.get_raw(), unlocked.message());
     if raw::in_cluster(ctx) {
         // Sharded pub/sub, as Redisson uses on Redis 7 clusters (the channel's hash tag is the
         // lock name, so the channel lives in the lock's slot). Redis forwards it to the shard's
@@ -179,9 +217,9 @@ pub fn publish_unlock(ctx: &Context, name: &RedisString) {
     }
 }
 
-/// The lock's unlock channel (`names::channel`), binary-safe.
-pub fn unlock_channel(ctx: &Context, name: &RedisString) -> RedisString {
-    RedisString::create_from_slice(ctx.get_raw(), &names::channel(name.as_slice()))
+/// The lock's unlock channel (`names::channel` or `names::rw_channel`), binary-safe.
+pub fn unlock_channel(ctx: &Context, name: &RedisString, unlocked: Unlocked) -> RedisString {
+    RedisString::create_from_slice(ctx.get_raw(), &unlocked.channel(name.as_slice()))
 }
 
 /// The one conversion of a rules [`Reply`] to a Redis reply.

@@ -6,9 +6,11 @@
 use redis_module::{Context, RedisString};
 
 use super::derived::TokenCounter;
+use super::rw::RwKey;
 use super::LockKey;
 use crate::error::LockError;
-use crate::rules::{Plan, Reply, Request, View};
+use crate::rules::{self, Kind, Plan, Reply, Request, View};
+use crate::rw_rules::{self, Acquired, Effect, Mode, RwPlan};
 
 /// The waiter at the head of a queue, as the lock stands now.
 pub enum Head<'a> {
@@ -16,18 +18,40 @@ pub enum Head<'a> {
     Grant(Grant<'a>),
     /// It cannot yet; look again at `recheck_at` (Unix ms; `None`: when something changes).
     Wait { recheck_at: Option<i64> },
-    /// It can never be granted as it asked (a fencing token that cannot be issued): answer it
-    /// with this error and look at the next one.
+    /// It can never be granted as it asked (a fencing token that cannot be issued, an upgrade
+    /// that would wait for itself): answer it with this error and look at the next one.
     Refuse(LockError),
 }
 
 /// A grant to a waiter, checked: everything that can refuse was asked before anything is
 /// written.
 pub struct Grant<'a> {
-    key: LockKey<'a>,
-    owner: RedisString,
-    plan: Plan,
+    write: Write<'a>,
     token: Option<(TokenCounter, u64)>,
+}
+
+enum Write<'a> {
+    Reentrant { key: LockKey<'a>, owner: RedisString, plan: Plan },
+    Rw { key: RwKey<'a>, plan: RwPlan },
+}
+
+/// A grant, written.
+pub struct Written {
+    /// The waiter's reply.
+    pub reply: Reply,
+    /// When the lease just granted is over (Unix ms): look at the queue again then.
+    pub lease_over_at: Option<i64>,
+    /// When a read hold just granted ends (Unix ms): look at the lock's readers then.
+    pub reap_at: Option<i64>,
+}
+
+/// When to look again at a lock whose holder has `pttl` ms left at `now` (-1: no expiry).
+const fn recheck(now: i64, pttl: i64) -> Option<i64> {
+    if pttl >= 0 {
+        Some(rules::lease_over_at(now, pttl))
+    } else {
+        None
+    }
 }
 
 /// Looks at the waiter at the head of the lock `name`'s queue, asking `request` at `now`.
@@ -37,18 +61,36 @@ pub fn consider<'a>(
     request: &Request,
     now: i64,
 ) -> Head<'a> {
-    let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
-    let key = LockKey::open(ctx, name, true);
-    let Ok(view) = key.view(Some(&owner)) else {
-        // Not a lock any more (WRONGTYPE, a corrupt count): nobody is granted.
-        return Head::Wait { recheck_at: None };
-    };
-    let Some(plan) = request.grant(view, now) else {
-        let recheck_at = match view {
-            View::Held { pttl, .. } if pttl >= 0 => Some(crate::rules::lease_over_at(now, pttl)),
-            _ => None,
-        };
-        return Head::Wait { recheck_at };
+    let write = match request.kind {
+        Kind::Reentrant => {
+            let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
+            let key = LockKey::open(ctx, name, true);
+            let Ok(view) = key.view(Some(&owner)) else {
+                // Not a lock any more (WRONGTYPE, a corrupt count): nobody is granted.
+                return Head::Wait { recheck_at: None };
+            };
+            let Some(plan) = request.grant(view, now) else {
+                let pttl = if let View::Held { pttl, .. } = view { pttl } else { -1 };
+                return Head::Wait { recheck_at: recheck(now, pttl) };
+            };
+            Write::Reentrant { key, owner, plan }
+        }
+        Kind::Rw(mode) => {
+            let key = RwKey::open(ctx, name, true);
+            let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
+            let deadline =
+                rules::Deadline::after(now, request.lease).unwrap_or(rules::Deadline::LAST);
+            let plan = match rw_rules::acquire(&state, mode, &request.owner, now, deadline, false) {
+                Ok(Acquired::Granted(plan)) => plan,
+                Ok(Acquired::Busy(pttl)) => return Head::Wait { recheck_at: recheck(now, pttl) },
+                Ok(Acquired::Upgrade(_)) => return Head::Refuse(LockError::Upgrade),
+                Err(e) => return Head::Refuse(e),
+            };
+            if let Err(e) = key.check(&plan) {
+                return Head::Refuse(e);
+            }
+            Write::Rw { key, plan }
+        }
     };
     let token = if request.token {
         match next_token(ctx, name) {
@@ -58,7 +100,7 @@ pub fn consider<'a>(
     } else {
         None
     };
-    Head::Grant(Grant { key, owner, plan, token })
+    Head::Grant(Grant { write, token })
 }
 
 /// The counter and the next token of a grant to a waiter, checked, nothing written.
@@ -69,18 +111,48 @@ fn next_token(ctx: &Context, name: &RedisString) -> Result<(TokenCounter, u64), 
 }
 
 impl Grant<'_> {
-    /// Writes and replicates the grant as the waiter's hold. Returns its reply and when its
-    /// lease is over (Unix ms), for the next look at the queue.
-    pub fn write(self, ctx: &Context) -> (Reply, Option<i64>) {
-        let Self { key, owner, plan, token } = self;
-        key.apply(Some(&owner), &plan);
-        drop(key);
+    /// Writes and replicates the grant as the waiter's hold.
+    pub fn write(self, ctx: &Context) -> Written {
+        let Self { write, token } = self;
+        let (lease_over_at, reap_at) = match write {
+            Write::Reentrant { key, owner, plan } => {
+                key.apply(Some(&owner), &plan);
+                (plan.expire_at.map(|d| d.over_at()), None)
+            }
+            Write::Rw { key, plan } => {
+                key.apply(&plan);
+                (lease_end(&plan), reap_hint(&plan))
+            }
+        };
         let token = token.map(|(counter, token)| {
             counter.store(ctx, token);
             token
         });
-        (crate::rules::granted(token), plan.expire_at.map(|d| d.over_at()))
+        Written { reply: rules::granted(token), lease_over_at, reap_at }
     }
+}
+
+/// When the lease a read-write plan sets on the hash is over.
+fn lease_end(plan: &RwPlan) -> Option<i64> {
+    plan.effects.iter().find_map(|e| match e {
+        Effect::ExpireAt(deadline) => Some(deadline.over_at()),
+        _ => None,
+    })
+}
+
+/// When the earliest read hold a read-write plan creates or renews ends: its readers are looked
+/// at then (a reader whose every hold ended leaves).
+#[must_use]
+pub fn reap_hint(plan: &RwPlan) -> Option<i64> {
+    plan.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::AddHold { deadline, .. } | Effect::RenewHold { deadline, .. } => {
+                Some(deadline.over_at())
+            }
+            _ => None,
+        })
+        .min()
 }
 
 /// What a wait for the lock `name` that ends without a grant replies (timed out, or `CLIENT
@@ -97,4 +169,13 @@ pub fn not_granted(ctx: &Context, name: &[u8], request: &Request) -> Result<Repl
         View::Free => 0,
     };
     Ok(request.not_granted(pttl))
+}
+
+/// The mode of a read-write lock waiter (`None`: another kind).
+#[must_use]
+pub const fn rw_mode(request: &Request) -> Option<Mode> {
+    match request.kind {
+        Kind::Rw(mode) => Some(mode),
+        Kind::Reentrant => None,
+    }
 }

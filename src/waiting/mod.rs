@@ -39,9 +39,11 @@ use crate::queue::{LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
+use crate::rw_rules::{self, Mode, RwPlan};
 use crate::store::access::check_publish;
+use crate::store::rw::RwKey;
 use crate::store::waiters::{self, Head};
-use crate::store::{self, LockKey};
+use crate::store::{self, LockKey, Unlocked};
 
 /// What a blocked waiter is unblocked with; its reply callback turns it into the reply.
 #[derive(Debug)]
@@ -70,6 +72,8 @@ pub struct Stats {
     pub timeouts: AtomicU64,
     pub left: AtomicU64,
     pub rollbacks: AtomicU64,
+    /// Read-write lock checks that removed readers whose every hold lease had ended.
+    pub reaps: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -78,6 +82,7 @@ pub static STATS: Stats = Stats {
     timeouts: AtomicU64::new(0),
     left: AtomicU64::new(0),
     rollbacks: AtomicU64::new(0),
+    reaps: AtomicU64::new(0),
 };
 
 fn bump(counter: &AtomicU64) {
@@ -86,7 +91,15 @@ fn bump(counter: &AtomicU64) {
 
 /// At load: `INFO rlock` starts from zero (a reloaded module may find its old statics).
 pub fn reset_stats() {
-    for counter in [&STATS.waits, &STATS.handoffs, &STATS.timeouts, &STATS.left, &STATS.rollbacks] {
+    let counters = [
+        &STATS.waits,
+        &STATS.handoffs,
+        &STATS.timeouts,
+        &STATS.left,
+        &STATS.rollbacks,
+        &STATS.reaps,
+    ];
+    for counter in counters {
         counter.store(0, Ordering::Relaxed);
     }
 }
@@ -165,9 +178,9 @@ pub fn settle(ctx: &Context, name: &RedisString) {
 
 /// A command or timer freed the lock `name`: it goes to its waiters, or (nobody can take it)
 /// the unlock message is published.
-pub fn freed(ctx: &Context, name: &RedisString) {
+pub fn freed(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
     if !hand_off(ctx, name) {
-        store::publish_unlock(ctx, name);
+        store::publish_unlock(ctx, name, unlocked);
     }
 }
 
@@ -223,15 +236,20 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
             }
         }
         let Some(waiter) = with_queues(|q| q.remove(id)) else { return granted };
-        let (reply, lease_over_at) = grant.write(ctx);
+        let written = grant.write(ctx);
         let exclusive = request.exclusive();
-        unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply });
+        unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply: written.reply });
         bump(&STATS.handoffs);
         granted = true;
-        if let Some(at) = lease_over_at {
-            with_queues(|q| q.schedule_lease_check(lock, at));
-            timers::arm(ctx);
-        }
+        with_queues(|q| {
+            if let Some(at) = written.lease_over_at {
+                q.schedule_lease_check(lock, at);
+            }
+            if let Some(at) = written.reap_at {
+                q.schedule_check(lock, at);
+            }
+        });
+        timers::arm(ctx);
         if exclusive {
             return true;
         }
@@ -252,13 +270,67 @@ pub fn release_hold(
     settle(ctx, name);
     let key = LockKey::open(ctx, name, true);
     let plan = rules::release(key.view(Some(owner))?, deadline);
-    check_publish(ctx, name, plan.publish)?;
+    check_publish(ctx, name, plan.publish.then_some(Unlocked::Lock))?;
     let freed_it = key.apply(Some(owner), &plan);
     drop(key);
     if freed_it {
-        freed(ctx, name);
+        freed(ctx, name, Unlocked::Lock);
     }
     Ok(plan.reply)
+}
+
+/// Releases one read or write hold of `owner` on the read-write lock `name`: the rules of
+/// `RWLOCK.RELEASE`, with the hand-off to waiters when the lock is freed or downgraded. Also
+/// undoes a read-write grant whose client left.
+///
+/// # Errors
+/// `WRONGTYPE` (a reentrant lock, or not a hash), a corrupt count, or `NOPERM` for the read hold
+/// keys or the channel.
+pub fn rw_release(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    mode: Mode,
+) -> Result<Reply, LockError> {
+    settle(ctx, name);
+    let key = RwKey::open(ctx, name, true);
+    let state = key.state()?;
+    let now = raw::now_ms();
+    let holds = key.holds(&state, now)?;
+    let plan = rw_rules::release(&state, mode, owner, &holds, now);
+    key.check(&plan)?;
+    check_publish(ctx, name, plan.freed.map(Unlocked::Rw))?;
+    key.apply(&plan);
+    drop(key);
+    rw_applied(ctx, name, &plan);
+    Ok(plan.reply)
+}
+
+/// After a read-write plan was applied: a freed lock goes to its waiters (or its release is
+/// published), a downgraded one to the readers at the head of its queue, and new or renewed
+/// read holds are looked at when they end.
+pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
+    if let Some(mode) = plan.freed {
+        freed(ctx, name, Unlocked::Rw(mode));
+    } else if plan.settle {
+        settle(ctx, name);
+    }
+    if let Some(at) = waiters::reap_hint(plan) {
+        schedule_check(ctx, &lock_name(ctx, name), at);
+    }
+}
+
+/// Looks at `lock` at `at` (Unix ms), whether anyone waits for it or not.
+pub fn schedule_check(ctx: &Context, lock: &LockName, at: i64) {
+    with_queues(|q| q.schedule_check(lock, at));
+    timers::arm(ctx);
+}
+
+/// How many clients wait for the read-write lock `key` of database `db` in `mode`.
+pub fn waiting_in(db: i32, key: &[u8], mode: Mode) -> usize {
+    QUEUES.with(|q| {
+        q.try_borrow().map_or(0, |q| q.waiting_for(db, key, |r| waiters::rw_mode(r) == Some(mode)))
+    })
 }
 
 /// The blocked-client callbacks of `RLOCK.ACQUIRE ... WAIT` (see [`BlockHandler`]).

@@ -9,11 +9,11 @@ use std::time::Duration;
 use redis_module::raw::RedisModuleTimerID;
 use redis_module::{Context, RedisString};
 
-use super::{bump, release_hold, settle, unblock, with_queues, Outcome, STATS};
+use super::{bump, release_hold, rw_release, settle, unblock, with_queues, Outcome, STATS};
 use crate::error::LockError;
 use crate::queue::{Event, LockName, WaiterId};
 use crate::raw;
-use crate::rules::Request;
+use crate::rules::{Kind, Request};
 use crate::store::{self, waiters};
 
 thread_local! {
@@ -32,6 +32,8 @@ pub struct Deferred {
     pub settle_all: bool,
     /// Grants to clients that left before their reply: undo them.
     pub rollback: Vec<(LockName, Request)>,
+    /// Read hold keys another client (a Redisson reader) gave a lease: their locks get a check.
+    pub read_holds: Vec<LockName>,
 }
 
 /// Queues work for the 0 ms timer, arming it if needed.
@@ -69,7 +71,14 @@ fn run_deferred(ctx: &Context, (): ()) {
         for lock in &locks {
             settle_lock(ctx, lock);
         }
+        let now = raw::now_ms();
+        for hold in &work.read_holds {
+            for (name, _, _) in crate::names::read_hold_owners(&hold.key) {
+                with_queues(|q| q.schedule_check(&LockName { db: hold.db, key: name }, now));
+            }
+        }
     });
+    arm(ctx);
 }
 
 /// Re-arms the schedule timer for the earliest event, if it is not armed for it already; with
@@ -120,12 +129,22 @@ fn run_schedule(ctx: &Context, (): ()) {
         while let Some(event) = with_queues(|q| q.pop_due(now)) {
             match event {
                 Event::Timeout(id) => time_out(ctx, id, paused),
-                Event::LeaseCheck(lock) if paused => later.push(lock),
+                Event::LeaseCheck(lock) if paused => later.push((lock, false)),
                 Event::LeaseCheck(lock) => settle_lock(ctx, &lock),
+                Event::Check(lock) if paused => later.push((lock, true)),
+                Event::Check(lock) => check_lock(ctx, &lock, now),
             }
         }
         let retry_at = now.saturating_add(PAUSE_RETRY.as_millis() as i64);
-        with_queues(|q| later.iter().for_each(|lock| q.schedule_lease_check(lock, retry_at)));
+        with_queues(|q| {
+            for (lock, own) in &later {
+                if *own {
+                    q.schedule_check(lock, retry_at);
+                } else {
+                    q.schedule_lease_check(lock, retry_at);
+                }
+            }
+        });
     });
     arm(ctx);
 }
@@ -167,11 +186,42 @@ fn settle_lock(ctx: &Context, lock: &LockName) {
 }
 
 /// Undoes a grant whose client left before its reply: releases the hold it was granted (as
-/// `RLOCK.RELEASE` would), handing off if that frees the lock.
+/// `RLOCK.RELEASE` / `RWLOCK.RELEASE` would), handing off if that frees the lock.
 fn undo_grant(ctx: &Context, lock: &LockName, request: &Request) {
     let Some(name) = open_db(ctx, lock) else { return };
-    let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
-    if let Err(e) = release_hold(ctx, &name, &owner, None) {
+    let undone = match request.kind {
+        Kind::Reentrant => {
+            let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
+            release_hold(ctx, &name, &owner, None)
+        }
+        Kind::Rw(mode) => rw_release(ctx, &name, &request.owner, mode),
+    };
+    if let Err(e) = undone {
         ctx.log_warning(&format!("rlock: could not release a grant whose client left: {e}"));
+    }
+}
+
+/// A lock's own check: a read-write lock's readers whose every hold lease ended leave (the lock
+/// freed or its waiters served if that lets them in), and the next check is scheduled. Only a
+/// master writes: a replica gets the master's writes.
+fn check_lock(ctx: &Context, lock: &LockName, now: i64) {
+    if !raw::is_master(ctx) {
+        return;
+    }
+    let Some(name) = open_db(ctx, lock) else { return };
+    match store::rw::reap(ctx, &name, now) {
+        Ok(reaped) => {
+            if reaped.removed {
+                bump(&STATS.reaps);
+            }
+            match reaped.freed {
+                Some(mode) => super::freed(ctx, &name, store::Unlocked::Rw(mode)),
+                None => settle(ctx, &name),
+            }
+            if let Some(at) = reaped.next {
+                with_queues(|q| q.schedule_check(lock, at));
+            }
+        }
+        Err(e) => ctx.log_warning(&format!("rlock: could not check a read-write lock: {e}")),
     }
 }

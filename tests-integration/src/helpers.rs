@@ -205,6 +205,16 @@ impl Pending {
     }
 }
 
+/// Waits until `n` clients are blocked (waiters queued).
+///
+/// # Panics
+/// When that does not happen within 10 s.
+pub fn wait_blocked(con: &mut Connection, n: i64) {
+    poll("the waiters to block", Duration::from_secs(10), || {
+        (blocked_clients(con) == n).then_some(())
+    });
+}
+
 /// `blocked_clients` from `INFO clients`.
 #[must_use]
 pub fn blocked_clients(con: &mut Connection) -> i64 {

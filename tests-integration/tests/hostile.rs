@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    blocked_clients, cmd, digest, granted_token, hgetall, info_field, poll, run_str, Pending,
-    Server,
+    blocked_clients, cmd, digest, granted_token, hgetall, info_field, poll, run_str, wait_blocked,
+    Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -20,10 +20,6 @@ fn exists(con: &mut Connection, key: &str) -> bool {
 
 fn get(con: &mut Connection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query(con).expect("GET")
-}
-
-fn wait_blocked(con: &mut Connection, n: i64) {
-    poll("the waiters to block", LIMIT, || (blocked_clients(con) == n).then_some(()));
 }
 
 /// A connection authenticated as `user` (created with `nopass`).

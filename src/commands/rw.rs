@@ -1,0 +1,152 @@
+//! The `RWLOCK.*` handlers: Redisson's read-write lock (`rw_rules`), on its own data layout, with
+//! the same server-side waiting as `RLOCK.ACQUIRE ... WAIT` (fair: a newcomer reader waits
+//! behind a queued writer; a writer's release grants every reader at the head at once).
+
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
+
+use super::guarded;
+use crate::args::{self, Mode};
+use crate::error::LockError;
+use crate::raw::{self, reply::Field};
+use crate::rules::{self, Deadline, Kind, Request};
+use crate::rw_rules::{self, Acquired};
+use crate::store::derived::{Latch, TokenCounter};
+use crate::store::rw::RwKey;
+use crate::store::{self, access::check_publish, Unlocked};
+use crate::waiting;
+
+/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN]`
+pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::RwAcquire::parse(&argv)?;
+        rw_rules::check_owner(cmd.owner.as_slice())?;
+        let now = raw::now_ms();
+        let deadline = Deadline::after(now, cmd.lease)?;
+        store::may_grant(ctx)?;
+        // Everything that can refuse is checked before anything is written.
+        let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
+        // Waiters first: a lock they are owed goes to them (on its own key handle).
+        waiting::settle(ctx, cmd.key);
+        let queued = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0;
+        let key = RwKey::open(ctx, cmd.key, true);
+        let state = key.state()?;
+        let plan =
+            match rw_rules::acquire(&state, cmd.mode, cmd.owner.as_slice(), now, deadline, queued)?
+            {
+                Acquired::Granted(plan) => plan,
+                Acquired::Upgrade(_) if cmd.wait.is_some() => return Err(LockError::Upgrade),
+                Acquired::Busy(pttl) | Acquired::Upgrade(pttl) => {
+                    // Never block where no grant can happen (MULTI, Lua, a writable replica).
+                    if let Some(wait) =
+                        cmd.wait.filter(|_| raw::may_block(ctx) && raw::is_master(ctx))
+                    {
+                        drop(key);
+                        let request = Request {
+                            kind: Kind::Rw(cmd.mode),
+                            owner: cmd.owner.to_vec(),
+                            lease: cmd.lease,
+                            token: cmd.token,
+                        };
+                        let lock = waiting::lock_name(ctx, cmd.key);
+                        waiting::block(ctx, lock, request, wait, pttl);
+                        return Ok(RedisValue::NoReply);
+                    }
+                    return Ok(store::to_value(rules::busy(pttl, cmd.token)));
+                }
+            };
+        key.check(&plan)?;
+        let token = counter.as_ref().map(|c| c.next(ctx)).transpose()?;
+        key.apply(&plan);
+        drop(key);
+        if let (Some(counter), Some(token)) = (counter, token) {
+            counter.store(ctx, token);
+        }
+        waiting::rw_applied(ctx, cmd.key, &plan);
+        Ok(store::to_value(rules::granted(token)))
+    })
+}
+
+/// `RWLOCK.RELEASE key owner READ|WRITE [REQUEST id]`
+pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::RwRelease::parse(&argv)?;
+        rw_rules::check_owner(cmd.owner.as_slice())?;
+        // A retried request replies what the first one did, and changes nothing.
+        let latch = cmd.request.map(|id| Latch::for_caller(ctx, cmd.key, id)).transpose()?;
+        if let Some(latch) = &latch {
+            if let Some(first) = latch.result(ctx)? {
+                return Ok(RedisValue::Integer(first));
+            }
+        }
+        let reply = waiting::rw_release(ctx, cmd.key, cmd.owner.as_slice(), cmd.mode)?;
+        if let (Some(latch), Some(result)) = (latch, rules::remembered(reply)) {
+            latch.remember(ctx, result);
+        }
+        Ok(store::to_value(reply))
+    })
+}
+
+/// `RWLOCK.RENEW key owner lease-ms`
+pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::Renew::parse(&argv)?;
+        rw_rules::check_owner(cmd.owner.as_slice())?;
+        let now = raw::now_ms();
+        let deadline = Deadline::after(now, cmd.lease)?;
+        store::may_grant(ctx)?;
+        let key = RwKey::open(ctx, cmd.key, true);
+        let plan = rw_rules::renew(&key.state()?, cmd.owner.as_slice(), now, deadline);
+        key.check(&plan)?;
+        key.apply(&plan);
+        drop(key);
+        waiting::rw_applied(ctx, cmd.key, &plan);
+        Ok(store::to_value(plan.reply))
+    })
+}
+
+/// `RWLOCK.FORCERELEASE key`
+pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::KeyOnly::parse(&argv)?;
+        waiting::settle(ctx, cmd.key);
+        let key = RwKey::open(ctx, cmd.key, true);
+        let plan = rw_rules::force_release(&key.state()?);
+        check_publish(ctx, cmd.key, plan.freed.map(Unlocked::Rw))?;
+        key.apply(&plan);
+        drop(key);
+        waiting::rw_applied(ctx, cmd.key, &plan);
+        Ok(store::to_value(plan.reply))
+    })
+}
+
+/// `RWLOCK.INFO key`
+pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::KeyOnly::parse(&argv)?;
+        let state = RwKey::open(ctx, cmd.key, false).state()?;
+        let Some(mode) = state.mode else { return Ok(RedisValue::Null) };
+        let db = raw::selected_db(ctx);
+        let waiting_in = |mode| waiting::waiting_in(db, cmd.key.as_slice(), mode) as i64;
+        let token = TokenCounter::for_reading(ctx, cmd.key)?.current(ctx)?;
+        let (writer, write_count) = match &state.writer {
+            Some((owner, count)) => (Field::Bytes(owner), *count as i64),
+            None => (Field::Nil, 0),
+        };
+        let read_holds: u64 = state.readers.values().sum();
+        raw::reply::reply_map(
+            ctx,
+            &[
+                ("mode", Field::Bytes(mode.as_bytes())),
+                ("writer", writer),
+                ("write_count", Field::Int(write_count)),
+                ("readers", Field::Int(state.readers.len() as i64)),
+                ("read_holds", Field::Int(read_holds as i64)),
+                ("pttl", Field::Int(state.pttl)),
+                ("waiting_readers", Field::Int(waiting_in(Mode::Read))),
+                ("waiting_writers", Field::Int(waiting_in(Mode::Write))),
+                ("token", Field::Int(token as i64)),
+            ],
+        );
+        Ok(RedisValue::NoReply)
+    })
+}

@@ -1,0 +1,367 @@
+//! `RWLOCK.*` on a real server: Redisson's read-write lock layout, replies, errors, fair waiting
+//! (readers behind a queued writer, readers granted together), dead readers removed, and a
+//! Redisson client's scripts sharing the same locks.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{
+    blocked_clients, cmd, digest, granted_token, hgetall, info_field, poll, run_str, wait_blocked,
+    Pending, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut v: Vec<_> =
+        items.iter().map(|(f, v)| (f.as_bytes().to_vec(), v.as_bytes().to_vec())).collect();
+    v.sort();
+    v
+}
+
+fn pttl(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
+}
+
+fn exists(con: &mut Connection, key: &str) -> bool {
+    cmd(con, &["EXISTS", key]) == Value::Int(1)
+}
+
+fn info_map(con: &mut Connection, key: &str) -> Vec<(String, Value)> {
+    let Value::Array(items) = cmd(con, &["RWLOCK.INFO", key]) else { panic!("not a map") };
+    items
+        .chunks(2)
+        .map(|kv| (redis::from_redis_value::<String>(kv[0].clone()).expect("name"), kv[1].clone()))
+        .collect()
+}
+
+fn field(info: &[(String, Value)], name: &str) -> Value {
+    info.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).expect(name)
+}
+
+#[test]
+fn readers_share_on_redissons_layout_with_one_lease_key_per_hold() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "c1:1", "READ", "30000"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "c2:1", "read", "20000"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "c1:1", "READ", "10000"]), Value::Nil);
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "read"), ("c1:1", "2"), ("c2:1", "1")]));
+    for (hold, upper) in [
+        ("{L}:c1:1:rwlock_timeout:1", 30_000),
+        ("{L}:c2:1:rwlock_timeout:1", 20_000),
+        ("{L}:c1:1:rwlock_timeout:2", 10_000),
+    ] {
+        assert_eq!(cmd(&mut con, &["GET", hold]), Value::BulkString(b"1".to_vec()), "{hold}");
+        let left = pttl(&mut con, hold);
+        assert!(left > upper - 2_000 && left <= upper, "{hold}: {left}");
+    }
+    // The hash lives as long as its longest hold (a read acquire never shortens it).
+    assert!(pttl(&mut con, "L") > 28_000);
+    // A writer is kept out, with the remaining lease as the reply.
+    let busy = cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000"]);
+    assert!(matches!(busy, Value::Int(n) if n > 28_000), "{busy:?}");
+    // Releases: 0 while holds remain, 1 when the lock is free, nil for a non-holder.
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "c1:1", "READ"]), Value::Int(0));
+    assert!(!exists(&mut con, "{L}:c1:1:rwlock_timeout:2"), "the newest hold goes first");
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "nobody:1", "READ"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "c1:1", "READ"]), Value::Int(0));
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "read"), ("c2:1", "1")]));
+    let left = pttl(&mut con, "L");
+    assert!(left <= 20_000 && left > 18_000, "recomputed from the live holds: {left}");
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "c2:1", "READ"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["KEYS", "*"]), Value::Array(vec![]));
+}
+
+#[test]
+fn a_writer_excludes_everyone_re_enters_reads_beside_itself_and_downgrades() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000"]), Value::Nil);
+    assert!(
+        matches!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "r:1", "READ", "1000"]), Value::Int(n) if n > 0)
+    );
+    assert!(
+        matches!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "x:1", "WRITE", "1000"]), Value::Int(n) if n > 0)
+    );
+    // Write -> read re-entry by the writer itself.
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "READ", "30000"]), Value::Nil);
+    assert_eq!(
+        hgetall(&mut con, b"L"),
+        pairs(&[("mode", "write"), ("w:1:write", "2"), ("w:1", "1")])
+    );
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "r:1", "WRITE"]), Value::Nil);
+    // The last write hold ends while the owner still reads: a downgrade (reply 1), read mode.
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_rwlock:{L}").expect("subscribe");
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]), Value::Int(1));
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "read"), ("w:1", "1")]));
+    assert!(pubsub.get_message().is_err(), "a downgrade publishes nothing");
+    // Others may read now; the last read release frees it and publishes 0.
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "r:1", "READ", "30000"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "READ"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "r:1", "READ"]), Value::Int(1));
+    let message = pubsub.get_message().expect("published");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "0");
+    // A write release that frees the lock publishes 1.
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]), Value::Int(1));
+    let message = pubsub.get_message().expect("published");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "1");
+    assert!(!exists(&mut con, "L"));
+}
+
+#[test]
+fn an_upgrade_is_busy_without_wait_and_an_error_with_it_never_a_self_deadlock() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "o:1", "READ", "30000"]);
+    let busy = cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "o:1", "WRITE", "30000"]);
+    assert!(matches!(busy, Value::Int(n) if n > 28_000), "as Redisson: busy, {busy:?}");
+    let before = digest(&mut con);
+    let err = run_str(&mut con, &["RWLOCK.ACQUIRE", "L", "o:1", "WRITE", "30000", "WAIT", "0"])
+        .unwrap_err();
+    assert!(err.starts_with("ERR") && err.contains("upgrade"), "{err}");
+    assert_eq!(digest(&mut con), before, "nothing changed");
+    assert_eq!(blocked_clients(&mut con), 0, "nobody waits for itself");
+}
+
+#[test]
+fn a_write_token_shares_the_plain_locks_counter_and_read_takes_none() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let acquire = ["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000", "TOKEN"];
+    let first = granted_token(&cmd(&mut con, &acquire));
+    assert_eq!(
+        cmd(&mut con, &["GET", "redisson_lock_token:{L}"]),
+        Value::BulkString(first.to_string().into_bytes())
+    );
+    cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]);
+    let second = granted_token(&cmd(&mut con, &["RLOCK.ACQUIRE", "L", "p", "30000", "TOKEN"]));
+    assert!(second > first, "one counter per name: {first} then {second}");
+    cmd(&mut con, &["RLOCK.RELEASE", "L", "p"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "x:1", "WRITE", "30000"]);
+    let busy = cmd(&mut con, &acquire);
+    assert!(
+        matches!(&busy, Value::Array(v) if v[0] == Value::Int(0) && matches!(v[1], Value::Int(n) if n > 0)),
+        "{busy:?}"
+    );
+    let err = run_str(&mut con, &["RWLOCK.ACQUIRE", "M", "r:1", "READ", "30000", "TOKEN"]);
+    assert!(err.unwrap_err().starts_with("ERR syntax error"));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "s", "x"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "plain", "p", "30000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "o:1", "READ", "30000"]);
+    let before = digest(&mut con);
+    let cases: &[(&[&str], &str)] = &[
+        (&["RWLOCK.ACQUIRE", "L", "o", "READ"], "ERR wrong number of arguments"),
+        (&["RWLOCK.ACQUIRE", "L", "o", "BOTH", "10"], "ERR mode must be READ or WRITE"),
+        (&["RWLOCK.ACQUIRE", "L", "o", "READ", "0"], "ERR lease-ms"),
+        (&["RWLOCK.ACQUIRE", "L", "", "READ", "10"], "ERR owner must not be empty"),
+        (&["RWLOCK.ACQUIRE", "L", "o:write", "READ", "10"], "ERR owner must not be 'mode'"),
+        (&["RWLOCK.ACQUIRE", "L", "mode", "WRITE", "10"], "ERR owner must not be 'mode'"),
+        (&["RWLOCK.ACQUIRE", "L", "o", "READ", "10", "EXTRA"], "ERR syntax error"),
+        (&["RWLOCK.ACQUIRE", "s", "o", "READ", "10"], "WRONGTYPE"),
+        (
+            &["RWLOCK.ACQUIRE", "plain", "o", "READ", "10"],
+            "WRONGTYPE the key holds a reentrant lock",
+        ),
+        (&["RWLOCK.RELEASE", "plain", "p", "WRITE"], "WRONGTYPE the key holds a reentrant lock"),
+        (&["RWLOCK.RENEW", "plain", "p", "10"], "WRONGTYPE the key holds a reentrant lock"),
+        (&["RWLOCK.INFO", "plain"], "WRONGTYPE the key holds a reentrant lock"),
+        (&["RLOCK.ACQUIRE", "rw", "o:1", "10"], "WRONGTYPE the key holds a read-write lock"),
+        (&["RLOCK.RELEASE", "rw", "o:1"], "WRONGTYPE the key holds a read-write lock"),
+        (&["RLOCK.RENEW", "rw", "o:1", "10"], "WRONGTYPE the key holds a read-write lock"),
+        (&["RWLOCK.RELEASE", "L", "o", "READ", "REQUEST"], "ERR request id"),
+        (&["RWLOCK.FORCERELEASE", "L", "x"], "ERR wrong number of arguments"),
+    ];
+    for (args, expected) in cases {
+        let err = run_str(&mut con, args).unwrap_err();
+        assert!(err.starts_with(expected), "{args:?}: {err}");
+    }
+    assert_eq!(digest(&mut con), before, "no error changed anything");
+    // Commands that act on any lock key still do.
+    assert!(matches!(cmd(&mut con, &["RLOCK.PTTL", "rw"]), Value::Int(n) if n > 0));
+}
+
+#[test]
+fn renew_and_force_release() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "o:1", "READ", "5000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "o:1", "READ", "5000"]);
+    assert_eq!(cmd(&mut con, &["RWLOCK.RENEW", "L", "o:1", "60000"]), Value::Int(1));
+    for hold in ["{L}:o:1:rwlock_timeout:1", "{L}:o:1:rwlock_timeout:2", "L"] {
+        assert!(pttl(&mut con, hold) > 58_000, "{hold} renewed");
+    }
+    let before = digest(&mut con);
+    assert_eq!(cmd(&mut con, &["RWLOCK.RENEW", "L", "other:1", "60000"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["RWLOCK.RENEW", "free", "o:1", "60000"]), Value::Int(0));
+    assert_eq!(digest(&mut con), before, "nothing created for a non-holder");
+    assert_eq!(cmd(&mut con, &["RWLOCK.FORCERELEASE", "L"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RWLOCK.FORCERELEASE", "L"]), Value::Int(0));
+    assert!(!exists(&mut con, "L"));
+}
+
+#[test]
+fn info_reports_mode_holders_and_waiters() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RWLOCK.INFO", "L"]), Value::Nil);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "a:1", "READ", "30000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "a:1", "READ", "30000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "b:1", "READ", "30000"]);
+    let w =
+        Pending::start_str(&server, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let r =
+        Pending::start_str(&server, &["RWLOCK.ACQUIRE", "L", "c:1", "READ", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 2);
+    let info = info_map(&mut con, "L");
+    assert_eq!(field(&info, "mode"), Value::BulkString(b"read".to_vec()));
+    assert_eq!(field(&info, "writer"), Value::Nil);
+    assert_eq!(field(&info, "readers"), Value::Int(2));
+    assert_eq!(field(&info, "read_holds"), Value::Int(3));
+    assert_eq!(field(&info, "waiting_readers"), Value::Int(1));
+    assert_eq!(field(&info, "waiting_writers"), Value::Int(1));
+    cmd(&mut con, &["RWLOCK.FORCERELEASE", "L"]);
+    assert_eq!(w.reply(LIMIT).0, Ok(Value::Nil));
+    let info = info_map(&mut con, "L");
+    assert_eq!(field(&info, "writer"), Value::BulkString(b"w:1".to_vec()));
+    assert_eq!(field(&info, "write_count"), Value::Int(1));
+    cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]);
+    assert_eq!(r.reply(LIMIT).0, Ok(Value::Nil));
+}
+
+/// Phase-alternating FIFO: a reader arriving while a writer waits queues behind it; the
+/// writer gets the lock when the readers leave; its release grants every reader at the head at
+/// once, up to the next writer.
+#[test]
+fn waiting_is_fair_writers_are_never_starved_and_readers_enter_together() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "r0:1", "READ", "30000"]);
+    let w1 = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "L", "w1:1", "WRITE", "30000", "WAIT", "0"],
+    );
+    wait_blocked(&mut con, 1);
+    // A newcomer reader does not jump the queued writer, with or without WAIT.
+    let busy = cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "late:1", "READ", "30000"]);
+    assert!(matches!(busy, Value::Int(n) if n > 0), "{busy:?}");
+    let readers: Vec<Pending> = ["r1:1", "r2:1", "r3:1"]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let p = Pending::start_str(
+                &server,
+                &["RWLOCK.ACQUIRE", "L", r, "READ", "30000", "WAIT", "0"],
+            );
+            wait_blocked(&mut con, 2 + i as i64);
+            p
+        })
+        .collect();
+    let w2 = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "L", "w2:1", "WRITE", "30000", "WAIT", "0"],
+    );
+    wait_blocked(&mut con, 5);
+    // The holder re-enters read even though a writer waits: it is not a newcomer.
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "r0:1", "READ", "30000"]), Value::Nil);
+    cmd(&mut con, &["RWLOCK.RELEASE", "L", "r0:1", "READ"]);
+    assert!(!w1.replied(), "a reader still holds");
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "r0:1", "READ"]), Value::Int(1));
+    assert_eq!(w1.reply(LIMIT).0, Ok(Value::Nil));
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "write"), ("w1:1:write", "1")]));
+    let handoffs = info_field(&mut con, "rlock", "rlock_handoffs");
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w1:1", "WRITE"]), Value::Int(1));
+    for r in readers {
+        assert_eq!(r.reply(LIMIT).0, Ok(Value::Nil));
+    }
+    assert_eq!(
+        info_field(&mut con, "rlock", "rlock_handoffs"),
+        handoffs + 3,
+        "one release, three grants"
+    );
+    assert_eq!(
+        hgetall(&mut con, b"L"),
+        pairs(&[("mode", "read"), ("r1:1", "1"), ("r2:1", "1"), ("r3:1", "1")])
+    );
+    assert!(!w2.replied(), "the next writer waits for the readers");
+    for r in ["r1:1", "r2:1", "r3:1"] {
+        cmd(&mut con, &["RWLOCK.RELEASE", "L", r, "READ"]);
+    }
+    assert_eq!(w2.reply(LIMIT).0, Ok(Value::Nil));
+    assert_eq!(blocked_clients(&mut con), 0);
+}
+
+/// A reader whose hold lease ends leaves by itself (a timer), so a queued writer gets the lock
+/// then, not at some other reader's unlock; the same for a reader a Redisson client wrote.
+#[test]
+fn a_dead_reader_is_removed_when_its_lease_ends_and_the_writer_is_served() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "short:1", "READ", "200"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "long:1", "READ", "60000"]);
+    poll("the dead reader to leave", LIMIT, || {
+        (hgetall(&mut con, b"L") == pairs(&[("mode", "read"), ("long:1", "1")])).then_some(())
+    });
+    assert_eq!(info_field(&mut con, "rlock", "rlock_dead_reader_reaps"), 1);
+    cmd(&mut con, &["RWLOCK.RELEASE", "L", "long:1", "READ"]);
+
+    // A Redisson reader (its read-acquire script's writes): a 300 ms hold on a 60 s hash.
+    cmd(&mut con, &["HSET", "M", "mode", "read", "j:1", "1"]);
+    cmd(&mut con, &["SET", "{M}:j:1:rwlock_timeout:1", "1", "PX", "300"]);
+    cmd(&mut con, &["PEXPIRE", "{M}:j:1:rwlock_timeout:1", "300"]);
+    cmd(&mut con, &["PEXPIRE", "M", "60000"]);
+    let writer =
+        Pending::start_str(&server, &["RWLOCK.ACQUIRE", "M", "w:1", "WRITE", "30000", "WAIT", "0"]);
+    let (reply, _) = writer.reply(LIMIT);
+    assert_eq!(reply, Ok(Value::Nil), "served when the dead reader left");
+    assert_eq!(hgetall(&mut con, b"M"), pairs(&[("mode", "write"), ("w:1:write", "1")]));
+}
+
+#[test]
+fn waits_never_block_in_multi_and_a_waiter_that_leaves_leaves_the_queue() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000"]);
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("RWLOCK.ACQUIRE")
+        .arg("L")
+        .arg("r:1")
+        .arg("READ")
+        .arg(1000)
+        .arg("WAIT")
+        .arg(0)
+        .query(&mut con)
+        .expect("MULTI");
+    assert!(matches!(replies[0], Value::Int(n) if n > 0), "{replies:?}");
+    let waiter = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "L", "gone:1", "READ", "1000", "WAIT", "0"],
+    );
+    wait_blocked(&mut con, 1);
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut con)
+        .expect("CLIENT KILL");
+    assert!(waiter.reply(LIMIT).0.is_err(), "its connection was killed");
+    poll("no waiter", LIMIT, || (blocked_clients(&mut con) == 0).then_some(()));
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]), Value::Int(1));
+    assert!(!exists(&mut con, "L"), "nobody was granted the lock after leaving");
+}
