@@ -365,3 +365,251 @@ fn waits_never_block_in_multi_and_a_waiter_that_leaves_leaves_the_queue() {
     assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]), Value::Int(1));
     assert!(!exists(&mut con, "L"), "nobody was granted the lock after leaving");
 }
+
+// ---- a Redisson client beside rlock ------------------------------------------------------------
+//
+// Redisson's read-write lock scripts, written from the data model in shared/reference (§2.2 to
+// §2.5; the unlock latch left out): what a Redisson client runs on the same names.
+
+const REDISSON_READ: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':1', 1)
+  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1])
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+  local i = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':' .. i, 1)
+  redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])
+  redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
+  return nil
+end
+return redis.call('pttl', KEYS[1])";
+
+const REDISSON_READ_UNLOCK: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('publish', KEYS[2], ARGV[1])
+  return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
+local c = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if c == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end
+redis.call('del', KEYS[3] .. ':' .. (c + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+  local m = -3
+  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
+    local n = tonumber(redis.call('hget', KEYS[1], f))
+    if type(n) == 'number' then
+      for i = n, 1, -1 do
+        m = math.max(m, redis.call('pttl', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
+      end
+    end
+  end
+  if m > 0 then
+    redis.call('pexpire', KEYS[1], m)
+    return 0
+  end
+  if mode == 'write' then return 0 end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1";
+
+const REDISSON_WRITE: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'write')
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + ARGV[1])
+  return nil
+end
+return redis.call('pttl', KEYS[1])";
+
+const REDISSON_WRITE_UNLOCK: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('publish', KEYS[2], ARGV[1])
+  return nil
+end
+if mode == 'write' then
+  if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
+  local c = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+  if c > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return 0
+  end
+  redis.call('hdel', KEYS[1], ARGV[3])
+  if redis.call('hlen', KEYS[1]) == 1 then
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[2], ARGV[1])
+  else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+  end
+  return 1
+end
+return nil";
+
+/// A Redisson thread on the lock `name`.
+struct Redisson<'a> {
+    name: &'a str,
+    me: &'a str,
+}
+
+impl Redisson<'_> {
+    fn eval(&self, con: &mut Connection, script: &str, keys: &[String], args: &[String]) -> Value {
+        let mut c = redis::cmd("EVAL");
+        c.arg(script).arg(keys.len());
+        for k in keys {
+            c.arg(k);
+        }
+        for a in args {
+            c.arg(a);
+        }
+        c.query(con).expect("script")
+    }
+
+    fn hold_prefix(&self) -> String {
+        format!("{{{}}}:{}:rwlock_timeout", self.name, self.me)
+    }
+
+    fn read(&self, con: &mut Connection, lease_ms: u64) -> Value {
+        let keys = [self.name.to_owned(), self.hold_prefix()];
+        let args = [lease_ms.to_string(), self.me.to_owned(), format!("{}:write", self.me)];
+        self.eval(con, REDISSON_READ, &keys, &args)
+    }
+
+    fn read_unlock(&self, con: &mut Connection) -> Value {
+        let keys = [
+            self.name.to_owned(),
+            format!("redisson_rwlock:{{{}}}", self.name),
+            self.hold_prefix(),
+            format!("{{{}}}", self.name),
+        ];
+        self.eval(con, REDISSON_READ_UNLOCK, &keys, &["0".to_owned(), self.me.to_owned()])
+    }
+
+    fn write(&self, con: &mut Connection, lease_ms: u64) -> Value {
+        let keys = [self.name.to_owned()];
+        self.eval(con, REDISSON_WRITE, &keys, &[lease_ms.to_string(), format!("{}:write", self.me)])
+    }
+
+    fn write_unlock(&self, con: &mut Connection) -> Value {
+        let keys = [self.name.to_owned(), format!("redisson_rwlock:{{{}}}", self.name)];
+        let args = ["1".to_owned(), "30000".to_owned(), format!("{}:write", self.me)];
+        self.eval(con, REDISSON_WRITE_UNLOCK, &keys, &args)
+    }
+}
+
+#[test]
+fn redisson_and_rlock_readers_share_and_writers_exclude_both() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let java = Redisson { name: "L", me: "9f1c-uuid:12" };
+    assert_eq!(java.read(&mut con, 30_000), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "rs:1", "READ", "60000"]), Value::Nil);
+    assert_eq!(java.read(&mut con, 30_000), Value::Nil, "re-entry beside an rlock reader");
+    // Writers of both kinds are kept out.
+    assert!(
+        matches!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "1000"]), Value::Int(n) if n > 0)
+    );
+    let other = Redisson { name: "L", me: "77aa-uuid:3" };
+    assert!(matches!(other.write(&mut con, 1000), Value::Int(n) if n > 0));
+    // The Redisson reader's unlocks leave the rlock reader's hold in place: its lease key is live.
+    assert_eq!(java.read_unlock(&mut con), Value::Int(0));
+    assert_eq!(java.read_unlock(&mut con), Value::Int(0));
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "read"), ("rs:1", "1")]));
+    assert!(pttl(&mut con, "L") > 58_000, "the hash lives as long as the rlock reader's hold");
+    // And the reverse: an rlock release leaves a Redisson reader in place.
+    assert_eq!(java.read(&mut con, 30_000), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "rs:1", "READ"]), Value::Int(0));
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "read"), ("9f1c-uuid:12", "1")]));
+    assert_eq!(java.read_unlock(&mut con), Value::Int(1));
+    assert!(!exists(&mut con, "L"));
+    // A Redisson writer keeps rlock readers and writers out; rlock's writer keeps Redisson out.
+    assert_eq!(other.write(&mut con, 30_000), Value::Nil);
+    assert!(
+        matches!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "r:1", "READ", "1000"]), Value::Int(n) if n > 0)
+    );
+    assert_eq!(other.write_unlock(&mut con), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000"]), Value::Nil);
+    assert!(matches!(java.read(&mut con, 1000), Value::Int(n) if n > 0));
+    assert!(matches!(other.write(&mut con, 1000), Value::Int(n) if n > 0));
+}
+
+#[test]
+fn rlock_waiters_are_served_by_redisson_unlocks_and_redisson_hears_rlock_releases() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let java = Redisson { name: "L", me: "9f1c-uuid:12" };
+    // An rlock writer waits for a Redisson reader; the reader's unlock (DEL) serves it.
+    assert_eq!(java.read(&mut con, 60_000), Value::Nil);
+    let writer =
+        Pending::start_str(&server, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    assert_eq!(java.read_unlock(&mut con), Value::Int(1));
+    assert_eq!(writer.reply(LIMIT).0, Ok(Value::Nil));
+    // Redisson's waiters subscribe to the channel: rlock's write release tells them (1).
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_rwlock:{L}").expect("subscribe");
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "w:1", "WRITE"]), Value::Int(1));
+    let message = pubsub.get_message().expect("published");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "1");
+    // An rlock reader waits for a Redisson writer; the writer's unlock serves it.
+    let other = Redisson { name: "L", me: "77aa-uuid:3" };
+    assert_eq!(other.write(&mut con, 60_000), Value::Nil);
+    let reader =
+        Pending::start_str(&server, &["RWLOCK.ACQUIRE", "L", "r:1", "READ", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    assert_eq!(other.write_unlock(&mut con), Value::Int(1));
+    assert_eq!(reader.reply(LIMIT).0, Ok(Value::Nil));
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "read"), ("r:1", "1")]));
+    let message = pubsub.get_message().expect("Redisson's own unlock message");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "1");
+    // ...and its read release that frees the lock says 0.
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "L", "r:1", "READ"]), Value::Int(1));
+    let message = pubsub.get_message().expect("published");
+    assert_eq!(message.get_payload::<String>().expect("payload"), "0");
+}
+
+#[test]
+fn a_replica_without_the_module_holds_the_same_read_write_lock() {
+    let master = Server::start();
+    let replica = Server::builder().without_module().replica_of(&master).start();
+    rlock_tests_integration::wait_replica_online(&master);
+    let mut con = master.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "a:1", "READ", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "a:1", "READ", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "b:1", "READ", "60000"]);
+    cmd(&mut con, &["RWLOCK.RELEASE", "L", "a:1", "READ"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "W", "w:1", "WRITE", "60000"]);
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).expect("WAIT");
+    let mut r = replica.conn();
+    for key in ["L", "W"] {
+        assert_eq!(hgetall(&mut r, key.as_bytes()), hgetall(&mut con, key.as_bytes()), "{key}");
+    }
+    let keys = |c: &mut Connection| {
+        let mut k: Vec<String> = redis::cmd("KEYS").arg("*").query(c).expect("KEYS");
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&mut r), keys(&mut con));
+    for key in ["L", "W", "{L}:a:1:rwlock_timeout:1", "{L}:b:1:rwlock_timeout:1"] {
+        assert_eq!(
+            rlock_tests_integration::pexpiretime(&mut r, key.as_bytes()),
+            rlock_tests_integration::pexpiretime(&mut con, key.as_bytes()),
+            "{key}: the same absolute deadline"
+        );
+    }
+}
