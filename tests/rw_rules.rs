@@ -1,0 +1,335 @@
+//! The read-write lock rules, without a server: random operations applied to a simulated Redis
+//! (the hash's fields and expiry, and the read holds' lease keys, each with lazy expiry), as the
+//! store applies the rules' effects, and checked against a reference model written separately
+//! (Redisson's RReadWriteLock with rlock's documented differences, stated directly), plus the
+//! layout's invariants after every step.
+
+use std::collections::BTreeMap;
+
+use rlock::args::{Lease, Mode};
+use rlock::rules::{Deadline, Reply};
+use rlock::rw_rules::{self, Acquired, Effect, Holds, RwPlan, RwState};
+use rlock_tests_integration::Rng;
+
+/// Redis as the store sees it: the hash, its deadline, and the hold keys with theirs.
+#[derive(Default, Debug)]
+struct Redis {
+    hash: BTreeMap<Vec<u8>, Vec<u8>>,
+    deadline: Option<i64>,
+    /// (owner, index) -> deadline.
+    holds: BTreeMap<(Vec<u8>, u64), i64>,
+    published: Vec<&'static [u8]>,
+}
+
+impl Redis {
+    fn expire(&mut self, now: i64) {
+        if self.deadline.is_some_and(|d| d <= now) {
+            self.hash.clear();
+            self.deadline = None;
+        }
+        self.holds.retain(|_, &mut d| d > now);
+    }
+
+    fn state(&mut self, now: i64) -> RwState {
+        self.expire(now);
+        let pttl = self.deadline.map_or(-1, |d| d - now);
+        let fields = self.hash.iter().map(|(f, v)| (f.clone(), v.clone()));
+        RwState::from_fields(fields, pttl).expect("a read-write lock")
+    }
+
+    fn holds(&self, state: &RwState) -> Holds {
+        let mut holds = Holds::new();
+        for (owner, &count) in &state.readers {
+            let owned = holds.entry(owner.clone()).or_default();
+            for index in 1..=count {
+                if let Some(&d) = self.holds.get(&(owner.clone(), index)) {
+                    owned.insert(index, d);
+                }
+            }
+        }
+        holds
+    }
+
+    fn apply(&mut self, plan: &RwPlan) {
+        for effect in &plan.effects {
+            match effect {
+                Effect::SetMode(mode) => {
+                    self.hash.insert(b"mode".to_vec(), mode.as_bytes().to_vec());
+                }
+                Effect::SetReads { owner, count } => {
+                    self.hash.insert(owner.clone(), count.to_string().into_bytes());
+                }
+                Effect::DropReads { owner } => {
+                    self.hash.remove(owner);
+                }
+                Effect::SetWrites { owner, count } => {
+                    let field = [owner.as_slice(), b":write"].concat();
+                    self.hash.insert(field, count.to_string().into_bytes());
+                }
+                Effect::DropWrites { owner } => {
+                    self.hash.remove(&[owner.as_slice(), b":write"].concat());
+                }
+                Effect::AddHold { owner, index, deadline } => {
+                    self.holds.insert((owner.clone(), *index), deadline.unix_ms());
+                }
+                Effect::DropHold { owner, index } => {
+                    self.holds.remove(&(owner.clone(), *index));
+                }
+                Effect::RenewHold { owner, index, deadline } => {
+                    if let Some(d) = self.holds.get_mut(&(owner.clone(), *index)) {
+                        *d = deadline.unix_ms();
+                    }
+                }
+                Effect::ExpireAt(deadline) => self.deadline = Some(deadline.unix_ms()),
+                Effect::Delete => {
+                    self.hash.clear();
+                    self.deadline = None;
+                }
+            }
+        }
+        if let Some(mode) = plan.freed {
+            self.published.push(mode.message());
+        }
+    }
+}
+
+/// The reference: who holds what, stated directly.
+#[derive(Default, Debug)]
+struct Reference {
+    /// Reader -> its holds' deadlines, oldest first.
+    readers: BTreeMap<String, Vec<i64>>,
+    writer: Option<(String, u64)>,
+    deadline: Option<i64>,
+}
+
+impl Reference {
+    fn expire(&mut self, now: i64) {
+        if self.deadline.is_some_and(|d| d <= now) {
+            *self = Self::default();
+        }
+    }
+
+    fn held(&self) -> bool {
+        !self.readers.is_empty() || self.writer.is_some()
+    }
+
+    fn pttl(&self, now: i64) -> i64 {
+        self.deadline.map_or(-1, |d| d - now)
+    }
+
+    fn writes(&self, owner: &str) -> u64 {
+        self.writer.as_ref().filter(|(w, _)| w == owner).map_or(0, |(_, n)| *n)
+    }
+
+    fn acquire(&mut self, want: Mode, owner: &str, now: i64, until: i64, queued: bool) -> Reply {
+        self.expire(now);
+        let reads = self.readers.get(owner).map_or(0, Vec::len);
+        let writes = self.writes(owner);
+        let free = !self.held();
+        let granted = match want {
+            Mode::Read => free || reads > 0 || writes > 0 || (self.writer.is_none() && !queued),
+            Mode::Write => free || writes > 0,
+        };
+        if !granted {
+            return Reply::Int(self.pttl(now));
+        }
+        match want {
+            Mode::Read => self.readers.entry(owner.to_owned()).or_default().push(until),
+            Mode::Write => self.writer = Some((owner.to_owned(), writes + 1)),
+        }
+        self.deadline = Some(self.deadline.filter(|_| !free).map_or(until, |d| d.max(until)));
+        Reply::Nil
+    }
+
+    /// Readers none of whose holds is live leave; nobody live left: free.
+    fn settle(&mut self, now: i64) -> bool {
+        self.readers.retain(|_, holds| holds.iter().any(|&d| d > now));
+        if !self.held() {
+            *self = Self::default();
+            return true;
+        }
+        let live = self.readers.values().flatten().copied().filter(|&d| d > now).max();
+        self.deadline = if self.writer.is_some() { live.max(self.deadline) } else { live };
+        false
+    }
+
+    fn release(&mut self, want: Mode, owner: &str, now: i64) -> Reply {
+        self.expire(now);
+        match want {
+            Mode::Read => {
+                let Some(holds) = self.readers.get_mut(owner) else { return Reply::Nil };
+                holds.pop();
+                if holds.is_empty() {
+                    self.readers.remove(owner);
+                }
+                Reply::Int(i64::from(self.settle(now)))
+            }
+            Mode::Write => match self.writes(owner) {
+                0 => Reply::Nil,
+                1 => {
+                    self.writer = None;
+                    self.settle(now);
+                    Reply::Int(1)
+                }
+                n => {
+                    self.writer = Some((owner.to_owned(), n - 1));
+                    Reply::Int(0)
+                }
+            },
+        }
+    }
+}
+
+const OWNERS: [&str; 4] = ["a:1", "b:1", "c:2", "d:7"];
+
+/// Checks the simulated Redis against the reference, and the layout's invariants.
+fn check(redis: &mut Redis, reference: &mut Reference, now: i64, step: usize) {
+    reference.expire(now);
+    let state = redis.state(now);
+    let holds = redis.holds(&state);
+    let live_readers: BTreeMap<String, usize> = state
+        .readers
+        .iter()
+        .filter_map(|(o, &n)| {
+            let live = holds.get(o).map_or(0, |h| h.range(1..=n).filter(|(_, &d)| d > now).count());
+            (live > 0).then(|| (String::from_utf8(o.clone()).expect("utf8"), n as usize))
+        })
+        .collect();
+    let expected: BTreeMap<String, usize> = reference
+        .readers
+        .iter()
+        .filter(|(_, h)| h.iter().any(|&d| d > now))
+        .map(|(o, h)| (o.clone(), h.len()))
+        .collect();
+    assert_eq!(live_readers, expected, "step {step}: readers");
+    let writer =
+        state.writer.as_ref().map(|(o, n)| (String::from_utf8(o.clone()).expect("utf8"), *n));
+    assert_eq!(writer, reference.writer, "step {step}: writer");
+    match (&state.mode, &state.writer) {
+        (None, _) => assert!(state.readers.is_empty() && state.writer.is_none(), "step {step}"),
+        (Some(Mode::Write), Some((w, _))) => {
+            assert!(state.readers.keys().all(|r| r == w), "step {step}: only the writer reads");
+        }
+        (Some(Mode::Write), None) => panic!("step {step}: write mode without a writer"),
+        (Some(Mode::Read), writer) => {
+            assert!(writer.is_none(), "step {step}: a writer in read mode")
+        }
+    }
+    // The hash outlives every live read hold.
+    if let Some(deadline) = redis.deadline {
+        for (owner, owned) in &holds {
+            for (&i, &d) in owned.range(1..=state.readers.get(owner).copied().unwrap_or(0)) {
+                assert!(d <= deadline, "step {step}: hold {i} of {owner:?} outlives the hash");
+            }
+        }
+    }
+}
+
+#[test]
+fn random_operations_agree_with_the_reference_and_keep_the_layout_whole() {
+    for seed in 1..=40_u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let (mut redis, mut reference) = (Redis::default(), Reference::default());
+        let mut now = 1_000_000_i64;
+        for step in 0..2_500 {
+            now += rng.below(40) as i64;
+            let owner = OWNERS[rng.below(OWNERS.len())];
+            let want = if rng.below(2) == 0 { Mode::Read } else { Mode::Write };
+            let lease = Lease::from_millis(1 + rng.below(300) as u64).expect("positive");
+            let until = now + lease.as_millis() as i64;
+            let queued = rng.below(5) == 0;
+            let state = redis.state(now);
+            match rng.below(8) {
+                0..=3 => {
+                    let deadline = Deadline::after(now, lease).expect("fits");
+                    let got = match rw_rules::acquire(
+                        &state,
+                        want,
+                        owner.as_bytes(),
+                        now,
+                        deadline,
+                        queued,
+                    )
+                    .expect("no overflow")
+                    {
+                        Acquired::Granted(plan) => {
+                            redis.apply(&plan);
+                            plan.reply
+                        }
+                        Acquired::Busy(pttl) => Reply::Int(pttl),
+                        Acquired::Upgrade(pttl) => {
+                            assert!(state.reads_of(owner.as_bytes()) > 0, "step {step}");
+                            Reply::Int(pttl)
+                        }
+                    };
+                    let expected = reference.acquire(want, owner, now, until, queued);
+                    assert_eq!(
+                        got == Reply::Nil,
+                        expected == Reply::Nil,
+                        "seed {seed} step {step}: acquire {want:?} {owner}"
+                    );
+                }
+                4..=6 => {
+                    let holds = redis.holds(&state);
+                    let plan = rw_rules::release(&state, want, owner.as_bytes(), &holds, now);
+                    redis.apply(&plan);
+                    let expected = reference.release(want, owner, now);
+                    assert_eq!(
+                        plan.reply, expected,
+                        "seed {seed} step {step}: release {want:?} {owner}"
+                    );
+                }
+                _ => {
+                    let holds = redis.holds(&state);
+                    if let Some(plan) = rw_rules::reap(&state, &holds, now) {
+                        redis.apply(&plan);
+                    }
+                    if reference.held() {
+                        reference.settle(now);
+                    }
+                }
+            }
+            check(&mut redis, &mut reference, now, step);
+        }
+    }
+}
+
+#[test]
+fn an_upgrade_is_told_apart_and_write_reentry_keeps_the_later_lease() {
+    let lease = |ms| Deadline::after(0, Lease::from_millis(ms).expect("positive")).expect("fits");
+    let mut redis = Redis::default();
+    let state = redis.state(0);
+    let Ok(Acquired::Granted(plan)) =
+        rw_rules::acquire(&state, Mode::Read, b"o", 0, lease(100), false)
+    else {
+        panic!("free: granted");
+    };
+    redis.apply(&plan);
+    let state = redis.state(0);
+    assert_eq!(
+        rw_rules::acquire(&state, Mode::Write, b"o", 0, lease(100), false),
+        Ok(Acquired::Upgrade(100))
+    );
+    assert_eq!(
+        rw_rules::acquire(&state, Mode::Write, b"x", 0, lease(100), false),
+        Ok(Acquired::Busy(100))
+    );
+    let mut redis = Redis::default();
+    let state = redis.state(0);
+    let Ok(Acquired::Granted(plan)) =
+        rw_rules::acquire(&state, Mode::Write, b"w", 0, lease(500), false)
+    else {
+        panic!("free: granted");
+    };
+    redis.apply(&plan);
+    let state = redis.state(10);
+    let Ok(Acquired::Granted(plan)) =
+        rw_rules::acquire(&state, Mode::Write, b"w", 10, lease(100), false)
+    else {
+        panic!("re-entry");
+    };
+    redis.apply(&plan);
+    assert_eq!(redis.deadline, Some(500), "a shorter re-entry keeps the later lease");
+    assert!(rw_rules::check_owner(b"mode").is_err() && rw_rules::check_owner(b"x:write").is_err());
+    assert!(rw_rules::check_owner(b"uuid:1").is_ok());
+}
