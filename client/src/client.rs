@@ -11,6 +11,7 @@ use crate::conn::{Conn, Shared, Target};
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::options::Options;
+use crate::rwlock::RwLock;
 
 /// A connection to a Redis server with the rlock module, from which [`Lock`] handles are made.
 /// Cheap to clone.
@@ -157,6 +158,15 @@ impl LockClient {
     pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         self.lock_as(name, format!("{}:{n}", self.shared.id))
+    }
+
+    /// A read-write lock named `name` (Redisson's `RReadWriteLock`): [`RwLock::read`] and
+    /// [`RwLock::write`] handles with the whole [`Lock`] API.
+    pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
+        let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
+        let owner = format!("{}:{n}", self.shared.id);
+        let (read, write) = Lock::rw_pair(&self.shared, name.as_ref().into(), &owner);
+        RwLock::new(read, write)
     }
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).

@@ -60,6 +60,7 @@ mod guard;
 mod lock;
 mod multi;
 mod options;
+mod rwlock;
 mod wait;
 
 pub use client::LockClient;
@@ -67,3 +68,4 @@ pub use error::{Error, Result};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use options::{AofAck, Options, Remaining};
+pub use rwlock::RwLock;

@@ -14,6 +14,48 @@ use crate::guard::GuardCore;
 use crate::options::Remaining;
 use crate::options::{millis, wait_budget};
 
+/// Which lock a handle takes: a reentrant lock, or one side of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Reentrant,
+    Read,
+    Write,
+}
+
+impl Kind {
+    /// `RLOCK.<verb>` or `RWLOCK.<verb>`.
+    fn prefixed(self, verb: &str) -> String {
+        match self {
+            Self::Reentrant => format!("RLOCK.{verb}"),
+            Self::Read | Self::Write => format!("RWLOCK.{verb}"),
+        }
+    }
+
+    /// The command `<verb> name owner [READ|WRITE]` of this kind (`RENEW` takes no mode).
+    fn command(self, verb: &str, name: &[u8], owner: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(&self.prefixed(verb));
+        cmd.arg(name).arg(owner);
+        match (self, verb) {
+            (Self::Reentrant, _) | (_, "RENEW") => {}
+            (Self::Read, _) => {
+                cmd.arg("READ");
+            }
+            (Self::Write, _) => {
+                cmd.arg("WRITE");
+            }
+        }
+        cmd
+    }
+
+    /// The hash field of `owner`'s hold of this kind.
+    fn field(self, owner: &str) -> String {
+        match self {
+            Self::Write => format!("{owner}:write"),
+            Self::Reentrant | Self::Read => owner.to_owned(),
+        }
+    }
+}
+
 /// The answer to one `RLOCK.ACQUIRE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
@@ -80,6 +122,13 @@ pub struct Lock {
     pub(crate) shared: Arc<Shared>,
     pub(crate) name: Arc<[u8]>,
     pub(crate) owner: Arc<str>,
+    /// A reentrant lock, or one side of a read-write lock.
+    kind: Kind,
+    /// The other side of a read-write lock (its holds), whose live chain's owner this handle's
+    /// new chains take: the server then sees one owner, so a write holder may take read (and
+    /// downgrade), and a read holder asking for write gets the upgrade refusal instead of
+    /// waiting for itself.
+    sibling: Option<std::sync::Weak<Mutex<Holds>>>,
     holds: Arc<Mutex<Holds>>,
     /// One acquire of the handle at a time: concurrent ones re-enter instead of racing.
     acquiring: Arc<tokio::sync::Mutex<()>>,
@@ -124,7 +173,38 @@ impl fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(shared: Arc<Shared>, name: Arc<[u8]>, owner: Arc<str>) -> Self {
-        Self { shared, name, owner, holds: Arc::default(), acquiring: Arc::default() }
+        Self {
+            shared,
+            name,
+            owner,
+            kind: Kind::Reentrant,
+            sibling: None,
+            holds: Arc::default(),
+            acquiring: Arc::default(),
+        }
+    }
+
+    /// The two sides of a read-write lock, with owner ids `<owner>:r` and `<owner>:w` (each
+    /// chain adds `:<chain>`; a side whose other side holds takes that chain's owner).
+    pub(crate) fn rw_pair(shared: &Arc<Shared>, name: Arc<[u8]>, owner: &str) -> (Self, Self) {
+        let side = |kind, tag: &str| Self {
+            kind,
+            ..Self::new(Arc::clone(shared), Arc::clone(&name), Arc::from(format!("{owner}:{tag}")))
+        };
+        let (mut read, mut write) = (side(Kind::Read, "r"), side(Kind::Write, "w"));
+        read.sibling = Some(Arc::downgrade(&write.holds));
+        write.sibling = Some(Arc::downgrade(&read.holds));
+        (read, write)
+    }
+
+    /// The owner of a new chain: the other side's live chain's, else a new one.
+    fn chain_owner(&self, started: u64) -> Arc<str> {
+        let sibling = self.sibling.as_ref().and_then(std::sync::Weak::upgrade);
+        let shared = sibling.and_then(|holds| {
+            let holds = holds.lock().unwrap_or_else(PoisonError::into_inner);
+            holds.chain.as_ref().map(|c| Arc::clone(&c.owner))
+        });
+        shared.unwrap_or_else(|| Arc::from(format!("{}:{started}", self.owner)))
     }
 
     fn with_holds<R>(&self, f: impl FnOnce(&mut Holds) -> R) -> R {
@@ -204,10 +284,11 @@ impl Lock {
         if let Some(guard) = self.reenter(lease_ms, watchdog).await? {
             return Ok(guard);
         }
-        let (id, owner) = self.with_holds(|h| {
+        let id = self.with_holds(|h| {
             h.started += 1;
-            (h.started, Arc::<str>::from(format!("{}:{}", self.owner, h.started)))
+            h.started
         });
+        let owner = self.chain_owner(id);
         let asked_at = Instant::now();
         let token = self.grant(&owner, lease_ms, deadline).await?;
         let lost = Arc::new(watch::channel(false).0);
@@ -402,12 +483,13 @@ impl Lock {
         wait_ms: Option<u64>,
         token: bool,
     ) -> redis::Cmd {
-        let mut cmd = redis::cmd("RLOCK.ACQUIRE");
-        cmd.arg(&*self.name).arg(owner).arg(lease_ms);
+        let mut cmd = self.kind.command("ACQUIRE", &self.name, owner);
+        cmd.arg(lease_ms);
         if let Some(wait_ms) = wait_ms {
             cmd.arg("WAIT").arg(wait_ms);
         }
-        if token {
+        // A read hold takes no token (the server refuses TOKEN with READ).
+        if token && self.kind != Kind::Read {
             cmd.arg("TOKEN");
         }
         cmd
@@ -440,9 +522,9 @@ impl Lock {
         let request = uuid::Uuid::new_v4().simple().to_string();
         let mut retries = RELEASE_RETRIES;
         loop {
-            let reply: redis::RedisResult<Option<i64>> = redis::cmd("RLOCK.RELEASE")
-                .arg(&*self.name)
-                .arg(owner)
+            let reply: redis::RedisResult<Option<i64>> = self
+                .kind
+                .command("RELEASE", &self.name, owner)
                 .arg("REQUEST")
                 .arg(&request)
                 .query_async(&mut self.conn())
@@ -466,19 +548,16 @@ impl Lock {
     }
 
     async fn renew_as(&self, owner: &str, lease_ms: u64) -> Result<bool> {
-        let renewed: i64 = redis::cmd("RLOCK.RENEW")
-            .arg(&*self.name)
-            .arg(owner)
-            .arg(lease_ms)
-            .query_async(&mut self.conn())
-            .await?;
+        let mut renew = self.kind.command("RENEW", &self.name, owner);
+        let renewed: i64 = renew.arg(lease_ms).query_async(&mut self.conn()).await?;
         Ok(renewed == 1)
     }
 
     /// Whether `owner` holds the lock on the server.
     async fn holds_as(&self, owner: &str) -> Result<bool> {
+        let field = self.kind.field(owner);
         let held: bool =
-            redis::cmd("HEXISTS").arg(&*self.name).arg(owner).query_async(&mut self.conn()).await?;
+            redis::cmd("HEXISTS").arg(&*self.name).arg(field).query_async(&mut self.conn()).await?;
         Ok(held)
     }
 
@@ -595,8 +674,10 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn force_release(&self) -> Result<bool> {
-        let deleted: i64 =
-            redis::cmd("RLOCK.FORCERELEASE").arg(&*self.name).query_async(&mut self.conn()).await?;
+        let deleted: i64 = redis::cmd(&self.kind.prefixed("FORCERELEASE"))
+            .arg(&*self.name)
+            .query_async(&mut self.conn())
+            .await?;
         Ok(deleted == 1)
     }
 }
@@ -773,9 +854,9 @@ impl Lock {
             let Ok(mut con) = node.get_connection_with_timeout(TIMEOUT) else { return };
             let _ = con.set_read_timeout(Some(TIMEOUT));
             let _ = con.set_write_timeout(Some(TIMEOUT));
-            let reply: redis::RedisResult<Option<i64>> = redis::cmd("RLOCK.RELEASE")
-                .arg(&*self.name)
-                .arg(owner)
+            let reply: redis::RedisResult<Option<i64>> = self
+                .kind
+                .command("RELEASE", &self.name, owner)
                 .arg("REQUEST")
                 .arg(&request)
                 .query(&mut con);

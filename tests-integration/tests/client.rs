@@ -332,3 +332,109 @@ async fn dropping_a_guard_releases_the_lock_in_the_background() {
     })
     .await;
 }
+
+// ---- read-write locks ----------------------------------------------------------------------
+
+async fn hash(server: &Server, name: &str) -> Vec<(String, String)> {
+    let mut con = server.client().get_multiplexed_async_connection().await.expect("con");
+    let mut pairs: Vec<(String, String)> = con.hgetall(name).await.expect("HGETALL");
+    pairs.sort();
+    pairs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_readers_share_and_a_writer_waits_for_them_in_the_server() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let (a, b, c) = (client.rw_lock("cfg"), client.rw_lock("cfg"), client.rw_lock("cfg"));
+    let ra = a.read().acquire(Some(Duration::from_secs(10))).await.expect("read a");
+    let rb = b.read().acquire(Some(Duration::from_secs(10))).await.expect("read b");
+    assert_eq!(hash(&server, "cfg").await.len(), 3, "mode and two readers");
+    let busy = c.write().try_acquire(Duration::from_millis(50), None).await;
+    assert!(matches!(busy, Err(Error::TimedOut)), "{busy:?}");
+    let writer = {
+        let w = c.write().clone();
+        tokio::spawn(async move { w.acquire(Some(Duration::from_secs(10))).await })
+    };
+    eventually("the writer to wait", Duration::from_secs(5), || async {
+        blocked_clients(&server).await == 1
+    })
+    .await;
+    ra.release().await.expect("release a");
+    assert!(!writer.is_finished(), "a reader still holds");
+    rb.release().await.expect("release b");
+    let wg = timeout(Duration::from_secs(5), writer).await.expect("granted").expect("task");
+    let wg = wg.expect("write guard");
+    assert_eq!(wg.token(), None, "no fencing without the option");
+    assert!(hash(&server, "cfg").await.contains(&("mode".to_owned(), "write".to_owned())));
+    wg.release().await.expect("release the write");
+    assert!(!a.read().is_locked().await.expect("is_locked"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_a_writer_reads_then_downgrades_and_an_upgrade_is_refused_not_waited_for() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let cfg = client.rw_lock("cfg");
+    let w = cfg.write().acquire(Some(Duration::from_secs(10))).await.expect("write");
+    // Write -> read on the same lock: granted at once (one owner on the server).
+    let r = timeout(Duration::from_secs(2), cfg.read().acquire(Some(Duration::from_secs(10))))
+        .await
+        .expect("not waiting for itself")
+        .expect("read");
+    assert_eq!(r.owner(), w.owner(), "the two sides share the live chain's owner");
+    w.release().await.expect("release the write: a downgrade");
+    let mut expected =
+        vec![("mode".to_owned(), "read".to_owned()), (r.owner().to_owned(), "1".to_owned())];
+    expected.sort();
+    assert_eq!(hash(&server, "cfg").await, expected);
+    assert!(!r.is_lost());
+    // Another reader may join now; a write asked while this side reads is an upgrade.
+    let other = client.rw_lock("cfg");
+    let r2 = other.read().acquire(Some(Duration::from_secs(10))).await.expect("join");
+    let upgrade =
+        timeout(Duration::from_secs(2), cfg.write().acquire(Some(Duration::from_secs(10))))
+            .await
+            .expect("refused at once, never a self-deadlock");
+    match upgrade {
+        Err(Error::Redis(e)) => assert!(e.to_string().contains("upgrade"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    r.release().await.expect("release");
+    r2.release().await.expect("release");
+    assert!(!cfg.read().is_locked().await.expect("is_locked"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_the_watchdog_keeps_read_and_write_holds_and_fencing_tokens_come_with_writes() {
+    let server = Server::start();
+    let options = Options::default().watchdog_timeout(Duration::from_millis(300)).fencing(true);
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let cfg = client.rw_lock("cfg");
+    let r = cfg.read().acquire(None).await.expect("read");
+    assert_eq!(r.token(), None, "a read hold takes no token");
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1_200) {
+        assert_eq!(
+            cfg.read().hold_count().await.expect("count"),
+            1,
+            "after {:?}",
+            started.elapsed()
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!r.is_lost());
+    r.release().await.expect("release");
+    let w = cfg.write().acquire(None).await.expect("write");
+    assert!(w.token().is_some_and(|t| t > 0), "{:?}", w.token());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1_200) {
+        assert_eq!(cfg.write().hold_count().await.expect("count"), 1);
+        sleep(Duration::from_millis(50)).await;
+    }
+    drop(w);
+    eventually("the dropped write guard's release", Duration::from_secs(5), || async {
+        !cfg.write().is_locked().await.expect("is_locked")
+    })
+    .await;
+}
