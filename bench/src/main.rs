@@ -17,6 +17,7 @@ mod expiry;
 mod herd;
 mod per_server;
 mod report;
+mod rwmix;
 mod scale;
 mod util;
 
@@ -133,6 +134,7 @@ async fn main() {
     section!("4. hand-off cost vs queue length", herd::run_queue_length(sizes));
     section!("5. expiry -> grant", expiry::run(sizes));
     section!("6. scale", scale::run(sizes));
+    section!("7. read-write mix", rwmix::run(sizes));
 
     print!("{}", report.text());
     if let Some(path) = targets_tsv {

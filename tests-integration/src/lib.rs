@@ -11,11 +11,12 @@
 
 //!
 //! The harness: [`server`] (one process), [`cluster`] (a Redis Cluster), [`sentinel`]
-//! (Sentinels), [`helpers`] (commands, polling, INFO fields), [`rng`] (a seeded PRNG, shared
-//! with the module's server-free tests).
+//! (Sentinels), [`helpers`] (commands, polling, INFO fields), [`redisson`] (Redisson's
+//! read-write lock scripts), [`rng`] (a seeded PRNG, shared with the module's server-free tests).
 
 pub mod cluster;
 pub mod helpers;
+pub mod redisson;
 pub mod rng;
 pub mod sentinel;
 pub mod server;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
+use rlock_tests_integration::redisson::{Call, RedissonRw};
 use rlock_tests_integration::{
     blocked_clients, cmd, digest, granted_token, hgetall, info_field, poll, run_str, wait_blocked,
     Pending, Server,
@@ -366,98 +367,7 @@ fn waits_never_block_in_multi_and_a_waiter_that_leaves_leaves_the_queue() {
     assert!(!exists(&mut con, "L"), "nobody was granted the lock after leaving");
 }
 
-// ---- a Redisson client beside rlock ------------------------------------------------------------
-//
-// Redisson's read-write lock scripts, written from the data model in shared/reference (§2.2 to
-// §2.5; the unlock latch left out): what a Redisson client runs on the same names.
-
-const REDISSON_READ: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('hset', KEYS[1], 'mode', 'read')
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('set', KEYS[2] .. ':1', 1)
-  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1])
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
-  local i = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('set', KEYS[2] .. ':' .. i, 1)
-  redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])
-  redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
-  return nil
-end
-return redis.call('pttl', KEYS[1])";
-
-const REDISSON_READ_UNLOCK: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('publish', KEYS[2], ARGV[1])
-  return nil
-end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
-local c = redis.call('hincrby', KEYS[1], ARGV[2], -1)
-if c == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end
-redis.call('del', KEYS[3] .. ':' .. (c + 1))
-if redis.call('hlen', KEYS[1]) > 1 then
-  local m = -3
-  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
-    local n = tonumber(redis.call('hget', KEYS[1], f))
-    if type(n) == 'number' then
-      for i = n, 1, -1 do
-        m = math.max(m, redis.call('pttl', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
-      end
-    end
-  end
-  if m > 0 then
-    redis.call('pexpire', KEYS[1], m)
-    return 0
-  end
-  if mode == 'write' then return 0 end
-end
-redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
-return 1";
-
-const REDISSON_WRITE: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('hset', KEYS[1], 'mode', 'write')
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + ARGV[1])
-  return nil
-end
-return redis.call('pttl', KEYS[1])";
-
-const REDISSON_WRITE_UNLOCK: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('publish', KEYS[2], ARGV[1])
-  return nil
-end
-if mode == 'write' then
-  if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
-  local c = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-  if c > 0 then
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    return 0
-  end
-  redis.call('hdel', KEYS[1], ARGV[3])
-  if redis.call('hlen', KEYS[1]) == 1 then
-    redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], ARGV[1])
-  else
-    redis.call('hset', KEYS[1], 'mode', 'read')
-  end
-  return 1
-end
-return nil";
+// ---- a Redisson client beside rlock (its scripts: `rlock_tests_integration::redisson`) -------
 
 /// A Redisson thread on the lock `name`.
 struct Redisson<'a> {
@@ -466,47 +376,28 @@ struct Redisson<'a> {
 }
 
 impl Redisson<'_> {
-    fn eval(&self, con: &mut Connection, script: &str, keys: &[String], args: &[String]) -> Value {
-        let mut c = redis::cmd("EVAL");
-        c.arg(script).arg(keys.len());
-        for k in keys {
-            c.arg(k);
-        }
-        for a in args {
-            c.arg(a);
-        }
-        c.query(con).expect("script")
+    fn run(&self, con: &mut Connection, call: &Call) -> Value {
+        call.command(None).query(con).expect("script")
     }
 
-    fn hold_prefix(&self) -> String {
-        format!("{{{}}}:{}:rwlock_timeout", self.name, self.me)
+    fn thread(&self) -> RedissonRw {
+        RedissonRw::new(self.name, self.me)
     }
 
     fn read(&self, con: &mut Connection, lease_ms: u64) -> Value {
-        let keys = [self.name.to_owned(), self.hold_prefix()];
-        let args = [lease_ms.to_string(), self.me.to_owned(), format!("{}:write", self.me)];
-        self.eval(con, REDISSON_READ, &keys, &args)
+        self.run(con, &self.thread().read(lease_ms))
     }
 
     fn read_unlock(&self, con: &mut Connection) -> Value {
-        let keys = [
-            self.name.to_owned(),
-            format!("redisson_rwlock:{{{}}}", self.name),
-            self.hold_prefix(),
-            format!("{{{}}}", self.name),
-        ];
-        self.eval(con, REDISSON_READ_UNLOCK, &keys, &["0".to_owned(), self.me.to_owned()])
+        self.run(con, &self.thread().read_unlock())
     }
 
     fn write(&self, con: &mut Connection, lease_ms: u64) -> Value {
-        let keys = [self.name.to_owned()];
-        self.eval(con, REDISSON_WRITE, &keys, &[lease_ms.to_string(), format!("{}:write", self.me)])
+        self.run(con, &self.thread().write(lease_ms))
     }
 
     fn write_unlock(&self, con: &mut Connection) -> Value {
-        let keys = [self.name.to_owned(), format!("redisson_rwlock:{{{}}}", self.name)];
-        let args = ["1".to_owned(), "30000".to_owned(), format!("{}:write", self.me)];
-        self.eval(con, REDISSON_WRITE_UNLOCK, &keys, &args)
+        self.run(con, &self.thread().write_unlock())
     }
 }
 
