@@ -504,3 +504,73 @@ fn a_replica_without_the_module_holds_the_same_read_write_lock() {
         );
     }
 }
+
+/// A user limited to the lock key may not create read hold keys or publish on the channel:
+/// `NOPERM`, an `ACL LOG` entry, nothing changed; granted them, the same commands work.
+#[test]
+fn a_user_limited_to_the_lock_key_cannot_touch_hold_keys_or_the_channel() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["ACL", "SETUSER", "lim", "on", "nopass", "~L", "resetchannels", "+@all"]);
+    let mut lim = server.conn();
+    cmd(&mut lim, &["AUTH", "lim", "any"]);
+    let before = digest(&mut admin);
+    let err = run_str(&mut lim, &["RWLOCK.ACQUIRE", "L", "o:1", "READ", "10000"]).unwrap_err();
+    assert!(err.starts_with("NOPERM") && err.contains("rwlock_timeout"), "{err}");
+    assert_eq!(digest(&mut admin), before, "nothing changes on NOPERM");
+    // A write hold needs no hold key, but its release publishes.
+    assert_eq!(cmd(&mut lim, &["RWLOCK.ACQUIRE", "L", "o:1", "WRITE", "10000"]), Value::Nil);
+    let before = digest(&mut admin);
+    let err = run_str(&mut lim, &["RWLOCK.RELEASE", "L", "o:1", "WRITE"]).unwrap_err();
+    assert!(err.starts_with("NOPERM"), "the release would publish: {err}");
+    assert_eq!(digest(&mut admin), before, "still held");
+    let log: Vec<Value> = redis::cmd("ACL").arg("LOG").query(&mut admin).expect("ACL LOG");
+    let log = format!("{log:?}");
+    assert!(
+        log.contains("{L}:o:1:rwlock_timeout:1") && log.contains("redisson_rwlock:{L}"),
+        "{log}"
+    );
+    cmd(&mut admin, &["ACL", "SETUSER", "lim", "~{L}:*", "&redisson_rwlock:*"]);
+    assert_eq!(cmd(&mut lim, &["RWLOCK.RELEASE", "L", "o:1", "WRITE"]), Value::Int(1));
+    assert_eq!(cmd(&mut lim, &["RWLOCK.ACQUIRE", "L", "o:1", "READ", "10000"]), Value::Nil);
+    assert_eq!(cmd(&mut lim, &["RWLOCK.RELEASE", "L", "o:1", "READ"]), Value::Int(1));
+}
+
+#[test]
+fn info_is_a_map_under_resp3() {
+    let server = Server::start();
+    let mut con = server.conn_resp3();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "10000"]);
+    let Value::Map(fields) = cmd(&mut con, &["RWLOCK.INFO", "L"]) else { panic!("a map") };
+    let writer = fields
+        .iter()
+        .find(|(k, _)| *k == Value::BulkString(b"writer".to_vec()))
+        .map(|(_, v)| v.clone());
+    assert_eq!(writer, Some(Value::BulkString(b"w:1".to_vec())));
+    assert_eq!(fields.len(), 9);
+}
+
+#[test]
+fn in_a_cluster_hold_keys_live_in_the_locks_slot_and_odd_braces_are_refused() {
+    let cluster = rlock_tests_integration::Cluster::start(3);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let key = cluster.key_on(i, "rw:");
+        let mut con = node.conn();
+        assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", &key, "a:1", "READ", "30000"]), Value::Nil);
+        assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", &key, "b:1", "READ", "30000"]), Value::Nil);
+        let hold = format!("{{{key}}}:a:1:rwlock_timeout:1");
+        assert_eq!(cmd(&mut con, &["EXISTS", &hold]), Value::Int(1), "on the lock's node");
+        assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", &key, "a:1", "READ"]), Value::Int(0));
+        assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", &key, "b:1", "READ"]), Value::Int(1));
+    }
+    // A name whose braces form no hash tag: its hold key would land in another slot.
+    let odd = "a{b";
+    let slot = cluster.slot(odd.as_bytes());
+    let node = cluster.nodes.iter().find(|n| run_str(&mut n.conn(), &["RWLOCK.INFO", odd]).is_ok());
+    let node = node.unwrap_or_else(|| panic!("no node serves slot {slot}"));
+    let mut con = node.conn();
+    let before = digest(&mut con);
+    let err = run_str(&mut con, &["RWLOCK.ACQUIRE", odd, "a:1", "READ", "30000"]).unwrap_err();
+    assert!(err.starts_with("ERR") && err.contains("slot"), "{err}");
+    assert_eq!(digest(&mut con), before);
+}

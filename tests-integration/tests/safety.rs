@@ -66,7 +66,7 @@ fn a_retried_release_replies_the_first_result_and_never_releases_twice() {
 use rlock_tests_integration::Rng;
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
-    let pool: [&[u8]; 24] = [
+    let pool: [&[u8]; 27] = [
         b"",
         b"k",
         b"a",
@@ -88,6 +88,9 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
         b"TOKEN",
         b"REQUEST",
         b"NOWAIT",
+        b"READ",
+        b"write",
+        b"mode",
         b"\0",
         b"k\0\xff",
         b"\xff\xfe",
@@ -107,13 +110,18 @@ fn random_argument_vectors_get_replies_or_errors_that_change_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     con.set_read_timeout(Some(LIMIT)).expect("timeout");
-    let commands: [&[u8]; 6] = [
+    let commands: [&[u8]; 11] = [
         b"RLOCK.ACQUIRE",
         b"RLOCK.RELEASE",
         b"RLOCK.RENEW",
         b"RLOCK.PTTL",
         b"RLOCK.FORCERELEASE",
         b"RLOCK.INFO",
+        b"RWLOCK.ACQUIRE",
+        b"RWLOCK.RELEASE",
+        b"RWLOCK.RENEW",
+        b"RWLOCK.FORCERELEASE",
+        b"RWLOCK.INFO",
     ];
     let seed = rlock_tests_integration::fuzz_seed();
     eprintln!("seed {seed} (replay with RLOCK_FUZZ_SEED={seed})");
