@@ -574,3 +574,79 @@ fn in_a_cluster_hold_keys_live_in_the_locks_slot_and_odd_braces_are_refused() {
     assert!(err.starts_with("ERR") && err.contains("slot"), "{err}");
     assert_eq!(digest(&mut con), before);
 }
+
+/// In one transaction, `args` frees the lock and the waiting client `gone` is killed before
+/// Redis could send it its grant.
+fn release_then_kill(con: &mut Connection, args: &[&str], gone: &Pending) {
+    let mut tx = redis::pipe();
+    tx.atomic();
+    tx.add_command(rlock_tests_integration::command(args));
+    tx.cmd("CLIENT").arg("KILL").arg("ID").arg(gone.client_id());
+    let (released, killed): (i64, i64) = tx.query(con).expect("MULTI/EXEC");
+    assert_eq!((released, killed), (1, 1));
+}
+
+#[test]
+fn a_waiter_gone_between_its_grant_and_its_reply_never_keeps_its_hold() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // A writer granted to a client that is gone: released, the next writer served.
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "r:1", "READ", "60000"]);
+    let gone = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "L", "gone:1", "WRITE", "60000", "WAIT", "0"],
+    );
+    wait_blocked(&mut con, 1);
+    let next = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "L", "next:1", "WRITE", "60000", "WAIT", "0"],
+    );
+    wait_blocked(&mut con, 2);
+    release_then_kill(&mut con, &["RWLOCK.RELEASE", "L", "r:1", "READ"], &gone);
+    assert!(gone.reply(LIMIT).0.is_err(), "the killed client got no grant");
+    assert_eq!(next.reply(LIMIT).0, Ok(Value::Nil));
+    assert_eq!(hgetall(&mut con, b"L"), pairs(&[("mode", "write"), ("next:1:write", "1")]));
+    // Readers granted together, one of them gone: only its hold is released.
+    let gone = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "L", "gone:2", "READ", "60000", "WAIT", "0"],
+    );
+    wait_blocked(&mut con, 1);
+    let stays = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "L", "stays:1", "READ", "60000", "WAIT", "0"],
+    );
+    wait_blocked(&mut con, 2);
+    release_then_kill(&mut con, &["RWLOCK.RELEASE", "L", "next:1", "WRITE"], &gone);
+    assert_eq!(stays.reply(LIMIT).0, Ok(Value::Nil));
+    poll("the gone reader's hold released", LIMIT, || {
+        (hgetall(&mut con, b"L") == pairs(&[("mode", "read"), ("stays:1", "1")])).then_some(())
+    });
+    assert!(!exists(&mut con, "{L}:gone:2:rwlock_timeout:1"), "its hold key went too");
+    assert_eq!(info_field(&mut con, "rlock", "rlock_grants_rolled_back"), 2);
+}
+
+#[test]
+fn a_retried_release_replies_what_the_first_did_and_lua_never_blocks() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000"]);
+    let release = ["RWLOCK.RELEASE", "L", "w:1", "WRITE", "REQUEST", "req-1"];
+    assert_eq!(cmd(&mut con, &release), Value::Int(1));
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "x:1", "WRITE", "30000"]);
+    let before = digest(&mut con);
+    assert_eq!(cmd(&mut con, &release), Value::Int(1), "the first result, from the latch");
+    assert_eq!(digest(&mut con), before, "and nothing released again");
+    assert!(exists(&mut con, "redisson_unlock_latch:{L}:req-1"));
+    // Inside a script a WAIT is one non-blocking try.
+    let lua = "return redis.call('RWLOCK.ACQUIRE', KEYS[1], 'r:1', 'READ', 1000, 'WAIT', 0)";
+    assert!(matches!(cmd(&mut con, &["EVAL", lua, "1", "L"]), Value::Int(n) if n > 0));
+    // CLIENT UNBLOCK ends a wait with the busy reply.
+    let waiter =
+        Pending::start_str(&server, &["RWLOCK.ACQUIRE", "L", "r:1", "READ", "1000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let id = waiter.client_id().to_string();
+    assert_eq!(cmd(&mut con, &["CLIENT", "UNBLOCK", &id]), Value::Int(1));
+    assert!(matches!(waiter.reply(LIMIT).0, Ok(Value::Int(n)) if n > 0));
+    assert_eq!(blocked_clients(&mut con), 0);
+}
