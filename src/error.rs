@@ -65,6 +65,14 @@ pub enum LockError {
     InvalidMode,
     /// The caller's ACL user may not write the read-write lock's read hold keys.
     NoPermHold,
+    /// `permits` is not a positive integer (zero or more for `RSEM.SETPERMITS`).
+    InvalidPermits,
+    /// `delta` is not an integer.
+    InvalidDelta,
+    /// The semaphore's key holds a string that is not an integer.
+    CorruptPermits,
+    /// The permit count would leave the range of integers Redis stores.
+    PermitsOverflow,
     /// This master had replicas and too few are in sync now: it may have been replaced by a
     /// promoted replica, so it grants nothing (retry on the current master).
     NoReplicas,
@@ -134,6 +142,12 @@ impl LockError {
                 "ERR upgrade refused: this owner holds the read lock and asks for the write lock, which would wait for itself; release its read holds first"
             }
             Self::InvalidMode => "ERR mode must be READ or WRITE",
+            Self::InvalidPermits => {
+                "ERR permits must be a positive integer (zero or more for RSEM.SETPERMITS)"
+            }
+            Self::InvalidDelta => "ERR delta must be an integer",
+            Self::CorruptPermits => "ERR the semaphore's value is not an integer",
+            Self::PermitsOverflow => "ERR permit count overflow",
             Self::NoPermHold => {
                 "NOPERM this user has no permissions to access the read-write lock's read hold keys ({name}:<owner>:rwlock_timeout:<i>)"
             }

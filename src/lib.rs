@@ -8,18 +8,21 @@
 //! Floors point down: each layer calls only the ones below it.
 //! - `lib.rs`: the one command table (name, handler, flags, key spec, arity, summary,
 //!   arguments), module settings, load-time checks.
-//! - [`commands`]: one handler per command: parse, call the store and waiting, reply.
+//! - [`commands`]: one handler per command: parse, call the store and waiting, reply
+//!   (`RLOCK.*`, `RWLOCK.*` in `rw`, `RSEM.*` in `sem`).
 //! - [`events`]: what the server tells the module outside commands (keyspace and server events,
 //!   the cron tick, `INFO rlock`).
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off (several grants at once where
 //!   the lock kind allows), timers, cluster redirects.
 //! - [`store`]: a lock on Redis: open its key, read a `View`, apply a `Plan` (write, notify,
-//!   replicate), the unlock message, derived keys (token counter, release latch), ACL checks.
-//! - Plain Rust, driven by unit tests without a server: [`rules`] (the lock rules and what a
-//!   waiter asks for), [`queue`] (FIFO queues and the schedule of timed events), [`args`]
-//!   (argument parsing), [`names`] (Redisson's derived names), [`cluster`] (key slots, slot
-//!   ownership), [`replicas`] (failover safety), [`server`] (which server, which capabilities),
-//!   [`error`] (the one error enum and its replies).
+//!   replicate), the unlock message, derived keys (token counter, release latch), ACL checks;
+//!   the read-write lock's and the semaphore's layouts; what waiting asks of each lock kind.
+//! - Plain Rust, driven by unit tests without a server: [`rules`] (the reentrant lock rules and
+//!   what a waiter asks for), [`rw_rules`] (the read-write lock), [`sem_rules`] (the
+//!   semaphore), [`queue`] (FIFO queues and the schedule of timed events), [`args`] (argument
+//!   parsing), [`names`] (Redisson's derived names), [`cluster`] (key slots, slot ownership),
+//!   [`replicas`] (failover safety), [`server`] (which server, which capabilities), [`error`]
+//!   (the one error enum and its replies).
 //! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a
 //!   `// SAFETY:` note; it knows no caller (callbacks come in through traits).
 
@@ -36,6 +39,7 @@ pub mod raw;
 pub mod replicas;
 pub mod rules;
 pub mod rw_rules;
+pub mod sem_rules;
 pub mod server;
 pub mod store;
 pub mod waiting;
@@ -220,6 +224,30 @@ rlock_module! {
         ["rwlock.info", commands::rw::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
             "Mode, writer, readers, holds, remaining lease and waiters of a read-write lock; nil if free",
+            &[KEY]],
+        ["rsem.setpermits", commands::sem::set_permits, "write deny-oom",
+            KEY_RW | KEY_UPDATE, 3,
+            "Sets a semaphore's permits if it does not exist; 1: set, 0: it exists",
+            &[KEY, ArgDoc::new(c"permits", ArgType::Integer)]],
+        ["rsem.addpermits", commands::sem::add_permits, "write deny-oom",
+            KEY_RW | KEY_UPDATE, 3,
+            "Adds (or, negative, takes away) permits; replies the new count",
+            &[KEY, ArgDoc::new(c"delta", ArgType::Integer)]],
+        ["rsem.acquire", commands::sem::acquire, "write deny-oom",
+            KEY_RW | KEY_ACCESS | KEY_UPDATE, -3,
+            "Takes permits; 1: taken, 0: not enough (or WAIT timed out)",
+            &[KEY, ArgDoc::new(c"permits", ArgType::Integer), WAIT]],
+        ["rsem.release", commands::sem::release, "write deny-oom",
+            KEY_RW | KEY_UPDATE, 3,
+            "Gives permits back; replies the count left after serving waiters",
+            &[KEY, ArgDoc::new(c"permits", ArgType::Integer)]],
+        ["rsem.available", commands::sem::available, "readonly fast",
+            KEY_RO | KEY_ACCESS, 2,
+            "Available permits (0 when the semaphore is missing)",
+            &[KEY]],
+        ["rsem.info", commands::sem::info, "readonly fast",
+            KEY_RO | KEY_ACCESS, 2,
+            "Available and leased permits, waiters and the permits they want; nil if missing",
             &[KEY]],
     ],
     // A lock with waiters that is deleted, expires or is evicted is handed off to its head.

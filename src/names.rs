@@ -18,6 +18,8 @@ pub const TOKEN: &[u8] = b"redisson_lock_token";
 pub const LATCH: &[u8] = b"redisson_unlock_latch";
 /// Redisson's read-write lock channel: `redisson_rwlock:{<name>}` (`0` read, `1` write unlock).
 pub const RW_CHANNEL: &[u8] = b"redisson_rwlock";
+/// Redisson's semaphore channel: `redisson_sc:{<name>}` (the available count after a change).
+pub const SEM_CHANNEL: &[u8] = b"redisson_sc";
 /// The hash field of a read-write lock's mode (`read` or `write`).
 pub const MODE_FIELD: &[u8] = b"mode";
 /// What a write hold's field adds to its owner: `<owner>:write`.
@@ -84,6 +86,12 @@ pub fn suffixed(name: &[u8], suffix: &[u8]) -> Vec<u8> {
 #[must_use]
 pub fn rw_channel(name: &[u8]) -> Vec<u8> {
     prefixed(RW_CHANNEL, name)
+}
+
+/// The semaphore channel of the semaphore `name`.
+#[must_use]
+pub fn sem_channel(name: &[u8]) -> Vec<u8> {
+    prefixed(SEM_CHANNEL, name)
 }
 
 /// The hash field of `owner`'s write hold: `<owner>:write`.

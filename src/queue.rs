@@ -121,6 +121,14 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         waiters.filter(|w| matching(&w.request)).count()
     }
 
+    /// The sum of `value` over the waiters of the lock `key` of database `db`.
+    #[must_use]
+    pub fn waiting_sum(&self, db: i32, key: &[u8], value: impl Fn(&R) -> u64) -> u64 {
+        let Some(queue) = self.queue(db, key) else { return 0 };
+        let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
+        waiters.map(|w| value(&w.request)).sum()
+    }
+
     /// How many clients wait, over all locks.
     #[must_use]
     pub fn total(&self) -> usize {

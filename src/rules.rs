@@ -123,6 +123,9 @@ pub enum Kind {
     Reentrant,
     /// A read-write lock's read or write hold (`RWLOCK.*`).
     Rw(Mode),
+    /// This many permits of a counting semaphore (`RSEM.*`); the request's owner and lease are
+    /// not used.
+    Permits(u64),
 }
 
 /// What a waiter asks for, kept in its queue until it is granted: its lock kind, owner and
@@ -147,10 +150,14 @@ impl Request {
         acquire(view, deadline).ok().filter(|plan| plan.reply == Reply::Nil)
     }
 
-    /// The reply of a wait that ends without a grant, the lock's holder having `pttl` ms left.
+    /// The reply of a wait that ends without a grant, the lock's holder having `pttl` ms left
+    /// (a semaphore's: 0, not taken).
     #[must_use]
     pub const fn not_granted(&self, pttl: i64) -> Reply {
-        busy(pttl, self.token)
+        match self.kind {
+            Kind::Permits(_) => Reply::Int(0),
+            Kind::Reentrant | Kind::Rw(_) => busy(pttl, self.token),
+        }
     }
 
     /// Whether a grant of this request excludes every other waiter (a reentrant lock's and a
@@ -158,7 +165,7 @@ impl Request {
     /// may be followed by more readers).
     #[must_use]
     pub const fn exclusive(&self) -> bool {
-        !matches!(self.kind, Kind::Rw(Mode::Read))
+        !matches!(self.kind, Kind::Rw(Mode::Read) | Kind::Permits(_))
     }
 }
 

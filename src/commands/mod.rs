@@ -3,6 +3,7 @@
 //! writes keys, `waiting` blocks and hands off.
 
 pub mod rw;
+pub mod sem;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -14,6 +14,7 @@
 pub mod access;
 pub mod derived;
 pub mod rw;
+pub mod sem;
 pub mod waiters;
 
 use std::cell::Cell;
@@ -180,6 +181,8 @@ pub enum Unlocked {
     /// A read-write lock released by a hold of this mode: `0` (read) or `1` (write) on
     /// `redisson_rwlock:{name}`.
     Rw(Mode),
+    /// A semaphore with this many permits available now, on `redisson_sc:{name}`.
+    Permits(i64),
 }
 
 impl Unlocked {
@@ -187,13 +190,15 @@ impl Unlocked {
         match self {
             Self::Lock => names::channel(name),
             Self::Rw(_) => names::rw_channel(name),
+            Self::Permits(_) => names::sem_channel(name),
         }
     }
 
-    const fn message(self) -> &'static [u8] {
+    fn message(self) -> Vec<u8> {
         match self {
-            Self::Lock => UNLOCK_MESSAGE,
-            Self::Rw(mode) => mode.message(),
+            Self::Lock => UNLOCK_MESSAGE.to_vec(),
+            Self::Rw(mode) => mode.message().to_vec(),
+            Self::Permits(count) => count.to_string().into_bytes(),
         }
     }
 }
@@ -201,7 +206,7 @@ impl Unlocked {
 /// Publishes Redisson's unlock message for a freed lock on its channel.
 pub fn publish_unlock(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
     let channel = unlock_channel(ctx, name, unlocked);
-    let message = RedisString::create_from_slice(ctx.get_raw(), unlocked.message());
+    let message = RedisString::create_from_slice(ctx.get_raw(), &unlocked.message());
     if raw::in_cluster(ctx) {
         // Sharded pub/sub, as Redisson uses on Redis 7 clusters (the channel's hash tag is the
         // lock name, so the channel lives in the lock's slot). Redis forwards it to the shard's

@@ -7,10 +7,16 @@ use redis_module::{Context, RedisString};
 
 use super::derived::TokenCounter;
 use super::rw::RwKey;
+use super::sem::SemKey;
 use super::LockKey;
 use crate::error::LockError;
 use crate::rules::{self, Kind, Plan, Reply, Request, View};
 use crate::rw_rules::{self, Acquired, Effect, Mode, RwPlan};
+use crate::sem_rules::{self, SemPlan, SemState};
+
+/// How often a semaphore's head waiter is looked at while it cannot be served: permits that
+/// come back without an RSEM command (a Redisson client's `INCRBY`, a `SET`) are noticed then.
+pub const SEMAPHORE_RECHECK_MS: i64 = 10;
 
 /// The waiter at the head of a queue, as the lock stands now.
 pub enum Head<'a> {
@@ -33,6 +39,7 @@ pub struct Grant<'a> {
 enum Write<'a> {
     Reentrant { key: LockKey<'a>, owner: RedisString, plan: Plan },
     Rw { key: RwKey<'a>, plan: RwPlan },
+    Permits { key: SemKey<'a>, state: SemState, plan: SemPlan },
 }
 
 /// A grant, written.
@@ -91,6 +98,14 @@ pub fn consider<'a>(
             }
             Write::Rw { key, plan }
         }
+        Kind::Permits(permits) => {
+            let key = SemKey::open(ctx, name, true);
+            let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
+            let Some(plan) = sem_rules::grant_waiter(state, permits) else {
+                return Head::Wait { recheck_at: Some(now.saturating_add(SEMAPHORE_RECHECK_MS)) };
+            };
+            Write::Permits { key, state, plan }
+        }
     };
     let token = if request.token {
         match next_token(ctx, name) {
@@ -122,6 +137,10 @@ impl Grant<'_> {
             Write::Rw { key, plan } => {
                 key.apply(&plan);
                 (lease_end(&plan), reap_hint(&plan))
+            }
+            Write::Permits { key, state, plan } => {
+                key.apply(state, &plan);
+                return Written { reply: plan.reply, lease_over_at: None, reap_at: None };
             }
         };
         let token = token.map(|(counter, token)| {
@@ -163,6 +182,9 @@ pub fn reap_hint(plan: &RwPlan) -> Option<i64> {
 /// # Errors
 /// `WRONGTYPE` when the key now holds something else.
 pub fn not_granted(ctx: &Context, name: &[u8], request: &Request) -> Result<Reply, LockError> {
+    if let Kind::Permits(_) = request.kind {
+        return Ok(request.not_granted(0));
+    }
     let name = RedisString::create_from_slice(ctx.get_raw(), name);
     let pttl = match LockKey::open(ctx, &name, false).view(None)? {
         View::Held { pttl, .. } => pttl,
@@ -176,6 +198,15 @@ pub fn not_granted(ctx: &Context, name: &[u8], request: &Request) -> Result<Repl
 pub const fn rw_mode(request: &Request) -> Option<Mode> {
     match request.kind {
         Kind::Rw(mode) => Some(mode),
-        Kind::Reentrant => None,
+        Kind::Reentrant | Kind::Permits(_) => None,
+    }
+}
+
+/// The permits a semaphore waiter asks for (0: another kind).
+#[must_use]
+pub const fn permits(request: &Request) -> u64 {
+    match request.kind {
+        Kind::Permits(n) => n,
+        Kind::Reentrant | Kind::Rw(_) => 0,
     }
 }

@@ -26,7 +26,10 @@
 //! In cluster mode, waiters whose slot moved away are redirected ([`cluster`]).
 
 pub mod cluster;
+mod kinds;
 pub mod timers;
+
+pub use kinds::{rw_applied, rw_release, sem_raised, sem_release, waiting_in, waiting_permits};
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,9 +42,7 @@ use crate::queue::{LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
-use crate::rw_rules::{self, Mode, RwPlan};
 use crate::store::access::check_publish;
-use crate::store::rw::RwKey;
 use crate::store::waiters::{self, Head};
 use crate::store::{self, LockKey, Unlocked};
 
@@ -279,58 +280,10 @@ pub fn release_hold(
     Ok(plan.reply)
 }
 
-/// Releases one read or write hold of `owner` on the read-write lock `name`: the rules of
-/// `RWLOCK.RELEASE`, with the hand-off to waiters when the lock is freed or downgraded. Also
-/// undoes a read-write grant whose client left.
-///
-/// # Errors
-/// `WRONGTYPE` (a reentrant lock, or not a hash), a corrupt count, or `NOPERM` for the read hold
-/// keys or the channel.
-pub fn rw_release(
-    ctx: &Context,
-    name: &RedisString,
-    owner: &[u8],
-    mode: Mode,
-) -> Result<Reply, LockError> {
-    settle(ctx, name);
-    let key = RwKey::open(ctx, name, true);
-    let state = key.state()?;
-    let now = raw::now_ms();
-    let holds = key.holds(&state, now)?;
-    let plan = rw_rules::release(&state, mode, owner, &holds, now);
-    key.check(&plan)?;
-    check_publish(ctx, name, plan.freed.map(Unlocked::Rw))?;
-    key.apply(&plan);
-    drop(key);
-    rw_applied(ctx, name, &plan);
-    Ok(plan.reply)
-}
-
-/// After a read-write plan was applied: a freed lock goes to its waiters (or its release is
-/// published), a downgraded one to the readers at the head of its queue, and new or renewed
-/// read holds are looked at when they end.
-pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
-    if let Some(mode) = plan.freed {
-        freed(ctx, name, Unlocked::Rw(mode));
-    } else if plan.settle {
-        settle(ctx, name);
-    }
-    if let Some(at) = waiters::reap_hint(plan) {
-        schedule_check(ctx, &lock_name(ctx, name), at);
-    }
-}
-
 /// Looks at `lock` at `at` (Unix ms), whether anyone waits for it or not.
 pub fn schedule_check(ctx: &Context, lock: &LockName, at: i64) {
     with_queues(|q| q.schedule_check(lock, at));
     timers::arm(ctx);
-}
-
-/// How many clients wait for the read-write lock `key` of database `db` in `mode`.
-pub fn waiting_in(db: i32, key: &[u8], mode: Mode) -> usize {
-    QUEUES.with(|q| {
-        q.try_borrow().map_or(0, |q| q.waiting_for(db, key, |r| waiters::rw_mode(r) == Some(mode)))
-    })
 }
 
 /// The blocked-client callbacks of `RLOCK.ACQUIRE ... WAIT` (see [`BlockHandler`]).

@@ -13,7 +13,7 @@ use super::{bump, release_hold, rw_release, settle, unblock, with_queues, Outcom
 use crate::error::LockError;
 use crate::queue::{Event, LockName, WaiterId};
 use crate::raw;
-use crate::rules::{Kind, Request};
+use crate::rules::{Kind, Reply, Request};
 use crate::store::{self, waiters};
 
 thread_local! {
@@ -195,6 +195,7 @@ fn undo_grant(ctx: &Context, lock: &LockName, request: &Request) {
             release_hold(ctx, &name, &owner, None)
         }
         Kind::Rw(mode) => rw_release(ctx, &name, &request.owner, mode),
+        Kind::Permits(permits) => super::sem_release(ctx, &name, permits).map(|_| Reply::Nil),
     };
     if let Err(e) = undone {
         ctx.log_warning(&format!("rlock: could not release a grant whose client left: {e}"));

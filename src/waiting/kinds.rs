@@ -1,0 +1,103 @@
+//! What releases and changes of the read-write lock and the semaphore do to their waiters: the
+//! kind's layout is written (`store`), then its queue is served (`settle`, `freed`), and read
+//! holds are looked at when they end.
+
+use redis_module::{Context, RedisString};
+
+use super::{freed, lock_name, schedule_check, settle, QUEUES};
+use crate::error::LockError;
+use crate::raw;
+use crate::rules::Reply;
+use crate::rw_rules::{self, Mode, RwPlan};
+use crate::sem_rules;
+use crate::store::access::check_publish;
+use crate::store::rw::RwKey;
+use crate::store::sem::SemKey;
+use crate::store::waiters;
+use crate::store::{self, Unlocked};
+
+/// Releases one read or write hold of `owner` on the read-write lock `name`: the rules of
+/// `RWLOCK.RELEASE`, with the hand-off to waiters when the lock is freed or downgraded. Also
+/// undoes a read-write grant whose client left.
+///
+/// # Errors
+/// `WRONGTYPE` (a reentrant lock, or not a hash), a corrupt count, or `NOPERM` for the read hold
+/// keys or the channel.
+pub fn rw_release(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    mode: Mode,
+) -> Result<Reply, LockError> {
+    settle(ctx, name);
+    let key = RwKey::open(ctx, name, true);
+    let state = key.state()?;
+    let now = raw::now_ms();
+    let holds = key.holds(&state, now)?;
+    let plan = rw_rules::release(&state, mode, owner, &holds, now);
+    key.check(&plan)?;
+    check_publish(ctx, name, plan.freed.map(Unlocked::Rw))?;
+    key.apply(&plan);
+    drop(key);
+    rw_applied(ctx, name, &plan);
+    Ok(plan.reply)
+}
+
+/// After a read-write plan was applied: a freed lock goes to its waiters (or its release is
+/// published), a downgraded one to the readers at the head of its queue, and new or renewed
+/// read holds are looked at when they end.
+pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
+    if let Some(mode) = plan.freed {
+        freed(ctx, name, Unlocked::Rw(mode));
+    } else if plan.settle {
+        settle(ctx, name);
+    }
+    if let Some(at) = waiters::reap_hint(plan) {
+        schedule_check(ctx, &lock_name(ctx, name), at);
+    }
+}
+
+/// How many clients wait for the read-write lock `key` of database `db` in `mode`.
+pub fn waiting_in(db: i32, key: &[u8], mode: Mode) -> usize {
+    QUEUES.with(|q| {
+        q.try_borrow().map_or(0, |q| q.waiting_for(db, key, |r| waiters::rw_mode(r) == Some(mode)))
+    })
+}
+
+/// Gives back `permits` of the semaphore `name` (`RSEM.RELEASE`, and the undo of a grant whose
+/// client left): its waiters are served, then the count left is published. Returns it.
+///
+/// # Errors
+/// `WRONGTYPE`, a value that is not an integer, an overflow, or `NOPERM` for the channel.
+pub fn sem_release(ctx: &Context, name: &RedisString, permits: u64) -> Result<i64, LockError> {
+    let key = SemKey::open(ctx, name, true);
+    let state = key.state()?;
+    let plan = sem_rules::release(state, permits)?;
+    check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
+    key.apply(state, &plan);
+    drop(key);
+    sem_raised(ctx, name)
+}
+
+/// Permits of the semaphore `name` came back: its waiters are served in order while the
+/// permits last, then the count left is published on `redisson_sc:{name}` (Redisson's waiters
+/// wake on it). Returns the count left.
+///
+/// # Errors
+/// As `store::sem::available`.
+pub fn sem_raised(ctx: &Context, name: &RedisString) -> Result<i64, LockError> {
+    settle(ctx, name);
+    let left = store::sem::available(ctx, name)?;
+    store::publish_unlock(ctx, name, Unlocked::Permits(left));
+    Ok(left)
+}
+
+/// How many clients wait for the semaphore `key` of database `db`, and for how many permits.
+pub fn waiting_permits(db: i32, key: &[u8]) -> (usize, u64) {
+    QUEUES.with(|q| {
+        q.try_borrow().map_or((0, 0), |q| {
+            let waiters = q.waiting_for(db, key, |r| waiters::permits(r) > 0);
+            (waiters, q.waiting_sum(db, key, waiters::permits))
+        })
+    })
+}

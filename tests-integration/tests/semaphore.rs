@@ -1,0 +1,219 @@
+//! `RSEM.*` counting semaphores on a real server: Redisson's `RSemaphore` layout (a string of
+//! available permits, `redisson_sc:{name}` messages), replies, errors, fair FIFO waiting without
+//! barging, several waiters served by one release, permits given back when a granted client is
+//! gone, and a Redisson client's scripts on the same semaphore.
+
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{
+    blocked_clients, cmd, digest, info_field, poll, run_str, wait_blocked, Pending, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn get(con: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(con).expect("GET")
+}
+
+/// Redisson's `tryAcquire(p)` script (the model's §3): DECRBY when enough permits are there.
+const REDISSON_TRY_ACQUIRE: &str = "local v = redis.call('get', KEYS[1]); \
+     if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then \
+     redis.call('decrby', KEYS[1], ARGV[1]); return 1 end; return 0";
+
+/// Redisson's `release(p)`: INCRBY, then publish the new count.
+const REDISSON_RELEASE: &str = "local v = redis.call('incrby', KEYS[1], ARGV[1]); \
+     redis.call('publish', KEYS[2], v); return v";
+
+#[test]
+fn set_add_acquire_release_on_redissons_layout() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_sc:{S}").expect("subscribe");
+    let mut message =
+        || pubsub.get_message().expect("message").get_payload::<String>().expect("payload");
+
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "S"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["RSEM.INFO", "S"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RSEM.SETPERMITS", "S", "3"]), Value::Int(1));
+    assert_eq!(message(), "3");
+    assert_eq!(cmd(&mut con, &["RSEM.SETPERMITS", "S", "9"]), Value::Int(0), "it exists");
+    assert_eq!(get(&mut con, "S").as_deref(), Some("3"), "a plain integer string");
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "2"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "2"]), Value::Int(0), "one left");
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "S"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "S", "2"]), Value::Int(3));
+    assert_eq!(message(), "3");
+    assert_eq!(cmd(&mut con, &["RSEM.ADDPERMITS", "S", "-5"]), Value::Int(-2));
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "1"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["RSEM.ADDPERMITS", "S", "4"]), Value::Int(2));
+    assert_eq!(message(), "2");
+    // A release creates a missing semaphore, as Redisson's INCRBY does; it keeps a TTL.
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "T", "1"]), Value::Int(1));
+    cmd(&mut con, &["PEXPIRE", "T", "60000"]);
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "T", "1"]), Value::Int(1));
+    let pttl: i64 = redis::cmd("PTTL").arg("T").query(&mut con).expect("PTTL");
+    assert!(pttl > 58_000, "DECRBY keeps the expiry: {pttl}");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "bad", "x"]);
+    cmd(&mut con, &["HSET", "h", "f", "1"]);
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "1"]);
+    let before = digest(&mut con);
+    let cases: &[(&[&str], &str)] = &[
+        (&["RSEM.ACQUIRE", "S"], "ERR wrong number of arguments"),
+        (&["RSEM.ACQUIRE", "S", "0"], "ERR permits must be a positive integer"),
+        (&["RSEM.ACQUIRE", "S", "-1"], "ERR permits must be a positive integer"),
+        (&["RSEM.ACQUIRE", "S", "1", "WAIT"], "ERR timeout-ms"),
+        (&["RSEM.ACQUIRE", "S", "1", "LATER"], "ERR syntax error"),
+        (&["RSEM.RELEASE", "S", "0"], "ERR permits must be a positive integer"),
+        (&["RSEM.SETPERMITS", "S", "-1"], "ERR permits must be a positive integer"),
+        (&["RSEM.ADDPERMITS", "S", "1.5"], "ERR delta must be an integer"),
+        (&["RSEM.ADDPERMITS", "S", "9223372036854775807"], "ERR permit count overflow"),
+        (&["RSEM.ACQUIRE", "bad", "1"], "ERR the semaphore's value is not an integer"),
+        (&["RSEM.RELEASE", "bad", "1"], "ERR the semaphore's value is not an integer"),
+        (&["RSEM.AVAILABLE", "h"], "WRONGTYPE"),
+        (&["RSEM.RELEASE", "h", "1"], "WRONGTYPE"),
+        (&["RSEM.INFO", "S", "x"], "ERR wrong number of arguments"),
+    ];
+    for (args, expected) in cases {
+        let err = run_str(&mut con, args).unwrap_err();
+        assert!(err.starts_with(expected), "{args:?}: {err}");
+    }
+    assert_eq!(digest(&mut con), before, "no error changed anything");
+}
+
+/// FIFO without barging: a head asking for 5 is not overtaken by a later waiter asking for 1,
+/// and a newcomer takes nothing while anyone waits.
+#[test]
+fn waiters_are_served_in_order_and_nobody_overtakes_a_large_request() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "0"]);
+    let big = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "5", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let small = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "WAIT", "0"]);
+    wait_blocked(&mut con, 2);
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "S", "1"]), Value::Int(1), "nobody served yet");
+    assert!(!small.replied(), "the small request waits behind the large one");
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "1"]), Value::Int(0), "no barging");
+    let info: Vec<Value> = match cmd(&mut con, &["RSEM.INFO", "S"]) {
+        Value::Array(v) => v,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(info[7], Value::Int(2), "waiters: {info:?}");
+    assert_eq!(info[9], Value::Int(6), "waiting permits: {info:?}");
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "S", "4"]), Value::Int(0), "5 went to the head");
+    assert_eq!(big.reply(LIMIT).0, Ok(Value::Int(1)));
+    assert!(!small.replied());
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "S", "1"]), Value::Int(0));
+    assert_eq!(small.reply(LIMIT).0, Ok(Value::Int(1)));
+    assert_eq!(get(&mut con, "S").as_deref(), Some("0"));
+}
+
+#[test]
+fn one_release_serves_several_waiters_and_a_timeout_takes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "0"]);
+    let waiters: Vec<Pending> = (0..3)
+        .map(|i| {
+            let p = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "WAIT", "0"]);
+            wait_blocked(&mut con, i + 1);
+            p
+        })
+        .collect();
+    let handoffs = info_field(&mut con, "rlock", "rlock_handoffs");
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "S", "3"]), Value::Int(0));
+    for w in waiters {
+        assert_eq!(w.reply(LIMIT).0, Ok(Value::Int(1)));
+    }
+    assert_eq!(info_field(&mut con, "rlock", "rlock_handoffs"), handoffs + 3);
+    let started = Instant::now();
+    let late = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "WAIT", "200"]);
+    let (reply, at) = late.reply(LIMIT);
+    assert_eq!(reply, Ok(Value::Int(0)), "timed out: not taken");
+    assert!(at - started >= Duration::from_millis(195), "{:?}", at - started);
+    assert_eq!(blocked_clients(&mut con), 0);
+    // Inside MULTI a WAIT is one non-blocking try.
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("RSEM.ACQUIRE")
+        .arg("S")
+        .arg(1)
+        .arg("WAIT")
+        .arg(0)
+        .query(&mut con)
+        .expect("MULTI");
+    assert_eq!(replies, vec![Value::Int(0)]);
+}
+
+#[test]
+fn permits_granted_to_a_client_that_is_gone_come_back() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "0"]);
+    let gone = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "2", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let mut tx = redis::pipe();
+    tx.atomic();
+    tx.cmd("RSEM.RELEASE").arg("S").arg(2);
+    tx.cmd("CLIENT").arg("KILL").arg("ID").arg(gone.client_id());
+    let (left, killed): (i64, i64) = tx.query(&mut con).expect("MULTI/EXEC");
+    assert_eq!((left, killed), (0, 1), "granted, then its client killed");
+    assert!(gone.reply(LIMIT).0.is_err());
+    poll("the permits back", LIMIT, || (get(&mut con, "S").as_deref() == Some("2")).then_some(()));
+    assert_eq!(info_field(&mut con, "rlock", "rlock_grants_rolled_back"), 1);
+}
+
+#[test]
+fn a_redisson_client_shares_the_count_and_each_side_wakes_the_other() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let eval = |con: &mut Connection, script: &str, keys: &[&str], args: &[&str]| -> i64 {
+        let mut c = redis::cmd("EVAL");
+        c.arg(script).arg(keys.len()).arg(keys).arg(args);
+        c.query(con).expect("script")
+    };
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "2"]);
+    // Permits are counted once across both.
+    assert_eq!(eval(&mut con, REDISSON_TRY_ACQUIRE, &["S"], &["1"]), 1);
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "1"]), Value::Int(1));
+    assert_eq!(eval(&mut con, REDISSON_TRY_ACQUIRE, &["S"], &["1"]), 0);
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "1"]), Value::Int(0));
+    // A Redisson release (INCRBY + publish) serves an rlock waiter.
+    let waiter = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    assert_eq!(eval(&mut con, REDISSON_RELEASE, &["S", "redisson_sc:{S}"], &["1"]), 1);
+    assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Int(1)));
+    assert_eq!(get(&mut con, "S").as_deref(), Some("0"));
+    // An rlock release tells Redisson's waiters how many permits there are.
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_sc:{S}").expect("subscribe");
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "S", "2"]), Value::Int(2));
+    let payload: String = pubsub.get_message().expect("message").get_payload().expect("payload");
+    assert_eq!(payload, "2");
+}
+
+#[test]
+fn a_replica_without_the_module_holds_the_same_count() {
+    let master = Server::start();
+    let replica = Server::builder().without_module().replica_of(&master).start();
+    rlock_tests_integration::wait_replica_online(&master);
+    let mut con = master.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "5"]);
+    cmd(&mut con, &["RSEM.ACQUIRE", "S", "2"]);
+    cmd(&mut con, &["RSEM.RELEASE", "S", "1"]);
+    cmd(&mut con, &["RSEM.ADDPERMITS", "S", "-1"]);
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).expect("WAIT");
+    assert_eq!(get(&mut replica.conn(), "S").as_deref(), Some("3"));
+}
