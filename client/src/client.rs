@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::options::Options;
 use crate::rwlock::RwLock;
+use crate::semaphore::Semaphore;
 
 /// A connection to a Redis server with the rlock module, from which [`Lock`] handles are made.
 /// Cheap to clone.
@@ -167,6 +168,12 @@ impl LockClient {
         let owner = format!("{}:{n}", self.shared.id);
         let (read, write) = Lock::rw_pair(&self.shared, name.as_ref().into(), &owner);
         RwLock::new(read, write)
+    }
+
+    /// A counting semaphore named `name` (Redisson's `RSemaphore`).
+    #[must_use]
+    pub fn semaphore(&self, name: impl AsRef<[u8]>) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.shared), name.as_ref().into())
     }
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).

@@ -61,6 +61,7 @@ mod lock;
 mod multi;
 mod options;
 mod rwlock;
+mod semaphore;
 mod wait;
 
 pub use client::LockClient;
@@ -69,3 +70,4 @@ pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use options::{AofAck, Options, Remaining};
 pub use rwlock::RwLock;
+pub use semaphore::Semaphore;

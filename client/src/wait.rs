@@ -1,7 +1,7 @@
 //! Server-side waits (`RLOCK.ACQUIRE ... WAIT`), in three steps: a dedicated connection to the
-//! node that has the lock ([`Lock::wait_connection`]), the wait itself or its cancellation
-//! ([`Lock::wait_or_cancel`]), and following the lock's slot when it moved (the loop of
-//! [`Lock::blocking_wait`]). Each wait runs in a task of its own, so a caller that drops the
+//! node that has the lock (`wait_connection`), the wait itself or its cancellation
+//! ([`blocking_call`], settled by `Lock::wait_or_cancel`), and following the lock's slot when it
+//! moved (the loop of `Lock::blocking_wait`). Each wait runs in a task of its own, so a caller that drops the
 //! future (a cancelled wait) cannot leak the lock.
 
 use std::sync::Arc;
@@ -108,8 +108,7 @@ impl Lock {
     }
 
     /// Waits on `node` until the server answers, or the caller goes away: then has the server
-    /// answer now (`CLIENT UNBLOCK ... TIMEOUT`) and settles what it answers (a grant is
-    /// released, a lost answer undone).
+    /// answer now and settles what it answers (a grant is released, a lost answer undone).
     async fn wait_or_cancel(
         &self,
         node: &redis::Client,
@@ -118,33 +117,19 @@ impl Lock {
         owner: &str,
         reply: &mut oneshot::Sender<Result<Attempt>>,
     ) -> Result<WaitEnd> {
-        let (con, id) = self.wait_connection(node, asking).await?;
-        // A clone of the same connection: Redis attributes the grant to this client.
-        let mut waiting = con.clone();
-        let wait = acquire.query_async::<redis::Value>(&mut waiting);
-        tokio::pin!(wait);
-        tokio::select! {
-            answer = &mut wait => Ok(WaitEnd::Answer(answer, con)),
-            () = reply.closed() => {
-                if let Ok(mut unblocker) = node.get_multiplexed_async_connection().await {
-                    let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                        .arg("UNBLOCK")
-                        .arg(id)
-                        .arg("TIMEOUT")
-                        .query_async(&mut unblocker)
-                        .await;
-                }
-                match tokio::time::timeout(CANCEL_GRACE, wait).await {
-                    Ok(Ok(answer)) => {
+        match blocking_call(node, asking, acquire, reply.closed()).await? {
+            Blocking::Answer(answer, con) => Ok(WaitEnd::Answer(answer, con)),
+            Blocking::Cancelled(answer) => {
+                match answer {
+                    Some(Ok(answer)) => {
                         if Attempt::from_reply(&answer).is_ok_and(Attempt::is_held) {
                             let _ = self.release_as(owner).await;
                         }
                     }
                     // The connection failed, or no answer came: a grant may have been sent and
                     // never read (the server then keeps it). Undo it.
-                    Ok(Err(_)) | Err(_) => self.undo(owner).await,
+                    Some(Err(_)) | None => self.undo(owner).await,
                 }
-                // Dropping the connection: a wait still pending leaves the queue.
                 Ok(WaitEnd::Cancelled)
             }
         }
@@ -181,19 +166,58 @@ impl Lock {
             let _ = self.release_as(owner).await;
         }
     }
+}
 
-    /// A dedicated connection to `node` and its client id (for `CLIENT UNBLOCK`); `asking`
-    /// sends `ASKING` first (after an ASK redirection).
-    async fn wait_connection(
-        &self,
-        node: &redis::Client,
-        asking: bool,
-    ) -> Result<(MultiplexedConnection, i64)> {
-        let mut con = crate::conn::dedicated(node).await?;
-        let id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut con).await?;
-        if asking {
-            let () = redis::cmd("ASKING").query_async(&mut con).await?;
+/// How a blocking command on a dedicated connection ended.
+pub(crate) enum Blocking {
+    /// The server answered (on the connection that asked).
+    Answer(redis::RedisResult<redis::Value>, MultiplexedConnection),
+    /// The caller went away; the server was made to answer at once (`CLIENT UNBLOCK ...
+    /// TIMEOUT`), and this is what it answered within the grace (`None`: nothing came).
+    Cancelled(Option<redis::RedisResult<redis::Value>>),
+}
+
+/// Sends a blocking `command` on a dedicated connection to `node` (after `ASKING` when
+/// `asking`) and waits for its answer, or, when `gone` resolves first (the caller went away),
+/// has the server answer now and returns what it answered, for the caller to settle. Dropping
+/// the connection afterwards takes a wait still pending out of the server's queue.
+pub(crate) async fn blocking_call(
+    node: &redis::Client,
+    asking: bool,
+    command: &redis::Cmd,
+    gone: impl std::future::Future<Output = ()>,
+) -> Result<Blocking> {
+    let (con, id) = wait_connection(node, asking).await?;
+    // A clone of the same connection: Redis attributes the command's effects to this client.
+    let mut waiting = con.clone();
+    let wait = command.query_async::<redis::Value>(&mut waiting);
+    tokio::pin!(wait);
+    tokio::select! {
+        answer = &mut wait => Ok(Blocking::Answer(answer, con)),
+        () = gone => {
+            if let Ok(mut unblocker) = node.get_multiplexed_async_connection().await {
+                let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                    .arg("UNBLOCK")
+                    .arg(id)
+                    .arg("TIMEOUT")
+                    .query_async(&mut unblocker)
+                    .await;
+            }
+            Ok(Blocking::Cancelled(tokio::time::timeout(CANCEL_GRACE, wait).await.ok()))
         }
-        Ok((con, id))
     }
+}
+
+/// A dedicated connection to `node` and its client id (for `CLIENT UNBLOCK`); `asking` sends
+/// `ASKING` first (after an ASK redirection).
+async fn wait_connection(
+    node: &redis::Client,
+    asking: bool,
+) -> Result<(MultiplexedConnection, i64)> {
+    let mut con = crate::conn::dedicated(node).await?;
+    let id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut con).await?;
+    if asking {
+        let () = redis::cmd("ASKING").query_async(&mut con).await?;
+    }
+    Ok((con, id))
 }

@@ -438,3 +438,43 @@ async fn rw_the_watchdog_keeps_read_and_write_holds_and_fencing_tokens_come_with
     })
     .await;
 }
+
+// ---- semaphores -----------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_are_taken_waited_for_and_given_back() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let slots = client.semaphore("slots");
+    assert!(slots.try_set_permits(2).await.expect("set"));
+    assert!(!slots.try_set_permits(5).await.expect("set again"), "it exists");
+    slots.acquire(2).await.expect("two");
+    assert!(!slots.try_acquire(1, Duration::from_millis(50)).await.expect("try"), "none left");
+    let waiter = {
+        let s = slots.clone();
+        tokio::spawn(async move { s.acquire(1).await })
+    };
+    eventually("the waiter to queue", Duration::from_secs(5), || async {
+        blocked_clients(&server).await == 1
+    })
+    .await;
+    assert_eq!(slots.release(2).await.expect("release"), 1, "one went to the waiter");
+    timeout(Duration::from_secs(5), waiter).await.expect("served").expect("task").expect("ok");
+    assert_eq!(slots.available().await.expect("available"), 1);
+    assert_eq!(slots.add_permits(-1).await.expect("add"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_semaphore_acquire_takes_nothing() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let slots = client.semaphore("slots");
+    slots.try_set_permits(0).await.expect("set");
+    let cancelled = timeout(Duration::from_millis(100), slots.acquire(1)).await;
+    assert!(cancelled.is_err(), "still waiting when dropped");
+    eventually("the cancelled wait to leave the queue", Duration::from_secs(5), || async {
+        blocked_clients(&server).await == 0
+    })
+    .await;
+    assert_eq!(slots.release(1).await.expect("release"), 1, "nobody took the permit");
+}
