@@ -19,6 +19,7 @@ mod per_server;
 mod report;
 mod rwmix;
 mod scale;
+mod semaphore;
 mod util;
 
 use std::process::Command;
@@ -135,6 +136,7 @@ async fn main() {
     section!("5. expiry -> grant", expiry::run(sizes));
     section!("6. scale", scale::run(sizes));
     section!("7. read-write mix", rwmix::run(sizes));
+    section!("8. semaphore contention", semaphore::run(sizes));
 
     print!("{}", report.text());
     if let Some(path) = targets_tsv {
