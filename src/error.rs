@@ -73,6 +73,10 @@ pub enum LockError {
     CorruptPermits,
     /// The permit count would leave the range of integers Redis stores.
     PermitsOverflow,
+    /// `ID` without an id, or an empty one.
+    InvalidPermitId,
+    /// The caller's ACL user may not use the semaphore's lease zset.
+    NoPermLeases,
     /// This master had replicas and too few are in sync now: it may have been replaced by a
     /// promoted replica, so it grants nothing (retry on the current master).
     NoReplicas,
@@ -148,6 +152,10 @@ impl LockError {
             Self::InvalidDelta => "ERR delta must be an integer",
             Self::CorruptPermits => "ERR the semaphore's value is not an integer",
             Self::PermitsOverflow => "ERR permit count overflow",
+            Self::InvalidPermitId => "ERR permit id (after ID) must not be empty",
+            Self::NoPermLeases => {
+                "NOPERM this user has no permissions to access the semaphore's lease zset ({name}:timeout)"
+            }
             Self::NoPermHold => {
                 "NOPERM this user has no permissions to access the read-write lock's read hold keys ({name}:<owner>:rwlock_timeout:<i>)"
             }

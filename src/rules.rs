@@ -126,6 +126,9 @@ pub enum Kind {
     /// This many permits of a counting semaphore (`RSEM.*`); the request's owner and lease are
     /// not used.
     Permits(u64),
+    /// This many leased permits (`RSEM.ACQUIRE ... LEASE`), each for the request's lease; the
+    /// owner is not used.
+    Leased(u64),
 }
 
 /// What a waiter asks for, kept in its queue until it is granted: its lock kind, owner and
@@ -156,6 +159,7 @@ impl Request {
     pub const fn not_granted(&self, pttl: i64) -> Reply {
         match self.kind {
             Kind::Permits(_) => Reply::Int(0),
+            Kind::Leased(_) => Reply::Nil,
             Kind::Reentrant | Kind::Rw(_) => busy(pttl, self.token),
         }
     }
@@ -165,7 +169,7 @@ impl Request {
     /// may be followed by more readers).
     #[must_use]
     pub const fn exclusive(&self) -> bool {
-        !matches!(self.kind, Kind::Rw(Mode::Read) | Kind::Permits(_))
+        !matches!(self.kind, Kind::Rw(Mode::Read) | Kind::Permits(_) | Kind::Leased(_))
     }
 }
 

@@ -114,3 +114,14 @@ pub fn grant_waiter(state: SemState, permits: u64) -> Option<SemPlan> {
     let plan = acquire(state, permits, false);
     (plan.reply == Reply::Int(1)).then_some(plan)
 }
+
+/// The score of a leased permit with no lease (Redisson's `922337203685477`).
+pub const NO_LEASE: i64 = 922_337_203_685_477;
+
+/// Whether leased permits whose lease scores are `scores` (`None`: not a permit of this
+/// semaphore) may be released at `now`: every one must be there and not expired. Releases are
+/// all-or-nothing, as Redisson's.
+#[must_use]
+pub fn releasable(scores: &[Option<i64>], now: i64) -> bool {
+    !scores.is_empty() && scores.iter().all(|s| s.is_some_and(|at| at > now))
+}

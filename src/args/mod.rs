@@ -5,7 +5,7 @@ pub mod rw;
 pub mod sem;
 
 pub use rw::{RwAcquire, RwRelease};
-pub use sem::{SemAcquire, SemAdd, SemCount};
+pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease, SemRenew};
 
 use crate::error::LockError;
 

@@ -1,6 +1,6 @@
 //! The `RSEM.*` argument structs.
 
-use super::{parse_positive, Arg, Parser, WaitFor, WAIT};
+use super::{parse_positive, Arg, Lease, Parser, WaitFor, WAIT};
 use crate::error::LockError;
 
 /// Reads a permit count: a positive integer, or (`zero_ok`) zero.
@@ -11,7 +11,7 @@ fn permits<A: Arg>(arg: &A, zero_ok: bool) -> Result<u64, LockError> {
     }
 }
 
-/// `RSEM.SETPERMITS key permits` (zero or more) and `RSEM.RELEASE key permits` (positive).
+/// `RSEM.SETPERMITS key permits` (zero or more).
 #[derive(Debug)]
 pub struct SemCount<'a, A> {
     pub key: &'a A,
@@ -26,17 +26,6 @@ impl<'a, A: Arg> SemCount<'a, A> {
     pub fn parse_set(args: &'a [A]) -> Result<Self, LockError> {
         match args {
             [_, key, n] => Ok(Self { key, permits: permits(n, true)? }),
-            _ => Err(LockError::WrongArity),
-        }
-    }
-
-    /// `RSEM.RELEASE key permits`.
-    ///
-    /// # Errors
-    /// Wrong arity, or a count that is not a positive integer.
-    pub fn parse_release(args: &'a [A]) -> Result<Self, LockError> {
-        match args {
-            [_, key, n] => Ok(Self { key, permits: permits(n, false)? }),
             _ => Err(LockError::WrongArity),
         }
     }
@@ -63,29 +52,86 @@ impl<'a, A: Arg> SemAdd<'a, A> {
     }
 }
 
-/// `RSEM.ACQUIRE key permits [WAIT timeout-ms]`
+/// Option word of `RSEM.ACQUIRE`: `LEASE lease-ms` (leased permits).
+pub const LEASE: &[u8] = b"LEASE";
+/// Option word of `RSEM.RELEASE`: `ID id [id ...]` (leased permits by id).
+pub const ID: &[u8] = b"ID";
+
+/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms]`
 #[derive(Debug)]
 pub struct SemAcquire<'a, A> {
     pub key: &'a A,
     pub permits: u64,
+    /// `LEASE lease-ms`: leased permits, returned by id and reclaimed when the lease ends.
+    pub lease: Option<Lease>,
     pub wait: Option<WaitFor>,
 }
 
 impl<'a, A: Arg> SemAcquire<'a, A> {
     /// # Errors
-    /// Wrong arity, a count that is not a positive integer, a bad timeout, or a leftover
-    /// argument.
+    /// Wrong arity, a count that is not a positive integer, a bad lease or timeout, or a
+    /// leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 3)?;
         let key = p.required()?;
         let permits = permits(p.required()?, false)?;
-        let wait = if p.option(WAIT) {
-            let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
-            Some(WaitFor::parse(timeout.bytes())?)
-        } else {
-            None
-        };
+        let (mut lease, mut wait) = (None, None);
+        loop {
+            if lease.is_none() && p.option(LEASE) {
+                let ms = p.take().ok_or(LockError::InvalidLease)?;
+                lease = Some(Lease::parse(ms.bytes())?);
+            } else if wait.is_none() && p.option(WAIT) {
+                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
+                wait = Some(WaitFor::parse(timeout.bytes())?);
+            } else {
+                break;
+            }
+        }
         p.finish()?;
-        Ok(Self { key, permits, wait })
+        Ok(Self { key, permits, lease, wait })
+    }
+}
+
+/// `RSEM.RELEASE key permits` or `RSEM.RELEASE key ID id [id ...]`
+#[derive(Debug)]
+pub enum SemRelease<'a, A> {
+    Count { key: &'a A, permits: u64 },
+    Ids { key: &'a A, ids: &'a [A] },
+}
+
+impl<'a, A: Arg> SemRelease<'a, A> {
+    /// # Errors
+    /// Wrong arity, a count that is not a positive integer, or `ID` with no id or an empty one.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        match args {
+            [_, key, word, ids @ ..] if word.bytes().eq_ignore_ascii_case(ID) => {
+                if ids.is_empty() || ids.iter().any(|id| id.bytes().is_empty()) {
+                    return Err(LockError::InvalidPermitId);
+                }
+                Ok(Self::Ids { key, ids })
+            }
+            [_, key, n] => Ok(Self::Count { key, permits: permits(n, false)? }),
+            _ => Err(LockError::WrongArity),
+        }
+    }
+}
+
+/// `RSEM.RENEW key id lease-ms`
+#[derive(Debug)]
+pub struct SemRenew<'a, A> {
+    pub key: &'a A,
+    pub id: &'a A,
+    pub lease: Lease,
+}
+
+impl<'a, A: Arg> SemRenew<'a, A> {
+    /// # Errors
+    /// Wrong arity, an empty id, or a bad lease.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let [_, key, id, lease] = args else { return Err(LockError::WrongArity) };
+        if id.bytes().is_empty() {
+            return Err(LockError::InvalidPermitId);
+        }
+        Ok(Self { key, id, lease: Lease::parse(lease.bytes())? })
     }
 }

@@ -7,10 +7,12 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 use super::guarded;
 use crate::args;
 use crate::args::Lease;
+use crate::error::LockError;
 use crate::raw::{self, reply::Field};
+use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
-use crate::store::sem::SemKey;
+use crate::store::sem::{Leases, SemKey};
 use crate::store::waiters::SEMAPHORE_RECHECK_MS;
 use crate::store::{self, access::check_publish, Unlocked};
 use crate::waiting;
@@ -23,7 +25,7 @@ fn after(
     key: SemKey<'_>,
     state: SemState,
     plan: &SemPlan,
-) -> Result<RedisValue, crate::error::LockError> {
+) -> Result<RedisValue, LockError> {
     if plan.raised {
         check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
     }
@@ -57,25 +59,41 @@ pub fn add_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `RSEM.ACQUIRE key permits [WAIT timeout-ms]`
+/// Leased permits whose lease ended come back first (as every Redisson semaphore script
+/// begins); the next lease end is looked at by a timer.
+fn reclaim(ctx: &Context, name: &RedisString) -> Result<(), LockError> {
+    if let Some(at) = waiting::sem_reclaim(ctx, name, raw::now_ms())? {
+        waiting::schedule_check(ctx, &waiting::lock_name(ctx, name), at);
+    }
+    Ok(())
+}
+
+/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemAcquire::parse(&argv)?;
         store::may_grant(ctx)?;
+        let now = raw::now_ms();
+        let until = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
+        let leases = cmd.lease.map(|_| Leases::for_caller(ctx, cmd.key)).transpose()?;
+        reclaim(ctx, cmd.key)?;
         // Waiters first: permits they are owed go to them.
         waiting::settle(ctx, cmd.key);
         let queued = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::acquire(state, cmd.permits, queued);
-        if plan.reply == crate::rules::Reply::Int(0) {
+        if plan.reply == Reply::Int(0) {
             // Never block where no grant can happen (MULTI, Lua, a writable replica).
             if let Some(wait) = cmd.wait.filter(|_| raw::may_block(ctx) && raw::is_master(ctx)) {
                 drop(key);
                 let request = Request {
-                    kind: Kind::Permits(cmd.permits),
+                    kind: match cmd.lease {
+                        Some(_) => Kind::Leased(cmd.permits),
+                        None => Kind::Permits(cmd.permits),
+                    },
                     owner: Vec::new(),
-                    lease: Lease::UNUSED,
+                    lease: cmd.lease.unwrap_or(Lease::UNUSED),
                     token: false,
                 };
                 // Checked again shortly (`store::waiters`): permits may come back without an
@@ -84,17 +102,56 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 waiting::block(ctx, lock, request, wait, SEMAPHORE_RECHECK_MS);
                 return Ok(RedisValue::NoReply);
             }
+            return Ok(if cmd.lease.is_some() {
+                RedisValue::Null
+            } else {
+                store::to_value(plan.reply)
+            });
         }
         key.apply(state, &plan);
-        Ok(store::to_value(plan.reply))
+        drop(key);
+        let (Some(leases), Some(until)) = (leases, until) else {
+            return Ok(store::to_value(plan.reply));
+        };
+        let ids = store::sem::new_ids(cmd.permits);
+        let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
+        leases.lease(ctx, &refs, until.unix_ms())?;
+        waiting::schedule_check(ctx, &waiting::lock_name(ctx, cmd.key), until.over_at());
+        Ok(store::ids_value(&ids))
     })
 }
 
-/// `RSEM.RELEASE key permits`
+/// `RSEM.RELEASE key permits` or `RSEM.RELEASE key ID id [id ...]`
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || match args::SemRelease::parse(&argv)? {
+        args::SemRelease::Count { key, permits } => {
+            reclaim(ctx, key)?;
+            Ok(RedisValue::Integer(waiting::sem_release(ctx, key, permits)?))
+        }
+        args::SemRelease::Ids { key, ids } => {
+            let ids: Vec<&[u8]> = ids.iter().map(RedisString::as_slice).collect();
+            let released = waiting::sem_release_ids(ctx, key, &ids)?;
+            reclaim(ctx, key)?;
+            Ok(RedisValue::Integer(released))
+        }
+    })
+}
+
+/// `RSEM.RENEW key id lease-ms`
+pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::SemCount::parse_release(&argv)?;
-        Ok(RedisValue::Integer(waiting::sem_release(ctx, cmd.key, cmd.permits)?))
+        let cmd = args::SemRenew::parse(&argv)?;
+        store::may_grant(ctx)?;
+        let until = Deadline::after(raw::now_ms(), cmd.lease)?;
+        let leases = Leases::for_caller(ctx, cmd.key)?;
+        reclaim(ctx, cmd.key)?;
+        let id = cmd.id.as_slice();
+        if leases.scores(ctx, &[id])?[0].is_none() {
+            return Ok(RedisValue::Integer(0));
+        }
+        leases.lease(ctx, &[id], until.unix_ms())?;
+        waiting::schedule_check(ctx, &waiting::lock_name(ctx, cmd.key), until.over_at());
+        Ok(RedisValue::Integer(1))
     })
 }
 
@@ -114,12 +171,15 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let Some(available) = state.available else { return Ok(RedisValue::Null) };
         let (waiters, permits) =
             waiting::waiting_permits(raw::selected_db(ctx), cmd.key.as_slice());
+        let now = raw::now_ms();
+        let (leased, earliest) =
+            Leases::of(ctx, cmd.key).map_or(Ok((0, None)), |l| l.summary(ctx, now))?;
         raw::reply::reply_map(
             ctx,
             &[
                 ("available", Field::Int(available)),
-                ("leased", Field::Int(0)),
-                ("next_expiry_ms", Field::Int(-1)),
+                ("leased", Field::Int(leased)),
+                ("next_expiry_ms", Field::Int(earliest.map_or(-1, |at| (at - now).max(0)))),
                 ("waiters", Field::Int(waiters as i64)),
                 ("waiting_permits", Field::Int(permits as i64)),
             ],

@@ -227,6 +227,12 @@ pub fn unlock_channel(ctx: &Context, name: &RedisString, unlocked: Unlocked) -> 
     RedisString::create_from_slice(ctx.get_raw(), &unlocked.channel(name.as_slice()))
 }
 
+/// Leased permit ids as a reply: an array of binary strings.
+#[must_use]
+pub fn ids_value(ids: &[Vec<u8>]) -> RedisValue {
+    RedisValue::Array(ids.iter().map(|id| RedisValue::StringBuffer(id.clone())).collect())
+}
+
 /// The one conversion of a rules [`Reply`] to a Redis reply.
 #[must_use]
 pub fn to_value(reply: Reply) -> RedisValue {

@@ -7,7 +7,7 @@ use redis_module::{Context, RedisString};
 
 use super::derived::TokenCounter;
 use super::rw::RwKey;
-use super::sem::SemKey;
+use super::sem::{self, Leases, SemKey};
 use super::LockKey;
 use crate::error::LockError;
 use crate::rules::{self, Kind, Plan, Reply, Request, View};
@@ -37,9 +37,28 @@ pub struct Grant<'a> {
 }
 
 enum Write<'a> {
-    Reentrant { key: LockKey<'a>, owner: RedisString, plan: Plan },
-    Rw { key: RwKey<'a>, plan: RwPlan },
-    Permits { key: SemKey<'a>, state: SemState, plan: SemPlan },
+    Reentrant {
+        key: LockKey<'a>,
+        owner: RedisString,
+        plan: Plan,
+    },
+    Rw {
+        key: RwKey<'a>,
+        plan: RwPlan,
+    },
+    Permits {
+        key: SemKey<'a>,
+        state: SemState,
+        plan: SemPlan,
+    },
+    Leased {
+        key: SemKey<'a>,
+        state: SemState,
+        plan: SemPlan,
+        leases: Leases,
+        until: i64,
+        permits: u64,
+    },
 }
 
 /// A grant, written.
@@ -48,8 +67,10 @@ pub struct Written {
     pub reply: Reply,
     /// When the lease just granted is over (Unix ms): look at the queue again then.
     pub lease_over_at: Option<i64>,
-    /// When a read hold just granted ends (Unix ms): look at the lock's readers then.
+    /// When a read hold or a leased permit just granted ends (Unix ms): look at the lock then.
     pub reap_at: Option<i64>,
+    /// The leased permits' ids (the reply, instead of `reply`, when there are any).
+    pub ids: Vec<Vec<u8>>,
 }
 
 /// When to look again at a lock whose holder has `pttl` ms left at `now` (-1: no expiry).
@@ -98,6 +119,21 @@ pub fn consider<'a>(
             }
             Write::Rw { key, plan }
         }
+        Kind::Leased(permits) => {
+            let Ok(leases) = Leases::of(ctx, name) else { return Head::Wait { recheck_at: None } };
+            if sem::reclaim(ctx, name, now).is_err() {
+                return Head::Wait { recheck_at: None };
+            }
+            let key = SemKey::open(ctx, name, true);
+            let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
+            let Some(plan) = sem_rules::grant_waiter(state, permits) else {
+                return Head::Wait { recheck_at: Some(now.saturating_add(SEMAPHORE_RECHECK_MS)) };
+            };
+            let until = rules::Deadline::after(now, request.lease)
+                .unwrap_or(rules::Deadline::LAST)
+                .unix_ms();
+            Write::Leased { key, state, plan, leases, until, permits }
+        }
         Kind::Permits(permits) => {
             let key = SemKey::open(ctx, name, true);
             let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
@@ -140,14 +176,28 @@ impl Grant<'_> {
             }
             Write::Permits { key, state, plan } => {
                 key.apply(state, &plan);
-                return Written { reply: plan.reply, lease_over_at: None, reap_at: None };
+                return Written {
+                    reply: plan.reply,
+                    lease_over_at: None,
+                    reap_at: None,
+                    ids: Vec::new(),
+                };
+            }
+            Write::Leased { key, state, plan, leases, until, permits } => {
+                key.apply(state, &plan);
+                drop(key);
+                let ids = sem::new_ids(permits);
+                let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
+                let _ = leases.lease(ctx, &refs, until);
+                let reap_at = Some(rules::Deadline::at(until).over_at());
+                return Written { reply: Reply::Nil, lease_over_at: None, reap_at, ids };
             }
         };
         let token = token.map(|(counter, token)| {
             counter.store(ctx, token);
             token
         });
-        Written { reply: rules::granted(token), lease_over_at, reap_at }
+        Written { reply: rules::granted(token), lease_over_at, reap_at, ids: Vec::new() }
     }
 }
 
@@ -182,7 +232,7 @@ pub fn reap_hint(plan: &RwPlan) -> Option<i64> {
 /// # Errors
 /// `WRONGTYPE` when the key now holds something else.
 pub fn not_granted(ctx: &Context, name: &[u8], request: &Request) -> Result<Reply, LockError> {
-    if let Kind::Permits(_) = request.kind {
+    if let Kind::Permits(_) | Kind::Leased(_) = request.kind {
         return Ok(request.not_granted(0));
     }
     let name = RedisString::create_from_slice(ctx.get_raw(), name);
@@ -198,7 +248,7 @@ pub fn not_granted(ctx: &Context, name: &[u8], request: &Request) -> Result<Repl
 pub const fn rw_mode(request: &Request) -> Option<Mode> {
     match request.kind {
         Kind::Rw(mode) => Some(mode),
-        Kind::Reentrant | Kind::Permits(_) => None,
+        Kind::Reentrant | Kind::Permits(_) | Kind::Leased(_) => None,
     }
 }
 
@@ -206,7 +256,7 @@ pub const fn rw_mode(request: &Request) -> Option<Mode> {
 #[must_use]
 pub const fn permits(request: &Request) -> u64 {
     match request.kind {
-        Kind::Permits(n) => n,
+        Kind::Permits(n) | Kind::Leased(n) => n,
         Kind::Reentrant | Kind::Rw(_) => 0,
     }
 }

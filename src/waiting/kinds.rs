@@ -12,7 +12,7 @@ use crate::rw_rules::{self, Mode, RwPlan};
 use crate::sem_rules;
 use crate::store::access::check_publish;
 use crate::store::rw::RwKey;
-use crate::store::sem::SemKey;
+use crate::store::sem::{Leases, SemKey};
 use crate::store::waiters;
 use crate::store::{self, Unlocked};
 
@@ -90,6 +90,46 @@ pub fn sem_raised(ctx: &Context, name: &RedisString) -> Result<i64, LockError> {
     let left = store::sem::available(ctx, name)?;
     store::publish_unlock(ctx, name, Unlocked::Permits(left));
     Ok(left)
+}
+
+/// Releases leased permits of the semaphore `name` by id, all or nothing (every id must be a
+/// live lease): they come back to the count, its waiters are served and the count left is
+/// published. Returns how many were released (0: nothing changed).
+///
+/// # Errors
+/// `WRONGTYPE`, a corrupt count, `NOPERM` for the lease zset or the channel.
+pub fn sem_release_ids(ctx: &Context, name: &RedisString, ids: &[&[u8]]) -> Result<i64, LockError> {
+    let leases = Leases::for_caller(ctx, name)?;
+    let now = raw::now_ms();
+    if !sem_rules::releasable(&leases.scores(ctx, ids)?, now) {
+        return Ok(0);
+    }
+    check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
+    let key = SemKey::open(ctx, name, true);
+    let state = key.state()?;
+    drop(key);
+    let back = leases.remove(ctx, ids)?;
+    let Ok(permits @ 1..) = u64::try_from(back) else { return Ok(0) };
+    let key = SemKey::open(ctx, name, true);
+    let plan = sem_rules::release(state, permits)?;
+    key.apply(state, &plan);
+    drop(key);
+    sem_raised(ctx, name)?;
+    Ok(back)
+}
+
+/// Reclaims the semaphore `name`'s leased permits whose lease ended by `now` (serving its
+/// waiters and publishing the count when some came back); returns when to look again.
+///
+/// # Errors
+/// `WRONGTYPE`, a corrupt count.
+pub fn sem_reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<Option<i64>, LockError> {
+    if store::sem::reclaim(ctx, name, now)? > 0 {
+        sem_raised(ctx, name)?;
+    }
+    let Ok(leases) = Leases::of(ctx, name) else { return Ok(None) };
+    let (_, earliest) = leases.summary(ctx, now)?;
+    Ok(earliest.map(|at| crate::rules::Deadline::at(at).over_at()))
 }
 
 /// How many clients wait for the semaphore `key` of database `db`, and for how many permits.

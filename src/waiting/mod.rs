@@ -29,7 +29,10 @@ pub mod cluster;
 mod kinds;
 pub mod timers;
 
-pub use kinds::{rw_applied, rw_release, sem_raised, sem_release, waiting_in, waiting_permits};
+pub use kinds::{
+    rw_applied, rw_release, sem_raised, sem_reclaim, sem_release, sem_release_ids, waiting_in,
+    waiting_permits,
+};
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +53,8 @@ use crate::store::{self, LockKey, Unlocked};
 #[derive(Debug)]
 pub enum Outcome {
     /// It holds the lock as it asked (`request`): reply `reply` (nil, or `[1, token]`).
-    Granted { lock: LockName, request: Request, reply: Reply },
+    /// With leased permits, `ids` (their ids) is the reply.
+    Granted { lock: LockName, request: Request, reply: Reply, ids: Vec<Vec<u8>> },
     /// Its budget ran out: reply `reply` (the holder's remaining lease, or `[0, pttl]`).
     TimedOut(Reply),
     /// Reply this error.
@@ -239,7 +243,8 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         let Some(waiter) = with_queues(|q| q.remove(id)) else { return granted };
         let written = grant.write(ctx);
         let exclusive = request.exclusive();
-        unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply: written.reply });
+        let (reply, ids) = (written.reply, written.ids);
+        unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply, ids });
         bump(&STATS.handoffs);
         granted = true;
         with_queues(|q| {
@@ -294,6 +299,10 @@ impl BlockHandler for Waiting {
 
     fn reply(ctx: &Context, outcome: Option<&Outcome>) {
         let reply = match outcome {
+            Some(Outcome::Granted { ids, .. }) if !ids.is_empty() => {
+                ctx.reply(Ok(store::ids_value(ids)));
+                return;
+            }
             Some(Outcome::Granted { reply, .. } | Outcome::TimedOut(reply)) => Ok(*reply),
             Some(Outcome::Failed(e)) => Err((*e).into()),
             Some(Outcome::Redirect(e)) => Err(redis_module::RedisError::String(e.clone())),
@@ -324,9 +333,10 @@ impl BlockHandler for Waiting {
             return;
         }
         // Granted, but gone before its reply: the hold must not stay with a client that is gone.
-        if let Some(Outcome::Granted { lock, request, .. }) = outcome {
+        if let Some(Outcome::Granted { lock, request, ids, .. }) = outcome {
             bump(&STATS.rollbacks);
-            timers::defer(ctx, |d| d.rollback.push((lock.clone(), request.clone())));
+            let undo = (lock.clone(), request.clone(), ids.clone());
+            timers::defer(ctx, |d| d.rollback.push(undo));
         }
     }
 }

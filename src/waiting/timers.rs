@@ -30,8 +30,9 @@ pub struct Deferred {
     pub settle: Vec<LockName>,
     /// Every lock with waiters (after a flush, a `SWAPDB`, replicas back in sync).
     pub settle_all: bool,
-    /// Grants to clients that left before their reply: undo them.
-    pub rollback: Vec<(LockName, Request)>,
+    /// Grants to clients that left before their reply (with their leased permits' ids): undo
+    /// them.
+    pub rollback: Vec<(LockName, Request, Vec<Vec<u8>>)>,
     /// Read hold keys another client (a Redisson reader) gave a lease: their locks get a check.
     pub read_holds: Vec<LockName>,
 }
@@ -61,8 +62,8 @@ fn run_deferred(ctx: &Context, (): ()) {
     }
     store::module_work(ctx, || {
         let work = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-        for (lock, request) in &work.rollback {
-            undo_grant(ctx, lock, request);
+        for (lock, request, ids) in &work.rollback {
+            undo_grant(ctx, lock, request, ids);
         }
         let mut locks = work.settle;
         if work.settle_all {
@@ -187,7 +188,7 @@ fn settle_lock(ctx: &Context, lock: &LockName) {
 
 /// Undoes a grant whose client left before its reply: releases the hold it was granted (as
 /// `RLOCK.RELEASE` / `RWLOCK.RELEASE` would), handing off if that frees the lock.
-fn undo_grant(ctx: &Context, lock: &LockName, request: &Request) {
+fn undo_grant(ctx: &Context, lock: &LockName, request: &Request, ids: &[Vec<u8>]) {
     let Some(name) = open_db(ctx, lock) else { return };
     let undone = match request.kind {
         Kind::Reentrant => {
@@ -196,6 +197,10 @@ fn undo_grant(ctx: &Context, lock: &LockName, request: &Request) {
         }
         Kind::Rw(mode) => rw_release(ctx, &name, &request.owner, mode),
         Kind::Permits(permits) => super::sem_release(ctx, &name, permits).map(|_| Reply::Nil),
+        Kind::Leased(_) => {
+            let ids: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
+            super::sem_release_ids(ctx, &name, &ids).map(|_| Reply::Nil)
+        }
     };
     if let Err(e) = undone {
         ctx.log_warning(&format!("rlock: could not release a grant whose client left: {e}"));
@@ -210,6 +215,15 @@ fn check_lock(ctx: &Context, lock: &LockName, now: i64) {
         return;
     }
     let Some(name) = open_db(ctx, lock) else { return };
+    // A semaphore (a string): its permits whose lease ended come back.
+    if raw::Key::open(ctx, &name, false).kind() == raw::KeyKind::String {
+        match super::sem_reclaim(ctx, &name, now) {
+            Ok(Some(at)) => with_queues(|q| q.schedule_check(lock, at)),
+            Ok(None) => {}
+            Err(e) => ctx.log_warning(&format!("rlock: could not reclaim leased permits: {e}")),
+        }
+        return;
+    }
     match store::rw::reap(ctx, &name, now) {
         Ok(reaped) => {
             if reaped.removed {

@@ -66,7 +66,7 @@ fn a_retried_release_replies_the_first_result_and_never_releases_twice() {
 use rlock_tests_integration::Rng;
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
-    let pool: [&[u8]; 27] = [
+    let pool: [&[u8]; 29] = [
         b"",
         b"k",
         b"a",
@@ -91,6 +91,8 @@ fn random_arg(rng: &mut Rng) -> Vec<u8> {
         b"READ",
         b"write",
         b"mode",
+        b"LEASE",
+        b"ID",
         b"\0",
         b"k\0\xff",
         b"\xff\xfe",
@@ -110,7 +112,7 @@ fn random_argument_vectors_get_replies_or_errors_that_change_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     con.set_read_timeout(Some(LIMIT)).expect("timeout");
-    let commands: [&[u8]; 17] = [
+    let commands: [&[u8]; 18] = [
         b"RLOCK.ACQUIRE",
         b"RLOCK.RELEASE",
         b"RLOCK.RENEW",
@@ -128,6 +130,7 @@ fn random_argument_vectors_get_replies_or_errors_that_change_nothing() {
         b"RSEM.RELEASE",
         b"RSEM.AVAILABLE",
         b"RSEM.INFO",
+        b"RSEM.RENEW",
     ];
     let seed = rlock_tests_integration::fuzz_seed();
     eprintln!("seed {seed} (replay with RLOCK_FUZZ_SEED={seed})");

@@ -217,3 +217,179 @@ fn a_replica_without_the_module_holds_the_same_count() {
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).expect("WAIT");
     assert_eq!(get(&mut replica.conn(), "S").as_deref(), Some("3"));
 }
+
+// ---- leased permits (RPermitExpirableSemaphore) ---------------------------------------------
+
+fn ids(reply: &Value) -> Vec<Vec<u8>> {
+    let Value::Array(items) = reply else { panic!("ids expected: {reply:?}") };
+    items
+        .iter()
+        .map(|v| match v {
+            Value::BulkString(b) => b.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+fn zscore(con: &mut Connection, id: &[u8]) -> Option<i64> {
+    let score: Option<f64> =
+        redis::cmd("ZSCORE").arg("{S}:timeout").arg(id).query(con).expect("ZSCORE");
+    score.map(|s| s as i64)
+}
+
+#[test]
+fn leased_permits_have_ids_on_redissons_zset_and_release_all_or_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "3"]);
+    let now: i64 = redis::cmd("TIME")
+        .query::<Vec<i64>>(&mut con)
+        .map(|t| t[0] * 1000 + t[1] / 1000)
+        .expect("TIME");
+    let granted = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
+    assert_eq!(granted.len(), 2);
+    assert!(granted.iter().all(|id| id.len() == 16), "16 raw bytes each");
+    for id in &granted {
+        let score = zscore(&mut con, id).expect("leased");
+        assert!(
+            (now + 59_000..=now + 61_000).contains(&score),
+            "absolute server-clock end: {score}"
+        );
+    }
+    assert_eq!(get(&mut con, "S").as_deref(), Some("1"), "the count holds the unleased permits");
+    let info = cmd(&mut con, &["RSEM.INFO", "S"]);
+    let Value::Array(info) = info else { panic!("{info:?}") };
+    assert_eq!(info[3], Value::Int(2), "leased: {info:?}");
+    assert!(matches!(info[5], Value::Int(n) if n > 58_000), "next_expiry_ms: {info:?}");
+    // All or nothing: one unknown id, nothing released.
+    let before = digest(&mut con);
+    let reply = redis::cmd("RSEM.RELEASE")
+        .arg("S")
+        .arg("ID")
+        .arg(&granted[0])
+        .arg(b"nope".as_slice())
+        .query::<i64>(&mut con);
+    assert_eq!(reply, Ok(0));
+    assert_eq!(digest(&mut con), before);
+    // Renew moves one lease; release by ids gives them back.
+    let renewed: i64 = redis::cmd("RSEM.RENEW")
+        .arg("S")
+        .arg(&granted[0])
+        .arg(5_000)
+        .query(&mut con)
+        .expect("renew");
+    assert_eq!(renewed, 1);
+    assert!(zscore(&mut con, &granted[0]).is_some_and(|s| s < now + 10_000));
+    let released: i64 = redis::cmd("RSEM.RELEASE")
+        .arg("S")
+        .arg("ID")
+        .arg(&granted[0])
+        .arg(&granted[1])
+        .query(&mut con)
+        .expect("release");
+    assert_eq!(released, 2);
+    assert_eq!(get(&mut con, "S").as_deref(), Some("3"));
+    assert_eq!(cmd(&mut con, &["EXISTS", "{S}:timeout"]), Value::Int(0));
+}
+
+/// A leased permit whose holder died comes back when its lease ends, by the server's timer,
+/// whether or not any command runs; a waiter is served then.
+#[test]
+fn a_dead_holders_leased_permit_comes_back_at_its_lease_end_and_serves_a_waiter() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "1"]);
+    let _dead = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "200"]));
+    assert_eq!(get(&mut con, "S").as_deref(), Some("0"));
+    let started = Instant::now();
+    let waiter =
+        Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "LEASE", "30000", "WAIT", "0"]);
+    let (reply, at) = waiter.reply(LIMIT);
+    let got = ids(&reply.expect("granted"));
+    assert_eq!(got.len(), 1);
+    assert!(at - started >= Duration::from_millis(150), "not before the lease ended");
+    assert!(zscore(&mut con, &got[0]).is_some(), "the waiter's own lease");
+    // Nobody waiting: it still comes back on time, and Redisson waiters are told.
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_sc:{S}").expect("subscribe");
+    let renewed: i64 =
+        redis::cmd("RSEM.RENEW").arg("S").arg(&got[0]).arg(100).query(&mut con).expect("renew");
+    assert_eq!(renewed, 1);
+    let payload: String = pubsub.get_message().expect("reclaimed").get_payload().expect("payload");
+    assert_eq!(payload, "1");
+    assert_eq!(get(&mut con, "S").as_deref(), Some("1"));
+}
+
+#[test]
+fn leased_permits_granted_to_a_client_that_is_gone_are_released() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "0"]);
+    let gone =
+        Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let mut tx = redis::pipe();
+    tx.atomic();
+    tx.cmd("RSEM.RELEASE").arg("S").arg(2);
+    tx.cmd("CLIENT").arg("KILL").arg("ID").arg(gone.client_id());
+    let (left, killed): (i64, i64) = tx.query(&mut con).expect("MULTI/EXEC");
+    assert_eq!((left, killed), (0, 1));
+    assert!(gone.reply(LIMIT).0.is_err());
+    poll("the permits back", LIMIT, || (get(&mut con, "S").as_deref() == Some("2")).then_some(()));
+    assert_eq!(cmd(&mut con, &["EXISTS", "{S}:timeout"]), Value::Int(0), "its ids released");
+}
+
+/// Redisson's `tryRelease(ids)` and `tryAcquire` (the model's §4) on the same semaphore.
+const REDISSON_PES_RELEASE: &str = "for i = 3, #ARGV do \
+     local s = redis.call('zscore', KEYS[2], ARGV[i]); \
+     if s == false or tonumber(s) <= tonumber(ARGV[1]) then return 0 end end; \
+     local k = 0; for i = 3, #ARGV do k = k + redis.call('zrem', KEYS[2], ARGV[i]) end; \
+     redis.call('incrby', KEYS[1], k); redis.call('publish', KEYS[3], k); return k";
+const REDISSON_PES_ACQUIRE: &str = "local v = tonumber(redis.call('get', KEYS[1]) or '0'); \
+     if v >= 1 then redis.call('decrby', KEYS[1], 1); \
+     redis.call('zadd', KEYS[2], ARGV[2], ARGV[3]); return 'OK' end; return false";
+
+#[test]
+fn a_redisson_client_releases_rlock_leases_by_id_and_the_reverse() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "2"]);
+    let now: i64 = redis::cmd("TIME")
+        .query::<Vec<i64>>(&mut con)
+        .map(|t| t[0] * 1000 + t[1] / 1000)
+        .expect("TIME");
+    let ours = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"]));
+    let keys = ["S", "{S}:timeout", "redisson_sc:{S}"];
+    let released: i64 = redis::cmd("EVAL")
+        .arg(REDISSON_PES_RELEASE)
+        .arg(3)
+        .arg(&keys)
+        .arg(now)
+        .arg("x")
+        .arg(&ours[0])
+        .query(&mut con)
+        .expect("Redisson release");
+    assert_eq!(released, 1, "Redisson released an rlock lease by id");
+    assert_eq!(get(&mut con, "S").as_deref(), Some("2"));
+    let theirs = *b"0123456789abcdef";
+    let ok: Option<String> = redis::cmd("EVAL")
+        .arg(REDISSON_PES_ACQUIRE)
+        .arg(2)
+        .arg(&keys[..2])
+        .arg(now)
+        .arg(now + 60_000)
+        .arg(&theirs[..])
+        .query(&mut con)
+        .expect("Redisson acquire");
+    assert_eq!(ok.as_deref(), Some("OK"));
+    let released: i64 = redis::cmd("RSEM.RELEASE")
+        .arg("S")
+        .arg("ID")
+        .arg(&theirs[..])
+        .query(&mut con)
+        .expect("release");
+    assert_eq!(released, 1, "rlock released a Redisson lease by id");
+    assert_eq!(get(&mut con, "S").as_deref(), Some("2"));
+}
