@@ -9,6 +9,7 @@ use redis::{IntoConnectionInfo, RedisError};
 
 use crate::conn::{Conn, Shared, Target};
 use crate::error::{Error, Result};
+use crate::leased::LeasedSemaphore;
 use crate::lock::Lock;
 use crate::options::Options;
 use crate::rwlock::RwLock;
@@ -174,6 +175,14 @@ impl LockClient {
     #[must_use]
     pub fn semaphore(&self, name: impl AsRef<[u8]>) -> Semaphore {
         Semaphore::new(Arc::clone(&self.shared), name.as_ref().into())
+    }
+
+    /// A semaphore named `name` whose permits are leased (Redisson's
+    /// `RPermitExpirableSemaphore`): guards hold permit ids, renewed by the watchdog when no
+    /// lease is given.
+    #[must_use]
+    pub fn leased_semaphore(&self, name: impl AsRef<[u8]>) -> LeasedSemaphore {
+        LeasedSemaphore::new(self.semaphore(name), self.shared.options.watchdog_timeout)
     }
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).

@@ -57,6 +57,7 @@ mod client;
 mod conn;
 mod error;
 mod guard;
+mod leased;
 mod lock;
 mod multi;
 mod options;
@@ -66,6 +67,7 @@ mod wait;
 
 pub use client::LockClient;
 pub use error::{Error, Result};
+pub use leased::{LeasedSemaphore, PermitGuard};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use options::{AofAck, Options, Remaining};

@@ -47,7 +47,7 @@ impl Semaphore {
         Self { shared, name }
     }
 
-    fn conn(&self) -> Conn {
+    pub(crate) fn conn(&self) -> Conn {
         self.shared.conn.clone()
     }
 
@@ -103,10 +103,9 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn acquire(&self, permits: u64) -> Result<()> {
-        if self.take(permits, None).await? {
-            Ok(())
-        } else {
-            Err(Error::TimedOut)
+        match self.take(permits, None, None).await? {
+            Some(_) => Ok(()),
+            None => Err(Error::TimedOut),
         }
     }
 
@@ -115,38 +114,71 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn try_acquire(&self, permits: u64, wait: Duration) -> Result<bool> {
-        match Instant::now().checked_add(wait) {
-            Some(deadline) => self.take(permits, Some(deadline)).await,
-            None => self.take(permits, None).await,
+        Ok(self.take(permits, None, Instant::now().checked_add(wait)).await?.is_some())
+    }
+
+    /// Gives back what an `RSEM.ACQUIRE` answered, if it was a grant: counted permits, or
+    /// leased permits by id.
+    pub(crate) async fn give_back(&self, answer: &redis::Value, permits: u64) {
+        match answer {
+            redis::Value::Int(1) => {
+                let _ = self.release(permits).await;
+            }
+            redis::Value::Array(ids) => {
+                let ids: Vec<&[u8]> = ids
+                    .iter()
+                    .filter_map(|v| match v {
+                        redis::Value::BulkString(id) => Some(id.as_slice()),
+                        _ => None,
+                    })
+                    .collect();
+                let mut command = redis::cmd("RSEM.RELEASE");
+                command.arg(&*self.name).arg("ID").arg(ids);
+                let _: redis::RedisResult<i64> = command.query_async(&mut self.conn()).await;
+            }
+            _ => {}
         }
     }
 
-    /// `RSEM.ACQUIRE name permits WAIT <budget>` on a dedicated connection, in a task of its
-    /// own: when the caller drops this future, the task has the server answer at once and gives
-    /// back permits granted meanwhile, so a cancelled acquire takes nothing.
-    async fn take(&self, permits: u64, deadline: Option<Instant>) -> Result<bool> {
+    /// `RSEM.ACQUIRE name permits [LEASE ms] WAIT <budget>` on a dedicated connection, in a task
+    /// of its own: when the caller drops this future, the task has the server answer at once
+    /// and gives back what it granted meanwhile, so a cancelled acquire takes nothing. The
+    /// grant's answer (`1`, or the leased permits' ids), `None` when not granted in time.
+    pub(crate) async fn take(
+        &self,
+        permits: u64,
+        lease_ms: Option<u64>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<redis::Value>> {
         let wait_ms = match wait_budget(deadline) {
             Ok(ms) => ms,
-            Err(Error::TimedOut) => return Ok(false),
+            Err(Error::TimedOut) => return Ok(None),
             Err(e) => return Err(e),
         };
         let mut command = redis::cmd("RSEM.ACQUIRE");
-        command.arg(&*self.name).arg(permits).arg("WAIT").arg(wait_ms);
+        command.arg(&*self.name).arg(permits);
+        if let Some(ms) = lease_ms {
+            command.arg("LEASE").arg(ms);
+        }
+        command.arg("WAIT").arg(wait_ms);
         let node = self.shared.target.node_for(&self.name, &mut self.conn()).await?;
-        let (mut tx, rx) = oneshot::channel();
+        let (mut tx, rx) = oneshot::channel::<Result<Option<redis::Value>>>();
         let semaphore = self.clone();
         tokio::spawn(async move {
             let end = blocking_call(&node, false, &command, tx.closed()).await;
             match end {
                 Ok(Blocking::Answer(answer, _)) => {
-                    let taken = answer.map(|v| v == redis::Value::Int(1));
-                    if let Err(Ok(true)) = tx.send(taken.map_err(Error::from)) {
+                    let granted = answer.map(|v| match v {
+                        redis::Value::Int(1) | redis::Value::Array(_) => Some(v),
+                        _ => None,
+                    });
+                    if let Err(Ok(Some(grant))) = tx.send(granted.map_err(Error::from)) {
                         // The caller went away just as the permits arrived.
-                        let _ = semaphore.release(permits).await;
+                        semaphore.give_back(&grant, permits).await;
                     }
                 }
-                Ok(Blocking::Cancelled(Some(Ok(redis::Value::Int(1))))) => {
-                    let _ = semaphore.release(permits).await;
+                Ok(Blocking::Cancelled(Some(Ok(answer)))) => {
+                    semaphore.give_back(&answer, permits).await;
                 }
                 Ok(Blocking::Cancelled(_)) => {}
                 Err(e) => {

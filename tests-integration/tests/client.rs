@@ -478,3 +478,39 @@ async fn a_cancelled_semaphore_acquire_takes_nothing() {
     .await;
     assert_eq!(slots.release(1).await.expect("release"), 1, "nobody took the permit");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_permits_are_renewed_by_the_watchdog_released_by_id_and_on_drop() {
+    let server = Server::start();
+    let options = Options::default().watchdog_timeout(Duration::from_millis(300));
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let workers = client.leased_semaphore("workers");
+    assert!(workers.try_set_permits(2).await.expect("set"));
+    let permit = workers.acquire(1, None).await.expect("acquire");
+    assert_eq!(permit.ids().len(), 1);
+    assert_eq!(permit.ids()[0].len(), 16);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1_200) {
+        assert_eq!(workers.available().await.expect("available"), 1, "still leased");
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!permit.is_lost());
+    permit.release().await.expect("release");
+    assert_eq!(workers.available().await.expect("available"), 2);
+
+    // Without a watchdog the lease ends it: the server takes the permit back.
+    let short = workers.acquire(2, Some(Duration::from_millis(200))).await.expect("two");
+    eventually("the leases to end", Duration::from_secs(5), || async {
+        workers.available().await.expect("available") == 2
+    })
+    .await;
+    assert!(matches!(short.release().await, Err(Error::NotHeld)));
+    // A dropped guard gives its permits back.
+    let dropped = workers.try_acquire(2, Duration::from_secs(1), None).await.expect("two");
+    assert_eq!(workers.available().await.expect("available"), 0);
+    drop(dropped);
+    eventually("the dropped guard's release", Duration::from_secs(5), || async {
+        workers.available().await.expect("available") == 2
+    })
+    .await;
+}
