@@ -89,3 +89,12 @@ fn set_permits_only_creates_and_release_overflow_is_refused() {
     assert_eq!(sem_rules::add_permits(full, 1), Err(LockError::PermitsOverflow));
     assert_eq!(sem_rules::acquire(SemState { available: Some(3) }, 3, true).reply, Reply::Int(0));
 }
+
+#[test]
+fn leased_permits_release_all_or_nothing() {
+    let now = 1_000;
+    assert!(sem_rules::releasable(&[Some(1_500), Some(sem_rules::NO_LEASE)], now));
+    assert!(!sem_rules::releasable(&[Some(1_500), None], now), "an unknown id");
+    assert!(!sem_rules::releasable(&[Some(1_000)], now), "a lease that ended");
+    assert!(!sem_rules::releasable(&[], now), "no id");
+}
