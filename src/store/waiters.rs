@@ -135,6 +135,10 @@ pub fn consider<'a>(
             Write::Leased { key, state, plan, leases, until, permits }
         }
         Kind::Permits(permits) => {
+            // Leases that ended (a Redisson client's too) give their permits back first.
+            if sem::reclaim(ctx, name, now).is_err() {
+                return Head::Wait { recheck_at: None };
+            }
             let key = SemKey::open(ctx, name, true);
             let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
             let Some(plan) = sem_rules::grant_waiter(state, permits) else {

@@ -214,8 +214,24 @@ fn a_replica_without_the_module_holds_the_same_count() {
     cmd(&mut con, &["RSEM.ACQUIRE", "S", "2"]);
     cmd(&mut con, &["RSEM.RELEASE", "S", "1"]);
     cmd(&mut con, &["RSEM.ADDPERMITS", "S", "-1"]);
+    let leased = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
+    let released: i64 =
+        redis::cmd("RSEM.RELEASE").arg("S").arg("ID").arg(&leased[0]).query(&mut con).expect("ID");
+    assert_eq!(released, 1);
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).expect("WAIT");
-    assert_eq!(get(&mut replica.conn(), "S").as_deref(), Some("3"));
+    let mut r = replica.conn();
+    assert_eq!(get(&mut r, "S").as_deref(), Some("2"));
+    let zset = |c: &mut Connection| -> Vec<(Vec<u8>, i64)> {
+        redis::cmd("ZRANGE")
+            .arg("{S}:timeout")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(c)
+            .expect("ZRANGE")
+    };
+    assert_eq!(zset(&mut r), zset(&mut con), "the same leases, ids and ends");
+    assert_eq!(zset(&mut r).len(), 1);
 }
 
 // ---- leased permits (RPermitExpirableSemaphore) ---------------------------------------------
