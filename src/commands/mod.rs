@@ -80,19 +80,32 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Release::parse(&argv)?;
         let deadline = cmd.lease.map(|lease| Deadline::after(raw::now_ms(), lease)).transpose()?;
-        // A retried request replies what the first one did, and changes nothing.
-        let latch = cmd.request.map(|id| Latch::for_caller(ctx, cmd.key, id)).transpose()?;
-        if let Some(latch) = &latch {
-            if let Some(first) = latch.result(ctx)? {
-                return Ok(RedisValue::Integer(first));
-            }
-        }
-        let reply = waiting::release_hold(ctx, cmd.key, cmd.owner, deadline)?;
-        if let (Some(latch), Some(result)) = (latch, rules::remembered(reply)) {
-            latch.remember(ctx, result);
-        }
-        Ok(store::to_value(reply))
+        latched(ctx, cmd.key, cmd.request, || {
+            waiting::release_hold(ctx, cmd.key, cmd.owner, deadline)
+        })
     })
+}
+
+/// A release with an optional `REQUEST id` (Redisson's unlock latch): a retried request replies
+/// what the first one did and changes nothing; a first one runs `release` and remembers its
+/// result.
+pub(crate) fn latched(
+    ctx: &Context,
+    lock: &RedisString,
+    request: Option<&RedisString>,
+    release: impl FnOnce() -> Result<Reply, LockError>,
+) -> Result<RedisValue, LockError> {
+    let latch = request.map(|id| Latch::for_caller(ctx, lock, id)).transpose()?;
+    if let Some(latch) = &latch {
+        if let Some(first) = latch.result(ctx)? {
+            return Ok(RedisValue::Integer(first));
+        }
+    }
+    let reply = release()?;
+    if let (Some(latch), Some(result)) = (latch, rules::remembered(reply)) {
+        latch.remember(ctx, result);
+    }
+    Ok(store::to_value(reply))
 }
 
 /// `RLOCK.RENEW key owner lease-ms`

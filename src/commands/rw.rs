@@ -10,7 +10,7 @@ use crate::error::LockError;
 use crate::raw::{self, reply::Field};
 use crate::rules::{self, Deadline, Kind, Request};
 use crate::rw_rules::{self, Acquired};
-use crate::store::derived::{Latch, TokenCounter};
+use crate::store::derived::TokenCounter;
 use crate::store::rw::RwKey;
 use crate::store::{self, access::check_publish, Unlocked};
 use crate::waiting;
@@ -71,18 +71,9 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRelease::parse(&argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
-        // A retried request replies what the first one did, and changes nothing.
-        let latch = cmd.request.map(|id| Latch::for_caller(ctx, cmd.key, id)).transpose()?;
-        if let Some(latch) = &latch {
-            if let Some(first) = latch.result(ctx)? {
-                return Ok(RedisValue::Integer(first));
-            }
-        }
-        let reply = waiting::rw_release(ctx, cmd.key, cmd.owner.as_slice(), cmd.mode)?;
-        if let (Some(latch), Some(result)) = (latch, rules::remembered(reply)) {
-            latch.remember(ctx, result);
-        }
-        Ok(store::to_value(reply))
+        super::latched(ctx, cmd.key, cmd.request, || {
+            waiting::rw_release(ctx, cmd.key, cmd.owner.as_slice(), cmd.mode)
+        })
     })
 }
 

@@ -90,38 +90,31 @@ impl Key {
 
     /// Sets a hash field, creating the hash when the key is empty. The key must be writable.
     pub fn hash_set(&self, field: &RedisString, value: &RedisString) {
+        self.hash_write(field, value.inner);
+    }
+
+    /// Deletes a hash field (nothing when it is not there). The key must be writable.
+    pub fn hash_delete(&self, field: &RedisString) {
+        // REDISMODULE_HASH_DELETE: the pointer value 1, as redismodule.h defines it, which
+        // HashSet reads as "delete this field" and never dereferences.
+        self.hash_write(field, ptr::without_provenance_mut::<raw::RedisModuleString>(1));
+    }
+
+    /// One `HashSet` of `field` to `value` (a live string, or REDISMODULE_HASH_DELETE).
+    fn hash_write(&self, field: &RedisString, value: *mut raw::RedisModuleString) {
         if self.key.is_null() {
             return;
         }
         let hash_set = api!(RedisModule_HashSet);
         // SAFETY: the key is open for writing and is a hash or empty; the variadic arguments are
-        // one (field, value) pair of live strings ended by NULL. HashSet copies what it keeps.
+        // one (field, value) pair ended by NULL, `field` a live string and `value` a live string
+        // (HashSet copies what it keeps) or REDISMODULE_HASH_DELETE, never dereferenced.
         unsafe {
             hash_set(
                 self.key,
                 raw::REDISMODULE_HASH_NONE as c_int,
                 field.inner,
-                value.inner,
-                ptr::null_mut::<c_void>(),
-            );
-        }
-    }
-
-    /// Deletes a hash field (nothing when it is not there). The key must be writable.
-    pub fn hash_delete(&self, field: &RedisString) {
-        if self.key.is_null() {
-            return;
-        }
-        let hash_set = api!(RedisModule_HashSet);
-        // SAFETY: the key is open for writing and is a hash; one (field, value) pair ended by
-        // NULL, the value being REDISMODULE_HASH_DELETE (the pointer value 1, as redismodule.h
-        // defines it), which HashSet reads as "delete this field" and never dereferences.
-        unsafe {
-            hash_set(
-                self.key,
-                raw::REDISMODULE_HASH_NONE as c_int,
-                field.inner,
-                ptr::without_provenance_mut::<raw::RedisModuleString>(1),
+                value,
                 ptr::null_mut::<c_void>(),
             );
         }

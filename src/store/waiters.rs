@@ -46,18 +46,12 @@ enum Write<'a> {
         key: RwKey<'a>,
         plan: RwPlan,
     },
+    /// Semaphore permits; leased ones with their zset, lease end and count.
     Permits {
         key: SemKey<'a>,
         state: SemState,
         plan: SemPlan,
-    },
-    Leased {
-        key: SemKey<'a>,
-        state: SemState,
-        plan: SemPlan,
-        leases: Leases,
-        until: i64,
-        permits: u64,
+        leased: Option<(Leases, i64, u64)>,
     },
 }
 
@@ -119,22 +113,18 @@ pub fn consider<'a>(
             }
             Write::Rw { key, plan }
         }
-        Kind::Leased(permits) => {
-            let Ok(leases) = Leases::of(ctx, name) else { return Head::Wait { recheck_at: None } };
-            if sem::reclaim(ctx, name, now).is_err() {
-                return Head::Wait { recheck_at: None };
-            }
-            let key = SemKey::open(ctx, name, true);
-            let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
-            let Some(plan) = sem_rules::grant_waiter(state, permits) else {
-                return Head::Wait { recheck_at: Some(now.saturating_add(SEMAPHORE_RECHECK_MS)) };
+        Kind::Permits(permits) | Kind::Leased(permits) => {
+            let leased = if let Kind::Leased(_) = request.kind {
+                let Ok(leases) = Leases::of(ctx, name) else {
+                    return Head::Wait { recheck_at: None };
+                };
+                let until = rules::Deadline::after(now, request.lease)
+                    .unwrap_or(rules::Deadline::LAST)
+                    .unix_ms();
+                Some((leases, until, permits))
+            } else {
+                None
             };
-            let until = rules::Deadline::after(now, request.lease)
-                .unwrap_or(rules::Deadline::LAST)
-                .unix_ms();
-            Write::Leased { key, state, plan, leases, until, permits }
-        }
-        Kind::Permits(permits) => {
             // Leases that ended (a Redisson client's too) give their permits back first.
             if sem::reclaim(ctx, name, now).is_err() {
                 return Head::Wait { recheck_at: None };
@@ -144,7 +134,7 @@ pub fn consider<'a>(
             let Some(plan) = sem_rules::grant_waiter(state, permits) else {
                 return Head::Wait { recheck_at: Some(now.saturating_add(SEMAPHORE_RECHECK_MS)) };
             };
-            Write::Permits { key, state, plan }
+            Write::Permits { key, state, plan, leased }
         }
     };
     let token = if request.token {
@@ -178,18 +168,13 @@ impl Grant<'_> {
                 key.apply(&plan);
                 (lease_end(&plan), reap_hint(&plan))
             }
-            Write::Permits { key, state, plan } => {
-                key.apply(state, &plan);
-                return Written {
-                    reply: plan.reply,
-                    lease_over_at: None,
-                    reap_at: None,
-                    ids: Vec::new(),
-                };
-            }
-            Write::Leased { key, state, plan, leases, until, permits } => {
+            Write::Permits { key, state, plan, leased } => {
                 key.apply(state, &plan);
                 drop(key);
+                let Some((leases, until, permits)) = leased else {
+                    let reply = plan.reply;
+                    return Written { reply, lease_over_at: None, reap_at: None, ids: Vec::new() };
+                };
                 let ids = sem::new_ids(permits);
                 let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
                 let _ = leases.lease(ctx, &refs, until);
