@@ -159,7 +159,8 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn available(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
-        Ok(RedisValue::Integer(store::sem::available(ctx, cmd.key)?))
+        let available = store::sem::available_now(ctx, cmd.key, raw::now_ms())?;
+        Ok(RedisValue::Integer(available.unwrap_or(0)))
     })
 }
 
@@ -167,11 +168,12 @@ pub fn available(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
-        let state = SemKey::open(ctx, cmd.key, false).state()?;
-        let Some(available) = state.available else { return Ok(RedisValue::Null) };
+        let now = raw::now_ms();
+        let Some(available) = store::sem::available_now(ctx, cmd.key, now)? else {
+            return Ok(RedisValue::Null);
+        };
         let (waiters, permits) =
             waiting::waiting_permits(raw::selected_db(ctx), cmd.key.as_slice());
-        let now = raw::now_ms();
         let (leased, earliest) =
             Leases::of(ctx, cmd.key).map_or(Ok((0, None)), |l| l.summary(ctx, now))?;
         raw::reply::reply_map(

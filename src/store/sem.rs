@@ -82,6 +82,31 @@ pub fn available(ctx: &Context, name: &RedisString) -> Result<i64, LockError> {
     Ok(SemKey::open(ctx, name, false).state()?.available())
 }
 
+/// The permits available at `now` without writing anything: the count plus the leased permits
+/// whose lease ended and which the next write (or the reclaim timer) puts back (a Redisson
+/// client's leases included). `None` when the semaphore is missing.
+///
+/// # Errors
+/// As [`SemKey::state`].
+pub fn available_now(
+    ctx: &Context,
+    name: &RedisString,
+    now: i64,
+) -> Result<Option<i64>, LockError> {
+    let Some(count) = SemKey::open(ctx, name, false).state()?.available else { return Ok(None) };
+    let ended = match Leases::of(ctx, name) {
+        Ok(leases) if leases.exists(ctx)? => {
+            let now = now.to_string();
+            match leases.call(ctx, "ZCOUNT", &[b"-inf", now.as_bytes()], false)? {
+                CallReply::I64(n) => n.to_i64(),
+                _ => 0,
+            }
+        }
+        _ => 0,
+    };
+    Ok(Some(count.saturating_add(ended)))
+}
+
 /// A semaphore's leased permits: the zset `{name}:timeout` (Redisson's `suffixName`) of permit
 /// ids (16 bytes) scored by their lease's end in Unix ms (`sem_rules::NO_LEASE`: none). Read and
 /// written with the commands themselves (`ZRANGEBYSCORE`, `ZADD`, `ZREM`, ...), called from the

@@ -408,4 +408,22 @@ fn a_redisson_client_releases_rlock_leases_by_id_and_the_reverse() {
         .expect("release");
     assert_eq!(released, 1, "rlock released a Redisson lease by id");
     assert_eq!(get(&mut con, "S").as_deref(), Some("2"));
+    // A Redisson lease that already ended: AVAILABLE counts it back without writing, and the
+    // next write reclaims it.
+    let dead = *b"fedcba9876543210";
+    let ok: Option<String> = redis::cmd("EVAL")
+        .arg(REDISSON_PES_ACQUIRE)
+        .arg(2)
+        .arg(&keys[..2])
+        .arg(now)
+        .arg(now - 1)
+        .arg(&dead[..])
+        .query(&mut con)
+        .expect("Redisson acquire");
+    assert_eq!(ok.as_deref(), Some("OK"));
+    let before = digest(&mut con);
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "S"]), Value::Int(2));
+    assert_eq!(digest(&mut con), before, "AVAILABLE writes nothing");
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "2"]), Value::Int(1), "reclaimed, then taken");
+    assert_eq!(cmd(&mut con, &["EXISTS", "{S}:timeout"]), Value::Int(0));
 }
