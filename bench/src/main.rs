@@ -20,6 +20,7 @@ mod report;
 mod rwmix;
 mod scale;
 mod semaphore;
+mod unrelated;
 mod util;
 
 use std::process::Command;
@@ -37,6 +38,8 @@ pub struct Sizes {
     expiry_rounds: usize,
     scale: u64,
     scale_probe: u64,
+    /// Keys deleted and expired in section 9.
+    unrelated: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -48,6 +51,7 @@ const FULL: Sizes = Sizes {
     expiry_rounds: 100,
     scale: 1_000_000,
     scale_probe: 20_000,
+    unrelated: 300_000,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -59,6 +63,7 @@ const SMOKE: Sizes = Sizes {
     expiry_rounds: 5,
     scale: 5_000,
     scale_probe: 1_000,
+    unrelated: 3_000,
 };
 
 fn output(cmd: &str, args: &[&str]) -> String {
@@ -137,6 +142,7 @@ async fn main() {
     section!("6. scale", scale::run(sizes));
     section!("7. read-write mix", rwmix::run(sizes));
     section!("8. semaphore contention", semaphore::run(sizes));
+    section!("9. cost to unrelated workloads", unrelated::run(sizes));
 
     print!("{}", report.text());
     if let Some(path) = targets_tsv {
