@@ -477,23 +477,26 @@ async fn a_guard_counts_its_hold_lost_at_its_lease_end_on_its_own_clock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watchdog_guard_that_cannot_renew_is_lost_when_its_last_confirmed_lease_ends() {
     let server = Server::start();
-    let options = Options::default().watchdog_timeout(Duration::from_millis(900));
+    // A 3 s lease: renewed every second.
+    let options = Options::default().watchdog_timeout(Duration::from_secs(3));
     let client = LockClient::with_options(server.client(), options).await.expect("client");
     let guard = client.lock("l").acquire(None).await.expect("acquire");
     // Renewals confirmed for a while: the deadline moves on.
     let first = guard.valid_until().expect("valid");
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
     assert!(!guard.is_lost());
     let pushed = guard.valid_until().expect("valid");
     assert!(pushed > first, "confirmed renewals push the deadline");
-    // The server stalls: no renewal is confirmed; lost at the last confirmed deadline.
+    // The server stalls: no renewal is confirmed; lost at the last confirmed deadline, not a
+    // renewal period (1 s) later. The bound is half a period: what a loaded 2-core machine
+    // guarantees (CI once measured 302 ms with a 300 ms bound and a 300 ms period).
     server.pause();
     let deadline = guard.valid_until().expect("valid");
-    tokio::time::timeout(Duration::from_secs(3), guard.lost()).await.expect("lost reported");
+    tokio::time::timeout(Duration::from_secs(6), guard.lost()).await.expect("lost reported");
     let at = tokio::time::Instant::now();
     server.resume();
     assert!(at >= deadline, "not before the deadline");
-    assert!(at <= deadline + Duration::from_millis(300), "promptly: {:?} late", at - deadline);
+    assert!(at <= deadline + Duration::from_millis(500), "promptly: {:?} late", at - deadline);
     drop(guard);
 }
 
