@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::Value;
 use rlock_tests_integration::Server;
 
@@ -47,12 +46,6 @@ struct Shared {
     stop_at: Instant,
     last_holder: AtomicU64,
     handoffs: AtomicU64,
-}
-
-async fn increment(con: &mut MultiplexedConnection) {
-    let v: Option<i64> = redis::cmd("GET").arg(COUNTER).query_async(con).await.expect("GET");
-    let () =
-        redis::cmd("SET").arg(COUNTER).arg(v.unwrap_or(0) + 1).query_async(con).await.expect("SET");
 }
 
 async fn client(
@@ -110,7 +103,7 @@ async fn client(
         if shared.last_holder.swap(id, Ordering::Relaxed) != id {
             shared.handoffs.fetch_add(1, Ordering::Relaxed);
         }
-        increment(&mut con).await;
+        util::increment(&mut con, COUNTER).await;
         match style {
             Style::Wait => {
                 util::rlock_release(&mut con, LOCK, &owner).await;

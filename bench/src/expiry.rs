@@ -44,30 +44,14 @@ async fn round(
     scripts: Scripts,
 ) -> f64 {
     let mut con = util::conn(&server).await;
-    if waiter_kind == Waiter::RwDeadReader {
-        let deadline = dead_reader(&mut con, &key).await;
-        let mut waiter = util::conn(&server).await;
-        let r: Value = redis::cmd("RWLOCK.ACQUIRE")
-            .arg(&key)
-            .arg("next:1")
-            .arg("WRITE")
-            .arg(NEXT_LEASE)
-            .arg("WAIT")
-            .arg(0)
-            .query_async(&mut waiter)
-            .await
-            .expect("wait");
-        assert_eq!(r, Value::Nil);
-        let expires: i64 =
-            redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.expect("pexpiretime");
-        return (expires - NEXT_LEASE - deadline) as f64;
-    }
-    let pubsub = waiter_kind == Waiter::PubSub;
-    util::call(&mut con, &["RLOCK.ACQUIRE", &key, "dead", &LEASE.to_string()]).await;
-    let deadline: i64 =
-        redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.expect("pexpiretime");
+    let deadline = if waiter_kind == Waiter::RwDeadReader {
+        dead_reader(&mut con, &key).await
+    } else {
+        util::call(&mut con, &["RLOCK.ACQUIRE", &key, "dead", &LEASE.to_string()]).await;
+        redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.expect("pexpiretime")
+    };
     let mut waiter = util::conn(&server).await;
-    if pubsub {
+    if waiter_kind == Waiter::PubSub {
         let mut messages = util::subscription(&server, &channel(&key)).await.into_on_message();
         util::redisson_acquire(
             &mut waiter,
@@ -79,9 +63,16 @@ async fn round(
         )
         .await;
     } else {
-        let r: Value = redis::cmd("RLOCK.ACQUIRE")
-            .arg(&key)
-            .arg("next")
+        let mut acquire = if waiter_kind == Waiter::RwDeadReader {
+            let mut c = redis::cmd("RWLOCK.ACQUIRE");
+            c.arg(&key).arg("next:1").arg("WRITE");
+            c
+        } else {
+            let mut c = redis::cmd("RLOCK.ACQUIRE");
+            c.arg(&key).arg("next");
+            c
+        };
+        let r: Value = acquire
             .arg(NEXT_LEASE)
             .arg("WAIT")
             .arg(0)

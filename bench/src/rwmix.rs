@@ -112,15 +112,11 @@ async fn client(
             }
         }
         cycles.push((write, started.elapsed().as_secs_f64() * 1000.0));
-        let v: Option<i64> =
-            redis::cmd("GET").arg(COUNTER).query_async(&mut con).await.expect("GET");
         if write {
-            let () = redis::cmd("SET")
-                .arg(COUNTER)
-                .arg(v.unwrap_or(0) + 1)
-                .query_async(&mut con)
-                .await
-                .expect("SET");
+            util::increment(&mut con, COUNTER).await;
+        } else {
+            let _: Option<i64> =
+                redis::cmd("GET").arg(COUNTER).query_async(&mut con).await.expect("GET");
         }
         match style {
             Style::Wait => {

@@ -186,6 +186,14 @@ pub async fn redisson_acquire<S>(
     }
 }
 
+/// Adds 1 to the integer at `key` non-atomically (`GET`, then `SET`): an update lost under a
+/// broken exclusion shows in the final count.
+pub async fn increment(con: &mut MultiplexedConnection, key: &str) {
+    let v: Option<i64> = redis::cmd("GET").arg(key).query_async(con).await.expect("GET");
+    let () =
+        redis::cmd("SET").arg(key).arg(v.unwrap_or(0) + 1).query_async(con).await.expect("SET");
+}
+
 /// `RLOCK.RELEASE lock owner`, which must find `owner` holding it.
 pub async fn rlock_release(con: &mut MultiplexedConnection, lock: &str, owner: &str) {
     let _: i64 =

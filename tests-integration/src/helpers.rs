@@ -132,6 +132,13 @@ pub fn run_str(con: &mut Connection, args: &[&str]) -> Result<Value, String> {
     run(con, &args)
 }
 
+/// The server's clock (`TIME`) in Unix ms.
+#[must_use]
+pub fn server_time_ms(con: &mut Connection) -> i64 {
+    let time: Vec<i64> = redis::cmd("TIME").query(con).expect("TIME");
+    time[0] * 1000 + time[1] / 1000
+}
+
 /// `PEXPIRETIME key` (absolute Unix ms; -1 no expiry, -2 no key).
 #[must_use]
 pub fn pexpiretime(con: &mut Connection, key: &[u8]) -> i64 {

@@ -89,12 +89,6 @@ fn a_bad_token_counter_is_refused_and_nothing_changes() {
     assert_eq!(err, "ERR syntax error");
 }
 
-/// The server's clock, Unix ms.
-fn server_ms(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
-    secs * 1000 + micros / 1000
-}
-
 #[test]
 fn tokens_keep_increasing_across_an_aof_restart_and_a_failover() {
     let mut server =
@@ -104,7 +98,7 @@ fn tokens_keep_increasing_across_an_aof_restart_and_a_failover() {
         acquire_token(&mut con, "l", owner, "30000");
         cmd(&mut con, &["RLOCK.RELEASE", "l", owner]);
     }
-    let before_restart = server_ms(&mut con);
+    let before_restart = rlock_tests_integration::server_time_ms(&mut con);
     drop(con);
     server.restart();
     let mut con = server.conn();
@@ -130,7 +124,7 @@ fn tokens_keep_increasing_across_an_aof_restart_and_a_failover() {
     // The old master goes on issuing tokens the replica never sees (a split brain).
     cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]);
     cmd(&mut r, &["REPLICAOF", "NO", "ONE"]);
-    let before_promotion = server_ms(&mut r);
+    let before_promotion = rlock_tests_integration::server_time_ms(&mut r);
     cmd(&mut con, &["RLOCK.RELEASE", "l", "e"]);
     let unreplicated = acquire_token(&mut con, "l", "x", "30000");
     cmd(&mut r, &["RLOCK.FORCERELEASE", "l"]);

@@ -258,10 +258,7 @@ fn leased_permits_have_ids_on_redissons_zset_and_release_all_or_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RSEM.SETPERMITS", "S", "3"]);
-    let now: i64 = redis::cmd("TIME")
-        .query::<Vec<i64>>(&mut con)
-        .map(|t| t[0] * 1000 + t[1] / 1000)
-        .expect("TIME");
+    let now = rlock_tests_integration::server_time_ms(&mut con);
     let granted = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
     assert_eq!(granted.len(), 2);
     assert!(granted.iter().all(|id| id.len() == 16), "16 raw bytes each");
@@ -372,10 +369,7 @@ fn a_redisson_client_releases_rlock_leases_by_id_and_the_reverse() {
     let server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RSEM.SETPERMITS", "S", "2"]);
-    let now: i64 = redis::cmd("TIME")
-        .query::<Vec<i64>>(&mut con)
-        .map(|t| t[0] * 1000 + t[1] / 1000)
-        .expect("TIME");
+    let now = rlock_tests_integration::server_time_ms(&mut con);
     let ours = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"]));
     let keys = ["S", "{S}:timeout", "redisson_sc:{S}"];
     let released: i64 = redis::cmd("EVAL")
