@@ -421,3 +421,23 @@ fn a_redisson_client_releases_rlock_leases_by_id_and_the_reverse() {
     assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "S", "2"]), Value::Int(1), "reclaimed, then taken");
     assert_eq!(cmd(&mut con, &["EXISTS", "{S}:timeout"]), Value::Int(0));
 }
+
+/// A lease that ends while writes are paused is reclaimed after the pause, never during it (a
+/// module write to an expired key during a pause aborts the server), and its waiter is served.
+#[test]
+fn a_lease_ending_during_client_pause_is_reclaimed_after_it() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "1"]);
+    let _dead = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "200"]));
+    let waiter =
+        Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "LEASE", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    let paused_at = Instant::now();
+    cmd(&mut con, &["CLIENT", "PAUSE", "1000", "WRITE"]);
+    let (reply, at) = waiter.reply(LIMIT);
+    assert_eq!(ids(&reply.expect("granted")).len(), 1);
+    assert!(at - paused_at >= Duration::from_millis(900), "granted during the pause");
+    assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()), "alive");
+    assert!(!server.log().contains("ASSERTION"), "{}", server.log());
+}
