@@ -1,64 +1,18 @@
-//! What the server tells the module, outside commands: keyspace events, flushes, `SWAPDB`, slot
-//! migrations, the cron tick (replica checks), loading from disk, role changes, and the
-//! `INFO rlock` sections. Each event only records or defers work: module code must not write
-//! inside them, so the writing is done on a timer by `waiting`.
+//! What the server tells the module, outside commands: flushes, `SWAPDB`, slot migrations, the
+//! cron tick (replica checks), loading from disk, role changes, and the `INFO rlock` sections.
+//! Each event only records or defers work: module code must not write inside them, so the
+//! writing is done on a timer by `waiting`. No keyspace events: with a subscriber, Redis builds a
+//! module context for every `DEL` and expiry of every key; `waiting` polls its locks instead.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::server_events::{FlushSubevent, LoadingSubevent, ServerRole};
-use redis_module::{Context, InfoContext, NotifyEvent, RedisResult};
+use redis_module::{Context, InfoContext, RedisResult};
 
-use crate::names::HOLD_INFIX;
-use crate::queue::LockName;
 use crate::raw::{self, events::ServerEvents};
 use crate::replicas;
 use crate::waiting::{self, timers::defer, STATS};
-
-/// Keyspace events (in the `redis_module!` table): a lock with waiters that was deleted,
-/// expired or evicted is handed off on a 0 ms timer; a read-write lock whose read hold another
-/// client created is checked when that hold ends.
-pub fn on_keyspace_event(ctx: &Context, _event: NotifyEvent, name: &str, key: &[u8]) {
-    let db = raw::selected_db(ctx);
-    keep_the_clients_database(ctx, name, db);
-    // The module's own notifications (its writes hand off themselves) are not news.
-    if raw::notifying() {
-        return;
-    }
-    // Another client (a Redisson reader) gave a read hold a lease: its read-write lock is looked
-    // at, so the hold is reaped when it ends.
-    if name == "expire" && key.windows(HOLD_INFIX.len()).any(|w| w == HOLD_INFIX) {
-        defer(ctx, |d| d.read_holds.push(LockName { db, key: key.to_vec() }));
-    }
-    if !waiting::anyone_waits() {
-        return;
-    }
-    // Counted as waiting when the queues are in use: this event fired inside the module's own
-    // work, so settle anyway.
-    if waiting::waiting(db, key) > 0 {
-        defer(ctx, |d| d.settle.push(LockName { db, key: key.to_vec() }));
-    }
-}
-
-/// Valkey 8.1 (valkey PR #1819, until #4024) runs keyspace subscribers on the client executing
-/// the command, after selecting the event's database on it, and never selects the client's own
-/// back: with any module subscribed, a `MOVE` left its client in the destination database.
-/// `MOVE` notifies `move_from` (in the client's database) just before `move_to`: select that
-/// database back then. Elsewhere the context's client is a temporary one and this is harmless.
-fn keep_the_clients_database(ctx: &Context, event: &str, db: i32) {
-    thread_local! {
-        static MOVED_FROM: Cell<Option<i32>> = const { Cell::new(None) };
-    }
-    match event {
-        "move_from" => MOVED_FROM.set(Some(db)),
-        "move_to" => {
-            if let Some(from) = MOVED_FROM.take() {
-                raw::select_db(ctx, from);
-            }
-        }
-        _ => {}
-    }
-}
 
 #[linkme::distributed_slice(redis_module::server_events::FLUSH_SERVER_EVENTS_LIST)]
 fn on_flush(ctx: &Context, subevent: FlushSubevent) {

@@ -255,10 +255,8 @@ rlock_module! {
             "Available and leased permits, waiters and the permits they want; nil if missing",
             &[KEY]],
     ],
-    // A lock with waiters that is deleted, expires or is evicted is handed off to its head.
-    event_handlers: [
-        [@GENERIC @EXPIRED @EVICTED: events::on_keyspace_event],
-    ],
+    // No keyspace event handlers: a lock freed outside rlock's commands is found by the waiters'
+    // poll (`waiting`), so loading the module costs other workloads' DEL and expiry nothing.
     // `CONFIG SET rlock.min-replicas 0`, or `loadmodule librlock.so min-replicas 1`.
     configurations: [
         i64: [

@@ -108,31 +108,6 @@ pub fn read_hold(name: &[u8], owner: &[u8], index: u64) -> Vec<u8> {
     suffixed(name, &[owner, HOLD_INFIX, index.as_bytes()].concat())
 }
 
-/// The lock names a read hold's key may belong to (`read_hold`'s inverse; an owner may contain
-/// `:` and braces, so there can be several), with the owner and index of each reading.
-#[must_use]
-pub fn read_hold_owners(hold: &[u8]) -> Vec<(Vec<u8>, Vec<u8>, u64)> {
-    let Some(at) = hold.windows(HOLD_INFIX.len()).rposition(|w| w == HOLD_INFIX) else {
-        return Vec::new();
-    };
-    let Some(index) = crate::args::parse_positive(&hold[at + HOLD_INFIX.len()..]) else {
-        return Vec::new();
-    };
-    let head = &hold[..at];
-    let mut found = Vec::new();
-    for (i, _) in head.iter().enumerate().filter(|&(_, &b)| b == b':') {
-        let (prefix, owner) = (&head[..i], &head[i + 1..]);
-        // `{name}` for a name without braces, or the name itself when it has one.
-        let inner = prefix.strip_prefix(b"{").and_then(|p| p.strip_suffix(b"}"));
-        for name in inner.into_iter().chain(Some(prefix)) {
-            if !owner.is_empty() && read_hold(name, owner, index) == hold {
-                found.push((name.to_vec(), owner.to_vec(), index));
-            }
-        }
-    }
-    found
-}
-
 /// Whether `derived` lives in the same cluster hash slot as the lock `name`.
 #[must_use]
 pub fn same_slot(name: &[u8], derived: &[u8]) -> bool {
@@ -172,19 +147,6 @@ mod tests {
         for name in [&b"orders"[..], b"app{7}:orders", b"{x}"] {
             assert!(same_slot(name, &read_hold(name, b"o:{1}", 3)), "{name:?}");
         }
-    }
-
-    #[test]
-    fn a_read_holds_key_names_its_lock_owner_and_index() {
-        for (name, owner) in
-            [(&b"orders"[..], &b"c1:7"[..]), (b"app{7}:x", b"u:9"), (b"n", b"a:b:c")]
-        {
-            let hold = read_hold(name, owner, 12);
-            let found = read_hold_owners(&hold);
-            assert!(found.contains(&(name.to_vec(), owner.to_vec(), 12)), "{hold:?}: {found:?}");
-        }
-        assert!(read_hold_owners(b"{orders}:c1:7:rwlock_timeout:x").is_empty());
-        assert!(read_hold_owners(b"plain-key").is_empty());
     }
 
     #[test]

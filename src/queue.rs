@@ -49,6 +49,16 @@ pub enum Event {
     Check(LockName),
 }
 
+/// How often a lock with waiters is looked at while its head cannot be granted (Unix ms
+/// between looks): a lock freed without an rlock command (a Redisson client's unlock script, a
+/// `DEL`, eviction, a `SET` of permits) is handed off within this. The module subscribes to no
+/// keyspace event, so that loading it costs other workloads nothing.
+pub const POLL_MS: i64 = 10;
+
+/// At most this many such looks a second over all locks: with more locks waited for, each is
+/// looked at less often.
+pub const POLLS_PER_SECOND: usize = 10_000;
+
 /// A position in the schedule: (time in Unix ms, sequence number for ties).
 type Slot = (i64, u64);
 
@@ -127,6 +137,18 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         let Some(queue) = self.queue(db, key) else { return 0 };
         let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
         waiters.map(|w| value(&w.request)).sum()
+    }
+
+    /// When to look at a lock with waiters again, at `now`: at `due` (its holder's lease end, if
+    /// known) or at the next poll, whichever comes first. The poll's period is [`POLL_MS`], longer
+    /// when more locks are waited for than [`POLLS_PER_SECOND`] allows at that period.
+    #[must_use]
+    pub fn look_again_at(&self, now: i64, due: Option<i64>) -> i64 {
+        let locks: usize = self.by_db.values().map(HashMap::len).sum();
+        let spread =
+            i64::try_from(locks.saturating_mul(1000) / POLLS_PER_SECOND).unwrap_or(i64::MAX);
+        let poll = now.saturating_add(POLL_MS.max(spread));
+        due.map_or(poll, |due| due.min(poll))
     }
 
     /// How many clients wait, over all locks.

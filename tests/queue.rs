@@ -1,7 +1,7 @@
 //! The waiter queues and their schedule, without a server.
 
 use rlock::args::Lease;
-use rlock::queue::{Event, LockName, Queues};
+use rlock::queue::{Event, LockName, Queues, POLLS_PER_SECOND, POLL_MS};
 use rlock::rules::Request;
 
 fn lock(key: &str) -> LockName {
@@ -163,4 +163,26 @@ fn a_hand_off_grants_from_the_head_while_the_rules_allow_and_stays_fifo() {
     assert_eq!(granted, vec![1], "the readers at the head, up to the writer");
     assert_eq!(q.head(0, b"rw").map(|w| (w.handle, w.request)), Some((3, Mode::Write)));
     assert_eq!(q.waiting(0, b"rw"), 2, "the writer and the reader behind it still wait");
+}
+
+#[test]
+fn a_lock_with_waiters_is_looked_at_by_its_deadline_or_the_next_poll() {
+    let mut q: Queues<u32, Request> = Queues::default();
+    push(&mut q, "a", 1, None);
+    assert_eq!(q.look_again_at(1_000, None), 1_000 + POLL_MS, "polled with no deadline known");
+    assert_eq!(q.look_again_at(1_000, Some(1_003)), 1_003, "a sooner deadline comes first");
+    assert_eq!(q.look_again_at(1_000, Some(60_000)), 1_000 + POLL_MS, "a later one is polled");
+}
+
+#[test]
+fn polls_over_all_locks_stay_within_the_budget() {
+    let mut q: Queues<u32, Request> = Queues::default();
+    let locks = POLLS_PER_SECOND * 5;
+    for i in 0..locks {
+        push(&mut q, &format!("k{i}"), u32::try_from(i).unwrap(), None);
+    }
+    let period = q.look_again_at(0, None);
+    let per_second = locks as f64 * 1000.0 / period as f64;
+    assert!(period > POLL_MS, "{period}");
+    assert!(per_second <= POLLS_PER_SECOND as f64, "{per_second} looks a second");
 }

@@ -190,7 +190,7 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
         section.row(row(name, floor, t));
     }
     let [acquire, _, release, _] = &results;
-    let targets = vec![
+    let mut targets = vec![
         Target::at_most("acquire µs / Lua acquire µs", acquire.rlock.usec / acquire.lua.usec, 0.5),
         Target::at_most("acquire µs / SET NX PX µs", acquire.rlock.usec / acquire.floor.usec, 1.5),
         Target::at_most(
@@ -208,5 +208,28 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     for ((name, floor), t) in NAMES.iter().zip(&with_aof) {
         section.row(row(&format!("{name}, AOF on"), floor, t));
     }
+    let [acquire, reenter, release, _] = &with_aof;
+    targets.extend([
+        Target::at_most(
+            "acquire µs / Lua acquire µs, AOF on",
+            acquire.rlock.usec / acquire.lua.usec,
+            0.45,
+        ),
+        Target::at_most(
+            "acquire µs / SET NX PX µs, AOF on",
+            acquire.rlock.usec / acquire.floor.usec,
+            1.5,
+        ),
+        Target::at_most(
+            "re-entrant acquire µs / SET XX PX µs, AOF on",
+            reenter.rlock.usec / reenter.floor.usec,
+            2.0,
+        ),
+        Target::at_most(
+            "release-to-zero µs / DEL µs, AOF on",
+            release.rlock.usec / release.floor.usec,
+            2.0,
+        ),
+    ]);
     (section, targets)
 }

@@ -229,7 +229,7 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
             "hand-off vs smallest",
         ],
     );
-    let mut rlock = Vec::new();
+    let mut measured = Vec::new();
     for (name, blpop) in [("rlock WAIT", false), ("BLPOP / RPUSH", true)] {
         let few = handoff_cost(small, sizes.handoffs, blpop).await;
         let many = handoff_cost(large, sizes.handoffs, blpop).await;
@@ -243,14 +243,31 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
                 ratio(c.handoff, few.handoff),
             ]);
         }
-        if !blpop {
-            rlock = vec![few.handoff, many.handoff];
-        }
+        measured.push([few, many]);
     }
-    let targets = vec![Target::at_most(
+    let [[rlock_few, rlock_many], [blpop_few, blpop_many]] =
+        <[[QueueCost; 2]; 2]>::try_from(measured).unwrap_or_else(|_| unreachable!("two styles"));
+    let mut targets = vec![Target::at_most(
         &format!("hand-off µs with {large} waiters / with {small}"),
-        rlock[1] / rlock[0],
+        rlock_many.handoff / rlock_few.handoff,
         1.5,
     )];
+    for (n, rlock, blpop) in [(small, &rlock_few, &blpop_few), (large, &rlock_many, &blpop_many)] {
+        targets.push(Target::at_most(
+            &format!("hand-off µs / BLPOP-RPUSH µs, {n} waiters"),
+            rlock.handoff / blpop.handoff,
+            2.0,
+        ));
+        targets.push(Target::at_most(
+            &format!("enqueue µs / BLPOP enqueue µs, {n} waiters"),
+            rlock.enqueue / blpop.enqueue,
+            1.5,
+        ));
+    }
+    targets.push(Target::at_most(
+        &format!("bytes per waiting client / BLPOP waiter, {large} waiters"),
+        rlock_many.bytes_per_waiter / blpop_many.bytes_per_waiter,
+        1.25,
+    ));
     (section, targets)
 }

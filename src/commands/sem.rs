@@ -13,7 +13,6 @@ use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
 use crate::store::sem::{Leases, SemKey};
-use crate::store::waiters::SEMAPHORE_RECHECK_MS;
 use crate::store::{self, access::check_publish, Unlocked};
 use crate::waiting;
 
@@ -96,10 +95,10 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     lease: cmd.lease.unwrap_or(Lease::UNUSED),
                     token: false,
                 };
-                // Checked again shortly (`store::waiters`): permits may come back without an
-                // RSEM command (a Redisson client's INCRBY).
+                // Polled while it waits (`waiting`): permits may come back without an RSEM
+                // command (a Redisson client's INCRBY).
                 let lock = waiting::lock_name(ctx, cmd.key);
-                waiting::block(ctx, lock, request, wait, SEMAPHORE_RECHECK_MS);
+                waiting::block(ctx, lock, request, wait, -1);
                 return Ok(RedisValue::NoReply);
             }
             return Ok(if cmd.lease.is_some() {

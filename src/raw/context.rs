@@ -1,7 +1,6 @@
 //! The clock, the context's flags and selected database, strings, keyspace notifications,
 //! publishing, key slots.
 
-use std::cell::Cell;
 use std::ffi::{c_int, CStr};
 use std::ptr::NonNull;
 
@@ -86,16 +85,6 @@ pub enum Notify {
     Zset,
 }
 
-thread_local! {
-    /// Set while the module raises a notification (its own subscriber ignores those).
-    static NOTIFYING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether the keyspace event being delivered was raised by this module.
-pub fn notifying() -> bool {
-    NOTIFYING.get()
-}
-
 /// Raises the keyspace notification `event` on `name`, as Redis's own command would.
 pub fn notify(ctx: &Context, class: Notify, event: &CStr, name: &RedisString) {
     let notify = api!(RedisModule_NotifyKeyspaceEvent);
@@ -105,11 +94,9 @@ pub fn notify(ctx: &Context, class: Notify, event: &CStr, name: &RedisString) {
         Notify::Hash => raw::REDISMODULE_NOTIFY_HASH,
         Notify::Zset => raw::REDISMODULE_NOTIFY_ZSET,
     };
-    NOTIFYING.set(true);
     // SAFETY: live context, a NUL-terminated event name and a live key name; Redis copies what
     // it keeps.
     unsafe { notify(ctx.get_raw(), class, event.as_ptr(), name.inner) };
-    NOTIFYING.set(false);
 }
 
 /// Publishes `message` on `channel` to this server's subscribers (cluster-wide in cluster

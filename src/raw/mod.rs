@@ -144,8 +144,8 @@ pub mod reply;
 pub use acl::{KeyUse, User};
 pub use blocking::{block_client, may_block, unblock_client, BlockHandler, Blocked};
 pub use context::{
-    in_cluster, int_string, is_master, key_slot, notify, notifying, now_ms, publish, publish_shard,
-    select_db, selected_db, signal_modified, Notify,
+    in_cluster, int_string, is_master, key_slot, notify, now_ms, publish, publish_shard, select_db,
+    selected_db, signal_modified, Notify,
 };
 pub use keys::{Key, KeyKind};
 pub use replication::{

@@ -14,15 +14,12 @@ use crate::rules::{self, Kind, Plan, Reply, Request, View};
 use crate::rw_rules::{self, Acquired, Effect, Mode, RwPlan};
 use crate::sem_rules::{self, SemPlan, SemState};
 
-/// How often a semaphore's head waiter is looked at while it cannot be served: permits that
-/// come back without an RSEM command (a Redisson client's `INCRBY`, a `SET`) are noticed then.
-pub const SEMAPHORE_RECHECK_MS: i64 = 10;
-
 /// The waiter at the head of a queue, as the lock stands now.
 pub enum Head<'a> {
     /// It can be granted: write it with [`Grant::write`].
     Grant(Grant<'a>),
-    /// It cannot yet; look again at `recheck_at` (Unix ms; `None`: when something changes).
+    /// It cannot yet; look again at `recheck_at` (Unix ms: its holder's lease end; `None`: at
+    /// the waiters' next poll).
     Wait { recheck_at: Option<i64> },
     /// It can never be granted as it asked (a fencing token that cannot be issued, an upgrade
     /// that would wait for itself): answer it with this error and look at the next one.
@@ -132,7 +129,9 @@ pub fn consider<'a>(
             let key = SemKey::open(ctx, name, true);
             let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
             let Some(plan) = sem_rules::grant_waiter(state, permits) else {
-                return Head::Wait { recheck_at: Some(now.saturating_add(SEMAPHORE_RECHECK_MS)) };
+                // Permits that come back without an RSEM command (a Redisson client's
+                // `INCRBY`, a `SET`) are found by the waiters' poll.
+                return Head::Wait { recheck_at: None };
             };
             Write::Permits { key, state, plan, leased }
         }

@@ -12,10 +12,15 @@
 //!   the lock never became free);
 //! - the holder's lease ends: a timer at the deadline opens the key (Redis expires it), then
 //!   hands off ([`timers`]);
-//! - `DEL`, eviction, Redis's own expiry, `FLUSHALL`/`FLUSHDB`, `SWAPDB`: a keyspace or server
-//!   event (`events`) marks the lock and a 0 ms timer hands off (module code must not write
-//!   inside those events); until then, any `RLOCK.*` write on the lock hands off first
-//!   ("settles" it), so no RLOCK client jumps the queue.
+//! - `FLUSHALL`/`FLUSHDB`, `SWAPDB`: a server event (`events`) marks the lock and a 0 ms timer
+//!   hands off (module code must not write inside those events);
+//! - anything else (a Redisson client's unlock script, `DEL`, eviction, a `RENAME`): the same
+//!   timer polls every lock with waiters, every [`crate::queue::POLL_MS`] ms (less often with
+//!   very many locks), and hands off. The module subscribes to no keyspace event: with one,
+//!   Redis would build a module context for every `DEL` and expiry of every key, lock or not.
+//!
+//! Until the hand-off, any `RLOCK.*` write on the lock hands off first ("settles" it), so no
+//! RLOCK client jumps the queue.
 //!
 //! Timeouts are the module's own (one timer for the earliest event of the schedule), never
 //! Redis's: a waiter is decided once, granted or timed out, so a timeout cannot race a grant.
@@ -161,9 +166,9 @@ pub fn block(ctx: &Context, lock: LockName, request: Request, wait: WaitFor, hol
     };
     with_queues(|q| {
         q.push(lock.clone(), request, bc, timeout_at);
-        if holder_pttl >= 0 {
-            q.schedule_lease_check(&lock, rules::lease_over_at(now, holder_pttl));
-        }
+        let lease_over = (holder_pttl >= 0).then(|| rules::lease_over_at(now, holder_pttl));
+        let at = q.look_again_at(now, lease_over);
+        q.schedule_lease_check(&lock, at);
     });
     bump(&STATS.waits);
     timers::arm(ctx);
@@ -218,10 +223,8 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         let grant = match waiters::consider(ctx, name, &request, raw::now_ms()) {
             Head::Grant(grant) => grant,
             Head::Wait { recheck_at } => {
-                if let Some(at) = recheck_at {
-                    with_queues(|q| q.schedule_lease_check(lock, at));
-                    timers::arm(ctx);
-                }
+                look_again(lock, recheck_at);
+                timers::arm(ctx);
                 return granted;
             }
             Head::Refuse(e) => {
@@ -247,19 +250,24 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply, ids });
         bump(&STATS.handoffs);
         granted = true;
-        with_queues(|q| {
-            if let Some(at) = written.lease_over_at {
-                q.schedule_lease_check(lock, at);
-            }
-            if let Some(at) = written.reap_at {
-                q.schedule_check(lock, at);
-            }
-        });
+        look_again(lock, written.lease_over_at);
+        if let Some(at) = written.reap_at {
+            with_queues(|q| q.schedule_check(lock, at));
+        }
         timers::arm(ctx);
         if exclusive {
             return true;
         }
     }
+}
+
+/// Schedules the next look at a lock whose waiters (if any are left) wait: at `due` (its
+/// holder's lease end, if known) or at the next poll, whichever comes first.
+fn look_again(lock: &LockName, due: Option<i64>) {
+    with_queues(|q| {
+        let at = q.look_again_at(raw::now_ms(), due);
+        q.schedule_lease_check(lock, at);
+    });
 }
 
 /// Releases one hold of `owner` on the lock `name`: the rules of `RLOCK.RELEASE`, with the

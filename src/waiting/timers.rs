@@ -33,8 +33,6 @@ pub struct Deferred {
     /// Grants to clients that left before their reply (with their leased permits' ids): undo
     /// them.
     pub rollback: Vec<(LockName, Request, Vec<Vec<u8>>)>,
-    /// Read hold keys another client (a Redisson reader) gave a lease: their locks get a check.
-    pub read_holds: Vec<LockName>,
 }
 
 /// Queues work for the 0 ms timer, arming it if needed.
@@ -71,12 +69,6 @@ fn run_deferred(ctx: &Context, (): ()) {
         }
         for lock in &locks {
             settle_lock(ctx, lock);
-        }
-        let now = raw::now_ms();
-        for hold in &work.read_holds {
-            for (name, _, _) in crate::names::read_hold_owners(&hold.key) {
-                with_queues(|q| q.schedule_check(&LockName { db: hold.db, key: name }, now));
-            }
         }
     });
     arm(ctx);
@@ -131,9 +123,9 @@ fn run_schedule(ctx: &Context, (): ()) {
             match event {
                 Event::Timeout(id) => time_out(ctx, id, paused),
                 Event::LeaseCheck(lock) if paused => later.push((lock, false)),
-                Event::LeaseCheck(lock) => settle_lock(ctx, &lock),
+                Event::LeaseCheck(lock) => check_lock(ctx, &lock, now, false),
                 Event::Check(lock) if paused => later.push((lock, true)),
-                Event::Check(lock) => check_lock(ctx, &lock, now),
+                Event::Check(lock) => check_lock(ctx, &lock, now, true),
             }
         }
         let retry_at = now.saturating_add(PAUSE_RETRY.as_millis() as i64);
@@ -207,10 +199,12 @@ fn undo_grant(ctx: &Context, lock: &LockName, request: &Request, ids: &[Vec<u8>]
     }
 }
 
-/// A lock's own check: a read-write lock's readers whose every hold lease ended leave (the lock
-/// freed or its waiters served if that lets them in), and the next check is scheduled. Only a
-/// master writes: a replica gets the master's writes.
-fn check_lock(ctx: &Context, lock: &LockName, now: i64) {
+/// A look at a lock: a read-write lock's readers whose every hold lease ended leave, a
+/// semaphore's permits whose lease ended come back (a Redisson client's too), and the next
+/// check is scheduled; then its waiters get what it can grant. Run at a lock's own check and at
+/// each look at a lock with waiters (its holder's deadline, the poll). Only a master writes: a
+/// replica gets the master's writes. `warn`: log what cannot be done (not on every poll).
+fn check_lock(ctx: &Context, lock: &LockName, now: i64, warn: bool) {
     if !raw::is_master(ctx) {
         return;
     }
@@ -220,8 +214,12 @@ fn check_lock(ctx: &Context, lock: &LockName, now: i64) {
         match super::sem_reclaim(ctx, &name, now) {
             Ok(Some(at)) => with_queues(|q| q.schedule_check(lock, at)),
             Ok(None) => {}
-            Err(e) => ctx.log_warning(&format!("rlock: could not reclaim leased permits: {e}")),
+            Err(e) if warn => {
+                ctx.log_warning(&format!("rlock: could not reclaim leased permits: {e}"));
+            }
+            Err(_) => {}
         }
+        settle(ctx, &name);
         return;
     }
     match store::rw::reap(ctx, &name, now) {
@@ -237,6 +235,11 @@ fn check_lock(ctx: &Context, lock: &LockName, now: i64) {
                 with_queues(|q| q.schedule_check(lock, at));
             }
         }
-        Err(e) => ctx.log_warning(&format!("rlock: could not check a read-write lock: {e}")),
+        Err(e) => {
+            if warn {
+                ctx.log_warning(&format!("rlock: could not check a read-write lock: {e}"));
+            }
+            settle(ctx, &name);
+        }
     }
 }
