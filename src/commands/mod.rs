@@ -40,10 +40,8 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         store::may_grant(ctx)?;
         // Everything that can refuse is checked before anything is written.
         let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
-        // Waiters first: a lock they are owed goes to them (on its own key handle).
-        waiting::settle(ctx, cmd.key);
-        let key = LockKey::open(ctx, cmd.key, true);
-        let plan = rules::acquire(key.view(Some(cmd.owner))?, deadline)?;
+        let (key, view) = waiting::settled_view(ctx, cmd.key, cmd.owner)?;
+        let plan = rules::acquire(view, deadline)?;
         if let (Reply::Int(holder_pttl), Some(wait)) = (plan.reply, cmd.wait) {
             // Never block where no grant can happen (MULTI, Lua, a writable replica).
             if raw::may_block(ctx) && raw::is_master(ctx) {

@@ -149,7 +149,8 @@ pub use context::{
 };
 pub use keys::{Key, KeyKind};
 pub use replication::{
-    count_unpropagated_write, note_replication, propagation_possible, replicate, writes_paused,
+    count_unpropagated_write, note_replication, propagation_possible, replicate,
+    replicate_to_replicas, writes_paused,
 };
 
 /// Runs a callback body; a panic is logged instead of unwinding into Redis.

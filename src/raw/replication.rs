@@ -11,12 +11,25 @@ use super::info::ServerInfo;
 
 /// Propagates `command args...` to replicas and the AOF (not executed locally). Binary-safe.
 pub fn replicate(ctx: &Context, command: &CStr, args: &[&RedisString]) {
+    propagate(ctx, command, c"v", args);
+}
+
+/// Propagates `command args...` to replicas only, never the AOF: what Redis does with its own
+/// `PUBLISH` (replaying a message from the AOF would reach nobody). With no replica and no
+/// backlog Redis propagates nothing, so an effect propagated with it stays a single command
+/// (no `MULTI`/`EXEC` around it).
+pub fn replicate_to_replicas(ctx: &Context, command: &CStr, args: &[&RedisString]) {
+    propagate(ctx, command, c"vA", args);
+}
+
+fn propagate(ctx: &Context, command: &CStr, format: &CStr, args: &[&RedisString]) {
     let replicate = api!(RedisModule_Replicate);
     let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.inner).collect();
-    // SAFETY: the "v" format takes an array of RedisModuleString pointers and its length; the
-    // strings are live for the call and Redis retains what it keeps. `command` is NUL-terminated.
+    // SAFETY: the "v" format takes an array of RedisModuleString pointers and its length ("A"
+    // only sets a flag); the strings are live for the call and Redis retains what it keeps.
+    // `command` and `format` are NUL-terminated.
     unsafe {
-        replicate(ctx.get_raw(), command.as_ptr(), c"v".as_ptr(), argv.as_mut_ptr(), argv.len());
+        replicate(ctx.get_raw(), command.as_ptr(), format.as_ptr(), argv.as_mut_ptr(), argv.len());
     }
 }
 

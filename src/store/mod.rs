@@ -215,9 +215,10 @@ pub fn publish_unlock(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
     } else {
         raw::publish(ctx, &channel, &message);
         if replicating(ctx) {
-            // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as a Lua
-            // script's redis.call('publish') is, so subscribers on replicas hear it too.
-            raw::replicate(ctx, c"PUBLISH", &[&channel, &message]);
+            // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as Redis
+            // does a client's (and a Lua script's redis.call('publish')), so subscribers on
+            // replicas hear it too; to replicas only, as Redis does: never into the AOF.
+            raw::replicate_to_replicas(ctx, c"PUBLISH", &[&channel, &message]);
         }
     }
 }

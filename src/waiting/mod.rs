@@ -186,6 +186,31 @@ pub fn settle(ctx: &Context, name: &RedisString) {
     }
 }
 
+/// The reentrant lock `name` as `owner` sees it, opened for writing, after its waiters got what
+/// they are owed: a free lock with waiters goes to them first ([`settle`], on its own key
+/// handles), so no newcomer takes it. A held lock is not settled: its head cannot be granted
+/// while it is held (a waiter is never its holder: an owner that holds re-enters at once), so
+/// the common contended call opens the key once.
+///
+/// # Errors
+/// As [`LockKey::view`].
+pub fn settled_view<'a>(
+    ctx: &'a Context,
+    name: &'a RedisString,
+    owner: &RedisString,
+) -> Result<(LockKey<'a>, rules::View), LockError> {
+    let key = LockKey::open(ctx, name, true);
+    let view = key.view(Some(owner))?;
+    if !matches!(view, rules::View::Free) || !waits_for(ctx, name) {
+        return Ok((key, view));
+    }
+    drop(key);
+    settle(ctx, name);
+    let key = LockKey::open(ctx, name, true);
+    let view = key.view(Some(owner))?;
+    Ok((key, view))
+}
+
 /// A command or timer freed the lock `name`: it goes to its waiters, or (nobody can take it)
 /// the unlock message is published.
 pub fn freed(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
@@ -281,9 +306,8 @@ pub fn release_hold(
     owner: &RedisString,
     deadline: Option<Deadline>,
 ) -> Result<Reply, LockError> {
-    settle(ctx, name);
-    let key = LockKey::open(ctx, name, true);
-    let plan = rules::release(key.view(Some(owner))?, deadline);
+    let (key, view) = settled_view(ctx, name, owner)?;
+    let plan = rules::release(view, deadline);
     check_publish(ctx, name, plan.publish.then_some(Unlocked::Lock))?;
     let freed_it = key.apply(Some(owner), &plan);
     drop(key);

@@ -325,3 +325,40 @@ fn every_write_counts_toward_rdb_save_points_and_failed_commands_do_not() {
     cmd(&mut con, &["RLOCK.PTTL", "m"]);
     assert_eq!(changes(&mut con), before, "refusals and reads write nothing");
 }
+
+/// What the AOF records of an rlock release: the effect only (`DEL`), as Redis records a
+/// client's `DEL` + `PUBLISH` (its `PUBLISH` goes to replicas only, see the replica test above);
+/// no unlock message and no `MULTI`/`EXEC` around a single effect.
+#[test]
+fn the_aof_gets_a_releases_effect_but_never_its_unlock_message() {
+    let server =
+        Server::builder().config("appendonly", "yes").config("appendfsync", "always").start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "aof-lock", "a", "60000"]);
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("redisson_lock__channel:{aof-lock}").expect("subscribe");
+    cmd(&mut con, &["RLOCK.RELEASE", "aof-lock", "a"]);
+    let msg = sub.get_message().expect("the unlock message is published");
+    assert_eq!(msg.get_payload_bytes(), b"0");
+    drop(sub);
+    cmd(&mut con, &["SET", "aof-marker", "1"]);
+
+    let mut aof = Vec::new();
+    let dir = server.dir().join("appendonlydir");
+    for entry in std::fs::read_dir(&dir).expect("the AOF directory") {
+        let path = entry.expect("an AOF file").path();
+        if path.to_string_lossy().ends_with(".incr.aof") {
+            aof.extend(std::fs::read(&path).expect("read the AOF"));
+        }
+    }
+    let text = String::from_utf8_lossy(&aof).to_ascii_uppercase();
+    assert!(text.contains("AOF-MARKER"), "the AOF was read: {text}");
+    assert!(text.contains("$3\r\nDEL\r\n$8\r\nAOF-LOCK"), "the release's DEL: {text}");
+    assert!(!text.contains("PUBLISH"), "no unlock message in the AOF: {text}");
+    let releases = text.split("$3\r\nDEL\r\n").count() - 1;
+    let transactions = text.matches("MULTI").count();
+    assert_eq!(releases, 1, "{text}");
+    assert_eq!(transactions, 1, "only the acquire's HSET + PEXPIREAT is a transaction: {text}");
+}
