@@ -150,6 +150,26 @@ async fn main() {
         return;
     }
     let mode = if smoke { "smoke run: tiny sizes, figures meaningless" } else { "full run" };
-    std::fs::write(&out, report.markdown(&machine(), mode)).expect("write the report");
+    // Blocks other runs wrote (the per-server table, the profiles) stay, after this run's.
+    let kept = kept_blocks(&std::fs::read_to_string(&out).unwrap_or_default());
+    let text = format!("{}{kept}", report.markdown(&machine(), mode));
+    std::fs::write(&out, text).expect("write the report");
     eprintln!("\nwritten to {out}");
+}
+
+/// The blocks of a report that other runs write and a full run keeps: each from a line
+/// `<!-- NAME: ... -->` to `<!-- /NAME -->` (the per-server table, the profiles).
+fn kept_blocks(old: &str) -> String {
+    let mut kept = String::new();
+    for name in ["per-server", "profiles"] {
+        let (begin, end) = (format!("<!-- {name}:"), format!("<!-- /{name} -->"));
+        if let (Some(b), Some(e)) = (old.find(&begin), old.find(&end)) {
+            if b < e {
+                kept.push('\n');
+                kept.push_str(&old[b..e + end.len()]);
+                kept.push('\n');
+            }
+        }
+    }
+    kept
 }
