@@ -31,6 +31,7 @@
 pub mod args;
 pub mod cluster;
 pub mod commands;
+pub mod dump;
 pub mod error;
 pub mod events;
 pub mod names;

@@ -8,8 +8,11 @@
 //! unlock message ([`publish_unlock`]).
 //!
 //! Replication: the effects are replicated, never the `RLOCK.*` command, so replicas and AOF
-//! files need no module: `HSET key owner <count>`, `DEL key`, `PEXPIREAT key <unix-ms>` (an
-//! absolute deadline: a restart keeps the remaining lease) and `PUBLISH` for the unlock message.
+//! files need no module. A write that leaves one holder with a lease is one
+//! `RESTORE key <unix-ms> <payload> REPLACE ABSTTL` (the whole hash and its absolute deadline:
+//! a restart keeps the remaining lease; one command, so Redis adds no `MULTI`/`EXEC`); else
+//! `HSET key owner <count>`, `DEL key`, `PEXPIREAT key <unix-ms>`; and `PUBLISH` (to replicas
+//! only) for the unlock message.
 
 pub mod access;
 pub mod derived;
@@ -21,6 +24,7 @@ use std::cell::Cell;
 
 use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisString, RedisValue};
 
+use crate::dump;
 use crate::error::LockError;
 use crate::names;
 use crate::raw::{self, Key, KeyKind};
@@ -133,7 +137,7 @@ impl<'a> LockKey<'a> {
             return false;
         }
         let (ctx, name) = (self.ctx, self.name);
-        let replicate = replicating(ctx);
+        let mut replicate = replicating(ctx);
         raw::signal_modified(ctx, name);
         match (plan.write, owner) {
             (Write::Keep, _) => {}
@@ -142,7 +146,19 @@ impl<'a> LockKey<'a> {
                 self.key.hash_set(owner, &count);
                 raw::notify(ctx, raw::Notify::Hash, c"hincrby", name);
                 if replicate {
-                    raw::replicate(ctx, c"HSET", &[name, owner, &count]);
+                    match plan.expire_at {
+                        // The whole lock in one command (no MULTI/EXEC): its only holder, in
+                        // a hash Redis keeps as a listpack (a RESTOREd listpack is not
+                        // converted for a long owner, as HSET's is).
+                        Some(deadline)
+                            if owner.len() <= dump::LISTPACK_VALUE_MAX
+                                && self.key.field_count() == 1 =>
+                        {
+                            self.replicate_whole(owner, &count, deadline.unix_ms());
+                            replicate = false;
+                        }
+                        _ => raw::replicate(ctx, c"HSET", &[name, owner, &count]),
+                    }
                 }
             }
             (Write::SetCount(_), None) => unreachable!("only owner commands set a hold count"),
@@ -166,10 +182,23 @@ impl<'a> LockKey<'a> {
                 raw::replicate(ctx, c"PEXPIREAT", &[name, &at]);
             }
         }
-        if !replicate {
+        if !replicating(ctx) {
             raw::count_unpropagated_write(ctx);
         }
         plan.publish
+    }
+
+    /// Replicates the lock as it now stands, `owner` its only holder with `count` until Unix ms
+    /// `at`, as one `RESTORE key at payload REPLACE ABSTTL` ([`crate::dump`]): a replica or an
+    /// AOF without the module rebuilds the same hash with the same absolute deadline.
+    fn replicate_whole(&self, owner: &RedisString, count: &RedisString, at: i64) {
+        let payload = dump::hash_payload(&[(owner.as_slice(), count.as_slice())]);
+        let payload = RedisString::create_from_slice(self.ctx.get_raw(), &payload);
+        let at = raw::int_string(self.ctx, at);
+        let words = [&b"REPLACE"[..], b"ABSTTL"]
+            .map(|w| RedisString::create_from_slice(self.ctx.get_raw(), w));
+        let args = [self.name, &at, &payload, &words[0], &words[1]];
+        raw::replicate(self.ctx, c"RESTORE", &args);
     }
 }
 

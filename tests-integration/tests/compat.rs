@@ -326,9 +326,10 @@ fn every_write_counts_toward_rdb_save_points_and_failed_commands_do_not() {
     assert_eq!(changes(&mut con), before, "refusals and reads write nothing");
 }
 
-/// What the AOF records of an rlock release: the effect only (`DEL`), as Redis records a
-/// client's `DEL` + `PUBLISH` (its `PUBLISH` goes to replicas only, see the replica test above);
-/// no unlock message and no `MULTI`/`EXEC` around a single effect.
+/// What the AOF records of an rlock acquire and release: one command each (the acquire's
+/// `RESTORE ... ABSTTL`, the release's `DEL`), as Redis records a client's `DEL` + `PUBLISH`
+/// (its `PUBLISH` goes to replicas only, see the replica test above): no unlock message and no
+/// `MULTI`/`EXEC`.
 #[test]
 fn the_aof_gets_a_releases_effect_but_never_its_unlock_message() {
     let server =
@@ -358,7 +359,69 @@ fn the_aof_gets_a_releases_effect_but_never_its_unlock_message() {
     assert!(text.contains("$3\r\nDEL\r\n$8\r\nAOF-LOCK"), "the release's DEL: {text}");
     assert!(!text.contains("PUBLISH"), "no unlock message in the AOF: {text}");
     let releases = text.split("$3\r\nDEL\r\n").count() - 1;
-    let transactions = text.matches("MULTI").count();
     assert_eq!(releases, 1, "{text}");
-    assert_eq!(transactions, 1, "only the acquire's HSET + PEXPIREAT is a transaction: {text}");
+    assert!(text.contains("$7\r\nRESTORE\r\n$8\r\nAOF-LOCK"), "the acquire, whole: {text}");
+    assert!(!text.contains("MULTI"), "every effect is one command: {text}");
+}
+
+/// Every lock write a replica gets as one `RESTORE ... ABSTTL` rebuilds the hash the master
+/// holds, byte for byte (`DUMP` agrees, so the encoding is the one the master's own `HSET` made),
+/// with the same absolute deadline, on a replica without the module that validates every
+/// payload deeply (`sanitize-dump-payload yes`): owners short and long (past the listpack
+/// limits), numeric, negative, binary, and counts from 1 up.
+#[test]
+fn a_replica_restores_each_lock_write_as_the_masters_hash_byte_for_byte() {
+    let master = Server::start();
+    let replica = Server::builder()
+        .without_module()
+        .config("sanitize-dump-payload", "yes")
+        .replica_of(&master)
+        .start();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    for con in [&mut m, &mut r] {
+        cmd(con, &["CONFIG", "SET", "rdbcompression", "no"]);
+    }
+    let owners: Vec<Vec<u8>> = vec![
+        b"c1:7".to_vec(),
+        b"123".to_vec(),
+        b"-5".to_vec(),
+        b"007".to_vec(),
+        b"9223372036854775807".to_vec(),
+        b"a\0b\xff{x}".to_vec(),
+        vec![b'o'; 64],
+        vec![b'o'; 65],
+        vec![b'p'; 5_000],
+        vec![b'q'; 20_000],
+    ];
+    let mut keys = Vec::new();
+    for (i, owner) in owners.iter().enumerate() {
+        let key = format!("restore-{i}");
+        for _ in 0..=(i % 3) * 150 {
+            redis::cmd("RLOCK.ACQUIRE")
+                .arg(&key)
+                .arg(owner.as_slice())
+                .arg(60_000)
+                .query::<Value>(&mut m)
+                .expect("acquire");
+        }
+        keys.push(key);
+    }
+    // A release to a lower count, and a renewal, are lock writes too.
+    redis::cmd("RLOCK.RELEASE").arg("restore-1").arg(&owners[1][..]).query::<Value>(&mut m).ok();
+    cmd(&mut m, &["SET", "restore-marker", "1"]);
+    poll("the writes on the replica", Duration::from_secs(10), || {
+        (cmd(&mut r, &["EXISTS", "restore-marker"]) == Value::Int(1)).then_some(())
+    });
+    for key in &keys {
+        assert!(!hgetall(&mut m, key.as_bytes()).is_empty(), "{key}");
+        assert_eq!(hgetall(&mut r, key.as_bytes()), hgetall(&mut m, key.as_bytes()), "{key}");
+        assert_eq!(pexpiretime(&mut r, key.as_bytes()), pexpiretime(&mut m, key.as_bytes()));
+        let encoding = |con: &mut Connection| cmd(con, &["OBJECT", "ENCODING", key]);
+        assert_eq!(encoding(&mut r), encoding(&mut m), "{key}");
+        let dump = |con: &mut Connection| cmd(con, &["DUMP", key]);
+        assert_eq!(dump(&mut r), dump(&mut m), "{key}: the same bytes");
+    }
+    assert!(!replica.log().contains("Bad data format"), "{}", replica.log());
 }
