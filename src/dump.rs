@@ -27,21 +27,38 @@ const LP_END: u8 = 0xFF;
 /// short fields (a listpack counts up to 65,534 entries and holds up to 4 GiB).
 #[must_use]
 pub fn hash_payload(fields: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut lp = vec![0; LP_HEADER];
+    let mut lp = Vec::new();
     for (field, value) in fields {
         push_entry(&mut lp, field);
         push_entry(&mut lp, value);
     }
-    lp.push(LP_END);
-    let total = u32::try_from(lp.len()).unwrap_or(u32::MAX);
-    let count = u16::try_from(fields.len() * 2).unwrap_or(u16::MAX);
-    lp[..4].copy_from_slice(&total.to_le_bytes());
-    lp[4..6].copy_from_slice(&count.to_le_bytes());
+    finish(&lp, fields.len() * 2)
+}
 
-    let mut payload = Vec::with_capacity(lp.len() + 16);
+/// `DUMP`'s payload of a reentrant lock's hash: `owner` holding `count` (the hot path: the count
+/// needs no parsing, and the listpack is written straight into the payload).
+#[must_use]
+pub fn lock_payload(owner: &[u8], count: u64) -> Vec<u8> {
+    let mut lp = Vec::with_capacity(owner.len() + 24);
+    push_entry(&mut lp, owner);
+    let start = lp.len();
+    push_int(&mut lp, i64::try_from(count).unwrap_or(i64::MAX));
+    let len = lp.len() - start;
+    push_backlen(&mut lp, len);
+    finish(&lp, 2)
+}
+
+/// The payload around the listpack entries `entries` (`count` of them): listpack header and
+/// end, RDB type and length, RDB version, CRC-64.
+fn finish(entries: &[u8], count: usize) -> Vec<u8> {
+    let lp_len = LP_HEADER + entries.len() + 1;
+    let mut payload = Vec::with_capacity(lp_len + 20);
     payload.push(RDB_TYPE_HASH_LISTPACK);
-    push_rdb_length(&mut payload, lp.len());
-    payload.extend_from_slice(&lp);
+    push_rdb_length(&mut payload, lp_len);
+    payload.extend_from_slice(&u32::try_from(lp_len).unwrap_or(u32::MAX).to_le_bytes());
+    payload.extend_from_slice(&u16::try_from(count).unwrap_or(u16::MAX).to_le_bytes());
+    payload.extend_from_slice(entries);
+    payload.push(LP_END);
     payload.extend_from_slice(&RDB_VERSION.to_le_bytes());
     let crc = crc64(&payload);
     payload.extend_from_slice(&crc.to_le_bytes());

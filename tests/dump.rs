@@ -77,3 +77,17 @@ fn long_strings_get_longer_headers_and_backlens() {
         assert_eq!(lp[lp_len - 1], 0xFF);
     }
 }
+
+#[test]
+fn a_lock_payload_is_the_hash_payload_of_its_owner_and_count() {
+    for owner in [&b"owner-1"[..], b"123", b"-7", b"", &[b'x'; 64]] {
+        for count in [1_u64, 127, 128, 4095, 4096, 70_000, 1 << 40] {
+            let text = count.to_string();
+            assert_eq!(
+                rlock::dump::lock_payload(owner, count),
+                hash_payload(&[(owner, text.as_bytes())]),
+                "{owner:?} {count}"
+            );
+        }
+    }
+}

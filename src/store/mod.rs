@@ -141,8 +141,8 @@ impl<'a> LockKey<'a> {
         raw::signal_modified(ctx, name);
         match (plan.write, owner) {
             (Write::Keep, _) => {}
-            (Write::SetCount(count), Some(owner)) => {
-                let count = raw::int_string(ctx, count as i64);
+            (Write::SetCount(n), Some(owner)) => {
+                let count = raw::int_string(ctx, n as i64);
                 self.key.hash_set(owner, &count);
                 raw::notify(ctx, raw::Notify::Hash, c"hincrby", name);
                 if replicate {
@@ -154,7 +154,7 @@ impl<'a> LockKey<'a> {
                             if owner.len() <= dump::LISTPACK_VALUE_MAX
                                 && self.key.field_count() == 1 =>
                         {
-                            self.replicate_whole(owner, &count, deadline.unix_ms());
+                            self.replicate_whole(owner, n, deadline.unix_ms());
                             replicate = false;
                         }
                         _ => raw::replicate(ctx, c"HSET", &[name, owner, &count]),
@@ -191,14 +191,18 @@ impl<'a> LockKey<'a> {
     /// Replicates the lock as it now stands, `owner` its only holder with `count` until Unix ms
     /// `at`, as one `RESTORE key at payload REPLACE ABSTTL` ([`crate::dump`]): a replica or an
     /// AOF without the module rebuilds the same hash with the same absolute deadline.
-    fn replicate_whole(&self, owner: &RedisString, count: &RedisString, at: i64) {
-        let payload = dump::hash_payload(&[(owner.as_slice(), count.as_slice())]);
+    fn replicate_whole(&self, owner: &RedisString, count: u64, at: i64) {
+        thread_local! {
+            // Kept for the module's life (no context: not freed with a command's).
+            static WORDS: [RedisString; 2] =
+                [&b"REPLACE"[..], b"ABSTTL"].map(|w| RedisString::create(None, w));
+        }
+        let payload = dump::lock_payload(owner.as_slice(), count);
         let payload = RedisString::create_from_slice(self.ctx.get_raw(), &payload);
-        let at = raw::int_string(self.ctx, at);
-        let words = [&b"REPLACE"[..], b"ABSTTL"]
-            .map(|w| RedisString::create_from_slice(self.ctx.get_raw(), w));
-        let args = [self.name, &at, &payload, &words[0], &words[1]];
-        raw::replicate(self.ctx, c"RESTORE", &args);
+        let at = RedisString::create_from_slice(self.ctx.get_raw(), at.to_string().as_bytes());
+        WORDS.with(|[replace, absttl]| {
+            raw::replicate(self.ctx, c"RESTORE", &[self.name, &at, &payload, replace, absttl]);
+        });
     }
 }
 
