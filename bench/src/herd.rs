@@ -212,10 +212,14 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
              to the head of the queue inside the command) and queues again, so the queue keeps its \
              length. Server µs per call over {} hand-offs, and used_memory per waiting client \
              (its connection included). Baseline: the same loop with BLPOP (wait) and RPUSH (give \
-             back) on a list. On Redis 7.0 every client blocked by a module holds two internal \
-             temporary clients (RedisModule_BlockClient), which is what makes an rlock waiter \
-             heavier than a BLPOP one and its enqueue slower with many waiters; the hand-off \
-             itself does not depend on the queue length. A '-' row stalled: the server served fewer \
+             back) on a list. The two are not counted alike: RLOCK.RELEASE's µs include the \
+             whole grant (the holder's hash written and replicated, the waiter unblocked), while \
+             Redis serves a BLPOP waiter after RPUSH returns and adds that to BLPOP's µs; the \
+             cycle column (give back + wait) compares like with like. Every client blocked by a \
+             module holds two internal temporary clients (RedisModule_BlockClient, on every \
+             server of the matrix), which is what makes an rlock waiter heavier than a BLPOP one \
+             and its enqueue slower with many waiters; the hand-off itself does not depend on the \
+             queue length. A '-' row stalled: the server served fewer \
              than 100 in 30 s, or needed over 2 minutes (Valkey 9.1.2's BLPOP with 10,000 \
              blocked clients crawls, with or without the module).",
             sizes.handoffs
@@ -225,6 +229,7 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
             "style",
             "µs per hand-off",
             "µs per enqueue",
+            "µs per cycle",
             "bytes per waiting client",
             "hand-off vs smallest",
         ],
@@ -239,6 +244,7 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
                 name.to_owned(),
                 num(c.handoff),
                 num(c.enqueue),
+                num(c.handoff + c.enqueue),
                 num(c.bytes_per_waiter),
                 ratio(c.handoff, few.handoff),
             ]);

@@ -149,7 +149,7 @@ pub use context::{
 };
 pub use keys::{Key, KeyKind};
 pub use replication::{
-    count_unpropagated_write, note_replication, propagation_possible, replicate,
+    count_unpropagated_write, note_replication, propagation_possible, replicas_possible, replicate,
     replicate_to_replicas, writes_paused,
 };
 

@@ -57,6 +57,12 @@ pub fn propagation_possible(ctx: &Context) -> bool {
         || REPLICATION_SEEN.load(Ordering::Relaxed)
 }
 
+/// Whether Redis may propagate writes to replicas (a replica, a replication backlog, or this
+/// server being a replica itself): [`propagation_possible`] without the AOF.
+pub fn replicas_possible(ctx: &Context) -> bool {
+    flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER == 0 || REPLICATION_SEEN.load(Ordering::Relaxed)
+}
+
 /// See [`propagation_possible`]; true until `watch_replication` has looked.
 static REPLICATION_SEEN: AtomicBool = AtomicBool::new(true);
 

@@ -247,10 +247,11 @@ pub fn publish_unlock(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
         raw::publish_shard(ctx, &channel, &message);
     } else {
         raw::publish(ctx, &channel, &message);
-        if replicating(ctx) {
+        if raw::replicas_possible(ctx) {
             // RedisModule_PublishMessage is not propagated: replicate the PUBLISH, as Redis
             // does a client's (and a Lua script's redis.call('publish')), so subscribers on
-            // replicas hear it too; to replicas only, as Redis does: never into the AOF.
+            // replicas hear it too; to replicas only, as Redis does: never into the AOF (and
+            // not at all where no replica can be, which would cost a command lookup for naught).
             raw::replicate_to_replicas(ctx, c"PUBLISH", &[&channel, &message]);
         }
     }
