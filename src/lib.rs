@@ -10,17 +10,18 @@
 //!   arguments), module settings, load-time checks.
 //! - [`commands`]: one handler per command: parse, call the store and waiting, reply
 //!   (`RLOCK.*`, `RWLOCK.*` in `rw`, `RSEM.*` in `sem`).
-//! - [`events`]: what the server tells the module outside commands (keyspace and server events,
-//!   the cron tick, `INFO rlock`).
+//! - [`events`]: what the server tells the module outside commands (server events, the cron
+//!   tick, `INFO rlock`; no keyspace events).
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off (several grants at once where
-//!   the lock kind allows), timers, cluster redirects.
+//!   the lock kind allows), timers (the poll of locks with waiters), cluster redirects.
 //! - [`store`]: a lock on Redis: open its key, read a `View`, apply a `Plan` (write, notify,
 //!   replicate), the unlock message, derived keys (token counter, release latch), ACL checks;
 //!   the read-write lock's and the semaphore's layouts; what waiting asks of each lock kind.
 //! - Plain Rust, driven by unit tests without a server: [`rules`] (the reentrant lock rules and
 //!   what a waiter asks for), [`rw_rules`] (the read-write lock), [`sem_rules`] (the
 //!   semaphore), [`queue`] (FIFO queues and the schedule of timed events), [`args`] (argument
-//!   parsing), [`names`] (Redisson's derived names), [`cluster`] (key slots, slot ownership),
+//!   parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
+//!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
 //!   [`replicas`] (failover safety), [`server`] (which server, which capabilities), [`error`]
 //!   (the one error enum and its replies).
 //! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a

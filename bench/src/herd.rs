@@ -270,10 +270,12 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
             1.5,
         ));
     }
-    targets.push(Target::at_most(
-        &format!("bytes per waiting client / BLPOP waiter, {large} waiters"),
-        rlock_many.bytes_per_waiter / blpop_many.bytes_per_waiter,
-        1.25,
-    ));
+    for (n, rlock, blpop) in [(small, &rlock_few, &blpop_few), (large, &rlock_many, &blpop_many)] {
+        targets.push(Target::at_most(
+            &format!("bytes per waiting client / BLPOP waiter, {n} waiters"),
+            rlock.bytes_per_waiter / blpop.bytes_per_waiter,
+            1.25,
+        ));
+    }
     (section, targets)
 }
