@@ -57,7 +57,7 @@ pub const POLL_MS: i64 = 10;
 
 /// At most this many such looks a second over all locks: with more locks waited for, each is
 /// looked at less often.
-pub const POLLS_PER_SECOND: usize = 10_000;
+pub const POLLS_PER_SECOND: usize = 5_000;
 
 /// A position in the schedule: (time in Unix ms, sequence number for ties).
 type Slot = (i64, u64);
@@ -140,14 +140,18 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     }
 
     /// When to look at a lock with waiters again, at `now`: at `due` (its holder's lease end, if
-    /// known) or at the next poll, whichever comes first. The poll's period is [`POLL_MS`], longer
-    /// when more locks are waited for than [`POLLS_PER_SECOND`] allows at that period.
+    /// known) or at the next poll, whichever comes first. Polls fall on multiples of their period,
+    /// [`POLL_MS`], longer when more locks are waited for than [`POLLS_PER_SECOND`] allows at
+    /// that period.
     #[must_use]
     pub fn look_again_at(&self, now: i64, due: Option<i64>) -> i64 {
         let locks: usize = self.by_db.values().map(HashMap::len).sum();
         let spread =
             i64::try_from(locks.saturating_mul(1000) / POLLS_PER_SECOND).unwrap_or(i64::MAX);
-        let poll = now.saturating_add(POLL_MS.max(spread));
+        let period = POLL_MS.max(spread);
+        // On a grid of the period: every lock's poll comes due in the same timer tick, so the
+        // server wakes up once a period, however many locks are waited for.
+        let poll = (now / period).saturating_add(1).saturating_mul(period);
         due.map_or(poll, |due| due.min(poll))
     }
 

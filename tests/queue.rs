@@ -172,6 +172,11 @@ fn a_lock_with_waiters_is_looked_at_by_its_deadline_or_the_next_poll() {
     assert_eq!(q.look_again_at(1_000, None), 1_000 + POLL_MS, "polled with no deadline known");
     assert_eq!(q.look_again_at(1_000, Some(1_003)), 1_003, "a sooner deadline comes first");
     assert_eq!(q.look_again_at(1_000, Some(60_000)), 1_000 + POLL_MS, "a later one is polled");
+    // Every lock's poll falls on the same grid, so one timer tick serves them all.
+    push(&mut q, "b", 2, None);
+    let (a, b) = (q.look_again_at(1_001, None), q.look_again_at(1_007, None));
+    assert_eq!(a, b, "two locks looked at in the same period are polled together");
+    assert!(a > 1_007 && a <= 1_001 + POLL_MS && a % POLL_MS == 0, "{a}");
 }
 
 #[test]

@@ -15,8 +15,9 @@
 //! - `FLUSHALL`/`FLUSHDB`, `SWAPDB`: a server event (`events`) marks the lock and a 0 ms timer
 //!   hands off (module code must not write inside those events);
 //! - anything else (a Redisson client's unlock script, `DEL`, eviction, a `RENAME`): the same
-//!   timer polls every lock with waiters, every [`crate::queue::POLL_MS`] ms (less often with
-//!   very many locks), and hands off. The module subscribes to no keyspace event: with one,
+//!   timer polls every lock with waiters, every [`crate::queue::POLL_MS`] ms in one tick (less
+//!   often with many locks: at most [`crate::queue::POLLS_PER_SECOND`] looks a second), and
+//!   hands off. The module subscribes to no keyspace event: with one,
 //!   Redis would build a module context for every `DEL` and expiry of every key, lock or not.
 //!
 //! Until the hand-off, any `RLOCK.*` write on the lock hands off first ("settles" it), so no

@@ -123,7 +123,7 @@ fn run_schedule(ctx: &Context, (): ()) {
             match event {
                 Event::Timeout(id) => time_out(ctx, id, paused),
                 Event::LeaseCheck(lock) if paused => later.push((lock, false)),
-                Event::LeaseCheck(lock) => check_lock(ctx, &lock, now, false),
+                Event::LeaseCheck(lock) => poll_lock(ctx, &lock, now),
                 Event::Check(lock) if paused => later.push((lock, true)),
                 Event::Check(lock) => check_lock(ctx, &lock, now, true),
             }
@@ -196,6 +196,20 @@ fn undo_grant(ctx: &Context, lock: &LockName, request: &Request, ids: &[Vec<u8>]
     };
     if let Err(e) = undone {
         ctx.log_warning(&format!("rlock: could not release a grant whose client left: {e}"));
+    }
+}
+
+/// A lock with waiters at its holder's deadline or its poll: a reentrant lock's waiters are
+/// settled (one key opened); a read-write lock or a semaphore gets its full check first (dead
+/// readers reaped, ended leases reclaimed: a Redisson client's too).
+fn poll_lock(ctx: &Context, lock: &LockName, now: i64) {
+    let reentrant = with_queues(|q| {
+        q.head(lock.db, &lock.key).is_some_and(|w| matches!(w.request.kind, Kind::Reentrant))
+    });
+    if reentrant {
+        settle_lock(ctx, lock);
+    } else {
+        check_lock(ctx, lock, now, false);
     }
 }
 
