@@ -137,7 +137,9 @@ impl<'a> LockKey<'a> {
             return false;
         }
         let (ctx, name) = (self.ctx, self.name);
-        let mut replicate = replicating(ctx);
+        let replicate = replicating(ctx);
+        // Set when the write went out whole (its lease included).
+        let mut replicated_whole = false;
         raw::signal_modified(ctx, name);
         match (plan.write, owner) {
             (Write::Keep, _) => {}
@@ -155,7 +157,7 @@ impl<'a> LockKey<'a> {
                                 && self.key.field_count() == 1 =>
                         {
                             self.replicate_whole(owner, n, deadline.unix_ms());
-                            replicate = false;
+                            replicated_whole = true;
                         }
                         _ => raw::replicate(ctx, c"HSET", &[name, owner, &count]),
                     }
@@ -177,12 +179,12 @@ impl<'a> LockKey<'a> {
         if let Some(deadline) = plan.expire_at {
             self.key.set_expire_at(deadline.unix_ms());
             raw::notify(ctx, raw::Notify::Generic, c"expire", name);
-            if replicate {
+            if replicate && !replicated_whole {
                 let at = raw::int_string(ctx, deadline.unix_ms());
                 raw::replicate(ctx, c"PEXPIREAT", &[name, &at]);
             }
         }
-        if !replicating(ctx) {
+        if !replicate {
             raw::count_unpropagated_write(ctx);
         }
         plan.publish

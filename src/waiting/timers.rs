@@ -1,6 +1,6 @@
 //! The module's timers: one for the earliest event of the schedule (waiter timeouts, checks at
 //! a holder's lease deadline), and a 0 ms one for work that server events may not do themselves
-//! (settle locks, roll back grants to clients that left). Both do their work as the module's
+//! (settle every lock, roll back grants to clients that left). Both do their work as the module's
 //! own (`store::module_work`), and neither writes while writes are paused.
 
 use std::cell::{Cell, RefCell};
@@ -26,8 +26,6 @@ thread_local! {
 #[derive(Default)]
 pub struct Deferred {
     armed: bool,
-    /// Locks to hand off if free.
-    pub settle: Vec<LockName>,
     /// Every lock with waiters (after a flush, a `SWAPDB`, replicas back in sync).
     pub settle_all: bool,
     /// Grants to clients that left before their reply (with their leased permits' ids): undo
@@ -63,12 +61,10 @@ fn run_deferred(ctx: &Context, (): ()) {
         for (lock, request, ids) in &work.rollback {
             undo_grant(ctx, lock, request, ids);
         }
-        let mut locks = work.settle;
         if work.settle_all {
-            locks.extend(with_queues(|q| q.locks()));
-        }
-        for lock in &locks {
-            settle_lock(ctx, lock);
+            for lock in &with_queues(|q| q.locks()) {
+                settle_lock(ctx, lock);
+            }
         }
     });
     arm(ctx);
