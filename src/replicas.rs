@@ -162,7 +162,15 @@ pub fn may_grant(now: i64) -> Result<(), LockError> {
     verdict
 }
 
-/// Grants and hand-offs refused by [`may_grant`] since load.
+/// Whether this master may grant now, without counting a refusal: the waiters' hand-off asks
+/// on every look at a lock with waiters (the poll), which would swamp the count of refused
+/// commands.
+#[must_use]
+pub fn grants_allowed(now: i64) -> bool {
+    HEALTH.get().may_grant(now, MIN_REPLICAS.load(Ordering::Relaxed)).is_ok()
+}
+
+/// Commands refused by [`may_grant`] since load.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 /// Folds a check into the state; returns whether grants became allowed by it (waiters that

@@ -62,6 +62,22 @@ pub struct Written {
     pub reap_at: Option<i64>,
     /// The leased permits' ids (the reply, instead of `reply`, when there are any).
     pub ids: Vec<Vec<u8>>,
+    /// What identifies this grant on the lock, should it have to be undone.
+    pub stamp: Stamp,
+}
+
+/// What identifies a grant on the lock, so that undoing it (its client left before its reply)
+/// undoes that grant and nothing else: by the time the undo runs (a timer, perhaps after a
+/// pause), the same owner may hold the lock again by a grant of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamp {
+    /// Nothing to tell apart: counted permits are anonymous, leased ones are undone by id.
+    None,
+    /// The owner's hold count after the grant and the key's deadline (Unix ms) it set: a
+    /// reentrant lock's hold, a read-write lock's write hold.
+    Hold { count: u64, expire_at: i64 },
+    /// A read hold: its index and its hold key's deadline (Unix ms).
+    ReadHold { index: u64, expire_at: i64 },
 }
 
 /// When to look again at a lock whose holder has `pttl` ms left at `now` (-1: no expiry).
@@ -158,34 +174,104 @@ impl Grant<'_> {
     /// Writes and replicates the grant as the waiter's hold.
     pub fn write(self, ctx: &Context) -> Written {
         let Self { write, token } = self;
-        let (lease_over_at, reap_at) = match write {
+        let (lease_over_at, reap_at, stamp) = match write {
             Write::Reentrant { key, owner, plan } => {
                 key.apply(Some(&owner), &plan);
-                (plan.expire_at.map(|d| d.over_at()), None)
+                let stamp = match (plan.write, plan.expire_at) {
+                    (rules::Write::SetCount(count), Some(at)) => {
+                        Stamp::Hold { count, expire_at: at.unix_ms() }
+                    }
+                    _ => Stamp::None,
+                };
+                (plan.expire_at.map(|d| d.over_at()), None, stamp)
             }
             Write::Rw { key, plan } => {
                 key.apply(&plan);
-                (lease_end(&plan), reap_hint(&plan))
+                (lease_end(&plan), reap_hint(&plan), rw_stamp(&plan))
             }
             Write::Permits { key, state, plan, leased } => {
                 key.apply(state, &plan);
                 drop(key);
                 let Some((leases, until, permits)) = leased else {
                     let reply = plan.reply;
-                    return Written { reply, lease_over_at: None, reap_at: None, ids: Vec::new() };
+                    return Written {
+                        reply,
+                        lease_over_at: None,
+                        reap_at: None,
+                        ids: Vec::new(),
+                        stamp: Stamp::None,
+                    };
                 };
                 let ids = sem::new_ids(permits);
                 let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
                 let _ = leases.lease(ctx, &refs, until);
                 let reap_at = Some(rules::Deadline::at(until).over_at());
-                return Written { reply: Reply::Nil, lease_over_at: None, reap_at, ids };
+                return Written {
+                    reply: Reply::Nil,
+                    lease_over_at: None,
+                    reap_at,
+                    ids,
+                    stamp: Stamp::None,
+                };
             }
         };
         let token = token.map(|(counter, token)| {
             counter.store(ctx, token);
             token
         });
-        Written { reply: rules::granted(token), lease_over_at, reap_at, ids: Vec::new() }
+        Written { reply: rules::granted(token), lease_over_at, reap_at, ids: Vec::new(), stamp }
+    }
+}
+
+/// What identifies a read-write grant: the read hold it added, or the write count and the
+/// hash's deadline it set.
+fn rw_stamp(plan: &RwPlan) -> Stamp {
+    let expire_at = plan.effects.iter().find_map(|e| match e {
+        Effect::ExpireAt(deadline) => Some(deadline.unix_ms()),
+        _ => None,
+    });
+    plan.effects
+        .iter()
+        .find_map(|e| match (e, expire_at) {
+            (Effect::AddHold { index, deadline, .. }, _) => {
+                Some(Stamp::ReadHold { index: *index, expire_at: deadline.unix_ms() })
+            }
+            (Effect::SetWrites { count, .. }, Some(expire_at)) => {
+                Some(Stamp::Hold { count: *count, expire_at })
+            }
+            _ => None,
+        })
+        .unwrap_or(Stamp::None)
+}
+
+/// Whether the grant `stamp` made to `request` on the lock `name` still stands as it was made
+/// (the owner's count and the deadline the grant set): only then may it be undone. A lock the
+/// owner holds again by a later grant, or that changed hands, is left alone: its hold ends with
+/// its lease.
+pub fn still_granted(ctx: &Context, name: &RedisString, request: &Request, stamp: Stamp) -> bool {
+    match (request.kind, stamp) {
+        (Kind::Permits(_) | Kind::Leased(_), _) => true,
+        (_, Stamp::None) => false,
+        (Kind::Reentrant, Stamp::Hold { count, expire_at }) => {
+            let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
+            let held = LockKey::open(ctx, name, false).view(Some(&owner));
+            matches!(held, Ok(View::Held { mine: Some(mine), .. }) if mine == count)
+                && super::expire_time(ctx, name) == Some(expire_at)
+        }
+        (Kind::Rw(_), Stamp::Hold { count, expire_at }) => {
+            let state = RwKey::open(ctx, name, false).state();
+            matches!(state, Ok(s) if s.writes_of(&request.owner) == count)
+                && super::expire_time(ctx, name) == Some(expire_at)
+        }
+        (Kind::Rw(_), Stamp::ReadHold { index, expire_at }) => {
+            let state = RwKey::open(ctx, name, false).state();
+            let Ok(state) = state else { return false };
+            let hold = crate::names::read_hold(name.as_slice(), &request.owner, index);
+            let hold = RedisString::create_from_slice(ctx.get_raw(), &hold);
+            state.reads_of(&request.owner) == index
+                && super::expire_time(ctx, &hold) == Some(expire_at)
+        }
+        (Kind::Reentrant, Stamp::ReadHold { .. }) => false,
     }
 }
 

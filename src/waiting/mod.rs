@@ -52,7 +52,7 @@ use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
 use crate::store::access::check_publish;
-use crate::store::waiters::{self, Head};
+use crate::store::waiters::{self, Head, Stamp};
 use crate::store::{self, LockKey, Unlocked};
 
 /// What a blocked waiter is unblocked with; its reply callback turns it into the reply.
@@ -60,7 +60,8 @@ use crate::store::{self, LockKey, Unlocked};
 pub enum Outcome {
     /// It holds the lock as it asked (`request`): reply `reply` (nil, or `[1, token]`).
     /// With leased permits, `ids` (their ids) is the reply.
-    Granted { lock: LockName, request: Request, reply: Reply, ids: Vec<Vec<u8>> },
+    /// `stamp` tells this grant apart, should it have to be undone.
+    Granted { lock: LockName, request: Request, reply: Reply, ids: Vec<Vec<u8>>, stamp: Stamp },
     /// Its budget ran out: reply `reply` (the holder's remaining lease, or `[0, pttl]`).
     TimedOut(Reply),
     /// Reply this error.
@@ -227,17 +228,22 @@ pub fn freed(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
 /// A waiter that can never be granted as it asked (a fencing token that cannot be issued: the
 /// counter is corrupt or full, or an `allkeys-*` policy is in force) gets that error and the
 /// next waiter is tried: nothing is granted with an error reply. Never writes while writes are
-/// paused (timers check first), on a replica, or on a master that lost its replicas (the
-/// waiters stay queued; the replica check that finds them in sync again settles every lock,
-/// see `events::on_cron`).
+/// paused (timers check first), on a replica, or on a master whose replica guard refuses grants
+/// (the waiters stay queued and the lock is looked at again at every poll until grants are
+/// allowed).
 pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
     if !waits_for(ctx, name) || !raw::is_master(ctx) || raw::writes_paused() {
         return false;
     }
-    if replicas::may_grant(raw::now_ms()).is_err() {
+    let lock = &lock_name(ctx, name);
+    if !replicas::grants_allowed(raw::now_ms()) {
+        // Held back by the replica guard: looked at again at the next poll, so the waiters are
+        // served as soon as grants are allowed, however that comes about (the quarantine ends,
+        // a replica comes back, `rlock.min-replicas` is lowered).
+        look_again(lock, None);
+        timers::arm(ctx);
         return false;
     }
-    let lock = &lock_name(ctx, name);
     let mut granted = false;
     let mut slot_checked = false;
     loop {
@@ -272,8 +278,8 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         let Some(waiter) = with_queues(|q| q.remove(id)) else { return granted };
         let written = grant.write(ctx);
         let exclusive = request.exclusive();
-        let (reply, ids) = (written.reply, written.ids);
-        unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply, ids });
+        let (reply, ids, stamp) = (written.reply, written.ids, written.stamp);
+        unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply, ids, stamp });
         bump(&STATS.handoffs);
         granted = true;
         look_again(lock, written.lease_over_at);
@@ -366,17 +372,24 @@ impl BlockHandler for Waiting {
             return;
         }
         // Granted, but gone before its reply: the hold must not stay with a client that is gone.
-        if let Some(Outcome::Granted { lock, request, ids, .. }) = outcome {
+        if let Some(Outcome::Granted { lock, request, ids, stamp, .. }) = outcome {
             bump(&STATS.rollbacks);
-            let undo = (lock.clone(), request.clone(), ids.clone());
+            let undo = timers::Undo {
+                lock: lock.clone(),
+                request: request.clone(),
+                ids: ids.clone(),
+                stamp: *stamp,
+            };
             timers::defer(ctx, |d| d.rollback.push(undo));
         }
     }
 }
 
 /// The server became a replica: no lock can be granted here any more; every waiter gets an
-/// error.
+/// error, and grants waiting to be undone are left to the new master's data (a replica never
+/// writes: their holds end with their leases).
 pub fn demoted(ctx: &Context) {
+    timers::forget_rollbacks();
     for waiter in with_queues(Queues::drain) {
         bump(&STATS.left);
         unblock(waiter, Outcome::Failed(LockError::Demoted));

@@ -14,7 +14,8 @@ use crate::error::LockError;
 use crate::queue::{Event, LockName, WaiterId};
 use crate::raw;
 use crate::rules::{Kind, Reply, Request};
-use crate::store::{self, waiters};
+use crate::store::waiters::{self, Stamp};
+use crate::store;
 
 thread_local! {
     /// The armed schedule timer: when it fires, and its id.
@@ -28,9 +29,28 @@ pub struct Deferred {
     armed: bool,
     /// Every lock with waiters (after a flush, a `SWAPDB`, replicas back in sync).
     pub settle_all: bool,
-    /// Grants to clients that left before their reply (with their leased permits' ids): undo
-    /// them.
-    pub rollback: Vec<(LockName, Request, Vec<Vec<u8>>)>,
+    /// Grants to clients that left before their reply: undo them.
+    pub rollback: Vec<Undo>,
+}
+
+/// A grant to undo: its client left before its reply.
+pub struct Undo {
+    pub lock: LockName,
+    pub request: Request,
+    /// Its leased permits' ids.
+    pub ids: Vec<Vec<u8>>,
+    /// What tells the grant apart from a later hold of the same owner.
+    pub stamp: Stamp,
+}
+
+/// The server is no longer a master: grants waiting to be undone are not this server's to undo
+/// any more (a replica must not write; the new master's data decides).
+pub fn forget_rollbacks() {
+    DEFERRED.with(|d| {
+        if let Ok(mut d) = d.try_borrow_mut() {
+            d.rollback.clear();
+        }
+    });
 }
 
 /// Queues work for the 0 ms timer, arming it if needed.
@@ -58,8 +78,19 @@ fn run_deferred(ctx: &Context, (): ()) {
     }
     store::module_work(ctx, || {
         let work = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-        for (lock, request, ids) in &work.rollback {
-            undo_grant(ctx, lock, request, ids);
+        if !raw::is_master(ctx) {
+            // Demoted meanwhile (a `FAILOVER` ends its pause as a replica): never write here.
+            if !work.rollback.is_empty() {
+                ctx.log_notice(&format!(
+                    "rlock: {} grant(s) to clients that left were not undone: this server is no \
+                     longer a master (their holds end with their leases)",
+                    work.rollback.len()
+                ));
+            }
+            return;
+        }
+        for undo in &work.rollback {
+            undo_grant(ctx, undo);
         }
         if work.settle_all {
             for lock in &with_queues(|q| q.locks()) {
@@ -175,9 +206,19 @@ fn settle_lock(ctx: &Context, lock: &LockName) {
 }
 
 /// Undoes a grant whose client left before its reply: releases the hold it was granted (as
-/// `RLOCK.RELEASE` / `RWLOCK.RELEASE` would), handing off if that frees the lock.
-fn undo_grant(ctx: &Context, lock: &LockName, request: &Request, ids: &[Vec<u8>]) {
+/// `RLOCK.RELEASE` / `RWLOCK.RELEASE` would), handing off if that frees the lock; unless the lock
+/// no longer shows that grant as it was made (the same owner took it again meanwhile, by a grant
+/// of its own): that hold is not the one to release.
+fn undo_grant(ctx: &Context, undo: &Undo) {
+    let Undo { lock, request, ids, stamp } = undo;
     let Some(name) = open_db(ctx, lock) else { return };
+    if !waiters::still_granted(ctx, &name, request, *stamp) {
+        ctx.log_notice(
+            "rlock: a grant to a client that left was not undone: the lock no longer shows it \
+             as it was made (its hold ends with its lease)",
+        );
+        return;
+    }
     let undone = match request.kind {
         Kind::Reentrant => {
             let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
