@@ -9,11 +9,6 @@
 //! checks. Entries are encoded as Redis encodes them: a canonical decimal integer as an integer,
 //! anything else as a string.
 
-/// The longest field or value Redis keeps in a listpack hash by default
-/// (`hash-max-listpack-value`): a restored listpack is not converted for a longer one (Redis 7.0
-/// checks only the entry count), so only hashes within it are sent this way.
-pub const LISTPACK_VALUE_MAX: usize = 64;
-
 /// RDB type of a listpack-encoded hash.
 const RDB_TYPE_HASH_LISTPACK: u8 = 16;
 /// RDB version 10: Redis 7.0, the first with listpack hashes.

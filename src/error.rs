@@ -37,8 +37,6 @@ pub enum LockError {
     CorruptToken,
     /// The fencing-token counter is at the largest integer Redis stores.
     TokenExhausted,
-    /// `TOKEN` while an `allkeys-*` eviction policy could evict the counter (and repeat tokens).
-    TokenEvictable,
     /// The unlock latch key holds something other than a release result.
     CorruptLatch,
     /// In cluster mode, a derived key (token counter, unlock latch) would land in another hash
@@ -111,9 +109,6 @@ impl LockError {
             }
             Self::TokenExhausted => {
                 "ERR the fencing token counter cannot grow: it holds the largest integer Redis stores"
-            }
-            Self::TokenEvictable => {
-                "ERR TOKEN refused: maxmemory-policy is allkeys-*, which may evict the token counter and repeat tokens"
             }
             Self::CorruptLatch => {
                 "ERR the unlock latch (redisson_unlock_latch:...) holds a value that is not a release result"

@@ -56,6 +56,12 @@ fn on_cron(ctx: &Context, _: u64) {
     }
 }
 
+/// A setting changed (`CONFIG SET`): the ones the store's writes depend on are read again.
+#[linkme::distributed_slice(redis_module::server_events::CONFIG_CHANGED_SERVER_EVENTS_LIST)]
+fn on_config_changed(ctx: &Context, names: &[&str]) {
+    crate::store::settings::refresh(ctx, Some(names));
+}
+
 /// A master loaded its data from disk (a restart): grants the last fsync missed may be lost,
 /// so tokens from now on start above any this server issued before (`replicas`).
 #[linkme::distributed_slice(redis_module::server_events::LOADING_SERVER_EVENTS_LIST)]
@@ -110,7 +116,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("replicas_in_sync", in_sync.to_string())?
         .field("grants_allowed", u8::from(allowed).to_string())?
         .field("grants_refused", refused.to_string())?
-        .field("token_floor", replicas::token_floor().to_string())?
+        .field("token_floor", replicas::failover_floor().to_string())?
         .build_section()?
         .add_section("server")
         .field("server", server)?

@@ -122,6 +122,7 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     raw::events::set_module_options(ctx);
     waiting::reset_stats();
     replicas::reset();
+    store::settings::refresh(ctx, None);
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! derives from its name are checked against the caller's ACL user, as Redis checks the keys
 //! of its own commands. The module's own work (timers, events) has no caller and is not checked.
 
-use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
+use redis_module::{Context, RedisString};
 
 use super::{outside_command, unlock_channel, Unlocked};
 use crate::error::LockError;
@@ -50,20 +50,5 @@ pub fn check_publish(
     } else {
         user.log_denied(ctx, &channel, true);
         Err(LockError::NoPermChannel)
-    }
-}
-
-/// Whether an `allkeys-*` eviction policy is in force: keys with no TTL (token counters) may be
-/// evicted by ordinary traffic. Read whatever `maxmemory` is now: it can be set at any time.
-pub fn evicts_any_key(ctx: &Context) -> bool {
-    let reply: CallResult =
-        ctx.call_ext("CONFIG", &CallOptionsBuilder::new().build(), &["GET", "maxmemory-policy"]);
-    match reply {
-        Ok(CallReply::Array(items)) => match items.get(1) {
-            Some(Ok(CallReply::String(policy))) => policy.as_bytes().starts_with(b"allkeys-"),
-            // Unreadable: assume the worst.
-            _ => true,
-        },
-        _ => true,
     }
 }

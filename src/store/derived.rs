@@ -5,7 +5,7 @@
 
 use redis_module::{Context, RedisString};
 
-use super::access::{check_key, evicts_any_key};
+use super::access::check_key;
 use super::replicating;
 use crate::error::LockError;
 use crate::names;
@@ -64,13 +64,9 @@ impl TokenCounter {
     /// The counter of `lock`, for a grant made by the module itself (a hand-off).
     ///
     /// # Errors
-    /// [`LockError::CrossSlot`] in cluster mode for a name whose counter lives in another slot;
-    /// [`LockError::TokenEvictable`] under an `allkeys-*` eviction policy.
+    /// [`LockError::CrossSlot`] in cluster mode for a name whose counter lives in another slot.
     pub fn for_grant(ctx: &Context, lock: &RedisString) -> Result<Self, LockError> {
         let name = derived_name(ctx, lock, &names::token(lock.as_slice()))?;
-        if evicts_any_key(ctx) {
-            return Err(LockError::TokenEvictable);
-        }
         Ok(Self { name })
     }
 
@@ -118,6 +114,7 @@ impl TokenCounter {
 
     /// Stores `token` (from [`Self::next`]) and replicates it (`SET`, an absolute value).
     pub fn store(self, ctx: &Context, token: u64) {
+        replicas::token_granted(token);
         let value = raw::int_string(ctx, token as i64);
         store_string(ctx, &self.name, &value, c"incrby", None);
     }

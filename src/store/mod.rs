@@ -18,6 +18,7 @@ pub mod access;
 pub mod derived;
 pub mod rw;
 pub mod sem;
+pub mod settings;
 pub mod waiters;
 
 use std::cell::Cell;
@@ -150,10 +151,12 @@ impl<'a> LockKey<'a> {
                 if replicate {
                     match plan.expire_at {
                         // The whole lock in one command (no MULTI/EXEC): its only holder, in
-                        // a hash Redis keeps as a listpack (a RESTOREd listpack is not
-                        // converted for a long owner, as HSET's is).
+                        // a hash the server keeps as a listpack (a RESTOREd listpack is not
+                        // converted for a long owner, as HSET's is: the server's own limit,
+                        // `hash-max-listpack-value`, decides).
                         Some(deadline)
-                            if owner.len() <= dump::LISTPACK_VALUE_MAX
+                            if owner.len().max(count.as_slice().len())
+                                <= settings::listpack_value_max()
                                 && self.key.field_count() == 1 =>
                         {
                             self.replicate_whole(owner, n, deadline.unix_ms());
