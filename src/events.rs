@@ -54,6 +54,13 @@ fn on_cron(ctx: &Context, _: u64) {
     if replicas::record_check(raw::now_ms(), &links) && waiting::anyone_waits() {
         defer(ctx, |d| d.settle_all = true);
     }
+    if let Some(Err(e)) = replicas::remember_replicas() {
+        ctx.log_warning(&format!(
+            "rlock: cannot write {} in the working directory ({e}): a restart will not \
+             remember that this master has had replicas",
+            replicas::STATE_FILE
+        ));
+    }
 }
 
 /// A setting changed (`CONFIG SET`): the ones the store's writes depend on are read again.

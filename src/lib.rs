@@ -71,7 +71,7 @@ const ALLOCATOR: Allocator = std::alloc::System;
 /// `configurations` table, by name without the `rlock.` prefix; anything else (a typo, or the
 /// prefixed name, which Redis would otherwise ignore) refuses the load rather than leave a
 /// safety setting silently at its default.
-const ARGUMENTS: [&str; 2] = ["min-replicas", "replica-max-lag"];
+const ARGUMENTS: [&str; 3] = ["min-replicas", "replica-max-lag", "stall-ms"];
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     for pair in args.chunks(2) {
@@ -79,7 +79,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if pair.len() != 2 || !ARGUMENTS.contains(&name.as_str()) {
             ctx.log_warning(&format!(
                 "rlock: unknown module argument '{name}' (or no value): the arguments are \
-                 min-replicas <n> and replica-max-lag <seconds>"
+                 min-replicas <n>, replica-max-lag <seconds> and stall-ms <ms>"
             ));
             return Status::Err;
         }
@@ -122,6 +122,7 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     raw::events::set_module_options(ctx);
     waiting::reset_stats();
     replicas::reset();
+    replicas::recall();
     store::settings::refresh(ctx, None);
     Ok(())
 }
@@ -267,6 +268,9 @@ rlock_module! {
             ["min-replicas", &replicas::MIN_REPLICAS, -1, -1, 1_000, ConfigurationFlags::DEFAULT, None],
             // Seconds since a replica's last acknowledgement for it to count as in sync.
             ["replica-max-lag", &replicas::MAX_LAG, 2, 1, 3_600, ConfigurationFlags::DEFAULT, None],
+            // A gap this long between two replica checks (ms) is a stall: quarantine. Keep it at
+            // or below Sentinel's down-after-milliseconds.
+            ["stall-ms", &replicas::STALL, 1_500, 100, 60_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

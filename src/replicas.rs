@@ -9,9 +9,18 @@
 //! replica once one has been online; `0` turns the check off; `n > 0` requires `n` always.
 //! The replicas are checked on Redis's cron (10 times a second at the default `hz`); a check
 //! goes stale quickly, so a master that was stopped (SIGSTOP, a VM pause) grants nothing when it
-//! resumes until a fresh check, and a stall long enough for a failover (`STALL_MS`) starts a
-//! quarantine longer than the lag bound, so acknowledgements buffered before the stall cannot
-//! pass for live replicas.
+//! resumes until a fresh check, and a stall long enough for a failover starts a quarantine
+//! longer than the lag bound, so acknowledgements buffered before the stall cannot pass for live
+//! replicas. "Long enough" is `rlock.stall-ms` (default [`STALL_MS`]; set it at or below
+//! Sentinel's `down-after-milliseconds`) and, in a cluster, never more than half the server's
+//! own `cluster-node-timeout` (a failover cannot complete before a node is deemed failed).
+//!
+//! **The auto rule survives a restart.** Once a replica has been online, the master writes
+//! [`STATE_FILE`] in its working directory (`dir`, where its RDB and AOF live); a module that
+//! loads and finds it starts as a master that has had replicas: a master restarted before its
+//! failover was noticed grants nothing until a replica is in sync again. The file is never
+//! removed by the module (delete it, or set `rlock.min-replicas 0`, to run standalone again). A
+//! replica that is promoted starts afresh as before: it grants until a replica has been online.
 //!
 //! **Tokens never repeat.** On promotion, and when a master loads its data from disk, the
 //! module raises a *token floor* to the current Unix time in ms × 1,000,000: the next token of
@@ -41,9 +50,33 @@ static TOKEN_FLOOR: AtomicU64 = AtomicU64::new(0);
 /// Tokens per millisecond of the floor.
 pub const TOKENS_PER_MS: u64 = 1_000_000;
 
-/// A gap between two checks this long means the server stalled (stopped, paused, blocked) long
-/// enough for a failover detector (Sentinel's down-after, a cluster's node timeout) to act.
+/// `rlock.stall-ms`: a gap between two checks this long means the server stalled (stopped,
+/// paused, blocked) long enough for a failover detector (Sentinel's down-after, a cluster's node
+/// timeout) to act.
+pub static STALL: AtomicI64 = AtomicI64::new(STALL_MS);
+
+/// `rlock.stall-ms`'s default.
 pub const STALL_MS: i64 = 1_500;
+
+/// In a cluster, half the server's `cluster-node-timeout` (ms; `i64::MAX` outside a cluster).
+static NODE_TIMEOUT_HALF: AtomicI64 = AtomicI64::new(i64::MAX);
+
+/// The server's `cluster-node-timeout` (ms), when it runs in cluster mode.
+pub fn set_cluster_node_timeout(ms: Option<i64>) {
+    let half = ms.filter(|&ms| ms > 0).map_or(i64::MAX, |ms| ms / 2);
+    NODE_TIMEOUT_HALF.store(half, Ordering::Relaxed);
+}
+
+/// The stall threshold in force: `rlock.stall-ms`, and in a cluster at most half the node
+/// timeout; never below 100 ms (the cron's own period at the default `hz`).
+#[must_use]
+pub fn stall_ms() -> i64 {
+    STALL.load(Ordering::Relaxed).min(NODE_TIMEOUT_HALF.load(Ordering::Relaxed)).max(100)
+}
+
+/// The file, in the server's working directory, that says this server has had replicas as a
+/// master (the auto rule's memory across restarts).
+pub const STATE_FILE: &str = "rlock-had-replicas";
 
 thread_local! {
     static HEALTH: Cell<Health> = const { Cell::new(Health::NEW) };
@@ -96,11 +129,12 @@ impl Health {
     /// The state after a check at `now` that found `links`. Checks run on Redis's cron; the
     /// usual gap between them sets how long a check stays valid (a few gaps, at least 500 ms).
     #[must_use]
-    pub fn checked(self, now: i64, links: &[Link], max_lag: i64) -> Self {
+    /// `stall_ms`: the stall threshold ([`stall_ms`]).
+    pub fn checked(self, now: i64, links: &[Link], max_lag: i64, stall_ms: i64) -> Self {
         let gap = now - self.checked_at;
-        let stalled = self.checked_at > 0 && gap > STALL_MS.max(self.valid_ms);
+        let stalled = self.checked_at > 0 && gap > stall_ms;
         let valid_ms = if self.checked_at > 0 && !stalled {
-            (3 * gap).clamp(500, STALL_MS)
+            (3 * gap).clamp(stall_ms.min(500), stall_ms)
         } else {
             self.valid_ms
         };
@@ -178,9 +212,36 @@ static REFUSED: AtomicU64 = AtomicU64::new(0);
 pub fn record_check(now: i64, links: &[Link]) -> bool {
     let min = MIN_REPLICAS.load(Ordering::Relaxed);
     let before = HEALTH.get();
-    let after = before.checked(now, links, MAX_LAG.load(Ordering::Relaxed));
+    let after = before.checked(now, links, MAX_LAG.load(Ordering::Relaxed), stall_ms());
     HEALTH.set(after);
     before.may_grant(now, min).is_err() && after.may_grant(now, min).is_ok()
+}
+
+/// Writes [`STATE_FILE`] once a replica has been online, if it is not written yet: `None` when
+/// there was nothing to write, else whether the write worked (a failure only loses the memory
+/// across restarts: the caller logs it).
+pub fn remember_replicas() -> Option<std::io::Result<()>> {
+    if REMEMBERED.load(Ordering::Relaxed) || !HEALTH.get().seen {
+        return None;
+    }
+    let text = "This Redis server, as a master, has had replicas: the rlock module's replica \
+                guard (rlock.min-replicas -1, auto) requires one in sync after a restart.\n\
+                Delete this file to run it standalone again.\n";
+    let written = std::fs::write(STATE_FILE, text);
+    // Tried once per load: a failure is logged once, not at every check.
+    REMEMBERED.store(true, Ordering::Relaxed);
+    Some(written)
+}
+
+/// Whether [`STATE_FILE`] was found at load or written (or tried) since.
+static REMEMBERED: AtomicBool = AtomicBool::new(false);
+
+/// At load: a master that finds [`STATE_FILE`] has had replicas before its restart.
+pub fn recall() {
+    if std::path::Path::new(STATE_FILE).exists() {
+        REMEMBERED.store(true, Ordering::Relaxed);
+        HEALTH.set(Health { seen: true, ..Health::NEW });
+    }
 }
 
 /// This server is not a master: it grants nothing, and forgets its replicas. When it is
@@ -239,6 +300,7 @@ pub fn failover_floor() -> u64 {
 /// At load: a reloaded module may find its old statics.
 pub fn reset() {
     HEALTH.set(Health::NEW);
+    REMEMBERED.store(false, Ordering::Relaxed);
     TOKEN_FLOOR.store(0, Ordering::Relaxed);
     TOKEN_HIGH.store(0, Ordering::Relaxed);
     COUNTERS_EVICTABLE.store(false, Ordering::Relaxed);
@@ -276,14 +338,14 @@ mod tests {
 
     #[test]
     fn a_master_without_replicas_grants_and_one_that_had_them_needs_them() {
-        let h = Health::NEW.checked(1_000, &[], 2);
+        let h = Health::NEW.checked(1_000, &[], 2, STALL_MS);
         assert_eq!(h.may_grant(1_050, -1), Ok(()));
-        let h = h.checked(1_100, &[UP], 2);
+        let h = h.checked(1_100, &[UP], 2, STALL_MS);
         assert_eq!(h.may_grant(1_150, -1), Ok(()));
         let lagging = Link { online: true, lag: 3 };
-        let h = h.checked(1_200, &[lagging], 2);
+        let h = h.checked(1_200, &[lagging], 2, STALL_MS);
         assert_eq!(h.may_grant(1_250, -1), Err(LockError::NoReplicas));
-        let h = h.checked(1_300, &[], 2);
+        let h = h.checked(1_300, &[], 2, STALL_MS);
         assert_eq!(h.may_grant(1_350, -1), Err(LockError::NoReplicas));
         assert_eq!(h.may_grant(1_350, 0), Ok(()), "0 turns the check off");
         assert_eq!(Health::NEW.may_grant(5, 1), Err(LockError::NoReplicas), "explicit minimum");
@@ -291,27 +353,37 @@ mod tests {
 
     #[test]
     fn a_stale_check_or_a_stall_refuses_until_fresh_acknowledgements() {
-        let h = Health::NEW.checked(1_000, &[UP], 2).checked(1_100, &[UP], 2);
+        let h = Health::NEW.checked(1_000, &[UP], 2, STALL_MS).checked(1_100, &[UP], 2, STALL_MS);
         assert_eq!(h.may_grant(1_500, -1), Ok(()));
         assert_eq!(h.may_grant(1_700, -1), Err(LockError::NoReplicas), "check too old");
         // Stopped for 5 s: the first check after it still sees the replica (buffered acks).
-        let h = h.checked(6_000, &[UP], 2);
+        let h = h.checked(6_000, &[UP], 2, STALL_MS);
         assert_eq!(h.may_grant(6_050, -1), Err(LockError::NoReplicas));
         let mut h = h;
         for now in (6_100..=9_400).step_by(100) {
-            h = h.checked(now, &[UP], 2);
+            h = h.checked(now, &[UP], 2, STALL_MS);
             assert_eq!(h.may_grant(now + 50, -1), Err(LockError::NoReplicas), "in quarantine");
         }
-        let h = h.checked(9_500, &[UP], 2);
+        let h = h.checked(9_500, &[UP], 2, STALL_MS);
         assert_eq!(h.may_grant(9_550, -1), Ok(()));
     }
 
     #[test]
+    fn the_stall_threshold_is_the_setting() {
+        let h = Health::NEW.checked(1_000, &[UP], 2, 1_000).checked(1_100, &[UP], 2, 1_000);
+        let h = h.checked(2_300, &[UP], 2, 1_000);
+        assert!(h.quarantine_until > 2_300, "a 1.2 s stall over a 1 s threshold");
+        assert_eq!(h.may_grant(2_350, -1), Err(LockError::NoReplicas));
+        let h = Health::NEW.checked(1_000, &[UP], 2, 1_500).checked(2_200, &[UP], 2, 1_500);
+        assert_eq!(h.quarantine_until, 0, "not over the default");
+    }
+
+    #[test]
     fn a_slow_cron_widens_the_validity() {
-        let h = Health::NEW.checked(1_000, &[UP], 2).checked(2_000, &[UP], 2);
+        let h = Health::NEW.checked(1_000, &[UP], 2, STALL_MS).checked(2_000, &[UP], 2, STALL_MS);
         assert_eq!(h.quarantine_until, 0, "a 1 s cron period is no stall");
         assert_eq!(h.may_grant(3_400, -1), Ok(()));
-        let h = h.checked(3_010, &[UP], 2);
+        let h = h.checked(3_010, &[UP], 2, STALL_MS);
         assert_eq!(h.quarantine_until, 0);
     }
 }

@@ -6,6 +6,8 @@
 //!   only while its fields fit it: a module-less replica (or an AOF replay) then builds the same
 //!   encoding the master has (Redis converts an `HSET` listpack past the limit, but keeps a
 //!   `RESTORE`d one as sent).
+//! - `cluster-node-timeout`: in a cluster, a stall of half of it starts the replica guard's
+//!   quarantine (`replicas::stall_ms`).
 //! - `maxmemory-policy`: once an `allkeys-*` policy has been in force, a token counter (a key
 //!   with no TTL) may have been evicted, so tokens also exceed every token this server granted
 //!   (`replicas::counters_evictable`).
@@ -14,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context};
 
+use crate::raw;
 use crate::replicas;
 
 /// `hash-max-listpack-value` as last read (Redis's default until then).
@@ -44,6 +47,13 @@ pub fn refresh(ctx: &Context, changed: Option<&[&str]>) {
             .and_then(|v| std::str::from_utf8(&v).ok().and_then(|v| v.parse().ok()));
         // Unreadable: the smallest limit, so a RESTORE is never sent where HSET would differ.
         LISTPACK_VALUE_MAX.store(value.unwrap_or(0), Ordering::Relaxed);
+    }
+    if wanted("cluster-node-timeout") {
+        let timeout = raw::in_cluster(ctx)
+            .then(|| config(ctx, "cluster-node-timeout"))
+            .flatten()
+            .and_then(|v| std::str::from_utf8(&v).ok().and_then(|v| v.parse().ok()));
+        replicas::set_cluster_node_timeout(timeout);
     }
     if wanted("maxmemory-policy") {
         // Unreadable: assume the worst.

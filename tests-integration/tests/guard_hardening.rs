@@ -207,3 +207,61 @@ fn i_a_module_less_replica_keeps_the_masters_hash_encoding_under_the_servers_lis
     }
     check(&mut con, &mut rcon, "l10", &"r".repeat(10));
 }
+
+fn refused(con: &mut Connection, key: &str) -> bool {
+    matches!(run_str(con, &["RLOCK.ACQUIRE", key, "a", "60000"]), Err(e) if e.starts_with("NOREPLICAS"))
+}
+
+#[test]
+fn item3_a_master_restarted_before_its_failover_is_noticed_grants_nothing_until_a_replica_is_back()
+{
+    let mut master = Server::start();
+    let mut con = master.conn();
+    assert!(!master.dir().join("rlock-had-replicas").exists(), "nothing to remember yet");
+    let mut replica = attach_replica(&master, &mut con);
+    poll("the master to remember its replica", LIMIT, || {
+        master.dir().join("rlock-had-replicas").exists().then_some(())
+    });
+    // The replica goes (promoted elsewhere, say), and the master restarts before anything
+    // demotes it: it must not grant as a standalone server.
+    replica.kill();
+    master.restart();
+    let mut con = master.conn();
+    assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_replicas_required"), 1);
+    assert!(refused(&mut con, "l"), "a restarted master that had replicas grants nothing");
+    // A replica in sync again: grants resume.
+    let _replica = attach_replica(&master, &mut con);
+    poll("grants with the replica back", LIMIT, || {
+        (run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]) == Ok(Value::Nil)).then_some(())
+    });
+    // The documented opt-out still works on a restarted master.
+    drop(_replica);
+    master.restart();
+    let mut con = master.conn();
+    assert!(refused(&mut con, "m"));
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]);
+    assert_eq!(run_str(&mut con, &["RLOCK.ACQUIRE", "m", "a", "60000"]), Ok(Value::Nil));
+}
+
+#[test]
+fn item4_a_stall_over_the_operators_threshold_is_quarantined() {
+    let master = Server::builder().config("rlock.stall-ms", "800").start();
+    let mut con = master.conn();
+    let _replica = attach_replica(&master, &mut con);
+    assert_eq!(run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]), Ok(Value::Nil));
+    // A 1.1 s stall: under the old fixed 1.5 s threshold, above the operator's 0.8 s.
+    cmd(&mut con, &["DEBUG", "SLEEP", "1.1"]);
+    let resumed = std::time::Instant::now();
+    poll("a check after the stall", LIMIT, || {
+        (info_field(&mut con, "rlock_replicas", "rlock_grants_allowed") == 0).then_some(())
+    });
+    assert!(refused(&mut con, "m"), "quarantined after the stall");
+    let granted_at = poll("grants after the quarantine", LIMIT, || {
+        (run_str(&mut con, &["RLOCK.ACQUIRE", "m", "a", "60000"]) == Ok(Value::Nil))
+            .then(std::time::Instant::now)
+    });
+    assert!(granted_at - resumed >= Duration::from_millis(2_500), "no quarantine");
+    // The setting is the module's own, checked like the others.
+    let err = run_str(&mut con, &["CONFIG", "SET", "rlock.stall-ms", "50"]).expect_err("50");
+    assert!(err.starts_with("ERR"), "{err}");
+}
