@@ -117,8 +117,7 @@ fn g_a_count_incrby_refuses_is_refused_and_master_and_replica_agree() {
     wait_replica_online(&master);
     let (mut con, mut rep) = (master.conn(), replica.conn());
     let not_integer = "ERR the semaphore's value is not an integer";
-    for bad in ["05", "-0", "007", "+5", " 5", "5 ", "0x5", "1e3", "-", "", "9223372036854775808"]
-    {
+    for bad in ["05", "-0", "007", "+5", " 5", "5 ", "0x5", "1e3", "-", "", "9223372036854775808"] {
         cmd(&mut con, &["SET", "S", bad]);
         let incrby = run_str(&mut con, &["INCRBY", "S", "0"]).unwrap_err();
         assert!(incrby.starts_with("ERR value is not an integer"), "{bad:?}: {incrby}");
@@ -245,8 +244,8 @@ fn i1_a_leased_acquire_of_too_many_permits_is_refused_and_changes_nothing() {
     assert_eq!(get(&mut con, "s").as_deref(), Some("9223372036854775807"));
     // A waiter asking too many is refused before it blocks.
     cmd(&mut con, &["RSEM.SETPERMITS", "t", "0"]);
-    let err =
-        run_str(&mut con, &["RSEM.ACQUIRE", "t", "10001", "LEASE", "1000", "WAIT", "0"]).unwrap_err();
+    let err = run_str(&mut con, &["RSEM.ACQUIRE", "t", "10001", "LEASE", "1000", "WAIT", "0"])
+        .unwrap_err();
     assert_eq!(err, too_many);
     assert_eq!(blocked_clients(&mut con), 0);
     // The limit itself is granted.
@@ -266,7 +265,10 @@ fn i1_a_release_naming_too_many_ids_is_refused_and_changes_nothing() {
     let before = digest(&mut con);
     let mut args: Vec<&[u8]> = vec![b"RSEM.RELEASE", b"s", b"ID"];
     args.extend(granted.iter().map(Vec::as_slice));
-    assert_eq!(run(&mut con, &args), Err("ERR at most 10000 permit ids (after ID) per call".into()));
+    assert_eq!(
+        run(&mut con, &args),
+        Err("ERR at most 10000 permit ids (after ID) per call".into())
+    );
     assert_eq!(digest(&mut con), before, "nothing released");
     args.pop();
     assert_eq!(run(&mut con, &args), Ok(Value::Int(MAX_LEASED as i64)));
@@ -346,7 +348,9 @@ fn s2_leases_of_a_semaphore_whose_count_key_was_deleted_are_reclaimed_by_the_tim
     cmd(&mut con, &["DEL", "S"]);
     // The timer at the lease end puts the permit back (INCRBY creates the count, as Redisson's
     // reclaim does), with no command to trigger it.
-    poll("the lease reclaimed", LIMIT, || (get(&mut con, "S").as_deref() == Some("1")).then_some(()));
+    poll("the lease reclaimed", LIMIT, || {
+        (get(&mut con, "S").as_deref() == Some("1")).then_some(())
+    });
     assert_eq!(zcard(&mut con, "{S}:timeout"), 0);
     assert!(!server.log().contains("panicked"), "{}", server.log());
 }
