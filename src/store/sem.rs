@@ -218,23 +218,29 @@ impl Leases {
         }
     }
 
-    /// Each id's lease end (`None`: not a permit of this semaphore).
+    /// Each id's lease end (`None`: not a permit of this semaphore), in one `ZMSCORE`.
     ///
     /// # Errors
     /// `WRONGTYPE` when the zset's key holds something else.
     pub fn scores(&self, ctx: &Context, ids: &[&[u8]]) -> Result<Vec<Option<i64>>, LockError> {
-        if !self.exists(ctx)? {
+        if ids.is_empty() || !self.exists(ctx)? {
             return Ok(vec![None; ids.len()]);
         }
-        ids.iter()
-            .map(|id| match self.call(ctx, "ZSCORE", &[id], false)? {
-                CallReply::String(s) => {
-                    Ok(s.to_string().and_then(|s| s.parse::<f64>().ok()).map(|f| f as i64))
+        let CallReply::Array(items) = self.call(ctx, "ZMSCORE", ids, false)? else {
+            return Ok(vec![None; ids.len()]);
+        };
+        let mut scores: Vec<Option<i64>> = items
+            .iter()
+            .map(|item| match item {
+                Ok(CallReply::String(s)) => {
+                    s.to_string().and_then(|s| s.parse::<f64>().ok()).map(|f| f as i64)
                 }
-                CallReply::Double(d) => Ok(Some(d.to_double() as i64)),
-                _ => Ok(None),
+                Ok(CallReply::Double(d)) => Some(d.to_double() as i64),
+                _ => None,
             })
-            .collect()
+            .collect();
+        scores.resize(ids.len(), None);
+        Ok(scores)
     }
 
     /// Leases `ids` until `until` (Unix ms), adding them or moving an existing one's end.
