@@ -75,6 +75,10 @@ pub enum LockError {
     InvalidPermitId,
     /// The caller's ACL user may not use the semaphore's lease zset.
     NoPermLeases,
+    /// `RSEM.ACQUIRE ... LEASE` asks for more permits than one call may lease.
+    TooManyLeased,
+    /// `RSEM.RELEASE ... ID` names more ids than one call may release.
+    TooManyIds,
     /// This master had replicas and too few are in sync now: it may have been replaced by a
     /// promoted replica, so it grants nothing (retry on the current master).
     NoReplicas,
@@ -151,6 +155,8 @@ impl LockError {
             Self::NoPermLeases => {
                 "NOPERM this user has no permissions to access the semaphore's lease zset ({name}:timeout)"
             }
+            Self::TooManyLeased => "ERR permits with LEASE must be at most 10000 per call",
+            Self::TooManyIds => "ERR at most 10000 permit ids (after ID) per call",
             Self::NoPermHold => {
                 "NOPERM this user has no permissions to access the read-write lock's read hold keys ({name}:<owner>:rwlock_timeout:<i>)"
             }

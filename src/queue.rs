@@ -131,12 +131,13 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         waiters.filter(|w| matching(&w.request)).count()
     }
 
-    /// The sum of `value` over the waiters of the lock `key` of database `db`.
+    /// The sum of `value` over the waiters of the lock `key` of database `db`, saturating (a
+    /// sum of client-chosen numbers never wraps).
     #[must_use]
     pub fn waiting_sum(&self, db: i32, key: &[u8], value: impl Fn(&R) -> u64) -> u64 {
         let Some(queue) = self.queue(db, key) else { return 0 };
         let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
-        waiters.map(|w| value(&w.request)).sum()
+        waiters.fold(0, |sum: u64, w| sum.saturating_add(value(&w.request)))
     }
 
     /// When to look at a lock with waiters again, at `now`: at `due` (its holder's lease end, if

@@ -52,16 +52,42 @@ impl SemPlan {
     }
 }
 
-/// Parses the key's value as Redis stores an integer.
+/// Parses an integer exactly as Redis's `string2ll` does (what `INCRBY`, `DECRBY` and
+/// `GET`-then-`tonumber` scripts rely on): an optional `-`, then `0` alone or digits without a
+/// leading zero; no `+`, no spaces, no `-0`; within the `i64` range.
+#[must_use]
+pub fn parse_integer(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text {
+        [b'0'] => return Some(0),
+        [b'-', digits @ ..] => (true, digits),
+        digits => (false, digits),
+    };
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    // Accumulated as a negative number, whose range holds i64::MIN.
+    let mut n: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+    }
+    if negative {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
+}
+
+/// Parses the key's value as Redis reads an integer ([`parse_integer`]): a value the module
+/// accepts, the `INCRBY`/`DECRBY` it replicates accepts too.
 ///
 /// # Errors
-/// [`LockError::CorruptPermits`] unless it is a decimal integer that fits an `i64`.
+/// [`LockError::CorruptPermits`] for anything `INCRBY` would refuse.
 pub fn parse_available(stored: &[u8]) -> Result<i64, LockError> {
-    std::str::from_utf8(stored)
-        .ok()
-        .filter(|s| !s.is_empty() && !s.starts_with('+') && s.trim() == *s)
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or(LockError::CorruptPermits)
+    parse_integer(stored).ok_or(LockError::CorruptPermits)
 }
 
 /// `SETPERMITS`: set the count when the semaphore does not exist (reply 1), else reply 0.
@@ -106,6 +132,27 @@ pub fn release(state: SemState, permits: u64) -> Result<SemPlan, LockError> {
     let n = i64::try_from(permits).map_err(|_| LockError::PermitsOverflow)?;
     let count = state.available().checked_add(n).ok_or(LockError::PermitsOverflow)?;
     Ok(SemPlan { write: SemWrite::Add(n), raised: true, reply: Reply::Int(count) })
+}
+
+/// `RELEASE ... ID`: give back the leased permits `ids` (all of them live leases, checked by the
+/// caller): one permit per distinct id, as `ZREM` counts them. Checked against the count before
+/// anything is removed.
+///
+/// # Errors
+/// [`LockError::PermitsOverflow`] when the count would leave the `i64` range.
+pub fn release_ids(state: SemState, ids: &[&[u8]]) -> Result<SemPlan, LockError> {
+    let mut distinct = ids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    release(state, distinct.len() as u64)
+}
+
+/// The permits the waiters ask for, as `RSEM.INFO` reports them: their sum (saturating, as
+/// summed by the queue), at most the largest count a semaphore can hold. A sum above it means
+/// the same as the largest count: no count can grant them all.
+#[must_use]
+pub fn waiting_permits(total: u64) -> i64 {
+    i64::try_from(total).unwrap_or(i64::MAX)
 }
 
 /// The grant of `permits` to the waiter at the head of the queue, if that many are available.

@@ -1,6 +1,8 @@
 //! Argument parsing, without a server.
 
-use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew, WaitFor};
+use rlock::args::{
+    Acquire, KeyOnly, Lease, Release, Renew, SemAcquire, SemAdd, SemRelease, WaitFor,
+};
 use rlock::error::LockError;
 
 fn argv(args: &[&str]) -> Vec<Vec<u8>> {
@@ -130,4 +132,50 @@ fn token_is_a_flag_in_any_order_with_wait_and_only_once() {
     );
     assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "TOKEN", "TOKEN"]), Err(LockError::Syntax));
     assert_eq!(parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "TOKEN", "x"]), Err(LockError::Syntax));
+}
+
+/// A leased acquire takes at most `MAX_LEASED` permits, and a release by id names at most as
+/// many ids: every size is refused by the parser, before anything is read or written (a waiter
+/// too: it would never be granted).
+#[test]
+fn leased_acquires_and_releases_by_id_have_a_per_call_limit() {
+    let max = rlock::args::sem::MAX_LEASED;
+    assert_eq!(max, 10_000);
+    let ok = argv(&["RSEM.ACQUIRE", "s", "10000", "LEASE", "1000", "WAIT", "0"]);
+    assert_eq!(SemAcquire::parse(&ok).map(|c| c.permits), Ok(10_000));
+    for n in ["10001", "4294967296", "9223372036854775807"] {
+        for tail in [&["LEASE", "1000"][..], &["WAIT", "0", "LEASE", "1"]] {
+            let mut args = vec!["RSEM.ACQUIRE", "s", n];
+            args.extend_from_slice(tail);
+            assert_eq!(
+                SemAcquire::parse(&argv(&args)).map(|c| c.permits),
+                Err(LockError::TooManyLeased),
+                "{args:?}"
+            );
+        }
+        // Unleased permits are a number only: any count.
+        let plain = argv(&["RSEM.ACQUIRE", "s", n]);
+        assert!(SemAcquire::parse(&plain).is_ok());
+    }
+    let mut ids = vec!["RSEM.RELEASE", "s", "ID"];
+    ids.extend(std::iter::repeat_n("id", max));
+    assert!(
+        matches!(SemRelease::parse(&argv(&ids)), Ok(SemRelease::Ids { ids, .. }) if ids.len() == max)
+    );
+    ids.push("one-more");
+    assert!(matches!(SemRelease::parse(&argv(&ids)), Err(LockError::TooManyIds)));
+    assert!(LockError::TooManyLeased.message().starts_with("ERR permits with LEASE"));
+    assert!(LockError::TooManyIds.message().starts_with("ERR at most 10000 permit ids (after ID)"));
+}
+
+/// `ADDPERMITS` reads its delta as `INCRBY` reads an integer: the whole `i64` range, no more.
+#[test]
+fn addpermits_delta_is_any_i64_as_incrby_reads_it() {
+    let delta = |d: &str| SemAdd::parse(&argv(&["RSEM.ADDPERMITS", "s", d])).map(|c| c.delta);
+    assert_eq!(delta("-9223372036854775808"), Ok(i64::MIN));
+    assert_eq!(delta("9223372036854775807"), Ok(i64::MAX));
+    assert_eq!(delta("0"), Ok(0));
+    for bad in ["-0", "05", "+1", " 1", "9223372036854775808", ""] {
+        assert_eq!(delta(bad), Err(LockError::InvalidDelta), "{bad:?}");
+    }
 }

@@ -107,12 +107,14 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 store::to_value(plan.reply)
             });
         }
+        // Everything the grant writes is made before the first write (the count is bounded by
+        // the parser: `args::sem::MAX_LEASED`).
+        let ids = leases.as_ref().map(|_| store::sem::new_ids(cmd.permits));
         key.apply(state, &plan);
         drop(key);
-        let (Some(leases), Some(until)) = (leases, until) else {
+        let (Some(leases), Some(until), Some(ids)) = (leases, until, ids) else {
             return Ok(store::to_value(plan.reply));
         };
-        let ids = store::sem::new_ids(cmd.permits);
         let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
         leases.lease(ctx, &refs, until.unix_ms())?;
         waiting::schedule_check(ctx, &waiting::lock_name(ctx, cmd.key), until.over_at());
@@ -168,13 +170,14 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
         let now = raw::now_ms();
+        // It reports the lease zset, even that it is empty: the caller must be allowed to read it.
+        let leases = Leases::for_reading(ctx, cmd.key)?;
         let Some(available) = store::sem::available_now(ctx, cmd.key, now)? else {
             return Ok(RedisValue::Null);
         };
         let (waiters, permits) =
             waiting::waiting_permits(raw::selected_db(ctx), cmd.key.as_slice());
-        let (leased, earliest) =
-            Leases::of(ctx, cmd.key).map_or(Ok((0, None)), |l| l.summary(ctx, now))?;
+        let (leased, earliest) = leases.map_or(Ok((0, None)), |l| l.summary(ctx, now))?;
         raw::reply::reply_map(
             ctx,
             &[
@@ -182,7 +185,7 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 ("leased", Field::Int(leased)),
                 ("next_expiry_ms", Field::Int(earliest.map_or(-1, |at| (at - now).max(0)))),
                 ("waiters", Field::Int(waiters as i64)),
-                ("waiting_permits", Field::Int(permits as i64)),
+                ("waiting_permits", Field::Int(permits)),
             ],
         );
         Ok(RedisValue::NoReply)

@@ -54,7 +54,8 @@ impl Key {
         }
     }
 
-    /// The number of fields of a hash (0 for an empty key).
+    /// The number of fields of a hash, the length of a string (`RedisModule_ValueLength`; 0 for
+    /// an empty key).
     pub fn field_count(&self) -> usize {
         if self.key.is_null() {
             return 0;
@@ -193,6 +194,29 @@ impl Key {
         let get_expire = api!(RedisModule_GetExpire);
         // SAFETY: `self.key` is a non-null open key.
         unsafe { get_expire(self.key) }
+    }
+
+    /// The key's expiry as an absolute Unix ms deadline, exactly as stored; -1 when it has none
+    /// (or does not exist). `RedisModule_GetAbsExpire` (6.2.2+) reads it as stored; without it,
+    /// the remaining time plus one reading of the clock.
+    pub fn expire_at(&self) -> i64 {
+        if self.key.is_null() {
+            return -1;
+        }
+        if let Some(get_abs) = optional_api!(RedisModule_GetAbsExpire) {
+            // SAFETY: `self.key` is a non-null open key.
+            return unsafe { get_abs(self.key) };
+        }
+        match self.pttl() {
+            -1 => -1,
+            pttl => now_ms().saturating_add(pttl),
+        }
+    }
+
+    /// The length of a string value (0 for an empty key): read before copying a value whose
+    /// size a foreign writer chose.
+    pub fn string_len(&self) -> usize {
+        self.field_count()
     }
 
     /// Sets the key to expire at `deadline_ms` (Unix ms), exactly: the value replicated as

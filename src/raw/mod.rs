@@ -115,6 +115,7 @@ declare_apis! {
     ],
     optional: [
         RedisModule_SetAbsExpire,
+        RedisModule_GetAbsExpire,
         RedisModule_ClusterKeySlot,
         RedisModule_GetServerInfo,
         RedisModule_ServerInfoGetFieldSigned,

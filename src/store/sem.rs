@@ -4,12 +4,17 @@
 
 use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
-use super::access::check_key;
-use super::replicating;
+use super::access::{check_key, check_publish};
+use super::{replicating, Unlocked};
+use crate::args::sem::MAX_LEASED;
 use crate::error::LockError;
 use crate::names;
 use crate::raw::{self, Key, KeyKind, KeyUse};
 use crate::sem_rules::{self, SemPlan, SemState, SemWrite};
+
+/// The longest text of an integer `INCRBY` reads (`-9223372036854775808`): a longer value is
+/// refused without being copied, whatever size a foreign writer gave it.
+const MAX_INTEGER_LEN: usize = 20;
 
 /// A semaphore's key, open (closed on drop).
 pub struct SemKey<'a> {
@@ -32,6 +37,9 @@ impl<'a> SemKey<'a> {
     pub fn state(&self) -> Result<SemState, LockError> {
         match self.key.kind() {
             KeyKind::Empty => Ok(SemState { available: None }),
+            KeyKind::String if self.key.string_len() > MAX_INTEGER_LEN => {
+                Err(LockError::CorruptPermits)
+            }
             KeyKind::String => Ok(SemState {
                 available: Some(sem_rules::parse_available(&self.key.string_value())?),
             }),
@@ -53,16 +61,16 @@ impl<'a> SemKey<'a> {
                 (state.available().saturating_add(delta), c"decrby", c"DECRBY", -delta)
             }
         };
-        // INCRBY and DECRBY keep the key's expiry; RM_StringSet drops it, so it is put back.
+        // INCRBY and DECRBY keep the key's expiry; RM_StringSet drops it, so it is put back:
+        // the absolute deadline as stored, never recomputed from a clock (which moved it by a
+        // millisecond whenever the clock ticked between two readings, and not on replicas).
         let kept = match plan.write {
-            SemWrite::Add(_) if self.key.kind() != KeyKind::Empty => Some(self.key.pttl()),
+            SemWrite::Add(_) => Some(self.key.expire_at()).filter(|&at| at >= 0),
             _ => None,
-        }
-        .filter(|&pttl| pttl >= 0);
-        let now = raw::now_ms();
+        };
         self.key.string_set(&raw::int_string(ctx, value));
-        if let Some(pttl) = kept {
-            self.key.set_expire_at(now.saturating_add(pttl));
+        if let Some(at) = kept {
+            self.key.set_expire_at(at);
         }
         raw::signal_modified(ctx, name);
         raw::notify(ctx, raw::Notify::String, event, name);
@@ -84,10 +92,11 @@ pub fn available(ctx: &Context, name: &RedisString) -> Result<i64, LockError> {
 
 /// The permits available at `now` without writing anything: the count plus the leased permits
 /// whose lease ended and which the next write (or the reclaim timer) puts back (a Redisson
-/// client's leases included). `None` when the semaphore is missing.
+/// client's leases included). `None` when the semaphore is missing. The lease zset is read only
+/// when it exists, and then only by a caller allowed to read it.
 ///
 /// # Errors
-/// As [`SemKey::state`].
+/// As [`SemKey::state`], and `NOPERM` for the lease zset.
 pub fn available_now(
     ctx: &Context,
     name: &RedisString,
@@ -96,6 +105,7 @@ pub fn available_now(
     let Some(count) = SemKey::open(ctx, name, false).state()?.available else { return Ok(None) };
     let ended = match Leases::of(ctx, name) {
         Ok(leases) if leases.exists(ctx)? => {
+            check_key(ctx, &leases.name, KeyUse::Read, LockError::NoPermLeases)?;
             let now = now.to_string();
             match leases.call(ctx, "ZCOUNT", &[b"-inf", now.as_bytes()], false)? {
                 CallReply::I64(n) => n.to_i64(),
@@ -138,7 +148,23 @@ impl Leases {
         Ok(leases)
     }
 
-    fn exists(&self, ctx: &Context) -> Result<bool, LockError> {
+    /// The lease zset of `sem` for reading by the calling client (`RSEM.INFO`, which reports
+    /// it whether or not it exists); `None` for a name whose zset would live in another cluster
+    /// slot (it has no leases).
+    ///
+    /// # Errors
+    /// `NOPERM` when the caller's ACL user may not read the zset.
+    pub fn for_reading(ctx: &Context, sem: &RedisString) -> Result<Option<Self>, LockError> {
+        let Ok(leases) = Self::of(ctx, sem) else { return Ok(None) };
+        check_key(ctx, &leases.name, KeyUse::Read, LockError::NoPermLeases)?;
+        Ok(Some(leases))
+    }
+
+    /// Whether the zset exists.
+    ///
+    /// # Errors
+    /// `WRONGTYPE` when its key holds a hash or a string.
+    pub fn exists(&self, ctx: &Context) -> Result<bool, LockError> {
         match Key::open(ctx, &self.name, false).kind() {
             KeyKind::Empty => Ok(false),
             KeyKind::Other => Ok(true),
@@ -164,16 +190,23 @@ impl Leases {
         reply.map_err(|_| LockError::WrongType)
     }
 
-    /// The ids whose lease ended by `now`.
+    /// The ids whose lease ended by `now`, at most `limit` of them (earliest first), whatever
+    /// size a foreign writer gave the zset.
     ///
     /// # Errors
     /// `WRONGTYPE` when the zset's key holds something else.
-    pub fn expired(&self, ctx: &Context, now: i64) -> Result<Vec<Vec<u8>>, LockError> {
+    pub fn expired(
+        &self,
+        ctx: &Context,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, LockError> {
         if !self.exists(ctx)? {
             return Ok(Vec::new());
         }
-        let now = now.to_string();
-        match self.call(ctx, "ZRANGEBYSCORE", &[b"-inf", now.as_bytes()], false)? {
+        let (now, limit) = (now.to_string(), limit.to_string());
+        let args: [&[u8]; 5] = [b"-inf", now.as_bytes(), b"LIMIT", b"0", limit.as_bytes()];
+        match self.call(ctx, "ZRANGEBYSCORE", &args, false)? {
             CallReply::Array(items) => Ok(items
                 .iter()
                 .filter_map(|i| match i {
@@ -185,23 +218,29 @@ impl Leases {
         }
     }
 
-    /// Each id's lease end (`None`: not a permit of this semaphore).
+    /// Each id's lease end (`None`: not a permit of this semaphore), in one `ZMSCORE`.
     ///
     /// # Errors
     /// `WRONGTYPE` when the zset's key holds something else.
     pub fn scores(&self, ctx: &Context, ids: &[&[u8]]) -> Result<Vec<Option<i64>>, LockError> {
-        if !self.exists(ctx)? {
+        if ids.is_empty() || !self.exists(ctx)? {
             return Ok(vec![None; ids.len()]);
         }
-        ids.iter()
-            .map(|id| match self.call(ctx, "ZSCORE", &[id], false)? {
-                CallReply::String(s) => {
-                    Ok(s.to_string().and_then(|s| s.parse::<f64>().ok()).map(|f| f as i64))
+        let CallReply::Array(items) = self.call(ctx, "ZMSCORE", ids, false)? else {
+            return Ok(vec![None; ids.len()]);
+        };
+        let mut scores: Vec<Option<i64>> = items
+            .iter()
+            .map(|item| match item {
+                Ok(CallReply::String(s)) => {
+                    s.to_string().and_then(|s| s.parse::<f64>().ok()).map(|f| f as i64)
                 }
-                CallReply::Double(d) => Ok(Some(d.to_double() as i64)),
-                _ => Ok(None),
+                Ok(CallReply::Double(d)) => Some(d.to_double() as i64),
+                _ => None,
             })
-            .collect()
+            .collect();
+        scores.resize(ids.len(), None);
+        Ok(scores)
     }
 
     /// Leases `ids` until `until` (Unix ms), adding them or moving an existing one's end.
@@ -256,39 +295,56 @@ impl Leases {
     }
 }
 
-/// Reclaims the semaphore `name`'s permits whose lease ended by `now`: their ids leave the zset
-/// and the count goes up by as many. Returns how many came back.
+/// What a reclaim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// How many permits came back.
+    pub back: i64,
+    /// A whole batch came back: more ended leases may be left for the next look.
+    pub more: bool,
+}
+
+/// Reclaims the semaphore `name`'s permits whose lease ended by `now`, at most [`MAX_LEASED`]
+/// of them (a bounded batch per command or timer tick, whatever a foreign writer put in the
+/// zset): their ids leave the zset and the count goes up by as many. Everything that can refuse
+/// is checked first: the zset's and the channel's ACL for a calling client (the permits that come
+/// back are published), the count.
 ///
 /// # Errors
-/// `WRONGTYPE` or a corrupt count.
-pub fn reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<i64, LockError> {
+/// `WRONGTYPE`, a corrupt count, an overflow, `NOPERM`.
+pub fn reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<Reclaimed, LockError> {
+    let none = Reclaimed { back: 0, more: false };
     // A name whose zset would live in another slot has no leases (leased acquires refuse it).
-    let Ok(leases) = Leases::of(ctx, name) else { return Ok(0) };
+    let Ok(leases) = Leases::of(ctx, name) else { return Ok(none) };
     if !leases.exists(ctx)? {
-        return Ok(0);
+        return Ok(none);
     }
     check_key(ctx, &leases.name, KeyUse::ReadWrite, LockError::NoPermLeases)?;
-    let expired = leases.expired(ctx, now)?;
+    let expired = leases.expired(ctx, now, MAX_LEASED)?;
     if expired.is_empty() {
-        return Ok(0);
+        return Ok(none);
     }
     let ids: Vec<&[u8]> = expired.iter().map(Vec::as_slice).collect();
-    // The count is checked before anything is written: a corrupt count refuses the reclaim.
+    // Checked before anything is written: a corrupt count refuses the reclaim, and so does a
+    // caller who may not publish the count they bring back.
     let state = SemKey::open(ctx, name, false).state()?;
-    state.available().checked_add(ids.len() as i64).ok_or(LockError::PermitsOverflow)?;
+    let plan = sem_rules::release(state, ids.len() as u64)?;
+    check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
     let back = leases.remove(ctx, &ids)?;
     if back > 0 {
         let key = SemKey::open(ctx, name, true);
         let state = key.state()?;
-        key.apply(
-            state,
-            &SemPlan { write: SemWrite::Add(back), raised: true, reply: crate::rules::Reply::Nil },
-        );
+        let plan = match plan.write {
+            SemWrite::Add(n) if n == back => plan,
+            _ => sem_rules::release(state, back as u64)?,
+        };
+        key.apply(state, &plan);
     }
-    Ok(back)
+    Ok(Reclaimed { back, more: expired.len() >= MAX_LEASED })
 }
 
-/// `count` new permit ids: 16 random bytes each, as Redisson (3.17+) writes them.
+/// `count` new permit ids: 16 random bytes each, as Redisson (3.17+) writes them. `count` is a
+/// parsed, bounded request (at most `args::sem::MAX_LEASED`).
 #[must_use]
 pub fn new_ids(count: u64) -> Vec<Vec<u8>> {
     (0..count).map(|_| uuid::Uuid::new_v4().as_bytes().to_vec()).collect()

@@ -138,8 +138,13 @@ pub fn consider<'a>(
             } else {
                 None
             };
-            // Leases that ended (a Redisson client's too) give their permits back first.
-            if sem::reclaim(ctx, name, now).is_err() {
+            // Leases that ended (a Redisson client's too) give their permits back (a bounded
+            // batch) when the count alone cannot grant: a queue served in one go reclaims no
+            // more batches than it needs.
+            let short = SemKey::open(ctx, name, false)
+                .state()
+                .map_or(true, |state| sem_rules::grant_waiter(state, permits).is_none());
+            if short && sem::reclaim(ctx, name, now).is_err() {
                 return Head::Wait { recheck_at: None };
             }
             let key = SemKey::open(ctx, name, true);

@@ -105,39 +105,70 @@ pub fn sem_release_ids(ctx: &Context, name: &RedisString, ids: &[&[u8]]) -> Resu
         return Ok(0);
     }
     check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
-    let key = SemKey::open(ctx, name, true);
-    let state = key.state()?;
-    drop(key);
+    // The count is checked before any id leaves the zset: an overflow changes nothing.
+    let state = SemKey::open(ctx, name, false).state()?;
+    let plan = sem_rules::release_ids(state, ids)?;
     let back = leases.remove(ctx, ids)?;
     let Ok(permits @ 1..) = u64::try_from(back) else { return Ok(0) };
     let key = SemKey::open(ctx, name, true);
-    let plan = sem_rules::release(state, permits)?;
+    let plan = match plan.write {
+        sem_rules::SemWrite::Add(n) if n == back => plan,
+        // Not reached: every id was a live lease, so ZREM removed each distinct one.
+        _ => sem_rules::release(state, permits)?,
+    };
     key.apply(state, &plan);
     drop(key);
     sem_raised(ctx, name)?;
     Ok(back)
 }
 
-/// Reclaims the semaphore `name`'s leased permits whose lease ended by `now` (serving its
-/// waiters and publishing the count when some came back); returns when to look again.
+/// Reclaims the semaphore `name`'s leased permits whose lease ended by `now`, a bounded batch
+/// (serving its waiters and publishing the count when some came back); returns when to look
+/// again: the next millisecond (the next timer tick) when a whole batch came back, else the
+/// earliest live lease's end.
 ///
 /// # Errors
-/// `WRONGTYPE`, a corrupt count.
+/// `WRONGTYPE`, a corrupt count, an overflow, `NOPERM` (the zset or the channel) for a caller.
 pub fn sem_reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<Option<i64>, LockError> {
-    if store::sem::reclaim(ctx, name, now)? > 0 {
+    let reclaimed = store::sem::reclaim(ctx, name, now)?;
+    if reclaimed.back > 0 {
         sem_raised(ctx, name)?;
+    }
+    if reclaimed.more {
+        return Ok(Some(now.saturating_add(1)));
     }
     let Ok(leases) = Leases::of(ctx, name) else { return Ok(None) };
     let (_, earliest) = leases.summary(ctx, now)?;
     Ok(earliest.map(|at| crate::rules::Deadline::at(at).over_at()))
 }
 
-/// How many clients wait for the semaphore `key` of database `db`, and for how many permits.
-pub fn waiting_permits(db: i32, key: &[u8]) -> (usize, u64) {
+/// How many clients wait for the semaphore `key` of database `db`, and for how many permits
+/// (`sem_rules::waiting_permits`: at most the largest count).
+pub fn waiting_permits(db: i32, key: &[u8]) -> (usize, i64) {
     QUEUES.with(|q| {
         q.try_borrow().map_or((0, 0), |q| {
             let waiters = q.waiting_for(db, key, |r| waiters::permits(r) > 0);
-            (waiters, q.waiting_sum(db, key, waiters::permits))
+            (waiters, sem_rules::waiting_permits(q.waiting_sum(db, key, waiters::permits)))
         })
     })
+}
+
+/// Whether the lock `name` that a timer looks at is a semaphore: its key is a string, or it is
+/// missing (deleted, expired: its leased permits are still out) while a semaphore waiter waits
+/// for it or its lease zset exists. (A read-write lock's key is a hash, and it has no such zset.)
+pub fn is_semaphore(ctx: &Context, name: &RedisString) -> bool {
+    match raw::Key::open(ctx, name, false).kind() {
+        raw::KeyKind::String => true,
+        raw::KeyKind::Empty => {
+            let db = raw::selected_db(ctx);
+            let permits_waited = QUEUES.with(|q| {
+                q.try_borrow().is_ok_and(|q| {
+                    q.waiting_for(db, name.as_slice(), |r| waiters::permits(r) > 0) > 0
+                })
+            });
+            permits_waited
+                || Leases::of(ctx, name).is_ok_and(|leases| leases.exists(ctx).unwrap_or(false))
+        }
+        raw::KeyKind::Hash | raw::KeyKind::Other => false,
+    }
 }

@@ -260,8 +260,9 @@ fn check_lock(ctx: &Context, lock: &LockName, now: i64, warn: bool) {
         return;
     }
     let Some(name) = open_db(ctx, lock) else { return };
-    // A semaphore (a string): its permits whose lease ended come back.
-    if raw::Key::open(ctx, &name, false).kind() == raw::KeyKind::String {
+    // A semaphore (a string, or a missing count whose leases are out): its permits whose lease
+    // ended come back.
+    if super::kinds::is_semaphore(ctx, &name) {
         match super::sem_reclaim(ctx, &name, now) {
             Ok(Some(at)) => with_queues(|q| q.schedule_check(lock, at)),
             Ok(None) => {}
