@@ -211,16 +211,11 @@ impl<'a> LockKey<'a> {
     }
 }
 
-/// The key `name`'s deadline as an absolute Unix time in ms (`PEXPIRETIME`, exact where the
+/// The key `name`'s deadline as an absolute Unix time in ms, as stored (exact where the
 /// relative `PTTL` would depend on when it is read); `None` for a missing key or one with no
-/// expiry. Off the hot path: it runs a command.
+/// expiry.
 pub fn expire_time(ctx: &Context, name: &RedisString) -> Option<i64> {
-    let reply: CallResult =
-        ctx.call_ext("PEXPIRETIME", &CallOptionsBuilder::new().build(), &[name]);
-    match reply {
-        Ok(CallReply::I64(at)) => Some(at.to_i64()).filter(|&at| at >= 0),
-        _ => None,
-    }
+    Some(Key::open(ctx, name, false).expire_at()).filter(|&at| at >= 0)
 }
 
 /// Which channel a lock announces its release on, and with what message.
