@@ -5,7 +5,7 @@ pub mod rw;
 pub mod sem;
 
 pub use rw::{RwAcquire, RwRelease};
-pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease, SemRenew};
+pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
 
 use crate::error::LockError;
 
@@ -187,11 +187,16 @@ impl<'a, A: Arg> Parser<'a, A> {
     }
 
     pub(crate) fn owner(&mut self) -> Result<&'a A, LockError> {
-        let owner = self.required()?;
-        if owner.bytes().is_empty() {
-            return Err(LockError::EmptyOwner);
+        self.named(LockError::EmptyOwner)
+    }
+
+    /// The next argument, a name that must not be empty (`empty`: the error if it is).
+    pub(crate) fn named(&mut self, empty: LockError) -> Result<&'a A, LockError> {
+        let name = self.required()?;
+        if name.bytes().is_empty() {
+            return Err(empty);
         }
-        Ok(owner)
+        Ok(name)
     }
 
     pub(crate) fn lease(&mut self) -> Result<Lease, LockError> {
@@ -307,8 +312,17 @@ impl<'a, A: Arg> Renew<'a, A> {
     /// # Errors
     /// Wrong arity, empty owner, bad lease, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        Self::parse_named(args, LockError::EmptyOwner)
+    }
+
+    /// `<command> key name lease-ms`, the name (an owner, a permit id) refused with `empty` when
+    /// it is empty.
+    ///
+    /// # Errors
+    /// Wrong arity, empty name, bad lease, or a leftover argument.
+    pub fn parse_named(args: &'a [A], empty: LockError) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 4)?;
-        let parsed = Self { key: p.required()?, owner: p.owner()?, lease: p.lease()? };
+        let parsed = Self { key: p.required()?, owner: p.named(empty)?, lease: p.lease()? };
         p.finish()?;
         Ok(parsed)
     }

@@ -130,22 +130,10 @@ impl<'a, A: Arg> SemRelease<'a, A> {
     }
 }
 
-/// `RSEM.RENEW key id lease-ms`
-#[derive(Debug)]
-pub struct SemRenew<'a, A> {
-    pub key: &'a A,
-    pub id: &'a A,
-    pub lease: Lease,
-}
-
-impl<'a, A: Arg> SemRenew<'a, A> {
-    /// # Errors
-    /// Wrong arity, an empty id, or a bad lease.
-    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
-        let [_, key, id, lease] = args else { return Err(LockError::WrongArity) };
-        if id.bytes().is_empty() {
-            return Err(LockError::InvalidPermitId);
-        }
-        Ok(Self { key, id, lease: Lease::parse(lease.bytes())? })
-    }
+/// `RSEM.RENEW key id lease-ms`: `RLOCK.RENEW`'s syntax, the permit id where the owner is.
+///
+/// # Errors
+/// Wrong arity, an empty id, or a bad lease.
+pub fn parse_renew<A: Arg>(args: &[A]) -> Result<super::Renew<'_, A>, LockError> {
+    super::Renew::parse_named(args, LockError::InvalidPermitId)
 }

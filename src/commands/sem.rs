@@ -141,12 +141,12 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 /// `RSEM.RENEW key id lease-ms`
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::SemRenew::parse(&argv)?;
+        let cmd = args::sem::parse_renew(&argv)?;
         store::may_grant(ctx)?;
         let until = Deadline::after(raw::now_ms(), cmd.lease)?;
         let leases = Leases::for_caller(ctx, cmd.key)?;
         reclaim(ctx, cmd.key)?;
-        let id = cmd.id.as_slice();
+        let id = cmd.owner.as_slice();
         if leases.scores(ctx, &[id])?[0].is_none() {
             return Ok(RedisValue::Integer(0));
         }
