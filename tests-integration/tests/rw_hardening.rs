@@ -76,7 +76,8 @@ fn d_a_read_waiter_that_may_not_write_its_hold_key_is_refused_before_it_blocks()
 
     cmd(&mut admin, &["RWLOCK.ACQUIRE", "K2", "w", "WRITE", "60000"]);
     let before = digest(&mut admin);
-    let waiter = start_as(&server, "lim", &["RWLOCK.ACQUIRE", "K2", "o", "READ", "60000", "WAIT", "5000"]);
+    let waiter =
+        start_as(&server, "lim", &["RWLOCK.ACQUIRE", "K2", "o", "READ", "60000", "WAIT", "5000"]);
     // Refused at once, or (the defect) blocked: then the hand-off shows what it would write.
     poll("the waiter to block or reply", LIMIT, || {
         (waiter.is_finished() || blocked_clients(&mut admin) == 1).then_some(())
@@ -104,7 +105,10 @@ fn e_a_hand_off_checks_the_waiters_user_not_the_releasers() {
     cmd(&mut admin, &["ACL", "SETUSER", "lim", "on", "nopass", "~K", "&*", "+@all"]);
     let mut lim = conn_as(&server, "lim");
     assert_eq!(cmd(&mut lim, &["RWLOCK.ACQUIRE", "K", "w", "WRITE", "60000"]), Value::Nil);
-    let waiter = Pending::start_str(&server, &["RWLOCK.ACQUIRE", "K", "r", "READ", "60000", "WAIT", "10000"]);
+    let waiter = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "K", "r", "READ", "60000", "WAIT", "10000"],
+    );
     wait_blocked(&mut admin, 1);
     cmd(&mut admin, &["ACL", "LOG", "RESET"]);
     assert_eq!(cmd(&mut lim, &["RWLOCK.RELEASE", "K", "w", "WRITE"]), Value::Int(1));
@@ -124,9 +128,13 @@ fn waiter_who_lost_access(by_timer: bool) {
     cmd(&mut admin, &["ACL", "SETUSER", "lim", "on", "nopass", "~K", "~{K}:*", "&*", "+@all"]);
     let lease = if by_timer { "1000" } else { "60000" };
     assert_eq!(cmd(&mut admin, &["RWLOCK.ACQUIRE", "K", "w", "WRITE", lease]), Value::Nil);
-    let first = start_as(&server, "lim", &["RWLOCK.ACQUIRE", "K", "a", "READ", "60000", "WAIT", "10000"]);
+    let first =
+        start_as(&server, "lim", &["RWLOCK.ACQUIRE", "K", "a", "READ", "60000", "WAIT", "10000"]);
     wait_blocked(&mut admin, 1);
-    let second = Pending::start_str(&server, &["RWLOCK.ACQUIRE", "K", "b", "READ", "60000", "WAIT", "10000"]);
+    let second = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "K", "b", "READ", "60000", "WAIT", "10000"],
+    );
     wait_blocked(&mut admin, 2);
     cmd(&mut admin, &["ACL", "SETUSER", "lim", "resetkeys", "~K"]);
     cmd(&mut admin, &["ACL", "LOG", "RESET"]);
@@ -160,9 +168,13 @@ fn e_a_token_waiter_whose_user_lost_the_counter_is_refused_and_the_next_granted(
     let setuser = ["ACL", "SETUSER", "tok", "on", "nopass", "~L", "~redisson_lock_token:*", "&*"];
     cmd(&mut admin, &[&setuser[..], &["+@all"]].concat());
     assert_eq!(cmd(&mut admin, &["RLOCK.ACQUIRE", "L", "h", "60000"]), Value::Nil);
-    let first = start_as(&server, "tok", &["RLOCK.ACQUIRE", "L", "a", "60000", "WAIT", "10000", "TOKEN"]);
+    let first =
+        start_as(&server, "tok", &["RLOCK.ACQUIRE", "L", "a", "60000", "WAIT", "10000", "TOKEN"]);
     wait_blocked(&mut admin, 1);
-    let second = Pending::start_str(&server, &["RLOCK.ACQUIRE", "L", "b", "60000", "WAIT", "10000", "TOKEN"]);
+    let second = Pending::start_str(
+        &server,
+        &["RLOCK.ACQUIRE", "L", "b", "60000", "WAIT", "10000", "TOKEN"],
+    );
     wait_blocked(&mut admin, 2);
     cmd(&mut admin, &["ACL", "SETUSER", "tok", "resetkeys", "~L"]);
     cmd(&mut admin, &["RLOCK.RELEASE", "L", "h"]);
@@ -182,9 +194,11 @@ fn e_a_leased_permit_waiter_whose_user_lost_the_zset_is_refused_and_the_next_gra
     cmd(&mut admin, &["ACL", "SETUSER", "sem", "on", "nopass", "~S", "~{S}:*", "&*", "+@all"]);
     assert_eq!(cmd(&mut admin, &["RSEM.SETPERMITS", "S", "1"]), Value::Int(1));
     assert_eq!(cmd(&mut admin, &["RSEM.ACQUIRE", "S", "1"]), Value::Int(1));
-    let first = start_as(&server, "sem", &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000", "WAIT", "10000"]);
+    let first =
+        start_as(&server, "sem", &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000", "WAIT", "10000"]);
     wait_blocked(&mut admin, 1);
-    let second = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000", "WAIT", "10000"]);
+    let second =
+        Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000", "WAIT", "10000"]);
     wait_blocked(&mut admin, 2);
     cmd(&mut admin, &["ACL", "SETUSER", "sem", "resetkeys", "~S"]);
     cmd(&mut admin, &["RSEM.RELEASE", "S", "1"]);
@@ -248,8 +262,14 @@ fn j_a_lock_with_20000_readers_costs_what_one_with_10_costs() {
     let mut con = server.conn();
     readers(&mut con, "small", 10);
     readers(&mut con, "big", 20_000);
-    let _small = Pending::start_str(&server, &["RWLOCK.ACQUIRE", "small", "w", "WRITE", "60000", "WAIT", "100000"]);
-    let _big = Pending::start_str(&server, &["RWLOCK.ACQUIRE", "big", "w", "WRITE", "60000", "WAIT", "100000"]);
+    let _small = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "small", "w", "WRITE", "60000", "WAIT", "100000"],
+    );
+    let _big = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "big", "w", "WRITE", "60000", "WAIT", "100000"],
+    );
     wait_blocked(&mut con, 2);
 
     // The waiters' poll looks at both locks every 10 ms: over 2 s the server stays nearly idle
@@ -257,11 +277,16 @@ fn j_a_lock_with_20000_readers_costs_what_one_with_10_costs() {
     let (cpu, started) = (cpu_seconds(&mut con), Instant::now());
     thread::sleep(Duration::from_secs(2));
     let share = (cpu_seconds(&mut con) - cpu) / started.elapsed().as_secs_f64();
+    eprintln!("waiting: {:.1} % of a core", share * 100.0);
     assert!(share < 0.25, "the server used {:.0} % of a core waiting", share * 100.0);
 
     let small = acquire_cost(&server, &mut con, "small");
     let big = acquire_cost(&server, &mut con, "big");
-    assert!(big < small * 5.0 + 20.0, "acquire: {big:.1} µs with 20,000 readers, {small:.1} µs with 10");
+    eprintln!("acquire: {big:.2} µs with 20,000 readers, {small:.2} µs with 10");
+    assert!(
+        big < small * 5.0 + 20.0,
+        "acquire: {big:.1} µs with 20,000 readers, {small:.1} µs with 10"
+    );
 }
 
 // ---- K. counts in the hash bound nothing ---------------------------------------------------------
