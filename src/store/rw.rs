@@ -259,7 +259,8 @@ pub struct Reaped {
 
 /// Spacing between two dead-reader checks of one lock, in µs per field and hold key the first
 /// one read (each read costs about a microsecond): a lock's checks take about 1 % of a core
-/// whatever its number of readers (20,000 read holds: one check every 2 s at most).
+/// whatever its number of readers (20,000 readers with a hold each: one check every 4 s at
+/// most).
 const REAP_SPACING_US_PER_READ: u64 = 100;
 
 /// Above this many locks remembered, those whose next check is already allowed are forgotten.
