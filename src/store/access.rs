@@ -67,13 +67,37 @@ pub fn check_key(
     how: KeyUse,
     denied: LockError,
 ) -> Result<(), LockError> {
-    match checked(ctx) {
-        Checked::User(user) if !user.may_use_key(key, how) => {
-            user.log_denied(ctx, key, false);
-            Err(denied)
+    KeyChecker::new(ctx).check(ctx, key, how, denied)
+}
+
+/// [`check_key`] for many keys: the ACL user is looked up once.
+pub struct KeyChecker(Checked);
+
+impl KeyChecker {
+    /// Checks as the calling client's ACL user, or the acting waiter's.
+    pub fn new(ctx: &Context) -> Self {
+        Self(checked(ctx))
+    }
+
+    /// As [`check_key`].
+    ///
+    /// # Errors
+    /// `denied`.
+    pub fn check(
+        &self,
+        ctx: &Context,
+        key: &RedisString,
+        how: KeyUse,
+        denied: LockError,
+    ) -> Result<(), LockError> {
+        match &self.0 {
+            Checked::User(user) if !user.may_use_key(key, how) => {
+                user.log_denied(ctx, key, false);
+                Err(denied)
+            }
+            Checked::Gone => Err(denied),
+            Checked::User(_) | Checked::Nobody => Ok(()),
         }
-        Checked::Gone => Err(denied),
-        Checked::User(_) | Checked::Nobody => Ok(()),
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use redis_module::{Context, RedisString};
 
-use super::access::check_key;
+use super::access::KeyChecker;
 use super::replicating;
 use crate::error::LockError;
 use crate::names;
@@ -82,11 +82,12 @@ impl<'a> RwKey<'a> {
     /// `NOPERM` or `CROSSSLOT`-like refusals for the hold keys.
     pub fn holds(&self, state: &RwState, now: i64) -> Result<Holds, LockError> {
         let mut holds = Holds::new();
+        let checker = KeyChecker::new(self.ctx);
         for (owner, &count) in &state.readers {
             let owned = holds.entry(owner.clone()).or_default();
             for index in 1..=count {
                 let hold = hold_key(self.ctx, self.name, owner, index)?;
-                check_key(self.ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
+                checker.check(self.ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
                 let key = Key::open(self.ctx, &hold, false);
                 if key.kind() == KeyKind::Empty {
                     continue;
@@ -104,8 +105,10 @@ impl<'a> RwKey<'a> {
     /// # Errors
     /// [`LockError::CrossSlot`], [`LockError::NoPermHold`].
     pub fn check(&self, plan: &RwPlan) -> Result<(), LockError> {
+        let checker = KeyChecker::new(self.ctx);
         for (owner, index) in plan.hold_keys() {
-            self.check_hold(owner, index)?;
+            let hold = hold_key(self.ctx, self.name, owner, index)?;
+            checker.check(self.ctx, &hold, KeyUse::ReadWrite, LockError::NoPermHold)?;
         }
         Ok(())
     }
@@ -117,7 +120,7 @@ impl<'a> RwKey<'a> {
     /// [`LockError::CrossSlot`], [`LockError::NoPermHold`].
     pub fn check_hold(&self, owner: &[u8], index: u64) -> Result<(), LockError> {
         let hold = hold_key(self.ctx, self.name, owner, index)?;
-        check_key(self.ctx, &hold, KeyUse::ReadWrite, LockError::NoPermHold)
+        KeyChecker::new(self.ctx).check(self.ctx, &hold, KeyUse::ReadWrite, LockError::NoPermHold)
     }
 
     /// Carries out `plan`'s effects in order, each notified and replicated (whenever Redis may
@@ -258,9 +261,8 @@ pub struct Reaped {
 }
 
 /// Spacing between two dead-reader checks of one lock, in µs per field and hold key the first
-/// one read (each read costs about a microsecond): a lock's checks take about 1 % of a core
-/// whatever its number of readers (20,000 readers with a hold each: one check every 4 s at
-/// most).
+/// one read (each costs a few µs): a lock's checks take a few % of a core at most, whatever its
+/// number of readers (20,000 readers with a hold each: one check every 4 s at most).
 const REAP_SPACING_US_PER_READ: u64 = 100;
 
 /// Above this many locks remembered, those whose next check is already allowed are forgotten.
