@@ -63,6 +63,8 @@ pub enum LockError {
     InvalidMode,
     /// The caller's ACL user may not write the read-write lock's read hold keys.
     NoPermHold,
+    /// A read re-entry past `rw_rules::MAX_READ_HOLDS` holds of one owner.
+    TooManyReadHolds,
     /// `permits` is not a positive integer (zero or more for `RSEM.SETPERMITS`).
     InvalidPermits,
     /// `delta` is not an integer.
@@ -159,6 +161,9 @@ impl LockError {
             Self::TooManyIds => "ERR at most 10000 permit ids (after ID) per call",
             Self::NoPermHold => {
                 "NOPERM this user has no permissions to access the read-write lock's read hold keys ({name}:<owner>:rwlock_timeout:<i>)"
+            }
+            Self::TooManyReadHolds => {
+                "ERR read hold limit reached: one owner holds the read lock at most 1000 times at once; release some of its read holds first"
             }
             Self::NoReplicas => {
                 "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"

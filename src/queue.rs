@@ -33,6 +33,8 @@ pub struct Waiter<H, R> {
     pub lock: LockName,
     pub request: R,
     pub handle: H,
+    /// The ACL user it asked as (its grant is checked as that user); `None`: no user.
+    pub user: Option<Vec<u8>>,
     /// Where its timeout sits in the schedule, if it has one.
     timeout: Option<Slot>,
 }
@@ -113,8 +115,15 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         queue.order.push_back(id);
         queue.live += 1;
         self.by_handle.insert(handle, id);
-        self.waiters.insert(id, Waiter { id, lock, request, handle, timeout });
+        self.waiters.insert(id, Waiter { id, lock, request, handle, user: None, timeout });
         id
+    }
+
+    /// Records the ACL user waiter `id` asked as.
+    pub fn set_user(&mut self, id: WaiterId, user: Option<Vec<u8>>) {
+        if let Some(waiter) = self.waiters.get_mut(&id) {
+            waiter.user = user;
+        }
     }
 
     /// How many clients wait for the lock `key` of database `db`.
@@ -257,6 +266,12 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         }
         let slot = self.add_event(at, Event::Check(lock.clone()));
         self.checks.insert(lock.clone(), slot);
+    }
+
+    /// Whether `lock` has its own check scheduled.
+    #[must_use]
+    pub fn has_check(&self, lock: &LockName) -> bool {
+        self.checks.contains_key(lock)
     }
 
     /// How many locks have a check scheduled.

@@ -37,6 +37,22 @@ impl Redis {
         RwState::from_fields(fields, pttl).expect("a read-write lock")
     }
 
+    /// What the store reads for one owner's acquire or renewal (`RwKey::state_of`).
+    fn state_of(&mut self, owner: &[u8], now: i64) -> RwState {
+        self.expire(now);
+        let pttl = self.deadline.map_or(-1, |d| d - now);
+        let write_field = [owner, b":write"].concat();
+        RwState::of_owner(
+            self.hash.get(b"mode".as_slice()).map(Vec::as_slice),
+            owner,
+            self.hash.get(owner).map(Vec::as_slice),
+            self.hash.get(&write_field).map(Vec::as_slice),
+            !self.hash.is_empty(),
+            pttl,
+        )
+        .expect("a read-write lock")
+    }
+
     fn holds(&self, state: &RwState) -> Holds {
         let mut holds = Holds::new();
         for (owner, &count) in &state.readers {
@@ -242,6 +258,18 @@ fn random_operations_agree_with_the_reference_and_keep_the_layout_whole() {
             match rng.below(8) {
                 0..=3 => {
                     let deadline = Deadline::after(now, lease).expect("fits");
+                    // The store reads only the owner's fields: the same outcome.
+                    let partial = redis.state_of(owner.as_bytes(), now);
+                    assert_eq!(
+                        rw_rules::acquire(&partial, want, owner.as_bytes(), now, deadline, queued),
+                        rw_rules::acquire(&state, want, owner.as_bytes(), now, deadline, queued),
+                        "seed {seed} step {step}: acquire from the owner's fields"
+                    );
+                    assert_eq!(
+                        rw_rules::renew(&partial, owner.as_bytes(), now, deadline),
+                        rw_rules::renew(&state, owner.as_bytes(), now, deadline),
+                        "seed {seed} step {step}: renew from the owner's fields"
+                    );
                     let got = match rw_rules::acquire(
                         &state,
                         want,
@@ -332,4 +360,44 @@ fn an_upgrade_is_told_apart_and_write_reentry_keeps_the_later_lease() {
     assert_eq!(redis.deadline, Some(500), "a shorter re-entry keeps the later lease");
     assert!(rw_rules::check_owner(b"mode").is_err() && rw_rules::check_owner(b"x:write").is_err());
     assert!(rw_rules::check_owner(b"uuid:1").is_ok());
+}
+
+#[test]
+fn read_re_entry_stops_at_the_maximum_and_a_stored_count_above_it_is_corrupt() {
+    let deadline = Deadline::after(0, Lease::from_millis(100).expect("positive")).expect("fits");
+    let max = rw_rules::MAX_READ_HOLDS;
+    let hash = |count: &str| {
+        vec![(b"mode".to_vec(), b"read".to_vec()), (b"o".to_vec(), count.as_bytes().to_vec())]
+    };
+    let below = RwState::from_fields(hash(&(max - 1).to_string()), 100).expect("valid");
+    let Ok(Acquired::Granted(plan)) =
+        rw_rules::acquire(&below, Mode::Read, b"o", 0, deadline, false)
+    else {
+        panic!("the last re-entry allowed is granted");
+    };
+    assert!(plan.effects.contains(&Effect::SetReads { owner: b"o".to_vec(), count: max }));
+    let at = RwState::from_fields(hash(&max.to_string()), 100).expect("valid");
+    assert_eq!(
+        rw_rules::acquire(&at, Mode::Read, b"o", 0, deadline, true),
+        Err(rlock::error::LockError::TooManyReadHolds)
+    );
+    // A renewal of the most holds allowed: one effect per hold and the hash's lease.
+    assert_eq!(rw_rules::renew(&at, b"o", 0, deadline).effects.len() as u64, max + 1);
+    for stored in
+        [(max + 1).to_string(), "10000000000".to_owned(), "9000000000000000000".to_owned()]
+    {
+        let corrupt = Err(rlock::error::LockError::CorruptCount);
+        assert_eq!(RwState::from_fields(hash(&stored), 100), corrupt, "{stored}");
+        let of_owner =
+            RwState::of_owner(Some(b"read"), b"o", Some(stored.as_bytes()), None, true, 100);
+        assert_eq!(of_owner, corrupt, "{stored}");
+    }
+    // A write count is any positive integer Redis stores (no loop is sized by it).
+    let writer =
+        RwState::of_owner(Some(b"write"), b"w", None, Some(b"9223372036854775807"), true, 5);
+    assert_eq!(writer.expect("valid").writes_of(b"w"), i64::MAX as u64);
+    // No mode: a reentrant lock's hash; no field at all: free.
+    let err = RwState::of_owner(None, b"o", Some(b"1"), None, true, 5);
+    assert_eq!(err, Err(rlock::error::LockError::NotAnRwLock));
+    assert_eq!(RwState::of_owner(None, b"o", None, None, false, -2).expect("free").mode, None);
 }

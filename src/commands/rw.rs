@@ -29,7 +29,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         waiting::settle(ctx, cmd.key);
         let queued = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0;
         let key = RwKey::open(ctx, cmd.key, true);
-        let state = key.state()?;
+        let state = key.state_of(Some(cmd.owner.as_slice()))?;
         let plan =
             match rw_rules::acquire(&state, cmd.mode, cmd.owner.as_slice(), now, deadline, queued)?
             {
@@ -40,6 +40,12 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     if let Some(wait) =
                         cmd.wait.filter(|_| raw::may_block(ctx) && raw::is_master(ctx))
                     {
+                        if cmd.mode == Mode::Read {
+                            // Its grant writes this hold key: may it? (Checked again, as its
+                            // user, when it is granted.)
+                            let index = state.reads_of(cmd.owner.as_slice()) + 1;
+                            key.check_hold(cmd.owner.as_slice(), index)?;
+                        }
                         drop(key);
                         let request = Request {
                             kind: Kind::Rw(cmd.mode),
@@ -86,7 +92,8 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         let key = RwKey::open(ctx, cmd.key, true);
-        let plan = rw_rules::renew(&key.state()?, cmd.owner.as_slice(), now, deadline);
+        let state = key.state_of(Some(cmd.owner.as_slice()))?;
+        let plan = rw_rules::renew(&state, cmd.owner.as_slice(), now, deadline);
         key.check(&plan)?;
         key.apply(&plan);
         drop(key);
@@ -101,7 +108,7 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let cmd = args::KeyOnly::parse(&argv)?;
         waiting::settle(ctx, cmd.key);
         let key = RwKey::open(ctx, cmd.key, true);
-        let plan = rw_rules::force_release(&key.state()?);
+        let plan = rw_rules::force_release(&key.state_of(None)?);
         check_publish(ctx, cmd.key, plan.freed.map(Unlocked::Rw))?;
         key.apply(&plan);
         drop(key);

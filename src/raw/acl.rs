@@ -1,11 +1,12 @@
-//! The calling client's ACL user: key and channel permissions, `ACL LOG` entries.
+//! ACL users (the calling client's, or one named: a waiter's): key and channel permissions,
+//! `ACL LOG` entries.
 
 use std::ffi::c_int;
 use std::ptr::NonNull;
 
 use redis_module::{raw, Context, RedisString};
 
-/// The ACL user of the client running the current command.
+/// An ACL user: the calling client's ([`User::current`]) or one named ([`User::named`]).
 pub struct User {
     user: NonNull<raw::RedisModuleUser>,
 }
@@ -24,21 +25,25 @@ impl User {
     /// events, and the internal clients of other modules' `RM_Call`, which act as the
     /// superuser). Inside a script, the script's caller.
     pub fn current(ctx: &Context) -> Option<Self> {
-        let (get_flags, get_name, by_id, client_id, from_name, free) = (
+        Self::named(ctx, &Self::current_name(ctx)?)
+    }
+
+    /// The name of [`Self::current`]'s user (kept by a waiter, to check its grant as it).
+    pub fn current_name(ctx: &Context) -> Option<Vec<u8>> {
+        let (get_flags, get_name, by_id, client_id, ptr_len, free) = (
             api!(RedisModule_GetContextFlags),
             api!(RedisModule_GetCurrentUserName),
             api!(RedisModule_GetClientUserNameById),
             api!(RedisModule_GetClientId),
-            api!(RedisModule_GetModuleUserFromUserName),
+            api!(RedisModule_StringPtrLen),
             api!(RedisModule_FreeString),
         );
         // SAFETY: live context. `GetCurrentUserName` dereferences the context client's user,
         // which internal clients leave NULL: it is used only inside a script, whose client
         // always carries the caller's user. Elsewhere the lookup by client id returns NULL for
         // a client without a user, or one Redis does not list (internal clients). The name is
-        // a new string we own and free once, after the lookup (which does not keep it). The user
-        // handle is ours until `FreeModuleUser` in Drop.
-        let user = unsafe {
+        // a new string we own: its bytes are copied out, then it is freed once.
+        unsafe {
             let in_script = get_flags(ctx.get_raw()) as u32 & raw::REDISMODULE_CTX_FLAGS_LUA != 0;
             let name = if in_script {
                 get_name(ctx.get_raw())
@@ -48,10 +53,21 @@ impl User {
             if name.is_null() {
                 return None;
             }
-            let user = from_name(name);
+            let mut len: usize = 0;
+            let data = ptr_len(name, &mut len);
+            let bytes = std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec();
             free(ctx.get_raw(), name);
-            user
-        };
+            Some(bytes)
+        }
+    }
+
+    /// The ACL user called `name`: `None` when there is no such user (any more).
+    pub fn named(ctx: &Context, name: &[u8]) -> Option<Self> {
+        let from_name = api!(RedisModule_GetModuleUserFromUserName);
+        let name = RedisString::create_from_slice(ctx.get_raw(), name);
+        // SAFETY: a live string, which the lookup only reads (and does not keep); the user
+        // handle is ours until `FreeModuleUser` in Drop.
+        let user = unsafe { from_name(name.inner) };
         NonNull::new(user).map(|user| Self { user })
     }
 

@@ -27,10 +27,19 @@ use crate::rules::{Deadline, Reply};
 
 mod state;
 
-pub use state::{Acquired, Effect, Holds, Mode, RwPlan, RwState};
+pub use state::{parse_reads, Acquired, Effect, Holds, Mode, RwPlan, RwState, MAX_READ_HOLDS};
 
 fn next(count: u64) -> Result<u64, LockError> {
     count.checked_add(1).filter(|&c| c <= i64::MAX as u64).ok_or(LockError::CountOverflow)
+}
+
+/// The read count after one more read hold: at most [`MAX_READ_HOLDS`].
+fn next_read(reads: u64) -> Result<u64, LockError> {
+    if reads >= MAX_READ_HOLDS {
+        Err(LockError::TooManyReadHolds)
+    } else {
+        Ok(reads + 1)
+    }
 }
 
 /// The later of the hash's current deadline and `deadline` (a lock with no expiry gets one).
@@ -44,8 +53,11 @@ fn extended(state: &RwState, now: i64, deadline: Deadline) -> Deadline {
 /// `ACQUIRE ... READ|WRITE` by `owner` at `now` with a lease ending at `deadline`. `queued`:
 /// others wait for this lock (a newcomer reader then waits behind them; re-entries do not).
 ///
+/// `state` needs only the owner's own fields ([`RwState::of_owner`]).
+///
 /// # Errors
-/// [`LockError::CountOverflow`].
+/// [`LockError::CountOverflow`] (write re-entry); [`LockError::TooManyReadHolds`] (a read
+/// re-entry past [`MAX_READ_HOLDS`]).
 pub fn acquire(
     state: &RwState,
     want: Mode,
@@ -71,7 +83,7 @@ pub fn acquire(
             if !may {
                 return Ok(busy);
             }
-            let count = next(reads)?;
+            let count = next_read(reads)?;
             grant(vec![
                 Effect::SetReads { owner: owner.to_vec(), count },
                 Effect::AddHold { owner: owner.to_vec(), index: count, deadline },
@@ -195,7 +207,8 @@ pub fn release(state: &RwState, want: Mode, owner: &[u8], holds: &Holds, now: i6
 }
 
 /// `RENEW`: every hold of `owner` gets the lease ending at `deadline` (reply 1); an owner that
-/// holds nothing gets 0 and nothing is created.
+/// holds nothing gets 0 and nothing is created. At most [`MAX_READ_HOLDS`] + 1 effects (the
+/// count was parsed with that bound); `state` needs only the owner's own fields.
 #[must_use]
 pub fn renew(state: &RwState, owner: &[u8], now: i64, deadline: Deadline) -> RwPlan {
     let reads = state.reads_of(owner);

@@ -7,6 +7,34 @@ use crate::error::LockError;
 use crate::names::{MODE_FIELD, WRITE_SUFFIX};
 use crate::rules::{parse_count, Deadline, Reply};
 
+/// The most read holds one owner may have on a read-write lock at once (its re-entries): every
+/// loop over an owner's hold indexes (renewal, release, the check for dead readers) is bounded
+/// by it. A re-entry past it is refused ([`LockError::TooManyReadHolds`]); a stored count above
+/// it (a foreign writer's) reads as a corrupt count.
+pub const MAX_READ_HOLDS: u64 = 1_000;
+
+/// A reader's stored hold count: a positive integer up to [`MAX_READ_HOLDS`].
+///
+/// # Errors
+/// [`LockError::CorruptCount`].
+pub fn parse_reads(stored: &[u8]) -> Result<u64, LockError> {
+    parse_count(stored).and_then(|n| {
+        if n <= MAX_READ_HOLDS {
+            Ok(n)
+        } else {
+            Err(LockError::CorruptCount)
+        }
+    })
+}
+
+fn parse_mode(value: &[u8]) -> Result<Mode, LockError> {
+    match value {
+        b"read" => Ok(Mode::Read),
+        b"write" => Ok(Mode::Write),
+        _ => Err(LockError::CorruptCount),
+    }
+}
+
 pub use crate::args::Mode;
 
 impl Mode {
@@ -30,7 +58,9 @@ impl Mode {
     }
 }
 
-/// The lock's hash, read.
+/// The lock's hash, read: every field ([`RwState::from_fields`]), or only what one owner's
+/// acquire or renewal needs ([`RwState::of_owner`]: `readers` and `writer` then hold that
+/// owner's entries only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RwState {
     /// `None`: no key, the lock is free.
@@ -59,22 +89,50 @@ impl RwState {
         for (field, value) in fields {
             any = true;
             if field == MODE_FIELD {
-                state.mode = Some(match value.as_slice() {
-                    b"read" => Mode::Read,
-                    b"write" => Mode::Write,
-                    _ => return Err(LockError::CorruptCount),
-                });
+                state.mode = Some(parse_mode(&value)?);
             } else if let Some(owner) = field.strip_suffix(WRITE_SUFFIX) {
                 if state.writer.is_some() {
                     return Err(LockError::CorruptCount);
                 }
                 state.writer = Some((owner.to_vec(), parse_count(&value)?));
             } else {
-                state.readers.insert(field, parse_count(&value)?);
+                state.readers.insert(field, parse_reads(&value)?);
             }
         }
         if any && state.mode.is_none() {
             return Err(LockError::NotAnRwLock);
+        }
+        Ok(state)
+    }
+
+    /// The hash as one owner's acquire, renewal or a force-release sees it, from O(1) reads:
+    /// `mode`, the owner's read count and write count (`None`: no such field), whether the hash
+    /// has any field, and its remaining lease. Other readers and another writer are not read.
+    ///
+    /// # Errors
+    /// [`LockError::NotAnRwLock`] for a hash without `mode`; [`LockError::CorruptCount`] for a
+    /// bad mode or a bad count of this owner.
+    pub fn of_owner(
+        mode: Option<&[u8]>,
+        owner: &[u8],
+        reads: Option<&[u8]>,
+        writes: Option<&[u8]>,
+        any_field: bool,
+        pttl: i64,
+    ) -> Result<Self, LockError> {
+        let Some(mode) = mode else {
+            return if any_field {
+                Err(LockError::NotAnRwLock)
+            } else {
+                Ok(Self { pttl, ..Self::default() })
+            };
+        };
+        let mut state = Self { mode: Some(parse_mode(mode)?), pttl, ..Self::default() };
+        if let Some(reads) = reads {
+            state.readers.insert(owner.to_vec(), parse_reads(reads)?);
+        }
+        if let Some(writes) = writes {
+            state.writer = Some((owner.to_vec(), parse_count(writes)?));
         }
         Ok(state)
     }

@@ -4,9 +4,12 @@
 //! [`RwPlan`], each effect notified and replicated as the plain Redis command Redisson's scripts
 //! run.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use redis_module::{Context, RedisString};
 
-use super::access::check_key;
+use super::access::KeyChecker;
 use super::replicating;
 use crate::error::LockError;
 use crate::names;
@@ -27,7 +30,8 @@ impl<'a> RwKey<'a> {
         Self { ctx, name, key: Key::open(ctx, name, writable) }
     }
 
-    /// The hash as the rules see it.
+    /// The whole hash as the rules see it: O(fields), for a release (which recomputes the lease
+    /// from every reader), the check for dead readers and `RWLOCK.INFO`.
     ///
     /// # Errors
     /// `WRONGTYPE` for a key that is not a hash, or a reentrant lock's hash; a corrupt count.
@@ -39,6 +43,38 @@ impl<'a> RwKey<'a> {
         }
     }
 
+    /// The hash as one owner's acquire or renewal (or, with no owner, a force-release) sees it:
+    /// a few field reads, whatever the number of readers ([`RwState::of_owner`]).
+    ///
+    /// # Errors
+    /// As [`Self::state`], for this owner's fields only.
+    pub fn state_of(&self, owner: Option<&[u8]>) -> Result<RwState, LockError> {
+        match self.key.kind() {
+            KeyKind::Empty => Ok(RwState { pttl: -2, ..RwState::default() }),
+            KeyKind::String | KeyKind::Other => Err(LockError::WrongType),
+            KeyKind::Hash => {
+                let get = |field: &[u8]| {
+                    self.key.hash_get(&RedisString::create_from_slice(self.ctx.get_raw(), field))
+                };
+                let mode = get(names::MODE_FIELD);
+                let owner = owner.unwrap_or_default();
+                let (reads, writes) = if owner.is_empty() {
+                    (None, None)
+                } else {
+                    (get(owner), get(&names::write_field(owner)))
+                };
+                RwState::of_owner(
+                    mode.as_ref().map(raw::OwnedString::as_bytes),
+                    owner,
+                    reads.as_ref().map(raw::OwnedString::as_bytes),
+                    writes.as_ref().map(raw::OwnedString::as_bytes),
+                    self.key.field_count() > 0,
+                    self.key.pttl(),
+                )
+            }
+        }
+    }
+
     /// The deadlines of every read hold of `state`'s readers at `now` (each hold key read; the
     /// caller's ACL user must be allowed to read them).
     ///
@@ -46,11 +82,12 @@ impl<'a> RwKey<'a> {
     /// `NOPERM` or `CROSSSLOT`-like refusals for the hold keys.
     pub fn holds(&self, state: &RwState, now: i64) -> Result<Holds, LockError> {
         let mut holds = Holds::new();
+        let checker = KeyChecker::new(self.ctx);
         for (owner, &count) in &state.readers {
             let owned = holds.entry(owner.clone()).or_default();
             for index in 1..=count {
                 let hold = hold_key(self.ctx, self.name, owner, index)?;
-                check_key(self.ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
+                checker.check(self.ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
                 let key = Key::open(self.ctx, &hold, false);
                 if key.kind() == KeyKind::Empty {
                     continue;
@@ -68,11 +105,22 @@ impl<'a> RwKey<'a> {
     /// # Errors
     /// [`LockError::CrossSlot`], [`LockError::NoPermHold`].
     pub fn check(&self, plan: &RwPlan) -> Result<(), LockError> {
+        let checker = KeyChecker::new(self.ctx);
         for (owner, index) in plan.hold_keys() {
             let hold = hold_key(self.ctx, self.name, owner, index)?;
-            check_key(self.ctx, &hold, KeyUse::ReadWrite, LockError::NoPermHold)?;
+            checker.check(self.ctx, &hold, KeyUse::ReadWrite, LockError::NoPermHold)?;
         }
         Ok(())
+    }
+
+    /// Checks the hold key `index` of `owner` (one a grant would write) as [`Self::check`]
+    /// does: before a read waiter blocks, so it never waits for a grant it may not have.
+    ///
+    /// # Errors
+    /// [`LockError::CrossSlot`], [`LockError::NoPermHold`].
+    pub fn check_hold(&self, owner: &[u8], index: u64) -> Result<(), LockError> {
+        let hold = hold_key(self.ctx, self.name, owner, index)?;
+        KeyChecker::new(self.ctx).check(self.ctx, &hold, KeyUse::ReadWrite, LockError::NoPermHold)
     }
 
     /// Carries out `plan`'s effects in order, each notified and replicated (whenever Redis may
@@ -207,17 +255,56 @@ pub struct Reaped {
     pub removed: bool,
     /// The release that freed the lock, if it did.
     pub freed: Option<Mode>,
-    /// When to look again (the earliest live read hold's end).
+    /// When to look again (the earliest live read hold's end, not before the lock's next
+    /// allowed check).
     pub next: Option<i64>,
 }
 
+/// Spacing between two dead-reader checks of one lock, in µs per field and hold key the first
+/// one read (each costs a few µs): a lock's checks take a few % of a core at most, whatever its
+/// number of readers (20,000 readers with a hold each: one check every 4 s at most).
+const REAP_SPACING_US_PER_READ: u64 = 100;
+
+/// Above this many locks remembered, those whose next check is already allowed are forgotten.
+const REMEMBERED_LOCKS: usize = 4_096;
+
+thread_local! {
+    /// Per lock (database, name): the earliest time (Unix ms) of its next dead-reader check.
+    static NEXT_REAP: RefCell<HashMap<(i32, Vec<u8>), i64>> = RefCell::new(HashMap::new());
+}
+
+/// Remembers that the lock's next check may come `reads` × [`REAP_SPACING_US_PER_READ`] µs
+/// after `now`; returns that time.
+fn remember(lock: &(i32, Vec<u8>), now: i64, reads: u64) -> i64 {
+    let spacing = reads.saturating_mul(REAP_SPACING_US_PER_READ) / 1000;
+    let allowed = now.saturating_add(i64::try_from(spacing).unwrap_or(i64::MAX));
+    NEXT_REAP.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= REMEMBERED_LOCKS {
+            m.retain(|_, at| *at > now);
+        }
+        m.insert(lock.clone(), allowed);
+    });
+    allowed
+}
+
 /// The reap of the read-write lock `name` at `now` (readers whose every hold lease ended leave),
-/// applied.
+/// applied. It reads every field and hold key (O(read holds)), so one lock is reaped at most
+/// once per [`REAP_SPACING_US_PER_READ`] µs per read of its previous reap: a call before then
+/// does nothing and returns that time as `next`.
 ///
 /// # Errors
 /// As [`RwKey::state`] and [`RwKey::holds`].
 pub fn reap(ctx: &Context, name: &RedisString, now: i64) -> Result<Reaped, LockError> {
+    let lock = (raw::selected_db(ctx), name.as_slice().to_vec());
+    let not_before = NEXT_REAP.with(|m| m.borrow().get(&lock).copied());
+    if let Some(at) = not_before.filter(|&at| at > now) {
+        return Ok(Reaped { next: Some(at), ..Reaped::default() });
+    }
     let key = RwKey::open(ctx, name, true);
+    // Spaced by what it reads even when that fails (a corrupt count is read again only then).
+    let fields = key.key.field_count() as u64;
+    remember(&lock, now, fields);
     let state = match key.state() {
         Ok(state) => state,
         // A reentrant lock, or something else, under this name now: nothing to reap.
@@ -225,14 +312,13 @@ pub fn reap(ctx: &Context, name: &RedisString, now: i64) -> Result<Reaped, LockE
         Err(e) => return Err(e),
     };
     let holds = key.holds(&state, now)?;
+    // Counts are at most MAX_READ_HOLDS each: no overflow.
+    let allowed = remember(&lock, now, fields + state.readers.values().sum::<u64>());
+    // Dead readers have no live hold: the earliest live one is the same before and after.
+    let next = rw_rules::next_reap(&state, &holds, now).map(|at| at.max(allowed));
     let Some(plan) = rw_rules::reap(&state, &holds, now) else {
-        let next = rw_rules::next_reap(&state, &holds, now);
         return Ok(Reaped { next, ..Reaped::default() });
     };
     let freed = key.apply(&plan);
-    drop(key);
-    let key = RwKey::open(ctx, name, false);
-    let state = key.state()?;
-    let next = rw_rules::next_reap(&state, &key.holds(&state, now)?, now);
-    Ok(Reaped { removed: true, freed, next })
+    Ok(Reaped { removed: true, freed, next: next.filter(|_| freed.is_none()) })
 }

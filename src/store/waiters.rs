@@ -89,7 +89,9 @@ const fn recheck(now: i64, pttl: i64) -> Option<i64> {
     }
 }
 
-/// Looks at the waiter at the head of the lock `name`'s queue, asking `request` at `now`.
+/// Looks at the waiter at the head of the lock `name`'s queue, asking `request` at `now`. What
+/// its grant writes beyond the lock key (read hold keys, token counter, lease zset) is checked
+/// against the ACL user `access::acting_as` names (the waiter's).
 pub fn consider<'a>(
     ctx: &'a Context,
     name: &'a RedisString,
@@ -112,7 +114,9 @@ pub fn consider<'a>(
         }
         Kind::Rw(mode) => {
             let key = RwKey::open(ctx, name, true);
-            let Ok(state) = key.state() else { return Head::Wait { recheck_at: None } };
+            let Ok(state) = key.state_of(Some(&request.owner)) else {
+                return Head::Wait { recheck_at: None };
+            };
             let deadline =
                 rules::Deadline::after(now, request.lease).unwrap_or(rules::Deadline::LAST);
             let plan = match rw_rules::acquire(&state, mode, &request.owner, now, deadline, false) {
@@ -128,8 +132,11 @@ pub fn consider<'a>(
         }
         Kind::Permits(permits) | Kind::Leased(permits) => {
             let leased = if let Kind::Leased(_) = request.kind {
-                let Ok(leases) = Leases::of(ctx, name) else {
-                    return Head::Wait { recheck_at: None };
+                // Checked as the waiter (`access::acting_as`).
+                let leases = match Leases::for_caller(ctx, name) {
+                    Ok(leases) => leases,
+                    Err(e @ LockError::NoPermLeases) => return Head::Refuse(e),
+                    Err(_) => return Head::Wait { recheck_at: None },
                 };
                 let until = rules::Deadline::after(now, request.lease)
                     .unwrap_or(rules::Deadline::LAST)
@@ -168,9 +175,10 @@ pub fn consider<'a>(
     Head::Grant(Grant { write, token })
 }
 
-/// The counter and the next token of a grant to a waiter, checked, nothing written.
+/// The counter and the next token of a grant to a waiter, checked (as the waiter, see
+/// `access::acting_as`), nothing written.
 fn next_token(ctx: &Context, name: &RedisString) -> Result<(TokenCounter, u64), LockError> {
-    let counter = TokenCounter::for_grant(ctx, name)?;
+    let counter = TokenCounter::for_caller(ctx, name)?;
     let token = counter.next(ctx)?;
     Ok((counter, token))
 }
@@ -264,12 +272,12 @@ pub fn still_granted(ctx: &Context, name: &RedisString, request: &Request, stamp
                 && super::expire_time(ctx, name) == Some(expire_at)
         }
         (Kind::Rw(_), Stamp::Hold { count, expire_at }) => {
-            let state = RwKey::open(ctx, name, false).state();
+            let state = RwKey::open(ctx, name, false).state_of(Some(&request.owner));
             matches!(state, Ok(s) if s.writes_of(&request.owner) == count)
                 && super::expire_time(ctx, name) == Some(expire_at)
         }
         (Kind::Rw(_), Stamp::ReadHold { index, expire_at }) => {
-            let state = RwKey::open(ctx, name, false).state();
+            let state = RwKey::open(ctx, name, false).state_of(Some(&request.owner));
             let Ok(state) = state else { return false };
             let hold = crate::names::read_hold(name.as_slice(), &request.owner, index);
             let hold = RedisString::create_from_slice(ctx.get_raw(), &hold);

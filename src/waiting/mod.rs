@@ -51,7 +51,7 @@ use crate::queue::{LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
-use crate::store::access::check_publish;
+use crate::store::access::{self, check_publish};
 use crate::store::waiters::{self, Head, Stamp};
 use crate::store::{self, LockKey, Unlocked};
 
@@ -161,13 +161,15 @@ fn unblock(waiter: Waiter<Blocked, Request>, outcome: Outcome) {
 /// current holder's remaining lease (-1: none), when the lock is worth checking again.
 pub fn block(ctx: &Context, lock: LockName, request: Request, wait: WaitFor, holder_pttl: i64) {
     let bc = raw::block_client::<Waiting>(ctx);
+    let user = raw::User::current_name(ctx);
     let now = raw::now_ms();
     let timeout_at = match wait {
         WaitFor::Ever => None,
         WaitFor::Millis(ms) => Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))),
     };
     with_queues(|q| {
-        q.push(lock.clone(), request, bc, timeout_at);
+        let id = q.push(lock.clone(), request, bc, timeout_at);
+        q.set_user(id, user);
         let lease_over = (holder_pttl >= 0).then(|| rules::lease_over_at(now, holder_pttl));
         let at = q.look_again_at(now, lease_over);
         q.schedule_lease_check(&lock, at);
@@ -247,12 +249,16 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
     let mut granted = false;
     let mut slot_checked = false;
     loop {
-        let Some((id, request)) =
-            with_queues(|q| q.head(lock.db, &lock.key).map(|w| (w.id, w.request.clone())))
-        else {
+        let Some((id, request, user)) = with_queues(|q| {
+            q.head(lock.db, &lock.key).map(|w| (w.id, w.request.clone(), w.user.clone()))
+        }) else {
             return granted;
         };
-        let grant = match waiters::consider(ctx, name, &request, raw::now_ms()) {
+        // Checked as the waiter's ACL user, not the releaser's (nor nobody's, from a timer).
+        let now = raw::now_ms();
+        let head =
+            access::acting_as(user.as_deref(), || waiters::consider(ctx, name, &request, now));
+        let grant = match head {
             Head::Grant(grant) => grant,
             Head::Wait { recheck_at } => {
                 look_again(lock, recheck_at);

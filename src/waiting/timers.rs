@@ -237,16 +237,23 @@ fn undo_grant(ctx: &Context, undo: &Undo) {
 }
 
 /// A lock with waiters at its holder's deadline or its poll: a reentrant lock's waiters are
-/// settled (one key opened); a read-write lock or a semaphore gets its full check first (dead
-/// readers reaped, ended leases reclaimed: a Redisson client's too).
+/// settled (one key opened); so are a read-write lock's (a few fields read, whatever its number
+/// of readers), whose dead readers are looked for at its own check (every hold key read, spaced
+/// by its cost, see `store::rw::reap`), scheduled now if none is; a semaphore gets its full
+/// check first (ended leases reclaimed: a Redisson client's too).
 fn poll_lock(ctx: &Context, lock: &LockName, now: i64) {
-    let reentrant = with_queues(|q| {
-        q.head(lock.db, &lock.key).is_some_and(|w| matches!(w.request.kind, Kind::Reentrant))
-    });
-    if reentrant {
-        settle_lock(ctx, lock);
-    } else {
-        check_lock(ctx, lock, now, false);
+    let kind = with_queues(|q| q.head(lock.db, &lock.key).map(|w| w.request.kind));
+    match kind {
+        Some(Kind::Reentrant) => settle_lock(ctx, lock),
+        Some(Kind::Rw(_)) => {
+            settle_lock(ctx, lock);
+            with_queues(|q| {
+                if !q.has_check(lock) {
+                    q.schedule_check(lock, now);
+                }
+            });
+        }
+        _ => check_lock(ctx, lock, now, false),
     }
 }
 
