@@ -287,8 +287,23 @@ fn pause(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
     let releases: Vec<_> = releases.into_iter().map(|r| (r, cluster.nodes[old].conn())).collect();
     let acquires: Vec<_> =
         probes(n, 1_000).into_iter().map(|p| (p, cluster.nodes[old].conn())).collect();
+    // A lock whose lease ends during the pause, with a waiter: the resumed master's timer
+    // would hand it on, a grant as split as any.
+    let mut con = cluster.nodes[old].conn();
+    let expiring = format!("{}:expiring", n.rl);
+    ok(&mut con, &["RLOCK.ACQUIRE", &expiring, "holder", "1500"]);
+    let acquired = Instant::now();
+    let expiring_waiter = Pending::start_str(
+        &cluster.nodes[old],
+        &["RLOCK.ACQUIRE", &expiring, "old-waiter", LEASE, "WAIT", "60000"],
+    );
+    poll("the waiter of the expiring lock", LIMIT, || {
+        (blocked_clients(&mut con) == 4).then_some(())
+    });
     cluster.nodes[old].pause();
     let started = Instant::now();
+    // On a slow machine the lease may have ended before the pause: then the grant was fair.
+    let expired_in_pause = started.duration_since(acquired) < Duration::from_millis(1_200);
     let send = |(cmd, mut con): (Vec<String>, Connection)| {
         thread::spawn(move || {
             con.set_read_timeout(Some(LIMIT * 2)).expect("timeout");
@@ -312,6 +327,12 @@ fn pause(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
         eprintln!("pause: a queued release on the old master: {reply:?}");
     }
     check_old_waiters(waiters, ledger);
+    let (reply, _) = expiring_waiter.reply(LIMIT);
+    if expired_in_pause {
+        ledger.old_master_reply("the expiring lock's waiter", &reply);
+    } else {
+        eprintln!("pause: the expiring lock's lease ended before the pause: {reply:?}");
+    }
     no_waiter_left(cluster, old);
     check_new_master(cluster, new, n, ledger);
 }
