@@ -391,6 +391,11 @@ fn run_rounds(rounds: usize) {
         eprintln!("round {round}: answers from old masters so far {:?}", ledger.answers);
     }
     assert_eq!(ledger.split_brain, 0, "grants by old masters: {:?}", ledger.answers);
+    // The stopped master read the queued acquires before it learnt of the promotion (its
+    // cluster links to the others timed out during the pause, so their news comes after): the
+    // guard was exercised, not bypassed by a redirect.
+    let guarded = ledger.answers.get("NOREPLICAS").copied().unwrap_or_default();
+    assert!(guarded >= rounds as u64, "the guard refused too little: {:?}", ledger.answers);
     // Every refusal came from the server as an error reply it means (not a timeout): the old
     // masters answered.
     for kind in ledger.answers.keys() {
