@@ -171,9 +171,8 @@ fn no_waiter_left(cluster: &Cluster, old: usize) {
 }
 
 /// On the new master: the holds are there; waiters queued there are served, in turn, when the
-/// holders release, with tokens above every token of the shard before the nemesis.
-fn check_new_master(cluster: &Cluster, new: usize, n: &Names, ledger: &mut Ledger) {
-    let before = ledger.shard_max.get(&n.shard).copied().unwrap_or_default();
+/// holders release, with tokens above `before`, every token of the shard before the nemesis.
+fn check_new_master(cluster: &Cluster, new: usize, n: &Names, before: i64, ledger: &mut Ledger) {
     let node = &cluster.nodes[new];
     let mut con = node.conn();
     let holder = vec![(b"holder".to_vec(), b"1".to_vec())];
@@ -267,6 +266,7 @@ fn manual(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
     let old = cluster.owner_via(n.slot, 0).expect("an owner");
     let new = replica_of(cluster, old);
     let waiters = hold_and_wait(cluster, old, n, ledger);
+    let before = ledger.shard_max[&n.shard];
     let started = Instant::now();
     ok(&mut cluster.nodes[new].conn(), &["CLUSTER", "FAILOVER"]);
     wait_owner(cluster, n.slot, new, new);
@@ -275,7 +275,7 @@ fn manual(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
     probe_until_demoted(cluster, old, n, ledger);
     no_waiter_left(cluster, old);
     wait_rejoined(cluster, old, new);
-    check_new_master(cluster, new, n, ledger);
+    check_new_master(cluster, new, n, before, ledger);
 }
 
 /// The master stopped past its replica's promotion, then resumed.
@@ -308,6 +308,7 @@ fn pause(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
     poll("the waiter of the expiring lock", LIMIT, || {
         (blocked_clients(&mut con) == 4).then_some(())
     });
+    let before = ledger.shard_max[&n.shard];
     cluster.nodes[old].pause();
     let started = Instant::now();
     // On a slow machine the lease may have ended before the pause: then the grant was fair.
@@ -343,7 +344,7 @@ fn pause(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
     }
     no_waiter_left(cluster, old);
     wait_rejoined(cluster, old, new);
-    check_new_master(cluster, new, n, ledger);
+    check_new_master(cluster, new, n, before, ledger);
 }
 
 /// The master killed, its replica promoted, the old master restarted on its port.
@@ -351,6 +352,23 @@ fn kill(cluster: &mut Cluster, n: &Names, ledger: &mut Ledger) {
     let old = cluster.owner_via(n.slot, 0).expect("an owner");
     let new = replica_of(cluster, old);
     let waiters = hold_and_wait(cluster, old, n, ledger);
+    // A hand-off on the old master just before it dies: replicated like any grant.
+    let handed = format!("{}:handed", n.rl);
+    let mut con = cluster.nodes[old].conn();
+    let t = granted_token(&ok(&mut con, &["RLOCK.ACQUIRE", &handed, "first", LEASE, "TOKEN"]));
+    ledger.token(n.shard, &handed, t);
+    let second = Pending::start_str(
+        &cluster.nodes[old],
+        &["RLOCK.ACQUIRE", &handed, "second", LEASE, "WAIT", "60000", "TOKEN"],
+    );
+    poll("the second owner to wait", LIMIT, || (blocked_clients(&mut con) == 4).then_some(()));
+    assert_eq!(ok(&mut con, &["RLOCK.RELEASE", &handed, "first"]), Value::Int(1));
+    let (reply, _) = second.reply(LIMIT);
+    ledger.token(n.shard, &handed, granted_token(&reply.expect("handed off")));
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut con).expect("WAIT");
+    assert_eq!(acked, 1, "the hand-off reached the replica");
+
+    let before = ledger.shard_max[&n.shard];
     cluster.nodes[old].kill();
     let started = Instant::now();
     for w in waiters {
@@ -359,7 +377,14 @@ fn kill(cluster: &mut Cluster, n: &Names, ledger: &mut Ledger) {
     }
     wait_owner(cluster, n.slot, new, new);
     eprintln!("kill: node {new} promoted after {:?}", started.elapsed());
-    check_new_master(cluster, new, n, ledger);
+    let mut con = cluster.nodes[new].conn();
+    let held = hgetall(&mut con, handed.as_bytes());
+    assert_eq!(held, vec![(b"second".to_vec(), b"1".to_vec())], "the hand-off survived");
+    assert_eq!(ok(&mut con, &["RLOCK.RELEASE", &handed, "second"]), Value::Int(1));
+    let after = granted_token(&ok(&mut con, &["RLOCK.ACQUIRE", &handed, "third", LEASE, "TOKEN"]));
+    assert!(after > before, "{handed}: token {after} not above the shard's {before}");
+    ledger.token(n.shard, &handed, after);
+    check_new_master(cluster, new, n, before, ledger);
     cluster.nodes[old].restart_same_port();
     let sent = probe_until_demoted(cluster, old, n, ledger);
     eprintln!("kill: {sent} probes on the restarted old master until it turned replica");
