@@ -9,12 +9,13 @@
 //!   (it rejoins as a replica).
 //!
 //! Checked, per nemesis:
-//! - **no split-brain grant**: acquires that sat in a paused master's sockets, and fresh ones
-//!   sent to the old master until it is a replica, are never granted (`NOREPLICAS`, `MOVED`,
-//!   `READONLY` or a connection error); the waiters queued on the old master are answered
-//!   (an error or a redirect, never a grant), none left hanging;
-//! - **the state moved**: the holds (replicated before the nemesis, `WAIT 1`) are on the
-//!   promoted node;
+//! - **no split-brain grant**: acquires (and releases, which would hand on) that sat in a
+//!   paused master's sockets, a lease that ended during the pause, and fresh acquires sent to
+//!   the old master until it is a replica: nothing granted (`NOREPLICAS`, `MOVED`); the
+//!   waiters queued on the old master are answered (`UNBLOCKED`/`READONLY` when it turns
+//!   replica, `MOVED`, a connection error when killed), none granted, none left hanging;
+//! - **the state moved**: the holds and a hand-off (replicated before the nemesis, `WAIT 1`)
+//!   are on the promoted node;
 //! - **hand-offs resume** there: waiters queued on the new master are served when the holders
 //!   release;
 //! - **tokens are monotone**: per lock name strictly increasing over the whole run, and every
@@ -114,13 +115,16 @@ impl Names {
     /// The waiters' acquires: the reentrant lock (with a token), a reader of the read-write
     /// lock behind the writer, one permit.
     fn waits(&self, who: &str) -> [Vec<String>; 3] {
-        let s = |v: &[&str]| v.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
         [
-            s(&["RLOCK.ACQUIRE", &self.rl, who, LEASE, "WAIT", "60000", "TOKEN"]),
-            s(&["RWLOCK.ACQUIRE", &self.rw, who, "READ", LEASE, "WAIT", "60000"]),
-            s(&["RSEM.ACQUIRE", &self.sem, "1", "WAIT", "60000"]),
+            owned(&["RLOCK.ACQUIRE", &self.rl, who, LEASE, "WAIT", "60000", "TOKEN"]),
+            owned(&["RWLOCK.ACQUIRE", &self.rw, who, "READ", LEASE, "WAIT", "60000"]),
+            owned(&["RSEM.ACQUIRE", &self.sem, "1", "WAIT", "60000"]),
         ]
     }
+}
+
+fn owned(v: &[&str]) -> Vec<String> {
+    v.iter().map(|a| (*a).to_owned()).collect()
 }
 
 fn args(v: &[String]) -> Vec<&str> {
@@ -204,14 +208,13 @@ fn check_new_master(cluster: &Cluster, new: usize, n: &Names, before: i64, ledge
     ledger.token(n.shard, &n.rw, token);
 }
 
-/// Fresh acquires on free locks of the slot, sent to node `i` (a probe of the old master).
+/// Fresh acquires on free locks of the slot (`k` names them), to probe an old master with.
 fn probes(n: &Names, k: usize) -> [Vec<String>; 3] {
-    let s = |v: &[&str]| v.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
     let (rl, rw) = (format!("{}:probe{k}", n.rl), format!("{}:probe{k}", n.rw));
     [
-        s(&["RLOCK.ACQUIRE", &rl, "probe", LEASE, "TOKEN"]),
-        s(&["RWLOCK.ACQUIRE", &rw, "probe", "WRITE", LEASE, "TOKEN"]),
-        s(&["RSEM.ACQUIRE", &format!("{}:probes", n.sem), "1"]),
+        owned(&["RLOCK.ACQUIRE", &rl, "probe", LEASE, "TOKEN"]),
+        owned(&["RWLOCK.ACQUIRE", &rw, "probe", "WRITE", LEASE, "TOKEN"]),
+        owned(&["RSEM.ACQUIRE", &format!("{}:probes", n.sem), "1"]),
     ]
 }
 
@@ -283,14 +286,13 @@ fn pause(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
     let old = cluster.owner_via(n.slot, 0).expect("an owner");
     let new = replica_of(cluster, old);
     let waiters = hold_and_wait(cluster, old, n, ledger);
-    // The holders' releases, then acquires of free locks: they sit in the stopped master's
+    // The holders' releases and acquires of free locks: they sit in the stopped master's
     // sockets and are read when it resumes. A release there may go through (it is lost with
     // the old master's data), but a hand-off to its waiters would be a split-brain grant.
-    let s = |v: &[&str]| v.iter().map(|a| (*a).to_owned()).collect::<Vec<String>>();
     let releases = [
-        s(&["RLOCK.RELEASE", &n.rl, "holder"]),
-        s(&["RWLOCK.RELEASE", &n.rw, "holder", "WRITE"]),
-        s(&["RSEM.RELEASE", &n.sem, "1"]),
+        owned(&["RLOCK.RELEASE", &n.rl, "holder"]),
+        owned(&["RWLOCK.RELEASE", &n.rw, "holder", "WRITE"]),
+        owned(&["RSEM.RELEASE", &n.sem, "1"]),
     ];
     let releases: Vec<_> = releases.into_iter().map(|r| (r, cluster.nodes[old].conn())).collect();
     let acquires: Vec<_> =
@@ -319,9 +321,8 @@ fn pause(cluster: &Cluster, n: &Names, ledger: &mut Ledger) {
             run_str(&mut con, &args(&cmd))
         })
     };
+    // In whatever order the server reads its sockets: each is checked on its own.
     let releases: Vec<_> = releases.into_iter().map(send).collect();
-    // The acquires after the releases (in the order the server reads its sockets, roughly).
-    thread::sleep(Duration::from_millis(50));
     let queued: Vec<_> = acquires.into_iter().map(send).collect();
     wait_owner(cluster, n.slot, new, new);
     eprintln!("pause: node {new} promoted after {:?}", started.elapsed());
