@@ -68,13 +68,17 @@ test-valkey9: build servers-deps
 # Every server of the matrix: Redis 7.0 (all tests), Valkey 8.1, Redis 8.2, Valkey 9.1.
 test-servers: test test-valkey test-redis8 test-valkey9
 
-# The failover test at full size: FAILOVER_ROUNDS rounds of each nemesis (pause, kill) on a
-# master + 2 replicas + 3 Sentinels, on Redis and then on Valkey 8 (CI runs one round on each).
+# The failover tests at full size: FAILOVER_ROUNDS rounds of each nemesis (pause, kill) on a
+# master + 2 replicas + 3 Sentinels, then of each nemesis (CLUSTER FAILOVER, pause, kill) on a
+# cluster of 3 masters with a replica each, on Redis and then on Valkey 8 (CI runs one round).
 FAILOVER_ROUNDS ?= 3
 failover: build valkey-deps
 	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test --release -p rlock-tests-integration --test failover -- --nocapture a_paused_or_killed
 	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
 		$(CARGO) test --release -p rlock-tests-integration --test failover -- --nocapture a_paused_or_killed
+	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test --release -p rlock-tests-integration --test cluster_failover -- --nocapture
+	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
+		$(CARGO) test --release -p rlock-tests-integration --test cluster_failover -- --nocapture
 
 # The soak at full size: 20 clients x 50,000 lock cycles with waiting (CI runs 300 cycles).
 SOAK_CYCLES ?= 50000
