@@ -7,19 +7,12 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis_module::server_events::{FlushSubevent, LoadingSubevent, ServerRole};
+use redis_module::server_events::{LoadingSubevent, ServerRole};
 use redis_module::{Context, InfoContext, RedisResult};
 
 use crate::raw::{self, events::ServerEvents};
 use crate::replicas;
 use crate::waiting::{self, timers::defer, STATS};
-
-#[linkme::distributed_slice(redis_module::server_events::FLUSH_SERVER_EVENTS_LIST)]
-fn on_flush(ctx: &Context, subevent: FlushSubevent) {
-    if subevent == FlushSubevent::Ended && waiting::anyone_waits() {
-        defer(ctx, |d| d.settle_all = true);
-    }
-}
 
 /// The server events subscribed through `raw::events`.
 pub struct Events;
@@ -28,6 +21,16 @@ impl ServerEvents for Events {
     /// `SWAPDB` moved whole databases: every lock with waiters is looked at again (handed off if
     /// its database no longer holds it, checked at its new holder's deadline otherwise).
     fn on_swapdb(ctx: &Context) {
+        if waiting::anyone_waits() {
+            defer(ctx, |d| d.settle_all = true);
+        }
+    }
+
+    /// A flush emptied database `db` (-1: all): its locks' own checks are dropped (their keys
+    /// are gone: nothing is left to reap or reclaim, and the names are not kept until the old
+    /// deadlines), and every lock with waiters is looked at again.
+    fn on_flushed(ctx: &Context, db: i32) {
+        waiting::forget_checks(ctx, (db >= 0).then_some(db));
         if waiting::anyone_waits() {
             defer(ctx, |d| d.settle_all = true);
         }
@@ -117,6 +120,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("grants_rolled_back", get(&STATS.rollbacks).to_string())?
         .field("dead_reader_reaps", get(&STATS.reaps).to_string())?
         .field("timers_armed", waiting::timers_armed().to_string())?
+        .field("scheduled_checks", waiting::scheduled_checks().to_string())?
         .build_section()?
         .add_section("replicas")
         .field("replicas_required", required.to_string())?

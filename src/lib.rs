@@ -102,6 +102,7 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     }
     raw::replication::watch_replication(ctx)?;
     raw::events::watch_swapdb::<events::Events>(ctx)?;
+    raw::events::watch_flush::<events::Events>(ctx)?;
     let server = server::detect(ctx);
     if let Some(migrations) = server.slot_migration_events() {
         raw::events::watch_slot_migrations::<events::Events>(ctx, migrations)?;

@@ -274,6 +274,18 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         self.checks.contains_key(lock)
     }
 
+    /// Drops the own checks of every lock of database `db` (`None`: of every database).
+    pub fn drop_checks(&mut self, db: Option<i32>) {
+        let schedule = &mut self.schedule;
+        self.checks.retain(|lock, slot| {
+            let keep = db.is_some_and(|db| lock.db != db);
+            if !keep {
+                schedule.remove(slot);
+            }
+            keep
+        });
+    }
+
     /// How many locks have a check scheduled.
     #[must_use]
     pub fn checks(&self) -> usize {

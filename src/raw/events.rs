@@ -14,6 +14,8 @@ use super::replication::note_replication;
 pub trait ServerEvents: 'static {
     /// `SWAPDB` moved whole databases (without any keyspace event).
     fn on_swapdb(ctx: &Context);
+    /// `FLUSHDB` (of database `db`) or `FLUSHALL` (`db` is -1) ended.
+    fn on_flushed(ctx: &Context, db: i32);
     /// An atomic slot migration ended (exported, imported, aborted) or migrated keys were
     /// trimmed: slot ownership changed.
     fn on_slots_moved(ctx: &Context);
@@ -49,6 +51,45 @@ pub fn watch_swapdb<E: ServerEvents>(ctx: &Context) -> Result<(), String> {
     } else {
         Err("cannot subscribe to the SWAPDB server event".to_owned())
     }
+}
+
+/// At load: calls `E::on_flushed` after every `FLUSHDB` and `FLUSHALL` (with the database
+/// flushed, which the redis-module crate's flush event does not give).
+///
+/// # Errors
+/// A message for the log when Redis refuses the subscription.
+pub fn watch_flush<E: ServerEvents>(ctx: &Context) -> Result<(), String> {
+    let subscribe = api!(RedisModule_SubscribeToServerEvent);
+    // SAFETY: live load-time context; `flush_event` has the callback signature Redis expects
+    // and reads the event data as the `RedisModuleFlushInfo` Redis passes for this event.
+    let status = unsafe {
+        subscribe(
+            ctx.get_raw(),
+            raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 },
+            Some(flush_event::<E>),
+        )
+    };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err("cannot subscribe to the FLUSHDB server event".to_owned())
+    }
+}
+
+extern "C" fn flush_event<E: ServerEvents>(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != u64::from(raw::REDISMODULE_SUBEVENT_FLUSHDB_END) || data.is_null() {
+        return;
+    }
+    // SAFETY: for REDISMODULE_EVENT_FLUSHDB, Redis passes a live `RedisModuleFlushInfo` for the
+    // duration of the callback (checked non-null above).
+    let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
+    let context = Context::new(ctx);
+    guard_callback(&context, || E::on_flushed(&context, db));
 }
 
 extern "C" fn swapdb_event<E: ServerEvents>(

@@ -126,6 +126,20 @@ pub fn total_waiting() -> usize {
     QUEUES.with(|q| q.try_borrow().map_or(1, |q| q.total()))
 }
 
+/// Database `db` (`None`: every database) was flushed: the own checks of its locks go (and the
+/// schedule timer with them, when nothing else is scheduled).
+pub fn forget_checks(ctx: &Context, db: Option<i32>) {
+    let dropped = QUEUES.with(|q| q.try_borrow_mut().map(|mut q| q.drop_checks(db)).is_ok());
+    if dropped {
+        timers::arm(ctx);
+    }
+}
+
+/// How many locks have a check of their own scheduled (`INFO rlock`).
+pub fn scheduled_checks() -> usize {
+    QUEUES.with(|q| q.try_borrow().map_or(0, |q| q.checks()))
+}
+
 /// How many timers of this module are armed (schedule, deferred work, cluster sweep).
 pub fn timers_armed() -> u64 {
     timers::armed() + u64::from(cluster::sweeping())

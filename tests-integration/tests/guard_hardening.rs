@@ -265,3 +265,29 @@ fn item4_a_stall_over_the_operators_threshold_is_quarantined() {
     let err = run_str(&mut con, &["CONFIG", "SET", "rlock.stall-ms", "50"]).expect_err("50");
     assert!(err.starts_with("ERR"), "{err}");
 }
+
+fn scheduled_checks(con: &mut Connection) -> i64 {
+    info_field(con, "rlock_waits", "rlock_scheduled_checks")
+}
+
+#[test]
+fn suspicious_a_flush_drops_the_checks_of_the_locks_it_emptied() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut other = server.conn();
+    cmd(&mut other, &["SELECT", "1"]);
+    for (c, prefix) in [(&mut con, "a"), (&mut other, "b")] {
+        for i in 0..100 {
+            let name = format!("{prefix}{i}");
+            cmd(c, &["RSEM.SETPERMITS", &name, "1"]);
+            let ids = cmd(c, &["RSEM.ACQUIRE", &name, "1", "LEASE", "600000"]);
+            assert!(matches!(ids, Value::Array(_)), "{ids:?}");
+        }
+    }
+    assert_eq!(scheduled_checks(&mut con), 200, "a check at each lease's end");
+    cmd(&mut other, &["FLUSHDB"]);
+    assert_eq!(scheduled_checks(&mut con), 100, "database 1's are gone, database 0's kept");
+    cmd(&mut con, &["FLUSHALL"]);
+    assert_eq!(scheduled_checks(&mut con), 0, "nothing kept until the old deadlines");
+    assert_eq!(info_field(&mut con, "rlock_waits", "rlock_timers_armed"), 0);
+}
