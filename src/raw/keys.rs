@@ -200,11 +200,13 @@ impl Key {
     /// (or does not exist). `RedisModule_GetAbsExpire` (6.2.2+) reads it as stored; without it,
     /// the remaining time plus one reading of the clock.
     pub fn expire_at(&self) -> i64 {
-        if self.key.is_null() {
+        // Redis 8.2's RedisModule_GetAbsExpire reads the value of an empty key (a crash): it is
+        // asked only of a key that holds one.
+        if self.kind() == KeyKind::Empty {
             return -1;
         }
         if let Some(get_abs) = optional_api!(RedisModule_GetAbsExpire) {
-            // SAFETY: `self.key` is a non-null open key.
+            // SAFETY: `self.key` is a non-null open key holding a value (checked above).
             return unsafe { get_abs(self.key) };
         }
         match self.pttl() {
