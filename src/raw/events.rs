@@ -82,7 +82,7 @@ extern "C" fn flush_event<E: ServerEvents>(
     subevent: u64,
     data: *mut c_void,
 ) {
-    if subevent != u64::from(raw::REDISMODULE_SUBEVENT_FLUSHDB_END) || data.is_null() {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() {
         return;
     }
     // SAFETY: for REDISMODULE_EVENT_FLUSHDB, Redis passes a live `RedisModuleFlushInfo` for the
