@@ -215,7 +215,8 @@ impl<'a> LockKey<'a> {
 /// relative `PTTL` would depend on when it is read); `None` for a missing key or one with no
 /// expiry. Off the hot path: it runs a command.
 pub fn expire_time(ctx: &Context, name: &RedisString) -> Option<i64> {
-    let reply: CallResult = ctx.call_ext("PEXPIRETIME", &CallOptionsBuilder::new().build(), &[name]);
+    let reply: CallResult =
+        ctx.call_ext("PEXPIRETIME", &CallOptionsBuilder::new().build(), &[name]);
     match reply {
         Ok(CallReply::I64(at)) => Some(at.to_i64()).filter(|&at| at >= 0),
         _ => None,

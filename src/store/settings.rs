@@ -29,7 +29,8 @@ pub fn listpack_value_max() -> usize {
 
 /// One setting's value, as `CONFIG GET` gives it.
 fn config(ctx: &Context, name: &str) -> Option<Vec<u8>> {
-    let reply: CallResult = ctx.call_ext("CONFIG", &CallOptionsBuilder::new().build(), &["GET", name]);
+    let reply: CallResult =
+        ctx.call_ext("CONFIG", &CallOptionsBuilder::new().build(), &["GET", name]);
     match reply {
         Ok(CallReply::Array(items)) => match items.get(1) {
             Some(Ok(CallReply::String(value))) => Some(value.as_bytes().to_vec()),

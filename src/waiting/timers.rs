@@ -14,8 +14,8 @@ use crate::error::LockError;
 use crate::queue::{Event, LockName, WaiterId};
 use crate::raw;
 use crate::rules::{Kind, Reply, Request};
-use crate::store::waiters::{self, Stamp};
 use crate::store;
+use crate::store::waiters::{self, Stamp};
 
 thread_local! {
     /// The armed schedule timer: when it fires, and its id.
