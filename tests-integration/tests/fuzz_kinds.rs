@@ -105,6 +105,10 @@ fn sem_command(rng: &mut Rng, fuzz: &Fuzz, i: usize) -> Vec<String> {
         4..=7 => {
             let mut a = vec!["RSEM.ACQUIRE".into(), name.into(), number(rng, &PERMITS)];
             if rng.below(2) == 0 {
+                // TODO(issue 23, semaphore "huge leased acquires"): see waiter_command.
+                if a[2].len() > 6 && !model::known_defects() {
+                    a[2] = "2".into();
+                }
                 a.push("LEASE".into());
                 a.push(number(rng, &LEASES));
             }
@@ -159,9 +163,9 @@ fn waiter_command(rng: &mut Rng, fuzz: &Fuzz) -> (Vec<String>, Ask) {
         let leased = rng.below(2) == 0;
         if leased {
             // TODO(issue 23, semaphore "huge leased acquires"): a leased acquire of 2^32
-            // permits is a known defect fixed on another branch; generate it again after that
-            // fix is merged.
-            if permits == "4294967296" {
+            // permits is a known defect fixed on another branch; generated only with
+            // RLOCK_FUZZ_KNOWN_DEFECTS until that fix is merged.
+            if permits == "4294967296" && !model::known_defects() {
                 a[2] = "3".into();
             }
             a.extend(["LEASE".into(), pick(rng, &LEASES).to_owned()]);
@@ -183,7 +187,7 @@ fn a_fuzz_run_of_read_write_locks_and_semaphores_keeps_every_invariant() {
     let mut check = master.conn();
     let mut rng = Rng(seed);
     let mut fuzz = Fuzz::new(seed);
-    let steps = fuzz_steps(1500);
+    let steps = fuzz_steps(2000);
 
     for step in 0..steps {
         fuzz.step = step;
