@@ -220,6 +220,7 @@ fn a_fuzz_run_of_read_write_locks_and_semaphores_keeps_every_invariant() {
             80..=81 => {
                 let mode = if rng.below(2) == 0 { "WRITE" } else { "ALL" };
                 run(&mut check, &[b"CLIENT", b"PAUSE", b"30", mode.as_bytes()]).expect("PAUSE");
+                fuzz.paused_until = Instant::now() + Duration::from_millis(300);
                 Vec::new()
             }
             82..=83 => {

@@ -75,6 +75,8 @@ pub struct Fuzz {
     pub sem: [SemModel; 3],
     pub waiters: Vec<Waiter>,
     pub killed: BTreeSet<i64>,
+    /// Until when a client may still sit paused by `CLIENT PAUSE` (see `kill_or_unblock`).
+    pub paused_until: std::time::Instant,
     answered: usize,
     granted: usize,
     replies: usize,
@@ -124,6 +126,7 @@ impl Fuzz {
             sem: Default::default(),
             waiters: Vec::new(),
             killed: BTreeSet::new(),
+            paused_until: std::time::Instant::now(),
             answered: 0,
             granted: 0,
             replies: 0,
@@ -295,7 +298,7 @@ impl Fuzz {
             assert_eq!(
                 ping,
                 Ok(Value::SimpleString("PONG".into())),
-                "{at}: waiter {id} {args:?} answered more than once"
+                "{at}: waiter {id} {args:?} answered more than once (first {reply:?})"
             );
             let codes = ["ERR ", "WRONGTYPE ", "UNBLOCKED ", "NOREPLICAS "];
             let ok = match (&w.ask, &reply) {
