@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run test test-valkey test-redis8 test-valkey9 test-servers failover soak bench bench-servers bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps servers-deps build run test test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt clean
 
 all: build
 
@@ -84,6 +84,17 @@ failover: build valkey-deps
 SOAK_CYCLES ?= 50000
 soak: build
 	SOAK_CYCLES=$(SOAK_CYCLES) $(CARGO) test --release -p rlock-tests-integration --test soak -- --nocapture
+
+# The live fuzz runs at full size: FUZZ_STEPS steps of tests/fuzz.rs (RLOCK) and
+# tests/fuzz_kinds.rs (RWLOCK, RSEM), on Redis 7.0 and then on Valkey 8.1 (CI runs the short
+# default length). Each run prints its seed; RLOCK_FUZZ_SEED=<seed> replays one.
+FUZZ_STEPS ?= 50000
+fuzz: build valkey-deps
+	RLOCK_FUZZ_STEPS=$(FUZZ_STEPS) $(CARGO) test --release -p rlock-tests-integration \
+		--test fuzz --test fuzz_kinds -- --nocapture --test-threads=1
+	RLOCK_FUZZ_STEPS=$(FUZZ_STEPS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
+		$(CARGO) test --release -p rlock-tests-integration \
+		--test fuzz --test fuzz_kinds -- --nocapture --test-threads=1
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # rewrites BENCHMARKS.md with the figures and the machine they came from.

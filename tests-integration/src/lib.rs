@@ -12,9 +12,11 @@
 //!
 //! The harness: [`server`] (one process), [`cluster`] (a Redis Cluster), [`sentinel`]
 //! (Sentinels), [`helpers`] (commands, polling, INFO fields), [`redisson`] (Redisson's
-//! read-write lock scripts), [`rng`] (a seeded PRNG, shared with the module's server-free tests).
+//! read-write lock scripts), [`rng`] (a seeded PRNG, shared with the module's server-free tests),
+//! [`fuzz`] (what the live fuzz runs share).
 
 pub mod cluster;
+pub mod fuzz;
 pub mod helpers;
 pub mod redisson;
 pub mod rng;
@@ -22,6 +24,7 @@ pub mod sentinel;
 pub mod server;
 
 pub use cluster::Cluster;
+pub use fuzz::{all_keys, assert_replica_matches, fuzz_steps, BlockedCall};
 pub use helpers::*;
 pub use rng::Rng;
 pub use sentinel::{Sentinel, SENTINEL_MASTER};

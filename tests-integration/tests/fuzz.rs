@@ -74,6 +74,9 @@ struct Fuzz {
     waiters: Vec<Waiter>,
     answered: usize,
     killed: BTreeSet<i64>,
+    /// Until when a client may still sit paused by `CLIENT PAUSE`: Redis 7.0 itself answers
+    /// such a client twice on `CLIENT UNBLOCK ... ERROR` and aborts on `... TIMEOUT`.
+    paused_until: Instant,
 }
 
 impl Fuzz {
@@ -184,6 +187,7 @@ fn a_fuzz_run_with_faults_keeps_every_invariant_and_replicas_and_aof_agree() {
         waiters: Vec::new(),
         answered: 0,
         killed: BTreeSet::new(),
+        paused_until: Instant::now(),
     };
     let (mut replies, mut errors) = (0, 0);
 
@@ -229,6 +233,7 @@ fn a_fuzz_run_with_faults_keeps_every_invariant_and_replicas_and_aof_agree() {
             80..=81 => {
                 let mode = if rng.below(2) == 0 { "WRITE" } else { "ALL" };
                 run(&mut check, &[b"CLIENT", b"PAUSE", b"40", mode.as_bytes()]).expect("PAUSE");
+                fuzz.paused_until = Instant::now() + Duration::from_millis(300);
                 Vec::new()
             }
             82..=84 => {
@@ -263,7 +268,7 @@ fn a_fuzz_run_with_faults_keeps_every_invariant_and_replicas_and_aof_agree() {
             89..=90 => {
                 if let Some(w) = fuzz.waiters.get(rng.below(fuzz.waiters.len().max(1))) {
                     let id = w.id.to_string();
-                    if rng.below(2) == 0 {
+                    if rng.below(2) == 0 || Instant::now() < fuzz.paused_until {
                         fuzz.killed.insert(w.id);
                         let _ = run(&mut check, &[b"CLIENT", b"KILL", b"ID", id.as_bytes()]);
                     } else {

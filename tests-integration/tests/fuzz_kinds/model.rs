@@ -1,0 +1,339 @@
+//! The model `fuzz_kinds.rs` checks the server against: per semaphore the permits ever set or
+//! added and the permits the run's clients hold, per lock whether a foreign write touched it;
+//! the waiters; the foreign writes; the quiescence points.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{BlockedCall, Rng};
+
+/// The read-write locks (plain, braced, an unmatched brace).
+pub const RW: [&str; 3] = ["rw0", "{t}:rw1", "r}w"];
+/// The semaphores.
+pub const SEM: [&str; 3] = ["s0", "{u}:s1", "s}x"];
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// `RLOCK_FUZZ_KNOWN_DEFECTS` set: also generate the inputs of defects fixed on other branches
+/// (marked TODO where they are left out), to see them fail.
+pub fn known_defects() -> bool {
+    std::env::var_os("RLOCK_FUZZ_KNOWN_DEFECTS").is_some()
+}
+
+/// `{K}` or `K` when `K` has a `{` (Redisson's suffixName rule).
+pub fn prefix(name: &str) -> String {
+    if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
+/// The leased permits' zset of semaphore `i`.
+pub fn zset(i: usize) -> String {
+    format!("{}:timeout", prefix(SEM[i]))
+}
+
+/// A lease key of a read hold.
+pub fn lease_key(i: usize, owner: &str, n: usize) -> String {
+    format!("{}:{owner}:rwlock_timeout:{n}", prefix(RW[i]))
+}
+
+/// What a waiter asks.
+pub enum Ask {
+    Rw { name: usize, token: bool },
+    Sem { name: usize, permits: i128, leased: bool, gen: u32 },
+}
+
+/// A blocked client and what it asked; `patient` ones wait far longer than any check's bound.
+pub struct Waiter {
+    pub call: BlockedCall,
+    pub ask: Ask,
+    pub patient: bool,
+}
+
+/// One semaphore as the run knows it.
+#[derive(Default)]
+pub struct SemModel {
+    /// Every permit set (`SETPERMITS` that created it), added, or released beyond those held.
+    pub total: i128,
+    /// Unleased permits the run's clients took and have not released.
+    pub held: i128,
+    /// A foreign write touched it since its last reset: its counts are not checked.
+    pub tainted: bool,
+    /// Bumped at each reset: grants of older waiters are not counted.
+    pub gen: u32,
+    /// Permit ids granted (some since released or expired).
+    pub ids: Vec<Vec<u8>>,
+}
+
+/// The run.
+pub struct Fuzz {
+    pub seed: u64,
+    pub step: usize,
+    pub rw_tainted: [bool; 3],
+    pub sem: [SemModel; 3],
+    pub waiters: Vec<Waiter>,
+    pub killed: BTreeSet<i64>,
+    /// Until when a client may still sit paused by `CLIENT PAUSE` (see `kill_or_unblock`).
+    pub paused_until: std::time::Instant,
+    answered: usize,
+    granted: usize,
+    replies: usize,
+    pub errors: usize,
+}
+
+/// A snapshot of every fuzzed key: `{type, value}` per key, and for a hash the fields of
+/// readers with a live lease key (ARGV[i]: the i-th key's lease-key prefix, or '').
+const SNAPSHOT: &str = "local out = {} \
+    for i, k in ipairs(KEYS) do \
+        local t = redis.call('TYPE', k).ok \
+        if t == 'hash' then \
+            local h = redis.call('HGETALL', k) \
+            local live = {} \
+            for j = 1, #h, 2 do \
+                local n = tonumber(h[j + 1]) \
+                if h[j] ~= 'mode' and n and ARGV[i] ~= '' then \
+                    for c = 1, math.min(n, 16) do \
+                        if redis.call('EXISTS', ARGV[i] .. ':' .. h[j] .. ':rwlock_timeout:' .. c) == 1 then \
+                            table.insert(live, h[j]) break \
+                        end \
+                    end \
+                end \
+            end \
+            out[i] = {t, h, live} \
+        elseif t == 'string' then out[i] = {t, redis.call('GET', k)} \
+        elseif t == 'zset' then out[i] = {t, redis.call('ZCARD', k)} \
+        else out[i] = {t} end \
+    end \
+    return out";
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(n) => n.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Fuzz {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            step: 0,
+            rw_tainted: [false; 3],
+            sem: Default::default(),
+            waiters: Vec::new(),
+            killed: BTreeSet::new(),
+            paused_until: std::time::Instant::now(),
+            answered: 0,
+            granted: 0,
+            replies: 0,
+            errors: 0,
+        }
+    }
+
+    pub fn at(&self) -> String {
+        format!("seed {} (RLOCK_FUZZ_SEED), step {}", self.seed, self.step)
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} replies, {} errors, {} waiters answered ({} granted)",
+            self.replies, self.errors, self.answered, self.granted
+        )
+    }
+
+    /// A permit id of semaphore `i`: one it granted, or a made-up one.
+    pub fn some_id(&self, rng: &mut Rng, i: usize) -> String {
+        let ids = &self.sem[i].ids;
+        if !ids.is_empty() && rng.below(4) > 0 {
+            // Ids are raw bytes; the command is sent as text, so keep the ones that are UTF-8.
+            if let Ok(s) = String::from_utf8(ids[rng.below(ids.len())].clone()) {
+                return s;
+            }
+        }
+        ["0123456789abcdef", "x", "9223372036854775807"][rng.below(3)].to_owned()
+    }
+
+    /// Applies the successful reply `v` of `args` to the model, checking its shape.
+    pub fn apply(&mut self, args: &[String], v: &Value) {
+        self.replies += 1;
+        let at = self.at();
+        let cmd = args[0].as_str();
+        let Some(i) = SEM.iter().position(|s| *s == args[1]) else {
+            let ok = match cmd {
+                "RWLOCK.ACQUIRE" => match v {
+                    Value::Nil | Value::Int(_) => true,
+                    Value::Array(a) => matches!(a.as_slice(), [Value::Int(0 | 1), Value::Int(_)]),
+                    _ => false,
+                },
+                "RWLOCK.RELEASE" => matches!(v, Value::Nil | Value::Int(0 | 1)),
+                "RWLOCK.RENEW" | "RWLOCK.FORCERELEASE" => matches!(v, Value::Int(0 | 1)),
+                _ => matches!(v, Value::Nil | Value::Array(_)),
+            };
+            assert!(ok, "{at}: {args:?}: odd reply {v:?}");
+            return;
+        };
+        let n: Option<i128> = args.get(2).and_then(|a| a.parse().ok());
+        let leased = args.iter().any(|a| a == "LEASE");
+        let m = &mut self.sem[i];
+        match (cmd, v) {
+            ("RSEM.SETPERMITS", Value::Int(1)) => m.total += n.expect("a count"),
+            ("RSEM.SETPERMITS", Value::Int(0)) => {}
+            ("RSEM.ADDPERMITS", Value::Int(_)) => m.total += n.expect("a delta").max(0),
+            ("RSEM.ACQUIRE", Value::Int(1)) if !leased => m.held += n.expect("a count"),
+            ("RSEM.ACQUIRE", Value::Int(0)) if !leased => {}
+            ("RSEM.ACQUIRE", Value::Nil) if leased => {}
+            ("RSEM.ACQUIRE", Value::Array(ids)) if leased => {
+                assert_eq!(Some(ids.len() as i128), n, "{at}: {args:?}: {v:?}");
+                for id in ids {
+                    let Value::BulkString(id) = id else { panic!("{at}: {args:?}: {v:?}") };
+                    assert_eq!(id.len(), 16, "{at}: {args:?}: a permit id of 16 bytes");
+                    m.ids.push(id.clone());
+                }
+            }
+            ("RSEM.RELEASE", Value::Int(_)) if args[2] == "ID" => {}
+            ("RSEM.RELEASE", Value::Int(_)) => {
+                let n = n.expect("a count");
+                let back = m.held.min(n);
+                m.held -= back;
+                m.total += n - back;
+            }
+            ("RSEM.RENEW", Value::Int(0 | 1)) | ("RSEM.AVAILABLE", Value::Int(_)) => {}
+            ("RSEM.INFO", Value::Nil | Value::Array(_)) => {}
+            _ => panic!("{at}: {args:?}: odd reply {v:?}"),
+        }
+    }
+
+    /// The invariants of every lock and semaphore, from one atomic snapshot.
+    pub fn check_invariants(&mut self, con: &mut Connection) {
+        let at = self.at();
+        let mut keys: Vec<String> = RW.iter().map(|s| (*s).to_owned()).collect();
+        let mut argv: Vec<String> = RW.iter().map(|s| prefix(s)).collect();
+        for (i, name) in SEM.iter().enumerate() {
+            keys.extend([(*name).to_owned(), zset(i)]);
+            argv.extend([String::new(), String::new()]);
+        }
+        let snap: Vec<Value> = redis::cmd("EVAL_RO")
+            .arg(SNAPSHOT)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&argv)
+            .query(con)
+            .unwrap_or_else(|e| panic!("{at}: snapshot: {e}"));
+        let entry = |k: usize| -> (String, Vec<Value>) {
+            let Value::Array(e) = &snap[k] else { panic!("{at}: snapshot {snap:?}") };
+            (text(&e[0]), e[1..].to_vec())
+        };
+        for (i, name) in RW.iter().enumerate() {
+            let (t, rest) = entry(i);
+            if self.rw_tainted[i] || t == "none" {
+                continue;
+            }
+            assert_eq!(t, "hash", "{at}: {name} is a {t}, no foreign write made it");
+            let (Value::Array(h), Value::Array(live)) = (&rest[0], &rest[1]) else {
+                panic!("{at}: {rest:?}")
+            };
+            let fields: Vec<(String, String)> =
+                h.chunks(2).map(|p| (text(&p[0]), text(&p[1]))).collect();
+            let writers: Vec<&str> =
+                fields.iter().filter_map(|(f, _)| f.strip_suffix(":write")).collect();
+            assert!(writers.len() <= 1, "{at}: {name} has writers {writers:?}: {fields:?}");
+            let mode = fields.iter().find(|(f, _)| f == "mode").map(|(_, v)| v.as_str());
+            assert!(
+                matches!(mode, Some("read" | "write")),
+                "{at}: {name} has no valid mode: {fields:?}"
+            );
+            if let Some(w) = writers.first() {
+                assert_eq!(mode, Some("write"), "{at}: {name} has a writer: {fields:?}");
+                let others: Vec<String> = live.iter().map(text).filter(|r| r != w).collect();
+                assert!(
+                    others.is_empty(),
+                    "{at}: {name}: writer {w} and live readers {others:?}: {fields:?}"
+                );
+            }
+        }
+        for (i, m) in self.sem.iter().enumerate() {
+            let ((t, count), (zt, zcard)) = (entry(RW.len() + 2 * i), entry(RW.len() + 2 * i + 1));
+            if m.tainted {
+                continue;
+            }
+            let available: i128 = match t.as_str() {
+                "none" => 0,
+                "string" => text(&count[0]).parse().unwrap_or_else(|_| {
+                    panic!("{at}: {} holds {:?}, no foreign write put it", SEM[i], count[0])
+                }),
+                _ => panic!("{at}: {} is a {t}, no foreign write made it", SEM[i]),
+            };
+            let leased: i128 = match (zt.as_str(), zcard.first()) {
+                ("none", _) => 0,
+                ("zset", Some(Value::Int(n))) => i128::from(*n),
+                _ => panic!("{at}: {} is a {zt}", zset(i)),
+            };
+            assert!(
+                available + leased + m.held <= m.total,
+                "{at}: {}: available {available} + leased {leased} + held {} > total {}",
+                SEM[i],
+                m.held,
+                m.total
+            );
+        }
+    }
+
+    /// Collects the waiters that have replied (all of them when `all`), checking each reply.
+    pub fn reap(&mut self, all: bool) {
+        for w in std::mem::take(&mut self.waiters) {
+            if !all && !w.call.finished() {
+                self.waiters.push(w);
+                continue;
+            }
+            let (id, args, at) = (w.call.id, w.call.args.clone(), self.at());
+            let (reply, ping) = w.call.join(LIMIT, &at);
+            self.answered += 1;
+            if self.killed.contains(&id) {
+                continue; // its connection was killed: any outcome, or none
+            }
+            assert_eq!(
+                ping,
+                Ok(Value::SimpleString("PONG".into())),
+                "{at}: waiter {id} {args:?} answered more than once (first {reply:?})"
+            );
+            let codes = ["ERR ", "WRONGTYPE ", "UNBLOCKED ", "NOREPLICAS "];
+            let ok = match (&w.ask, &reply) {
+                (_, Err(e)) => codes.iter().any(|c| e.starts_with(c)),
+                (Ask::Rw { token: false, .. }, Ok(Value::Nil | Value::Int(_))) => true,
+                (Ask::Rw { token: true, .. }, Ok(Value::Array(a))) => {
+                    matches!(a.as_slice(), [Value::Int(0 | 1), Value::Int(_)])
+                }
+                (Ask::Sem { name, permits, leased, gen }, Ok(v)) => {
+                    let m = &mut self.sem[*name];
+                    match (leased, v) {
+                        (false, Value::Int(1)) if *gen == m.gen => m.held += permits,
+                        (true, Value::Array(ids)) => {
+                            assert_eq!(ids.len() as i128, *permits, "{at}: {args:?}: {v:?}");
+                            for id in ids {
+                                if let Value::BulkString(id) = id {
+                                    m.ids.push(id.clone());
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    matches!(
+                        (leased, v),
+                        (false, Value::Int(0 | 1)) | (true, Value::Nil | Value::Array(_))
+                    )
+                }
+                _ => false,
+            };
+            if matches!(reply, Ok(Value::Nil) if matches!(w.ask, Ask::Rw { .. }))
+                || matches!(reply, Ok(Value::Int(1) | Value::Array(_)))
+            {
+                self.granted += 1;
+            }
+            assert!(ok, "{at}: waiter {id} {args:?} replied {reply:?}");
+        }
+    }
+}
