@@ -15,6 +15,49 @@ use crate::store::rw::RwKey;
 use crate::store::{self, access::check_publish, Unlocked};
 use crate::waiting;
 
+/// What an acquire comes to, every refusal checked and nothing written yet.
+enum Decision<'a> {
+    /// Grant `plan` (with `token`, if asked).
+    Grant { key: RwKey<'a>, plan: rw_rules::RwPlan, token: Option<u64> },
+    /// Wait for it (the hold key a read grant writes is allowed); `pttl`: the holder's lease.
+    Block { pttl: i64 },
+    /// Not granted: reply busy with `pttl`.
+    Busy { pttl: i64 },
+}
+
+/// Decides `cmd` on the lock as it stands (`queued`: others wait for it).
+fn decide<'a>(
+    ctx: &'a Context,
+    cmd: &args::RwAcquire<'a, RedisString>,
+    counter: Option<&TokenCounter>,
+    now: i64,
+    deadline: Deadline,
+    queued: bool,
+) -> Result<Decision<'a>, LockError> {
+    let owner = cmd.owner.as_slice();
+    let key = RwKey::open(ctx, cmd.key, true);
+    let state = key.state_of(Some(owner))?;
+    let pttl = match rw_rules::acquire(&state, cmd.mode, owner, now, deadline, queued)? {
+        Acquired::Granted(plan) => {
+            key.check(&plan)?;
+            let token = counter.map(|c| c.next(ctx)).transpose()?;
+            return Ok(Decision::Grant { key, plan, token });
+        }
+        Acquired::Upgrade(_) if cmd.wait.is_some() => return Err(LockError::Upgrade),
+        Acquired::Busy(pttl) | Acquired::Upgrade(pttl) => pttl,
+    };
+    // Never block where no grant can happen (MULTI, Lua, a writable replica).
+    if cmd.wait.is_none() || !raw::may_block(ctx) || !raw::is_master(ctx) {
+        return Ok(Decision::Busy { pttl });
+    }
+    if cmd.mode == Mode::Read {
+        // Its grant writes this hold key: may it? (Checked again, as its user, when it is
+        // granted.)
+        key.check_hold(owner, state.reads_of(owner) + 1)?;
+    }
+    Ok(Decision::Block { pttl })
+}
+
 /// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
@@ -25,50 +68,38 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         store::may_grant(ctx)?;
         // Everything that can refuse is checked before anything is written.
         let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
-        // Waiters first: a lock they are owed goes to them (on its own key handle).
-        waiting::settle(ctx, cmd.key);
-        let queued = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0;
-        let key = RwKey::open(ctx, cmd.key, true);
-        let state = key.state_of(Some(cmd.owner.as_slice()))?;
-        let plan =
-            match rw_rules::acquire(&state, cmd.mode, cmd.owner.as_slice(), now, deadline, queued)?
-            {
-                Acquired::Granted(plan) => plan,
-                Acquired::Upgrade(_) if cmd.wait.is_some() => return Err(LockError::Upgrade),
-                Acquired::Busy(pttl) | Acquired::Upgrade(pttl) => {
-                    // Never block where no grant can happen (MULTI, Lua, a writable replica).
-                    if let Some(wait) =
-                        cmd.wait.filter(|_| raw::may_block(ctx) && raw::is_master(ctx))
-                    {
-                        if cmd.mode == Mode::Read {
-                            // Its grant writes this hold key: may it? (Checked again, as its
-                            // user, when it is granted.)
-                            let index = state.reads_of(cmd.owner.as_slice()) + 1;
-                            key.check_hold(cmd.owner.as_slice(), index)?;
-                        }
-                        drop(key);
-                        let request = Request {
-                            kind: Kind::Rw(cmd.mode),
-                            owner: cmd.owner.to_vec(),
-                            lease: cmd.lease,
-                            token: cmd.token,
-                        };
-                        let lock = waiting::lock_name(ctx, cmd.key);
-                        waiting::block(ctx, lock, request, wait, pttl);
-                        return Ok(RedisValue::NoReply);
-                    }
-                    return Ok(store::to_value(rules::busy(pttl, cmd.token)));
-                }
-            };
-        key.check(&plan)?;
-        let token = counter.as_ref().map(|c| c.next(ctx)).transpose()?;
-        key.apply(&plan);
-        drop(key);
-        if let (Some(counter), Some(token)) = (counter, token) {
-            counter.store(ctx, token);
+        let db = raw::selected_db(ctx);
+        if waiting::waiting(db, cmd.key.as_slice()) > 0 {
+            // Refusals first, even of the hand-off below: a command that replies an error
+            // writes nothing.
+            drop(decide(ctx, &cmd, counter.as_ref(), now, deadline, true)?);
+            // Waiters first: a lock they are owed goes to them (on its own key handle).
+            waiting::settle(ctx, cmd.key);
         }
-        waiting::rw_applied(ctx, cmd.key, &plan);
-        Ok(store::to_value(rules::granted(token)))
+        let queued = waiting::waiting(db, cmd.key.as_slice()) > 0;
+        match decide(ctx, &cmd, counter.as_ref(), now, deadline, queued)? {
+            Decision::Grant { key, plan, token } => {
+                key.apply(&plan);
+                drop(key);
+                if let (Some(counter), Some(token)) = (counter, token) {
+                    counter.store(ctx, token);
+                }
+                waiting::rw_applied(ctx, cmd.key, &plan);
+                Ok(store::to_value(rules::granted(token)))
+            }
+            Decision::Block { pttl } => {
+                let request = Request {
+                    kind: Kind::Rw(cmd.mode),
+                    owner: cmd.owner.to_vec(),
+                    lease: cmd.lease,
+                    token: cmd.token,
+                };
+                let wait = cmd.wait.unwrap_or(args::WaitFor::Ever);
+                waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, pttl);
+                Ok(RedisValue::NoReply)
+            }
+            Decision::Busy { pttl } => Ok(store::to_value(rules::busy(pttl, cmd.token))),
+        }
     })
 }
 
@@ -106,6 +137,11 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
+        let mode = RwKey::open(ctx, cmd.key, false).state_of(None)?.mode;
+        if mode.is_some() || waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0 {
+            // Refused before the hand-off below: whatever holds the lock then, it is freed.
+            check_publish(ctx, cmd.key, Some(Unlocked::Rw(Mode::Write)))?;
+        }
         waiting::settle(ctx, cmd.key);
         let key = RwKey::open(ctx, cmd.key, true);
         let plan = rw_rules::force_release(&key.state_of(None)?);

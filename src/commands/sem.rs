@@ -61,7 +61,12 @@ pub fn add_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 /// Leased permits whose lease ended come back first (as every Redisson semaphore script
 /// begins); the next lease end is looked at by a timer.
 fn reclaim(ctx: &Context, name: &RedisString) -> Result<(), LockError> {
-    if let Some(at) = waiting::sem_reclaim(ctx, name, raw::now_ms())? {
+    reclaim_keeping(ctx, name, 0)
+}
+
+/// [`reclaim`], leaving room in the count for the `reserve` permits a release gives back next.
+fn reclaim_keeping(ctx: &Context, name: &RedisString, reserve: u64) -> Result<(), LockError> {
+    if let Some(at) = waiting::sem_reclaim_keeping(ctx, name, raw::now_ms(), reserve)? {
         waiting::schedule_check(ctx, &waiting::lock_name(ctx, name), at);
     }
     Ok(())
@@ -126,7 +131,9 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || match args::SemRelease::parse(&argv)? {
         args::SemRelease::Count { key, permits } => {
-            reclaim(ctx, key)?;
+            // Refused before the reclaim writes anything: the count must hold what comes back.
+            sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
+            reclaim_keeping(ctx, key, permits)?;
             Ok(RedisValue::Integer(waiting::sem_release(ctx, key, permits)?))
         }
         args::SemRelease::Ids { key, ids } => {

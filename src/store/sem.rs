@@ -312,7 +312,17 @@ pub struct Reclaimed {
 ///
 /// # Errors
 /// `WRONGTYPE`, a corrupt count, an overflow, `NOPERM`.
-pub fn reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<Reclaimed, LockError> {
+///
+/// `reserve`: permits the caller adds once the reclaim is done (a release): the reclaim leaves
+/// room for them in the count. Only as many ended leases come back as the count can hold (the
+/// rest stay in the zset until it can): a count near the largest integer never turns the
+/// reclaim, and every command that begins with it, into an error.
+pub fn reclaim(
+    ctx: &Context,
+    name: &RedisString,
+    now: i64,
+    reserve: u64,
+) -> Result<Reclaimed, LockError> {
     let none = Reclaimed { back: 0, more: false };
     // A name whose zset would live in another slot has no leases (leased acquires refuse it).
     let Ok(leases) = Leases::of(ctx, name) else { return Ok(none) };
@@ -320,14 +330,20 @@ pub fn reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<Reclaimed,
         return Ok(none);
     }
     check_key(ctx, &leases.name, KeyUse::ReadWrite, LockError::NoPermLeases)?;
-    let expired = leases.expired(ctx, now, MAX_LEASED)?;
+    // Checked before anything is written: a corrupt count refuses the reclaim.
+    let state = SemKey::open(ctx, name, false).state()?;
+    let reserve = i64::try_from(reserve).unwrap_or(i64::MAX);
+    let room = i64::MAX.saturating_sub(state.available().max(0)).saturating_sub(reserve);
+    let batch = usize::try_from(room).unwrap_or(usize::MAX).min(MAX_LEASED);
+    if batch == 0 {
+        return Ok(none);
+    }
+    let expired = leases.expired(ctx, now, batch)?;
     if expired.is_empty() {
         return Ok(none);
     }
     let ids: Vec<&[u8]> = expired.iter().map(Vec::as_slice).collect();
-    // Checked before anything is written: a corrupt count refuses the reclaim, and so does a
-    // caller who may not publish the count they bring back.
-    let state = SemKey::open(ctx, name, false).state()?;
+    // And so does a caller who may not publish the count they bring back.
     let plan = sem_rules::release(state, ids.len() as u64)?;
     check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
     let back = leases.remove(ctx, &ids)?;
@@ -340,7 +356,9 @@ pub fn reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<Reclaimed,
         };
         key.apply(state, &plan);
     }
-    Ok(Reclaimed { back, more: expired.len() >= MAX_LEASED })
+    // A full batch of MAX_LEASED may leave more to reclaim; a batch cut short by the room left
+    // in the count waits for the count to come down (the next command, or check, reclaims).
+    Ok(Reclaimed { back, more: batch == MAX_LEASED && expired.len() >= MAX_LEASED })
 }
 
 /// `count` new permit ids: 16 random bytes each, as Redisson (3.17+) writes them. `count` is a

@@ -151,7 +151,7 @@ pub fn consider<'a>(
             let short = SemKey::open(ctx, name, false)
                 .state()
                 .map_or(true, |state| sem_rules::grant_waiter(state, permits).is_none());
-            if short && sem::reclaim(ctx, name, now).is_err() {
+            if short && sem::reclaim(ctx, name, now, 0).is_err() {
                 return Head::Wait { recheck_at: None };
             }
             let key = SemKey::open(ctx, name, true);

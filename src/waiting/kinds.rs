@@ -29,9 +29,17 @@ pub fn rw_release(
     owner: &[u8],
     mode: Mode,
 ) -> Result<Reply, LockError> {
-    settle(ctx, name);
     let key = RwKey::open(ctx, name, true);
     let state = key.state()?;
+    if state.mode.is_none() {
+        // Free: no hold to release. Waiters owed it get it first (on their own key handles);
+        // nothing here can refuse after that.
+        drop(key);
+        settle(ctx, name);
+        return Ok(Reply::Nil);
+    }
+    // Held: its head cannot be granted before this release (which hands it on if it frees or
+    // downgrades the lock), and nothing is written before every refusal was checked.
     let now = raw::now_ms();
     let holds = key.holds(&state, now)?;
     let plan = rw_rules::release(&state, mode, owner, &holds, now);
@@ -130,7 +138,20 @@ pub fn sem_release_ids(ctx: &Context, name: &RedisString, ids: &[&[u8]]) -> Resu
 /// # Errors
 /// `WRONGTYPE`, a corrupt count, an overflow, `NOPERM` (the zset or the channel) for a caller.
 pub fn sem_reclaim(ctx: &Context, name: &RedisString, now: i64) -> Result<Option<i64>, LockError> {
-    let reclaimed = store::sem::reclaim(ctx, name, now)?;
+    sem_reclaim_keeping(ctx, name, now, 0)
+}
+
+/// [`sem_reclaim`] leaving room in the count for `reserve` permits the caller gives back next.
+///
+/// # Errors
+/// As [`sem_reclaim`].
+pub fn sem_reclaim_keeping(
+    ctx: &Context,
+    name: &RedisString,
+    now: i64,
+    reserve: u64,
+) -> Result<Option<i64>, LockError> {
+    let reclaimed = store::sem::reclaim(ctx, name, now, reserve)?;
     if reclaimed.back > 0 {
         sem_raised(ctx, name)?;
     }

@@ -36,8 +36,8 @@ mod kinds;
 pub mod timers;
 
 pub use kinds::{
-    rw_applied, rw_release, sem_raised, sem_reclaim, sem_release, sem_release_ids, waiting_in,
-    waiting_permits,
+    rw_applied, rw_release, sem_raised, sem_reclaim, sem_reclaim_keeping, sem_release,
+    sem_release_ids, waiting_in, waiting_permits,
 };
 
 use std::cell::RefCell;

@@ -107,10 +107,6 @@ fn sem_command(rng: &mut Rng, fuzz: &Fuzz, i: usize) -> Vec<String> {
         4..=7 => {
             let mut a = vec!["RSEM.ACQUIRE".into(), name.into(), number(rng, &PERMITS)];
             if rng.below(2) == 0 {
-                // TODO(issue 23, semaphore "huge leased acquires"): see waiter_command.
-                if a[2].len() > 6 && !model::known_defects() {
-                    a[2] = "2".into();
-                }
                 a.push("LEASE".into());
                 a.push(number(rng, &LEASES));
             }
@@ -164,12 +160,6 @@ fn waiter_command(rng: &mut Rng, fuzz: &Fuzz) -> (Vec<String>, Ask) {
         let mut a = strings(&["RSEM.ACQUIRE", SEM[i], permits]);
         let leased = rng.below(2) == 0;
         if leased {
-            // TODO(issue 23, semaphore "huge leased acquires"): a leased acquire of 2^32
-            // permits is a known defect fixed on another branch; generated only with
-            // RLOCK_FUZZ_KNOWN_DEFECTS until that fix is merged.
-            if permits == "4294967296" && !model::known_defects() {
-                a[2] = "3".into();
-            }
             a.extend(["LEASE".into(), pick(rng, &LEASES).to_owned()]);
         }
         a.extend(["WAIT".into(), timeout]);
@@ -300,17 +290,8 @@ fn execute(fuzz: &mut Fuzz, rng: &mut Rng, con: &mut redis::Connection, args: &[
                 "{}: {args:?} (mode {how}): {e}",
                 fuzz.at()
             );
-            // TODO(new defect, issue 23 fuzz): `RSEM.RELEASE key n` reclaims expired leases
-            // before it finds that n overflows the count, so the error leaves the reclaim
-            // done. Remove this exception once the release checks before it reclaims.
-            let reclaimed = args[0] == "RSEM.RELEASE" && e.starts_with("ERR permit count overflow");
-            // TODO(new defect, issue 23 fuzz): `RWLOCK.RELEASE` (waiting::rw_release) settles
-            // the lock (hands it to waiters) before it reads the hash, so a corrupt hold count
-            // is refused after that hand-off was written. Remove once it checks first.
-            let settled = args[0].starts_with("RWLOCK.")
-                && e.starts_with("ERR the lock hash holds a hold count");
             assert!(
-                !changed || reclaimed || settled,
+                !changed,
                 "{}: {args:?} replied {e} yet changed the dataset",
                 fuzz.at()
             );

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Connection;
 use rlock_tests_integration::{run, run_str, server_time_ms, Rng};
 
-use crate::model::{known_defects, lease_key, zset, Ask, Fuzz, SemModel, RW, SEM};
+use crate::model::{lease_key, zset, Ask, Fuzz, SemModel, RW, SEM};
 
 impl Fuzz {
     /// Kills or unblocks a waiter (if any).
@@ -42,11 +42,8 @@ impl Fuzz {
     pub fn foreign_write(&mut self, rng: &mut Rng, con: &mut Connection) {
         let (r, s) = (rng.below(RW.len()), rng.below(SEM.len()));
         let owner = ["A", "B", "C", "X"][rng.below(4)];
-        // TODO(issue 23, read-write lock "hangs with huge read counts in the hash"): the huge
-        // counts are a known defect fixed on another branch; generated only with
-        // RLOCK_FUZZ_KNOWN_DEFECTS until that fix is merged.
         let counts = ["1", "0", "-1", "2", "x", "05", "100", "9223372036854775807", "1000000000"];
-        let count = counts[rng.below(if known_defects() { counts.len() } else { 7 })];
+        let count = counts[rng.below(counts.len())];
         let now = server_time_ms(con);
         let cmd: Vec<String> = match rng.below(12) {
             0 => vec![
@@ -66,13 +63,8 @@ impl Fuzz {
             ],
             4 => vec!["DEL".into(), lease_key(r, owner, 1)],
             5 => {
-                // TODO(issue 23, semaphore count parsing "05"/"-0"): a count of "05" or "-0" is
-                // a known defect fixed on another branch (the module reads it as a number,
-                // Redis does not: a module-less replica diverges); generated only with
-                // RLOCK_FUZZ_KNOWN_DEFECTS until that fix is merged.
                 let v =
                     ["10", "0", "-5", "abc", "9223372036854775807", "1e3", " 7", "+3", "05", "-0"];
-                let v = &v[..if known_defects() { v.len() } else { v.len() - 2 }];
                 vec!["SET".into(), SEM[s].into(), v[rng.below(v.len())].into()]
             }
             6 | 7 => {

@@ -14,12 +14,6 @@ pub const RW: [&str; 3] = ["rw0", "{t}:rw1", "r}w"];
 pub const SEM: [&str; 3] = ["s0", "{u}:s1", "s}x"];
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// `RLOCK_FUZZ_KNOWN_DEFECTS` set: also generate the inputs of defects fixed on other branches
-/// (marked TODO where they are left out), to see them fail.
-pub fn known_defects() -> bool {
-    std::env::var_os("RLOCK_FUZZ_KNOWN_DEFECTS").is_some()
-}
-
 /// `{K}` or `K` when `K` has a `{` (Redisson's suffixName rule).
 pub fn prefix(name: &str) -> String {
     if name.contains('{') {
