@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{cmd, digest, run_str, wait_blocked, Pending, Server};
+use rlock_tests_integration::{
+    cmd, digest, info_field, poll, run_str, wait_blocked, Pending, Server,
+};
 
 /// A read-write lock hash with `fields` readers holding `count` read holds each (a foreign
 /// writer's: no hold key exists), written in one pipeline.
@@ -99,4 +101,67 @@ fn a_leased_waiter_is_not_granted_when_the_lease_zset_holds_another_type() {
         assert!(err.starts_with("WRONGTYPE"), "{args:?}: {err}");
     }
     assert_eq!(cmd(&mut con, &["GET", "s"]), Value::BulkString(b"5".to_vec()));
+}
+
+/// Runs `release` (which hands the lock to the one waiter, blocked with `wait`), kills that
+/// waiter before its reply and swaps databases 0 and 1, all in one `MULTI`: the grant is undone
+/// (its client left) after the swap moved it to database 1.
+fn grant_undone_after_a_swap(
+    server: &Server,
+    con: &mut Connection,
+    wait: &[&str],
+    release: &[&str],
+) {
+    let waiter = Pending::start_str(server, wait);
+    wait_blocked(con, 1);
+    let id = waiter.client_id().to_string();
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    pipe.cmd(release[0]).arg(&release[1..]).ignore();
+    pipe.cmd("CLIENT").arg("KILL").arg("ID").arg(&id).ignore();
+    pipe.cmd("SWAPDB").arg(0).arg(1).ignore();
+    let () = pipe.query(con).expect("MULTI");
+    drop(waiter);
+    // The undo is counted when the client goes, and runs on the module's next timer tick.
+    poll("the undo", Duration::from_secs(10), || {
+        (info_field(con, "rlock_waits", "rlock_grants_rolled_back") > 0
+            && info_field(con, "rlock_waits", "rlock_timers_armed") == 0)
+            .then_some(())
+    });
+}
+
+/// A grant whose client left before its reply is undone on a 0 ms timer; a `SWAPDB` in
+/// between (same event-loop turn: one `MULTI` here) moved the grant to the other database, but
+/// the undo still looked in the old one: a semaphore permit was given back to whatever
+/// semaphore the swap brought in under that name (one made from nothing here) while the real
+/// one lost it for good, and a reentrant hold was left to its lease. The undo now follows the
+/// swap.
+#[test]
+fn a_grant_undone_after_a_swapdb_is_undone_in_the_database_it_moved_to() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // Counted permits: the permit goes back to the semaphore that was granted from.
+    cmd(&mut con, &["RSEM.SETPERMITS", "s", "0"]);
+    grant_undone_after_a_swap(
+        &server,
+        &mut con,
+        &["RSEM.ACQUIRE", "s", "1", "WAIT", "10000"],
+        &["RSEM.RELEASE", "s", "1"],
+    );
+    assert_eq!(cmd(&mut con, &["EXISTS", "s"]), Value::Int(0), "no semaphore made from nothing");
+    cmd(&mut con, &["SELECT", "1"]);
+    assert_eq!(cmd(&mut con, &["GET", "s"]), Value::BulkString(b"1".to_vec()), "permit back");
+    cmd(&mut con, &["FLUSHALL"]);
+    cmd(&mut con, &["SELECT", "0"]);
+
+    // A reentrant lock: the hold of the client that left is released where it now is.
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "A", "60000"]);
+    grant_undone_after_a_swap(
+        &server,
+        &mut con,
+        &["RLOCK.ACQUIRE", "k", "W", "60000", "WAIT", "10000"],
+        &["RLOCK.RELEASE", "k", "A"],
+    );
+    cmd(&mut con, &["SELECT", "1"]);
+    assert_eq!(cmd(&mut con, &["EXISTS", "k"]), Value::Int(0), "the gone client's hold stays");
 }
