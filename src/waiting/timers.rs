@@ -53,6 +53,23 @@ pub fn forget_rollbacks() {
     });
 }
 
+/// `SWAPDB first second`: a grant waiting to be undone was written in the database that is
+/// now the other one (its waiters, clients, stay in theirs).
+pub fn swapped(first: i32, second: i32) {
+    DEFERRED.with(|d| {
+        if let Ok(mut d) = d.try_borrow_mut() {
+            for undo in &mut d.rollback {
+                let db = &mut undo.lock.db;
+                if *db == first {
+                    *db = second;
+                } else if *db == second {
+                    *db = first;
+                }
+            }
+        }
+    });
+}
+
 /// Queues work for the 0 ms timer, arming it if needed.
 pub fn defer(ctx: &Context, add: impl FnOnce(&mut Deferred)) {
     let arm_now = DEFERRED.with(|d| {
