@@ -65,6 +65,9 @@ pub enum LockError {
     NoPermHold,
     /// A read re-entry past `rw_rules::MAX_READ_HOLDS` holds of one owner.
     TooManyReadHolds,
+    /// A read-write lock with more read holds over all its readers than a release or a
+    /// dead-reader check may read (`rw_rules::MAX_LOCK_READ_HOLDS`).
+    TooManyLockReadHolds,
     /// `permits` is not a positive integer (zero or more for `RSEM.SETPERMITS`).
     InvalidPermits,
     /// `delta` is not an integer.
@@ -164,6 +167,9 @@ impl LockError {
             }
             Self::TooManyReadHolds => {
                 "ERR read hold limit reached: one owner holds the read lock at most 1000 times at once; release some of its read holds first"
+            }
+            Self::TooManyLockReadHolds => {
+                "ERR the lock holds more than 100000 read holds in all (its readers' counts): a release or a check would read every hold key; RWLOCK.FORCERELEASE clears it"
             }
             Self::NoReplicas => {
                 "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"

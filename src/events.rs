@@ -19,8 +19,10 @@ pub struct Events;
 
 impl ServerEvents for Events {
     /// `SWAPDB` moved whole databases: every lock with waiters is looked at again (handed off if
-    /// its database no longer holds it, checked at its new holder's deadline otherwise).
-    fn on_swapdb(ctx: &Context) {
+    /// its database no longer holds it, checked at its new holder's deadline otherwise); grants
+    /// waiting to be undone follow their data to its new database.
+    fn on_swapdb(ctx: &Context, first: i32, second: i32) {
+        waiting::timers::swapped(first, second);
         if waiting::anyone_waits() {
             defer(ctx, |d| d.settle_all = true);
         }

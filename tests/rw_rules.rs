@@ -401,3 +401,23 @@ fn read_re_entry_stops_at_the_maximum_and_a_stored_count_above_it_is_corrupt() {
     assert_eq!(err, Err(rlock::error::LockError::NotAnRwLock));
     assert_eq!(RwState::of_owner(None, b"o", None, None, false, -2).expect("free").mode, None);
 }
+
+/// A release or a dead-reader check reads every read hold: a lock whose readers' counts add up
+/// past `MAX_LOCK_READ_HOLDS` is refused before any is read (each count alone may be valid).
+#[test]
+fn the_read_holds_a_release_may_walk_are_bounded_over_all_readers() {
+    let max = rw_rules::MAX_LOCK_READ_HOLDS;
+    let per = rw_rules::MAX_READ_HOLDS;
+    let lock = |readers: u64, last: u64| {
+        let mut fields = vec![(b"mode".to_vec(), b"read".to_vec())];
+        for i in 0..readers {
+            let count = if i + 1 == readers { last } else { per };
+            fields.push((format!("r{i}").into_bytes(), count.to_string().into_bytes()));
+        }
+        RwState::from_fields(fields, 100).expect("each count is valid")
+    };
+    let at_limit = lock(max / per, per);
+    assert_eq!(rw_rules::walkable(&at_limit), Ok(()));
+    let past = lock(max / per + 1, 1);
+    assert_eq!(rw_rules::walkable(&past), Err(rlock::error::LockError::TooManyLockReadHolds));
+}

@@ -12,8 +12,8 @@ use super::replication::note_replication;
 
 /// What the layer above does on the server events subscribed here.
 pub trait ServerEvents: 'static {
-    /// `SWAPDB` moved whole databases (without any keyspace event).
-    fn on_swapdb(ctx: &Context);
+    /// `SWAPDB first second` moved whole databases (without any keyspace event).
+    fn on_swapdb(ctx: &Context, first: i32, second: i32);
     /// `FLUSHDB` (of database `db`) or `FLUSHALL` (`db` is -1) ended.
     fn on_flushed(ctx: &Context, db: i32);
     /// An atomic slot migration ended (exported, imported, aborted) or migrated keys were
@@ -96,10 +96,16 @@ extern "C" fn swapdb_event<E: ServerEvents>(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     _subevent: u64,
-    _data: *mut c_void,
+    data: *mut c_void,
 ) {
+    // SAFETY: for the SWAPDB event Redis passes a `RedisModuleSwapDbInfo` (version 1: both
+    // database numbers), valid for the callback; a NULL pointer is not read.
+    let dbs = unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }
+        .map(|info| (info.dbnum_first, info.dbnum_second));
     let context = Context::new(ctx);
-    guard_callback(&context, || E::on_swapdb(&context));
+    if let Some((first, second)) = dbs {
+        guard_callback(&context, || E::on_swapdb(&context, first, second));
+    }
 }
 
 /// Subscribes to the server's atomic slot migration events, and (Valkey 9) opts in to atomic

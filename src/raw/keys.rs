@@ -54,6 +54,17 @@ impl Key {
         }
     }
 
+    /// Whether the key holds a sorted set (a semaphore's lease zset; [`Self::kind`] reads it as
+    /// `Other`, with every other type it does not name).
+    pub fn is_zset(&self) -> bool {
+        if self.key.is_null() {
+            return false;
+        }
+        let key_type = api!(RedisModule_KeyType);
+        // SAFETY: `self.key` is a non-null key opened by `open` and not yet closed.
+        unsafe { key_type(self.key) as isize == raw::REDISMODULE_KEYTYPE_ZSET }
+    }
+
     /// The number of fields of a hash, the length of a string (`RedisModule_ValueLength`; 0 for
     /// an empty key).
     pub fn field_count(&self) -> usize {

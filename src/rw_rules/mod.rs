@@ -27,7 +27,10 @@ use crate::rules::{Deadline, Reply};
 
 mod state;
 
-pub use state::{parse_reads, Acquired, Effect, Holds, Mode, RwPlan, RwState, MAX_READ_HOLDS};
+pub use state::{
+    parse_reads, walkable, Acquired, Effect, Holds, Mode, RwPlan, RwState, MAX_LOCK_READ_HOLDS,
+    MAX_READ_HOLDS,
+};
 
 fn next(count: u64) -> Result<u64, LockError> {
     count.checked_add(1).filter(|&c| c <= i64::MAX as u64).ok_or(LockError::CountOverflow)

@@ -79,8 +79,11 @@ impl<'a> RwKey<'a> {
     /// caller's ACL user must be allowed to read them).
     ///
     /// # Errors
-    /// `NOPERM` or `CROSSSLOT`-like refusals for the hold keys.
+    /// [`LockError::TooManyLockReadHolds`] (checked before any key is read: at most
+    /// [`rw_rules::MAX_LOCK_READ_HOLDS`] are read); `NOPERM` or `CROSSSLOT`-like refusals for the
+    /// hold keys.
     pub fn holds(&self, state: &RwState, now: i64) -> Result<Holds, LockError> {
+        rw_rules::walkable(state)?;
         let mut holds = Holds::new();
         let checker = KeyChecker::new(self.ctx);
         for (owner, &count) in &state.readers {

@@ -163,12 +163,15 @@ impl Leases {
     /// Whether the zset exists.
     ///
     /// # Errors
-    /// `WRONGTYPE` when its key holds a hash or a string.
+    /// `WRONGTYPE` when its key holds anything but a sorted set (a list, say: a foreign
+    /// writer's), checked here rather than left to the commands called on it, so that a grant
+    /// can refuse before it writes the count.
     pub fn exists(&self, ctx: &Context) -> Result<bool, LockError> {
-        match Key::open(ctx, &self.name, false).kind() {
+        let key = Key::open(ctx, &self.name, false);
+        match key.kind() {
             KeyKind::Empty => Ok(false),
-            KeyKind::Other => Ok(true),
-            KeyKind::Hash | KeyKind::String => Err(LockError::WrongType),
+            KeyKind::Other if key.is_zset() => Ok(true),
+            KeyKind::Other | KeyKind::Hash | KeyKind::String => Err(LockError::WrongType),
         }
     }
 

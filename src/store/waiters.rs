@@ -138,6 +138,12 @@ pub fn consider<'a>(
                     Err(e @ LockError::NoPermLeases) => return Head::Refuse(e),
                     Err(_) => return Head::Wait { recheck_at: None },
                 };
+                // The ids must be recordable before the count is written: a lease "zset" of
+                // another type (a foreign writer's list) grants nothing, as a count that is not
+                // an integer does not.
+                if leases.exists(ctx).is_err() {
+                    return Head::Wait { recheck_at: None };
+                }
                 let until = rules::Deadline::after(now, request.lease)
                     .unwrap_or(rules::Deadline::LAST)
                     .unix_ms();

@@ -53,6 +53,23 @@ pub fn forget_rollbacks() {
     });
 }
 
+/// `SWAPDB first second`: a grant waiting to be undone was written in the database that is
+/// now the other one (its waiters, clients, stay in theirs).
+pub fn swapped(first: i32, second: i32) {
+    DEFERRED.with(|d| {
+        if let Ok(mut d) = d.try_borrow_mut() {
+            for undo in &mut d.rollback {
+                let db = &mut undo.lock.db;
+                if *db == first {
+                    *db = second;
+                } else if *db == second {
+                    *db = first;
+                }
+            }
+        }
+    });
+}
+
 /// Queues work for the 0 ms timer, arming it if needed.
 pub fn defer(ctx: &Context, add: impl FnOnce(&mut Deferred)) {
     let arm_now = DEFERRED.with(|d| {
@@ -257,6 +274,21 @@ fn poll_lock(ctx: &Context, lock: &LockName, now: i64) {
     }
 }
 
+/// The least time between two warnings of a lock check that failed (a corrupt lock with a
+/// waiter is checked at every poll, every 10 ms).
+const WARN_EVERY_MS: i64 = 10_000;
+
+/// Logs `message`, unless a check's warning was logged less than [`WARN_EVERY_MS`] before `now`.
+fn warn_limited(ctx: &Context, now: i64, message: &str) {
+    thread_local! {
+        static LAST: Cell<Option<i64>> = const { Cell::new(None) };
+    }
+    if LAST.get().is_none_or(|last| now.saturating_sub(last) >= WARN_EVERY_MS) {
+        LAST.set(Some(now));
+        ctx.log_warning(message);
+    }
+}
+
 /// A look at a lock: a read-write lock's readers whose every hold lease ended leave, a
 /// semaphore's permits whose lease ended come back (a Redisson client's too), and the next
 /// check is scheduled; then its waiters get what it can grant. Run at a lock's own check and at
@@ -274,7 +306,7 @@ fn check_lock(ctx: &Context, lock: &LockName, now: i64, warn: bool) {
             Ok(Some(at)) => with_queues(|q| q.schedule_check(lock, at)),
             Ok(None) => {}
             Err(e) if warn => {
-                ctx.log_warning(&format!("rlock: could not reclaim leased permits: {e}"));
+                warn_limited(ctx, now, &format!("rlock: could not reclaim leased permits: {e}"));
             }
             Err(_) => {}
         }
@@ -296,7 +328,7 @@ fn check_lock(ctx: &Context, lock: &LockName, now: i64, warn: bool) {
         }
         Err(e) => {
             if warn {
-                ctx.log_warning(&format!("rlock: could not check a read-write lock: {e}"));
+                warn_limited(ctx, now, &format!("rlock: could not check a read-write lock: {e}"));
             }
             settle(ctx, &name);
         }
