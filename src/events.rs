@@ -23,6 +23,7 @@ impl ServerEvents for Events {
     /// waiting to be undone follow their data to its new database.
     fn on_swapdb(ctx: &Context, first: i32, second: i32) {
         waiting::timers::swapped(first, second);
+        waiting::swap_checks(first, second);
         if waiting::anyone_waits() {
             defer(ctx, |d| d.settle_all = true);
         }

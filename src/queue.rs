@@ -286,6 +286,29 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         });
     }
 
+    /// `SWAPDB first second`: the own checks of the locks of the two databases follow their data.
+    pub fn swap_checks(&mut self, first: i32, second: i32) {
+        let swap = |db: i32| match db {
+            db if db == first => second,
+            db if db == second => first,
+            db => db,
+        };
+        let moved: Vec<(LockName, Slot)> = self
+            .checks
+            .iter()
+            .filter(|(lock, _)| lock.db == first || lock.db == second)
+            .map(|(lock, slot)| (lock.clone(), *slot))
+            .collect();
+        for (lock, _) in &moved {
+            self.checks.remove(lock);
+        }
+        for (lock, slot) in moved {
+            let lock = LockName { db: swap(lock.db), key: lock.key };
+            self.schedule.insert(slot, Event::Check(lock.clone()));
+            self.checks.insert(lock, slot);
+        }
+    }
+
     /// How many locks have a check scheduled.
     #[must_use]
     pub fn checks(&self) -> usize {

@@ -191,3 +191,21 @@ fn polls_over_all_locks_stay_within_the_budget() {
     assert!(period > POLL_MS, "{period}");
     assert!(per_second <= POLLS_PER_SECOND as f64, "{per_second} looks a second");
 }
+
+#[test]
+fn a_flush_drops_the_checks_of_its_databases_and_a_swapdb_moves_them() {
+    let mut q: Queues<u32, Request> = Queues::default();
+    let in_db = |db: i32, key: &str| LockName { db, key: key.as_bytes().to_vec() };
+    q.schedule_check(&in_db(0, "a"), 100);
+    q.schedule_check(&in_db(1, "b"), 200);
+    q.schedule_check(&in_db(2, "c"), 300);
+    q.swap_checks(0, 1);
+    assert!(matches!(q.pop_due(100), Some(Event::Check(l)) if l == in_db(1, "a")));
+    assert!(matches!(q.pop_due(200), Some(Event::Check(l)) if l == in_db(0, "b")));
+    q.drop_checks(Some(0));
+    assert_eq!(q.checks(), 1, "database 2's stays");
+    q.schedule_check(&in_db(5, "d"), 400);
+    q.drop_checks(None);
+    assert_eq!(q.checks(), 0);
+    assert_eq!(q.next_due(), None, "nothing left in the schedule");
+}

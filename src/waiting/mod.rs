@@ -135,6 +135,15 @@ pub fn forget_checks(ctx: &Context, db: Option<i32>) {
     }
 }
 
+/// `SWAPDB first second`: the own checks of the two databases' locks follow their data.
+pub fn swap_checks(first: i32, second: i32) {
+    QUEUES.with(|q| {
+        if let Ok(mut q) = q.try_borrow_mut() {
+            q.swap_checks(first, second);
+        }
+    });
+}
+
 /// How many locks have a check of their own scheduled (`INFO rlock`).
 pub fn scheduled_checks() -> usize {
     QUEUES.with(|q| q.try_borrow().map_or(0, |q| q.checks()))

@@ -290,11 +290,7 @@ fn execute(fuzz: &mut Fuzz, rng: &mut Rng, con: &mut redis::Connection, args: &[
                 "{}: {args:?} (mode {how}): {e}",
                 fuzz.at()
             );
-            assert!(
-                !changed,
-                "{}: {args:?} replied {e} yet changed the dataset",
-                fuzz.at()
-            );
+            assert!(!changed, "{}: {args:?} replied {e} yet changed the dataset", fuzz.at());
         }
     }
 }
