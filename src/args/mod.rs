@@ -4,7 +4,7 @@
 pub mod rw;
 pub mod sem;
 
-pub use rw::{RwAcquire, RwRelease};
+pub use rw::{RwAcquire, RwRelease, RwRenew};
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
 
 use crate::error::LockError;

@@ -61,3 +61,25 @@ impl<'a, A: Arg> RwRelease<'a, A> {
         Ok(Self { key, owner, mode, request })
     }
 }
+
+/// `RWLOCK.RENEW key owner lease-ms [READ|WRITE]`
+#[derive(Debug)]
+pub struct RwRenew<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub lease: Lease,
+    /// `READ|WRITE`: renew only if the owner holds that side (`None`: every hold it has).
+    pub mode: Option<Mode>,
+}
+
+impl<'a, A: Arg> RwRenew<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner, bad lease or mode, or a leftover argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 4)?;
+        let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
+        let mode = p.take().map(|m| Mode::parse(m.bytes())).transpose()?;
+        p.finish()?;
+        Ok(Self { key, owner, lease, mode })
+    }
+}

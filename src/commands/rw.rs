@@ -114,17 +114,21 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `RWLOCK.RENEW key owner lease-ms`
+/// `RWLOCK.RENEW key owner lease-ms [READ|WRITE]`
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::Renew::parse(&argv)?;
+        let cmd = args::RwRenew::parse(&argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         let key = RwKey::open(ctx, cmd.key, true);
-        let state = key.state_of(Some(cmd.owner.as_slice()))?;
-        let plan = rw_rules::renew(&state, cmd.owner.as_slice(), now, deadline);
+        let owner = cmd.owner.as_slice();
+        let state = key.state_of(Some(owner))?;
+        let plan = match cmd.mode {
+            None => rw_rules::renew(&state, owner, now, deadline),
+            Some(side) => rw_rules::renew_side(&state, owner, side, now, deadline),
+        };
         key.check(&plan)?;
         key.apply(&plan);
         drop(key);
