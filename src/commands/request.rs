@@ -9,7 +9,7 @@ use super::guarded;
 use crate::args;
 use crate::error::{LockError, Refusal};
 use crate::raw;
-use crate::request_rules::{self, replies, Asked, Cancel, Granted};
+use crate::request_rules::{self, replies, Asked, Cancel, Granted, Record};
 use crate::rules::Reply;
 use crate::store::request::{self as record, RequestRecord};
 use crate::store::{self};
@@ -42,6 +42,10 @@ pub(crate) fn prelude(
     let Some(id) = id.map(RedisString::as_slice) else { return Ok(Prelude::Fresh(None)) };
     let refused = |e| Refusal::Request(e, id.to_vec());
     let record = RequestRecord::for_caller(ctx, name, id)?;
+    if waiting::timers::undo_pending(&waiting::lock_name(ctx, name), id) {
+        // Its grant is being undone (its client left before the reply): cancelled.
+        return Err(refused(LockError::RequestCancelled));
+    }
     let stored = record.read(ctx)?;
     if let Some(granted) = request_rules::check_retry(stored.as_ref(), &asked).map_err(refused)? {
         let in_place = record::in_place(ctx, name, granted, now)?;
@@ -77,7 +81,10 @@ pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             Cancel::GiveBack(granted) if give_back(ctx, name, granted, now)? => replies::GIVEN_BACK,
             Cancel::GiveBack(_) | Cancel::Nothing => replies::NOTHING,
         };
-        record.cancel(ctx, now);
+        if stored != Some(Record::Cancelled) {
+            // A retried cancel changes nothing (not even the record's expiry).
+            record.cancel(ctx, now);
+        }
         Ok(RedisValue::Integer(reply))
     })
 }

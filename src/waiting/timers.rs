@@ -55,6 +55,17 @@ pub fn forget_rollbacks() {
     });
 }
 
+/// Whether a grant to acquire request `id` on `lock` waits to be undone (its client left before
+/// its reply): the request is as good as cancelled (the undo makes its record say so), so a
+/// retry that comes first must not replay the grant.
+pub fn undo_pending(lock: &LockName, id: &[u8]) -> bool {
+    DEFERRED.with(|d| {
+        d.try_borrow().is_ok_and(|d| {
+            d.rollback.iter().any(|u| u.lock == *lock && u.request.id.as_deref() == Some(id))
+        })
+    })
+}
+
 /// `SWAPDB first second`: a grant waiting to be undone was written in the database that is
 /// now the other one (its waiters, clients, stay in theirs).
 pub fn swapped(first: i32, second: i32) {
