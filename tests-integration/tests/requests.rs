@@ -241,8 +241,10 @@ fn a1_a_retried_acquire_replies_the_first_grant_and_adds_nothing() {
         let first = cmd(&mut con, args);
         assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(1)]), "{args:?}");
         assert_eq!(cmd(&mut con, args), first, "{args:?}: the same token");
-        assert_eq!(cmd(&mut con, &["GET", &format!("redisson_lock_token:{{{}}}", args[1])]),
-            Value::BulkString(b"1".to_vec()));
+        assert_eq!(
+            cmd(&mut con, &["GET", &format!("redisson_lock_token:{{{}}}", args[1])]),
+            Value::BulkString(b"1".to_vec())
+        );
     }
     // The same id for another acquire (another owner, side, count, or TOKEN): refused.
     for args in [
@@ -253,7 +255,13 @@ fn a1_a_retried_acquire_replies_the_first_grant_and_adds_nothing() {
     ] {
         let before = digest(&mut con);
         let err = run_str(&mut con, args).expect_err("another acquire");
-        assert!(err.starts_with(&format!("ERR request {} belongs to another acquire", args[args.len() - 1])), "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!(
+                "ERR request {} belongs to another acquire",
+                args[args.len() - 1]
+            )),
+            "{args:?}: {err}"
+        );
         assert_eq!(digest(&mut con), before, "{args:?}");
     }
 }
@@ -346,7 +354,8 @@ fn a2_cancel_dequeues_a_waiting_request_and_answers_its_client_at_once() {
     }
     // The waiters behind a cancelled head are served at once (it asked for more than is free).
     cmd(&mut con, &["RSEM.SETPERMITS", "s", "1"]);
-    let head = Pending::start_str(&server, &["RSEM.ACQUIRE", "s", "2", "WAIT", "0", "REQUEST", "h"]);
+    let head =
+        Pending::start_str(&server, &["RSEM.ACQUIRE", "s", "2", "WAIT", "0", "REQUEST", "h"]);
     wait_blocked(&mut con, 1);
     let next = Pending::start_str(&server, &["RSEM.ACQUIRE", "s", "1", "WAIT", "0"]);
     wait_blocked(&mut con, 2);
@@ -452,6 +461,371 @@ fn a2_a_rolled_back_grant_is_cancelled_and_never_given_back_twice() {
             assert_eq!(cmd(&mut con, &["GET", &key]), Value::BulkString(b"1".to_vec()), "{kind:?}");
         }
     }
+}
+
+// ---- the stalled server -----------------------------------------------------------------------
+
+/// Sends `args` without waiting for the reply (it is in the server's socket once this returns).
+fn send(con: &mut Connection, args: &[String]) {
+    let mut c = redis::cmd(&args[0]);
+    for a in &args[1..] {
+        c.arg(a.as_str());
+    }
+    con.send_packed_command(&c.get_packed_command()).expect("send");
+}
+
+/// The reply to a command sent with [`send`]; an error reply as its text.
+fn receive(con: &mut Connection) -> Result<Value, String> {
+    match con.recv_response() {
+        Ok(Value::ServerError(e)) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+        Ok(v) => Ok(v),
+        Err(e) => Err(rlock_tests_integration::error_text(&e)),
+    }
+}
+
+/// An acquire with a request id is sent, then (the client gave up on it) `RLOCK.CANCEL` on
+/// another connection, both while the server is stopped (SIGSTOP), in either order; whichever
+/// the server processes first, nothing is held at the end (permits conserved), and the replies
+/// agree: granted then given back (2), or cancelled first and the acquire refused (0).
+#[test]
+fn a_cancel_sent_while_the_server_is_stalled_leaves_nothing_held_in_either_order() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut seen = Vec::new();
+    for kind in KINDS {
+        for cancel_first in [false, true] {
+            let key = kind.key(if cancel_first { "c" } else { "a" });
+            kind.setup(&mut con, &key);
+            let (mut a, mut b) = (server.conn(), server.conn());
+            let acquire = kind.acquire(&key, "o", Some("r"), &["WAIT", "0"]);
+            let cancel = strings(&["RLOCK.CANCEL", &key, "r"]);
+            server.pause();
+            if cancel_first {
+                send(&mut b, &cancel);
+                send(&mut a, &acquire);
+            } else {
+                send(&mut a, &acquire);
+                send(&mut b, &cancel);
+            }
+            server.resume();
+            let (acquired, cancelled) = (receive(&mut a), receive(&mut b));
+            match (&acquired, &cancelled) {
+                (Ok(reply), Ok(Value::Int(2))) if kind.granted(reply) => seen.push("granted, 2"),
+                (Err(e), Ok(Value::Int(0))) if e == "ERR request r was cancelled" => {
+                    seen.push("cancelled, 0");
+                }
+                other => panic!("{kind:?} (cancel first: {cancel_first}): {other:?}"),
+            }
+            assert!(kind.holders(&mut con, &key).is_empty(), "{kind:?}: nothing held");
+            assert!(cancelled_record(&mut con, &key), "{kind:?}");
+        }
+    }
+    eprintln!("orders seen: {seen:?}");
+    assert!(seen.contains(&"granted, 2") && seen.contains(&"cancelled, 0"), "both orders ran");
+}
+
+fn cancelled_record(con: &mut Connection, key: &str) -> bool {
+    cancelled(con, key, "r")
+}
+
+/// A request waits; the holder's lease ends while the server is stopped, so the server may
+/// grant it as it resumes; `RLOCK.CANCEL` sent during the stall: dequeued (1) or granted and
+/// given back (2), and nothing is held at the end either way.
+#[test]
+fn a_waiting_request_cancelled_during_a_stall_that_ends_its_holder_s_lease_holds_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for kind in KINDS {
+        let key = kind.key("");
+        kind.setup(&mut con, &key);
+        let short = match kind {
+            Kind::Lock => strings(&["RLOCK.ACQUIRE", &key, "holder", "300"]),
+            Kind::Read => strings(&["RWLOCK.ACQUIRE", &key, "holder", "WRITE", "300"]),
+            Kind::Write => strings(&["RWLOCK.ACQUIRE", &key, "holder", "READ", "300"]),
+            Kind::Counted | Kind::Leased => strings(&["RSEM.ACQUIRE", &key, "1", "LEASE", "300"]),
+        };
+        go(&mut con, &short).expect("holder");
+        let waiter = start(&server, &kind.acquire(&key, "o", Some("r"), &["WAIT", "0"]));
+        wait_blocked(&mut con, 1);
+        let mut b = server.conn();
+        server.pause();
+        // The stall outlasts the holder's lease (this is the stall, not a wait for a condition).
+        std::thread::sleep(Duration::from_millis(500));
+        send(&mut b, &strings(&["RLOCK.CANCEL", &key, "r"]));
+        server.resume();
+        let cancelled = receive(&mut b);
+        let reply = waiter.reply(LIMIT).0.expect("answered");
+        eprintln!("{kind:?}: the cancel replied {cancelled:?}, the waiter {reply:?}");
+        match cancelled {
+            Ok(Value::Int(1)) => assert!(kind.not_granted(&reply), "{kind:?}: {reply:?}"),
+            Ok(Value::Int(2)) => assert!(kind.granted(&reply), "{kind:?}: {reply:?}"),
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        poll("nothing held", LIMIT, || kind.holders(&mut con, &key).is_empty().then_some(()));
+        if matches!(kind, Kind::Counted | Kind::Leased) {
+            assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", &key]), Value::Int(1), "{kind:?}");
+        }
+        assert_eq!(
+            go(&mut con, &kind.acquire(&key, "o", Some("r"), &[])),
+            Err("ERR request r was cancelled".to_owned())
+        );
+    }
+}
+
+// ---- ACL, MULTI and Lua, RESP3 ------------------------------------------------------------------
+
+fn conn_as(server: &Server, user: &str) -> Connection {
+    let mut con = server.conn();
+    cmd(&mut con, &["AUTH", user, "any"]);
+    con
+}
+
+/// The request record is checked against the caller's ACL user before anything changes, and
+/// before a `WAIT` blocks; `RLOCK.CANCEL` too. A hand-off writes it as the waiter's user: a
+/// waiter whose user lost the record key meanwhile gets `NOPERM`, and nothing is granted to it.
+#[test]
+fn a_user_without_the_request_record_is_refused_request_and_cancel_before_anything_changes() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let user = ["ACL", "SETUSER", "lim", "on", "nopass", "+@all", "~locks:*", "~{locks:*", "&*"];
+    cmd(&mut admin, &user);
+    let mut lim = conn_as(&server, "lim");
+    for kind in KINDS {
+        let key = kind.key("locks:");
+        kind.setup(&mut admin, &key);
+        let before = digest(&mut admin);
+        let err = go(&mut lim, &kind.acquire(&key, "o", Some("r"), &[])).expect_err("NOPERM");
+        assert!(err.starts_with("NOPERM") && err.contains("rlock_request"), "{kind:?}: {err}");
+        assert_eq!(digest(&mut admin), before, "{kind:?}: nothing changes on NOPERM");
+        kind.occupy(&mut admin, &key);
+        let before = digest(&mut admin);
+        let err = go(&mut lim, &kind.acquire(&key, "o", Some("r"), &["WAIT", "0"]))
+            .expect_err("refused before it blocks");
+        assert!(err.starts_with("NOPERM"), "{kind:?}: {err}");
+        assert_eq!(blocked_clients(&mut admin), 0, "{kind:?}: it never waited");
+        let err = run_str(&mut lim, &["RLOCK.CANCEL", &key, "r"]).expect_err("NOPERM");
+        assert!(err.starts_with("NOPERM"), "{kind:?}: {err}");
+        assert_eq!(digest(&mut admin), before, "{kind:?}");
+        kind.vacate(&mut admin, &key);
+    }
+    let log: Vec<Value> = redis::cmd("ACL").arg("LOG").query(&mut admin).expect("ACL LOG");
+    assert!(format!("{log:?}").contains("rlock_request:{locks:lock}:r"), "{log:?}");
+    // Allowed, the same user waits; then it loses the record key while it waits.
+    cmd(&mut admin, &["ACL", "SETUSER", "lim", "~rlock_request:*"]);
+    for kind in KINDS {
+        let key = kind.key("locks:");
+        kind.occupy(&mut admin, &key);
+        let args = kind.acquire(&key, "o", Some("w"), &["WAIT", "0"]);
+        let mut waiter_con = conn_as(&server, "lim");
+        waiter_con.set_read_timeout(Some(LIMIT)).expect("timeout");
+        send(&mut waiter_con, &args);
+        wait_blocked(&mut admin, 1);
+        cmd(&mut admin, &["ACL", "SETUSER", "lim", "resetkeys", "~locks:*", "~{locks:*"]);
+        kind.vacate(&mut admin, &key);
+        let err = receive(&mut waiter_con).expect_err("NOPERM at its grant");
+        assert!(err.starts_with("NOPERM") && err.contains("rlock_request"), "{kind:?}: {err}");
+        assert!(kind.holders(&mut admin, &key).is_empty(), "{kind:?}: nothing granted to it");
+        assert!(!exists(&mut admin, &record(&key, "w")), "{kind:?}: no record");
+        cmd(&mut admin, &["ACL", "SETUSER", "lim", "~rlock_request:*"]);
+        // With it, a request is granted and cancelled as any other.
+        let granted = go(&mut lim, &kind.acquire(&key, "o", Some("ok"), &[])).expect("granted");
+        assert!(kind.granted(&granted), "{kind:?}: {granted:?}");
+        assert_eq!(cmd(&mut lim, &["RLOCK.CANCEL", &key, "ok"]), Value::Int(2), "{kind:?}");
+    }
+}
+
+/// Lua that runs its arguments as one command (`redis.call`), key first.
+const CALL: &str = "return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))";
+
+fn eval(con: &mut Connection, args: &[String]) -> Result<Value, String> {
+    let mut all = strings(&["EVAL", CALL, "1", &args[1], &args[0]]);
+    all.extend(args[2..].iter().cloned());
+    go(con, &all)
+}
+
+/// Inside `MULTI` and Lua: a request is recorded, replayed and cancelled as outside; a `WAIT`
+/// there is one try (never blocks) and a request not granted leaves no record. Under RESP3 the
+/// replies are the same.
+#[test]
+fn requests_work_inside_multi_lua_and_resp3() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut resp3 = server.conn_resp3();
+    for kind in KINDS {
+        let key = kind.key("");
+        kind.setup(&mut con, &key);
+        cmd(&mut con, &["MULTI"]);
+        for args in [
+            kind.acquire(&key, "o", Some("m"), &[]),
+            kind.acquire(&key, "o", Some("m"), &[]),
+            strings(&["RLOCK.CANCEL", &key, "m"]),
+            kind.acquire(&key, "o", Some("m"), &[]),
+        ] {
+            assert_eq!(go(&mut con, &args), Ok(Value::SimpleString("QUEUED".into())));
+        }
+        let exec = redis::ConnectionLike::req_command(&mut con, &redis::cmd("EXEC"));
+        let Ok(Value::Array(r)) = exec else { panic!("{exec:?}") };
+        assert!(kind.granted(&r[0]) && r[1] == r[0], "{kind:?}: {r:?}");
+        assert_eq!(r[2], Value::Int(2), "{kind:?}: {r:?}");
+        assert!(format!("{:?}", r[3]).contains("request m was cancelled"), "{kind:?}: {r:?}");
+        assert!(kind.holders(&mut con, &key).is_empty(), "{kind:?}");
+        // A WAIT inside MULTI is one try: not granted, no record, no blocked client.
+        kind.occupy(&mut con, &key);
+        cmd(&mut con, &["MULTI"]);
+        go(&mut con, &kind.acquire(&key, "o", Some("mw"), &["WAIT", "0"])).expect("queued");
+        let Value::Array(r) = cmd(&mut con, &["EXEC"]) else { panic!("EXEC") };
+        assert!(kind.not_granted(&r[0]), "{kind:?}: {r:?}");
+        assert_eq!(stored(&mut con, &key, "mw"), None, "{kind:?}");
+        kind.vacate(&mut con, &key);
+        // Lua.
+        let args = kind.acquire(&key, "o", Some("l"), &["WAIT", "0"]);
+        let first = eval(&mut con, &args).expect("Lua acquire");
+        assert!(kind.granted(&first), "{kind:?}: {first:?}");
+        assert_eq!(eval(&mut con, &args), Ok(first), "{kind:?}: replayed in Lua");
+        assert_eq!(eval(&mut con, &strings(&["RLOCK.CANCEL", &key, "l"])), Ok(Value::Int(2)));
+        assert!(kind.holders(&mut con, &key).is_empty(), "{kind:?}");
+        // RESP3.
+        let args = kind.acquire(&key, "o", Some("3"), &[]);
+        let first = go(&mut resp3, &args).expect("RESP3 acquire");
+        assert!(kind.granted(&first), "{kind:?}: {first:?}");
+        assert_eq!(go(&mut resp3, &args), Ok(first), "{kind:?}");
+        let cancel = strings(&["RLOCK.CANCEL", &key, "3"]);
+        assert_eq!(go(&mut resp3, &cancel), Ok(Value::Int(2)));
+        assert_eq!(go(&mut resp3, &cancel), Ok(Value::Int(0)));
+        let err = go(&mut resp3, &args).expect_err("cancelled");
+        assert_eq!(err, "ERR request 3 was cancelled");
+    }
+}
+
+// ---- replication, bad input ---------------------------------------------------------------------
+
+/// Everything a request writes (records of grants made by commands, by hand-offs inside a
+/// command and from the lease timer, cancelled records, the gives-back) reaches a replica
+/// without the module and the AOF as plain commands: the replica ends byte-identical, and a
+/// server without the module replays the AOF to the same dataset.
+#[test]
+fn a_module_less_replica_and_an_aof_replay_hold_the_same_records() {
+    let mut master =
+        Server::builder().config("appendonly", "yes").config("appendfsync", "always").start();
+    let replica = Server::builder().without_module().replica_of(&master).start();
+    wait_replica_online(&master);
+    let mut con = master.conn();
+    for kind in KINDS {
+        let key = kind.key("");
+        kind.setup(&mut con, &key);
+        let first = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("acquire");
+        assert_eq!(go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])), Ok(first));
+        assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r1"]), Value::Int(2));
+        // A hand-off inside a command, then its cancel.
+        kind.occupy(&mut con, &key);
+        let waiter = start(&master, &kind.acquire(&key, "o", Some("r2"), &["WAIT", "0"]));
+        wait_blocked(&mut con, 1);
+        kind.vacate(&mut con, &key);
+        assert!(kind.granted(&waiter.reply(LIMIT).0.expect("granted")));
+        assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r2"]), Value::Int(2));
+        // A dequeue, an unknown request.
+        kind.occupy(&mut con, &key);
+        let waiter = start(&master, &kind.acquire(&key, "o", Some("r3"), &["WAIT", "0"]));
+        wait_blocked(&mut con, 1);
+        assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r3"]), Value::Int(1));
+        let _ = waiter.reply(LIMIT);
+        kind.vacate(&mut con, &key);
+        assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r4"]), Value::Int(0));
+        // A hand-off from the timer at a lease's end: the record is written by module work.
+        let short = match kind {
+            Kind::Lock => strings(&["RLOCK.ACQUIRE", &key, "holder", "100"]),
+            Kind::Read => strings(&["RWLOCK.ACQUIRE", &key, "holder", "WRITE", "100"]),
+            Kind::Write => strings(&["RWLOCK.ACQUIRE", &key, "holder", "READ", "100"]),
+            Kind::Counted | Kind::Leased => strings(&["RSEM.ACQUIRE", &key, "1", "LEASE", "100"]),
+        };
+        go(&mut con, &short).expect("holder");
+        let waiter = start(&master, &kind.acquire(&key, "o", Some("r5"), &["WAIT", "0"]));
+        let granted = waiter.reply(LIMIT).0.expect("granted at the lease end");
+        assert!(kind.granted(&granted), "{kind:?}: {granted:?}");
+        assert!(stored(&mut con, &key, "r5").is_some(), "{kind:?}");
+    }
+    assert_replica_matches(&master, &replica, Duration::from_secs(20), "requests");
+    assert!(!replica.log().contains("unknown command"), "{}", replica.log());
+    let before = (digest(&mut con), rlock_tests_integration::all_keys(&mut con));
+    drop(con);
+    master.restart_without_module();
+    let mut con = master.conn();
+    let after = (digest(&mut con), rlock_tests_integration::all_keys(&mut con));
+    assert_eq!(after, before, "a server without the module replays the AOF to the same data");
+}
+
+/// Bad input is refused with a clear error and changes nothing: arity, an empty id, a record
+/// key of another type or holding a foreign string, an owner too long for a record. Binary ids
+/// work, and an error names them escaped.
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let checked = |con: &mut Connection, args: &[&[u8]]| {
+        let (reply, changed) = rlock_tests_integration::run_checked(con, args).expect("server");
+        assert!(!changed || reply.is_ok(), "{args:?}: {reply:?} changed the dataset");
+        reply
+    };
+    for (args, err) in [
+        (&["RLOCK.CANCEL", "k"][..], "ERR wrong number of arguments for 'rlock.cancel' command"),
+        (
+            &["RLOCK.CANCEL", "k", "r", "x"],
+            "ERR wrong number of arguments for 'rlock.cancel' command",
+        ),
+        (&["RLOCK.CANCEL", "k", ""], "ERR request id (after REQUEST) must not be empty"),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1000", "REQUEST"],
+            "ERR request id (after REQUEST) must not be empty",
+        ),
+        (
+            &["RWLOCK.ACQUIRE", "k", "o", "READ", "1000", "REQUEST", ""],
+            "ERR request id (after REQUEST) must not be empty",
+        ),
+        (&["RSEM.ACQUIRE", "k", "1", "REQUEST", "a", "REQUEST", "b"], "ERR syntax error"),
+    ] {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        assert_eq!(checked(&mut con, &bytes), Err(err.to_owned()), "{args:?}");
+    }
+    let long = "o".repeat(65_537);
+    let args: [&[u8]; 6] = [b"RLOCK.ACQUIRE", b"k", long.as_bytes(), b"1000", b"REQUEST", b"r"];
+    let err = checked(&mut con, &args).expect_err("too long");
+    assert!(err.starts_with("ERR owner must be at most 65536 bytes with REQUEST"), "{err}");
+    for kind in KINDS {
+        let key = kind.key("");
+        kind.setup(&mut con, &key);
+        for (foreign, err) in [
+            (&["HSET", "f", "v"][..], "WRONGTYPE"),
+            (&["SET", "garbage"], "ERR the request record (rlock_request:...) holds a value"),
+            (&["SET", "rlock-request:1:GL99:o0:"], "ERR the request record"),
+        ] {
+            cmd(&mut con, &["DEL", &record(&key, "r")]);
+            let name = record(&key, "r");
+            let mut write = vec![foreign[0], name.as_str()];
+            write.extend_from_slice(&foreign[1..]);
+            let write: Vec<String> = write.iter().map(|s| (*s).to_owned()).collect();
+            go(&mut con, &write).expect("foreign write");
+            for args in
+                [kind.acquire(&key, "o", Some("r"), &[]), strings(&["RLOCK.CANCEL", &key, "r"])]
+            {
+                let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+                let e = checked(&mut con, &bytes).expect_err("refused");
+                assert!(e.starts_with(err), "{kind:?} {args:?}: {e}");
+            }
+        }
+        cmd(&mut con, &["DEL", &record(&key, "r")]);
+        assert!(kind.holders(&mut con, &key).is_empty(), "{kind:?}");
+    }
+    // A binary id: its record key holds it as is; an error shows it escaped.
+    let id: &[u8] = b"\0\xff\r\n id";
+    let args: [&[u8]; 6] = [b"RLOCK.ACQUIRE", b"k", b"o", b"1000", b"REQUEST", id];
+    assert_eq!(rlock_tests_integration::run(&mut con, &args), Ok(Value::Nil));
+    let key = [&b"rlock_request:{k}:"[..], id].concat();
+    let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut con).expect("EXISTS");
+    assert_eq!(exists, 1);
+    let cancel: [&[u8]; 3] = [b"RLOCK.CANCEL", b"k", id];
+    assert_eq!(rlock_tests_integration::run(&mut con, &cancel), Ok(Value::Int(2)));
+    let err = rlock_tests_integration::run(&mut con, &args).expect_err("cancelled");
+    assert_eq!(err, "ERR request \\x00\\xff\\x0d\\x0a\\x20id was cancelled");
 }
 
 // ---- A3. RWLOCK.RENEW ... READ|WRITE ---------------------------------------------------------
