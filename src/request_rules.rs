@@ -50,9 +50,13 @@ pub enum Record {
 /// What an acquire with `REQUEST id` asks for, compared with the grant its record holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Asked<'a> {
+    /// `RLOCK.ACQUIRE` by `owner` (with `TOKEN`, or not).
     Lock { owner: &'a [u8], token: bool },
+    /// `RWLOCK.ACQUIRE` of side `mode` by `owner`.
     Rw { mode: Mode, owner: &'a [u8], token: bool },
+    /// `RSEM.ACQUIRE` of this many counted permits.
     Permits(u64),
+    /// `RSEM.ACQUIRE ... LEASE` of this many leased permits.
     Leased(u64),
 }
 

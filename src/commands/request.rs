@@ -11,8 +11,8 @@ use crate::error::{LockError, Refusal};
 use crate::raw;
 use crate::request_rules::{self, replies, Asked, Cancel, Granted, Record};
 use crate::rules::Reply;
+use crate::store;
 use crate::store::request::{self as record, RequestRecord};
-use crate::store::{self};
 use crate::waiting;
 
 /// What an acquire does after its request's record was read.
