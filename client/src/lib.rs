@@ -61,6 +61,7 @@ mod leased;
 mod lock;
 mod multi;
 mod options;
+mod releaser;
 mod rwlock;
 mod semaphore;
 mod wait;
