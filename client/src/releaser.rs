@@ -39,8 +39,11 @@ use crate::conn::Sentinel;
 
 /// How long dropping the last handle of a client waits for its pending releases.
 pub(crate) const FLUSH_MAX: Duration = Duration::from_secs(5);
-/// How long one try of a job may take (connecting included) before it is tried again.
+/// How long the first try of a job waits for its reply before it is sent again (on a new
+/// connection); doubled after each try that timed out, up to [`MAX_PATIENCE`], so a stalled
+/// server collects a few connections, not one per try.
 const ATTEMPT: Duration = Duration::from_secs(2);
+const MAX_PATIENCE: Duration = Duration::from_secs(16);
 /// How long connecting to a server may take.
 const CONNECT: Duration = Duration::from_secs(1);
 /// The first pause between tries, doubled after each failed try up to [`MAX_PAUSE`].
@@ -197,10 +200,13 @@ fn run_thread(route: &Arc<Route>, mut jobs: mpsc::UnboundedReceiver<Job>) {
 /// Runs one job to a reply, or until its `until` passes (at least one try).
 async fn run_job(conns: Arc<Conns>, mut job: Job) {
     let until = tokio::time::Instant::from_std(job.until);
-    let mut pause = FIRST_PAUSE;
+    let (mut pause, mut patience) = (FIRST_PAUSE, ATTEMPT);
     let reply = loop {
         let budget = until.saturating_duration_since(tokio::time::Instant::now());
-        let reply = conns.send(&job.key, &job.cmd, budget.clamp(MIN_ATTEMPT, ATTEMPT)).await;
+        let reply = conns.send(&job.key, &job.cmd, budget.clamp(MIN_ATTEMPT, patience)).await;
+        if reply.as_ref().is_err_and(RedisError::is_timeout) {
+            patience = (patience * 2).min(MAX_PATIENCE);
+        }
         match reply {
             Err(e) if worth_retrying(&e) && tokio::time::Instant::now() < until => {
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
@@ -342,11 +348,9 @@ impl Con<'_> {
     }
 }
 
-/// Settings of the releaser's connection to one server.
+/// Settings of the releaser's connection to one server (each try bounds its own wait).
 fn config() -> AsyncConnectionConfig {
-    AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT))
-        .set_response_timeout(Some(ATTEMPT))
+    AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT)).set_response_timeout(None)
 }
 
 /// A cluster client for the releaser: every seed node, its timeouts.
@@ -366,5 +370,6 @@ pub(crate) fn sentinel(
     master: String,
     template: redis::ConnectionInfo,
 ) -> Sentinel {
-    Sentinel::new(sentinels, master, template, ATTEMPT)
+    // Each try bounds its own wait; asking the Sentinels is bounded by `RESOLVE`.
+    Sentinel::new(sentinels, master, template, MAX_PATIENCE)
 }
