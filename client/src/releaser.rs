@@ -373,3 +373,6 @@ pub(crate) fn sentinel(
     // Each try bounds its own wait; asking the Sentinels is bounded by `RESOLVE`.
     Sentinel::new(sentinels, master, template, MAX_PATIENCE)
 }
+
+#[cfg(test)]
+mod tests;
