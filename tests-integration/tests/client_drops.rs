@@ -302,7 +302,7 @@ async fn i14_an_unknown_rlock_command_is_no_module_anywhere() {
         .arg("rlock")
         .query(&mut server.conn())
         .expect("MODULE UNLOAD");
-    let acquired = client.lock("l").try_acquire(Duration::ZERO, LEASE).await;
+    let acquired = client.lock("l").try_acquire(Duration::from_secs(5), LEASE).await;
     assert!(matches!(acquired, Err(Error::NoModule)), "{acquired:?}");
     let locked = client.lock("l").is_locked().await;
     assert!(matches!(locked, Err(Error::NoModule)), "{locked:?}");
