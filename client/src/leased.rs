@@ -215,7 +215,7 @@ impl Drop for PermitGuard {
         let name: Arc<[u8]> = self.sem.name().into();
         let mut command = redis::cmd("RSEM.RELEASE");
         command.arg(&*name).arg("ID").arg(ids);
-        let until = std::time::Instant::now() + self.lease;
+        let until = crate::releaser::until_after(self.lease);
         self.sem.sem.releaser().submit(name, command, until, None);
     }
 }

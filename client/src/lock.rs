@@ -697,7 +697,7 @@ impl Drop for PendingGrant {
         let Some(mut reply) = self.reply.take() else { return };
         reply.close();
         if let Ok(Ok(Attempt::Held { .. })) = reply.try_recv() {
-            let until = std::time::Instant::now() + self.lock.options().watchdog_timeout;
+            let until = crate::releaser::until_after(self.lock.options().watchdog_timeout);
             self.lock.release_later(&self.owner, until);
         }
     }

@@ -153,7 +153,7 @@ impl Drop for Taking<'_> {
                 });
             }
             Err(_) => {
-                let until = std::time::Instant::now() + self.lease;
+                let until = crate::releaser::until_after(self.lease);
                 for lock in &locks {
                     lock.release_later(lock.owner(), until);
                 }
@@ -398,7 +398,7 @@ impl Drop for MultiGuard {
         }
         // As a single guard: each server's release goes to its client's background releaser
         // (no blocking, no runtime needed), tried until the lease would have ended anyway.
-        let until = std::time::Instant::now() + self.lease;
+        let until = crate::releaser::until_after(self.lease);
         for lock in &self.locks {
             lock.release_later(lock.owner(), until);
         }

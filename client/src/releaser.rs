@@ -121,6 +121,9 @@ impl Releaser {
     /// its slot map and any reachable node, following MOVED/ASK), retrying with backoff on
     /// connection errors, timeouts, READONLY, LOADING, MOVED/ASK, TRYAGAIN, CLUSTERDOWN until it
     /// gets a reply or `until` passes. `done` (if any) gets the reply.
+    ///
+    /// A server's error reply comes to `done` as an `Err`; so does the last failure when
+    /// `until` passed without a reply. The job is tried at least once, even past `until`.
     pub(crate) fn submit(
         &self,
         key: Arc<[u8]>,
@@ -159,6 +162,14 @@ impl Drop for Releaser {
     fn drop(&mut self) {
         self.flush(FLUSH_MAX);
     }
+}
+
+/// Now plus `lease`, as a job's `until` (a lease too long to add to now: a day from now, so a
+/// drop never panics).
+pub(crate) fn until_after(lease: Duration) -> Instant {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let now = Instant::now();
+    now.checked_add(lease).or_else(|| now.checked_add(DAY)).unwrap_or(now)
 }
 
 /// Starts the releaser's thread; `None` when the system refuses a thread.

@@ -89,3 +89,11 @@ fn refusals_of_a_server_that_is_not_the_one_to_ask_are_retried_final_answers_are
     assert!(worth_retrying(&RedisError::from(refused)));
     assert!(worth_retrying(&timed_out("no answer")));
 }
+
+#[test]
+fn a_lease_too_long_to_add_to_now_gives_a_day() {
+    let until = until_after(Duration::MAX);
+    assert!(until > Instant::now() + Duration::from_secs(86_000));
+    let until = until_after(Duration::from_secs(3));
+    assert!(until <= Instant::now() + Duration::from_secs(3));
+}
