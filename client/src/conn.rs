@@ -120,7 +120,7 @@ impl Sentinel {
     }
 
     /// As [`Self::check`], for a reply (redis-rs returns server errors as values).
-    fn check_reply(&self, reply: &redis::RedisResult<Value>) {
+    pub(crate) fn check_reply(&self, reply: &redis::RedisResult<Value>) {
         match reply {
             Ok(value) => self.check_value(value),
             Err(e) => self.check(e),
@@ -135,11 +135,11 @@ impl Sentinel {
         }
     }
 
-    fn forget(&self) {
+    pub(crate) fn forget(&self) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
-    /// The client of the current master, if known (for a blocking release).
+    /// The client of the current master, if known.
     pub(crate) fn current_client(&self) -> Option<redis::Client> {
         self.cached().map(|(client, _)| client)
     }
@@ -291,4 +291,6 @@ pub(crate) struct Shared {
     pub(crate) id: String,
     pub(crate) next_handle: std::sync::atomic::AtomicU64,
     pub(crate) options: crate::options::Options,
+    /// Sends what a drop must still tell the server, in the background.
+    pub(crate) releaser: crate::releaser::Releaser,
 }

@@ -130,11 +130,13 @@ impl LeasedSemaphore {
 }
 
 /// Leased permits held by id. Release them with [`PermitGuard::release`]; dropping the guard
-/// releases them too (in the background).
+/// releases them too (in the background, see `Drop`).
 #[must_use = "dropping the guard releases the permits"]
 pub struct PermitGuard {
     sem: LeasedSemaphore,
     ids: Vec<Vec<u8>>,
+    /// The permits' lease (renewed with the same lease by the watchdog).
+    lease: Duration,
     core: GuardCore,
 }
 
@@ -161,7 +163,7 @@ impl PermitGuard {
             let (sem, ids) = (renewing.clone(), renewing_ids.clone());
             async move { sem.renew(&ids, lease_ms).await }
         });
-        Self { sem, ids, core }
+        Self { sem, ids, lease: Duration::from_millis(lease_ms), core }
     }
 
     /// The permits' ids (16 bytes each; Redisson shows them as 32 hex characters).
@@ -201,24 +203,19 @@ impl PermitGuard {
 }
 
 impl Drop for PermitGuard {
-    /// Gives the permits back in the background (a runtime must run it; without one their
-    /// lease ends them).
+    /// Gives the permits back without blocking: `RSEM.RELEASE name ID ..` goes to the client's
+    /// background releaser (its own thread and connections: no runtime needed), tried until
+    /// their lease would have ended anyway. Releasing by id is idempotent: a retry never gives
+    /// back permits twice.
     fn drop(&mut self) {
         if !self.core.give_back() || self.ids.is_empty() {
             return;
         }
-        let (sem, ids) = (self.sem.clone(), std::mem::take(&mut self.ids));
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                sem.sem
-                    .give_back(
-                        &redis::Value::Array(
-                            ids.into_iter().map(redis::Value::BulkString).collect(),
-                        ),
-                        0,
-                    )
-                    .await;
-            });
-        }
+        let ids = std::mem::take(&mut self.ids);
+        let name: Arc<[u8]> = self.sem.name().into();
+        let mut command = redis::cmd("RSEM.RELEASE");
+        command.arg(&*name).arg("ID").arg(ids);
+        let until = crate::releaser::until_after(self.lease);
+        self.sem.sem.releaser().submit(name, command, until, None);
     }
 }

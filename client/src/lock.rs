@@ -697,13 +697,14 @@ impl Drop for PendingGrant {
         let Some(mut reply) = self.reply.take() else { return };
         reply.close();
         if let Ok(Ok(Attempt::Held { .. })) = reply.try_recv() {
-            self.lock.release_blocking(&self.owner);
+            let until = crate::releaser::until_after(self.lock.options().watchdog_timeout);
+            self.lock.release_later(&self.owner, until);
         }
     }
 }
 
 /// One hold of a lock (one grant of its chain, see [`Lock`]). Release it with
-/// [`LockGuard::release`]; dropping it releases it too, synchronously (see `Drop`).
+/// [`LockGuard::release`]; dropping it releases it too, in the background (see `Drop`).
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     lock: Lock,
@@ -814,10 +815,11 @@ impl LockGuard {
 }
 
 impl Drop for LockGuard {
-    /// Gives the hold back at once: the last guard of a hold releases it on the server with a
-    /// blocking round trip (its own connection, at most about a second), so no runtime needs
-    /// to run afterwards: a guard dropped at the end of `main`, outside any runtime, or while a
-    /// runtime shuts down is released all the same.
+    /// Gives the hold back without blocking: the last guard of a hold hands its release to the
+    /// client's background releaser (its own thread and connections, routed to the server that
+    /// serves the lock now, retried until the hold's lease would have ended anyway), so a guard
+    /// dropped outside any runtime, at the end of `main` or while a runtime shuts down is
+    /// released all the same.
     fn drop(&mut self) {
         if self.core.give_back() {
             self.lock.drop_guard(self.chain, &self.owner);
@@ -826,45 +828,28 @@ impl Drop for LockGuard {
 }
 
 impl Lock {
-    /// A guard dropped without `release`: as [`Lock::release_guard`], with a blocking release.
+    /// A guard dropped without `release`: as [`Lock::release_guard`], the release sent by the
+    /// background releaser.
     fn drop_guard(&self, id: u64, owner: &str) {
         let last = self.with_holds(|h| match &mut h.chain {
             Some(c) if c.id == id && c.guards > 1 => {
                 c.guards -= 1;
-                false
+                None
             }
-            Some(c) if c.id == id => {
-                h.chain = None;
-                true
-            }
-            _ => false,
+            Some(c) if c.id == id => h.chain.take().map(|c| c.until),
+            _ => None,
         });
-        if last {
-            self.release_blocking(owner);
+        if let Some(until) = last {
+            self.release_later(owner, until.into_std());
         }
     }
 
-    /// Releases one hold of `owner` on a blocking connection of its own (following a cluster
-    /// redirection), bounded by short timeouts; errors are ignored (the lease still ends it).
-    pub(crate) fn release_blocking(&self, owner: &str) {
-        const TIMEOUT: Duration = Duration::from_secs(2);
-        let request = uuid::Uuid::new_v4().simple().to_string();
-        let Ok(mut node) = self.shared.target.client_at(None) else { return };
-        for _ in 0..=MAX_REDIRECTS {
-            let Ok(mut con) = node.get_connection_with_timeout(TIMEOUT) else { return };
-            let _ = con.set_read_timeout(Some(TIMEOUT));
-            let _ = con.set_write_timeout(Some(TIMEOUT));
-            let reply: redis::RedisResult<Option<i64>> = self
-                .kind
-                .command("RELEASE", &self.name, owner)
-                .arg("REQUEST")
-                .arg(&request)
-                .query(&mut con);
-            let Some(((host, port), _)) = reply.err().as_ref().and_then(redirection) else {
-                return;
-            };
-            let Ok(next) = self.shared.target.client_at(Some((&host, port))) else { return };
-            node = next;
-        }
+    /// Releases one hold of `owner` in the background (the client's releaser), with a request
+    /// id of its own so that its retries release at most once; tried until `until` (the hold's
+    /// lease end, on this process's clock) or a reply.
+    pub(crate) fn release_later(&self, owner: &str, until: std::time::Instant) {
+        let mut release = self.kind.command("RELEASE", &self.name, owner);
+        release.arg("REQUEST").arg(uuid::Uuid::new_v4().simple().to_string());
+        self.shared.releaser.submit(Arc::clone(&self.name), release, until, None);
     }
 }

@@ -64,7 +64,11 @@ impl MultiLock {
         loop {
             // What this round took (or may have: a try in flight), released if the round ends
             // without a guard, the future dropped included.
-            let mut taking = Taking { locks: &self.locks, held: waited_for.into_iter().collect() };
+            let mut taking = Taking {
+                locks: &self.locks,
+                held: waited_for.into_iter().collect(),
+                lease: Duration::from_millis(taking_ms),
+            };
             let mut busy = None;
             for (i, lock) in self.locks.iter().enumerate() {
                 if taking.held.contains(&i) {
@@ -127,10 +131,12 @@ impl MultiLock {
 
 /// Locks a [`MultiLock`] acquire took (or may have), released on drop unless handed to a guard:
 /// in the background on their shared connections (so after any acquire still in flight there),
-/// or, with no runtime to run that, with blocking releases.
+/// or, with no runtime to run that, by the clients' releasers.
 struct Taking<'a> {
     locks: &'a [Lock],
     held: Vec<usize>,
+    /// The lease they were taken with.
+    lease: Duration,
 }
 
 impl Drop for Taking<'_> {
@@ -147,8 +153,9 @@ impl Drop for Taking<'_> {
                 });
             }
             Err(_) => {
+                let until = crate::releaser::until_after(self.lease);
                 for lock in &locks {
-                    lock.release_blocking(lock.owner());
+                    lock.release_later(lock.owner(), until);
                 }
             }
         }
@@ -304,6 +311,8 @@ pub struct MultiGuard {
     /// How long a release waits for each server (in parallel).
     node_timeout: Duration,
     validity: Option<Duration>,
+    /// The lease each server's lock is taken (and renewed) with.
+    lease: Duration,
     core: GuardCore,
 }
 
@@ -345,7 +354,8 @@ impl MultiGuard {
                 }
             }
         });
-        Self { locks, quorum, node_timeout, validity: None, core }
+        let lease = Duration::from_millis(lease_ms);
+        Self { locks, quorum, node_timeout, validity: None, lease, core }
     }
 
     /// For a [`RedLock`]: how long the lock was valid for when it was granted (the lease minus
@@ -386,9 +396,11 @@ impl Drop for MultiGuard {
         if !self.core.give_back() {
             return;
         }
-        // As a single guard: blocking releases, so no runtime needs to run afterwards.
+        // As a single guard: each server's release goes to its client's background releaser
+        // (no blocking, no runtime needed), tried until the lease would have ended anyway.
+        let until = crate::releaser::until_after(self.lease);
         for lock in &self.locks {
-            lock.release_blocking(lock.owner());
+            lock.release_later(lock.owner(), until);
         }
     }
 }

@@ -51,6 +51,11 @@ impl Semaphore {
         self.shared.conn.clone()
     }
 
+    /// The client's background releaser.
+    pub(crate) fn releaser(&self) -> &crate::releaser::Releaser {
+        &self.shared.releaser
+    }
+
     /// The semaphore's name (its Redis key).
     #[must_use]
     pub fn name(&self) -> &[u8] {
