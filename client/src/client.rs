@@ -138,6 +138,7 @@ impl LockClient {
     }
 
     fn from_parts(target: Target, conn: Conn, options: Options) -> Self {
+        let releaser = crate::releaser::Releaser::new(target.clone());
         Self {
             shared: Arc::new(Shared {
                 target,
@@ -145,6 +146,7 @@ impl LockClient {
                 id: uuid::Uuid::new_v4().to_string(),
                 next_handle: AtomicU64::new(1),
                 options,
+                releaser,
             }),
         }
     }
@@ -167,7 +169,7 @@ impl LockClient {
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let owner = format!("{}:{n}", self.shared.id);
-        let (read, write) = Lock::rw_pair(&self.shared, name.as_ref().into(), &owner);
+        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner);
         RwLock::new(read, write)
     }
 
@@ -187,7 +189,7 @@ impl LockClient {
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).
     pub(crate) fn lock_as(&self, name: impl AsRef<[u8]>, owner: String) -> Lock {
-        Lock::new(Arc::clone(&self.shared), name.as_ref().into(), owner.into())
+        Lock::new(&self.shared, &name.as_ref().into(), owner.into())
     }
 }
 

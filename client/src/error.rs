@@ -31,6 +31,10 @@ pub enum Error {
     },
     /// The server does not have the rlock module loaded (checked when the client opens).
     NoModule,
+    /// A zero lease was asked for (`Some(Duration::ZERO)`, or a zero
+    /// [`crate::Options::watchdog_timeout`]): it would end as it starts. Refused before
+    /// anything is sent.
+    ZeroLease,
     /// Redis (or the connection to it) failed.
     Redis(RedisError),
 }
@@ -55,6 +59,7 @@ impl fmt::Display for Error {
                 }
             ),
             Self::NoModule => f.write_str("the server does not have the rlock module loaded"),
+            Self::ZeroLease => f.write_str("a lease must be longer than zero"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
         }
     }

@@ -55,21 +55,23 @@
 
 mod client;
 mod conn;
+mod engine;
 mod error;
-mod guard;
 mod leased;
 mod lock;
 mod multi;
 mod options;
+mod redlock;
+mod releaser;
 mod rwlock;
 mod semaphore;
-mod wait;
 
 pub use client::LockClient;
 pub use error::{Error, Result};
 pub use leased::{LeasedSemaphore, PermitGuard};
 pub use lock::{Lock, LockGuard};
-pub use multi::{MultiGuard, MultiLock, RedLock};
+pub use multi::{MultiGuard, MultiLock};
 pub use options::{AofAck, Options, Remaining};
+pub use redlock::RedLock;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
