@@ -109,15 +109,18 @@ impl LeasedSemaphore {
         if lease.is_zero() {
             return Err(Error::ZeroLease);
         }
+        let bound = bound(deadline, Instant::now());
         let (shared, key) = (self.sem.shared(), self.sem.key());
         let kind = Kind::Leased(permits);
         let mut request = Request::new(shared, key, kind, Arc::from(""), millis(lease));
-        let Some(grant) = request.run(deadline).await? else { return Err(Error::TimedOut) };
+        let Some(grant) = request.run(deadline, bound).await? else {
+            return Err(Error::TimedOut);
+        };
         let holder = Holder::Ids(Arc::from(grant.ids));
         let hold = Hold::new(shared, key, kind, holder, None, after(request.sent(), lease));
         let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
         request.taken();
-        refresh_after_wait(&hold, &request, lease, bound(deadline, Instant::now())).await;
+        refresh_after_wait(&hold, &request, lease, bound).await;
         Ok(PermitGuard { sem: self.clone(), member })
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::conn::{Conn, Shared};
+use crate::engine::bound;
 use crate::engine::kind::Kind;
 use crate::engine::request::Request;
 use crate::error::{Error, Result};
@@ -138,7 +139,7 @@ impl Semaphore {
     async fn take(&self, permits: u64, deadline: Option<Instant>) -> Result<bool> {
         let owner = Arc::from("");
         let mut request = Request::new(&self.shared, &self.name, Kind::Counted(permits), owner, 0);
-        let granted = request.run(deadline).await?.is_some();
+        let granted = request.run(deadline, bound(deadline, Instant::now())).await?.is_some();
         request.taken();
         Ok(granted)
     }

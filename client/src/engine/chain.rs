@@ -141,7 +141,7 @@ impl Chain {
         let owner = self.sibling_owner().unwrap_or_else(|| self.next_owner());
         let mut request =
             Request::new(&self.shared, &self.key, self.kind, Arc::clone(&owner), millis(lease));
-        let Some(grant) = request.run(deadline).await? else { return Err(Error::TimedOut) };
+        let Some(grant) = request.run(deadline, bound).await? else { return Err(Error::TimedOut) };
         let holder = Holder::Owner(Arc::clone(&owner));
         let until = after(request.sent(), lease);
         let hold = Hold::new(&self.shared, &self.key, self.kind, holder, grant.token, until);

@@ -103,22 +103,26 @@ impl Request {
     }
 
     /// Tries once, then waits in the server until `deadline` (`None`: as long as it takes).
-    /// `Ok(None)`: not granted by then (nothing held). The call returns by the deadline plus
-    /// [`crate::engine::GRACE`] (plus the acknowledgement's time with replica/AOF
-    /// acknowledgement), whatever the server does.
+    /// `Ok(None)`: not granted by then (nothing held). The call returns by `bound` (the
+    /// caller's [`crate::engine::bound`] of the deadline: plus [`crate::engine::GRACE`]; plus
+    /// the acknowledgement's time with replica/AOF acknowledgement), whatever the server does.
     ///
     /// # Errors
     /// [`Error::TimedOut`] when the server did not answer in time (the request is cancelled
     /// when dropped); the server's refusal; a failed acknowledgement (the grant is cancelled
     /// before this returns, within a bound).
-    pub(crate) async fn run(&mut self, deadline: Option<Instant>) -> Result<Option<Grant>> {
+    pub(crate) async fn run(
+        &mut self,
+        deadline: Option<Instant>,
+        bound: Option<Instant>,
+    ) -> Result<Option<Grant>> {
         let options = &self.shared.options;
         let ack_in_cluster = (options.replica_ack.is_some() || options.aof_ack.is_some())
             && self.shared.target.is_cluster();
         // In a cluster, the acknowledgement must run on the node's own connection: the
         // server-side path does that, and answers at once when the lock is free.
         if !ack_in_cluster {
-            if let Some(grant) = self.try_once(bound(deadline, Instant::now())).await? {
+            if let Some(grant) = self.try_once(bound).await? {
                 return Ok(Some(grant));
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
