@@ -439,3 +439,15 @@ async fn watchdog_task(hold: Weak<Inner>, lease: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_never_overflows_the_clock() {
+        let now = Instant::now();
+        assert_eq!(after(now, Duration::from_secs(3)), now + Duration::from_secs(3));
+        assert!(after(now, Duration::MAX) > now + Duration::from_secs(86_400), "far, not a panic");
+    }
+}
