@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::leased::LeasedSemaphore;
 use crate::lock::Lock;
 use crate::options::Options;
+use crate::releaser::{Releaser, Route};
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 
@@ -58,7 +59,8 @@ impl LockClient {
         }
         let mut conn = Conn::Single(client.get_connection_manager_with_config(config).await?);
         check_module(&mut conn).await?;
-        Ok(Self::from_parts(Target::Single(client), conn, options))
+        let route = Route::Single(client.clone());
+        Ok(Self::from_parts(Target::Single(client), conn, options, route))
     }
 
     /// Connects to a Redis Cluster (every node with the module) through `nodes` (one or more of
@@ -79,13 +81,14 @@ impl LockClient {
                 "a cluster needs at least one node address",
             ))));
         };
+        let route = Route::Cluster(crate::releaser::cluster_client(infos.clone())?);
         let mut builder = redis::cluster::ClusterClient::builder(infos);
         if let Some(timeout) = options.response_timeout() {
             builder = builder.response_timeout(timeout);
         }
         let mut conn = Conn::Cluster(builder.build()?.get_async_connection().await?);
         check_module(&mut conn).await?;
-        Ok(Self::from_parts(Target::Cluster(template), conn, options))
+        Ok(Self::from_parts(Target::Cluster(template), conn, options, route))
     }
 
     /// Connects to the master that the Sentinels at `sentinels` name for `master_name` (as
@@ -126,19 +129,25 @@ impl LockClient {
             .map(IntoConnectionInfo::into_connection_info)
             .collect::<redis::RedisResult<Vec<_>>>()?;
         let response_timeout = options.response_timeout().unwrap_or(Duration::from_millis(500));
+        let template = master.into_connection_info()?;
+        // The releaser asks the Sentinels on its own.
+        let route = Route::Sentinel(crate::releaser::sentinel(
+            sentinels.clone(),
+            master_name.to_owned(),
+            template.clone(),
+        ));
         let sentinel = Arc::new(crate::conn::Sentinel::new(
             sentinels,
             master_name.to_owned(),
-            master.into_connection_info()?,
+            template,
             response_timeout,
         ));
         let mut conn = Conn::Sentinel(Arc::clone(&sentinel));
         check_module(&mut conn).await?;
-        Ok(Self::from_parts(Target::Sentinel(sentinel), conn, options))
+        Ok(Self::from_parts(Target::Sentinel(sentinel), conn, options, route))
     }
 
-    fn from_parts(target: Target, conn: Conn, options: Options) -> Self {
-        let releaser = crate::releaser::Releaser::new(target.clone());
+    fn from_parts(target: Target, conn: Conn, options: Options, route: Route) -> Self {
         Self {
             shared: Arc::new(Shared {
                 target,
@@ -146,7 +155,7 @@ impl LockClient {
                 id: uuid::Uuid::new_v4().to_string(),
                 next_handle: AtomicU64::new(1),
                 options,
-                releaser,
+                releaser: Releaser::new(route),
             }),
         }
     }
@@ -193,12 +202,29 @@ impl LockClient {
     }
 }
 
-/// Fails with [`Error::NoModule`] unless the server knows `RLOCK.ACQUIRE`.
+/// Fails with [`Error::NoModule`] unless the server knows `RLOCK.ACQUIRE`: asked with
+/// `COMMAND INFO`, or, for a user that may not run it (`NOPERM`), by sending `RLOCK.ACQUIRE`
+/// without arguments. The server checks a command's arity before the user's permissions, so a
+/// server with the module refuses it for its arity (changing nothing), and one without it as an
+/// unknown command.
 async fn check_module(conn: &mut Conn) -> Result<()> {
-    let info: Vec<redis::Value> =
-        redis::cmd("COMMAND").arg("INFO").arg("rlock.acquire").query_async(conn).await?;
-    match info.first() {
-        Some(redis::Value::Array(_)) => Ok(()),
-        _ => Err(Error::NoModule),
+    let info: redis::RedisResult<Vec<redis::Value>> =
+        redis::cmd("COMMAND").arg("INFO").arg("rlock.acquire").query_async(conn).await;
+    match info {
+        Ok(info) => match info.first() {
+            Some(redis::Value::Array(_)) => Ok(()),
+            _ => Err(Error::NoModule),
+        },
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
+            let probe: redis::RedisResult<redis::Value> =
+                redis::cmd("RLOCK.ACQUIRE").query_async(conn).await;
+            match probe.map_err(Error::from) {
+                Err(Error::Redis(e)) if !crate::error::from_server(&e) => Err(Error::Redis(e)),
+                Err(Error::NoModule) => Err(Error::NoModule),
+                // The arity refusal (or a NOPERM): the command exists.
+                Ok(_) | Err(_) => Ok(()),
+            }
+        }
+        Err(e) => Err(e.into()),
     }
 }

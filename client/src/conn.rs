@@ -120,7 +120,7 @@ impl Sentinel {
     }
 
     /// As [`Self::check`], for a reply (redis-rs returns server errors as values).
-    fn check_reply(&self, reply: &redis::RedisResult<Value>) {
+    pub(crate) fn check_reply(&self, reply: &redis::RedisResult<Value>) {
         match reply {
             Ok(value) => self.check_value(value),
             Err(e) => self.check(e),
@@ -139,7 +139,7 @@ impl Sentinel {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
-    /// The client of the current master, if known (for a blocking release).
+    /// The client of the current master, if known.
     pub(crate) fn current_client(&self) -> Option<redis::Client> {
         self.cached().map(|(client, _)| client)
     }
@@ -212,7 +212,6 @@ impl Sentinel {
 }
 
 /// How to reach the server that holds a given lock, for a dedicated connection.
-#[derive(Clone)]
 pub(crate) enum Target {
     Single(redis::Client),
     /// Whichever server the Sentinels name as the master now.

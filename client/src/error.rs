@@ -75,10 +75,69 @@ impl std::error::Error for Error {
 }
 
 impl From<RedisError> for Error {
+    /// [`Error::NoModule`] when the server does not know an rlock command (`ERR unknown command
+    /// 'rlock.acquire' ...`); [`Error::Redis`] otherwise.
     fn from(e: RedisError) -> Self {
-        Self::Redis(e)
+        if unknown_rlock_command(&e) {
+            Self::NoModule
+        } else {
+            Self::Redis(e)
+        }
     }
+}
+
+/// Whether the server answered that it does not know an `RLOCK.*`, `RWLOCK.*` or `RSEM.*`
+/// command (Redis 6 quotes the name with a backquote, later servers with a quote).
+fn unknown_rlock_command(e: &RedisError) -> bool {
+    let Some(detail) = e.detail().filter(|_| e.code() == Some("ERR")) else { return false };
+    let Some(name) = detail
+        .strip_prefix("unknown command '")
+        .or_else(|| detail.strip_prefix("unknown command `"))
+    else {
+        return false;
+    };
+    let name = name.as_bytes();
+    [&b"rlock."[..], b"rwlock.", b"rsem."]
+        .iter()
+        .any(|prefix| name.get(..prefix.len()).is_some_and(|n| n.eq_ignore_ascii_case(prefix)))
+}
+
+/// Whether `e` is a server's error reply (not a failure of the connection or of the client).
+pub(crate) fn from_server(e: &RedisError) -> bool {
+    matches!(e.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension)
 }
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(text: &str) -> RedisError {
+        let reply = format!("-{text}\r\n");
+        match redis::parse_redis_value(reply.as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => e.into(),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_rlock_command_is_no_module() {
+        for text in [
+            "ERR unknown command 'RLOCK.ACQUIRE', with args beginning with: 'l' ",
+            "ERR unknown command 'rwlock.release', with args beginning with: ",
+            "ERR unknown command `RSEM.ACQUIRE`, with args beginning with: `s`, ",
+        ] {
+            assert!(matches!(Error::from(server_error(text)), Error::NoModule), "{text}");
+        }
+        for text in [
+            "ERR unknown command 'GET', with args beginning with: ",
+            "ERR unknown command 'rlockx', with args beginning with: ",
+            "ERR wrong number of arguments for 'rlock.acquire' command",
+            "NOPERM this user has no permissions to run the 'rlock.acquire' command",
+        ] {
+            assert!(matches!(Error::from(server_error(text)), Error::Redis(_)), "{text}");
+        }
+    }
+}

@@ -49,9 +49,13 @@
 //!   *chain*) with an owner id of its own: a guard that outlived its grant never releases or
 //!   renews a later hold, and an acquire that did not return a guard (cancelled, timed out,
 //!   failed) leaves nothing held.
-//! - **Dropping a guard** releases the lock at once, with a blocking round trip on a connection
-//!   of its own (at most about a second), so it works at the end of `main`, outside any runtime
-//!   and while a runtime shuts down.
+//! - **Dropping a guard** (a [`LockGuard`], a [`PermitGuard`], a [`MultiGuard`]) never blocks:
+//!   the release goes to the client's background releaser, a thread of its own with its own
+//!   connections, which sends it where the lock is served now (the master the Sentinels name
+//!   now, any reachable cluster node and the slot map) and retries it until the hold's lease
+//!   would have ended anyway. Dropping the last handle of a client waits (at most 5 s) for the
+//!   releases still pending, so a guard dropped at the end of `main`, outside any runtime or
+//!   while a runtime shuts down is released all the same.
 
 mod client;
 mod conn;

@@ -1,191 +1,389 @@
-//! STAND-IN: replaced by rel24. The per-client background releaser, with exactly the interface
-//! of spec24 B1 (`submit`, `flush`), kept minimal: a thread of its own with a `current_thread`
-//! runtime and fresh connections from the client's [`Target`], following MOVED/ASK and asking
-//! the Sentinels again after errors, retrying with backoff until a reply or `until`.
+//! The per-client background releaser: what a guard's `Drop` (or an acquire that ends without
+//! handing out a guard) must still tell the server, sent without blocking the caller and
+//! without needing the caller's runtime.
+//!
+//! One [`Releaser`] per [`crate::conn::Shared`] (per `LockClient` and its clones). On its first
+//! job it starts an OS thread of its own running a `current_thread` tokio runtime with its own
+//! connections (a connection made in the user's runtime dies with that runtime). Each job runs
+//! as its own task there, so a stalled server delays only the jobs it serves. A job goes to the
+//! server that serves its key *now*:
+//! - one server: that server;
+//! - Sentinel: the master the Sentinels name now, asked again after a connection error, a
+//!   timeout, or `READONLY` / `NOREPLICAS` / `MASTERDOWN` / `LOADING` (never kept on a demoted
+//!   master);
+//! - a cluster: a cluster connection built from *all* the seed nodes (any reachable one gives
+//!   the slot map), routed by the key's slot, following `MOVED` / `ASK`.
+//!
+//! A job is retried with a growing pause (25 ms doubling up to 1 s) after connection errors,
+//! timeouts and the refusals above (and `TRYAGAIN`, `CLUSTERDOWN`), until the server replies or
+//! its `until` passes (the hold's lease end: after that the lease ended it anyway). Jobs must be
+//! idempotent (a release carrying `REQUEST id`, an `RLOCK.CANCEL`, a leased `RSEM.RELEASE key
+//! ID ..`): a retry may reach a server that already ran the first send.
+//!
+//! When the releaser is dropped (the last `LockClient` clone, handle and guard are gone), it
+//! waits (at most [`FLUSH_MAX`]) for the jobs still running, so a guard dropped at the end of
+//! `main`, outside any runtime, is released before the process exits; with nothing pending it
+//! does not block at all. The thread then ends once its last job ends.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redis::{AsyncConnectionConfig, Cmd, RedisResult, Value};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{AsyncConnectionConfig, RedisError, RedisResult, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::conn::Target;
+use crate::conn::Sentinel;
 
-/// One command to run until it gets a reply or its time is up.
-struct Job {
-    key: Arc<[u8]>,
-    cmd: Cmd,
-    until: Instant,
-    done: Option<oneshot::Sender<RedisResult<Value>>>,
+/// How long dropping the last handle of a client waits for its pending releases.
+pub(crate) const FLUSH_MAX: Duration = Duration::from_secs(5);
+/// How long the first try of a job waits for its reply before it is sent again (on a new
+/// connection); doubled after each try that timed out, up to [`MAX_PATIENCE`], so a stalled
+/// server collects a few connections, not one per try.
+const ATTEMPT: Duration = Duration::from_secs(2);
+const MAX_PATIENCE: Duration = Duration::from_secs(16);
+/// How long connecting to a server may take.
+const CONNECT: Duration = Duration::from_secs(1);
+/// The first pause between tries, doubled after each failed try up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(25);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+/// How long making a cluster connection (or finding a Sentinel group's master) may take.
+const RESOLVE: Duration = Duration::from_secs(10);
+/// The least time given to a try, even past `until` (every job is tried at least once).
+const MIN_ATTEMPT: Duration = Duration::from_millis(200);
+
+/// Where the releaser sends its jobs: the topology of the client, with settings (database,
+/// credentials, protocol) of the client's own connections.
+pub(crate) enum Route {
+    /// One server.
+    Single(redis::Client),
+    /// The master a Sentinel group names (a resolver of the releaser's own).
+    Sentinel(Sentinel),
+    /// A cluster, reached through any of its seed nodes.
+    Cluster(ClusterClient),
 }
 
-/// Jobs submitted and not ended yet, and the condition `flush` waits on.
+/// One job: a command, the key it is for, until when to retry it, and who wants its reply.
+struct Job {
+    key: Arc<[u8]>,
+    cmd: redis::Cmd,
+    until: Instant,
+    done: Option<oneshot::Sender<RedisResult<Value>>>,
+    /// Counts the job as pending until it is dropped (ended, or never run).
+    _ticket: Ticket,
+}
+
+/// Jobs submitted and not yet ended, and a signal when one ends.
 #[derive(Default)]
 struct Pending {
-    count: Mutex<usize>,
+    count: Mutex<u64>,
     ended: Condvar,
 }
 
-impl Pending {
-    fn add(&self) {
-        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-    }
+/// One pending job: counted while it lives.
+struct Ticket(Arc<Pending>);
 
-    fn end(&self) {
-        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count = count.saturating_sub(1);
-        self.ended.notify_all();
+impl Ticket {
+    fn new(pending: &Arc<Pending>) -> Self {
+        *pending.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Self(Arc::clone(pending))
     }
 }
 
-/// One per `Shared` (per LockClient). Never blocks the caller; works outside any runtime.
-// STAND-IN: replaced by rel24
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        self.0.ended.notify_all();
+    }
+}
+
+/// One per `Shared` (per `LockClient`). Never blocks the caller; works outside any runtime.
 pub(crate) struct Releaser {
-    target: Target,
-    jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    /// Given to the thread when it starts.
+    route: Arc<Route>,
+    /// The thread's queue, once started.
+    queue: Mutex<Option<mpsc::UnboundedSender<Job>>>,
     pending: Arc<Pending>,
 }
 
 impl Releaser {
-    /// A releaser for the server(s) `target` names; its thread starts with the first job.
-    pub(crate) fn new(target: Target) -> Self {
-        Self { target, jobs: Mutex::new(None), pending: Arc::default() }
+    /// A releaser for `route`; its thread starts with the first job.
+    pub(crate) fn new(route: Route) -> Self {
+        Self { route: Arc::new(route), queue: Mutex::new(None), pending: Arc::default() }
     }
 
     /// Runs `cmd` (idempotent: a release carrying `REQUEST id`, an `RLOCK.CANCEL`, a leased
-    /// `RSEM.RELEASE key ID ..`) on the server that serves `key` now, retrying with backoff on
+    /// `RSEM.RELEASE key ID ..`) on the server that serves `key` *now* (single server; the master
+    /// the Sentinels name now, re-asked after connection errors/READONLY/NOREPLICAS; a cluster via
+    /// its slot map and any reachable node, following MOVED/ASK), retrying with backoff on
     /// connection errors, timeouts, READONLY, LOADING, MOVED/ASK, TRYAGAIN, CLUSTERDOWN until it
     /// gets a reply or `until` passes. `done` (if any) gets the reply.
+    ///
+    /// A server's error reply comes to `done` as an `Err`; so does the last failure when
+    /// `until` passed without a reply. The job is tried at least once, even past `until`.
     pub(crate) fn submit(
         &self,
         key: Arc<[u8]>,
-        cmd: Cmd,
+        cmd: redis::Cmd,
         until: Instant,
         done: Option<oneshot::Sender<RedisResult<Value>>>,
     ) {
-        let job = Job { key, cmd, until, done };
-        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
-        if jobs.is_none() {
-            *jobs = self.start();
-        }
-        let Some(sender) = jobs.as_ref() else { return };
-        self.pending.add();
-        if let Err(mpsc::error::SendError(job)) = sender.send(job) {
-            self.pending.end();
-            drop(job);
+        let job = Job { key, cmd, until, done, _ticket: Ticket::new(&self.pending) };
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let job = match queue.as_ref() {
+            Some(q) => match q.send(job) {
+                Ok(()) => return,
+                // The thread is gone (it could not build its runtime): start another.
+                Err(mpsc::error::SendError(job)) => job,
+            },
+            None => job,
+        };
+        *queue = start(Arc::clone(&self.route));
+        if let Some(q) = queue.as_ref() {
+            // On failure the job is dropped: its `done` sees a closed channel.
+            let _ = q.send(job);
         }
     }
 
     /// Blocks (bounded by `max`) until every job submitted so far ended.
     pub(crate) fn flush(&self, max: Duration) {
-        let until = Instant::now() + max;
-        let mut count = self.pending.count.lock().unwrap_or_else(PoisonError::into_inner);
-        while *count > 0 {
-            let Some(left) = until.checked_duration_since(Instant::now()) else { return };
-            count = self
-                .pending
-                .ended
-                .wait_timeout(count, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Starts the thread that runs the jobs.
-    fn start(&self) -> Option<mpsc::UnboundedSender<Job>> {
-        let (sender, mut receiver) = mpsc::unbounded_channel::<Job>();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-        let (target, pending) = (self.target.clone(), Arc::clone(&self.pending));
-        std::thread::Builder::new()
-            .name("rlock-releaser".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    while let Some(job) = receiver.recv().await {
-                        let (target, pending) = (target.clone(), Arc::clone(&pending));
-                        tokio::spawn(async move {
-                            run(&target, job).await;
-                            pending.end();
-                        });
-                    }
-                });
-            })
-            .ok()?;
-        Some(sender)
+        let count = self.pending.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let waited = self.pending.ended.wait_timeout_while(count, max, |n| *n > 0);
+        drop(waited.unwrap_or_else(PoisonError::into_inner));
     }
 }
 
 impl Drop for Releaser {
+    /// Waits (at most [`FLUSH_MAX`]) for the jobs still pending; then closing the queue lets
+    /// the thread end after its last job.
     fn drop(&mut self) {
-        self.flush(Duration::from_secs(5));
+        self.flush(FLUSH_MAX);
     }
 }
 
-/// Whether an error is worth trying again (elsewhere, or later).
-fn retriable(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.redirect_node().is_some()
+/// Now plus `lease`, as a job's `until` (a lease too long to add to now: a day from now, so a
+/// drop never panics).
+pub(crate) fn until_after(lease: Duration) -> Instant {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let now = Instant::now();
+    now.checked_add(lease).or_else(|| now.checked_add(DAY)).unwrap_or(now)
+}
+
+/// Starts the releaser's thread; `None` when the system refuses a thread.
+fn start(route: Arc<Route>) -> Option<mpsc::UnboundedSender<Job>> {
+    let (queue, jobs) = mpsc::unbounded_channel();
+    let thread = std::thread::Builder::new()
+        .name("rlock-releaser".to_owned())
+        .spawn(move || run_thread(&route, jobs));
+    thread.ok().map(|_| queue)
+}
+
+/// The thread: a `current_thread` runtime running every job as a task of its own, until the
+/// queue is closed and the last job ended. Without a runtime, the jobs are dropped (their
+/// `done` see a closed channel).
+fn run_thread(route: &Arc<Route>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        jobs.close();
+        while jobs.try_recv().is_ok() {}
+        return;
+    };
+    let conns = Arc::new(Conns::new(Arc::clone(route)));
+    runtime.block_on(async move {
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                job = jobs.recv() => match job {
+                    Some(job) => {
+                        running.spawn(run_job(Arc::clone(&conns), job));
+                    }
+                    None => break,
+                },
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+            }
+        }
+        while running.join_next().await.is_some() {}
+    });
+}
+
+/// Runs one job to a reply, or until its `until` passes (at least one try).
+async fn run_job(conns: Arc<Conns>, mut job: Job) {
+    let until = tokio::time::Instant::from_std(job.until);
+    let (mut pause, mut patience) = (FIRST_PAUSE, ATTEMPT);
+    let reply = loop {
+        let budget = until.saturating_duration_since(tokio::time::Instant::now());
+        let reply = conns.send(&job.key, &job.cmd, budget.clamp(MIN_ATTEMPT, patience)).await;
+        if reply.as_ref().is_err_and(RedisError::is_timeout) {
+            patience = (patience * 2).min(MAX_PATIENCE);
+        }
+        match reply {
+            Err(e) if worth_retrying(&e) && tokio::time::Instant::now() < until => {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                tokio::time::sleep(pause.min(left)).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            reply => break reply,
+        }
+    };
+    if let Some(done) = job.done.take() {
+        let _ = done.send(reply);
+    }
+}
+
+/// The error of a try that took longer than its budget.
+fn timed_out(what: &'static str) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+/// Whether a failed try may succeed later: anything but a final answer of the server (a
+/// server's error reply other than the refusals of a server that is not, or not yet, the one
+/// to ask).
+fn worth_retrying(e: &RedisError) -> bool {
+    !crate::error::from_server(e)
+        || e.is_cluster_error()
         || matches!(
             e.code(),
-            Some("READONLY" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "NOREPLICAS")
+            Some("READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN")
         )
 }
 
-async fn run(target: &Target, mut job: Job) {
-    let quick = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_secs(1)));
-    let mut node: Option<(String, u16)> = None;
-    let mut asking = false;
-    let mut backoff = Duration::from_millis(20);
-    let last = loop {
-        let client = match target {
-            Target::Sentinel(sentinel) => sentinel.master().await.map(|(client, _)| client),
-            _ => target
-                .client_at(node.as_ref().map(|(h, p)| (h.as_str(), *p)))
-                .map_err(|e| redis::RedisError::from((redis::ErrorKind::Io, "", e.to_string()))),
-        };
-        let reply = match client {
-            Ok(client) => match client.get_multiplexed_async_connection_with_config(&quick).await {
-                Ok(mut con) => {
-                    if std::mem::take(&mut asking) {
-                        let _: RedisResult<Value> =
-                            redis::cmd("ASKING").query_async(&mut con).await;
-                    }
-                    job.cmd.query_async::<Value>(&mut con).await
-                }
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        match reply {
-            Ok(value) => break Ok(value),
-            Err(e) if retriable(&e) && Instant::now() < job.until => {
-                if let Some((address, _)) = e.redirect_node() {
-                    if let Some((host, port)) = address.rsplit_once(':') {
-                        if let Ok(port) = port.parse() {
-                            node = Some((host.to_owned(), port));
-                            asking = matches!(
-                                e.kind(),
-                                redis::ErrorKind::Server(redis::ServerErrorKind::Ask)
-                            );
-                            continue;
-                        }
-                    }
-                }
-                if let Target::Sentinel(sentinel) = target {
-                    sentinel.forget();
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => break Err(e),
+/// Whether an error says the connection (or the server behind it) failed: the connection is
+/// then dropped, and the next try makes a new one.
+fn connection_failed(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// The releaser's connections (only ever used on its thread).
+struct Conns {
+    route: Arc<Route>,
+    /// One server: the connection (made on first use, dropped after a connection failure).
+    single: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// A cluster: the cluster connection (made on first use; it repairs itself).
+    cluster: tokio::sync::Mutex<Option<ClusterConnection>>,
+}
+
+impl Conns {
+    fn new(route: Arc<Route>) -> Self {
+        Self {
+            route,
+            single: tokio::sync::Mutex::new(None),
+            cluster: tokio::sync::Mutex::new(None),
         }
-    };
-    let _ = &job.key;
-    if let Some(done) = job.done.take() {
-        let _ = done.send(last);
+    }
+
+    /// One try of `cmd` for `key`, the command given `budget` to answer (connecting is bounded
+    /// by its own timeouts: a try cut short while connecting would never get anywhere); a
+    /// server's error reply is an `Err`.
+    async fn send(&self, key: &[u8], cmd: &redis::Cmd, budget: Duration) -> RedisResult<Value> {
+        let mut con = self.connection().await?;
+        let reply = match tokio::time::timeout(budget, con.req(key, cmd)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(timed_out("the server did not answer in time")),
+        };
+        if let Con::Sentinel(sentinel, _) = &con {
+            sentinel.check_reply(&reply);
+        }
+        if reply.as_ref().is_err_and(connection_failed) {
+            self.forget().await;
+        }
+        reply.and_then(Value::extract_error)
+    }
+
+    /// A connection to where jobs go now: made (or, for Sentinel, the master found) on first
+    /// use, and again after [`Self::forget`].
+    async fn connection(&self) -> RedisResult<Con<'_>> {
+        match &*self.route {
+            Route::Single(client) => {
+                let mut slot = self.single.lock().await;
+                if let Some(con) = slot.as_ref() {
+                    return Ok(Con::Single(con.clone()));
+                }
+                let config = config();
+                let connecting = client.get_multiplexed_async_connection_with_config(&config);
+                let con = tokio::time::timeout(ATTEMPT, connecting)
+                    .await
+                    .map_err(|_| timed_out("connecting took too long"))??;
+                Ok(Con::Single(slot.insert(con).clone()))
+            }
+            Route::Sentinel(sentinel) => {
+                let connecting = sentinel.connection();
+                let con = tokio::time::timeout(RESOLVE, connecting)
+                    .await
+                    .map_err(|_| timed_out("asking the Sentinels took too long"))??;
+                Ok(Con::Sentinel(sentinel, con))
+            }
+            Route::Cluster(client) => {
+                let mut slot = self.cluster.lock().await;
+                if let Some(con) = slot.as_ref() {
+                    return Ok(Con::Cluster(con.clone()));
+                }
+                let con = tokio::time::timeout(RESOLVE, client.get_async_connection())
+                    .await
+                    .map_err(|_| timed_out("no cluster node answered in time"))??;
+                Ok(Con::Cluster(slot.insert(con).clone()))
+            }
+        }
+    }
+
+    /// Forgets the connection after a failure or a timeout: the next try connects again (one
+    /// server), or asks the Sentinels again. A cluster connection repairs itself.
+    async fn forget(&self) {
+        match &*self.route {
+            Route::Single(_) => *self.single.lock().await = None,
+            Route::Sentinel(sentinel) => sentinel.forget(),
+            Route::Cluster(_) => {}
+        }
     }
 }
+
+/// A connection of the releaser, for one try.
+enum Con<'a> {
+    Single(MultiplexedConnection),
+    Sentinel(&'a Sentinel, MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Con<'_> {
+    /// Sends `cmd` (for `key`: a cluster routes it by the key's slot).
+    async fn req(&mut self, key: &[u8], cmd: &redis::Cmd) -> RedisResult<Value> {
+        match self {
+            Self::Single(con) | Self::Sentinel(_, con) => con.req_packed_command(cmd).await,
+            Self::Cluster(con) => {
+                let node = SlotRoute::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node));
+                con.route_command(cmd.clone(), routing).await
+            }
+        }
+    }
+}
+
+/// Settings of the releaser's connection to one server (each try bounds its own wait).
+fn config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT)).set_response_timeout(None)
+}
+
+/// A cluster client for the releaser: every seed node, its timeouts.
+///
+/// # Errors
+/// When the addresses are invalid.
+pub(crate) fn cluster_client(nodes: Vec<redis::ConnectionInfo>) -> RedisResult<ClusterClient> {
+    redis::cluster::ClusterClient::builder(nodes)
+        .connection_timeout(CONNECT)
+        .response_timeout(ATTEMPT)
+        .build()
+}
+
+/// A Sentinel resolver for the releaser (its own: never shared with the user's runtime).
+pub(crate) fn sentinel(
+    sentinels: Vec<redis::ConnectionInfo>,
+    master: String,
+    template: redis::ConnectionInfo,
+) -> Sentinel {
+    // Each try bounds its own wait; asking the Sentinels is bounded by `RESOLVE`.
+    Sentinel::new(sentinels, master, template, MAX_PATIENCE)
+}
+
+#[cfg(test)]
+mod tests;

@@ -376,8 +376,10 @@ async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_b
     }
     let mut con = server.conn();
     poll("no waiter", LIMIT, || (blocked_clients(&mut con) == 0).then_some(()));
+    // The client keeps two: its shared connection and its background releaser's (dropped
+    // guards were released through it).
     poll("the connections back to the baseline", LIMIT, || {
         let now = rlock_tests_integration::info_field(&mut con, "clients", "connected_clients");
-        (now <= baseline + 1).then_some(())
+        (now <= baseline + 2).then_some(())
     });
 }

@@ -323,8 +323,7 @@ impl Hold {
         let Some(cmd) = cmd else { return };
         // Worth trying as long as the hold may last; at least a few seconds.
         let keep = self.state().until.saturating_duration_since(Instant::now()).max(SETTLE);
-        let now = std::time::Instant::now();
-        let until = now.checked_add(keep).unwrap_or(now);
+        let until = crate::releaser::until_after(keep);
         self.0.shared.releaser.submit(Arc::clone(&self.0.key), cmd, until, None);
     }
 }

@@ -232,8 +232,7 @@ impl Request {
         } else {
             COUNTED_RECORD
         };
-        let now = std::time::Instant::now();
-        now.checked_add(keep).unwrap_or(now)
+        crate::releaser::until_after(keep)
     }
 }
 

@@ -1,0 +1,330 @@
+//! Guards dropped without `release()` (issue 24, items 6, 9, 10, 11) and opening a client
+//! without `COMMAND INFO` (item 14): a drop never blocks the dropping thread, and the release
+//! reaches the server that serves the lock now (a Sentinel group's current master, any
+//! reachable cluster node), after a stall, outside any runtime, or at the end of a
+//! `current_thread` `block_on`. Each test is named after the item it covers.
+
+use std::time::Duration;
+
+use rlock_client::{Error, LockClient, MultiLock, Options};
+use rlock_tests_integration::{
+    hgetall, is_master, poll, wait_link_up, Cluster, Sentinel, Server, SENTINEL_MASTER,
+};
+use tokio::time::{sleep, Instant};
+
+/// How long a dropped guard's release may take to show (leases are 30 s or more).
+const RELEASED: Duration = Duration::from_secs(10);
+/// How long a drop may block the dropping thread.
+const AT_ONCE: Duration = Duration::from_millis(50);
+const FAILOVER_LIMIT: Duration = Duration::from_secs(40);
+const LEASE: Option<Duration> = Some(Duration::from_secs(60));
+
+/// Whether `server` holds the lock hash `name` (false when it cannot be asked).
+fn held_on(server: &Server, name: &str) -> bool {
+    let Ok(mut con) = server.client().get_connection_with_timeout(Duration::from_millis(500))
+    else {
+        return false;
+    };
+    let _ = con.set_read_timeout(Some(Duration::from_secs(1)));
+    redis::cmd("EXISTS").arg(name).query::<i64>(&mut con).is_ok_and(|n| n == 1)
+}
+
+/// Polls (blocking this thread: the releaser runs on its own) until `server` no longer holds
+/// `name`.
+fn until_released(server: &Server, name: &str, what: &str) {
+    poll(what, RELEASED, || (!held_on(server, name)).then_some(()));
+}
+
+/// `RSEM.AVAILABLE name`, on a connection of the test's own.
+fn available(server: &Server, name: &str) -> i64 {
+    redis::cmd("RSEM.AVAILABLE").arg(name).query(&mut server.conn()).expect("RSEM.AVAILABLE")
+}
+
+/// Drops `value`, returning how long the drop took.
+fn timed_drop<T>(value: T) -> Duration {
+    let started = std::time::Instant::now();
+    drop(value);
+    started.elapsed()
+}
+
+// ---- item 9: Sentinel ---------------------------------------------------------------------------
+
+async fn sentinel_client(sentinel: &Sentinel) -> LockClient {
+    LockClient::sentinel(
+        vec![sentinel.url()],
+        SENTINEL_MASTER,
+        "redis://127.0.0.1/",
+        Options::default(),
+    )
+    .await
+    .expect("sentinel client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i9_sentinel_a_guard_dropped_after_a_connection_error_is_released() {
+    let master = Server::start();
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let client = sentinel_client(&sentinel).await;
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    // The client's connections are killed; its next command fails with a connection error.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut master.conn())
+        .expect("CLIENT KILL");
+    assert!(killed >= 1, "the client's connection was killed");
+    let failed = client.lock("other").is_locked().await;
+    assert!(matches!(failed, Err(Error::Redis(_))), "a connection error: {failed:?}");
+    let took = timed_drop(guard);
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    until_released(&master, "l", "the dropped guard's release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i9_sentinel_a_guard_dropped_after_a_failover_is_released_on_the_new_master() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_link_up(&mut replica.conn());
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let client = sentinel_client(&sentinel).await;
+    // One guard dropped before the failover: the releaser knows (and keeps a connection to)
+    // the old master.
+    let before = client.lock("before").acquire(LEASE).await.expect("acquire");
+    drop(before);
+    until_released(&master, "before", "the first dropped guard's release");
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
+    poll("the sentinel to know the replica", FAILOVER_LIMIT, || {
+        let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
+        let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
+        info.contains("slaves=1").then_some(())
+    });
+    let mut s = redis::Client::open(sentinel.url()).expect("client").get_connection().expect("con");
+    poll("the sentinel to accept a failover", FAILOVER_LIMIT, || {
+        redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
+    });
+    poll("the promotion", FAILOVER_LIMIT, || {
+        (sentinel.master_port() == replica.port() && is_master(&replica)).then_some(())
+    });
+    poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
+    assert!(held_on(&replica, "l"), "the new master has the hold");
+    let took = timed_drop(guard);
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    until_released(&replica, "l", "the release on the new master");
+}
+
+// ---- item 10: a cluster whose first seed node is down -----------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i10_cluster_guards_dropped_while_the_first_seed_node_is_down_are_released() {
+    // Without full coverage, the other nodes keep serving their slots while node 0 is down.
+    let cluster = Cluster::start_with(3, &[("cluster-require-full-coverage", "no")]);
+    let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
+    let client = LockClient::cluster(urls, Options::default()).await.expect("cluster client");
+    let keys = [cluster.key_on(1, "drop:"), cluster.key_on(2, "drop:")];
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(client.lock(key).acquire(LEASE).await.expect("acquire"));
+    }
+    cluster.nodes[0].pause();
+    for (i, (key, guard)) in keys.iter().zip(guards).enumerate() {
+        let took = timed_drop(guard);
+        let node = &cluster.nodes[i + 1];
+        poll("the release on a healthy node", RELEASED, || {
+            hgetall(&mut node.conn(), key.as_bytes()).is_empty().then_some(())
+        });
+        assert!(took < AT_ONCE, "the drop took {took:?}");
+    }
+    cluster.nodes[0].resume();
+}
+
+// ---- item 11: drops never block ----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i11_a_guard_dropped_while_its_server_stalls_returns_at_once_and_is_released_after() {
+    let server = Server::start();
+    let client = LockClient::open(server.url()).await.expect("client");
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    server.pause();
+    let took = timed_drop(guard);
+    sleep(Duration::from_millis(1_500)).await; // the stall goes on past the drop
+    server.resume();
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    until_released(&server, "l", "the release after the stall");
+}
+
+#[tokio::test]
+async fn i11_a_stalled_drop_in_a_current_thread_runtime_does_not_freeze_other_watchdogs() {
+    let (stalled, healthy) = (Server::start(), Server::start());
+    let options = Options::default().watchdog_timeout(Duration::from_millis(600));
+    let one = LockClient::open(stalled.url()).await.expect("client");
+    let two = LockClient::with_options(healthy.client(), options).await.expect("client");
+    let dropped = one.lock("l").acquire(LEASE).await.expect("acquire");
+    let kept = two.lock("w").acquire(None).await.expect("watchdog guard (600 ms)");
+    stalled.pause();
+    let took = timed_drop(dropped);
+    // Two leases of the watchdog guard later, on this (only) runtime thread: still held.
+    sleep(Duration::from_millis(1_200)).await;
+    stalled.resume();
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    assert!(!kept.is_lost(), "the watchdog kept renewing");
+    let holders = hgetall(&mut healthy.conn(), b"w");
+    assert_eq!(holders, vec![(kept.owner().as_bytes().to_vec(), b"1".to_vec())]);
+    until_released(&stalled, "l", "the release after the stall");
+    kept.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i11_a_multiguard_dropped_while_a_server_stalls_returns_at_once() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let mut clients = Vec::new();
+    for s in &servers {
+        clients.push(LockClient::open(s.url()).await.expect("client"));
+    }
+    let multi = MultiLock::new(clients.iter().map(|c| c.lock("m")).collect());
+    let guard = multi.acquire(LEASE).await.expect("multi");
+    servers[1].pause();
+    let took = timed_drop(guard);
+    sleep(Duration::from_millis(500)).await;
+    servers[1].resume();
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    for (i, s) in servers.iter().enumerate() {
+        until_released(s, "m", &format!("the release on server {i}"));
+    }
+}
+
+// ---- item 6: permit guards dropped where no runtime runs again --------------------------------
+
+#[test]
+fn i6_a_permit_guard_dropped_at_the_end_of_a_current_thread_block_on_is_released() {
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    runtime.block_on(async {
+        let client = LockClient::open(server.url()).await.expect("client");
+        let sem = client.leased_semaphore("s");
+        assert!(sem.try_set_permits(1).await.expect("set"));
+        let _permit = sem.acquire(1, LEASE).await.expect("acquire");
+        // `main` ends here: the guard drops, and the runtime never runs again.
+    });
+    drop(runtime);
+    assert_eq!(available(&server, "s"), 1, "the permit is back");
+}
+
+#[test]
+fn i6_a_permit_guard_dropped_outside_any_runtime_is_released() {
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("rt");
+    let permit = runtime.block_on(async {
+        let client = LockClient::open(server.url()).await.expect("client");
+        let sem = client.leased_semaphore("s");
+        assert!(sem.try_set_permits(1).await.expect("set"));
+        sem.acquire(1, LEASE).await.expect("acquire")
+    });
+    drop(runtime);
+    assert_eq!(available(&server, "s"), 0);
+    drop(permit); // on a plain thread, the runtime gone
+    assert_eq!(available(&server, "s"), 1, "the permit is back");
+}
+
+#[test]
+fn i6_a_lock_guard_dropped_while_its_client_lives_on_is_released() {
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    let client = runtime.block_on(async {
+        let client = LockClient::open(server.url()).await.expect("client");
+        let _guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+        client
+    });
+    // The client lives on (nothing flushes it); the runtime does not run: released anyway.
+    until_released(&server, "l", "the dropped guard's release");
+    drop(client);
+}
+
+// ---- item 14: no COMMAND INFO needed; an unknown rlock command is NoModule --------------------
+
+/// Creates an ACL user `name` (password `pw`) with `rules`.
+fn acl_user(server: &Server, name: &str, rules: &[&str]) -> String {
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw");
+    for rule in rules {
+        setuser.arg(*rule);
+    }
+    let () = setuser.query(&mut server.conn()).expect("ACL SETUSER");
+    format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i14_a_user_without_command_info_opens_and_locks() {
+    let server = Server::start();
+    let everything_but_command = acl_user(&server, "app", &["~*", "&*", "+@all", "-command"]);
+    let only_locks = acl_user(
+        &server,
+        "locks",
+        &[
+            "~app:*",
+            "~redisson_unlock_latch:*",
+            "&redisson_lock__channel:*",
+            "+rlock.acquire",
+            "+rlock.release",
+            "+rlock.renew",
+            "+rlock.pttl",
+        ],
+    );
+    for url in [everything_but_command, only_locks] {
+        let client = LockClient::open(url.as_str()).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        let lock = client.lock("app:l");
+        let guard = lock.acquire(LEASE).await.expect("acquire");
+        assert!(lock.is_locked().await.expect("is_locked"));
+        guard.release().await.expect("release");
+        assert!(!held_on(&server, "app:l"));
+        // A dropped guard is released with the same user's rights.
+        let guard = lock.acquire(LEASE).await.expect("acquire");
+        drop(guard);
+        until_released(&server, "app:l", "the dropped guard's release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i14_a_server_without_the_module_is_no_module_for_a_user_without_command_info() {
+    let server = Server::builder().without_module().start();
+    let url = acl_user(&server, "app", &["~*", "&*", "+@all", "-command"]);
+    let result = LockClient::open(url.as_str()).await;
+    assert!(matches!(result, Err(Error::NoModule)), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i14_an_unknown_rlock_command_is_no_module_anywhere() {
+    let server = Server::builder().config("enable-module-command", "yes").start();
+    let client = LockClient::open(server.url()).await.expect("client");
+    let () = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("rlock")
+        .query(&mut server.conn())
+        .expect("MODULE UNLOAD");
+    let acquired = client.lock("l").try_acquire(Duration::from_secs(5), LEASE).await;
+    assert!(matches!(acquired, Err(Error::NoModule)), "{acquired:?}");
+    let locked = client.lock("l").is_locked().await;
+    assert!(matches!(locked, Err(Error::NoModule)), "{locked:?}");
+    let available = client.semaphore("s").available().await;
+    assert!(matches!(available, Err(Error::NoModule)), "{available:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drops_stay_prompt_under_many_guards() {
+    // Many guards dropped at once, on a live server: every one released, none blocking.
+    let server = Server::start();
+    let client = LockClient::open(server.url()).await.expect("client");
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(client.lock(format!("many:{i}")).acquire(LEASE).await.expect("acquire"));
+    }
+    let started = Instant::now();
+    drop(guards);
+    assert!(started.elapsed() < Duration::from_millis(200), "{:?}", started.elapsed());
+    let mut con = server.conn();
+    poll("every dropped guard's release", RELEASED, || {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("many:*").query(&mut con).ok()?;
+        keys.is_empty().then_some(())
+    });
+}
