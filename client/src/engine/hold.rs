@@ -15,6 +15,8 @@
 //!   release goes to the client's releaser and never blocks.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use crate::engine::watchdog;
 use std::time::Duration;
 
 use redis::Value;
@@ -38,6 +40,16 @@ pub(crate) fn after(t: Instant, d: Duration) -> Instant {
 /// One server grant and its guards. Cheap to clone (shared).
 #[derive(Clone)]
 pub(crate) struct Hold(Arc<Inner>);
+
+/// A [`Hold`] that does not keep it alive (its watchdog's).
+pub(crate) struct WeakHold(Weak<Inner>);
+
+impl WeakHold {
+    /// The hold, while a guard (or anything else) keeps it.
+    pub(crate) fn upgrade(&self) -> Option<Hold> {
+        self.0.upgrade().map(Hold)
+    }
+}
 
 struct Inner {
     shared: Arc<Shared>,
@@ -243,8 +255,8 @@ impl Hold {
         if let Some(lease) = watchdog {
             state.watchdogs += 1;
             if state.renewal.is_none() && !*self.0.lost.borrow() {
-                let renewing = Arc::downgrade(&self.0);
-                state.renewal = Some(tokio::spawn(watchdog_task(renewing, lease)).abort_handle());
+                let renewing = WeakHold(Arc::downgrade(&self.0));
+                state.renewal = Some(tokio::spawn(watchdog::run(renewing, lease)).abort_handle());
             }
         }
         Some(Member { hold: self.clone(), watchdog: watchdog.is_some(), left: false })
@@ -402,39 +414,6 @@ impl Drop for Member {
     fn drop(&mut self) {
         if self.leave() == Some(true) {
             self.hold.submit_release(None);
-        }
-    }
-}
-
-/// The watchdog of a hold (while a watchdog guard lives): renews every third of `lease`,
-/// retries failures promptly, and marks the hold lost when a renewal finds it gone or its one
-/// deadline passes without a confirmation.
-async fn watchdog_task(hold: Weak<Inner>, lease: Duration) {
-    let period = (lease / 3).max(Duration::from_millis(1));
-    let first_retry = Duration::from_millis(50).min(period);
-    let (mut next, mut retry) = (Instant::now() + period, first_retry);
-    loop {
-        let Some(until) = hold.upgrade().and_then(|h| Hold(h).until()) else { return };
-        tokio::time::sleep_until(next.min(until)).await;
-        let Some(held) = hold.upgrade().map(Hold) else { return };
-        // Re-read: a re-entry or another renewal may have confirmed a later deadline.
-        let Some(until) = held.until() else { return };
-        let now = Instant::now();
-        if until <= now {
-            held.lose();
-            return;
-        }
-        if now < next {
-            continue;
-        }
-        match tokio::time::timeout_at(until, held.renew(lease)).await {
-            Ok(Ok(true)) => (next, retry) = (Instant::now() + period, first_retry),
-            Ok(Ok(false)) => return, // gone: `renew` marked it lost
-            Ok(Err(_)) => {
-                next = Instant::now() + retry;
-                retry = (retry * 2).min(period);
-            }
-            Err(_) => {} // no answer before the deadline: the loop finds it passed
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - [`waiting`]: the server-side wait on a dedicated connection, in a task.
 //! - [`hold`]: one server grant and its guards: one deadline, the watchdog, the loss signal,
 //!   release and drop.
+//! - [`watchdog`]: a hold's renewal while a watchdog guard lives.
 //! - [`chain`]: re-entry for locks and read-write lock sides.
 
 pub(crate) mod chain;
@@ -15,6 +16,7 @@ pub(crate) mod hold;
 pub(crate) mod kind;
 pub(crate) mod request;
 pub(crate) mod waiting;
+pub(crate) mod watchdog;
 
 use std::time::Duration;
 
