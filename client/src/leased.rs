@@ -118,9 +118,9 @@ impl LeasedSemaphore {
         };
         let holder = Holder::Ids(Arc::from(grant.ids));
         let hold = Hold::new(shared, key, kind, holder, None, after(request.sent(), lease));
+        refresh_after_wait(&hold, &request, lease, bound).await;
         let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
         request.taken();
-        refresh_after_wait(&hold, &request, lease, bound).await;
         Ok(PermitGuard { sem: self.clone(), member })
     }
 }

@@ -145,6 +145,8 @@ impl Chain {
         let holder = Holder::Owner(Arc::clone(&owner));
         let until = after(request.sent(), lease);
         let hold = Hold::new(&self.shared, &self.key, self.kind, holder, grant.token, until);
+        // Still cancelled if dropped here: the refresh comes before the guard's watchdog.
+        refresh_after_wait(&hold, &request, lease, bound).await;
         let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
         request.taken();
         let previous =
@@ -152,7 +154,6 @@ impl Chain {
         if let Some(previous) = previous.filter(|p| p.owner() == Some(&owner)) {
             previous.supersede(); // the server cannot tell it from the new hold any more
         }
-        refresh_after_wait(&hold, &request, lease, bound).await;
         Ok(member)
     }
 
@@ -198,8 +199,9 @@ impl Chain {
 
 /// A grant handed over after a server-side wait started its lease at the hand-off, some time
 /// after the wait was sent: when that was long ago against the lease, one renewal confirms a
-/// deadline from now (so a long wait never yields a guard born lost). Errors are left to the
-/// guard's own loss signal.
+/// deadline from now (so a long wait never yields a guard born lost). Runs before the hold's
+/// first guard joins (its watchdog would find the deadline passed), while the request still
+/// cancels the grant if the caller goes away. Errors are left to the guard's own loss signal.
 pub(crate) async fn refresh_after_wait(
     hold: &Hold,
     request: &Request,
