@@ -39,7 +39,7 @@ pub enum LockError {
     TokenExhausted,
     /// The unlock latch key holds something other than a release result.
     CorruptLatch,
-    /// In cluster mode, a derived key (token counter, unlock latch) would land in another hash
+    /// In cluster mode, a derived key (token counter, unlock latch, request record) would land in another hash
     /// slot than the lock (a name whose braces form no hash tag of their own).
     CrossSlot,
     /// The caller's ACL user may not write the lock's token counter.
@@ -87,6 +87,21 @@ pub enum LockError {
     /// This master had replicas and too few are in sync now: it may have been replaced by a
     /// promoted replica, so it grants nothing (retry on the current master).
     NoReplicas,
+    /// The caller's ACL user may not use the request record (`rlock_request:...`) of an
+    /// acquire's or a cancel's `REQUEST id`.
+    NoPermRequest,
+    /// The request record key holds a string that is not a request record.
+    CorruptRequest,
+    /// An acquire whose request was cancelled (`RLOCK.CANCEL`, or the rollback of a grant whose
+    /// client left): it gets nothing, and never waits.
+    RequestCancelled,
+    /// An acquire with `REQUEST id` whose owner is longer than `args::MAX_REQUEST_OWNER`.
+    RequestOwnerTooLong,
+    /// An acquire whose request id already waits in this lock's queue.
+    RequestWaiting,
+    /// An acquire whose request id's record holds the grant of another acquire (another owner,
+    /// mode, permit count, or `TOKEN`).
+    RequestMismatch,
     /// A bug in the module, caught before it could take the server down.
     Internal,
 }
@@ -123,7 +138,7 @@ impl LockError {
                 "ERR the unlock latch (redisson_unlock_latch:...) holds a value that is not a release result"
             }
             Self::CrossSlot => {
-                "ERR the lock name's braces form no hash tag, so its token counter or unlock latch would live in another cluster slot: use a name with a complete {tag} or no braces"
+                "ERR the lock name's braces form no hash tag, so its token counter, unlock latch or request record would live in another cluster slot: use a name with a complete {tag} or no braces"
             }
             Self::NoPermToken => {
                 "NOPERM this user has no permissions to access the lock's fencing token counter key (redisson_lock_token:...)"
@@ -174,7 +189,61 @@ impl LockError {
             Self::NoReplicas => {
                 "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
             }
+            Self::NoPermRequest => {
+                "NOPERM this user has no permissions to access the request record key (rlock_request:...)"
+            }
+            Self::CorruptRequest => {
+                "ERR the request record (rlock_request:...) holds a value that is not a request record"
+            }
+            Self::RequestOwnerTooLong => {
+                "ERR owner must be at most 65536 bytes with REQUEST (the request record holds it)"
+            }
+            Self::RequestCancelled => "ERR request was cancelled",
+            Self::RequestWaiting => "ERR request is already waiting",
+            Self::RequestMismatch => {
+                "ERR request belongs to another acquire (another owner, mode, permit count or TOKEN)"
+            }
             Self::Internal => "ERR internal error in the rlock module (see the server log)",
+        }
+    }
+
+    /// The reply text naming request `id` (`ERR request <id> was cancelled`) for the errors
+    /// about one request; [`Self::message`] for the others.
+    #[must_use]
+    pub fn naming(self, id: &[u8]) -> String {
+        let id = crate::request_rules::shown(id);
+        match self {
+            Self::RequestCancelled => format!("ERR request {id} was cancelled"),
+            Self::RequestWaiting => format!("ERR request {id} is already waiting"),
+            Self::RequestMismatch => format!(
+                "ERR request {id} belongs to another acquire (another owner, mode, permit count or TOKEN)"
+            ),
+            other => other.message().to_owned(),
+        }
+    }
+}
+
+/// A refusal of a command that carries a request id: its reply names the id
+/// ([`LockError::naming`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Any refusal, as [`LockError`] replies it.
+    Plain(LockError),
+    /// A refusal about request `id`.
+    Request(LockError, Vec<u8>),
+}
+
+impl From<LockError> for Refusal {
+    fn from(e: LockError) -> Self {
+        Self::Plain(e)
+    }
+}
+
+impl From<Refusal> for RedisError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Plain(e) => e.into(),
+            Refusal::Request(e, id) => Self::String(e.naming(&id)),
         }
     }
 }

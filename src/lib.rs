@@ -39,6 +39,7 @@ pub mod names;
 pub mod queue;
 pub mod raw;
 pub mod replicas;
+pub mod request_rules;
 pub mod rules;
 pub mod rw_rules;
 pub mod sem_rules;
@@ -189,7 +190,7 @@ rlock_module! {
         ["rlock.acquire", commands::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
             "Acquires or re-enters a reentrant lock; replies nil, or the holder's remaining lease in ms",
-            &[KEY, OWNER, LEASE, WAIT, TOKEN]],
+            &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST]],
         ["rlock.release", commands::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
             "Releases one hold; 1: freed (and published), 0: still held, nil: not the holder",
@@ -202,6 +203,10 @@ rlock_module! {
             KEY_RW | KEY_DELETE, 2,
             "Deletes a lock whoever holds it and publishes the unlock message",
             &[KEY]],
+        ["rlock.cancel", commands::cancel, "write",
+            KEY_RW | KEY_ACCESS | KEY_DELETE, 3,
+            "Undoes an acquire made with REQUEST id (any kind); 2: its grant given back, 1: it was waiting and left the queue, 0: nothing to undo",
+            &[KEY, ArgDoc::new(c"id", ArgType::String)]],
         ["rlock.pttl", commands::pttl, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
             "Remaining lease in ms; -2: no lock, -1: no expiry",
@@ -213,15 +218,15 @@ rlock_module! {
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
             "Acquires or re-enters a read-write lock's read or write hold; replies nil, or the remaining lease in ms",
-            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN]],
+            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST]],
         ["rwlock.release", commands::rw::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
             "Releases one read or write hold; 1: freed (or write hold ended), 0: still held, nil: no such hold",
             &[KEY, OWNER, MODE, REQUEST]],
         ["rwlock.renew", commands::rw::renew, "write deny-oom",
-            KEY_RW | KEY_UPDATE, 4,
-            "Resets the lease of every hold of the owner; 1: renewed, 0: holds nothing",
-            &[KEY, OWNER, LEASE]],
+            KEY_RW | KEY_UPDATE, -4,
+            "Resets the lease of every hold of the owner (or, with READ|WRITE, of that side's holds only); 1: renewed, 0: holds nothing (on that side)",
+            &[KEY, OWNER, LEASE, MODE.optional()]],
         ["rwlock.forcerelease", commands::rw::force_release, "write",
             KEY_RW | KEY_DELETE, 2,
             "Deletes a read-write lock whoever holds it and publishes its release",
@@ -242,7 +247,7 @@ rlock_module! {
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -3,
             "Takes permits; 1 (or, with LEASE, their ids): taken, 0 (nil): not enough or WAIT timed out",
             &[KEY, ArgDoc::new(c"permits", ArgType::Integer),
-              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT]],
+              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST]],
         ["rsem.release", commands::sem::release, "write deny-oom",
             KEY_RW | KEY_UPDATE, -3,
             "Gives permits back (or leased permits by ID); replies the count left, or how many ids were released",

@@ -16,6 +16,8 @@ pub const CHANNEL: &[u8] = b"redisson_lock__channel";
 pub const TOKEN: &[u8] = b"redisson_lock_token";
 /// Redisson's unlock latch (idempotent release): `redisson_unlock_latch:{<name>}:<request id>`.
 pub const LATCH: &[u8] = b"redisson_unlock_latch";
+/// rlock's request record (exact cancellation): `rlock_request:{<name>}:<request id>`.
+pub const REQUEST: &[u8] = b"rlock_request";
 /// Redisson's read-write lock channel: `redisson_rwlock:{<name>}` (`0` read, `1` write unlock).
 pub const RW_CHANNEL: &[u8] = b"redisson_rwlock";
 /// Redisson's semaphore channel: `redisson_sc:{<name>}` (the available count after a change).
@@ -60,6 +62,16 @@ pub fn token(name: &[u8]) -> Vec<u8> {
 #[must_use]
 pub fn latch(name: &[u8], id: &[u8]) -> Vec<u8> {
     let mut out = prefixed(LATCH, name);
+    out.push(b':');
+    out.extend_from_slice(id);
+    out
+}
+
+/// The request record of acquire request `id` on the lock `name` (Redisson's prefix rule, as
+/// the latch: the same slot as the lock).
+#[must_use]
+pub fn request(name: &[u8], id: &[u8]) -> Vec<u8> {
+    let mut out = prefixed(REQUEST, name);
     out.push(b':');
     out.extend_from_slice(id);
     out
@@ -123,6 +135,8 @@ mod tests {
         assert_eq!(token(b"job"), b"redisson_lock_token:{job}");
         assert_eq!(channel(b"job"), b"redisson_lock__channel:{job}");
         assert_eq!(latch(b"job", b"r1"), b"redisson_unlock_latch:{job}:r1");
+        assert_eq!(request(b"job", b"r1"), b"rlock_request:{job}:r1");
+        assert_eq!(request(b"a{7}b", b"r1"), b"rlock_request:a{7}b:r1");
     }
 
     #[test]
@@ -132,6 +146,7 @@ mod tests {
         for name in [&b"{user1}:lock"[..], b"orders{42}", b"x", b"{a}{b}"] {
             assert!(same_slot(name, &token(name)), "{name:?}");
             assert!(same_slot(name, &latch(name, b"{id}")), "{name:?}");
+            assert!(same_slot(name, &request(name, b"{id}")), "{name:?}");
         }
     }
 
@@ -153,6 +168,7 @@ mod tests {
     fn names_whose_braces_form_no_tag_are_told_apart() {
         for name in [&b"a}b"[..], b"a{b", b"a{}b", b"}{"] {
             assert!(!same_slot(name, &token(name)), "{name:?}");
+            assert!(!same_slot(name, &request(name, b"r")), "{name:?}");
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Waiter<H, R> {
     pub user: Option<Vec<u8>>,
     /// Where its timeout sits in the schedule, if it has one.
     timeout: Option<Slot>,
+    /// Its tag (an acquire's request id), unique among its lock's waiters.
+    tag: Option<Vec<u8>>,
 }
 
 /// A timed event.
@@ -77,6 +79,8 @@ pub struct Queues<H, R> {
     by_db: HashMap<i32, HashMap<Vec<u8>, Queue>>,
     waiters: HashMap<WaiterId, Waiter<H, R>>,
     by_handle: HashMap<H, WaiterId>,
+    /// Tagged waiters by (database, lock, tag).
+    by_tag: HashMap<(i32, Vec<u8>, Vec<u8>), WaiterId>,
     schedule: BTreeMap<Slot, Event>,
     /// Each lock's own check (`Event::Check`), waiters or not.
     checks: HashMap<LockName, Slot>,
@@ -90,6 +94,7 @@ impl<H, R> Default for Queues<H, R> {
             by_db: HashMap::new(),
             waiters: HashMap::new(),
             by_handle: HashMap::new(),
+            by_tag: HashMap::new(),
             schedule: BTreeMap::new(),
             checks: HashMap::new(),
             next_id: 1,
@@ -115,8 +120,31 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         queue.order.push_back(id);
         queue.live += 1;
         self.by_handle.insert(handle, id);
-        self.waiters.insert(id, Waiter { id, lock, request, handle, user: None, timeout });
+        let waiter = Waiter { id, lock, request, handle, user: None, timeout, tag: None };
+        self.waiters.insert(id, waiter);
         id
+    }
+
+    /// Tags waiter `id` with `tag` (an acquire's request id), unique among its lock's waiters:
+    /// false, and nothing tagged, when another waiter of the lock has it (or `id` has a tag).
+    pub fn set_tag(&mut self, id: WaiterId, tag: Vec<u8>) -> bool {
+        let Some(waiter) = self.waiters.get_mut(&id) else { return false };
+        let index = (waiter.lock.db, waiter.lock.key.clone(), tag);
+        if waiter.tag.is_some() || self.by_tag.contains_key(&index) {
+            return false;
+        }
+        waiter.tag = Some(index.2.clone());
+        self.by_tag.insert(index, id);
+        true
+    }
+
+    /// The waiter of the lock `key` of database `db` tagged `tag`.
+    #[must_use]
+    pub fn find_tagged(&self, db: i32, key: &[u8], tag: &[u8]) -> Option<WaiterId> {
+        if self.by_tag.is_empty() {
+            return None;
+        }
+        self.by_tag.get(&(db, key.to_vec(), tag.to_vec())).copied()
     }
 
     /// Records the ACL user waiter `id` asked as.
@@ -210,8 +238,11 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
 
     /// Removes a waiter (granted, timed out, or gone), wherever it stands in its queue.
     pub fn remove(&mut self, id: WaiterId) -> Option<Waiter<H, R>> {
-        let waiter = self.waiters.remove(&id)?;
+        let mut waiter = self.waiters.remove(&id)?;
         self.by_handle.remove(&waiter.handle);
+        if let Some(tag) = waiter.tag.take() {
+            self.by_tag.remove(&(waiter.lock.db, waiter.lock.key.clone(), tag));
+        }
         if let Some(slot) = waiter.timeout {
             self.schedule.remove(&slot);
         }

@@ -141,6 +141,8 @@ pub struct Request {
     pub lease: Lease,
     /// Whether it asked for a fencing token.
     pub token: bool,
+    /// Its `REQUEST id`, if it has one: its grant writes the request record.
+    pub id: Option<Vec<u8>>,
 }
 
 impl Request {

@@ -179,3 +179,17 @@ fn addpermits_delta_is_any_i64_as_incrby_reads_it() {
         assert_eq!(delta(bad), Err(LockError::InvalidDelta), "{bad:?}");
     }
 }
+
+#[test]
+fn rwlock_renew_takes_an_optional_side() {
+    use rlock::args::{Mode, RwRenew};
+    let parsed = |args: &[&str]| RwRenew::parse(&argv(args)).map(|c| (c.lease.as_millis(), c.mode));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "5"]), Ok((5, None)));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "5", "read"]), Ok((5, Some(Mode::Read))));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "5", "WRITE"]), Ok((5, Some(Mode::Write))));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "5", "BOTH"]), Err(LockError::InvalidMode));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "5", "READ", "x"]), Err(LockError::Syntax));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o"]), Err(LockError::WrongArity));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "", "5"]), Err(LockError::EmptyOwner));
+    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "0", "READ"]), Err(LockError::InvalidLease));
+}

@@ -52,26 +52,37 @@ fn is_word(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN]` (options in either order):
-/// `(lease, wait, token)` if valid; wait `Some(0)` is `WAIT 0`.
-fn acquire_spec(args: &[Vec<u8>]) -> Option<(u64, Option<u64>, bool)> {
+/// What a valid acquire reads: `(lease, wait, token, request)`; wait `Some(0)` is `WAIT 0`.
+type AcquireSpec = (u64, Option<u64>, bool, Option<Vec<u8>>);
+
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]` (options in any
+/// order, each at most once; a request id is not empty).
+fn acquire_spec(args: &[Vec<u8>]) -> Option<AcquireSpec> {
     if args.len() < 4 || args[2].is_empty() {
         return None;
     }
     let lease = positive(&args[3])?;
     let timeout = |t: &[u8]| if t == b"0" { Some(0) } else { positive(t) };
-    match &args[4..] {
-        [] => Some((lease, None, false)),
-        [t] if is_word(t, "TOKEN") => Some((lease, None, true)),
-        [w, t] if is_word(w, "WAIT") => Some((lease, Some(timeout(t)?), false)),
-        [w, t, k] if is_word(w, "WAIT") && is_word(k, "TOKEN") => {
-            Some((lease, Some(timeout(t)?), true))
+    let (mut wait, mut token, mut request) = (None, false, None);
+    let mut rest = &args[4..];
+    while let Some((word, tail)) = rest.split_first() {
+        rest = tail;
+        if is_word(word, "WAIT") && wait.is_none() {
+            let (t, tail) = rest.split_first()?;
+            wait = Some(timeout(t)?);
+            rest = tail;
+        } else if is_word(word, "TOKEN") && !token {
+            token = true;
+        } else if is_word(word, "REQUEST") && request.is_none() {
+            let (id, tail) = rest.split_first()?;
+            request = Some(id.clone()).filter(|id| !id.is_empty());
+            request.as_ref()?;
+            rest = tail;
+        } else {
+            return None;
         }
-        [k, w, t] if is_word(k, "TOKEN") && is_word(w, "WAIT") => {
-            Some((lease, Some(timeout(t)?), true))
-        }
-        _ => None,
     }
+    Some((lease, wait, token, request))
 }
 
 /// `RLOCK.RELEASE key owner [lease-ms] [REQUEST id]`: `(lease, request)` if valid.
@@ -110,9 +121,9 @@ fn a_million_random_argument_vectors_are_accepted_exactly_when_the_grammar_allow
                 WaitFor::Ever => 0,
                 WaitFor::Millis(ms) => ms,
             });
-            (a.lease.as_millis(), wait, a.token)
+            (a.lease.as_millis(), wait, a.token, a.request.map(|id| id.to_vec()))
         });
-        assert_eq!(acquire.as_ref().ok().copied(), acquire_spec(&args), "{i}: acquire {args:?}");
+        assert_eq!(acquire.as_ref().ok().cloned(), acquire_spec(&args), "{i}: acquire {args:?}");
         let release = Release::parse(&args)
             .map(|r| (r.lease.map(Lease::as_millis), r.request.map(|id| id.to_vec())));
         assert_eq!(release.as_ref().ok().cloned(), release_spec(&args), "{i}: release {args:?}");

@@ -18,6 +18,7 @@ fn push(q: &mut Queues<u32, Request>, key: &str, handle: u32, timeout_at: Option
         owner: format!("owner-{handle}").into_bytes(),
         lease: lease(),
         token: false,
+        id: None,
     };
     q.push(lock(key), request, handle, timeout_at)
 }
@@ -62,6 +63,7 @@ fn locks_are_separate_per_key_and_database() {
         owner: b"o".to_vec(),
         lease: lease(),
         token: false,
+        id: None,
     };
     q.push(LockName { db: 1, key: b"a".to_vec() }, request, 3, None);
     assert_eq!((q.waiting(0, b"a"), q.waiting(0, b"b"), q.waiting(1, b"a")), (1, 1, 1));
@@ -208,4 +210,33 @@ fn a_flush_drops_the_checks_of_its_databases_and_a_swapdb_moves_them() {
     q.drop_checks(None);
     assert_eq!(q.checks(), 0);
     assert_eq!(q.next_due(), None, "nothing left in the schedule");
+}
+
+/// A waiter tagged with its request id is found by lock and id while it waits; ids are unique
+/// per lock (the same id may wait on another lock), and the tag leaves with its waiter.
+#[test]
+fn tagged_waiters_are_found_by_lock_and_tag_until_they_leave() {
+    let mut q = Queues::default();
+    let a = push(&mut q, "l", 1, None);
+    let b = push(&mut q, "l", 2, None);
+    let other = push(&mut q, "m", 3, None);
+    assert_eq!(q.find_tagged(0, b"l", b"r1"), None);
+    assert!(q.set_tag(a, b"r1".to_vec()));
+    assert!(!q.set_tag(b, b"r1".to_vec()), "one waiter per id and lock");
+    assert!(!q.set_tag(a, b"r2".to_vec()), "one tag per waiter");
+    assert!(q.set_tag(b, b"r2".to_vec()));
+    assert!(q.set_tag(other, b"r1".to_vec()), "another lock");
+    assert_eq!(q.find_tagged(0, b"l", b"r1"), Some(a));
+    assert_eq!(q.find_tagged(0, b"l", b"r2"), Some(b));
+    assert_eq!(q.find_tagged(0, b"m", b"r1"), Some(other));
+    assert_eq!(q.find_tagged(1, b"l", b"r1"), None, "another database");
+    assert_eq!(q.pop_head(0, b"l").map(|w| w.id), Some(a));
+    assert_eq!(q.find_tagged(0, b"l", b"r1"), None, "gone with its waiter");
+    q.remove(b);
+    assert_eq!(q.find_tagged(0, b"l", b"r2"), None);
+    assert_eq!(q.drain().len(), 1);
+    assert_eq!(q.find_tagged(0, b"m", b"r1"), None);
+    let again = push(&mut q, "l", 4, None);
+    assert!(q.set_tag(again, b"r1".to_vec()), "a freed id may wait again");
+    assert_eq!(q.find_tagged(0, b"l", b"r1"), Some(again));
 }

@@ -421,3 +421,45 @@ fn the_read_holds_a_release_may_walk_are_bounded_over_all_readers() {
     let past = lock(max / per + 1, 1);
     assert_eq!(rw_rules::walkable(&past), Err(rlock::error::LockError::TooManyLockReadHolds));
 }
+
+/// `RENEW ... READ|WRITE` renews only the side asked for, and only when the owner holds it: a
+/// write hold is never kept alive by the same owner's read hold, nor the reverse.
+#[test]
+fn a_side_renewal_renews_that_side_only_and_only_when_it_is_held() {
+    let lease = Lease::from_millis(1000).expect("positive");
+    let deadline = Deadline::after(100, lease).expect("fits");
+    let state = |fields: &[(&str, &str)]| {
+        let fields = fields.iter().map(|(f, v)| (f.as_bytes().to_vec(), v.as_bytes().to_vec()));
+        RwState::from_fields(fields, 50).expect("valid")
+    };
+    let writer = state(&[("mode", "write"), ("o:write", "1")]);
+    let reader = state(&[("mode", "read"), ("o", "2")]);
+    let both = state(&[("mode", "write"), ("o:write", "1"), ("o", "1")]);
+    let not = Reply::Int(0);
+    for (state, side, renewed) in [
+        (&writer, Mode::Write, true),
+        (&writer, Mode::Read, false),
+        (&reader, Mode::Read, true),
+        (&reader, Mode::Write, false),
+        (&both, Mode::Write, true),
+        (&both, Mode::Read, true),
+    ] {
+        let plan = rw_rules::renew_side(state, b"o", side, 100, deadline);
+        if !renewed {
+            assert_eq!(plan.reply, not, "{side:?} of {state:?}");
+            assert!(plan.effects.is_empty(), "nothing changes: {plan:?}");
+            continue;
+        }
+        assert_eq!(plan.reply, Reply::Int(1), "{side:?} of {state:?}");
+        let renewed_holds = plan.hold_keys().count() as u64;
+        let expected = if side == Mode::Read { state.reads_of(b"o") } else { 0 };
+        assert_eq!(renewed_holds, expected, "only that side's hold keys: {plan:?}");
+        assert_eq!(plan.effects.last(), Some(&Effect::ExpireAt(deadline)), "{plan:?}");
+    }
+    // Another owner's holds renew nothing; a free lock neither.
+    let free = RwState { pttl: -2, ..RwState::default() };
+    for side in [Mode::Read, Mode::Write] {
+        assert_eq!(rw_rules::renew_side(&both, b"x", side, 100, deadline).reply, not);
+        assert_eq!(rw_rules::renew_side(&free, b"o", side, 100, deadline).reply, not);
+    }
+}

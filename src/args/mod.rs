@@ -4,7 +4,7 @@
 pub mod rw;
 pub mod sem;
 
-pub use rw::{RwAcquire, RwRelease};
+pub use rw::{RwAcquire, RwRelease, RwRenew};
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
 
 use crate::error::LockError;
@@ -55,11 +55,27 @@ impl Arg for redis_module::RedisString {
 /// Option words of `RLOCK.ACQUIRE` (matched case-insensitively): `WAIT timeout-ms`, `TOKEN`.
 pub const WAIT: &[u8] = b"WAIT";
 pub const TOKEN: &[u8] = b"TOKEN";
-/// Option word of `RLOCK.RELEASE`: `REQUEST id`.
+/// Option word of every release and acquire: `REQUEST id`.
 pub const REQUEST: &[u8] = b"REQUEST";
 /// The mode words of `RWLOCK.*`.
 pub const READ: &[u8] = b"READ";
 pub const WRITE: &[u8] = b"WRITE";
+
+/// The longest owner an acquire with `REQUEST id` may have: its request record holds the owner,
+/// and a record is read whole (`store::request`), so its size is bounded.
+pub const MAX_REQUEST_OWNER: usize = 64 * 1024;
+
+/// Refuses an owner too long for a request record.
+///
+/// # Errors
+/// [`LockError::RequestOwnerTooLong`].
+pub(crate) fn check_request_owner<A: Arg>(owner: &A, request: Option<&A>) -> Result<(), LockError> {
+    if request.is_some() && owner.bytes().len() > MAX_REQUEST_OWNER {
+        Err(LockError::RequestOwnerTooLong)
+    } else {
+        Ok(())
+    }
+}
 
 /// A read-write lock's mode, and what an `RWLOCK.*` operation concerns (`READ` or `WRITE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,7 +258,7 @@ impl<'a, A: Arg> Parser<'a, A> {
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN]`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
 #[derive(Debug)]
 pub struct Acquire<'a, A> {
     pub key: &'a A,
@@ -252,27 +268,52 @@ pub struct Acquire<'a, A> {
     pub wait: Option<WaitFor>,
     /// `TOKEN`: a grant also yields a fencing token (reply `[1, token]` / `[0, pttl]`).
     pub token: bool,
+    /// `REQUEST id`: the outcome is remembered (a retry replies the first grant; `RLOCK.CANCEL`
+    /// undoes it).
+    pub request: Option<&'a A>,
 }
 
 impl<'a, A: Arg> Acquire<'a, A> {
     /// # Errors
-    /// Wrong arity, empty owner, bad lease or timeout, or a leftover argument.
+    /// Wrong arity, empty owner or request id, bad lease or timeout, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 4)?;
         let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
-        let (mut wait, mut token) = (None, false);
+        let (mut wait, mut token, mut request) = (None, false, None);
         loop {
             if wait.is_none() && p.option(WAIT) {
                 let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
                 wait = Some(WaitFor::parse(timeout.bytes())?);
             } else if !token && p.option(TOKEN) {
                 token = true;
+            } else if request.is_none() && p.peek_is(REQUEST) {
+                request = p.request()?;
             } else {
                 break;
             }
         }
         p.finish()?;
-        Ok(Self { key, owner, lease, wait, token })
+        check_request_owner(owner, request)?;
+        Ok(Self { key, owner, lease, wait, token, request })
+    }
+}
+
+/// `RLOCK.CANCEL key id`: undo whatever acquire request `id` got on the lock (any kind) `key`.
+#[derive(Debug)]
+pub struct Cancel<'a, A> {
+    pub key: &'a A,
+    pub request: &'a A,
+}
+
+impl<'a, A: Arg> Cancel<'a, A> {
+    /// # Errors
+    /// Wrong arity, or an empty request id.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let [_, key, request] = args else { return Err(LockError::WrongArity) };
+        if request.bytes().is_empty() {
+            return Err(LockError::InvalidRequest);
+        }
+        Ok(Self { key, request })
     }
 }
 

@@ -1,9 +1,9 @@
 //! The `RWLOCK.*` argument structs.
 
-use super::{Arg, Lease, Mode, Parser, WaitFor, TOKEN, WAIT};
+use super::{Arg, Lease, Mode, Parser, WaitFor, REQUEST, TOKEN, WAIT};
 use crate::error::LockError;
 
-/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN]`
+/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
 #[derive(Debug)]
 pub struct RwAcquire<'a, A> {
     pub key: &'a A,
@@ -13,30 +13,35 @@ pub struct RwAcquire<'a, A> {
     pub wait: Option<WaitFor>,
     /// `TOKEN` (WRITE only): a grant also yields a fencing token.
     pub token: bool,
+    /// `REQUEST id`: the outcome is remembered (see `args::Acquire`).
+    pub request: Option<&'a A>,
 }
 
 impl<'a, A: Arg> RwAcquire<'a, A> {
     /// # Errors
-    /// Wrong arity, empty owner, bad mode, lease or timeout, `TOKEN` with `READ`, or a leftover
-    /// argument.
+    /// Wrong arity, empty owner or request id, bad mode, lease or timeout, `TOKEN` with `READ`,
+    /// or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 5)?;
         let (key, owner) = (p.required()?, p.owner()?);
         let mode = Mode::parse(p.required()?.bytes())?;
         let lease = p.lease()?;
-        let (mut wait, mut token) = (None, false);
+        let (mut wait, mut token, mut request) = (None, false, None);
         loop {
             if wait.is_none() && p.option(WAIT) {
                 let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
                 wait = Some(WaitFor::parse(timeout.bytes())?);
             } else if !token && mode == Mode::Write && p.option(TOKEN) {
                 token = true;
+            } else if request.is_none() && p.peek_is(REQUEST) {
+                request = p.request()?;
             } else {
                 break;
             }
         }
         p.finish()?;
-        Ok(Self { key, owner, mode, lease, wait, token })
+        super::check_request_owner(owner, request)?;
+        Ok(Self { key, owner, mode, lease, wait, token, request })
     }
 }
 
@@ -59,5 +64,27 @@ impl<'a, A: Arg> RwRelease<'a, A> {
         let request = p.request()?;
         p.finish()?;
         Ok(Self { key, owner, mode, request })
+    }
+}
+
+/// `RWLOCK.RENEW key owner lease-ms [READ|WRITE]`
+#[derive(Debug)]
+pub struct RwRenew<'a, A> {
+    pub key: &'a A,
+    pub owner: &'a A,
+    pub lease: Lease,
+    /// `READ|WRITE`: renew only if the owner holds that side (`None`: every hold it has).
+    pub mode: Option<Mode>,
+}
+
+impl<'a, A: Arg> RwRenew<'a, A> {
+    /// # Errors
+    /// Wrong arity, empty owner, bad lease or mode, or a leftover argument.
+    pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
+        let mut p = Parser::new(args, 4)?;
+        let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
+        let mode = p.take().map(|m| Mode::parse(m.bytes())).transpose()?;
+        p.finish()?;
+        Ok(Self { key, owner, lease, mode })
     }
 }

@@ -1,6 +1,6 @@
 //! The `RSEM.*` argument structs.
 
-use super::{parse_positive, Arg, Lease, Parser, WaitFor, WAIT};
+use super::{parse_positive, Arg, Lease, Parser, WaitFor, REQUEST, WAIT};
 use crate::error::LockError;
 use crate::sem_rules;
 
@@ -63,7 +63,7 @@ pub const LEASE: &[u8] = b"LEASE";
 /// Option word of `RSEM.RELEASE`: `ID id [id ...]` (leased permits by id).
 pub const ID: &[u8] = b"ID";
 
-/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms]`
+/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]`
 #[derive(Debug)]
 pub struct SemAcquire<'a, A> {
     pub key: &'a A,
@@ -71,17 +71,19 @@ pub struct SemAcquire<'a, A> {
     /// `LEASE lease-ms`: leased permits, returned by id and reclaimed when the lease ends.
     pub lease: Option<Lease>,
     pub wait: Option<WaitFor>,
+    /// `REQUEST id`: the outcome is remembered (see `args::Acquire`).
+    pub request: Option<&'a A>,
 }
 
 impl<'a, A: Arg> SemAcquire<'a, A> {
     /// # Errors
     /// Wrong arity, a count that is not a positive integer (with `LEASE`: more than
-    /// [`MAX_LEASED`]), a bad lease or timeout, or a leftover argument.
+    /// [`MAX_LEASED`]), a bad lease or timeout, an empty request id, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 3)?;
         let key = p.required()?;
         let permits = permits(p.required()?, false)?;
-        let (mut lease, mut wait) = (None, None);
+        let (mut lease, mut wait, mut request) = (None, None, None);
         loop {
             if lease.is_none() && p.option(LEASE) {
                 let ms = p.take().ok_or(LockError::InvalidLease)?;
@@ -89,6 +91,8 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
             } else if wait.is_none() && p.option(WAIT) {
                 let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
                 wait = Some(WaitFor::parse(timeout.bytes())?);
+            } else if request.is_none() && p.peek_is(REQUEST) {
+                request = p.request()?;
             } else {
                 break;
             }
@@ -98,7 +102,7 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
         if lease.is_some() && permits > MAX_LEASED as u64 {
             return Err(LockError::TooManyLeased);
         }
-        Ok(Self { key, permits, lease, wait })
+        Ok(Self { key, permits, lease, wait, request })
     }
 }
 

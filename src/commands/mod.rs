@@ -2,16 +2,20 @@
 //! store and the waiting machinery, reply. No key is touched here directly: `store` opens and
 //! writes keys, `waiting` blocks and hands off.
 
+pub mod request;
 pub mod rw;
 pub mod sem;
 
+pub use request::cancel;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
-use crate::error::LockError;
+use crate::error::{LockError, Refusal};
 use crate::raw::{self, reply::Field};
+use crate::request_rules::{Asked, Granted};
 use crate::rules::{self, Deadline, Kind, Reply, Request, View};
 use crate::store::derived::{Latch, TokenCounter};
 use crate::store::{self, access::check_publish, LockKey, Unlocked};
@@ -23,22 +27,36 @@ pub(crate) fn guarded(
     ctx: &Context,
     body: impl FnOnce() -> Result<RedisValue, LockError>,
 ) -> RedisResult {
+    guarded_naming(ctx, || body().map_err(Refusal::Plain))
+}
+
+/// [`guarded`] for a handler whose refusals may name its request id ([`Refusal`]).
+pub(crate) fn guarded_naming(
+    ctx: &Context,
+    body: impl FnOnce() -> Result<RedisValue, Refusal>,
+) -> RedisResult {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result.map_err(Into::into),
         Err(_) => {
             ctx.log_warning("rlock: a command handler panicked; the client got an error reply");
-            Err(LockError::Internal.into())
+            Err(RedisError::from(LockError::Internal))
         }
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN]`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, || {
+    guarded_naming(ctx, || {
         let cmd = args::Acquire::parse(&argv)?;
-        let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        let now = raw::now_ms();
+        let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         // Everything that can refuse is checked before anything is written.
+        let asked = Asked::Lock { owner: cmd.owner.as_slice(), token: cmd.token };
+        let record = match request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
+            request::Prelude::Replay(reply) => return Ok(reply),
+            request::Prelude::Fresh(record) => record,
+        };
         let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
         let (key, view) = waiting::settled_view(ctx, cmd.key, cmd.owner)?;
         let plan = rules::acquire(view, deadline)?;
@@ -51,25 +69,26 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     owner: cmd.owner.to_vec(),
                     lease: cmd.lease,
                     token: cmd.token,
+                    id: cmd.request.map(|id| id.to_vec()),
                 };
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, holder_pttl);
                 return Ok(RedisValue::NoReply);
             }
         }
-        let Some(counter) = counter else {
-            key.apply(Some(cmd.owner), &plan);
-            return Ok(store::to_value(plan.reply));
-        };
-        match plan.reply {
-            Reply::Int(pttl) => Ok(store::to_value(rules::busy(pttl, true))),
-            _ => {
-                let token = counter.next(ctx)?;
-                key.apply(Some(cmd.owner), &plan);
-                drop(key);
-                counter.store(ctx, token);
-                Ok(store::to_value(rules::granted(Some(token))))
-            }
+        if let Reply::Int(pttl) = plan.reply {
+            return Ok(store::to_value(rules::busy(pttl, cmd.token)));
         }
+        let token = counter.as_ref().map(|c| c.next(ctx)).transpose()?;
+        key.apply(Some(cmd.owner), &plan);
+        drop(key);
+        if let (Some(counter), Some(token)) = (counter, token) {
+            counter.store(ctx, token);
+        }
+        if let Some(record) = record {
+            let owner = cmd.owner.to_vec();
+            record.granted(ctx, Granted::Lock { owner, token }, deadline.unix_ms());
+        }
+        Ok(store::to_value(rules::granted(token)))
     })
 }
 

@@ -5,9 +5,11 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::guarded;
+use super::request::Prelude;
 use crate::args::{self, Mode};
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
+use crate::request_rules::{Asked, Granted};
 use crate::rules::{self, Deadline, Kind, Request};
 use crate::rw_rules::{self, Acquired};
 use crate::store::derived::TokenCounter;
@@ -58,15 +60,20 @@ fn decide<'a>(
     Ok(Decision::Block { pttl })
 }
 
-/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN]`
+/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, || {
+    super::guarded_naming(ctx, || {
         let cmd = args::RwAcquire::parse(&argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         // Everything that can refuse is checked before anything is written.
+        let asked = Asked::Rw { mode: cmd.mode, owner: cmd.owner.as_slice(), token: cmd.token };
+        let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
+            Prelude::Replay(reply) => return Ok(reply),
+            Prelude::Fresh(record) => record,
+        };
         let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
         let db = raw::selected_db(ctx);
         if waiting::waiting(db, cmd.key.as_slice()) > 0 {
@@ -84,6 +91,11 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 if let (Some(counter), Some(token)) = (counter, token) {
                     counter.store(ctx, token);
                 }
+                if let Some(record) = record {
+                    let (mode, owner) = (cmd.mode, cmd.owner.to_vec());
+                    let until = plan.grant_until().unwrap_or(deadline.unix_ms());
+                    record.granted(ctx, Granted::Rw { mode, owner, token }, until);
+                }
                 waiting::rw_applied(ctx, cmd.key, &plan);
                 Ok(store::to_value(rules::granted(token)))
             }
@@ -93,6 +105,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     owner: cmd.owner.to_vec(),
                     lease: cmd.lease,
                     token: cmd.token,
+                    id: cmd.request.map(|id| id.to_vec()),
                 };
                 let wait = cmd.wait.unwrap_or(args::WaitFor::Ever);
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, pttl);
@@ -114,17 +127,21 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `RWLOCK.RENEW key owner lease-ms`
+/// `RWLOCK.RENEW key owner lease-ms [READ|WRITE]`
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::Renew::parse(&argv)?;
+        let cmd = args::RwRenew::parse(&argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         let key = RwKey::open(ctx, cmd.key, true);
-        let state = key.state_of(Some(cmd.owner.as_slice()))?;
-        let plan = rw_rules::renew(&state, cmd.owner.as_slice(), now, deadline);
+        let owner = cmd.owner.as_slice();
+        let state = key.state_of(Some(owner))?;
+        let plan = match cmd.mode {
+            None => rw_rules::renew(&state, owner, now, deadline),
+            Some(side) => rw_rules::renew_side(&state, owner, side, now, deadline),
+        };
         key.check(&plan)?;
         key.apply(&plan);
         drop(key);

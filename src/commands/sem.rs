@@ -5,10 +5,12 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::guarded;
+use super::request::Prelude;
 use crate::args;
 use crate::args::Lease;
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
+use crate::request_rules::{Asked, Granted, REQUEST_RECORD_MS};
 use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
@@ -72,14 +74,22 @@ fn reclaim_keeping(ctx: &Context, name: &RedisString, reserve: u64) -> Result<()
     Ok(())
 }
 
-/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms]`
+/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, || {
+    super::guarded_naming(ctx, || {
         let cmd = args::SemAcquire::parse(&argv)?;
         store::may_grant(ctx)?;
         let now = raw::now_ms();
         let until = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
         let leases = cmd.lease.map(|_| Leases::for_caller(ctx, cmd.key)).transpose()?;
+        let asked = match cmd.lease {
+            Some(_) => Asked::Leased(cmd.permits),
+            None => Asked::Permits(cmd.permits),
+        };
+        let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
+            Prelude::Replay(reply) => return Ok(reply),
+            Prelude::Fresh(record) => record,
+        };
         reclaim(ctx, cmd.key)?;
         // Waiters first: permits they are owed go to them.
         waiting::settle(ctx, cmd.key);
@@ -99,6 +109,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     owner: Vec::new(),
                     lease: cmd.lease.unwrap_or(Lease::UNUSED),
                     token: false,
+                    id: cmd.request.map(|id| id.to_vec()),
                 };
                 // Polled while it waits (`waiting`): permits may come back without an RSEM
                 // command (a Redisson client's INCRBY).
@@ -118,10 +129,17 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         key.apply(state, &plan);
         drop(key);
         let (Some(leases), Some(until), Some(ids)) = (leases, until, ids) else {
+            if let Some(record) = record {
+                let until = now.saturating_add(REQUEST_RECORD_MS);
+                record.granted(ctx, Granted::Permits(cmd.permits), until);
+            }
             return Ok(store::to_value(plan.reply));
         };
         let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
         leases.lease(ctx, &refs, until.unix_ms())?;
+        if let Some(record) = record {
+            record.granted(ctx, Granted::Leased(ids.clone()), until.unix_ms());
+        }
         waiting::schedule_check(ctx, &waiting::lock_name(ctx, cmd.key), until.over_at());
         Ok(store::ids_value(&ids))
     })
@@ -131,18 +149,41 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || match args::SemRelease::parse(&argv)? {
         args::SemRelease::Count { key, permits } => {
-            // Refused before the reclaim writes anything: the count must hold what comes back.
-            sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
-            reclaim_keeping(ctx, key, permits)?;
-            Ok(RedisValue::Integer(waiting::sem_release(ctx, key, permits)?))
+            Ok(RedisValue::Integer(give_back(ctx, key, permits)?))
         }
         args::SemRelease::Ids { key, ids } => {
             let ids: Vec<&[u8]> = ids.iter().map(RedisString::as_slice).collect();
-            let released = waiting::sem_release_ids(ctx, key, &ids)?;
-            reclaim(ctx, key)?;
-            Ok(RedisValue::Integer(released))
+            Ok(RedisValue::Integer(give_back_ids(ctx, key, &ids)?))
         }
     })
+}
+
+/// `RSEM.RELEASE key permits` (and a cancelled request's counted permits): returns the count
+/// left after the waiters were served.
+///
+/// # Errors
+/// As `waiting::sem_release`; nothing is written then.
+pub(crate) fn give_back(ctx: &Context, key: &RedisString, permits: u64) -> Result<i64, LockError> {
+    // Refused before the reclaim writes anything: the count must hold what comes back.
+    sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
+    reclaim_keeping(ctx, key, permits)?;
+    waiting::sem_release(ctx, key, permits)
+}
+
+/// `RSEM.RELEASE key ID id [id ...]` (and a cancelled request's leased permits): returns how
+/// many were released.
+///
+/// # Errors
+/// As `waiting::sem_release_ids`.
+pub(crate) fn give_back_ids<I: AsRef<[u8]>>(
+    ctx: &Context,
+    key: &RedisString,
+    ids: &[I],
+) -> Result<i64, LockError> {
+    let ids: Vec<&[u8]> = ids.iter().map(AsRef::as_ref).collect();
+    let released = waiting::sem_release_ids(ctx, key, &ids)?;
+    reclaim(ctx, key)?;
+    Ok(released)
 }
 
 /// `RSEM.RENEW key id lease-ms`

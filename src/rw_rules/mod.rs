@@ -225,6 +225,38 @@ pub fn renew(state: &RwState, owner: &[u8], now: i64, deadline: Deadline) -> RwP
     RwPlan { effects, ..RwPlan::reply(Reply::Int(1)) }
 }
 
+/// `RENEW ... READ|WRITE`: only the holds of `side` get the lease ending at `deadline` (reply 1),
+/// and only when `owner` holds that side: `WRITE`, its write hold (the lock in write mode, its
+/// `<owner>:write` field), whose lease is the hash's; `READ`, its read holds' lease keys, the
+/// hash's lease extended to cover them. An owner that does not hold that side gets 0 and nothing
+/// changes, whatever else it holds: a write hold is never kept alive by a read hold of the same
+/// owner, nor the reverse.
+#[must_use]
+pub fn renew_side(
+    state: &RwState,
+    owner: &[u8],
+    side: Mode,
+    now: i64,
+    deadline: Deadline,
+) -> RwPlan {
+    let reads = state.reads_of(owner);
+    let holds = match side {
+        Mode::Write => state.mode == Some(Mode::Write) && state.writes_of(owner) > 0,
+        Mode::Read => state.mode.is_some() && reads > 0,
+    };
+    if !holds {
+        return RwPlan::reply(Reply::Int(0));
+    }
+    let mut effects: Vec<Effect> = match side {
+        Mode::Write => Vec::new(),
+        Mode::Read => (1..=reads)
+            .map(|index| Effect::RenewHold { owner: owner.to_vec(), index, deadline })
+            .collect(),
+    };
+    effects.push(Effect::ExpireAt(extended(state, now, deadline)));
+    RwPlan { effects, ..RwPlan::reply(Reply::Int(1)) }
+}
+
 /// `FORCERELEASE`: delete any read-write lock (reply 1; freed as its mode), or 0 when free.
 #[must_use]
 pub fn force_release(state: &RwState) -> RwPlan {

@@ -231,6 +231,22 @@ impl RwPlan {
         Self { effects: Vec::new(), reply, freed: None, settle: false }
     }
 
+    /// When the hold an acquire's plan grants ends (Unix ms): a new read hold's own lease,
+    /// else the hash's (a write hold's).
+    #[must_use]
+    pub fn grant_until(&self) -> Option<i64> {
+        let hold = self.effects.iter().find_map(|e| match e {
+            Effect::AddHold { deadline, .. } => Some(deadline.unix_ms()),
+            _ => None,
+        });
+        hold.or_else(|| {
+            self.effects.iter().find_map(|e| match e {
+                Effect::ExpireAt(deadline) => Some(deadline.unix_ms()),
+                _ => None,
+            })
+        })
+    }
+
     /// The plan's new read holds, and the holds it renews (their keys are derived: ACL and
     /// slot checks).
     pub fn hold_keys(&self) -> impl Iterator<Item = (&[u8], u64)> {

@@ -1,5 +1,5 @@
 //! The keys a lock derives from its name, named by Redisson's rules (`names`): the fencing-token
-//! counter and the release latch. Neither keeps a key handle: each is read, then written, on a
+//! counter and the release latch (and, in `request`, the acquire's request record). Neither keeps a key handle: each is read, then written, on a
 //! key opened and closed at once, so nothing (a hand-off granting a token in between) can leave
 //! a handle stale.
 
@@ -14,7 +14,11 @@ use crate::replicas;
 use crate::rules;
 
 /// A derived name as a Redis string; in cluster mode it must live in the lock's slot.
-fn derived_name(ctx: &Context, lock: &RedisString, name: &[u8]) -> Result<RedisString, LockError> {
+pub(super) fn derived_name(
+    ctx: &Context,
+    lock: &RedisString,
+    name: &[u8],
+) -> Result<RedisString, LockError> {
     if raw::in_cluster(ctx) && !names::same_slot(lock.as_slice(), name) {
         return Err(LockError::CrossSlot);
     }
@@ -23,7 +27,7 @@ fn derived_name(ctx: &Context, lock: &RedisString, name: &[u8]) -> Result<RedisS
 
 /// Writes a string key's value (and, if given, its deadline) with its notifications and
 /// replication (`SET`, then `PEXPIREAT`).
-fn store_string(
+pub(super) fn store_string(
     ctx: &Context,
     name: &RedisString,
     value: &RedisString,

@@ -16,6 +16,7 @@
 
 pub mod access;
 pub mod derived;
+pub mod request;
 pub mod rw;
 pub mod sem;
 pub mod settings;

@@ -6,10 +6,13 @@
 use redis_module::{Context, RedisString};
 
 use super::derived::TokenCounter;
+use super::request::RequestRecord;
 use super::rw::RwKey;
 use super::sem::{self, Leases, SemKey};
 use super::LockKey;
 use crate::error::LockError;
+use crate::raw;
+use crate::request_rules::{Granted, Record, REQUEST_RECORD_MS};
 use crate::rules::{self, Kind, Plan, Reply, Request, View};
 use crate::rw_rules::{self, Acquired, Effect, Mode, RwPlan};
 use crate::sem_rules::{self, SemPlan, SemState};
@@ -31,6 +34,8 @@ pub enum Head<'a> {
 pub struct Grant<'a> {
     write: Write<'a>,
     token: Option<(TokenCounter, u64)>,
+    /// The waiter's request record (it asked with `REQUEST id`), with its lock kind and owner.
+    record: Option<(RequestRecord, Kind, Vec<u8>)>,
 }
 
 enum Write<'a> {
@@ -178,7 +183,22 @@ pub fn consider<'a>(
     } else {
         None
     };
-    Head::Grant(Grant { write, token })
+    let record = match request.id.as_deref().map(|id| record_of(ctx, name, id)).transpose() {
+        Ok(record) => record.map(|record| (record, request.kind, request.owner.clone())),
+        Err(e) => return Head::Refuse(e),
+    };
+    Head::Grant(Grant { write, token, record })
+}
+
+/// The request record a grant to a waiter writes, checked (as the waiter, see
+/// `access::acting_as`), nothing written: a request cancelled meanwhile (the record says so) is
+/// never granted.
+fn record_of(ctx: &Context, name: &RedisString, id: &[u8]) -> Result<RequestRecord, LockError> {
+    let record = RequestRecord::for_caller(ctx, name, id)?;
+    match record.read(ctx)? {
+        Some(Record::Cancelled) => Err(LockError::RequestCancelled),
+        Some(Record::Granted(_)) | None => Ok(record),
+    }
 }
 
 /// The counter and the next token of a grant to a waiter, checked (as the waiter, see
@@ -192,8 +212,9 @@ fn next_token(ctx: &Context, name: &RedisString) -> Result<(TokenCounter, u64), 
 impl Grant<'_> {
     /// Writes and replicates the grant as the waiter's hold.
     pub fn write(self, ctx: &Context) -> Written {
-        let Self { write, token } = self;
-        let (lease_over_at, reap_at, stamp) = match write {
+        let Self { write, token, record } = self;
+        // When the grant's lease ends (Unix ms): its request record lasts that long.
+        let (lease_over_at, reap_at, stamp, until) = match write {
             Write::Reentrant { key, owner, plan } => {
                 key.apply(Some(&owner), &plan);
                 let stamp = match (plan.write, plan.expire_at) {
@@ -202,19 +223,23 @@ impl Grant<'_> {
                     }
                     _ => Stamp::None,
                 };
-                (plan.expire_at.map(|d| d.over_at()), None, stamp)
+                let until = plan.expire_at.map(rules::Deadline::unix_ms);
+                (plan.expire_at.map(|d| d.over_at()), None, stamp, until)
             }
             Write::Rw { key, plan } => {
                 key.apply(&plan);
-                (lease_end(&plan), reap_hint(&plan), rw_stamp(&plan))
+                (lease_end(&plan), reap_hint(&plan), rw_stamp(&plan), plan.grant_until())
             }
             Write::Permits { key, state, plan, leased } => {
                 key.apply(state, &plan);
                 drop(key);
                 let Some((leases, until, permits)) = leased else {
-                    let reply = plan.reply;
+                    if let Some((record, Kind::Permits(n), _)) = record {
+                        let until = raw::now_ms().saturating_add(REQUEST_RECORD_MS);
+                        record.granted(ctx, Granted::Permits(n), until);
+                    }
                     return Written {
-                        reply,
+                        reply: plan.reply,
                         lease_over_at: None,
                         reap_at: None,
                         ids: Vec::new(),
@@ -224,6 +249,9 @@ impl Grant<'_> {
                 let ids = sem::new_ids(permits);
                 let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
                 let _ = leases.lease(ctx, &refs, until);
+                if let Some((record, _, _)) = record {
+                    record.granted(ctx, Granted::Leased(ids.clone()), until);
+                }
                 let reap_at = Some(rules::Deadline::at(until).over_at());
                 return Written {
                     reply: Reply::Nil,
@@ -238,6 +266,14 @@ impl Grant<'_> {
             counter.store(ctx, token);
             token
         });
+        if let Some((record, kind, owner)) = record {
+            let granted = match kind {
+                Kind::Rw(mode) => Granted::Rw { mode, owner, token },
+                _ => Granted::Lock { owner, token },
+            };
+            let until = until.unwrap_or_else(|| raw::now_ms().saturating_add(REQUEST_RECORD_MS));
+            record.granted(ctx, granted, until);
+        }
         Written { reply: rules::granted(token), lease_over_at, reap_at, ids: Vec::new(), stamp }
     }
 }

@@ -33,12 +33,14 @@
 
 pub mod cluster;
 mod kinds;
+mod requests;
 pub mod timers;
 
 pub use kinds::{
     rw_applied, rw_release, sem_raised, sem_reclaim, sem_reclaim_keeping, sem_release,
     sem_release_ids, waiting_in, waiting_permits,
 };
+pub use requests::{dequeue, waits_as};
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -190,9 +192,14 @@ pub fn block(ctx: &Context, lock: LockName, request: Request, wait: WaitFor, hol
         WaitFor::Ever => None,
         WaitFor::Millis(ms) => Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))),
     };
+    let tag = request.id.clone();
     with_queues(|q| {
         let id = q.push(lock.clone(), request, bc, timeout_at);
         q.set_user(id, user);
+        if let Some(tag) = tag {
+            // Unique: the command refused an id already waiting on this lock.
+            q.set_tag(id, tag);
+        }
         let lease_over = (holder_pttl >= 0).then(|| rules::lease_over_at(now, holder_pttl));
         let at = q.look_again_at(now, lease_over);
         q.schedule_lease_check(&lock, at);

@@ -13,8 +13,10 @@ use super::{bump, release_hold, rw_release, settle, unblock, with_queues, Outcom
 use crate::error::LockError;
 use crate::queue::{Event, LockName, WaiterId};
 use crate::raw;
+use crate::request_rules::Record;
 use crate::rules::{Kind, Reply, Request};
 use crate::store;
+use crate::store::request::RequestRecord;
 use crate::store::waiters::{self, Stamp};
 
 thread_local! {
@@ -51,6 +53,17 @@ pub fn forget_rollbacks() {
             d.rollback.clear();
         }
     });
+}
+
+/// Whether a grant to acquire request `id` on `lock` waits to be undone (its client left before
+/// its reply): the request is as good as cancelled (the undo makes its record say so), so a
+/// retry that comes first must not replay the grant.
+pub fn undo_pending(lock: &LockName, id: &[u8]) -> bool {
+    DEFERRED.with(|d| {
+        d.try_borrow().is_ok_and(|d| {
+            d.rollback.iter().any(|u| u.lock == *lock && u.request.id.as_deref() == Some(id))
+        })
+    })
 }
 
 /// `SWAPDB first second`: a grant waiting to be undone was written in the database that is
@@ -226,10 +239,35 @@ fn settle_lock(ctx: &Context, lock: &LockName) {
 /// `RLOCK.RELEASE` / `RWLOCK.RELEASE` would), handing off if that frees the lock; unless the lock
 /// no longer shows that grant as it was made (the same owner took it again meanwhile, by a grant
 /// of its own): that hold is not the one to release.
+///
+/// A grant to a request with an id (`REQUEST id`) is undone only if its record does not say
+/// it was cancelled already (`RLOCK.CANCEL` gave it back), and its record then says cancelled
+/// (so a later `RLOCK.CANCEL` does not give it back twice, and a retry gets nothing).
 fn undo_grant(ctx: &Context, undo: &Undo) {
     let Undo { lock, request, ids, stamp } = undo;
     let Some(name) = open_db(ctx, lock) else { return };
-    if !waiters::still_granted(ctx, &name, request, *stamp) {
+    let record =
+        request.id.as_deref().and_then(|id| RequestRecord::for_caller(ctx, &name, id).ok());
+    if let Some(record) = &record {
+        if matches!(record.read(ctx), Ok(Some(Record::Cancelled))) {
+            return;
+        }
+    }
+    release_grant(ctx, &name, request, ids, *stamp);
+    if let Some(record) = record {
+        record.cancel(ctx, raw::now_ms());
+    }
+}
+
+/// The release part of [`undo_grant`].
+fn release_grant(
+    ctx: &Context,
+    name: &RedisString,
+    request: &Request,
+    ids: &[Vec<u8>],
+    stamp: Stamp,
+) {
+    if !waiters::still_granted(ctx, name, request, stamp) {
         ctx.log_notice(
             "rlock: a grant to a client that left was not undone: the lock no longer shows it \
              as it was made (its hold ends with its lease)",
@@ -239,13 +277,13 @@ fn undo_grant(ctx: &Context, undo: &Undo) {
     let undone = match request.kind {
         Kind::Reentrant => {
             let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
-            release_hold(ctx, &name, &owner, None)
+            release_hold(ctx, name, &owner, None)
         }
-        Kind::Rw(mode) => rw_release(ctx, &name, &request.owner, mode),
-        Kind::Permits(permits) => super::sem_release(ctx, &name, permits).map(|_| Reply::Nil),
+        Kind::Rw(mode) => rw_release(ctx, name, &request.owner, mode),
+        Kind::Permits(permits) => super::sem_release(ctx, name, permits).map(|_| Reply::Nil),
         Kind::Leased(_) => {
             let ids: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
-            super::sem_release_ids(ctx, &name, &ids).map(|_| Reply::Nil)
+            super::sem_release_ids(ctx, name, &ids).map(|_| Reply::Nil)
         }
     };
     if let Err(e) = undone {

@@ -325,6 +325,10 @@ fn names_whose_braces_form_no_tag_refuse_derived_keys_rather_than_cross_slots() 
         for args in [
             &["RLOCK.ACQUIRE", name, "a", "30000", "TOKEN"][..],
             &["RLOCK.RELEASE", name, "a", "REQUEST", "r"],
+            &["RLOCK.ACQUIRE", name, "a", "30000", "REQUEST", "r"],
+            &["RWLOCK.ACQUIRE", name, "a", "READ", "30000", "WAIT", "0", "REQUEST", "r"],
+            &["RSEM.ACQUIRE", name, "1", "REQUEST", "r"],
+            &["RLOCK.CANCEL", name, "r"],
         ] {
             let err = run_str(&mut con, args).expect_err("cross-slot");
             assert!(err.starts_with("ERR") && err.contains("slot"), "{args:?}: {err}");
@@ -332,6 +336,53 @@ fn names_whose_braces_form_no_tag_refuse_derived_keys_rather_than_cross_slots() 
         // The lock itself works.
         assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", name, "a", "30000"]), Value::Nil);
         assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", name, "a"]), Value::Int(1));
+    }
+    assert_no_foreign_keys(&cluster);
+}
+
+/// An acquire's request record lives in its lock's slot (Redisson's prefix rule, braced names
+/// included), for every kind, on every node; a retry and a cancel find it there.
+#[test]
+fn request_records_live_in_their_lock_slot_on_every_node() {
+    let cluster = Cluster::start(3);
+    for i in 0..3 {
+        let tag = cluster.key_on(i, "q");
+        let mut con = cluster.nodes[i].conn();
+        // Plain names (the record wraps them in braces) and braced ones (kept as they are).
+        let plain = |prefix: &str| cluster.key_on(i, prefix);
+        for (name, sem, rw) in [
+            (plain("l"), plain("s"), plain("w")),
+            (format!("{{{tag}}}:l"), format!("{{{tag}}}:s"), format!("{{{tag}}}:w")),
+            (format!("l{{{tag}}}"), format!("s{{{tag}}}"), format!("w{{{tag}}}")),
+        ] {
+            for key in [&name, &sem, &rw] {
+                assert_eq!(cluster.node_of(key.as_bytes()), i, "{key}");
+            }
+            cmd(&mut con, &["RSEM.SETPERMITS", &sem, "2"]);
+            for args in [
+                &["RLOCK.ACQUIRE", &name, "o", "30000", "TOKEN", "REQUEST", "r"][..],
+                &["RLOCK.ACQUIRE", &name, "o", "30000", "TOKEN", "REQUEST", "r"],
+                &["RSEM.ACQUIRE", &sem, "1", "REQUEST", "r"],
+                &["RSEM.ACQUIRE", &sem, "1", "LEASE", "30000", "REQUEST", "l"],
+                &["RWLOCK.ACQUIRE", &rw, "o", "READ", "30000", "REQUEST", "r"],
+            ] {
+                let reply = cmd(&mut con, args);
+                assert!(!matches!(reply, Value::Int(0)), "{args:?}: {reply:?}");
+            }
+            for (key, id) in [(&name, "r"), (&sem, "r"), (&sem, "l"), (&rw, "r")] {
+                assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", key, id]), Value::Int(2), "{key} {id}");
+            }
+            assert_eq!(cmd(&mut con, &["EXISTS", &name]), Value::Int(0));
+            assert_eq!(cmd(&mut con, &["EXISTS", &rw]), Value::Int(0));
+            assert_eq!(cmd(&mut con, &["GET", &sem]), Value::BulkString(b"2".to_vec()));
+            // Any other node redirects a cancel, as any key command.
+            let other = &cluster.nodes[(i + 1) % 3];
+            let err = run_str(&mut other.conn(), &["RLOCK.CANCEL", &name, "r"]).expect_err("moved");
+            assert!(err.starts_with("MOVED"), "{err}");
+        }
+        let records: Vec<Vec<u8>> =
+            redis::cmd("KEYS").arg("rlock_request:*").query(&mut con).expect("KEYS");
+        assert_eq!(records.len(), 12, "three names of each kind, four records each");
     }
     assert_no_foreign_keys(&cluster);
 }

@@ -68,11 +68,18 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// A random `RWLOCK.*` command on lock `i`.
-fn rw_command(rng: &mut Rng, i: usize) -> Vec<String> {
+/// `REQUEST id` one time in three (an id of a small pool: retries and reuse happen).
+fn maybe_request(rng: &mut Rng, fuzz: &Fuzz, args: &mut Vec<String>) {
+    if rng.below(3) == 0 {
+        args.extend(["REQUEST".into(), fuzz.pool_request(rng)]);
+    }
+}
+
+/// A random `RWLOCK.*` command on lock `i` (or `RLOCK.CANCEL` of one of its requests).
+fn rw_command(rng: &mut Rng, fuzz: &Fuzz, i: usize) -> Vec<String> {
     let (name, owner) = (RW[i], pick(rng, &OWNERS));
     let mode = if rng.below(2) == 0 { "READ" } else { "WRITE" };
-    match rng.below(10) {
+    match rng.below(11) {
         0..=3 => {
             let mut a = strings(&["RWLOCK.ACQUIRE", name, owner, mode]);
             a.push(number(rng, &LEASES));
@@ -83,6 +90,7 @@ fn rw_command(rng: &mut Rng, i: usize) -> Vec<String> {
             if rng.below(if mode == "WRITE" { 2 } else { 8 }) == 0 {
                 a.push("TOKEN".into());
             }
+            maybe_request(rng, fuzz, &mut a);
             a
         }
         4..=6 => {
@@ -94,14 +102,15 @@ fn rw_command(rng: &mut Rng, i: usize) -> Vec<String> {
         }
         7 => vec!["RWLOCK.RENEW".into(), name.into(), owner.into(), number(rng, &LEASES)],
         8 => strings(&["RWLOCK.FORCERELEASE", name]),
+        9 => vec!["RLOCK.CANCEL".into(), name.into(), fuzz.some_request(rng, i)],
         _ => strings(&["RWLOCK.INFO", name]),
     }
 }
 
-/// A random `RSEM.*` command on semaphore `i`.
+/// A random `RSEM.*` command on semaphore `i` (or `RLOCK.CANCEL` of one of its requests).
 fn sem_command(rng: &mut Rng, fuzz: &Fuzz, i: usize) -> Vec<String> {
     let name = SEM[i];
-    match rng.below(14) {
+    match rng.below(15) {
         0..=1 => vec!["RSEM.SETPERMITS".into(), name.into(), number(rng, &["0", "1", "3", "10"])],
         2..=3 => vec!["RSEM.ADDPERMITS".into(), name.into(), number(rng, &["1", "2", "-1", "4"])],
         4..=7 => {
@@ -114,6 +123,7 @@ fn sem_command(rng: &mut Rng, fuzz: &Fuzz, i: usize) -> Vec<String> {
                 a.push("WAIT".into());
                 a.push(number(rng, &TIMEOUTS));
             }
+            maybe_request(rng, fuzz, &mut a);
             a
         }
         8..=9 => {
@@ -133,12 +143,13 @@ fn sem_command(rng: &mut Rng, fuzz: &Fuzz, i: usize) -> Vec<String> {
             a
         }
         12 => vec!["RSEM.RENEW".into(), name.into(), fuzz.some_id(rng, i), number(rng, &LEASES)],
+        13 => vec!["RLOCK.CANCEL".into(), name.into(), fuzz.some_request(rng, RW.len() + i)],
         _ => strings(&[if rng.below(2) == 0 { "RSEM.AVAILABLE" } else { "RSEM.INFO" }, name]),
     }
 }
 
-/// A blocking waiter's command, and what it asks.
-fn waiter_command(rng: &mut Rng, fuzz: &Fuzz) -> (Vec<String>, Ask) {
+/// A blocking waiter's command, and what it asks; one in two with a request id of its own.
+fn waiter_command(rng: &mut Rng, fuzz: &mut Fuzz) -> (Vec<String>, Ask) {
     let timeout = match rng.below(10) {
         0 => "0".to_owned(),
         1 => "9223372036854775807".to_owned(),
@@ -154,6 +165,9 @@ fn waiter_command(rng: &mut Rng, fuzz: &Fuzz) -> (Vec<String>, Ask) {
         if token {
             a.push("TOKEN".into());
         }
+        if rng.below(2) == 0 {
+            a.extend(["REQUEST".into(), fuzz.waiter_request(i, 0, false)]);
+        }
         (a, Ask::Rw { name: i, token })
     } else {
         let permits = if rng.below(8) == 0 { "4294967296" } else { pick(rng, &PERMITS) };
@@ -164,6 +178,9 @@ fn waiter_command(rng: &mut Rng, fuzz: &Fuzz) -> (Vec<String>, Ask) {
         }
         a.extend(["WAIT".into(), timeout]);
         let n = a[2].parse().expect("permits");
+        if rng.below(2) == 0 {
+            a.extend(["REQUEST".into(), fuzz.waiter_request(RW.len() + i, n, leased)]);
+        }
         (a, Ask::Sem { name: i, permits: n, leased, gen: fuzz.sem[i].gen })
     }
 }
@@ -187,7 +204,7 @@ fn a_fuzz_run_of_read_write_locks_and_semaphores_keeps_every_invariant() {
         let args = match roll {
             0..=29 => {
                 let i = rng.below(RW.len());
-                rw_command(&mut rng, i)
+                rw_command(&mut rng, &fuzz, i)
             }
             30..=59 => {
                 let i = rng.below(SEM.len());
@@ -195,7 +212,7 @@ fn a_fuzz_run_of_read_write_locks_and_semaphores_keeps_every_invariant() {
             }
             60..=69 => {
                 if fuzz.waiters.len() < 8 {
-                    let (args, ask) = waiter_command(&mut rng, &fuzz);
+                    let (args, ask) = waiter_command(&mut rng, &mut fuzz);
                     let patient = matches!(args.last().map(String::as_str), Some("0" | "30000"))
                         || args.iter().any(|a| a == "9223372036854775807");
                     let call = BlockedCall::start(&master, args, Duration::from_secs(120));

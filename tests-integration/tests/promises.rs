@@ -202,6 +202,10 @@ fn command_info_shows_the_flags_and_key_specs() {
         ("rlock.forcerelease", 2, &["write"], &["RW", "delete"]),
         ("rlock.pttl", 2, &["readonly", "fast"], &["RO", "access"]),
         ("rlock.info", 2, &["readonly", "fast"], &["RO", "access"]),
+        ("rlock.cancel", 3, &["write"], &["RW", "access", "delete"]),
+        ("rwlock.acquire", -5, &["write", "denyoom"], &["RW", "access", "update"]),
+        ("rwlock.renew", -4, &["write", "denyoom"], &["RW", "update"]),
+        ("rsem.acquire", -3, &["write", "denyoom"], &["RW", "access", "update"]),
     ];
     for (name, arity, flags, key_flags) in expected {
         let info: Value =
@@ -237,8 +241,12 @@ fn command_info_shows_the_flags_and_key_specs() {
         // The arguments (redis-cli's hints read them): names, option words, optional flags.
         let arguments: &[&str] = match name {
             "rlock.acquire" => {
-                &["key", "owner", "lease-ms", "timeout-ms", "WAIT", "TOKEN", "optional"]
+                &["key", "owner", "lease-ms", "timeout-ms", "WAIT", "TOKEN", "REQUEST", "optional"]
             }
+            "rlock.cancel" => &["key", "id"],
+            "rwlock.acquire" => &["key", "owner", "READ", "WRITE", "lease-ms", "REQUEST"],
+            "rwlock.renew" => &["key", "owner", "lease-ms", "READ", "WRITE", "optional"],
+            "rsem.acquire" => &["key", "permits", "LEASE", "timeout-ms", "REQUEST"],
             "rlock.release" => &["key", "owner", "lease-ms", "REQUEST", "optional"],
             "rlock.renew" => &["key", "owner", "lease-ms"],
             _ => &["key"],

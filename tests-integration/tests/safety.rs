@@ -112,8 +112,9 @@ fn random_argument_vectors_get_replies_or_errors_that_change_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     con.set_read_timeout(Some(LIMIT)).expect("timeout");
-    let commands: [&[u8]; 18] = [
+    let commands: [&[u8]; 19] = [
         b"RLOCK.ACQUIRE",
+        b"RLOCK.CANCEL",
         b"RLOCK.RELEASE",
         b"RLOCK.RENEW",
         b"RLOCK.PTTL",

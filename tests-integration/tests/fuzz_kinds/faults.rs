@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Connection;
 use rlock_tests_integration::{run, run_str, server_time_ms, Rng};
 
-use crate::model::{lease_key, zset, Ask, Fuzz, SemModel, RW, SEM};
+use crate::model::{lease_key, record, zset, Ask, Fuzz, SemModel, RW, SEM};
 
 impl Fuzz {
     /// Kills or unblocks a waiter (if any).
@@ -32,7 +32,12 @@ impl Fuzz {
             self.rw_tainted[k] = false;
         } else {
             let i = k - RW.len();
-            run_str(con, &["DEL", SEM[i], &zset(i)]).expect("DEL");
+            // Its request records go too: a retry would replay a grant the model forgot.
+            let mut del = vec!["DEL".to_owned(), SEM[i].to_owned(), zset(i)];
+            let ids = self.sem[i].requests.keys().cloned().chain(self.pool_requests());
+            del.extend(ids.map(|id| record(SEM[i], &id)));
+            let del: Vec<&str> = del.iter().map(String::as_str).collect();
+            run_str(con, &del).expect("DEL");
             let gen = self.sem[i].gen + 1;
             self.sem[i] = SemModel { gen, ..SemModel::default() };
         }

@@ -2,7 +2,7 @@
 //! added and the permits the run's clients hold, per lock whether a foreign write touched it;
 //! the waiters; the foreign writes; the quiescence points.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use redis::{Connection, Value};
@@ -13,6 +13,16 @@ pub const RW: [&str; 3] = ["rw0", "{t}:rw1", "r}w"];
 /// The semaphores.
 pub const SEM: [&str; 3] = ["s0", "{u}:s1", "s}x"];
 const LIMIT: Duration = Duration::from_secs(20);
+
+/// How many request ids plain acquires use at a time (`REQUEST id`): few, so retries happen;
+/// the window moves every [`REQUEST_WINDOW_STEPS`] steps, so cancelled ids age out.
+const REQUEST_POOL: usize = 4;
+const REQUEST_WINDOW_STEPS: usize = 200;
+
+/// The request record of request `id` on lock `name` (Redisson's prefixName rule).
+pub fn record(name: &str, id: &str) -> String {
+    format!("rlock_request:{}:{id}", prefix(name))
+}
 
 /// `{K}` or `K` when `K` has a `{` (Redisson's suffixName rule).
 pub fn prefix(name: &str) -> String {
@@ -59,6 +69,18 @@ pub struct SemModel {
     pub gen: u32,
     /// Permit ids granted (some since released or expired).
     pub ids: Vec<Vec<u8>>,
+    /// Requests made with `REQUEST id` since the last reset, by id.
+    pub requests: BTreeMap<String, Req>,
+}
+
+/// A request (`REQUEST id`) as the run knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Req {
+    pub permits: i128,
+    pub leased: bool,
+    /// Granted by a plain acquire (a waiter's grant is counted when its reply is read), and
+    /// not cancelled since: a retry is replayed by the server and takes nothing more.
+    pub granted: bool,
 }
 
 /// The run.
@@ -69,12 +91,17 @@ pub struct Fuzz {
     pub sem: [SemModel; 3],
     pub waiters: Vec<Waiter>,
     pub killed: BTreeSet<i64>,
+    /// The request ids of the waiters of each read-write lock (what `RLOCK.CANCEL` may name).
+    pub rw_ids: [Vec<String>; 3],
+    next_request: u64,
     /// Until when a client may still sit paused by `CLIENT PAUSE` (see `kill_or_unblock`).
     pub paused_until: std::time::Instant,
     answered: usize,
     granted: usize,
     replies: usize,
     pub errors: usize,
+    /// `RLOCK.CANCEL` replies seen: 0, 1 (dequeued), 2 (given back).
+    cancels: [usize; 3],
 }
 
 /// A snapshot of every fuzzed key: `{type, value}` per key, and for a hash the fields of
@@ -120,11 +147,14 @@ impl Fuzz {
             sem: Default::default(),
             waiters: Vec::new(),
             killed: BTreeSet::new(),
+            rw_ids: Default::default(),
+            next_request: 0,
             paused_until: std::time::Instant::now(),
             answered: 0,
             granted: 0,
             replies: 0,
             errors: 0,
+            cancels: [0; 3],
         }
     }
 
@@ -134,8 +164,8 @@ impl Fuzz {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} replies, {} errors, {} waiters answered ({} granted)",
-            self.replies, self.errors, self.answered, self.granted
+            "{} replies, {} errors, {} waiters answered ({} granted), cancels replied 0/1/2 {:?}",
+            self.replies, self.errors, self.answered, self.granted, self.cancels
         )
     }
 
@@ -151,11 +181,65 @@ impl Fuzz {
         ["0123456789abcdef", "x", "9223372036854775807"][rng.below(3)].to_owned()
     }
 
+    /// A new request id for a waiter of lock `name` (`RW` then `SEM`) asking `permits`.
+    pub fn waiter_request(&mut self, k: usize, permits: i128, leased: bool) -> String {
+        self.next_request += 1;
+        let id = format!("w{}", self.next_request);
+        if k < RW.len() {
+            self.rw_ids[k].push(id.clone());
+        } else {
+            let req = Req { permits, leased, granted: false };
+            self.sem[k - RW.len()].requests.insert(id.clone(), req);
+        }
+        id
+    }
+
+    /// A request id of the plain acquires' pool (see [`REQUEST_POOL`]).
+    pub fn pool_request(&self, rng: &mut Rng) -> String {
+        let base = REQUEST_POOL * (self.step / REQUEST_WINDOW_STEPS);
+        format!("q{}", base + rng.below(REQUEST_POOL))
+    }
+
+    /// The pool's ids so far (a reset deletes their records).
+    pub fn pool_requests(&self) -> impl Iterator<Item = String> {
+        (0..REQUEST_POOL * (self.step / REQUEST_WINDOW_STEPS + 1)).map(|n| format!("q{n}"))
+    }
+
+    /// A request id for `RLOCK.CANCEL` on lock `k` (`RW` then `SEM`): one of a waiter still
+    /// waiting, of an earlier waiter, or of the plain acquires' pool.
+    pub fn some_request(&self, rng: &mut Rng, k: usize) -> String {
+        let name = if k < RW.len() { RW[k] } else { SEM[k - RW.len()] };
+        let waiting: Vec<&String> = self
+            .waiters
+            .iter()
+            .filter(|w| w.call.args[1] == name)
+            .filter_map(|w| {
+                let at = w.call.args.iter().position(|a| a == "REQUEST")?;
+                w.call.args.get(at + 1)
+            })
+            .collect();
+        if !waiting.is_empty() && rng.below(2) == 0 {
+            return waiting[rng.below(waiting.len())].clone();
+        }
+        let earlier: Vec<&String> = if k < RW.len() {
+            self.rw_ids[k].iter().collect()
+        } else {
+            self.sem[k - RW.len()].requests.keys().collect()
+        };
+        if !earlier.is_empty() && rng.below(3) == 0 {
+            return earlier[rng.below(earlier.len())].clone();
+        }
+        self.pool_request(rng)
+    }
+
     /// Applies the successful reply `v` of `args` to the model, checking its shape.
     pub fn apply(&mut self, args: &[String], v: &Value) {
         self.replies += 1;
         let at = self.at();
         let cmd = args[0].as_str();
+        if let ("RLOCK.CANCEL", Value::Int(c @ 0..=2)) = (cmd, v) {
+            self.cancels[*c as usize] += 1;
+        }
         let Some(i) = SEM.iter().position(|s| *s == args[1]) else {
             let ok = match cmd {
                 "RWLOCK.ACQUIRE" => match v {
@@ -165,6 +249,7 @@ impl Fuzz {
                 },
                 "RWLOCK.RELEASE" => matches!(v, Value::Nil | Value::Int(0 | 1)),
                 "RWLOCK.RENEW" | "RWLOCK.FORCERELEASE" => matches!(v, Value::Int(0 | 1)),
+                "RLOCK.CANCEL" => matches!(v, Value::Int(0..=2)),
                 _ => matches!(v, Value::Nil | Value::Array(_)),
             };
             assert!(ok, "{at}: {args:?}: odd reply {v:?}");
@@ -172,8 +257,30 @@ impl Fuzz {
         };
         let n: Option<i128> = args.get(2).and_then(|a| a.parse().ok());
         let leased = args.iter().any(|a| a == "LEASE");
+        let request = args.iter().position(|a| a == "REQUEST").and_then(|p| args.get(p + 1));
         let m = &mut self.sem[i];
         match (cmd, v) {
+            ("RSEM.ACQUIRE", Value::Int(1)) if !leased && request.is_some() => {
+                let (n, id) = (n.expect("a count"), request.expect("an id"));
+                // A retry of a grant the server remembers is replayed: nothing more taken.
+                let replay =
+                    m.requests.get(id).is_some_and(|r| r.granted && !r.leased && r.permits == n);
+                if !replay {
+                    m.held += n;
+                }
+                m.requests.insert(id.clone(), Req { permits: n, leased: false, granted: true });
+            }
+            ("RLOCK.CANCEL", Value::Int(c @ 0..=2)) => {
+                if let Some(r) = m.requests.get_mut(&args[2]) {
+                    // Given back (a waiter's grant is counted when its reply is read: the
+                    // sum comes out the same; a killed waiter's never is: held is then low,
+                    // which only loosens the check).
+                    if *c == 2 && !r.leased {
+                        m.held -= r.permits;
+                    }
+                    r.granted = false;
+                }
+            }
             ("RSEM.SETPERMITS", Value::Int(1)) => m.total += n.expect("a count"),
             ("RSEM.SETPERMITS", Value::Int(0)) => {}
             ("RSEM.ADDPERMITS", Value::Int(_)) => m.total += n.expect("a delta").max(0),

@@ -1,0 +1,130 @@
+//! Exact cancellation (`request_rules`): the step every acquire with `REQUEST id` takes first
+//! ([`prelude`]: a retry replays the first grant, a cancelled or already waiting request is
+//! refused), and `RLOCK.CANCEL key id`, which undoes whatever the request got and makes sure it
+//! never gets anything later.
+
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
+
+use super::guarded;
+use crate::args;
+use crate::error::{LockError, Refusal};
+use crate::raw;
+use crate::request_rules::{self, replies, Asked, Cancel, Granted, Record};
+use crate::rules::Reply;
+use crate::store;
+use crate::store::request::{self as record, RequestRecord};
+use crate::waiting;
+
+/// What an acquire does after its request's record was read.
+pub(crate) enum Prelude {
+    /// A retry whose first grant is still in place: reply this, change nothing.
+    Replay(RedisValue),
+    /// Go on as a new acquire; a grant writes this record (`None`: no `REQUEST id`).
+    Fresh(Option<RequestRecord>),
+}
+
+/// The first step of an acquire with `REQUEST id` on the lock `name` at `now`, before anything
+/// is written (and before a `WAIT` blocks): the record must be in the lock's slot and usable by
+/// the caller; a retry of a grant still in place replies the first grant; a request that was
+/// cancelled, answers another acquire, or waits already is refused.
+///
+/// # Errors
+/// [`LockError::CrossSlot`], `NOPERM`, `WRONGTYPE` or [`LockError::CorruptRequest`] for the
+/// record; [`LockError::RequestCancelled`], [`LockError::RequestMismatch`],
+/// [`LockError::RequestWaiting`] naming the id; what reading the grant's lock refuses.
+pub(crate) fn prelude(
+    ctx: &Context,
+    name: &RedisString,
+    id: Option<&RedisString>,
+    asked: Asked<'_>,
+    now: i64,
+) -> Result<Prelude, Refusal> {
+    let Some(id) = id.map(RedisString::as_slice) else { return Ok(Prelude::Fresh(None)) };
+    let refused = |e| Refusal::Request(e, id.to_vec());
+    let record = RequestRecord::for_caller(ctx, name, id)?;
+    if waiting::timers::undo_pending(&waiting::lock_name(ctx, name), id) {
+        // Its grant is being undone (its client left before the reply): cancelled.
+        return Err(refused(LockError::RequestCancelled));
+    }
+    let stored = record.read(ctx)?;
+    if let Some(granted) = request_rules::check_retry(stored.as_ref(), &asked).map_err(refused)? {
+        let in_place = record::in_place(ctx, name, granted, now)?;
+        match request_rules::replay(granted, in_place) {
+            Some(Ok(reply)) => return Ok(Prelude::Replay(store::to_value(reply))),
+            Some(Err(ids)) => return Ok(Prelude::Replay(store::ids_value(&ids))),
+            None => {}
+        }
+    }
+    if waiting::waits_as(ctx, name, id) {
+        return Err(refused(LockError::RequestWaiting));
+    }
+    Ok(Prelude::Fresh(Some(record)))
+}
+
+/// `RLOCK.CANCEL key id`: 2, request `id`'s grant on the lock `key` was given back; 1, it was
+/// waiting and left the queue (its client answered as a wait that timed out); 0, nothing to
+/// undo. In every case its record then says cancelled: the request never gets anything later.
+pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guarded(ctx, || {
+        let cmd = args::Cancel::parse(&argv)?;
+        let (name, id) = (cmd.key, cmd.request.as_slice());
+        let record = RequestRecord::for_caller(ctx, name, id)?;
+        let stored = record.read(ctx)?;
+        let now = raw::now_ms();
+        let reply = match request_rules::cancel(stored.as_ref(), waiting::waits_as(ctx, name, id)) {
+            Cancel::Dequeue => {
+                waiting::dequeue(ctx, name, id);
+                // The waiters behind it may be grantable now (a head that asked for more).
+                waiting::settle(ctx, name);
+                replies::DEQUEUED
+            }
+            Cancel::GiveBack(granted) if give_back(ctx, name, granted, now)? => replies::GIVEN_BACK,
+            Cancel::GiveBack(_) | Cancel::Nothing => replies::NOTHING,
+        };
+        if stored != Some(Record::Cancelled) {
+            // A retried cancel changes nothing (not even the record's expiry).
+            record.cancel(ctx, now);
+        }
+        Ok(RedisValue::Integer(reply))
+    })
+}
+
+/// Gives back what `granted` still holds on the lock `name` at `now`, as its release would
+/// (waiters served, the release published); returns whether anything was given back. A lock
+/// whose key now holds another kind no longer holds the grant.
+///
+/// # Errors
+/// What the release refuses (`NOPERM` for the channel, the hold keys or the lease zset; a
+/// corrupt count); nothing is written then.
+fn give_back(
+    ctx: &Context,
+    name: &RedisString,
+    granted: &Granted,
+    now: i64,
+) -> Result<bool, LockError> {
+    if let Granted::Leased(ids) = granted {
+        let live = record::still_leased(ctx, name, ids, now)?;
+        return Ok(!live.is_empty() && super::sem::give_back_ids(ctx, name, &live)? > 0);
+    }
+    match record::in_place(ctx, name, granted, now) {
+        Ok(true) => {}
+        Ok(false)
+        | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    }
+    let released = match granted {
+        Granted::Lock { owner, .. } => {
+            let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
+            waiting::release_hold(ctx, name, &owner, None)?
+        }
+        Granted::Rw { mode, owner, .. } => waiting::rw_release(ctx, name, owner, *mode)?,
+        Granted::Permits(permits) => {
+            super::sem::give_back(ctx, name, *permits)?;
+            Reply::Int(1)
+        }
+        Granted::Leased(_) => Reply::Nil,
+    };
+    Ok(released != Reply::Nil)
+}

@@ -1,0 +1,130 @@
+//! An acquire's request record on Redis (exact cancellation, `request_rules`): the string key
+//! `rlock_request:{<name>}:<id>` (`names::request`, in the lock's cluster slot), holding what
+//! the request was granted until the grant's lease ends, or that it was cancelled. Read, then
+//! written, on a key opened and closed at once, as the latch is; replicated as `SET` and
+//! `PEXPIREAT`, so a replica or an AOF without the module holds the same record.
+
+use redis_module::{Context, RedisString};
+
+use super::access::check_key;
+use super::derived::{derived_name, store_string};
+use super::rw::RwKey;
+use super::sem::Leases;
+use super::LockKey;
+use crate::error::LockError;
+use crate::names;
+use crate::raw::{Key, KeyKind, KeyUse};
+use crate::request_rules::{self, Granted, Record};
+use crate::rules::View;
+use crate::rw_rules::Mode;
+use crate::sem_rules;
+
+/// The longest record read (a longer value is a foreign writer's, refused without being
+/// copied): the largest the module writes is a leased grant of `args::sem::MAX_LEASED` ids
+/// (about 190 KB), or a hold of an owner of `args::MAX_REQUEST_OWNER` bytes.
+const MAX_RECORD_LEN: usize = 256 * 1024;
+
+/// The request record of one acquire request on one lock.
+pub struct RequestRecord {
+    name: RedisString,
+}
+
+impl RequestRecord {
+    /// The record of request `id` on `lock`, which the calling client (or the acting waiter,
+    /// `access::acting_as`; nobody for the module's own work) must be allowed to read and write.
+    ///
+    /// # Errors
+    /// [`LockError::CrossSlot`], or [`LockError::NoPermRequest`].
+    pub fn for_caller(ctx: &Context, lock: &RedisString, id: &[u8]) -> Result<Self, LockError> {
+        let name = derived_name(ctx, lock, &names::request(lock.as_slice(), id))?;
+        check_key(ctx, &name, KeyUse::ReadWrite, LockError::NoPermRequest)?;
+        Ok(Self { name })
+    }
+
+    /// The record as stored (`None`: none, or it expired).
+    ///
+    /// # Errors
+    /// `WRONGTYPE` for a key of another type; [`LockError::CorruptRequest`] for a string that
+    /// is not a record.
+    pub fn read(&self, ctx: &Context) -> Result<Option<Record>, LockError> {
+        let key = Key::open(ctx, &self.name, false);
+        match key.kind() {
+            KeyKind::Empty => Ok(None),
+            KeyKind::String if key.string_len() > MAX_RECORD_LEN => Err(LockError::CorruptRequest),
+            KeyKind::String => Record::decode(&key.string_value()).map(Some),
+            KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
+        }
+    }
+
+    /// Records `granted` until Unix ms `until` (the grant's lease end).
+    pub fn granted(&self, ctx: &Context, granted: Granted, until: i64) {
+        self.store(ctx, &Record::Granted(granted), until);
+    }
+
+    /// Records the request as cancelled, at `now`, for [`request_rules::CANCELLED_MS`] or as
+    /// long as the record it replaces would have lasted.
+    pub fn cancel(&self, ctx: &Context, now: i64) {
+        let expire_at = Some(Key::open(ctx, &self.name, false).expire_at()).filter(|&at| at >= 0);
+        self.store(ctx, &Record::Cancelled, request_rules::cancelled_until(now, expire_at));
+    }
+
+    fn store(&self, ctx: &Context, record: &Record, until: i64) {
+        let value = RedisString::create_from_slice(ctx.get_raw(), &record.encode());
+        store_string(ctx, &self.name, &value, c"set", Some(until));
+    }
+}
+
+/// Whether `granted` is still in place on the lock `name` at `now`: the owner still holds that
+/// lock (a reentrant lock), that side (a read-write lock: read holds, or the write hold in write
+/// mode); every leased id is still leased; counted permits carry no owner: always.
+///
+/// # Errors
+/// `WRONGTYPE` (the key, or the lease zset), a corrupt count, `NOPERM` for the lease zset.
+pub fn in_place(
+    ctx: &Context,
+    name: &RedisString,
+    granted: &Granted,
+    now: i64,
+) -> Result<bool, LockError> {
+    match granted {
+        Granted::Lock { owner, .. } => {
+            let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
+            let view = LockKey::open(ctx, name, false).view(Some(&owner))?;
+            Ok(matches!(view, View::Held { mine: Some(_), .. }))
+        }
+        Granted::Rw { mode, owner, .. } => {
+            let state = RwKey::open(ctx, name, false).state_of(Some(owner))?;
+            Ok(match mode {
+                Mode::Read => state.mode.is_some() && state.reads_of(owner) > 0,
+                Mode::Write => state.mode == Some(Mode::Write) && state.writes_of(owner) > 0,
+            })
+        }
+        Granted::Permits(_) => Ok(true),
+        Granted::Leased(ids) => {
+            let leases = Leases::for_caller(ctx, name)?;
+            let ids: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
+            Ok(sem_rules::releasable(&leases.scores(ctx, &ids)?, now))
+        }
+    }
+}
+
+/// The ids of `ids` still leased at `now` (a cancel gives back those).
+///
+/// # Errors
+/// `WRONGTYPE` for the lease zset, `NOPERM`.
+pub fn still_leased(
+    ctx: &Context,
+    name: &RedisString,
+    ids: &[Vec<u8>],
+    now: i64,
+) -> Result<Vec<Vec<u8>>, LockError> {
+    let leases = Leases::for_caller(ctx, name)?;
+    let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
+    let scores = leases.scores(ctx, &refs)?;
+    Ok(ids
+        .iter()
+        .zip(scores)
+        .filter(|(_, score)| score.is_some_and(|at| at > now))
+        .map(|(id, _)| id.clone())
+        .collect())
+}
