@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::conn::Shared;
 use crate::engine::kind::{self, Answer, Grant, Kind};
-use crate::engine::{bound, uncertain, wait_ms, waiting, within, COUNTED_RECORD, SETTLE};
+use crate::engine::{bound, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE, SETTLE};
 use crate::error::{Error, Result};
 use crate::options::Options;
 
@@ -171,7 +171,9 @@ impl Request {
         let cmd = self.command(Some(budget));
         let ack = self.shared.options.response_timeout().unwrap_or_default();
         let bound = bound(deadline, now).map(|b| b + ack);
-        let response_timeout = bound.map(|b| b.saturating_duration_since(now));
+        // The connection's own timeout is a backstop that frees the task: the call's bound
+        // comes first, so the caller always sees a passed deadline as `TimedOut`.
+        let response_timeout = bound.map(|b| b.saturating_duration_since(now) + GRACE);
         (self.armed, self.sent, self.waited) = (true, now, true);
         let (reply, answer) = oneshot::channel();
         let (shared, key) = (Arc::clone(&self.shared), Arc::clone(&self.key));

@@ -79,6 +79,8 @@ async fn on_nodes(
                     }
                     Err(e) => return Ended::Refused(e),
                 },
+                // No answer in time (the server stalls): a passed deadline, as the caller's.
+                None if e.is_timeout() => return Ended::Unknown(Error::TimedOut),
                 None if redis_uncertain(&e) => return Ended::Unknown(e.into()),
                 // An error reply: the module changed nothing.
                 None => return Ended::Refused(e.into()),
