@@ -178,7 +178,7 @@ impl LockClient {
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let owner = format!("{}:{n}", self.shared.id);
-        let (read, write) = Lock::rw_pair(&self.shared, name.as_ref().into(), &owner);
+        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner);
         RwLock::new(read, write)
     }
 
@@ -198,7 +198,7 @@ impl LockClient {
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).
     pub(crate) fn lock_as(&self, name: impl AsRef<[u8]>, owner: String) -> Lock {
-        Lock::new(Arc::clone(&self.shared), name.as_ref().into(), owner.into())
+        Lock::new(&self.shared, &name.as_ref().into(), owner.into())
     }
 }
 

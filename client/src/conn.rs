@@ -275,10 +275,14 @@ impl Target {
     }
 }
 
-/// A dedicated connection without a response timeout, for a blocking command.
-pub(crate) async fn dedicated(client: &redis::Client) -> Result<MultiplexedConnection> {
+/// A dedicated connection for a blocking command, with the given response timeout (`None`:
+/// none, for a wait without limit).
+pub(crate) async fn dedicated(
+    client: &redis::Client,
+    response_timeout: Option<Duration>,
+) -> Result<MultiplexedConnection> {
     let config = AsyncConnectionConfig::new()
-        .set_response_timeout(None)
+        .set_response_timeout(response_timeout)
         .set_connection_timeout(Some(Duration::from_secs(10)));
     Ok(client.get_multiplexed_async_connection_with_config(&config).await?)
 }
@@ -291,6 +295,6 @@ pub(crate) struct Shared {
     pub(crate) id: String,
     pub(crate) next_handle: std::sync::atomic::AtomicU64,
     pub(crate) options: crate::options::Options,
-    /// Sends what a drop must still tell the server, in the background.
+    /// Runs releases and cancellations in the background (drops, abandoned acquires).
     pub(crate) releaser: crate::releaser::Releaser,
 }

@@ -10,19 +10,20 @@ use redis::RedisError;
 pub enum Error {
     /// The lock was not held by this owner (released by someone else, or its lease ran out).
     NotHeld,
-    /// The wait budget ran out before the lock could be taken.
+    /// The wait budget ran out before the lock (or permits) could be taken, or the server did
+    /// not answer in time; the request was cancelled (nothing stays held).
     TimedOut,
-    /// The lock was taken, but fewer replicas than [`Options::replica_ack`] asks for
-    /// acknowledged it in time; it was released again.
+    /// The lock (or permits) was taken, but fewer replicas than [`crate::Options::replica_ack`]
+    /// asks for acknowledged it in time; it was given back (the request cancelled).
     NotReplicated {
         /// Replicas asked for.
         wanted: u32,
         /// Replicas that acknowledged.
         acknowledged: u32,
     },
-    /// The lock was taken, but its grant was not written to the AOF (fsynced) of the master
-    /// and/or of as many replicas as [`Options::aof_ack`] asks for in time; it was released
-    /// again.
+    /// The lock (or permits) was taken, but its grant was not written to the AOF (fsynced) of
+    /// the master and/or of as many replicas as [`crate::Options::aof_ack`] asks for in time;
+    /// it was given back (the request cancelled).
     NotPersisted {
         /// Whether the master's own fsync was asked for, and whether it happened.
         local: (bool, bool),
@@ -31,6 +32,10 @@ pub enum Error {
     },
     /// The server does not have the rlock module loaded (checked when the client opens).
     NoModule,
+    /// A zero lease was asked for (`Some(Duration::ZERO)`, or a zero
+    /// [`crate::Options::watchdog_timeout`]): it would end as it starts. Refused before
+    /// anything is sent.
+    ZeroLease,
     /// Redis (or the connection to it) failed.
     Redis(RedisError),
 }
@@ -55,6 +60,7 @@ impl fmt::Display for Error {
                 }
             ),
             Self::NoModule => f.write_str("the server does not have the rlock module loaded"),
+            Self::ZeroLease => f.write_str("a lease must be longer than zero"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
         }
     }

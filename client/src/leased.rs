@@ -5,12 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::engine::chain::refresh_after_wait;
+use crate::engine::hold::{after, Hold, Member};
+use crate::engine::kind::{Holder, Kind};
+use crate::engine::request::Request;
+use crate::engine::{bound, millis};
 use crate::error::{Error, Result};
-use crate::guard::GuardCore;
-use crate::options::millis;
 use crate::semaphore::Semaphore;
 
 /// A semaphore whose permits are leased (Redisson's `RPermitExpirableSemaphore`, on its data
@@ -73,15 +75,19 @@ impl LeasedSemaphore {
     /// while the guard lives.
     ///
     /// # Errors
-    /// [`Error::Redis`] when Redis fails.
+    /// [`Error::ZeroLease`] for `Some(Duration::ZERO)`; [`Error::TimedOut`] when the server did
+    /// not answer in time (the request is cancelled: nothing stays leased); [`Error::Redis`]
+    /// when Redis fails or refuses.
     pub async fn acquire(&self, permits: u64, lease: Option<Duration>) -> Result<PermitGuard> {
         self.take(permits, None, lease).await
     }
 
-    /// As [`Self::acquire`], waiting at most `wait`.
+    /// As [`Self::acquire`], waiting at most `wait` (`Duration::ZERO`: one try). Returns by
+    /// `wait` plus half a second whatever the server does.
     ///
     /// # Errors
-    /// [`Error::TimedOut`] when `wait` passes first; [`Error::Redis`] when Redis fails.
+    /// [`Error::TimedOut`] when `wait` passes first (nothing stays leased); otherwise as
+    /// [`Self::acquire`].
     pub async fn try_acquire(
         &self,
         permits: u64,
@@ -98,124 +104,84 @@ impl LeasedSemaphore {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<PermitGuard> {
-        let lease_ms = millis(lease.unwrap_or(self.watchdog_timeout));
-        let asked_at = Instant::now();
-        let Some(redis::Value::Array(items)) =
-            self.sem.take(permits, Some(lease_ms), deadline).await?
-        else {
+        let watchdog = lease.is_none().then_some(self.watchdog_timeout);
+        let lease = lease.unwrap_or(self.watchdog_timeout);
+        if lease.is_zero() {
+            return Err(Error::ZeroLease);
+        }
+        let bound = bound(deadline, Instant::now());
+        let (shared, key) = (self.sem.shared(), self.sem.key());
+        let kind = Kind::Leased(permits);
+        let mut request = Request::new(shared, key, kind, Arc::from(""), millis(lease));
+        let Some(grant) = request.run(deadline, bound).await? else {
             return Err(Error::TimedOut);
         };
-        let ids: Vec<Vec<u8>> = items
-            .into_iter()
-            .filter_map(|v| match v {
-                redis::Value::BulkString(id) => Some(id),
-                _ => None,
-            })
-            .collect();
-        Ok(PermitGuard::new(self.clone(), ids, (lease_ms, asked_at), lease.is_none()))
-    }
-
-    /// `RSEM.RENEW` of every id: `Ok(false)` when one of them is not leased any more.
-    async fn renew(&self, ids: &[Vec<u8>], lease_ms: u64) -> Result<bool> {
-        for id in ids {
-            let mut command = redis::cmd("RSEM.RENEW");
-            command.arg(self.sem.name()).arg(id).arg(lease_ms);
-            let renewed: i64 = command.query_async(&mut self.sem.conn()).await?;
-            if renewed != 1 {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        let holder = Holder::Ids(Arc::from(grant.ids));
+        let hold = Hold::new(shared, key, kind, holder, None, after(request.sent(), lease));
+        refresh_after_wait(&hold, &request, lease, bound).await;
+        let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
+        request.taken();
+        Ok(PermitGuard { sem: self.clone(), member })
     }
 }
 
-/// Leased permits held by id. Release them with [`PermitGuard::release`]; dropping the guard
-/// releases them too (in the background, see `Drop`).
+/// Leased permits held by id (one grant). Release them with [`PermitGuard::release`]; dropping
+/// the guard releases them too, in the background (see `Drop`).
 #[must_use = "dropping the guard releases the permits"]
 pub struct PermitGuard {
     sem: LeasedSemaphore,
-    ids: Vec<Vec<u8>>,
-    /// The permits' lease (renewed with the same lease by the watchdog).
-    lease: Duration,
-    core: GuardCore,
+    member: Member,
 }
 
 impl fmt::Debug for PermitGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitGuard")
             .field("semaphore", &String::from_utf8_lossy(self.sem.name()))
-            .field("permits", &self.ids.len())
-            .field("lost", &self.core.is_lost())
+            .field("permits", &self.ids().len())
+            .field("lost", &self.is_lost())
             .finish()
     }
 }
 
 impl PermitGuard {
-    fn new(
-        sem: LeasedSemaphore,
-        ids: Vec<Vec<u8>>,
-        granted: (u64, Instant),
-        watchdog: bool,
-    ) -> Self {
-        let lost = Arc::new(watch::channel(false).0);
-        let (renewing, renewing_ids, lease_ms) = (sem.clone(), ids.clone(), granted.0);
-        let core = GuardCore::new(watchdog, granted, &lost, move || {
-            let (sem, ids) = (renewing.clone(), renewing_ids.clone());
-            async move { sem.renew(&ids, lease_ms).await }
-        });
-        Self { sem, ids, lease: Duration::from_millis(lease_ms), core }
-    }
-
     /// The permits' ids (16 bytes each; Redisson shows them as 32 hex characters).
     #[must_use]
     pub fn ids(&self) -> &[Vec<u8>] {
-        &self.ids
+        match self.member.hold().holder() {
+            Holder::Ids(ids) => ids,
+            _ => &[],
+        }
     }
 
-    /// Whether the watchdog found a permit's lease gone (the permits went back to the pool).
+    /// Whether the permits are lost: their deadline ([`PermitGuard::valid_until`]) passed
+    /// without a confirmation, or a renewal found a permit's lease gone.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.core.is_lost()
+        self.member.hold().is_lost()
     }
 
-    /// Resolves when the watchdog finds a permit's lease gone; never without a watchdog.
+    /// Until when every permit is known leased, on this process's monotonic clock (as
+    /// [`crate::LockGuard::valid_until`]). `None` once they are known lost.
+    #[must_use]
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.member.hold().until()
+    }
+
+    /// Resolves when the permits are lost (see [`PermitGuard::is_lost`]).
     pub async fn lost(&self) {
-        self.core.lost().await;
+        self.member.hold().lost().await;
     }
 
-    /// Releases the permits.
+    /// Releases the permits (`RSEM.RELEASE key ID ..`), retried after a connection error.
     ///
     /// # Errors
     /// [`Error::NotHeld`] when they were not all still leased (their lease ended: nothing is
-    /// released then, as in Redisson); [`Error::Redis`] when Redis fails.
-    pub async fn release(mut self) -> Result<()> {
-        self.core.give_back();
-        let ids = std::mem::take(&mut self.ids);
-        let mut command = redis::cmd("RSEM.RELEASE");
-        command.arg(self.sem.name()).arg("ID").arg(&ids);
-        let released: i64 = command.query_async(&mut self.sem.sem.conn()).await?;
-        if usize::try_from(released).is_ok_and(|n| n == ids.len()) {
-            Ok(())
-        } else {
-            Err(Error::NotHeld)
-        }
+    /// released then, as in Redisson); [`Error::Redis`] when Redis fails (the release then
+    /// goes on in the background).
+    pub async fn release(self) -> Result<()> {
+        self.member.release().await
     }
 }
 
-impl Drop for PermitGuard {
-    /// Gives the permits back without blocking: `RSEM.RELEASE name ID ..` goes to the client's
-    /// background releaser (its own thread and connections: no runtime needed), tried until
-    /// their lease would have ended anyway. Releasing by id is idempotent: a retry never gives
-    /// back permits twice.
-    fn drop(&mut self) {
-        if !self.core.give_back() || self.ids.is_empty() {
-            return;
-        }
-        let ids = std::mem::take(&mut self.ids);
-        let name: Arc<[u8]> = self.sem.name().into();
-        let mut command = redis::cmd("RSEM.RELEASE");
-        command.arg(&*name).arg("ID").arg(ids);
-        let until = crate::releaser::until_after(self.lease);
-        self.sem.sem.releaser().submit(name, command, until, None);
-    }
-}
+// Dropping a `PermitGuard` drops its `Member`, which hands the release to the client's
+// background releaser: it never blocks, and needs no runtime.

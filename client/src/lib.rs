@@ -25,30 +25,50 @@
 //! # Ok(()) }
 //! ```
 //!
+//! One hold engine runs under every kind of guard ([`LockGuard`] for locks and both sides of a
+//! [`RwLock`], [`PermitGuard`], [`MultiGuard`]) and the counted [`Semaphore`]'s acquire, so
+//! each guarantee below holds for every kind alike.
+//!
 //! - **Owners.** Each [`Lock`] handle has its own id, `<client-uuid>:<n>`: re-entry is per
 //!   handle (clones share it), not per thread, since async tasks move between threads. Each
-//!   continuous hold is stored under `<client-uuid>:<n>:<hold>` ([`LockGuard::owner`]).
-//! - **Watchdog.** With no lease, the lock is taken with [`Options::watchdog_timeout`] (30 s) and
-//!   renewed every third of it until released. A renewal that finds the lock gone marks the
-//!   guard lost: see [`LockGuard::is_lost`] and [`LockGuard::lost`].
-//! - **Waiting** is server-side: `RLOCK.ACQUIRE ... WAIT` on a dedicated connection; the server
-//!   queues waiters FIFO and hands the lock to one of them when it is free. No pub/sub, no retry
-//!   loop. Dropping an acquire future cancels the wait without leaking the lock: a grant that
-//!   races the cancellation is released.
-//! - **Replica acknowledgement** ([`Options::replica_ack`]): a lock is reported acquired only
-//!   once that many replicas have its grant (Redis `WAIT`); otherwise it is released again.
-//! - **Deadlines**: a guard's hold is valid until [`LockGuard::valid_until`] on this process's
-//!   monotonic clock (grant asked + lease, pushed only by confirmed renewals); when it passes
-//!   without a confirmation, the guard is lost ([`LockGuard::is_lost`], [`LockGuard::lost`]).
+//!   continuous hold (one server grant, count 1 on the server) is stored under
+//!   `<client-uuid>:<n>:<hold>` ([`LockGuard::owner`]); the two sides of one [`RwLock`] share the
+//!   owner of the other side's live hold (write → read re-entry and downgrade).
+//! - **Re-entry joins a hold only after the server confirmed that exact hold on that exact
+//!   side** (`RLOCK.RENEW`, `RWLOCK.RENEW ... READ|WRITE`): a guard that outlived its grant never
+//!   releases, renews or re-enters a later hold, nor lives on through the same owner's hold on
+//!   the other side of a read-write lock.
+//! - **Exact cancellation.** Every acquire is a request with an id of its own (`REQUEST id`).
+//!   Whatever ends it without handing the caller its grant (the future dropped at any await
+//!   point, the deadline, a lost reply, a failed replica or AOF acknowledgement) cancels it with
+//!   `RLOCK.CANCEL key id` through the background releaser: the server gives back exactly what
+//!   that request got (a hold, counted or leased permits), dequeues it if it still waits, or
+//!   refuses it if it arrives later (a stalled server resuming). Nothing stays held, no permit
+//!   is lost.
+//! - **Deadlines.** Every acquire returns by its `wait` plus half a second (plus the
+//!   acknowledgement's time with [`Options::replica_ack`] / [`Options::aof_ack`]), a stalled
+//!   server included: [`Error::TimedOut`] (a counted semaphore's `try_acquire`: `Ok(false)`).
+//!   `try_acquire(.., Duration::ZERO)` tries once, for every kind.
+//! - **One deadline per hold**: a guard is valid until [`LockGuard::valid_until`] on this
+//!   process's monotonic clock, the longest (send time + lease) the server confirmed for its
+//!   hold (grant, re-entry, renewal); when it passes without a confirmation, the guard is lost
+//!   ([`LockGuard::is_lost`], [`LockGuard::lost`]). No second, shorter deadline; a re-entry is
+//!   never born lost.
+//! - **Watchdog.** With no lease, the hold is taken with [`Options::watchdog_timeout`] (30 s)
+//!   and renewed every third of it (never below what is confirmed) until released; a failed
+//!   renewal is retried after 50 ms, doubling; a renewal that finds the hold gone marks it
+//!   lost. A zero lease is refused ([`Error::ZeroLease`]) before anything is sent.
+//! - **Waiting** is server-side: `... WAIT` on a dedicated connection; the server queues
+//!   waiters FIFO and hands the lock (or permits) to one of them when it is free. No pub/sub,
+//!   no retry loop.
+//! - **Replica acknowledgement** ([`Options::replica_ack`]): a grant is reported only once that
+//!   many replicas have it (Redis `WAIT`); otherwise it is cancelled.
 //! - **Sentinel** ([`LockClient::sentinel`]): the master is asked of the Sentinels and asked
 //!   again after an error that suggests it changed, never retried at its old address.
 //! - **Durable acknowledgement** ([`Options::aof_ack`]): `WAITAOF` after each grant.
 //! - **Several servers**: [`MultiLock`] takes the same lock on every one of several independent
-//!   servers, [`RedLock`] on a majority of them.
-//! - **Holds are tied to their grant.** A handle's re-entries share one server hold (a
-//!   *chain*) with an owner id of its own: a guard that outlived its grant never releases or
-//!   renews a later hold, and an acquire that did not return a guard (cancelled, timed out,
-//!   failed) leaves nothing held.
+//!   servers, [`RedLock`] on a majority of them, each grant under a fresh owner id, so a
+//!   [`MultiGuard`] acts only on its own grants.
 //! - **Dropping a guard** (a [`LockGuard`], a [`PermitGuard`], a [`MultiGuard`]) never blocks:
 //!   the release goes to the client's background releaser, a thread of its own with its own
 //!   connections, which sends it where the lock is served now (the master the Sentinels name
@@ -59,22 +79,23 @@
 
 mod client;
 mod conn;
+mod engine;
 mod error;
-mod guard;
 mod leased;
 mod lock;
 mod multi;
 mod options;
+mod redlock;
 mod releaser;
 mod rwlock;
 mod semaphore;
-mod wait;
 
 pub use client::LockClient;
 pub use error::{Error, Result};
 pub use leased::{LeasedSemaphore, PermitGuard};
 pub use lock::{Lock, LockGuard};
-pub use multi::{MultiGuard, MultiLock, RedLock};
+pub use multi::{MultiGuard, MultiLock};
 pub use options::{AofAck, Options, Remaining};
+pub use redlock::RedLock;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;

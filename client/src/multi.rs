@@ -1,26 +1,31 @@
-//! Locks over several independent servers: [`MultiLock`] (all of them) and [`RedLock`]
-//! (a majority of them).
+//! Locks over several independent servers: [`MultiLock`] (all of them) and its guard,
+//! [`MultiGuard`], also [`crate::RedLock`]'s. Every grant is a request of the hold engine
+//! with an owner id of its own, so a guard acts only on its own grants.
 
 use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::LockClient;
+use crate::engine::hold::{after, Hold, Member};
+use crate::engine::kind::{Holder, Kind};
+use crate::engine::request::Request;
+use crate::engine::{bound, millis, uncertain, SETTLE};
 use crate::error::{Error, Result};
-use crate::guard::GuardCore;
-use crate::lock::Attempt;
 use crate::lock::Lock;
-use crate::options::{millis, wait_budget};
+
+/// How long a [`MultiLock`] guard's release waits for each server (in parallel).
+const MULTI_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The same named lock on N independent servers, held on all of them or none (Redisson's
 /// MultiLock). Taking it never holds one lock while waiting for another: when one is busy, the
-/// ones taken are released and the client waits (server-side) for the busy one, then tries the
-/// others again.
+/// ones taken are given back and the client waits (server-side) for the busy one, then tries
+/// the others again. Each acquire takes the locks under a fresh owner id per server
+/// (`<handle owner>:<n>`): its guard is tied to that grant, and a second acquire while a guard
+/// lives waits for it (a MultiLock does not re-enter).
 #[derive(Debug, Clone)]
 pub struct MultiLock {
     locks: Vec<Lock>,
-    watchdog_ms: u64,
 }
 
 impl MultiLock {
@@ -31,22 +36,23 @@ impl MultiLock {
     #[must_use]
     pub fn new(locks: Vec<Lock>) -> Self {
         assert!(!locks.is_empty(), "a MultiLock needs at least one lock");
-        let watchdog_ms = millis(locks[0].options().watchdog_timeout);
-        Self { locks, watchdog_ms }
+        Self { locks }
     }
 
     /// Takes every lock, waiting as long as it takes. `lease: None` uses the watchdog.
     ///
     /// # Errors
-    /// [`Error::Redis`] when a server fails (every lock taken is released first).
+    /// [`Error::ZeroLease`] for a zero lease; [`Error::Redis`] when a server fails (every lock
+    /// taken is given back first).
     pub async fn acquire(&self, lease: Option<Duration>) -> Result<MultiGuard> {
         self.acquire_within(None, lease).await
     }
 
-    /// Takes every lock, waiting at most `wait`.
+    /// Takes every lock, waiting at most `wait` (`Duration::ZERO`: one round of tries).
     ///
     /// # Errors
-    /// [`Error::TimedOut`] when `wait` passes first; [`Error::Redis`] when a server fails.
+    /// [`Error::TimedOut`] when `wait` passes first, or a server did not answer in time;
+    /// otherwise as [`MultiLock::acquire`].
     pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
         self.acquire_within(Instant::now().checked_add(wait), lease).await
     }
@@ -56,270 +62,151 @@ impl MultiLock {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<MultiGuard> {
-        let lease_ms = lease.map_or(self.watchdog_ms, millis);
+        let watchdog_timeout = self.locks[0].chain().shared().options.watchdog_timeout;
+        let watchdog = lease.is_none().then_some(watchdog_timeout);
+        let lease = lease.unwrap_or(watchdog_timeout);
+        if lease.is_zero() {
+            return Err(Error::ZeroLease);
+        }
         // Each lock is first taken with a longer lease, so the first ones cannot lapse while
         // the last ones are taken; the real lease is set on all of them at the end.
-        let taking_ms = lease_ms.saturating_mul(2);
-        let mut waited_for: Option<usize> = None;
+        let taking = lease.saturating_mul(2);
+        let mut waited_for: Option<(usize, Request)> = None;
         loop {
-            // What this round took (or may have: a try in flight), released if the round ends
-            // without a guard, the future dropped included.
-            let mut taking = Taking {
-                locks: &self.locks,
-                held: waited_for.into_iter().collect(),
-                lease: Duration::from_millis(taking_ms),
-            };
+            // This round's requests: given back (cancelled) unless handed to a guard, whatever
+            // ends the round, the future dropped included.
+            let mut taken: Vec<(usize, Request)> = waited_for.take().into_iter().collect();
             let mut busy = None;
             for (i, lock) in self.locks.iter().enumerate() {
-                if taking.held.contains(&i) {
+                if taken.iter().any(|(j, _)| *j == i) {
                     continue;
                 }
-                // A node that does not answer within the budget may still grant later: it is
-                // released too (in the background, ordered after the acquire on its connection).
-                taking.held.push(i);
-                let attempt = match deadline {
-                    None => lock.try_once(taking_ms, false).await,
-                    Some(d) => tokio::time::timeout_at(d, lock.try_once(taking_ms, false))
-                        .await
-                        .unwrap_or(Err(Error::TimedOut)),
-                };
-                match attempt {
-                    Ok(Attempt::Held { .. }) => {}
-                    Ok(Attempt::Busy { .. }) => {
-                        taking.held.pop();
+                let mut request = request(lock, taking);
+                match request.try_once(bound(deadline, Instant::now())).await {
+                    Ok(Some(_)) => taken.push((i, request)),
+                    Ok(None) => {
                         busy = Some(i);
                         break;
                     }
                     Err(e) => {
-                        // Its outcome is unknown: `taking` releases it with the others.
+                        drop(request); // its outcome is unknown: cancelled in the background
+                        cancel_all(&mut taken, settle_within(deadline)).await;
                         return Err(if uncertain(&e) { Error::TimedOut } else { e });
                     }
                 }
             }
             let Some(busy) = busy else {
-                // All taken: set the real lease everywhere. A lock lost meanwhile: start over.
-                let mut all_renewed = true;
-                let since = Instant::now();
-                for lock in &self.locks {
-                    if !lock.renew(lease_ms).await? {
-                        all_renewed = false;
-                    }
+                match self.set_lease(&mut taken, lease, watchdog, deadline).await? {
+                    Some(guard) => return Ok(guard),
+                    None => continue, // a lock was lost meanwhile: start over
                 }
-                if all_renewed {
-                    taking.held.clear(); // the guard owns them now
-                    let guard = MultiGuard::new(
-                        self.locks.clone(),
-                        self.locks.len(),
-                        (lease_ms, since),
-                        lease.is_none(),
-                        MULTI_RELEASE_TIMEOUT,
-                    );
-                    return Ok(guard);
-                }
-                waited_for = None;
-                continue;
             };
-            drop(taking);
-            let wait_ms = wait_budget(deadline)?;
-            if !self.locks[busy].wait_on_server(taking_ms, wait_ms, false).await?.is_held() {
+            cancel_all(&mut taken, settle_within(deadline)).await;
+            if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Err(Error::TimedOut);
             }
-            waited_for = Some(busy);
+            let mut request = request(&self.locks[busy], taking);
+            if request.wait(deadline).await?.is_none() {
+                return Err(Error::TimedOut);
+            }
+            waited_for = Some((busy, request));
         }
     }
-}
 
-/// Locks a [`MultiLock`] acquire took (or may have), released on drop unless handed to a guard:
-/// in the background on their shared connections (so after any acquire still in flight there),
-/// or, with no runtime to run that, by the clients' releasers.
-struct Taking<'a> {
-    locks: &'a [Lock],
-    held: Vec<usize>,
-    /// The lease they were taken with.
-    lease: Duration,
-}
-
-impl Drop for Taking<'_> {
-    fn drop(&mut self) {
-        if self.held.is_empty() {
-            return;
-        }
-        let locks: Vec<Lock> = self.held.iter().map(|&i| self.locks[i].clone()).collect();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let releases = locks.iter().map(Lock::release_once);
-                    futures_util::future::join_all(releases).await;
-                });
-            }
-            Err(_) => {
-                let until = crate::releaser::until_after(self.lease);
-                for lock in &locks {
-                    lock.release_later(lock.owner(), until);
+    /// Every lock taken: sets the real lease on all of them and hands them to a guard; `None`
+    /// when one was lost meanwhile (all are given back).
+    async fn set_lease(
+        &self,
+        taken: &mut [(usize, Request)],
+        lease: Duration,
+        watchdog: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<MultiGuard>> {
+        let holds: Vec<Hold> = taken
+            .iter()
+            .map(|(i, request)| hold(&self.locks[*i], request, lease.saturating_mul(2)))
+            .collect();
+        let renewals = holds.iter().map(|h| h.reset_lease(lease));
+        let (mut all, mut failed) = (true, None);
+        for renewed in futures_util::future::join_all(renewals).await {
+            match renewed {
+                Ok(renewed) => all &= renewed,
+                Err(e) => {
+                    failed.get_or_insert(e);
                 }
             }
         }
-    }
-}
-
-/// How long a [`MultiLock`] guard's release waits for each server (in parallel).
-const MULTI_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Whether an error leaves the outcome of a command unknown (it may have run).
-fn uncertain(e: &Error) -> bool {
-    match e {
-        Error::TimedOut => true,
-        Error::Redis(e) => e.is_timeout() || e.is_io_error() || e.is_connection_dropped(),
-        _ => false,
-    }
-}
-
-/// The same named lock on N (odd) independent masters, held when a majority grant it within
-/// its validity (antirez's RedLock). Every node gets the same owner id.
-///
-/// Caveats (see the README): RedLock assumes bounded clock drift and process pauses; a holder
-/// paused past its validity can still act. It protects efficiency, not correctness, unless the
-/// protected resource checks fencing tokens.
-#[derive(Clone)]
-pub struct RedLock {
-    locks: Vec<Lock>,
-    node_timeout: Duration,
-    retry_delay: Duration,
-    watchdog_ms: u64,
-}
-
-impl fmt::Debug for RedLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedLock")
-            .field("nodes", &self.locks.len())
-            .field("node_timeout", &self.node_timeout)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Clock drift allowance: 1 % of the lease plus 2 ms (antirez's figures).
-fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-impl RedLock {
-    /// The lock `name` on each of `clients` (one per independent master), with one owner id.
-    ///
-    /// # Panics
-    /// When `clients` is empty.
-    #[must_use]
-    pub fn new(clients: &[LockClient], name: impl AsRef<[u8]>) -> Self {
-        assert!(!clients.is_empty(), "a RedLock needs at least one server");
-        let owner = format!("{}:redlock:{}", clients[0].id(), uuid::Uuid::new_v4().simple());
-        let locks: Vec<Lock> =
-            clients.iter().map(|c| c.lock_as(name.as_ref(), owner.clone())).collect();
-        let watchdog_ms = millis(locks[0].options().watchdog_timeout);
-        Self {
-            locks,
-            node_timeout: Duration::from_millis(50),
-            retry_delay: Duration::from_millis(50),
-            watchdog_ms,
+        if let Some(e) = failed {
+            cancel_all(taken, settle_within(deadline)).await;
+            return Err(if uncertain(&e) { Error::TimedOut } else { e });
         }
-    }
-
-    /// How long one node may take to answer (default 50 ms); keep it small against the lease.
-    #[must_use]
-    pub const fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
-        self
-    }
-
-    /// The most a failed attempt waits before the next (a random part of it; default 50 ms).
-    #[must_use]
-    pub const fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
-    }
-
-    /// A majority of nodes.
-    #[must_use]
-    pub fn quorum(&self) -> usize {
-        self.locks.len() / 2 + 1
-    }
-
-    /// Takes the lock on a majority of nodes, trying again within `wait`. `lease: None` uses the
-    /// watchdog, which keeps renewing on every node and reports a loss when fewer than a
-    /// majority still hold it.
-    ///
-    /// # Errors
-    /// [`Error::TimedOut`] when no attempt within `wait` reached a majority with time left.
-    pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
-        let deadline = Instant::now().checked_add(wait);
-        let lease_ms = lease.map_or(self.watchdog_ms, millis);
-        let lease_d = Duration::from_millis(lease_ms);
-        loop {
-            let started = Instant::now();
-            let attempts = self.locks.iter().map(|lock| async move {
-                matches!(
-                    tokio::time::timeout(self.node_timeout, lock.try_once(lease_ms, false)).await,
-                    Ok(Ok(Attempt::Held { .. }))
-                )
-            });
-            let granted = futures_util::future::join_all(attempts).await;
-            let count = granted.iter().filter(|&&g| g).count();
-            let validity = lease_d.checked_sub(started.elapsed() + drift(lease_d));
-            if count >= self.quorum() {
-                if let Some(validity) = validity.filter(|v| !v.is_zero()) {
-                    let mut guard = MultiGuard::new(
-                        self.locks.clone(),
-                        self.quorum(),
-                        (lease_ms, started),
-                        lease.is_none(),
-                        self.node_timeout.max(Duration::from_millis(100)),
-                    );
-                    guard.validity = Some(validity);
-                    return Ok(guard);
-                }
-            }
-            // Failed: release on every node, the silent ones included.
-            release_everywhere(&self.locks, self.node_timeout.max(Duration::from_millis(100)))
-                .await;
-            let left =
-                deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
-            if left.is_zero() {
-                return Err(Error::TimedOut);
-            }
-            tokio::time::sleep(jitter(self.retry_delay).min(left)).await;
+        if !all {
+            cancel_all(taken, settle_within(deadline)).await;
+            return Ok(None);
         }
+        let members = guard_members(&holds, taken, watchdog);
+        Ok(Some(MultiGuard::new(members, self.locks.len(), MULTI_RELEASE_TIMEOUT)))
     }
 }
 
-/// A random part of `max`.
-fn jitter(max: Duration) -> Duration {
-    let r = (uuid::Uuid::new_v4().as_u128() % 1_000) as u32;
-    max * r / 1_000
+/// A request for `lock`'s name on its server under a fresh owner id of its handle.
+pub(crate) fn request(lock: &Lock, lease: Duration) -> Request {
+    let chain = lock.chain();
+    Request::new(chain.shared(), chain.key(), Kind::Lock, chain.next_owner(), millis(lease))
 }
 
-async fn release_everywhere(locks: &[Lock], node_timeout: Duration) -> usize {
-    let releases = locks.iter().map(|lock| async move {
-        matches!(tokio::time::timeout(node_timeout, lock.release_once()).await, Ok(Ok(())))
-    });
-    futures_util::future::join_all(releases).await.into_iter().filter(|&r| r).count()
+/// The hold a granted request of `lock` got, confirmed for `lease` from its send time.
+pub(crate) fn hold(lock: &Lock, request: &Request, lease: Duration) -> Hold {
+    let chain = lock.chain();
+    let holder = Holder::Owner(std::sync::Arc::clone(request.owner()));
+    Hold::new(chain.shared(), chain.key(), Kind::Lock, holder, None, after(request.sent(), lease))
 }
 
-/// A lock held on several servers ([`MultiLock`]: all; [`RedLock`]: a majority). Release it
-/// with [`MultiGuard::release`]; dropping it releases in the background.
+/// Guards on `holds`, taking them from their requests (which then cancel nothing).
+pub(crate) fn guard_members<T>(
+    holds: &[Hold],
+    taken: &mut [(T, Request)],
+    watchdog: Option<Duration>,
+) -> Vec<Member> {
+    holds
+        .iter()
+        .zip(taken.iter_mut())
+        .filter_map(|(hold, (_, request))| {
+            let member = hold.join(watchdog)?;
+            request.taken();
+            Some(member)
+        })
+        .collect()
+}
+
+/// Cancels every request and waits (in parallel) at most `max` for the servers to confirm;
+/// the releaser finishes what is left.
+pub(crate) async fn cancel_all<T>(taken: &mut [(T, Request)], max: Duration) {
+    futures_util::future::join_all(taken.iter_mut().map(|(_, r)| r.cancel(max))).await;
+}
+
+/// How long a call with `deadline` may wait for cancellations: [`SETTLE`], within its bound.
+fn settle_within(deadline: Option<Instant>) -> Duration {
+    let now = Instant::now();
+    bound(deadline, now).map_or(SETTLE, |b| b.saturating_duration_since(now).min(SETTLE))
+}
+
+/// A lock held on several servers ([`MultiLock`]: all; [`crate::RedLock`]: a majority), one
+/// hold per server that granted it. Release it with [`MultiGuard::release`]; dropping it hands
+/// every release to the clients' background releasers (it never blocks).
 #[must_use = "dropping the guard releases the lock"]
 pub struct MultiGuard {
-    locks: Vec<Lock>,
+    members: Vec<Member>,
     quorum: usize,
     /// How long a release waits for each server (in parallel).
     node_timeout: Duration,
-    validity: Option<Duration>,
-    /// The lease each server's lock is taken (and renewed) with.
-    lease: Duration,
-    core: GuardCore,
+    pub(crate) validity: Option<Duration>,
 }
 
 impl fmt::Debug for MultiGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiGuard")
-            .field("servers", &self.locks.len())
+            .field("servers", &self.members.len())
             .field("quorum", &self.quorum)
             .field("validity", &self.validity)
             .finish_non_exhaustive()
@@ -327,80 +214,53 @@ impl fmt::Debug for MultiGuard {
 }
 
 impl MultiGuard {
-    fn new(
-        locks: Vec<Lock>,
-        quorum: usize,
-        (lease_ms, since): (u64, Instant),
-        watchdog: bool,
-        node_timeout: Duration,
-    ) -> Self {
-        let lost = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
-        let renewing = locks.clone();
-        let core = GuardCore::new(watchdog, (lease_ms, since), &lost, move || {
-            let locks = renewing.clone();
-            async move {
-                // Lost only when too many servers really lost it (renew said 0); a server that
-                // failed to answer is retried (the renewal retries while the lease may still be
-                // alive).
-                let renewals = locks.iter().map(|l| l.renew(lease_ms));
-                let results = futures_util::future::join_all(renewals).await;
-                let gone = results.iter().filter(|r| matches!(r, Ok(false))).count();
-                if gone > locks.len() - quorum {
-                    return Ok(false);
-                }
-                match results.into_iter().find_map(Result::err) {
-                    Some(e) => Err(e),
-                    None => Ok(true),
-                }
-            }
-        });
-        let lease = Duration::from_millis(lease_ms);
-        Self { locks, quorum, node_timeout, validity: None, lease, core }
+    pub(crate) const fn new(members: Vec<Member>, quorum: usize, node_timeout: Duration) -> Self {
+        Self { members, quorum, node_timeout, validity: None }
     }
 
-    /// For a [`RedLock`]: how long the lock was valid for when it was granted (the lease minus
-    /// the time taking it took minus the drift allowance). `None` for a [`MultiLock`].
+    /// For a [`crate::RedLock`]: how long the lock was valid for when it was granted (the lease
+    /// minus the time taking it took minus the drift allowance). `None` for a [`MultiLock`].
     #[must_use]
     pub const fn validity(&self) -> Option<Duration> {
         self.validity
     }
 
-    /// Whether the watchdog found too few servers still holding the lock.
+    fn live(&self) -> usize {
+        self.members.iter().filter(|m| !m.hold().is_lost()).count()
+    }
+
+    /// Whether too few servers still hold it (a server's hold is lost as a [`crate::LockGuard`]
+    /// is: found gone, or its deadline passed unconfirmed).
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        self.core.is_lost()
+        self.live() < self.quorum
     }
 
-    /// Resolves when the watchdog finds the lock lost; never without a watchdog.
+    /// Resolves when the lock is lost (see [`MultiGuard::is_lost`]).
     pub async fn lost(&self) {
-        self.core.lost().await;
+        while !self.is_lost() {
+            let watching = self
+                .members
+                .iter()
+                .filter(|m| !m.hold().is_lost())
+                .map(|m| Box::pin(m.hold().lost()));
+            futures_util::future::select_all(watching).await;
+        }
     }
 
-    /// Releases the lock on every server.
+    /// Releases the lock on every server (in parallel, each bounded by the node timeout; a
+    /// release that does not answer in time goes on in the background).
     ///
     /// # Errors
     /// [`Error::NotHeld`] when fewer servers than required (all, or a majority) still held it.
-    pub async fn release(mut self) -> Result<()> {
-        self.core.give_back();
-        let released = release_everywhere(&self.locks, self.node_timeout).await;
-        if released >= self.quorum {
+    pub async fn release(self) -> Result<()> {
+        let Self { members, quorum, node_timeout, .. } = self;
+        let releases = members.into_iter().map(|m| tokio::time::timeout(node_timeout, m.release()));
+        let released = futures_util::future::join_all(releases).await;
+        if released.iter().filter(|r| matches!(r, Ok(Ok(())))).count() >= quorum {
             Ok(())
         } else {
             Err(Error::NotHeld)
-        }
-    }
-}
-
-impl Drop for MultiGuard {
-    fn drop(&mut self) {
-        if !self.core.give_back() {
-            return;
-        }
-        // As a single guard: each server's release goes to its client's background releaser
-        // (no blocking, no runtime needed), tried until the lease would have ended anyway.
-        let until = crate::releaser::until_after(self.lease);
-        for lock in &self.locks {
-            lock.release_later(lock.owner(), until);
         }
     }
 }

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-
 /// Client settings.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -101,24 +99,4 @@ pub enum Remaining {
     NoExpiry,
     /// Locked, expiring after this long.
     Lease(Duration),
-}
-
-/// A server-side wait's `WAIT` budget: what is left until `deadline` (0: no deadline, wait
-/// without limit).
-///
-/// # Errors
-/// [`Error::TimedOut`] when the deadline has passed.
-pub(crate) fn wait_budget(deadline: Option<tokio::time::Instant>) -> Result<u64> {
-    match deadline {
-        None => Ok(0),
-        Some(deadline) => match deadline.checked_duration_since(tokio::time::Instant::now()) {
-            Some(left) if !left.is_zero() => Ok(millis(left)),
-            _ => Err(Error::TimedOut),
-        },
-    }
-}
-
-/// Milliseconds of a duration, at least 1.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

@@ -3,22 +3,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::conn::{Conn, Shared};
+use crate::engine::bound;
+use crate::engine::kind::Kind;
+use crate::engine::request::Request;
 use crate::error::{Error, Result};
-use crate::options::wait_budget;
-use crate::wait::{blocking_call, Blocking};
 
 /// A counting semaphore (Redisson's `RSemaphore`, on its data layout): a number of permits that
 /// `acquire` takes and `release` gives back. Permits have no owner: any client may release
 /// them, as in Redisson. Waiting happens in the server, fairly: waiters are served in arrival
 /// order and a large request is not overtaken by smaller ones.
 ///
-/// A cancelled `acquire` takes nothing (permits granted as it was cancelled are given back).
-/// An acquire whose answer was lost (the connection dropped while it waited) may have taken
-/// permits: counted permits have no owner to give them back by (Redisson's alike).
+/// Every acquire is a request with an id of its own (`REQUEST id`): an acquire that does not
+/// return its permits to the caller (cancelled at any point, timed out, its answer lost, a
+/// stalled server that grants as it resumes) is cancelled with `RLOCK.CANCEL`, which gives back
+/// exactly what that request got, or makes the server refuse it if it arrives later. Permits
+/// are conserved: available + taken = total.
 ///
 /// ```no_run
 /// # async fn example(client: rlock_client::LockClient) -> Result<(), rlock_client::Error> {
@@ -47,13 +49,16 @@ impl Semaphore {
         Self { shared, name }
     }
 
-    pub(crate) fn conn(&self) -> Conn {
-        self.shared.conn.clone()
+    pub(crate) const fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
-    /// The client's background releaser.
-    pub(crate) fn releaser(&self) -> &crate::releaser::Releaser {
-        &self.shared.releaser
+    pub(crate) const fn key(&self) -> &Arc<[u8]> {
+        &self.name
+    }
+
+    pub(crate) fn conn(&self) -> Conn {
+        self.shared.conn.clone()
     }
 
     /// The semaphore's name (its Redis key).
@@ -106,96 +111,36 @@ impl Semaphore {
     /// Takes `permits`, waiting in the server as long as it takes.
     ///
     /// # Errors
-    /// [`Error::Redis`] when Redis fails.
+    /// [`Error::TimedOut`] when the server did not answer in time (the request is cancelled:
+    /// no permit is taken); [`Error::Redis`] when Redis fails or refuses.
     pub async fn acquire(&self, permits: u64) -> Result<()> {
-        match self.take(permits, None, None).await? {
-            Some(_) => Ok(()),
-            None => Err(Error::TimedOut),
+        match self.take(permits, None).await? {
+            true => Ok(()),
+            false => Err(Error::TimedOut),
         }
     }
 
-    /// Takes `permits`, waiting in the server at most `wait`; `false` when the wait ended first.
+    /// Takes `permits`, waiting in the server at most `wait` (`Duration::ZERO`: one try);
+    /// `false` when the wait ended first (nothing is taken then). Returns by `wait` plus half a
+    /// second whatever the server does.
     ///
     /// # Errors
-    /// [`Error::Redis`] when Redis fails.
+    /// [`Error::Redis`] when Redis fails or refuses.
     pub async fn try_acquire(&self, permits: u64, wait: Duration) -> Result<bool> {
-        Ok(self.take(permits, None, Instant::now().checked_add(wait)).await?.is_some())
-    }
-
-    /// Gives back what an `RSEM.ACQUIRE` answered, if it was a grant: counted permits, or
-    /// leased permits by id.
-    pub(crate) async fn give_back(&self, answer: &redis::Value, permits: u64) {
-        match answer {
-            redis::Value::Int(1) => {
-                let _ = self.release(permits).await;
-            }
-            redis::Value::Array(ids) => {
-                let ids: Vec<&[u8]> = ids
-                    .iter()
-                    .filter_map(|v| match v {
-                        redis::Value::BulkString(id) => Some(id.as_slice()),
-                        _ => None,
-                    })
-                    .collect();
-                let mut command = redis::cmd("RSEM.RELEASE");
-                command.arg(&*self.name).arg("ID").arg(ids);
-                let _: redis::RedisResult<i64> = command.query_async(&mut self.conn()).await;
-            }
-            _ => {}
+        match self.take(permits, Instant::now().checked_add(wait)).await {
+            Err(Error::TimedOut) => Ok(false),
+            taken => taken,
         }
     }
 
-    /// `RSEM.ACQUIRE name permits [LEASE ms] WAIT <budget>` on a dedicated connection, in a task
-    /// of its own: when the caller drops this future, the task has the server answer at once
-    /// and gives back what it granted meanwhile, so a cancelled acquire takes nothing. The
-    /// grant's answer (`1`, or the leased permits' ids), `None` when not granted in time.
-    pub(crate) async fn take(
-        &self,
-        permits: u64,
-        lease_ms: Option<u64>,
-        deadline: Option<Instant>,
-    ) -> Result<Option<redis::Value>> {
-        let wait_ms = match wait_budget(deadline) {
-            Ok(ms) => ms,
-            Err(Error::TimedOut) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut command = redis::cmd("RSEM.ACQUIRE");
-        command.arg(&*self.name).arg(permits);
-        if let Some(ms) = lease_ms {
-            command.arg("LEASE").arg(ms);
-        }
-        command.arg("WAIT").arg(wait_ms);
-        let node = self.shared.target.node_for(&self.name, &mut self.conn()).await?;
-        let (mut tx, rx) = oneshot::channel::<Result<Option<redis::Value>>>();
-        let semaphore = self.clone();
-        tokio::spawn(async move {
-            let end = blocking_call(&node, false, &command, tx.closed()).await;
-            match end {
-                Ok(Blocking::Answer(answer, _)) => {
-                    let granted = answer.map(|v| match v {
-                        redis::Value::Int(1) | redis::Value::Array(_) => Some(v),
-                        _ => None,
-                    });
-                    if let Err(Ok(Some(grant))) = tx.send(granted.map_err(Error::from)) {
-                        // The caller went away just as the permits arrived.
-                        semaphore.give_back(&grant, permits).await;
-                    }
-                }
-                Ok(Blocking::Cancelled(Some(Ok(answer)))) => {
-                    semaphore.give_back(&answer, permits).await;
-                }
-                Ok(Blocking::Cancelled(_)) => {}
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "the task waiting for the permits stopped",
-            ))))
-        })
+    /// One request for `permits` by `deadline`. Whatever ends it without the caller learning
+    /// of the grant (a dropped future, the deadline, a lost reply) cancels it exactly
+    /// (`RLOCK.CANCEL`: the server gives back what the request got, or refuses it later).
+    async fn take(&self, permits: u64, deadline: Option<Instant>) -> Result<bool> {
+        let owner = Arc::from("");
+        let mut request = Request::new(&self.shared, &self.name, Kind::Counted(permits), owner, 0);
+        let granted = request.run(deadline, bound(deadline, Instant::now())).await?.is_some();
+        request.taken();
+        Ok(granted)
     }
 }

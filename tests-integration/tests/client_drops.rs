@@ -264,11 +264,14 @@ async fn i14_a_user_without_command_info_opens_and_locks() {
         &[
             "~app:*",
             "~redisson_unlock_latch:*",
+            // Every acquire carries a request id (issue 24): its record, and its cancellation.
+            "~rlock_request:*",
             "&redisson_lock__channel:*",
             "+rlock.acquire",
             "+rlock.release",
             "+rlock.renew",
             "+rlock.pttl",
+            "+rlock.cancel",
         ],
     );
     for url in [everything_but_command, only_locks] {

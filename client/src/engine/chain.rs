@@ -1,0 +1,214 @@
+//! Re-entry for locks and the sides of a read-write lock: a handle's *chain* is its current
+//! [`Hold`] (one server grant, count 1 on the server), which its re-entries join as guards.
+//!
+//! A re-entry joins only after the server confirmed that exact hold on that exact side
+//! (`RLOCK.RENEW key owner ms`, `RWLOCK.RENEW key owner ms READ|WRITE`), renewed to at least
+//! the re-entry's lease and never below what the hold's guards were promised; a hold the server
+//! no longer has is marked lost and a new one is taken, under an owner id of its own
+//! (`<handle owner>:<n>`), so a stale guard never acts on a later hold. The two sides of one
+//! read-write lock share the owner of the other side's live hold (write → read re-entry and
+//! downgrade, as Redisson's thread does; read → write is the upgrade the server refuses).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::conn::Shared;
+use crate::engine::hold::{after, Hold, Member};
+use crate::engine::kind::{Holder, Kind};
+use crate::engine::request::Request;
+use crate::engine::{bound, millis, within};
+use crate::error::{Error, Result};
+
+/// One handle's holds of one lock (or one side of a read-write lock), shared by its clones.
+pub(crate) struct Chain {
+    shared: Arc<Shared>,
+    key: Arc<[u8]>,
+    kind: Kind,
+    /// The handle's owner id; each hold adds `:<n>`.
+    owner: Arc<str>,
+    current: Mutex<Option<Hold>>,
+    /// Owner numbers drawn so far.
+    drawn: AtomicU64,
+    /// One acquire of the handle at a time: concurrent ones re-enter instead of racing.
+    turn: tokio::sync::Mutex<()>,
+    /// The other side of a read-write lock.
+    sibling: OnceLock<Weak<Chain>>,
+}
+
+impl Chain {
+    /// A handle's chain of `kind` (a lock, or one side) on `key` for `owner`.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        key: &Arc<[u8]>,
+        kind: Kind,
+        owner: Arc<str>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            shared: Arc::clone(shared),
+            key: Arc::clone(key),
+            kind,
+            owner,
+            current: Mutex::new(None),
+            drawn: AtomicU64::new(0),
+            turn: tokio::sync::Mutex::new(()),
+            sibling: OnceLock::new(),
+        })
+    }
+
+    /// The two sides of a read-write lock (owners `<owner>:r` and `<owner>:w`), each sharing
+    /// the other's live hold's owner.
+    pub(crate) fn pair(
+        shared: &Arc<Shared>,
+        key: &Arc<[u8]>,
+        owner: &str,
+    ) -> (Arc<Self>, Arc<Self>) {
+        let read = Self::new(shared, key, Kind::Read, Arc::from(format!("{owner}:r")));
+        let write = Self::new(shared, key, Kind::Write, Arc::from(format!("{owner}:w")));
+        let _ = read.sibling.set(Arc::downgrade(&write));
+        let _ = write.sibling.set(Arc::downgrade(&read));
+        (read, write)
+    }
+
+    /// The client's shared parts.
+    pub(crate) const fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The key.
+    pub(crate) const fn key(&self) -> &Arc<[u8]> {
+        &self.key
+    }
+
+    /// What it takes.
+    pub(crate) const fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The handle's owner id.
+    pub(crate) const fn owner(&self) -> &Arc<str> {
+        &self.owner
+    }
+
+    /// A fresh owner id of this handle, `<owner>:<n>` (a new hold's, a MultiLock grant's).
+    pub(crate) fn next_owner(&self) -> Arc<str> {
+        let n = self.drawn.fetch_add(1, Ordering::Relaxed) + 1;
+        Arc::from(format!("{}:{n}", self.owner))
+    }
+
+    /// The current hold, if a re-entry may still join it.
+    pub(crate) fn live(&self) -> Option<Hold> {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.clone().filter(Hold::is_live)
+    }
+
+    /// The owner of the other side's live hold.
+    fn sibling_owner(&self) -> Option<Arc<str>> {
+        let sibling = self.sibling.get()?.upgrade()?;
+        sibling.live()?.owner().cloned()
+    }
+
+    /// Takes the lock (or side) by `deadline` (`None`: as long as it takes): re-enters the live
+    /// hold once the server confirms it, else takes a new one. `lease: None` uses the watchdog.
+    ///
+    /// # Errors
+    /// [`Error::ZeroLease`] for a zero lease (nothing sent); [`Error::TimedOut`] when the
+    /// deadline passes first or the server did not answer in time (the request is cancelled:
+    /// nothing stays held); [`Error::Redis`] when Redis fails or refuses.
+    pub(crate) async fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Member> {
+        let options = &self.shared.options;
+        let watchdog = lease.is_none().then_some(options.watchdog_timeout);
+        let lease = lease.unwrap_or(options.watchdog_timeout);
+        if lease.is_zero() {
+            return Err(Error::ZeroLease);
+        }
+        let bound = bound(deadline, Instant::now());
+        let _turn = match bound {
+            None => self.turn.lock().await,
+            Some(bound) => tokio::time::timeout_at(bound, self.turn.lock())
+                .await
+                .map_err(|_| Error::TimedOut)?,
+        };
+        if let Some(member) = self.reenter(lease, watchdog, bound).await? {
+            return Ok(member);
+        }
+        let owner = self.sibling_owner().unwrap_or_else(|| self.next_owner());
+        let mut request =
+            Request::new(&self.shared, &self.key, self.kind, Arc::clone(&owner), millis(lease));
+        let Some(grant) = request.run(deadline, bound).await? else { return Err(Error::TimedOut) };
+        let holder = Holder::Owner(Arc::clone(&owner));
+        let until = after(request.sent(), lease);
+        let hold = Hold::new(&self.shared, &self.key, self.kind, holder, grant.token, until);
+        // Still cancelled if dropped here: the refresh comes before the guard's watchdog.
+        refresh_after_wait(&hold, &request, lease, bound).await;
+        let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
+        request.taken();
+        let previous =
+            self.current.lock().unwrap_or_else(PoisonError::into_inner).replace(hold.clone());
+        if let Some(previous) = previous.filter(|p| p.owner() == Some(&owner)) {
+            previous.supersede(); // the server cannot tell it from the new hold any more
+        }
+        Ok(member)
+    }
+
+    /// Joins the live hold once the server confirmed it on this side, renewed for at least
+    /// `lease`. `None`: no live hold (one the server no longer has is marked lost).
+    async fn reenter(
+        &self,
+        lease: Duration,
+        watchdog: Option<Duration>,
+        bound: Option<Instant>,
+    ) -> Result<Option<Member>> {
+        let Some(hold) = self.live() else { return Ok(None) };
+        if !within(bound, hold.renew(lease)).await? {
+            return Ok(None);
+        }
+        Ok(hold.join(watchdog)) // `None`: its last guard left meanwhile: take a new hold
+    }
+
+    /// This handle's live guards that the server confirms (0 when it holds nothing); errors as
+    /// `is_locked` does on a key of another type.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub(crate) async fn hold_count(&self) -> Result<u64> {
+        let mut conn = self.shared.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("RLOCK.PTTL").arg(&*self.key);
+        let hold = self.live();
+        let Some((hold, owner)) = hold.as_ref().and_then(|h| Some((h, h.owner()?))) else {
+            let _: (i64,) = pipe.query_async(&mut conn).await?;
+            return Ok(0);
+        };
+        pipe.cmd("HEXISTS").arg(&*self.key).arg(self.kind.field(owner));
+        let (_, held): (i64, bool) = pipe.query_async(&mut conn).await?;
+        if held {
+            Ok(hold.guards() as u64)
+        } else {
+            hold.lose();
+            Ok(0)
+        }
+    }
+}
+
+/// A grant handed over after a server-side wait started its lease at the hand-off, some time
+/// after the wait was sent: when that was long ago against the lease, one renewal confirms a
+/// deadline from now (so a long wait never yields a guard born lost). Runs before the hold's
+/// first guard joins (its watchdog would find the deadline passed), while the request still
+/// cancels the grant if the caller goes away. Errors are left to the guard's own loss signal.
+pub(crate) async fn refresh_after_wait(
+    hold: &Hold,
+    request: &Request,
+    lease: Duration,
+    bound: Option<Instant>,
+) {
+    if request.waited() && request.sent().elapsed() > lease / 3 {
+        let _ = within(bound, hold.renew(lease)).await;
+    }
+}

@@ -1,0 +1,118 @@
+//! The hold engine: one implementation of acquiring, holding, renewing and releasing under
+//! every kind of guard (locks, read-write lock sides, counted and leased permits, MultiLock and
+//! RedLock).
+//!
+//! - [`kind`]: what differs per kind, as data (commands and replies).
+//! - [`request`]: one acquire request (`REQUEST id`): a try, a server-side wait, and exact
+//!   cancellation (`RLOCK.CANCEL`) of whatever it got when no caller takes it.
+//! - [`waiting`]: the server-side wait on a dedicated connection, in a task.
+//! - [`hold`]: one server grant and its guards: one deadline, the watchdog, the loss signal,
+//!   release and drop.
+//! - [`watchdog`]: a hold's renewal while a watchdog guard lives.
+//! - [`chain`]: re-entry for locks and read-write lock sides.
+
+pub(crate) mod chain;
+pub(crate) mod hold;
+pub(crate) mod kind;
+pub(crate) mod request;
+pub(crate) mod waiting;
+pub(crate) mod watchdog;
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Error;
+
+/// How long past its deadline a call may take: room for the server's own timeout reply to a
+/// wait, and the one response bound of a `Duration::ZERO` try (redis-rs's default response
+/// timeout).
+pub(crate) const GRACE: Duration = Duration::from_millis(500);
+
+/// How long a cancellation or release asked for by a failed call is waited for before the call
+/// returns (the releaser goes on with it after that).
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
+
+/// How long the server remembers a counted request (the releaser retries its cancellation this
+/// long: spec24's `REQUEST_RECORD_MS`).
+pub(crate) const COUNTED_RECORD: Duration = Duration::from_secs(60);
+
+/// When a call with `deadline` must have returned: the deadline plus [`GRACE`] (never before
+/// `now` + [`GRACE`], so a zero wait still gets one answer); `None` without a deadline.
+pub(crate) fn bound(deadline: Option<Instant>, now: Instant) -> Option<Instant> {
+    deadline.map(|d| d.max(now) + GRACE)
+}
+
+/// The `WAIT` budget of a server-side wait started at `now`: what is left until `deadline`, at
+/// least 1 ms (`WAIT 0` would wait without limit); `0` (no limit) without a deadline.
+pub(crate) fn wait_ms(deadline: Option<Instant>, now: Instant) -> u64 {
+    deadline.map_or(0, |d| millis(d.saturating_duration_since(now)))
+}
+
+/// Milliseconds of a duration, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Whether an error leaves the outcome of a command unknown (it may have run, or still run).
+pub(crate) fn uncertain(e: &Error) -> bool {
+    match e {
+        Error::TimedOut => true,
+        Error::Redis(e) => redis_uncertain(e),
+        _ => false,
+    }
+}
+
+/// As [`uncertain`], for a redis error.
+pub(crate) fn redis_uncertain(e: &redis::RedisError) -> bool {
+    e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// `tokio::time::timeout_at` when there is a bound; [`Error::TimedOut`] when it passes.
+pub(crate) async fn within<T>(
+    bound: Option<Instant>,
+    work: impl std::future::Future<Output = crate::error::Result<T>>,
+) -> crate::error::Result<T> {
+    match bound {
+        None => work.await,
+        Some(bound) => tokio::time::timeout_at(bound, work).await.unwrap_or(Err(Error::TimedOut)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_bounded_by_its_deadline_plus_the_grace_and_a_zero_wait_gets_one_answer() {
+        let now = Instant::now();
+        assert_eq!(bound(None, now), None);
+        let d = now + Duration::from_secs(3);
+        assert_eq!(bound(Some(d), now), Some(d + GRACE));
+        let past = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        assert_eq!(bound(Some(past), now), Some(now + GRACE), "one response bound");
+    }
+
+    #[test]
+    fn wait_budgets_never_read_as_unlimited_when_there_is_a_deadline() {
+        let now = Instant::now();
+        assert_eq!(wait_ms(None, now), 0, "no deadline: WAIT 0, no limit");
+        assert_eq!(wait_ms(Some(now), now), 1, "a deadline that passed: one ms");
+        assert_eq!(wait_ms(Some(now + Duration::from_micros(10)), now), 1);
+        assert_eq!(wait_ms(Some(now + Duration::from_millis(1_500)), now), 1_500);
+        assert_eq!(millis(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn only_errors_that_leave_the_command_s_fate_open_are_uncertain() {
+        assert!(uncertain(&Error::TimedOut));
+        assert!(!uncertain(&Error::NotHeld));
+        let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(uncertain(&Error::Redis(io)));
+        let refused = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "ERR nope",
+        ));
+        assert!(!uncertain(&Error::Redis(refused)));
+    }
+}

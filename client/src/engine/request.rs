@@ -1,0 +1,288 @@
+//! One acquire request, of any kind: a fresh `REQUEST id`, a non-blocking try on the shared
+//! connection, then a server-side wait on a dedicated connection. Whatever ends the request
+//! without the caller taking its grant (the future dropped at any await, the deadline passed,
+//! a lost reply, a failed replica acknowledgement) cancels it exactly with `RLOCK.CANCEL key id`
+//! through the client's releaser: the server then gives back what the request got, or refuses
+//! it if it arrives later, so nothing stays held and no permit is lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::conn::Shared;
+use crate::engine::kind::{self, Answer, Grant, Kind};
+use crate::engine::{bound, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE, SETTLE};
+use crate::error::{Error, Result};
+use crate::options::Options;
+
+/// How one command of a request ended, for the request to settle.
+#[derive(Debug)]
+pub(crate) enum Ended {
+    /// The server answered.
+    Answer(Answer),
+    /// Refused before anything was granted, and nothing is in flight (a server error: the
+    /// module changes nothing on an error; or the command was never sent).
+    Refused(Error),
+    /// Unknown: the command may have run, or may still run (a lost reply, a stall).
+    Unknown(Error),
+    /// Granted, but the replica (or AOF) acknowledgement failed.
+    Unacked(Error),
+}
+
+/// One acquire request. Dropped while it may hold something nobody took, it is cancelled.
+pub(crate) struct Request {
+    shared: Arc<Shared>,
+    key: Arc<[u8]>,
+    kind: Kind,
+    owner: Arc<str>,
+    lease_ms: u64,
+    id: Arc<str>,
+    /// A command is (or may be) in flight, or a grant was answered and not taken.
+    armed: bool,
+    /// When the command that got the answer was sent.
+    sent: Instant,
+    /// Whether that command was a server-side wait (granted at some moment after `sent`).
+    waited: bool,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("kind", &self.kind)
+            .field("owner", &self.owner)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Request {
+    /// A request of `kind` on `key` for `owner` (ignored by permits) with a lease of
+    /// `lease_ms` (ignored by counted permits), with a fresh id.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        key: &Arc<[u8]>,
+        kind: Kind,
+        owner: Arc<str>,
+        lease_ms: u64,
+    ) -> Self {
+        Self {
+            shared: Arc::clone(shared),
+            key: Arc::clone(key),
+            kind,
+            owner,
+            lease_ms,
+            id: Arc::from(uuid::Uuid::new_v4().simple().to_string()),
+            armed: false,
+            sent: Instant::now(),
+            waited: false,
+        }
+    }
+
+    /// The owner the request acquires for.
+    pub(crate) const fn owner(&self) -> &Arc<str> {
+        &self.owner
+    }
+
+    /// When the command that got the grant was sent (the grant's lease started after it).
+    pub(crate) const fn sent(&self) -> Instant {
+        self.sent
+    }
+
+    /// Whether the grant came from a server-side wait (its lease started at the hand-off,
+    /// some time after [`Self::sent`]).
+    pub(crate) const fn waited(&self) -> bool {
+        self.waited
+    }
+
+    /// The caller took the grant: nothing to cancel any more.
+    pub(crate) fn taken(&mut self) {
+        self.armed = false;
+    }
+
+    /// Tries once, then waits in the server until `deadline` (`None`: as long as it takes).
+    /// `Ok(None)`: not granted by then (nothing held). The call returns by `bound` (the
+    /// caller's [`crate::engine::bound`] of the deadline: plus [`crate::engine::GRACE`]; plus
+    /// the acknowledgement's time with replica/AOF acknowledgement), whatever the server does.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`] when the server did not answer in time (the request is cancelled
+    /// when dropped); the server's refusal; a failed acknowledgement (the grant is cancelled
+    /// before this returns, within a bound).
+    pub(crate) async fn run(
+        &mut self,
+        deadline: Option<Instant>,
+        bound: Option<Instant>,
+    ) -> Result<Option<Grant>> {
+        let options = &self.shared.options;
+        let ack_in_cluster = (options.replica_ack.is_some() || options.aof_ack.is_some())
+            && self.shared.target.is_cluster();
+        // In a cluster, the acknowledgement must run on the node's own connection: the
+        // server-side path does that, and answers at once when the lock is free.
+        if !ack_in_cluster {
+            if let Some(grant) = self.try_once(bound).await? {
+                return Ok(Some(grant));
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Ok(None);
+            }
+        }
+        self.wait(deadline).await
+    }
+
+    /// One non-blocking acquire on the shared connection, its answer awaited until `bound`
+    /// (then the connection's own response timeout), then the acknowledgement.
+    ///
+    /// # Errors
+    /// As [`Self::run`]; an unanswered try is [`Error::TimedOut`].
+    pub(crate) async fn try_once(&mut self, bound: Option<Instant>) -> Result<Option<Grant>> {
+        let cmd = self.command(None);
+        (self.armed, self.sent, self.waited) = (true, Instant::now(), false);
+        let mut conn = self.shared.conn.clone();
+        let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
+        let ended = match reply {
+            Err(e) if uncertain(&e) => Ended::Unknown(Error::TimedOut),
+            Err(e) => Ended::Refused(e),
+            Ok(reply) => match self.kind.answer(&reply) {
+                Ok(Answer::Granted(grant)) => {
+                    match acknowledged(&self.shared.options, &mut conn).await {
+                        Ok(()) => Ended::Answer(Answer::Granted(grant)),
+                        Err(e) => Ended::Unacked(e),
+                    }
+                }
+                Ok(Answer::Busy) => Ended::Answer(Answer::Busy),
+                Err(e) => Ended::Unknown(e),
+            },
+        };
+        self.settle(ended).await
+    }
+
+    /// A server-side wait until `deadline` on a dedicated connection to the key's node, in a
+    /// task; the connection's response timeout and this call are bounded by the deadline plus
+    /// the grace.
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    pub(crate) async fn wait(&mut self, deadline: Option<Instant>) -> Result<Option<Grant>> {
+        let now = Instant::now();
+        let budget = wait_ms(deadline, now);
+        let cmd = self.command(Some(budget));
+        let ack = self.shared.options.response_timeout().unwrap_or_default();
+        let bound = bound(deadline, now).map(|b| b + ack);
+        // The connection's own timeout is a backstop that frees the task: the call's bound
+        // comes first, so the caller always sees a passed deadline as `TimedOut`.
+        let response_timeout = bound.map(|b| b.saturating_duration_since(now) + GRACE);
+        (self.armed, self.sent, self.waited) = (true, now, true);
+        let (reply, answer) = oneshot::channel();
+        let (shared, key) = (Arc::clone(&self.shared), Arc::clone(&self.key));
+        tokio::spawn(waiting::wait(shared, key, self.kind, cmd, response_timeout, reply));
+        let answer = async { answer.await.map_err(|_| stopped()) };
+        let ended = within(bound, answer).await.unwrap_or_else(Ended::Unknown);
+        self.settle(ended).await
+    }
+
+    /// The acquire command (`TOKEN` when the client asks for fencing tokens).
+    fn command(&self, wait_ms: Option<u64>) -> redis::Cmd {
+        let token = self.shared.options.fencing;
+        self.kind.acquire(&self.key, &self.owner, self.lease_ms, wait_ms, token, &self.id)
+    }
+
+    /// Turns how a command ended into the call's result, settling what nobody will take.
+    async fn settle(&mut self, ended: Ended) -> Result<Option<Grant>> {
+        match ended {
+            Ended::Answer(Answer::Granted(grant)) => Ok(Some(grant)),
+            Ended::Answer(Answer::Busy) => {
+                self.armed = false;
+                Ok(None)
+            }
+            Ended::Refused(e) => {
+                self.armed = false;
+                Err(e)
+            }
+            // Still armed: the caller returns the error and drops the request, which cancels it.
+            Ended::Unknown(e) => Err(e),
+            Ended::Unacked(e) => {
+                self.cancel(SETTLE).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Cancels the request now (when it may hold something), waiting at most `max` for the
+    /// server's answer; the releaser goes on after that.
+    pub(crate) async fn cancel(&mut self, max: Duration) {
+        if !std::mem::replace(&mut self.armed, false) {
+            return;
+        }
+        let (done, answer) = oneshot::channel();
+        let until = self.cancel_until();
+        self.shared.releaser.submit(Arc::clone(&self.key), self.cancel_cmd(), until, Some(done));
+        let _ = tokio::time::timeout(max, answer).await;
+    }
+
+    fn cancel_cmd(&self) -> redis::Cmd {
+        kind::cancel(&self.key, &self.id)
+    }
+
+    /// How long the releaser keeps trying a cancellation: as long as a grant would last (its
+    /// lease; the server's record of a counted request), at least [`SETTLE`].
+    fn cancel_until(&self) -> std::time::Instant {
+        let keep = if self.kind.leased() {
+            Duration::from_millis(self.lease_ms).max(SETTLE)
+        } else {
+            COUNTED_RECORD
+        };
+        crate::releaser::until_after(keep)
+    }
+}
+
+impl Drop for Request {
+    /// A request that may hold something nobody took is cancelled in the background.
+    fn drop(&mut self) {
+        if self.armed {
+            let until = self.cancel_until();
+            self.shared.releaser.submit(Arc::clone(&self.key), self.cancel_cmd(), until, None);
+        }
+    }
+}
+
+/// The waiting task went away without an answer (its runtime is shutting down).
+fn stopped() -> Error {
+    Error::Redis(redis::RedisError::from((redis::ErrorKind::Io, "the waiting task stopped")))
+}
+
+/// With [`Options::replica_ack`]: waits for the replicas to acknowledge the writes of `con`
+/// (the grant just made); then [`Options::aof_ack`]'s `WAITAOF`.
+///
+/// # Errors
+/// [`Error::NotReplicated`], [`Error::NotPersisted`], or the server's error.
+pub(crate) async fn acknowledged<C>(options: &Options, con: &mut C) -> Result<()>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    if let Some((wanted, timeout)) = options.replica_ack {
+        let timeout = crate::engine::millis(timeout);
+        let acknowledged: u32 =
+            redis::cmd("WAIT").arg(wanted).arg(timeout).query_async(con).await?;
+        if acknowledged < wanted {
+            return Err(Error::NotReplicated { wanted, acknowledged });
+        }
+    }
+    if let Some(aof) = options.aof_ack {
+        let (local, replicas): (u32, u32) = redis::cmd("WAITAOF")
+            .arg(u32::from(aof.local))
+            .arg(aof.replicas)
+            .arg(crate::engine::millis(aof.timeout))
+            .query_async(con)
+            .await?;
+        if (aof.local && local == 0) || replicas < aof.replicas {
+            return Err(Error::NotPersisted {
+                local: (aof.local, local > 0),
+                replicas: (aof.replicas, replicas),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! The hold engine's own regressions (issue 24, beyond the numbered items of
+//! `client_items.rs`): what writing the engine once for every kind fixed on the way.
+
+use std::time::Duration;
+
+use rlock_client::{Error, LockClient, Options};
+use rlock_tests_integration::{cmd, wait_blocked, Server};
+use tokio::time::{sleep, timeout, Instant};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// A grant handed over after a server-side wait longer than the lease starts its lease at the
+/// hand-off: the guard must not be born lost (its deadline counted from when the wait was
+/// sent), neither with an explicit lease nor with the watchdog, for a lock, a read-write lock
+/// side and leased permits alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_after_a_wait_longer_than_its_lease_is_not_born_lost() {
+    let server = Server::start();
+    let lease = Duration::from_millis(900);
+    let options = Options::default().watchdog_timeout(lease);
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "holder", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "holder", "WRITE", "60000"]);
+    cmd(&mut con, &["RSEM.SETPERMITS", "s", "0"]);
+    let mut problems = Vec::new();
+    for watchdog in [false, true] {
+        let lease = (!watchdog).then_some(lease);
+        let (lock, rw, sem) =
+            (client.lock("l"), client.rw_lock("rw"), client.leased_semaphore("s"));
+        let waits = (
+            tokio::spawn(async move { lock.acquire(lease).await }),
+            tokio::spawn(async move { rw.write().acquire(lease).await }),
+            tokio::spawn(async move { sem.acquire(1, lease).await }),
+        );
+        wait_blocked(&mut con, 3);
+        sleep(Duration::from_millis(1_500)).await; // longer than the lease
+        cmd(&mut con, &["RLOCK.RELEASE", "l", "holder"]);
+        cmd(&mut con, &["RWLOCK.RELEASE", "rw", "holder", "WRITE"]);
+        cmd(&mut con, &["RSEM.RELEASE", "s", "1"]);
+        let handed = Instant::now();
+        let lock = timeout(LIMIT, waits.0).await.expect("lock").expect("task").expect("lock");
+        let write = timeout(LIMIT, waits.1).await.expect("rw").expect("task").expect("write");
+        let permit = timeout(LIMIT, waits.2).await.expect("sem").expect("task").expect("permit");
+        let margin = handed + Duration::from_millis(300);
+        let states = [
+            ("lock", lock.is_lost(), lock.valid_until()),
+            ("write", write.is_lost(), write.valid_until()),
+            ("permit", permit.is_lost(), permit.valid_until()),
+        ];
+        for (kind, lost, until) in states {
+            if lost || until.is_none_or(|u| u < margin) {
+                problems.push(format!(
+                    "{kind} (watchdog: {watchdog}): lost {lost}, valid until {:?} after the \
+                     hand-off",
+                    until.map(|u| u.saturating_duration_since(handed))
+                ));
+            }
+        }
+        lock.release().await.expect("release the lock");
+        write.release().await.expect("release the write");
+        permit.release().await.expect("release the permit");
+        cmd(&mut con, &["RLOCK.ACQUIRE", "l", "holder", "60000"]);
+        cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "holder", "WRITE", "60000"]);
+        cmd(&mut con, &["RSEM.ACQUIRE", "s", "1"]);
+    }
+    assert!(problems.is_empty(), "guards born lost after a long wait:\n{}", problems.join("\n"));
+}
+
+/// With `replica_ack`, a semaphore grant (counted or leased) is acknowledged like a lock's: when
+/// too few replicas have it, the permits are given back and the acquire fails with
+/// `NotReplicated`, instead of reporting permits only the master knows of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_a_replica_did_not_acknowledge_are_given_back_and_reported() {
+    let master = Server::start(); // no replica: nobody acknowledges
+    let options = Options::default().replica_ack(1, Duration::from_millis(200));
+    let client = LockClient::with_options(master.client(), options).await.expect("client");
+    let counted = client.semaphore("c");
+    assert!(counted.try_set_permits(2).await.expect("set"));
+    let taken = counted.acquire(1).await;
+    assert!(matches!(taken, Err(Error::NotReplicated { wanted: 1, acknowledged: 0 })), "{taken:?}");
+    assert_eq!(counted.available().await.expect("available"), 2, "the counted permit came back");
+    let leased = client.leased_semaphore("l");
+    assert!(leased.try_set_permits(2).await.expect("set"));
+    let taken = leased.acquire(1, Some(Duration::from_secs(60))).await;
+    assert!(matches!(taken, Err(Error::NotReplicated { wanted: 1, acknowledged: 0 })), "{taken:?}");
+    assert_eq!(leased.available().await.expect("available"), 2, "the leased permit came back");
+}
