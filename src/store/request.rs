@@ -74,6 +74,15 @@ impl RequestRecord {
     }
 }
 
+/// Whether request `id`'s record on the lock `lock` (the context's database) says cancelled,
+/// read as the module (no ACL check: a waiter's reply, for a record its grant just wrote). A
+/// waiter granted by a hand-off whose request was cancelled before its reply went out (the
+/// cancel gave the grant back) is told it was not granted.
+pub fn says_cancelled(ctx: &Context, lock: &[u8], id: &[u8]) -> bool {
+    let name = RedisString::create_from_slice(ctx.get_raw(), &names::request(lock, id));
+    matches!(RequestRecord { name }.read(ctx), Ok(Some(Record::Cancelled)))
+}
+
 /// Whether `granted` is still in place on the lock `name` at `now`: the owner still holds that
 /// lock (a reentrant lock), that side (a read-write lock: read holds, or the write hold in write
 /// mode); every leased id is still leased; counted permits carry no owner: always.
