@@ -152,23 +152,62 @@ impl Record {
     }
 }
 
+impl Record {
+    /// The value stored for this record of a request on the lock `lock`: [`MAGIC`], the lock's
+    /// name as a length-prefixed field, then the record as [`Self::encode`] writes it past its
+    /// [`MAGIC`]. The name is there because the record key does not tell the lock apart:
+    /// Redisson's prefix rule gives `a` with id `b:c` and `{a}:b` with id `c` (or `a` and `{a}`
+    /// with the same id) the same key, and a cancel must never undo a grant on another lock.
+    #[must_use]
+    pub fn stored_for(&self, lock: &[u8]) -> Vec<u8> {
+        let body = self.encode();
+        let mut out = MAGIC.to_vec();
+        push_field(&mut out, lock);
+        out.extend_from_slice(&body[MAGIC.len()..]);
+        out
+    }
+
+    /// Reads the value stored for a request on the lock `lock` (see [`Self::stored_for`]).
+    ///
+    /// # Errors
+    /// [`LockError::CorruptRequest`] for anything [`Self::stored_for`] does not write;
+    /// [`LockError::RequestMismatch`] for the record of a request on another lock whose record
+    /// key is the same.
+    pub fn load_for(stored: &[u8], lock: &[u8]) -> Result<Self, LockError> {
+        let rest = stored.strip_prefix(MAGIC).ok_or(LockError::CorruptRequest)?;
+        let (owner_lock, rest) = first_field(rest)?;
+        let record = Self::decode(&[MAGIC, rest].concat())?;
+        if owner_lock == lock {
+            Ok(record)
+        } else {
+            Err(LockError::RequestMismatch)
+        }
+    }
+}
+
+/// The first length-prefixed field of `bytes` (`<decimal length>:<bytes>`), and what follows.
+fn first_field(bytes: &[u8]) -> Result<(&[u8], &[u8]), LockError> {
+    let corrupt = LockError::CorruptRequest;
+    let colon = bytes.iter().take(20).position(|&b| b == b':').ok_or(corrupt)?;
+    let len = match &bytes[..colon] {
+        b"0" => 0,
+        digits => parse_positive(digits).ok_or(corrupt)?,
+    };
+    let rest = &bytes[colon + 1..];
+    let len = usize::try_from(len).ok().filter(|&len| len <= rest.len()).ok_or(corrupt)?;
+    Ok(rest.split_at(len))
+}
+
 /// The length-prefixed fields of `bytes`, at most `max` of them.
 fn fields(mut bytes: &[u8], max: usize) -> Result<Vec<&[u8]>, LockError> {
-    let corrupt = LockError::CorruptRequest;
     let mut out = Vec::new();
     while !bytes.is_empty() {
         if out.len() >= max {
-            return Err(corrupt);
+            return Err(LockError::CorruptRequest);
         }
-        let colon = bytes.iter().take(20).position(|&b| b == b':').ok_or(corrupt)?;
-        let len = match &bytes[..colon] {
-            b"0" => 0,
-            digits => parse_positive(digits).ok_or(corrupt)?,
-        };
-        let rest = &bytes[colon + 1..];
-        let len = usize::try_from(len).ok().filter(|&len| len <= rest.len()).ok_or(corrupt)?;
-        out.push(&rest[..len]);
-        bytes = &rest[len..];
+        let (field, rest) = first_field(bytes)?;
+        out.push(field);
+        bytes = rest;
     }
     Ok(out)
 }

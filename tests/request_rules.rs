@@ -178,3 +178,22 @@ fn every_acquire_takes_request_in_any_order_and_cancel_takes_a_key_and_an_id() {
         assert_eq!(Cancel::parse(&argv(arity)).err(), Some(LockError::WrongArity), "{arity:?}");
     }
 }
+
+#[test]
+fn a_stored_record_names_its_lock_and_another_lock_s_is_a_mismatch() {
+    for record in records() {
+        for lock in [&b"a"[..], b"{a}", b"{a}:b", b"x\x00}:{", b""] {
+            let stored = record.stored_for(lock);
+            assert_eq!(Record::load_for(&stored, lock), Ok(record.clone()), "{stored:?}");
+            // The same record key, another lock (Redisson's prefix rule is not one-to-one).
+            for other in [&b"a}"[..], b"{a}:", b"A"] {
+                assert_eq!(Record::load_for(&stored, other), Err(LockError::RequestMismatch));
+            }
+            // The body alone (no lock) is corrupt, as is a lock field that claims too much.
+            assert_eq!(Record::load_for(&record.encode(), lock), Err(LockError::CorruptRequest));
+        }
+    }
+    for bad in [&b"rlock-request:1:9:aC"[..], b"rlock-request:1:1:aX", b"rlock-request:1:1:a"] {
+        assert_eq!(Record::load_for(bad, b"a"), Err(LockError::CorruptRequest), "{bad:?}");
+    }
+}

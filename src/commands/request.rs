@@ -5,7 +5,6 @@
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
-use super::guarded;
 use crate::args;
 use crate::error::{LockError, Refusal};
 use crate::raw;
@@ -46,7 +45,11 @@ pub(crate) fn prelude(
         // Its grant is being undone (its client left before the reply): cancelled.
         return Err(refused(LockError::RequestCancelled));
     }
-    let stored = record.read(ctx)?;
+    let stored = record.read(ctx).map_err(|e| match e {
+        // Another lock's request holds this record key: the id is taken.
+        LockError::RequestMismatch => refused(e),
+        e => e.into(),
+    })?;
     if let Some(granted) = request_rules::check_retry(stored.as_ref(), &asked).map_err(refused)? {
         let in_place = record::in_place(ctx, name, granted, now)?;
         match request_rules::replay(granted, in_place) {
@@ -64,14 +67,29 @@ pub(crate) fn prelude(
 /// `RLOCK.CANCEL key id`: 2, request `id`'s grant on the lock `key` was given back; 1, it was
 /// waiting and left the queue (its client answered as a wait that timed out); 0, nothing to
 /// undo. In every case its record then says cancelled: the request never gets anything later.
+///
+/// A record key that holds the record of a request on another lock (Redisson's prefix rule
+/// gives some names and ids the same key): nothing of that request is touched; a request of
+/// this lock that waits still leaves the queue (1), else `ERR request <id> belongs to another
+/// acquire`.
 pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, || {
+    super::guarded_naming(ctx, || {
         let cmd = args::Cancel::parse(&argv)?;
         let (name, id) = (cmd.key, cmd.request.as_slice());
         let record = RequestRecord::for_caller(ctx, name, id)?;
-        let stored = record.read(ctx)?;
+        let waits = waiting::waits_as(ctx, name, id);
+        let stored = match record.read(ctx) {
+            Err(LockError::RequestMismatch) if waits => {
+                // Its own record could not be written: its queue entry is all it has.
+                waiting::dequeue(ctx, name, id);
+                waiting::settle(ctx, name);
+                return Ok(RedisValue::Integer(replies::DEQUEUED));
+            }
+            Err(e @ LockError::RequestMismatch) => return Err(Refusal::Request(e, id.to_vec())),
+            other => other?,
+        };
         let now = raw::now_ms();
-        let reply = match request_rules::cancel(stored.as_ref(), waiting::waits_as(ctx, name, id)) {
+        let reply = match request_rules::cancel(stored.as_ref(), waits) {
             Cancel::Dequeue => {
                 waiting::dequeue(ctx, name, id);
                 // The waiters behind it may be grantable now (a head that asked for more).

@@ -19,14 +19,17 @@ use crate::rules::View;
 use crate::rw_rules::Mode;
 use crate::sem_rules;
 
-/// The longest record read (a longer value is a foreign writer's, refused without being
-/// copied): the largest the module writes is a leased grant of `args::sem::MAX_LEASED` ids
-/// (about 190 KB), or a hold of an owner of `args::MAX_REQUEST_OWNER` bytes.
+/// The longest record read beyond the lock's name it holds (a longer value is a foreign
+/// writer's, refused without being copied): the largest the module writes is a leased grant
+/// of `args::sem::MAX_LEASED` ids (about 190 KB), or a hold of an owner of
+/// `args::MAX_REQUEST_OWNER` bytes.
 const MAX_RECORD_LEN: usize = 256 * 1024;
 
 /// The request record of one acquire request on one lock.
 pub struct RequestRecord {
     name: RedisString,
+    /// The lock's name, which the record holds (its key does not tell every lock apart).
+    lock: Vec<u8>,
 }
 
 impl RequestRecord {
@@ -38,20 +41,23 @@ impl RequestRecord {
     pub fn for_caller(ctx: &Context, lock: &RedisString, id: &[u8]) -> Result<Self, LockError> {
         let name = derived_name(ctx, lock, &names::request(lock.as_slice(), id))?;
         check_key(ctx, &name, KeyUse::ReadWrite, LockError::NoPermRequest)?;
-        Ok(Self { name })
+        Ok(Self { name, lock: lock.as_slice().to_vec() })
     }
 
     /// The record as stored (`None`: none, or it expired).
     ///
     /// # Errors
     /// `WRONGTYPE` for a key of another type; [`LockError::CorruptRequest`] for a string that
-    /// is not a record.
+    /// is not a record; [`LockError::RequestMismatch`] for the record of a request on another
+    /// lock whose record key is this one (`Record::stored_for`).
     pub fn read(&self, ctx: &Context) -> Result<Option<Record>, LockError> {
         let key = Key::open(ctx, &self.name, false);
         match key.kind() {
             KeyKind::Empty => Ok(None),
-            KeyKind::String if key.string_len() > MAX_RECORD_LEN => Err(LockError::CorruptRequest),
-            KeyKind::String => Record::decode(&key.string_value()).map(Some),
+            KeyKind::String if key.string_len() > MAX_RECORD_LEN + self.lock.len() + 21 => {
+                Err(LockError::CorruptRequest)
+            }
+            KeyKind::String => Record::load_for(&key.string_value(), &self.lock).map(Some),
             KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
         }
     }
@@ -69,9 +75,19 @@ impl RequestRecord {
     }
 
     fn store(&self, ctx: &Context, record: &Record, until: i64) {
-        let value = RedisString::create_from_slice(ctx.get_raw(), &record.encode());
+        let value = RedisString::create_from_slice(ctx.get_raw(), &record.stored_for(&self.lock));
         store_string(ctx, &self.name, &value, c"set", Some(until));
     }
+}
+
+/// Whether request `id`'s record on the lock `lock` (the context's database) says cancelled,
+/// read as the module (no ACL check: a waiter's reply, for a record its grant just wrote). A
+/// waiter granted by a hand-off whose request was cancelled before its reply went out (the
+/// cancel gave the grant back) is told it was not granted.
+pub fn says_cancelled(ctx: &Context, lock: &[u8], id: &[u8]) -> bool {
+    let name = RedisString::create_from_slice(ctx.get_raw(), &names::request(lock, id));
+    let record = RequestRecord { name, lock: lock.to_vec() };
+    matches!(record.read(ctx), Ok(Some(Record::Cancelled)))
 }
 
 /// Whether `granted` is still in place on the lock `name` at `now`: the owner still holds that

@@ -34,8 +34,9 @@ pub enum Head<'a> {
 pub struct Grant<'a> {
     write: Write<'a>,
     token: Option<(TokenCounter, u64)>,
-    /// The waiter's request record (it asked with `REQUEST id`), with its lock kind and owner.
-    record: Option<(RequestRecord, Kind, Vec<u8>)>,
+    /// The waiter's request record (it asked with `REQUEST id`), with its lock kind and owner
+    /// (boxed: most waiters have none).
+    record: Option<Box<(RequestRecord, Kind, Vec<u8>)>>,
 }
 
 enum Write<'a> {
@@ -184,7 +185,7 @@ pub fn consider<'a>(
         None
     };
     let record = match request.id.as_deref().map(|id| record_of(ctx, name, id)).transpose() {
-        Ok(record) => record.map(|record| (record, request.kind, request.owner.clone())),
+        Ok(record) => record.map(|record| Box::new((record, request.kind, request.owner.clone()))),
         Err(e) => return Head::Refuse(e),
     };
     Head::Grant(Grant { write, token, record })
@@ -213,6 +214,7 @@ impl Grant<'_> {
     /// Writes and replicates the grant as the waiter's hold.
     pub fn write(self, ctx: &Context) -> Written {
         let Self { write, token, record } = self;
+        let record = record.map(|record| *record);
         // When the grant's lease ends (Unix ms): its request record lasts that long.
         let (lease_over_at, reap_at, stamp, until) = match write {
             Write::Reentrant { key, owner, plan } => {

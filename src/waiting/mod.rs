@@ -373,6 +373,17 @@ impl BlockHandler for Waiting {
     type Outcome = Outcome;
 
     fn reply(ctx: &Context, outcome: Option<&Outcome>) {
+        if let Some(Outcome::Granted { lock, request, .. }) = outcome {
+            let id = request.id.as_deref();
+            if id.is_some_and(|id| store::request::says_cancelled(ctx, &lock.key, id)) {
+                // Cancelled between its grant and this reply (the cancel gave the grant back):
+                // answered as a wait that timed out, never told it holds. The context is the
+                // waiter's own client, whose database is the lock's.
+                let reply = waiters::not_granted(ctx, &lock.key, request);
+                ctx.reply(reply.map(store::to_value).map_err(Into::into));
+                return;
+            }
+        }
         let reply = match outcome {
             Some(Outcome::Granted { ids, .. }) if !ids.is_empty() => {
                 ctx.reply(Ok(store::ids_value(ids)));

@@ -248,13 +248,14 @@ fn undo_grant(ctx: &Context, undo: &Undo) {
     let Some(name) = open_db(ctx, lock) else { return };
     let record =
         request.id.as_deref().and_then(|id| RequestRecord::for_caller(ctx, &name, id).ok());
-    if let Some(record) = &record {
-        if matches!(record.read(ctx), Ok(Some(Record::Cancelled))) {
-            return;
-        }
+    let stored = record.as_ref().map(|record| record.read(ctx));
+    if matches!(stored, Some(Ok(Some(Record::Cancelled)))) {
+        return;
     }
     release_grant(ctx, &name, request, ids, *stamp);
-    if let Some(record) = record {
+    // Not over the record of a request on another lock that holds its record key.
+    if let (Some(record), false) = (record, matches!(stored, Some(Err(LockError::RequestMismatch))))
+    {
         record.cancel(ctx, raw::now_ms());
     }
 }

@@ -50,8 +50,13 @@ fn stored(con: &mut Connection, key: &str, id: &str) -> Option<Vec<u8>> {
     redis::cmd("GET").arg(record(key, id)).query(con).expect("GET")
 }
 
+/// The start of every record of a request on the lock `key` (it names its lock).
+fn header(key: &str) -> String {
+    format!("rlock-request:1:{}:{key}", key.len())
+}
+
 fn cancelled(con: &mut Connection, key: &str, id: &str) -> bool {
-    stored(con, key, id).is_some_and(|v| v == b"rlock-request:1:C")
+    stored(con, key, id).is_some_and(|v| v == format!("{}C", header(key)).as_bytes())
 }
 
 impl Kind {
@@ -408,7 +413,8 @@ fn a2_a_hand_off_grant_is_recorded_and_cancel_gives_it_back() {
         kind.vacate(&mut con, &key);
         let granted = waiter.reply(LIMIT).0.expect("granted");
         assert!(kind.granted(&granted), "{kind:?}: {granted:?}");
-        assert!(stored(&mut con, &key, "r1").is_some_and(|r| r.starts_with(b"rlock-request:1:G")));
+        assert!(stored(&mut con, &key, "r1")
+            .is_some_and(|r| r.starts_with(format!("{}G", header(&key)).as_bytes())));
         let retry = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &["WAIT", "0"]));
         assert_eq!(retry, Ok(granted), "{kind:?}: the hand-off's grant, replayed");
         assert_eq!(kind.holders(&mut con, &key).len(), 1, "{kind:?}");
