@@ -67,3 +67,114 @@ async fn a_write_taken_again_through_the_read_leaves_no_write_held_by_nobody() {
         fields(&server, "ghost")
     );
 }
+
+/// The longest wait that still fits the monotonic clock, minus `margin`: a deadline the client
+/// can represent, close to the clock's end (a user's "wait practically forever").
+fn wait_near_the_clock_s_end(margin: Duration) -> Duration {
+    let now = tokio::time::Instant::now();
+    let (mut fits, mut overflows) = (Duration::ZERO, Duration::MAX);
+    while overflows.saturating_sub(fits) > Duration::from_millis(1) {
+        let mid = fits + (overflows - fits) / 2;
+        if now.checked_add(mid).is_some() {
+            fits = mid;
+        } else {
+            overflows = mid;
+        }
+    }
+    fits.saturating_sub(margin)
+}
+
+/// A wait the clock can represent but not plus the client's half-second grace must not panic:
+/// it waits (here it is granted at once, or times out on a busy lock by the test's own bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_near_the_clock_s_end_never_panics() {
+    let server = Server::start();
+    let me = client(&server).await;
+    let wait = wait_near_the_clock_s_end(Duration::from_millis(100));
+    let lock = me.lock("far");
+    let guard = tokio::spawn(async move { lock.try_acquire(wait, Some(LONG)).await }).await;
+    let guard = guard.expect("Lock::try_acquire with a far wait panicked");
+    guard.expect("a free lock is granted").release().await.expect("release");
+
+    let sem = me.semaphore("far-sem");
+    sem.try_set_permits(1).await.expect("permits");
+    let taken = tokio::spawn(async move { sem.try_acquire(1, wait).await }).await;
+    assert!(matches!(taken, Ok(Ok(true))), "Semaphore::try_acquire far wait: {taken:?}");
+
+    let leased = me.leased_semaphore("far-leased");
+    leased.try_set_permits(1).await.expect("permits");
+    let taken = tokio::spawn(async move { leased.try_acquire(1, wait, Some(LONG)).await }).await;
+    let permit = taken.expect("LeasedSemaphore::try_acquire with a far wait panicked");
+    permit.expect("granted").release().await.expect("release");
+}
+
+/// `Options` built from the user's numbers (`Duration::MAX` acknowledgement timeouts) never
+/// panic: opening the client and acquiring answer with a result (a typed error is fine), and
+/// nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_max_acknowledgement_timeouts_never_panic() {
+    let server = Server::start();
+    let options = Options::default().replica_ack(0, Duration::MAX);
+    let redis = server.client();
+    let opened =
+        tokio::spawn(async move { LockClient::with_options(redis, options).await.map(|_| ()) })
+            .await;
+    assert!(opened.is_ok(), "LockClient::with_options(replica_ack(0, Duration::MAX)) panicked");
+    let options = Options::default().replica_ack(0, Duration::MAX);
+    let me = LockClient::with_options(server.client(), options).await.expect("client");
+    let lock = me.lock("ack-max");
+    let took = tokio::spawn(async move {
+        let held = lock.try_acquire(Duration::from_millis(200), Some(LONG)).await;
+        if let Ok(guard) = held {
+            guard.release().await.expect("release");
+        }
+    })
+    .await;
+    assert!(took.is_ok(), "an acquire with replica_ack(0, Duration::MAX) panicked");
+    until_gone(&server, "ack-max", "nothing held");
+}
+
+/// Huge numbers from the user (permits, leases, watchdog timeouts) are typed errors or work;
+/// never a panic, and nothing is left held or taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_numbers_are_answered_and_leave_nothing_held() {
+    let server = Server::start();
+    let me = client(&server).await;
+    let lock = me.lock("huge");
+    let r = lock.acquire(Some(Duration::MAX)).await;
+    assert!(matches!(r, Err(Error::Redis(_))), "a lease beyond the server's range: {r:?}");
+    let near = Duration::from_millis(i64::MAX as u64);
+    if let Ok(guard) = lock.try_acquire(Duration::ZERO, Some(near)).await {
+        assert!(!guard.is_lost(), "a granted i64::MAX ms lease is valid");
+        guard.release().await.expect("release");
+    }
+    until_gone(&server, "huge", "nothing held after huge leases");
+
+    let options = Options::default().watchdog_timeout(Duration::from_secs(1 << 40));
+    let far = LockClient::with_options(server.client(), options).await.expect("client");
+    let guard = far.lock("huge-wd").acquire(None).await.expect("a very long watchdog lease");
+    assert!(!guard.is_lost());
+    guard.release().await.expect("release");
+
+    let sem = me.semaphore("huge-sem");
+    sem.try_set_permits(3).await.expect("permits");
+    for n in [0, u64::MAX, i64::MAX as u64] {
+        let r = sem.try_acquire(n, Duration::from_millis(100)).await;
+        assert!(!matches!(r, Ok(true)) || n == 0, "{n} permits of 3: {r:?}");
+    }
+    let leased = me.leased_semaphore("huge-leased");
+    leased.try_set_permits(3).await.expect("permits");
+    for n in [0, u64::MAX, 10_001] {
+        let r = leased.try_acquire(n, Duration::from_millis(100), Some(LONG)).await;
+        assert!(r.is_err(), "{n} leased permits of 3: {r:?}");
+    }
+    let total: i64 = sem.available().await.expect("available");
+    assert_eq!(total, 3, "no counted permit taken by refused requests");
+    poll("leased permits conserved", LIMIT, || {
+        let n: i64 = redis::cmd("RSEM.AVAILABLE")
+            .arg("huge-leased")
+            .query(&mut server.conn())
+            .expect("AVAILABLE");
+        (n == 3).then_some(())
+    });
+}

@@ -139,9 +139,7 @@ impl Chain {
             return Ok(member);
         }
         let owner = match self.sibling_owner() {
-            Some(owner) if within(bound, self.stale_write_held(&owner)).await? => {
-                self.next_owner()
-            }
+            Some(owner) if within(bound, self.stale_write_held(&owner)).await? => self.next_owner(),
             Some(owner) => owner,
             None => self.next_owner(),
         };
