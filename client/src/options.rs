@@ -84,7 +84,11 @@ impl Options {
         let fsync = self.aof_ack.map(|a| a.timeout);
         match (wait, fsync) {
             (None, None) => None,
-            (w, f) => Some(w.unwrap_or_default() + f.unwrap_or_default() + Duration::from_secs(1)),
+            (w, f) => Some(
+                w.unwrap_or_default()
+                    .saturating_add(f.unwrap_or_default())
+                    .saturating_add(Duration::from_secs(1)),
+            ),
         }
     }
 }

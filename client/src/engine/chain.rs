@@ -138,7 +138,11 @@ impl Chain {
         if let Some(member) = self.reenter(lease, watchdog, bound).await? {
             return Ok(member);
         }
-        let owner = self.sibling_owner().unwrap_or_else(|| self.next_owner());
+        let owner = match self.sibling_owner() {
+            Some(owner) if within(bound, self.stale_write_held(&owner)).await? => self.next_owner(),
+            Some(owner) => owner,
+            None => self.next_owner(),
+        };
         let mut request =
             Request::new(&self.shared, &self.key, self.kind, Arc::clone(&owner), millis(lease));
         let Some(grant) = request.run(deadline, bound).await? else { return Err(Error::TimedOut) };
@@ -155,6 +159,28 @@ impl Chain {
             previous.supersede(); // the server cannot tell it from the new hold any more
         }
         Ok(member)
+    }
+
+    /// Whether this write side's current hold, under `owner`, is no longer live for the client
+    /// (its deadline passed, or it was found lost) but still has guards and its write field on
+    /// the server (a write hold lives as long as the key, which the same owner's read hold keeps
+    /// alive). A new write under that owner would re-enter that field (count 2) and disown the
+    /// stale count: nobody would release it. The new hold takes an owner of its own instead
+    /// (and waits until the stale hold ends).
+    async fn stale_write_held(&self, owner: &Arc<str>) -> Result<bool> {
+        if self.kind != Kind::Write {
+            return Ok(false);
+        }
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let Some(stale) = current.filter(|h| h.owner() == Some(owner) && h.guards() > 0) else {
+            return Ok(false);
+        };
+        let held: bool = redis::cmd("HEXISTS")
+            .arg(&*self.key)
+            .arg(self.kind.field(owner))
+            .query_async(&mut self.shared.conn.clone())
+            .await?;
+        Ok(held && !stale.is_live())
     }
 
     /// Joins the live hold once the server confirmed it on this side, renewed for at least

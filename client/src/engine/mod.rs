@@ -38,9 +38,10 @@ pub(crate) const SETTLE: Duration = Duration::from_secs(2);
 pub(crate) const COUNTED_RECORD: Duration = Duration::from_secs(60);
 
 /// When a call with `deadline` must have returned: the deadline plus [`GRACE`] (never before
-/// `now` + [`GRACE`], so a zero wait still gets one answer); `None` without a deadline.
+/// `now` + [`GRACE`], so a zero wait still gets one answer; as far as the clock goes for a
+/// deadline near its end); `None` without a deadline.
 pub(crate) fn bound(deadline: Option<Instant>, now: Instant) -> Option<Instant> {
-    deadline.map(|d| d.max(now) + GRACE)
+    deadline.map(|d| hold::after(d.max(now), GRACE))
 }
 
 /// The `WAIT` budget of a server-side wait started at `now`: what is left until `deadline`, at
@@ -91,6 +92,10 @@ mod tests {
         assert_eq!(bound(Some(d), now), Some(d + GRACE));
         let past = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
         assert_eq!(bound(Some(past), now), Some(now + GRACE), "one response bound");
+        let far = (1..64).rev().find_map(|s| now.checked_add(Duration::from_secs(1 << s)));
+        if let Some(far) = far {
+            assert!(bound(Some(far), now) >= Some(far), "a far deadline: no overflow, no panic");
+        }
     }
 
     #[test]

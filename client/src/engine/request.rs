@@ -170,10 +170,11 @@ impl Request {
         let budget = wait_ms(deadline, now);
         let cmd = self.command(Some(budget));
         let ack = self.shared.options.response_timeout().unwrap_or_default();
-        let bound = bound(deadline, now).map(|b| b + ack);
+        let bound = bound(deadline, now).map(|b| crate::engine::hold::after(b, ack));
         // The connection's own timeout is a backstop that frees the task: the call's bound
         // comes first, so the caller always sees a passed deadline as `TimedOut`.
-        let response_timeout = bound.map(|b| b.saturating_duration_since(now) + GRACE);
+        let response_timeout =
+            bound.map(|b| b.saturating_duration_since(now).saturating_add(GRACE));
         (self.armed, self.sent, self.waited) = (true, now, true);
         let (reply, answer) = oneshot::channel();
         let (shared, key) = (Arc::clone(&self.shared), Arc::clone(&self.key));
