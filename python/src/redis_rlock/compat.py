@@ -1,0 +1,3 @@
+"""Placeholder, replaced below."""
+class RLockCompat:  # noqa
+    pass
