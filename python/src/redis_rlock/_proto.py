@@ -71,7 +71,7 @@ def wait_budget(blocking: bool, timeout: float) -> Optional[float]:
         if timeout != -1:
             raise ValueError("can't specify a timeout for a non-blocking call")
         return 0.0
-    if timeout == -1 or math.isinf(timeout) and timeout > 0:
+    if timeout == -1 or (math.isinf(timeout) and timeout > 0):
         return None
     if timeout < 0:
         raise ValueError("timeout value must be a non-negative number (or -1)")

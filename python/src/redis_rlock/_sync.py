@@ -57,7 +57,7 @@ class SyncBackend:
         self.cluster = isinstance(client, RedisCluster)
         self.uuid = uuid.uuid4().hex
         self._n = itertools.count(1)
-        self._pools: dict[str, redis.ConnectionPool] = {}
+        self._pools: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.watchdog = _Watchdog(self)
         self.releaser = _Releaser(self)
@@ -75,7 +75,7 @@ class SyncBackend:
         self.releaser = _Releaser(self)
 
     # -- connections -------------------------------------------------------------------------
-    def _pool(self, key: bytes) -> redis.ConnectionPool:
+    def _pool(self, key: bytes) -> Any:
         if self.cluster:
             node = self.client.get_node_from_key(key)
             src = self.client.get_redis_connection(node).connection_pool
@@ -89,7 +89,8 @@ class SyncBackend:
                 kw = clone_kwargs(src.connection_kwargs, self.rt)
                 if isinstance(src, SentinelConnectionPool):
                     kw.pop("connection_class", None)
-                    pool = SentinelConnectionPool(
+                    sentinel_pool: Any = SentinelConnectionPool
+                    pool = sentinel_pool(
                         src.service_name,
                         src.sentinel_manager,
                         connection_class=src.connection_class,
@@ -106,7 +107,7 @@ class SyncBackend:
         """Sends one command and reads its reply within ``extra`` + the response timeout;
         raises :class:`Stalled` (connection closed) when no reply came by then."""
         pool = self._pool(key)
-        conn = pool.get_connection()
+        conn: Any = pool.get_connection()
         try:
             conn.send_command(*args)
             end = time.monotonic() + extra + self.rt
@@ -129,9 +130,7 @@ class SyncBackend:
         except Exception as e:  # the next attempt retries
             log.debug("redis_rlock: cluster refresh failed: %s", e)
 
-    def call_until(
-        self, key: bytes, args: list[P.Arg], until: Optional[float]
-    ) -> tuple[Any, int]:
+    def call_until(self, key: bytes, args: list[P.Arg], until: Optional[float]) -> tuple[Any, int]:
         """Sends an idempotent command, again after transient errors, until a reply or
         ``until`` (monotonic; None: no limit). Returns (reply, attempts)."""
         backoff, attempts = 0.02, 0
@@ -183,8 +182,11 @@ class SyncBackend:
                     wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
                 need_cancel = True
                 try:
-                    reply = self.call(spec.key, spec.acquire(rid, wait_ms),
-                                      (wait_ms or 0) / 1000.0 if end is not None else 1e9)
+                    reply = self.call(
+                        spec.key,
+                        spec.acquire(rid, wait_ms),
+                        (wait_ms or 0) / 1000.0 if end is not None else 1e9,
+                    )
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False

@@ -70,8 +70,10 @@ class _Base:
         lock's; no lease means a watchdog renews the hold until release. Returns whether held.
         Raises :class:`LockLost` when re-entering a hold that was lost."""
         wait = P.wait_budget(blocking, timeout)
-        lease_ms = self._lease_ms if lease is _DEFAULT else (
-            None if lease is None else P.to_ms(lease, "lease")
+        lease_ms = (
+            self._lease_ms
+            if lease is _DEFAULT
+            else (None if lease is None else P.to_ms(lease, "lease"))
         )
         hold = self._current()
         if hold is not None:
@@ -84,7 +86,10 @@ class _Base:
             token=self._fencing and self._kind != P.READ,
         )
         got = self._be.acquire(
-            spec, wait, lease_ms is None, self._on_lost,
+            spec,
+            wait,
+            lease_ms is None,
+            self._on_lost,
             lambda h: setattr(self._local, self._slot(), h),
         )
         return got is not None

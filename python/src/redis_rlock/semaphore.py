@@ -85,7 +85,9 @@ class Semaphore(_SemBase):
         """Takes ``permits``, waiting in the server (FIFO, no barging) up to ``timeout``."""
         return self.permits(permits, blocking, timeout) is not None
 
-    def permits(self, permits: int = 1, blocking: bool = True, timeout: float = -1) -> Optional[Hold]:
+    def permits(
+        self, permits: int = 1, blocking: bool = True, timeout: float = -1
+    ) -> Optional[Hold]:
         """Takes ``permits`` and returns their guard (None when not taken in time)."""
         spec = P.Spec(P.COUNTED, self.name, permits=P.check_permits(permits, False))
         return self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, _noop)
@@ -103,7 +105,9 @@ class Semaphore(_SemBase):
         return hold
 
     def __exit__(
-        self, et: Optional[type[BaseException]], e: Optional[BaseException],
+        self,
+        et: Optional[type[BaseException]],
+        e: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
         self._exit(e)
@@ -129,14 +133,20 @@ class LeasedSemaphore(_SemBase):
         self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
 
     def acquire(
-        self, permits: int = 1, blocking: bool = True, timeout: float = -1, *,
+        self,
+        permits: int = 1,
+        blocking: bool = True,
+        timeout: float = -1,
+        *,
         lease: Optional[float] = None,
     ) -> Optional[Hold]:
         """Takes ``permits`` leased permits: their guard (``ids``), or None when not in time."""
         lease = self._lease if lease is None else lease
         lease_ms = None if lease is None else P.to_ms(lease, "lease")
         spec = P.Spec(
-            P.LEASED, self.name, permits=P.check_permits(permits, True),
+            P.LEASED,
+            self.name,
+            permits=P.check_permits(permits, True),
             lease_ms=lease_ms or self._watchdog_ms,
         )
         wait = P.wait_budget(blocking, timeout)
@@ -150,7 +160,9 @@ class LeasedSemaphore(_SemBase):
         return hold
 
     def __exit__(
-        self, et: Optional[type[BaseException]], e: Optional[BaseException],
+        self,
+        et: Optional[type[BaseException]],
+        e: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
         self._exit(e)
