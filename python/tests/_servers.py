@@ -130,3 +130,16 @@ class Server:
     def close(self) -> None:
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def info(r: redis.Redis, name: object, cmd: str = "RLOCK.INFO") -> dict[str, object]:
+    """``*.INFO`` as a dict with str keys (RESP2 or RESP3), {} when absent."""
+    reply = r.execute_command(cmd, name)
+    if reply is None:
+        return {}
+    if isinstance(reply, dict):
+        items = list(reply.items())
+    else:
+        it = iter(reply)
+        items = list(zip(it, it))
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in items}
