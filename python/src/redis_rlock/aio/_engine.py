@@ -171,7 +171,9 @@ class AsyncBackend:
         try:
             await conn.send_command(*args)
             try:
-                return await asyncio.wait_for(conn.read_response(), extra + self.rt)
+                return await asyncio.wait_for(
+                    conn.read_response(timeout=extra + self.rt), extra + self.rt + 0.5
+                )
             except asyncio.TimeoutError:
                 raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s") from None
         except BaseException as e:
@@ -249,7 +251,7 @@ class AsyncBackend:
         rid = P.new_id()
         t0 = time.monotonic()
         end = None if wait is None else t0 + wait
-        retry_end = end if wait else t0 + self.rt
+        retry_end = t0 + self.rt if wait == 0.0 else end  # one try: transient errors retried briefly
         need_cancel = handed = False
         backoff = 0.02
         try:
