@@ -80,13 +80,18 @@ def is_transient(err: BaseException) -> bool:
     return False
 
 
-def clone_kwargs(kwargs: dict[str, Any], response_timeout: float) -> dict[str, Any]:
+def clone_kwargs(
+    kwargs: dict[str, Any], response_timeout: float, read_timeout: bool = True
+) -> dict[str, Any]:
     """A pool's connection kwargs for the package's own connections: bytes replies, every read
     and connect bounded by ``response_timeout``, keepalive on, no redis-py retries (the
-    package retries itself, with its request ids, within each call's deadline)."""
+    package retries itself, with its request ids, within each call's deadline). asyncio
+    connections get no socket read timeout (``read_timeout=False``): the engine bounds each
+    read itself (redis.asyncio answers a read timeout with a None reply, which would read as a
+    grant)."""
     out = {k: v for k, v in kwargs.items() if k not in _DROP}
     out.update(
-        socket_timeout=response_timeout,
+        socket_timeout=response_timeout if read_timeout else None,
         socket_connect_timeout=response_timeout,
         socket_keepalive=True,
         decode_responses=False,

@@ -151,7 +151,7 @@ class AsyncBackend:
             name, kwargs, cls = "", src.connection_kwargs, src.connection_class
         pool = self._pools.get(name)
         if pool is None:
-            kw = clone_kwargs(kwargs, self.rt)
+            kw = clone_kwargs(kwargs, self.rt, read_timeout=False)
             kw.pop("connection_class", None)
             if not self.cluster and isinstance(self.client.connection_pool, SentinelConnectionPool):
                 src = self.client.connection_pool
@@ -171,9 +171,7 @@ class AsyncBackend:
         try:
             await conn.send_command(*args)
             try:
-                return await asyncio.wait_for(
-                    conn.read_response(timeout=extra + self.rt), extra + self.rt + 0.5
-                )
+                return await asyncio.wait_for(conn.read_response(), extra + self.rt)
             except asyncio.TimeoutError:
                 raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s") from None
         except BaseException as e:
