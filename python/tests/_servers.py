@@ -81,14 +81,29 @@ class Server:
                 cmd = [server_binary(), conf, "--sentinel"]
             else:
                 cmd = [
-                    server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-                    "--save", "", "--daemonize", "no", "--dir", self.dir,
-                    "--logfile", self.log_path, "--enable-debug-command", "yes",
-                    "--repl-diskless-sync-delay", "0",
+                    server_binary(),
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--daemonize",
+                    "no",
+                    "--dir",
+                    self.dir,
+                    "--logfile",
+                    self.log_path,
+                    "--enable-debug-command",
+                    "yes",
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ]
                 if self.module:
                     if not module_path().exists():
-                        raise RuntimeError(f"{module_path()} is missing: cargo build --release -p rlock")
+                        raise RuntimeError(
+                            f"{module_path()} is missing: cargo build --release -p rlock"
+                        )
                     cmd += ["--loadmodule", str(module_path())]
                 cmd += self.args
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

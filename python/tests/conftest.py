@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 import redis
-
 from _servers import Server
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aredis
+from _servers import Server
 from redis.exceptions import LockError, LockNotOwnedError
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
-from _servers import Server, info
 
 
 @pytest.fixture
@@ -219,9 +219,8 @@ async def test_rwlock_and_semaphores(ar: aredis.Redis) -> None:
         assert await asyncio.create_task(read_too())  # readers share
         with pytest.raises(rl.UpgradeRefused):
             await rw.write.acquire()
-    async with rw.write:
-        async with rw.read:  # write -> read at once (same owner)
-            assert (await ar.hget("rw", "mode")) == b"write"
+    async with rw.write, rw.read:  # write -> read at once (same owner)
+        assert (await ar.hget("rw", "mode")) == b"write"
     assert not await ar.exists("rw")
     sem = ra.Semaphore(ar, "s")
     assert await sem.try_set_permits(2)

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 import redis
+from _servers import info, poll
 from redis.exceptions import LockError, LockNotOwnedError
 
 import redis_rlock as rl
-from _servers import info, poll
 
 
 def test_drop_in_keeps_redis_py_signature_and_errors(r: redis.Redis) -> None:
@@ -29,10 +29,10 @@ def test_drop_in_keeps_redis_py_signature_and_errors(r: redis.Redis) -> None:
     assert not lock.locked()
     with pytest.raises(LockError):
         lock.release()
-    with pytest.raises(LockNotOwnedError):  # as redis-py: the exit's release raises
-        with r.lock("resource", lock_class=rl.RLockCompat) as held:
-            r.delete("resource")
-            assert not held.owned()
+    held = r.lock("resource", lock_class=rl.RLockCompat)
+    with pytest.raises(LockNotOwnedError), held:  # as redis-py: the exit's release raises
+        r.delete("resource")
+        assert not held.owned()
     assert isinstance(LockNotOwnedError(), LockError)
 
 
@@ -99,16 +99,14 @@ def test_rwlock_sides(r: redis.Redis) -> None:
 def test_counted_semaphore_guards_give_back_exactly(r: redis.Redis) -> None:
     sem = rl.Semaphore(r, "pool", timeout=0.2)
     assert sem.try_set_permits(3) and not sem.try_set_permits(9)
-    with sem:
-        with sem:
-            assert sem.available() == 1
-            hold = sem.permits(1)
-            assert hold is not None and sem.available() == 0
-            assert sem.permits(1, blocking=False) is None
-            with pytest.raises(rl.LockTimeout):
-                with sem:
-                    pass
-            hold.release()
+    with sem, sem:
+        assert sem.available() == 1
+        hold = sem.permits(1)
+        assert hold is not None and sem.available() == 0
+        assert sem.permits(1, blocking=False) is None
+        with pytest.raises(rl.LockTimeout), sem:
+            pass
+        hold.release()
     assert sem.available() == 3
     assert sem.acquire(2) and sem.release(2) == 3
     assert sem.add_permits(-1) == 2

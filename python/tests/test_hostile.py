@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 import redis.asyncio as aredis
+from _servers import Server, info, poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
-from _servers import Server, info, poll
 
 RT = 0.5  # the package's response timeout in these tests
 
@@ -97,8 +97,9 @@ def test_client_kill_of_the_waiting_connection_keeps_the_wait_going(r: redis.Red
 def test_restart_makes_a_watchdog_hold_lost(server: Server) -> None:
     r = server.client()
     lost = threading.Event()
-    lock = rl.Lock(r, "restart", watchdog_timeout=0.9, response_timeout=RT,
-                   on_lost=lambda h: lost.set())
+    lock = rl.Lock(
+        r, "restart", watchdog_timeout=0.9, response_timeout=RT, on_lost=lambda h: lost.set()
+    )
     lock.acquire()
     server.restart_same_port()
     assert lost.wait(10)

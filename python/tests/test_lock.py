@@ -7,9 +7,9 @@ import time
 
 import pytest
 import redis
+from _servers import Server, info, poll
 
 import redis_rlock as rl
-from _servers import Server, info, poll
 
 
 def test_acquire_release_and_reentry(r: redis.Redis) -> None:

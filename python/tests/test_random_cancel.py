@@ -9,9 +9,9 @@ import random
 import time
 
 import redis.asyncio as aredis
+from _servers import Server, info
 
 import redis_rlock.aio as ra
-from _servers import Server, info
 
 SEED = int(os.environ.get("RLOCK_PY_SEED", str(random.randrange(1 << 30))))
 PERMITS = 4

@@ -168,7 +168,9 @@ class SyncBackend:
         rid = P.new_id()
         t0 = time.monotonic()
         end = None if wait is None else t0 + wait
-        retry_end = t0 + self.rt if wait == 0.0 else end  # one try: transient errors retried briefly
+        retry_end = (
+            t0 + self.rt if wait == 0.0 else end
+        )  # one try: transient errors retried briefly
         need_cancel = handed = False
         backoff = 0.02
         try:
