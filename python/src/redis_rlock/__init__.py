@@ -1,0 +1,48 @@
+"""redis-rlock: fair, server-side-waiting locks, read-write locks and semaphores for redis-py,
+on the rlock Redis module (``RLOCK.*``, ``RWLOCK.*``, ``RSEM.*``; Redisson's data layouts).
+
+Sync API here; the asyncio API of the same shape is :mod:`redis_rlock.aio`.
+"""
+
+from ._hold import Hold, LossSignal
+from ._sync import flush_all
+from .compat import RLockCompat
+from .errors import (
+    LockError,
+    LockLost,
+    LockNotOwnedError,
+    LockPermissionError,
+    LockTimeout,
+    ModuleMissing,
+    NoReplicas,
+    NotHeld,
+    RLockError,
+    UpgradeRefused,
+    WrongType,
+)
+from .lock import Lock, RWLock
+from .semaphore import LeasedSemaphore, Semaphore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Hold",
+    "LeasedSemaphore",
+    "Lock",
+    "LockError",
+    "LockLost",
+    "LockNotOwnedError",
+    "LockPermissionError",
+    "LockTimeout",
+    "LossSignal",
+    "ModuleMissing",
+    "NoReplicas",
+    "NotHeld",
+    "RLockCompat",
+    "RLockError",
+    "RWLock",
+    "Semaphore",
+    "UpgradeRefused",
+    "WrongType",
+    "flush_all",
+]

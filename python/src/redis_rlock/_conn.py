@@ -1,0 +1,99 @@
+"""Connection plumbing shared by sync and asyncio: pool cloning and error classes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    MovedError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger("redis_rlock")
+
+#: Keys of a redis-py pool's connection kwargs the package sets itself (or must not copy).
+_DROP = frozenset(
+    {
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "decode_responses",
+        "retry",
+        "retry_on_error",
+        "retry_on_timeout",
+        "health_check_interval",
+        "maint_notifications_pool_handler",
+        "maint_notifications_config",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+        "himport_registry",
+        "connection_pool",
+        "response_callbacks",
+        "event_dispatcher",
+    }
+)
+
+#: Errors after which an idempotent command's outcome is unknown (or it was refused for a
+#: reason that passes): the same command, with the same request id, may be sent again.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+    BusyLoadingError,
+    ReadOnlyError,
+    TryAgainError,
+    ClusterDownError,
+    MovedError,
+    AskError,
+    MasterDownError,
+)
+
+#: Redirections and topology errors: a cluster client refreshes its slot map after them.
+TOPOLOGY: tuple[type[BaseException], ...] = (MovedError, AskError, ClusterDownError, TryAgainError)
+
+
+class Stalled(RedisTimeoutError):
+    """No reply within the call's bound (a stalled server, a cut network)."""
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether ``err`` leaves an idempotent command worth sending again."""
+    if isinstance(err, TRANSIENT):
+        return True
+    if isinstance(err, ResponseError):
+        msg = str(err)
+        return msg.startswith(("LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN")) or (
+            msg.startswith("ERR request") and msg.endswith("is already waiting")
+        )
+    return False
+
+
+def clone_kwargs(
+    kwargs: dict[str, Any], response_timeout: float, read_timeout: bool = True
+) -> dict[str, Any]:
+    """A pool's connection kwargs for the package's own connections: bytes replies, every read
+    and connect bounded by ``response_timeout``, keepalive on, no redis-py retries (the
+    package retries itself, with its request ids, within each call's deadline). asyncio
+    connections get no socket read timeout (``read_timeout=False``): the engine bounds each
+    read itself (redis.asyncio answers a read timeout with a None reply, which would read as a
+    grant)."""
+    out = {k: v for k, v in kwargs.items() if k not in _DROP}
+    out.update(
+        socket_timeout=response_timeout if read_timeout else None,
+        socket_connect_timeout=response_timeout,
+        socket_keepalive=True,
+        decode_responses=False,
+    )
+    return out

@@ -1,0 +1,176 @@
+"""A hold: exactly one server grant, with one deadline, and its loss signal (sync and asyncio)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from ._conn import log
+from ._proto import Spec, current_pid
+from .errors import LockLost
+
+LostCallback = Callable[["Hold"], Any]
+
+
+class Hold:
+    """One grant of the server: a lock hold, one side of a read-write lock, or permits.
+
+    Its deadline is on this process's monotonic clock: the moment the grant was asked for plus
+    its lease, pushed later only by renewals (or re-entries) the server confirmed, each counted
+    from when it was sent. The server's lease cannot end earlier. Once that moment passes
+    without a confirmation, or a renewal finds the hold gone, the hold is *lost*.
+    """
+
+    def __init__(
+        self,
+        spec: Spec,
+        rid: bytes,
+        sent_at: float,
+        lease_ms: int,
+        watchdog: bool,
+        token: Optional[int],
+        ids: Optional[list[bytes]],
+        on_lost: Optional[LostCallback],
+    ) -> None:
+        self.spec = spec
+        self.rid = rid
+        self.sent_at = sent_at
+        self.lease_ms = lease_ms
+        self.watchdog = watchdog
+        self._token = token
+        self._ids = ids
+        self._on_lost = on_lost
+        self.pid = current_pid()
+        self.count = 1
+        self.done = False
+        self.deadline = sent_at + lease_ms / 1000.0 if lease_ms else float("inf")
+        self._lost = threading.Event()
+        self._mutex = threading.Lock()
+        self.engine: Any = None  # set by the engine that granted it
+
+    def release(self) -> None:
+        """Gives the grant back now (whatever re-entry count a lock object keeps)."""
+        self.engine.release(self)
+
+    def __enter__(self) -> Hold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.done:
+            self.release()
+
+    # -- what a caller reads -------------------------------------------------------------
+    @property
+    def name(self) -> bytes:
+        """The lock's (or semaphore's) key."""
+        return self.spec.key
+
+    @property
+    def owner(self) -> bytes:
+        """The owner id the server stores for this hold (b"" for permits)."""
+        return self.spec.owner
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token of the grant (None unless taken with ``fencing=True``)."""
+        return self._token
+
+    @property
+    def ids(self) -> list[bytes]:
+        """Leased permits' ids (empty for other kinds)."""
+        return list(self._ids or [])
+
+    @property
+    def permits(self) -> int:
+        """How many permits the grant holds (1 for locks)."""
+        return self.spec.permits
+
+    @property
+    def valid_until(self) -> float:
+        """``time.monotonic()`` value until which the hold is known valid (inf: no lease)."""
+        return self.deadline
+
+    @property
+    def lost(self) -> LossSignal:
+        """Event-like loss signal: ``is_set()``, ``wait(timeout)``."""
+        return LossSignal(self)
+
+    def is_lost(self) -> bool:
+        """True once the hold is lost (its deadline passed unconfirmed, or found gone)."""
+        if self._lost.is_set():
+            return True
+        if not self.done and time.monotonic() >= self.deadline:
+            self.mark_lost()
+            return True
+        return False
+
+    def check(self) -> None:
+        """Raises :class:`LockLost` when the hold is lost; nothing otherwise."""
+        if self.is_lost():
+            raise LockLost(
+                "the hold ended before its release (lease over, or the lock was taken away)",
+                lock_name=self.spec.key.decode(errors="replace"),
+            )
+
+    # -- engine side ----------------------------------------------------------------------
+    def extend(self, sent_at: float, lease_ms: int) -> None:
+        """A renewal sent at ``sent_at`` for ``lease_ms`` was confirmed."""
+        with self._mutex:
+            if not self._lost.is_set():
+                self.deadline = max(self.deadline, sent_at + lease_ms / 1000.0)
+
+    def mark_lost(self) -> None:
+        """Sets the loss signal (once) and calls the callback, if any."""
+        with self._mutex:
+            if self._lost.is_set() or self.done:
+                return
+            self._lost.set()
+        cb = self._on_lost
+        if cb is not None:
+            try:
+                cb(self)
+            except Exception:
+                log.exception("redis_rlock: on_lost callback raised")
+        self.on_lost_hook()
+
+    def on_lost_hook(self) -> None:
+        """Overridden by asyncio holds (they also set an asyncio.Event)."""
+
+    def wait_lost(self, timeout: Optional[float]) -> bool:
+        """Blocks until lost or ``timeout`` seconds; returns whether lost."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.is_lost():
+                return True
+            now = time.monotonic()
+            step = self.deadline - now
+            if end is not None:
+                step = min(step, end - now)
+                if step <= 0:
+                    return False
+            self._lost.wait(None if step == float("inf") else max(step, 0.0))
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost.is_set() else "released" if self.done else "held"
+        return f"<Hold {self.spec.kind} {self.spec.key!r} {state} count={self.count}>"
+
+
+class LossSignal:
+    """Event-like view of a hold's loss (``threading.Event``'s ``is_set``/``wait``)."""
+
+    __slots__ = ("_hold",)
+
+    def __init__(self, hold: Hold) -> None:
+        self._hold = hold
+
+    def is_set(self) -> bool:
+        """True once the hold is lost."""
+        return self._hold.is_lost()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the hold is lost (True) or ``timeout`` seconds passed (False)."""
+        return self._hold.wait_lost(timeout)
+
+    def __bool__(self) -> bool:
+        return self.is_set()

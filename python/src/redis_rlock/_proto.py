@@ -1,0 +1,185 @@
+"""The module's commands and replies, as plain functions (no I/O): shared by sync and asyncio."""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from redis.exceptions import ResponseError
+
+Arg = Union[bytes, str, int]
+
+#: Kinds of hold: a reentrant lock, a read-write lock's sides, leased and counted permits.
+LOCK, READ, WRITE, LEASED, COUNTED = "lock", "read", "write", "leased", "counted"
+
+#: How long the server keeps a counted grant's request record (module: REQUEST_RECORD_MS).
+REQUEST_RECORD_S = 60.0
+#: How long a cancelled record stays (module: CANCELLED_MS).
+CANCELLED_S = 60.0
+#: Most permits one leased acquire may ask for (the module refuses more).
+MAX_LEASED_PERMITS = 10_000
+
+
+def name_bytes(name: Union[str, bytes]) -> bytes:
+    """A lock name as the bytes sent (str is UTF-8)."""
+    if isinstance(name, bytes):
+        return name
+    if isinstance(name, str):
+        return name.encode()
+    raise TypeError(f"lock name must be str or bytes, not {type(name).__name__}")
+
+
+def new_id() -> bytes:
+    """A fresh request id: 16 random bytes, hex."""
+    return uuid.uuid4().hex.encode()
+
+
+def to_ms(seconds: float, what: str) -> int:
+    """Seconds (float) as whole milliseconds, rounded up, at least 1; refuses what the server
+    would refuse (zero, negative, NaN, too large) before anything is sent."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{what} must be a positive number of seconds, got {seconds!r}")
+    ms = math.ceil(seconds * 1000)
+    if ms > 2**53:
+        raise ValueError(f"{what} is too large: {seconds!r}")
+    return max(1, ms)
+
+
+def check_permits(permits: int, leased: bool) -> int:
+    """Validates a permit count (a positive int; at most 10,000 for leased permits)."""
+    if isinstance(permits, bool) or not isinstance(permits, int) or permits <= 0:
+        raise ValueError(f"permits must be a positive integer, got {permits!r}")
+    if leased and permits > MAX_LEASED_PERMITS:
+        raise ValueError(f"at most {MAX_LEASED_PERMITS} leased permits per acquire")
+    if permits >= 2**63:
+        raise ValueError("permits must fit in a signed 64-bit integer")
+    return permits
+
+
+def wait_budget(blocking: bool, timeout: float) -> Optional[float]:
+    """threading.Lock's (blocking, timeout) as a wait in seconds: 0.0 one try, None no limit."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError("timeout must be a number of seconds")
+    if math.isnan(timeout):
+        raise ValueError("timeout must not be NaN")
+    if not blocking:
+        if timeout != -1:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        return 0.0
+    if timeout == -1 or (math.isinf(timeout) and timeout > 0):
+        return None
+    if timeout < 0:
+        raise ValueError("timeout value must be a non-negative number (or -1)")
+    return float(timeout)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one acquire asks for: kind, key, owner (locks), permits, lease, token."""
+
+    kind: str
+    key: bytes
+    owner: bytes = b""
+    permits: int = 1
+    lease_ms: int = 0
+    token: bool = False
+
+    def acquire(self, rid: bytes, wait_ms: Optional[int]) -> list[Arg]:
+        """The acquire command; ``wait_ms`` None: no WAIT (one try), 0: WAIT without limit."""
+        if self.kind == LOCK:
+            args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, self.lease_ms]
+        elif self.kind in (READ, WRITE):
+            mode = "READ" if self.kind == READ else "WRITE"
+            args = ["RWLOCK.ACQUIRE", self.key, self.owner, mode, self.lease_ms]
+        elif self.kind == LEASED:
+            args = ["RSEM.ACQUIRE", self.key, self.permits, "LEASE", self.lease_ms]
+        else:
+            args = ["RSEM.ACQUIRE", self.key, self.permits]
+        if wait_ms is not None:
+            args += ["WAIT", wait_ms]
+        if self.token and self.kind in (LOCK, WRITE):
+            args.append("TOKEN")
+        args += ["REQUEST", rid]
+        return args
+
+    def granted(self, reply: Any) -> tuple[bool, Optional[int], Optional[list[bytes]], bool]:
+        """(granted, token, permit ids, retry at once) from an acquire's reply."""
+        if self.kind == COUNTED:
+            return reply == 1, None, None, False
+        if self.kind == LEASED:
+            if reply is None:
+                return False, None, None, False
+            return True, None, [bytes(x) for x in reply], False
+        if self.token and self.kind in (LOCK, WRITE):
+            ok = int(reply[0]) == 1
+            return ok, int(reply[1]) if ok else None, None, (not ok and int(reply[1]) == 0)
+        if reply is None:
+            return True, None, None, False
+        return False, None, None, int(reply) == 0
+
+    def renew(self, lease_ms: int, ids: Optional[list[bytes]]) -> list[list[Arg]]:
+        """The renewal command(s) of a hold (leased permits: one per id)."""
+        if self.kind == LOCK:
+            return [["RLOCK.RENEW", self.key, self.owner, lease_ms]]
+        if self.kind in (READ, WRITE):
+            mode = "READ" if self.kind == READ else "WRITE"
+            return [["RWLOCK.RENEW", self.key, self.owner, lease_ms, mode]]
+        return [["RSEM.RENEW", self.key, pid, lease_ms] for pid in ids or []]
+
+    def release(self, rid: bytes, ids: Optional[list[bytes]]) -> list[Arg]:
+        """The release command of a hold (``rid``: the release's own request id)."""
+        if self.kind == LOCK:
+            return ["RLOCK.RELEASE", self.key, self.owner, "REQUEST", rid]
+        if self.kind in (READ, WRITE):
+            mode = "READ" if self.kind == READ else "WRITE"
+            return ["RWLOCK.RELEASE", self.key, self.owner, mode, "REQUEST", rid]
+        if self.kind == LEASED:
+            return ["RSEM.RELEASE", self.key, "ID", *(ids or [])]
+        return ["RSEM.RELEASE", self.key, self.permits]
+
+    def released(self, reply: Any, ids: Optional[list[bytes]]) -> bool:
+        """Whether a release's reply says this hold was given back (False: not held)."""
+        if self.kind == LEASED:
+            return reply is not None and int(reply) == len(set(ids or []))
+        if self.kind == COUNTED:
+            return True
+        return reply is not None
+
+
+def cancel_args(key: bytes, rid: bytes) -> list[Arg]:
+    """``RLOCK.CANCEL key id``."""
+    return ["RLOCK.CANCEL", key, rid]
+
+
+def is_retriable_reply(err: ResponseError) -> bool:
+    """Error replies after which the same idempotent command is worth sending again."""
+    msg = str(err)
+    return msg.startswith(
+        ("LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK", "MASTERDOWN")
+    ) or ("is already waiting" in msg and msg.startswith("ERR request"))
+
+
+def is_cancelled_reply(err: ResponseError) -> bool:
+    """``ERR request <id> was cancelled``: the request holds nothing and never will."""
+    msg = str(err)
+    return msg.startswith("ERR request") and msg.endswith("was cancelled")
+
+
+def info_map(reply: Any) -> Optional[dict[bytes, Any]]:
+    """An ``*.INFO`` reply (RESP3 map or RESP2 flat array) as a dict, None when absent."""
+    if reply is None:
+        return None
+    if isinstance(reply, dict):
+        return {bytes(k) if not isinstance(k, str) else k.encode(): v for k, v in reply.items()}
+    it = iter(reply)
+    return {bytes(k) if not isinstance(k, str) else k.encode(): v for k, v in zip(it, it)}
+
+
+def current_pid() -> int:
+    """os.getpid(), one place (fork checks)."""
+    return os.getpid()

@@ -1,0 +1,457 @@
+"""The sync engine: bounded calls on the package's own connections, acquire with exact
+cancellation, re-entry, release, the shared watchdog thread and the background releaser."""
+
+from __future__ import annotations
+
+import atexit
+import heapq
+import itertools
+import math
+import os
+import queue
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Optional
+
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
+from redis.sentinel import SentinelConnectionPool
+
+from . import _proto as P
+from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log
+from ._hold import Hold, LostCallback
+from .errors import LockLost, NotHeld, translate
+
+_BACKENDS: weakref.WeakValueDictionary[tuple[int, float], SyncBackend] = (
+    weakref.WeakValueDictionary()
+)
+_ALL: weakref.WeakSet[SyncBackend] = weakref.WeakSet()
+_REGISTRY_LOCK = threading.Lock()
+
+
+def backend_for(client: Any, response_timeout: float) -> SyncBackend:
+    """The engine of a redis-py client (one per client and response timeout, cached)."""
+    if not isinstance(client, (redis.Redis, RedisCluster)):
+        raise TypeError("client must be a redis.Redis or redis.cluster.RedisCluster")
+    key = (id(client), response_timeout)
+    with _REGISTRY_LOCK:
+        be = _BACKENDS.get(key)
+        if be is None or be.client is not client:
+            be = SyncBackend(client, response_timeout)
+            _BACKENDS[key] = be
+            _ALL.add(be)
+            # the user's client keeps its engine alive
+            client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
+        return be
+
+
+class SyncBackend:
+    """Connections, watchdog and releaser of one redis-py client."""
+
+    def __init__(self, client: Any, response_timeout: float) -> None:
+        self.client = client
+        self.rt = float(response_timeout)
+        self.cluster = isinstance(client, RedisCluster)
+        self.uuid = uuid.uuid4().hex
+        self._n = itertools.count(1)
+        self._pools: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.watchdog = _Watchdog(self)
+        self.releaser = _Releaser(self)
+
+    def new_owner(self) -> bytes:
+        """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
+        return f"{self.uuid}:{next(self._n)}".encode()
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's threads and jobs (their holds are not ours)."""
+        self.uuid = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._pools = {}
+        self.watchdog = _Watchdog(self)
+        self.releaser = _Releaser(self)
+
+    # -- connections -------------------------------------------------------------------------
+    def _pool(self, key: bytes) -> Any:
+        if self.cluster:
+            node = self.client.get_node_from_key(key)
+            src = self.client.get_redis_connection(node).connection_pool
+            name = node.name
+        else:
+            src = self.client.connection_pool
+            name = ""
+        with self._lock:
+            pool = self._pools.get(name)
+            if pool is None:
+                kw = clone_kwargs(src.connection_kwargs, self.rt)
+                if isinstance(src, SentinelConnectionPool):
+                    kw.pop("connection_class", None)
+                    sentinel_pool: Any = SentinelConnectionPool
+                    pool = sentinel_pool(
+                        src.service_name,
+                        src.sentinel_manager,
+                        connection_class=src.connection_class,
+                        is_master=True,
+                        check_connection=False,
+                        **kw,
+                    )
+                else:
+                    pool = redis.ConnectionPool(connection_class=src.connection_class, **kw)
+                self._pools[name] = pool
+            return pool
+
+    def call(self, key: bytes, args: list[P.Arg], extra: float = 0.0) -> Any:
+        """Sends one command and reads its reply within ``extra`` + the response timeout;
+        raises :class:`Stalled` (connection closed) when no reply came by then."""
+        pool = self._pool(key)
+        conn: Any = pool.get_connection()
+        try:
+            conn.send_command(*args)
+            end = time.monotonic() + extra + self.rt
+            while not conn.can_read(timeout=max(0.0, min(end - time.monotonic(), 1.0))):
+                if time.monotonic() >= end:
+                    raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
+            return conn.read_response()
+        except BaseException as e:
+            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY):
+                conn.disconnect()
+            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+                self._refresh_topology()
+            raise
+        finally:
+            pool.release(conn)
+
+    def _refresh_topology(self) -> None:
+        try:
+            self.client.nodes_manager.initialize()
+        except Exception as e:  # the next attempt retries
+            log.debug("redis_rlock: cluster refresh failed: %s", e)
+
+    def call_until(self, key: bytes, args: list[P.Arg], until: Optional[float]) -> tuple[Any, int]:
+        """Sends an idempotent command, again after transient errors, until a reply or
+        ``until`` (monotonic; None: no limit). Returns (reply, attempts)."""
+        backoff, attempts = 0.02, 0
+        while True:
+            attempts += 1
+            try:
+                return self.call(key, args), attempts
+            except ResponseError as e:
+                if not is_transient(e):
+                    raise
+                err: BaseException = e
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                err = e
+            now = time.monotonic()
+            if until is not None and now >= until:
+                raise err
+            time.sleep(min(backoff, until - now) if until is not None else backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    # -- acquire / cancel ----------------------------------------------------------------------
+    def acquire(
+        self,
+        spec: P.Spec,
+        wait: Optional[float],
+        watchdog: bool,
+        on_lost: Optional[LostCallback],
+        store: Callable[[Hold], None],
+    ) -> Optional[Hold]:
+        """Asks for ``spec`` (waiting up to ``wait`` s in the server; 0: one try; None: no
+        limit) with a fresh REQUEST id. A grant is handed to ``store``; whatever ends the call
+        without that (timeout, lost reply, stall, KeyboardInterrupt, an error) cancels the
+        request exactly (``RLOCK.CANCEL``), so nothing stays held by nobody."""
+        rid = P.new_id()
+        t0 = time.monotonic()
+        end = None if wait is None else t0 + wait
+        retry_end = (
+            t0 + self.rt if wait == 0.0 else end
+        )  # one try: transient errors retried briefly
+        need_cancel = handed = False
+        backoff = 0.02
+        try:
+            while True:
+                now = time.monotonic()
+                if wait == 0.0:
+                    wait_ms: Optional[int] = None
+                elif end is None:
+                    wait_ms = 0
+                else:
+                    wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
+                need_cancel = True
+                try:
+                    reply = self.call(
+                        spec.key,
+                        spec.acquire(rid, wait_ms),
+                        (wait_ms or 0) / 1000.0 if end is not None else 1e9,
+                    )
+                except Exception as e:
+                    if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
+                        need_cancel = False
+                        return None
+                    if not is_transient(e):
+                        if isinstance(e, ResponseError):
+                            need_cancel = False  # an error reply changed nothing
+                            raise translate(e, spec.key.decode(errors="replace")) from None
+                        raise
+                    now = time.monotonic()
+                    if retry_end is not None and now >= retry_end:
+                        if wait == 0.0:
+                            raise
+                        return None
+                    step = backoff if retry_end is None else min(backoff, retry_end - now)
+                    time.sleep(max(step, 0.0))
+                    backoff = min(backoff * 2, 1.0)
+                    continue
+                ok, token, ids, again = spec.granted(reply)
+                if not ok:
+                    need_cancel = False
+                    if again and (end is None or time.monotonic() < end) and wait != 0.0:
+                        continue
+                    return None
+                hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
+                hold.engine = self
+                store(hold)
+                handed = True
+                self.watchdog.schedule(hold)
+                return hold
+        finally:
+            if need_cancel and not handed:
+                self.cancel(spec, rid)
+
+    def cancel(self, spec: P.Spec, rid: bytes) -> None:
+        """``RLOCK.CANCEL key rid``, retried in the background until answered or the grant's
+        lease would have ended; waits for it a bounded time (two response timeouts)."""
+        horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
+        job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt)
+        job.wait(2 * self.rt)
+
+    # -- re-entry / renewal / release -----------------------------------------------------------
+    def renew(self, hold: Hold, lease_ms: int, until: Optional[float]) -> bool:
+        """Renews every part of ``hold`` for ``lease_ms``; True when the server confirmed."""
+        sent = time.monotonic()
+        for cmd in hold.spec.renew(lease_ms, hold.ids):
+            reply, _ = self.call_until(hold.spec.key, cmd, until)
+            if reply != 1:
+                return False
+        hold.extend(sent, lease_ms)
+        return True
+
+    def reenter(self, hold: Hold, lease_ms: int, wait: Optional[float]) -> bool:
+        """Joins ``hold`` again once the server confirmed it (a renewal that never shortens
+        the lease); raises :class:`LockLost` when it is gone."""
+        check_owner(hold)
+        hold.check()
+        remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
+        lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
+        until = time.monotonic() + (self.rt if not wait else wait)
+        try:
+            confirmed = self.renew(hold, lease, until)
+        except ResponseError as e:
+            raise translate(e, hold.spec.key.decode(errors="replace")) from None
+        except Exception as e:
+            if is_transient(e) and wait is not None:
+                return False
+            raise
+        if not confirmed:
+            hold.mark_lost()
+            hold.check()
+        hold.count += 1
+        return True
+
+    def release(self, hold: Hold) -> None:
+        """Gives ``hold`` back (its last count): a release with a request id, retried after
+        connection errors (so it is never done twice), bounded by the hold's deadline."""
+        check_owner(hold)
+        was_lost = hold.is_lost()
+        hold.done = True
+        if was_lost:
+            raise _lost(hold)
+        spec = hold.spec
+        if spec.kind == P.COUNTED and time.monotonic() < hold.sent_at + P.REQUEST_RECORD_S - 5:
+            args = P.cancel_args(spec.key, hold.rid)  # exact and idempotent while the record lives
+        else:
+            args = spec.release(P.new_id(), hold.ids)
+        if spec.kind == P.COUNTED and args[0] == "RSEM.RELEASE":
+            self.call(spec.key, args)  # counted permits carry no owner: never sent twice
+            return
+        until = min(hold.deadline, time.monotonic() + 3 * self.rt)
+        try:
+            reply, attempts = self.call_until(spec.key, args, until)
+        except ResponseError as e:
+            raise translate(e, spec.key.decode(errors="replace")) from None
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
+            self.releaser.submit(spec.key, args, max(0.0, hold.deadline - time.monotonic()))
+            return
+        if spec.kind == P.COUNTED:
+            if reply == 0 and attempts == 1:  # record gone (evicted): give back by count
+                self.call(spec.key, spec.release(b"", None))
+            return
+        if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
+            hold.done = False
+            hold.mark_lost()
+            hold.done = True
+            raise _lost(hold)
+
+
+def check_owner(hold: Hold) -> None:
+    """A hold taken by the parent process is not the child's to renew or release."""
+    if hold.pid != os.getpid():
+        raise NotHeld("the hold belongs to the process this one was forked from")
+
+
+def _lost(hold: Hold) -> LockLost:
+    return LockLost(
+        "the hold ended before its release (lease over, or the lock was taken away)",
+        lock_name=hold.spec.key.decode(errors="replace"),
+    )
+
+
+class _Watchdog:
+    """One daemon thread per client: renews watchdog holds every third of their lease and
+    signals holds lost at their deadline. It keeps holds only by weak reference: a hold nobody
+    references any more is neither renewed nor released (its lease ends on the server)."""
+
+    def __init__(self, be: SyncBackend) -> None:
+        self._be = be
+        self._cv = threading.Condition()
+        self._heap: list[tuple[float, int, weakref.ref[Hold], float]] = []
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+
+    def schedule(self, hold: Hold, when: Optional[float] = None, backoff: float = 0.0) -> None:
+        """Looks at ``hold`` at ``when`` (default: a third of its lease, or its deadline)."""
+        if when is None:
+            if hold.watchdog:
+                when = time.monotonic() + hold.lease_ms / 3000.0
+            elif hold.deadline == float("inf"):
+                return
+            else:
+                when = hold.deadline
+        with self._cv:
+            heapq.heappush(self._heap, (when, next(self._seq), weakref.ref(hold), backoff))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="redis-rlock-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    delay = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cv.wait(delay)
+                _, _, ref, backoff = heapq.heappop(self._heap)
+            hold = ref()
+            if hold is None or hold.done or hold.pid != os.getpid():
+                continue
+            try:
+                self._tick(hold, backoff)
+            except Exception:
+                log.exception("redis_rlock: watchdog")
+            del hold
+
+    def _tick(self, hold: Hold, backoff: float) -> None:
+        now = time.monotonic()
+        if hold.is_lost():
+            return
+        if not hold.watchdog:
+            self.schedule(hold, hold.deadline)
+            return
+        try:
+            ok = self._be.renew(hold, hold.lease_ms, min(hold.deadline, now + self._be.rt))
+        except Exception as e:
+            if not is_transient(e):
+                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
+            period = hold.lease_ms / 3000.0
+            nxt = min(period, max(0.05, backoff * 2))
+            self.schedule(hold, min(time.monotonic() + nxt, hold.deadline), nxt)
+            return
+        if not ok:
+            hold.mark_lost()
+            return
+        self.schedule(hold)
+
+
+class _Job:
+    def __init__(self, key: bytes, args: list[P.Arg], until: float) -> None:
+        self.key, self.args, self.until = key, args, until
+        self.done = threading.Event()
+        self.reply: Any = None
+        self.error: Optional[BaseException] = None
+
+    def wait(self, timeout: float) -> bool:
+        return self.done.wait(timeout)
+
+
+class _Releaser:
+    """A daemon thread sending idempotent cleanup commands (``RLOCK.CANCEL``, releases with a
+    request id) until they are answered or their hold's lease would have ended."""
+
+    def __init__(self, be: SyncBackend) -> None:
+        self._be = be
+        self._q: queue.Queue[_Job] = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self.pending = 0
+
+    def submit(self, key: bytes, args: list[P.Arg], horizon: float) -> _Job:
+        """Queues ``args`` for ``key``, to be tried for ``horizon`` seconds."""
+        job = _Job(key, args, time.monotonic() + horizon)
+        with self._lock:
+            self.pending += 1
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="redis-rlock-releaser", daemon=True
+                )
+                self._thread.start()
+        self._q.put(job)
+        return job
+
+    def flush(self, timeout: float) -> bool:
+        """Waits (at most ``timeout`` s) until every job submitted so far ended."""
+        end = time.monotonic() + timeout
+        while self.pending and time.monotonic() < end:
+            time.sleep(0.005)
+        return self.pending == 0
+
+    def _run(self) -> None:
+        while True:
+            job = self._q.get()
+            try:
+                job.reply, _ = self._be.call_until(job.key, job.args, job.until)
+            except BaseException as e:
+                job.error = e
+                log.warning("redis_rlock: gave up on %r for %r: %s", job.args[0], job.key, e)
+            finally:
+                with self._lock:
+                    self.pending -= 1
+                job.done.set()
+
+
+def flush_all(timeout: float = 5.0) -> bool:
+    """Waits (bounded) until every background cancel and release of this process was sent."""
+    end = time.monotonic() + timeout
+    ok = True
+    for be in list(_ALL):
+        ok = be.releaser.flush(max(0.0, end - time.monotonic())) and ok
+    return ok
+
+
+def _after_fork_in_child() -> None:
+    for be in list(_ALL):
+        be.after_fork()
+
+
+atexit.register(flush_all, 5.0)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

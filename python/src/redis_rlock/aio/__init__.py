@@ -1,0 +1,17 @@
+"""The asyncio API of redis-rlock: the sync API's shape, with ``await`` and ``async with``,
+on ``redis.asyncio.Redis`` / ``redis.asyncio.RedisCluster`` / Sentinel masters."""
+
+from ..compat import AsyncRLockCompat
+from ._engine import AsyncHold, AsyncLossSignal
+from .lock import Lock, RWLock
+from .semaphore import LeasedSemaphore, Semaphore
+
+__all__ = [
+    "AsyncHold",
+    "AsyncLossSignal",
+    "AsyncRLockCompat",
+    "LeasedSemaphore",
+    "Lock",
+    "RWLock",
+    "Semaphore",
+]

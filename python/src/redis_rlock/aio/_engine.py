@@ -1,0 +1,436 @@
+"""The asyncio engine: the sync engine's rules on redis.asyncio connections. Cleanup commands
+(``RLOCK.CANCEL``, releases) run in shielded tasks, so a cancellation at any await point never
+leaves a grant held by nobody; watchdogs are tasks that keep their hold only weakly."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import os
+import time
+import uuid
+import weakref
+from typing import Any, Awaitable, Callable, Optional
+
+import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ResponseError
+
+from .. import _proto as P
+from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log
+from .._hold import Hold, LostCallback
+from ..errors import LockLost, NotHeld, translate
+
+_BACKENDS: weakref.WeakValueDictionary[tuple[int, float], AsyncBackend] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def backend_for(client: Any, response_timeout: float) -> AsyncBackend:
+    """The engine of a redis.asyncio client (one per client and response timeout)."""
+    if not isinstance(client, (aredis.Redis, RedisCluster)):
+        raise TypeError("client must be a redis.asyncio.Redis or redis.asyncio.RedisCluster")
+    key = (id(client), response_timeout)
+    be = _BACKENDS.get(key)
+    if be is None or be.client is not client:
+        be = AsyncBackend(client, response_timeout)
+        _BACKENDS[key] = be
+        client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
+    return be
+
+
+class AsyncHold(Hold):
+    """A :class:`Hold` of the asyncio API: ``await hold.release()``, ``await lost.wait()``."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._aevent = asyncio.Event()
+        self._task: Optional[asyncio.Task[None]] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
+
+    def on_lost_hook(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            self._aevent.set()
+
+    async def release(self) -> None:  # type: ignore[override]
+        """Gives the grant back now."""
+        await self.engine.release(self)
+
+    async def __aenter__(self) -> AsyncHold:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.done:
+            await self.release()
+
+    @property
+    def lost(self) -> AsyncLossSignal:  # type: ignore[override]
+        """Event-like loss signal: ``is_set()``, ``await wait(timeout)``."""
+        return AsyncLossSignal(self)
+
+    async def wait_lost_async(self, timeout: Optional[float]) -> bool:
+        """Waits until lost (True) or ``timeout`` seconds (False)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_lost():
+            now = time.monotonic()
+            step = self.deadline - now
+            if end is not None:
+                step = min(step, end - now)
+                if step <= 0:
+                    return False
+            try:
+                await asyncio.wait_for(
+                    self._aevent.wait(), None if step == float("inf") else max(step, 0.0)
+                )
+            except asyncio.TimeoutError:
+                pass
+        return True
+
+    def stop(self) -> None:
+        """Stops the watchdog task and the deadline timer."""
+        if self._task is not None:
+            self._task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class AsyncLossSignal:
+    """Event-like view of an asyncio hold's loss."""
+
+    __slots__ = ("_hold",)
+
+    def __init__(self, hold: AsyncHold) -> None:
+        self._hold = hold
+
+    def is_set(self) -> bool:
+        """True once the hold is lost."""
+        return self._hold.is_lost()
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the hold is lost (True) or ``timeout`` seconds passed (False)."""
+        return await self._hold.wait_lost_async(timeout)
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+
+class AsyncBackend:
+    """Connections, watchdog tasks and background cleanup of one redis.asyncio client."""
+
+    def __init__(self, client: Any, response_timeout: float) -> None:
+        self.client = client
+        self.rt = float(response_timeout)
+        self.cluster = isinstance(client, RedisCluster)
+        self.uuid = uuid.uuid4().hex
+        self._n = itertools.count(1)
+        self._pools: dict[str, Any] = {}
+        self._bg: set[asyncio.Task[Any]] = set()
+        self._pid = os.getpid()
+
+    def new_owner(self) -> bytes:
+        """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
+        if self._pid != os.getpid():
+            self.uuid, self._pid, self._pools = uuid.uuid4().hex, os.getpid(), {}
+        return f"{self.uuid}:{next(self._n)}".encode()
+
+    async def _pool(self, key: bytes) -> Any:
+        if self.cluster:
+            await self.client.initialize()
+            node = self.client.get_node_from_key(key)
+            name = node.name
+            kwargs = dict(node.connection_kwargs, host=node.host, port=node.port)
+            cls = node.connection_class
+        else:
+            src = self.client.connection_pool
+            name, kwargs, cls = "", src.connection_kwargs, src.connection_class
+        pool = self._pools.get(name)
+        if pool is None:
+            kw = clone_kwargs(kwargs, self.rt, read_timeout=False)
+            kw.pop("connection_class", None)
+            if not self.cluster and isinstance(self.client.connection_pool, SentinelConnectionPool):
+                src = self.client.connection_pool
+                sentinel_pool: Any = SentinelConnectionPool
+                pool = sentinel_pool(
+                    src.service_name, src.sentinel_manager, connection_class=cls, **kw
+                )
+            else:
+                pool = aredis.ConnectionPool(connection_class=cls, **kw)
+            self._pools[name] = pool
+        return pool
+
+    async def call(self, key: bytes, args: list[P.Arg], extra: float = 0.0) -> Any:
+        """One command, its reply awaited within ``extra`` + the response timeout."""
+        pool = await self._pool(key)
+        conn: Any = await pool.get_connection()
+        try:
+            await conn.send_command(*args)
+            try:
+                return await asyncio.wait_for(conn.read_response(), extra + self.rt)
+            except asyncio.TimeoutError:
+                raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s") from None
+        except BaseException as e:
+            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY):
+                try:
+                    await conn.disconnect(nowait=True)
+                except BaseException:
+                    pass
+            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+                try:
+                    await self.client.nodes_manager.initialize()
+                except Exception as err:
+                    log.debug("redis_rlock: cluster refresh failed: %s", err)
+            raise
+        finally:
+            await pool.release(conn)
+
+    async def call_until(
+        self, key: bytes, args: list[P.Arg], until: Optional[float]
+    ) -> tuple[Any, int]:
+        """An idempotent command, again after transient errors, until a reply or ``until``."""
+        backoff, attempts = 0.02, 0
+        while True:
+            attempts += 1
+            try:
+                return await self.call(key, args), attempts
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                now = time.monotonic()
+                if until is not None and now >= until:
+                    raise
+                await asyncio.sleep(min(backoff, until - now) if until is not None else backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    def background(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Runs ``coro`` as a task nobody's cancellation reaches (kept until done)."""
+        task = asyncio.ensure_future(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+        return task
+
+    async def flush(self, timeout: float = 5.0) -> bool:
+        """Waits (bounded) until every background cancel and release was sent."""
+        if not self._bg:
+            return True
+        _, pending = await asyncio.wait(set(self._bg), timeout=timeout)
+        return not pending
+
+    async def _cleanup(self, key: bytes, args: list[P.Arg], horizon: float) -> Any:
+        try:
+            return (await self.call_until(key, args, time.monotonic() + horizon))[0]
+        except Exception as e:
+            log.warning("redis_rlock: gave up on %r for %r: %s", args[0], key, e)
+            return None
+
+    async def cancel(self, spec: P.Spec, rid: bytes) -> None:
+        """``RLOCK.CANCEL key rid`` in a shielded task, awaited a bounded time."""
+        horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
+        task = self.background(self._cleanup(spec.key, P.cancel_args(spec.key, rid), horizon))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 2 * self.rt)
+        except asyncio.TimeoutError:
+            pass
+
+    async def acquire(
+        self,
+        spec: P.Spec,
+        wait: Optional[float],
+        watchdog: bool,
+        on_lost: Optional[LostCallback],
+        store: Callable[[AsyncHold], None],
+    ) -> Optional[AsyncHold]:
+        """As the sync engine's ``acquire``; a cancellation at any await cancels exactly."""
+        rid = P.new_id()
+        t0 = time.monotonic()
+        end = None if wait is None else t0 + wait
+        retry_end = (
+            t0 + self.rt if wait == 0.0 else end
+        )  # one try: transient errors retried briefly
+        need_cancel = handed = False
+        backoff = 0.02
+        try:
+            while True:
+                now = time.monotonic()
+                if wait == 0.0:
+                    wait_ms: Optional[int] = None
+                elif end is None:
+                    wait_ms = 0
+                else:
+                    wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
+                need_cancel = True
+                extra = (wait_ms or 0) / 1000.0 if end is not None else 1e9
+                try:
+                    reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
+                except Exception as e:
+                    if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
+                        need_cancel = False
+                        return None
+                    if not is_transient(e):
+                        if isinstance(e, ResponseError):
+                            need_cancel = False
+                            raise translate(e, spec.key.decode(errors="replace")) from None
+                        raise
+                    now = time.monotonic()
+                    if retry_end is not None and now >= retry_end:
+                        if wait == 0.0:
+                            raise
+                        return None
+                    step = backoff if retry_end is None else min(backoff, retry_end - now)
+                    await asyncio.sleep(max(step, 0.0))
+                    backoff = min(backoff * 2, 1.0)
+                    continue
+                ok, token, ids, again = spec.granted(reply)
+                if not ok:
+                    need_cancel = False
+                    if again and (end is None or time.monotonic() < end) and wait != 0.0:
+                        continue
+                    return None
+                hold = AsyncHold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
+                hold.engine = self
+                store(hold)
+                handed = True
+                self._watch(hold)
+                return hold
+        finally:
+            if need_cancel and not handed:
+                await self.cancel(spec, rid)
+
+    def _watch(self, hold: AsyncHold) -> None:
+        ref = weakref.ref(hold)
+        if hold.watchdog:
+            hold._task = asyncio.ensure_future(_watchdog(ref, self))
+        elif hold.deadline != float("inf"):
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, hold.deadline - time.monotonic())
+            hold._timer = loop.call_later(delay, _deadline, ref, loop)
+
+    async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
+        """Renews every part of ``hold``; True when the server confirmed."""
+        sent = time.monotonic()
+        for cmd in hold.spec.renew(lease_ms, hold.ids):
+            reply, _ = await self.call_until(hold.spec.key, cmd, until)
+            if reply != 1:
+                return False
+        hold.extend(sent, lease_ms)
+        return True
+
+    async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
+        """Joins ``hold`` again once the server confirmed it; :class:`LockLost` if gone."""
+        _check_owner(hold)
+        hold.check()
+        remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
+        lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
+        until = time.monotonic() + (self.rt if not wait else wait)
+        try:
+            confirmed = await self.renew(hold, lease, until)
+        except ResponseError as e:
+            raise translate(e, hold.spec.key.decode(errors="replace")) from None
+        except Exception as e:
+            if is_transient(e) and wait is not None:
+                return False
+            raise
+        if not confirmed:
+            hold.mark_lost()
+            hold.check()
+        hold.count += 1
+        return True
+
+    async def release(self, hold: AsyncHold) -> None:
+        """Gives ``hold`` back in a shielded task (a cancelled release still completes)."""
+        _check_owner(hold)
+        was_lost = hold.is_lost()
+        hold.done = True
+        hold.stop()
+        if was_lost:
+            raise _lost(hold)
+        task = self.background(self._release(hold))
+        await asyncio.shield(task)
+
+    async def _release(self, hold: AsyncHold) -> None:
+        spec = hold.spec
+        if spec.kind == P.COUNTED and time.monotonic() < hold.sent_at + P.REQUEST_RECORD_S - 5:
+            args = P.cancel_args(spec.key, hold.rid)
+        else:
+            args = spec.release(P.new_id(), hold.ids)
+        if spec.kind == P.COUNTED and args[0] == "RSEM.RELEASE":
+            await self.call(spec.key, args)
+            return
+        until = min(hold.deadline, time.monotonic() + 3 * self.rt)
+        try:
+            reply, attempts = await self.call_until(spec.key, args, until)
+        except ResponseError as e:
+            raise translate(e, spec.key.decode(errors="replace")) from None
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
+            self.background(self._cleanup(spec.key, args, hold.deadline - time.monotonic()))
+            return
+        if spec.kind == P.COUNTED:
+            if reply == 0 and attempts == 1:
+                await self.call(spec.key, spec.release(b"", None))
+            return
+        if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
+            hold.done = False
+            hold.mark_lost()
+            hold.done = True
+            raise _lost(hold)
+
+
+def _check_owner(hold: Hold) -> None:
+    if hold.pid != os.getpid():
+        raise NotHeld("the hold belongs to the process this one was forked from")
+
+
+def _lost(hold: Hold) -> LockLost:
+    return LockLost(
+        "the hold ended before its release (lease over, or the lock was taken away)",
+        lock_name=hold.spec.key.decode(errors="replace"),
+    )
+
+
+def _deadline(ref: weakref.ref[AsyncHold], loop: asyncio.AbstractEventLoop) -> None:
+    hold = ref()
+    if hold is None or hold.done:
+        return
+    if not hold.is_lost():  # extended by a re-entry: look again at the new deadline
+        hold._timer = loop.call_later(
+            max(0.0, hold.deadline - time.monotonic()), _deadline, ref, loop
+        )
+
+
+async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
+    hold = ref()
+    if hold is None:
+        return
+    period = hold.lease_ms / 3000.0
+    delay, backoff = period, 0.0
+    del hold
+    while True:
+        await asyncio.sleep(delay)
+        hold = ref()
+        if hold is None or hold.done or hold.is_lost() or hold.pid != os.getpid():
+            return
+        now = time.monotonic()
+        try:
+            ok = await be.renew(hold, hold.lease_ms, min(hold.deadline, now + be.rt))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if not is_transient(e):
+                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
+            backoff = min(period, max(0.05, backoff * 2))
+            delay = max(0.0, min(backoff, hold.deadline - time.monotonic()))
+            del hold
+            continue
+        if not ok:
+            hold.mark_lost()
+            return
+        backoff, delay = 0.0, period
+        del hold

@@ -1,0 +1,217 @@
+"""asyncio locks: :class:`Lock` and :class:`RWLock`, the sync API with ``await``.
+
+Ownership is **per task**: a ``ContextVar`` holds the task's holds, tagged with the task that
+made them, so a child task (which inherits a copy of its parent's context) starts with nothing
+rather than "re-entering" its parent's hold (never ``threading.local``: every task of a loop
+shares its thread). A task that ends without releasing drops its holds with its context: the
+watchdog task stops and the lease ends on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import weakref
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from .. import _proto as P
+from .._hold import LostCallback
+from ..errors import LockTimeout, NotHeld, UpgradeRefused
+from ._engine import AsyncBackend, AsyncHold, AsyncLossSignal, backend_for
+
+_DEFAULT: Any = object()
+_serial = itertools.count(1)
+_TaskHolds = tuple[Optional["weakref.ref[asyncio.Task[Any]]"], dict[tuple[int, str], AsyncHold]]
+_holds: ContextVar[Optional[_TaskHolds]] = ContextVar("redis_rlock_holds", default=None)
+
+
+def _task_holds() -> dict[tuple[int, str], AsyncHold]:
+    task = asyncio.current_task()
+    cur = _holds.get()
+    if cur is not None and (cur[0]() if cur[0] is not None else None) is task:
+        return cur[1]
+    fresh: dict[tuple[int, str], AsyncHold] = {}
+    _holds.set((weakref.ref(task) if task is not None else None, fresh))
+    return fresh
+
+
+class _Base:
+    _kind = P.LOCK
+
+    def __init__(
+        self,
+        client: Any,
+        name: Union[str, bytes],
+        *,
+        lease: Optional[float] = None,
+        blocking: bool = True,
+        timeout: float = -1,
+        fencing: bool = False,
+        on_lost: Optional[LostCallback] = None,
+        watchdog_timeout: float = 30.0,
+        response_timeout: float = 2.0,
+    ) -> None:
+        self.name = P.name_bytes(name)
+        self._be: AsyncBackend = backend_for(client, response_timeout)
+        self._lease_ms = None if lease is None else P.to_ms(lease, "lease")
+        self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
+        P.wait_budget(blocking, timeout)
+        self._blocking, self._timeout = blocking, timeout
+        self._fencing = fencing
+        self._on_lost = on_lost
+        self._id = next(_serial)
+
+    def _key(self, kind: Optional[str] = None) -> tuple[int, str]:
+        return (self._id, kind or self._kind)
+
+    def _current(self) -> Optional[AsyncHold]:
+        holds = _task_holds()
+        hold = holds.get(self._key())
+        if hold is not None and (hold.pid != P.current_pid() or hold.done):
+            del holds[self._key()]
+            return None
+        return hold
+
+    def _owner(self) -> bytes:
+        return self._be.new_owner()
+
+    async def acquire(
+        self, blocking: bool = True, timeout: float = -1, *, lease: Any = _DEFAULT
+    ) -> bool:
+        """As the sync ``Lock.acquire``: waits in the server (FIFO) up to ``timeout``; a
+        cancellation at any point leaves nothing held (``RLOCK.CANCEL`` of the request)."""
+        wait = P.wait_budget(blocking, timeout)
+        lease_ms = (
+            self._lease_ms
+            if lease is _DEFAULT
+            else (None if lease is None else P.to_ms(lease, "lease"))
+        )
+        hold = self._current()
+        if hold is not None:
+            return await self._be.reenter(hold, lease_ms or self._watchdog_ms, wait)
+        spec = P.Spec(
+            self._kind,
+            self.name,
+            owner=self._owner(),
+            lease_ms=lease_ms or self._watchdog_ms,
+            token=self._fencing and self._kind != P.READ,
+        )
+        holds = _task_holds()
+        key = self._key()
+
+        def store(h: AsyncHold) -> None:
+            holds[key] = h
+
+        return (
+            await self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store) is not None
+        )
+
+    async def release(self) -> None:
+        """Drops one count of this task's hold; the last one releases it on the server (in a
+        shielded task: cancelling the caller does not cancel the release)."""
+        hold = self._current()
+        if hold is None:
+            raise NotHeld("this task does not hold the lock", lock_name=self._lock_name())
+        if hold.count > 1:
+            hold.check()
+            hold.count -= 1
+            return
+        _task_holds().pop(self._key(), None)
+        await self._be.release(hold)
+
+    async def locked(self) -> bool:
+        """Whether anybody holds the lock now."""
+        return bool(await self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
+
+    def owned(self) -> bool:
+        """Whether this task holds it (a live hold)."""
+        hold = self._current()
+        return hold is not None and not hold.is_lost()
+
+    @property
+    def hold(self) -> AsyncHold:
+        """This task's hold (raises :class:`NotHeld` if none)."""
+        hold = self._current()
+        if hold is None:
+            raise NotHeld("this task does not hold the lock", lock_name=self._lock_name())
+        return hold
+
+    @property
+    def lost(self) -> AsyncLossSignal:
+        """Event-like loss signal of this task's hold."""
+        return self.hold.lost
+
+    def check(self) -> None:
+        """Raises :class:`LockLost` if this task's hold was lost, :class:`NotHeld` if none."""
+        self.hold.check()
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token of this task's hold, else None."""
+        return self.hold.token
+
+    def _lock_name(self) -> str:
+        return self.name.decode(errors="replace")
+
+    async def __aenter__(self) -> _Base:
+        if not await self.acquire(self._blocking, self._timeout):
+            raise LockTimeout("could not take the lock in time", lock_name=self._lock_name())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except NotHeld:
+            if exc is None:
+                raise
+
+
+class Lock(_Base):
+    """A reentrant distributed lock for asyncio (``RLOCK.*``)."""
+
+    def __repr__(self) -> str:
+        return f"<redis_rlock.aio.Lock {self.name!r}>"
+
+
+class _Side(_Base):
+    def __init__(self, parent: RWLock, kind: str, **kw: Any) -> None:
+        self._kind = kind
+        super().__init__(parent._client, parent.name, **kw)
+        self._id = parent._id
+
+    def _owner(self) -> bytes:
+        other_kind = P.WRITE if self._kind == P.READ else P.READ
+        other = _task_holds().get(self._key(other_kind))
+        if other is not None and (other.done or other.is_lost() or other.pid != P.current_pid()):
+            other = None
+        if self._kind == P.WRITE and other is not None:
+            raise UpgradeRefused(
+                "upgrade refused: this task holds the read side; release it first",
+                lock_name=self._lock_name(),
+            )
+        if self._kind == P.READ and other is not None:
+            return other.spec.owner
+        return self._be.new_owner()
+
+
+class RWLock:
+    """A read-write lock for asyncio: ``read`` and ``write`` with :class:`Lock`'s API; per
+    task, the sides act as one Redisson thread (write then read: at once; read then write:
+    :class:`UpgradeRefused`)."""
+
+    def __init__(self, client: Any, name: Union[str, bytes], **options: Any) -> None:
+        self._client = client
+        self.name = P.name_bytes(name)
+        self._id = next(_serial)
+        self.read = _Side(self, P.READ, **options)
+        self.write = _Side(self, P.WRITE, **options)
+
+    def __repr__(self) -> str:
+        return f"<redis_rlock.aio.RWLock {self.name!r}>"

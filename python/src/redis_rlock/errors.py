@@ -1,0 +1,82 @@
+"""Exceptions. Every one subclasses redis-py's ``LockError`` (catch that to catch them all)."""
+
+from __future__ import annotations
+
+from redis.exceptions import (
+    LockError,
+    LockNotOwnedError,
+    NoPermissionError,
+    ResponseError,
+)
+
+__all__ = [
+    "LockError",
+    "LockLost",
+    "LockNotOwnedError",
+    "LockPermissionError",
+    "LockTimeout",
+    "ModuleMissing",
+    "NoReplicas",
+    "NotHeld",
+    "RLockError",
+    "UpgradeRefused",
+    "WrongType",
+]
+
+
+class RLockError(LockError):
+    """Base of this package's errors; also what an unexpected server error reply becomes."""
+
+
+class LockTimeout(RLockError):
+    """``with lock:`` (or ``acquire_or_raise``) could not take the lock within its timeout."""
+
+
+class NotHeld(RLockError, LockNotOwnedError):
+    """The caller (this thread, this task) holds nothing to release, renew or check."""
+
+
+class LockLost(NotHeld):
+    """The hold ended before its release: its lease ran out, or the lock was deleted or taken
+    away (a ``FORCERELEASE``, a failover that lost it, a flush). Raised by ``check()``, by
+    ``release()`` of such a hold (which then sends nothing) and by a re-entry of it."""
+
+
+class NoReplicas(RLockError):
+    """The master grants nothing: too few of its replicas are in sync (``NOREPLICAS``)."""
+
+
+class ModuleMissing(RLockError):
+    """The server does not know the rlock commands: load ``librlock.so`` (``--loadmodule``)."""
+
+
+class WrongType(RLockError):
+    """The key holds another kind of value (another kind of lock, or not a lock at all)."""
+
+
+class UpgradeRefused(RLockError):
+    """A write acquire by a thread or task that holds the read side: it would wait for itself."""
+
+
+class LockPermissionError(RLockError):
+    """The ACL user may not use a key or channel the command needs (``NOPERM``)."""
+
+
+def translate(err: ResponseError, name: object = None) -> RLockError:
+    """The package's exception for an error reply ``err`` of an rlock command on ``name``."""
+    msg = str(err)
+    low = msg.lower()
+    lock_name = name if isinstance(name, str) else repr(name)
+    if isinstance(err, NoPermissionError) or msg.startswith("NOPERM"):
+        return LockPermissionError(msg, lock_name=lock_name)
+    if "unknown command" in low and ("rlock." in low or "rwlock." in low or "rsem." in low):
+        return ModuleMissing(
+            f"the server does not have the rlock module loaded ({msg})", lock_name=lock_name
+        )
+    if msg.startswith("WRONGTYPE"):
+        return WrongType(msg, lock_name=lock_name)
+    if msg.startswith("NOREPLICAS"):
+        return NoReplicas(msg, lock_name=lock_name)
+    if "upgrade refused" in low:
+        return UpgradeRefused(msg, lock_name=lock_name)
+    return RLockError(msg, lock_name=lock_name)

@@ -1,0 +1,217 @@
+"""Sync locks: :class:`Lock` (reentrant) and :class:`RWLock` (its ``read`` and ``write`` sides).
+
+Ownership is **per thread**, as ``threading.RLock``'s: a thread re-enters what it holds, and
+another thread sharing the same object waits for it. Per handle would let two threads that
+share a ``Lock`` object both "re-enter" and run the critical section together; per thread keeps
+the object safe to share, and a thread that ends without releasing drops its hold (the
+thread-local state goes with it), so the watchdog stops and the lease ends on the server.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from . import _proto as P
+from ._hold import Hold, LossSignal, LostCallback
+from ._sync import SyncBackend, backend_for
+from .errors import LockTimeout, NotHeld, UpgradeRefused
+
+_DEFAULT: Any = object()
+
+
+class _Base:
+    """What every sync lock side shares: options, per-thread hold, the threading.Lock API."""
+
+    _kind = P.LOCK
+
+    def __init__(
+        self,
+        client: Any,
+        name: Union[str, bytes],
+        *,
+        lease: Optional[float] = None,
+        blocking: bool = True,
+        timeout: float = -1,
+        fencing: bool = False,
+        on_lost: Optional[LostCallback] = None,
+        watchdog_timeout: float = 30.0,
+        response_timeout: float = 2.0,
+    ) -> None:
+        self.name = P.name_bytes(name)
+        self._be: SyncBackend = backend_for(client, response_timeout)
+        self._lease_ms = None if lease is None else P.to_ms(lease, "lease")
+        self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
+        P.wait_budget(blocking, timeout)
+        self._blocking, self._timeout = blocking, timeout
+        self._fencing = fencing
+        self._on_lost = on_lost
+        self._local = threading.local()
+
+    # -- per-thread state ---------------------------------------------------------------------
+    def _slot(self) -> str:
+        return "hold"
+
+    def _current(self) -> Optional[Hold]:
+        hold: Optional[Hold] = getattr(self._local, self._slot(), None)
+        if hold is not None and (hold.pid != P.current_pid() or hold.done):
+            setattr(self._local, self._slot(), None)  # a forked child holds nothing
+            return None
+        return hold
+
+    def _owner(self) -> bytes:
+        return self._be.new_owner()
+
+    # -- threading.Lock API -------------------------------------------------------------------
+    def acquire(self, blocking: bool = True, timeout: float = -1, *, lease: Any = _DEFAULT) -> bool:
+        """Takes the lock (or re-enters it): waits in the server, FIFO, up to ``timeout``
+        seconds (-1: no limit; ``blocking=False``: one try). ``lease`` (seconds) overrides the
+        lock's; no lease means a watchdog renews the hold until release. Returns whether held.
+        Raises :class:`LockLost` when re-entering a hold that was lost."""
+        wait = P.wait_budget(blocking, timeout)
+        lease_ms = (
+            self._lease_ms
+            if lease is _DEFAULT
+            else (None if lease is None else P.to_ms(lease, "lease"))
+        )
+        hold = self._current()
+        if hold is not None:
+            return self._be.reenter(hold, lease_ms or self._watchdog_ms, wait)
+        spec = P.Spec(
+            self._kind,
+            self.name,
+            owner=self._owner(),
+            lease_ms=lease_ms or self._watchdog_ms,
+            token=self._fencing and self._kind != P.READ,
+        )
+        got = self._be.acquire(
+            spec,
+            wait,
+            lease_ms is None,
+            self._on_lost,
+            lambda h: setattr(self._local, self._slot(), h),
+        )
+        return got is not None
+
+    def release(self) -> None:
+        """Drops one count of this thread's hold; the last one releases it on the server.
+        Raises :class:`NotHeld` when the thread holds nothing, :class:`LockLost` when the hold
+        had ended (nothing is sent then)."""
+        hold = self._current()
+        if hold is None:
+            raise NotHeld("this thread does not hold the lock", lock_name=self._lock_name())
+        if hold.count > 1:
+            hold.check()
+            hold.count -= 1
+            return
+        setattr(self._local, self._slot(), None)
+        self._be.release(hold)
+
+    def locked(self) -> bool:
+        """Whether anybody holds the lock now (any owner, any process)."""
+        return bool(self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
+
+    def owned(self) -> bool:
+        """Whether this thread holds it (a live hold of its own)."""
+        hold = self._current()
+        return hold is not None and not hold.is_lost()
+
+    @property
+    def hold(self) -> Hold:
+        """This thread's hold (raises :class:`NotHeld` if none)."""
+        hold = self._current()
+        if hold is None:
+            raise NotHeld("this thread does not hold the lock", lock_name=self._lock_name())
+        return hold
+
+    @property
+    def lost(self) -> LossSignal:
+        """Event-like loss signal of this thread's hold."""
+        return self.hold.lost
+
+    def check(self) -> None:
+        """Raises :class:`LockLost` if this thread's hold was lost, :class:`NotHeld` if none."""
+        self.hold.check()
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token of this thread's hold (``fencing=True``), else None."""
+        return self.hold.token
+
+    def _lock_name(self) -> str:
+        return self.name.decode(errors="replace")
+
+    def __enter__(self) -> _Base:
+        if not self.acquire(self._blocking, self._timeout):
+            raise LockTimeout("could not take the lock in time", lock_name=self._lock_name())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except NotHeld:
+            if exc is None:
+                raise
+
+
+class Lock(_Base):
+    """A reentrant distributed lock (``RLOCK.*``, Redisson's ``RLock`` layout)."""
+
+    def __repr__(self) -> str:
+        return f"<redis_rlock.Lock {self.name!r}>"
+
+
+class _Side(_Base):
+    def __init__(self, parent: RWLock, kind: str, **kw: Any) -> None:
+        self._kind = kind
+        self._parent = parent
+        super().__init__(parent._client, parent.name, **kw)
+        self._local = parent._local
+
+    def _slot(self) -> str:
+        return self._kind
+
+    def locked(self) -> bool:
+        """Whether anybody holds the read-write lock now (either side)."""
+        return bool(self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
+
+    def _other(self) -> Optional[Hold]:
+        other = P.WRITE if self._kind == P.READ else P.READ
+        hold: Optional[Hold] = getattr(self._local, other, None)
+        if hold is None or hold.done or hold.pid != P.current_pid() or hold.is_lost():
+            return None
+        return hold
+
+    def _owner(self) -> bytes:
+        other = self._other()
+        if self._kind == P.WRITE and other is not None:
+            raise UpgradeRefused(
+                "upgrade refused: this thread holds the read side; release it first",
+                lock_name=self._lock_name(),
+            )
+        if self._kind == P.READ and other is not None:
+            return other.spec.owner  # write -> read re-entry: the server grants it at once
+        return self._be.new_owner()
+
+
+class RWLock:
+    """A read-write lock (``RWLOCK.*``, Redisson's ``RReadWriteLock`` layout): ``read`` and
+    ``write`` are lock objects with :class:`Lock`'s API. Per thread, the two sides act as one
+    Redisson thread: holding write, the thread takes read at once (releasing write then
+    downgrades); holding read, a write acquire raises :class:`UpgradeRefused`."""
+
+    def __init__(self, client: Any, name: Union[str, bytes], **options: Any) -> None:
+        self._client = client
+        self.name = P.name_bytes(name)
+        self._local = threading.local()
+        self.read = _Side(self, P.READ, **options)
+        self.write = _Side(self, P.WRITE, **options)
+
+    def __repr__(self) -> str:
+        return f"<redis_rlock.RWLock {self.name!r}>"

@@ -1,0 +1,172 @@
+"""Sync semaphores: :class:`Semaphore` (counted permits, ``RSEM.*``, Redisson's ``RSemaphore``)
+and :class:`LeasedSemaphore` (leased permits with ids, Redisson's
+``RPermitExpirableSemaphore``)."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from . import _proto as P
+from ._hold import Hold, LostCallback
+from ._sync import SyncBackend, backend_for
+from .errors import LockTimeout, NotHeld, translate
+
+
+class _SemBase:
+    def __init__(
+        self,
+        client: Any,
+        name: Union[str, bytes],
+        *,
+        blocking: bool = True,
+        timeout: float = -1,
+        response_timeout: float = 2.0,
+    ) -> None:
+        self.name = P.name_bytes(name)
+        self._be: SyncBackend = backend_for(client, response_timeout)
+        P.wait_budget(blocking, timeout)
+        self._blocking, self._timeout = blocking, timeout
+        self._local = threading.local()
+
+    def _cmd(self, *args: P.Arg) -> Any:
+        try:
+            return self._be.call(self.name, list(args))
+        except Exception as e:
+            from redis.exceptions import ResponseError
+
+            if isinstance(e, ResponseError):
+                raise translate(e, self.name.decode(errors="replace")) from None
+            raise
+
+    def try_set_permits(self, permits: int) -> bool:
+        """Creates the semaphore with ``permits`` (0 allowed) if it does not exist."""
+        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 0:
+            raise ValueError("permits must be a non-negative integer")
+        return bool(self._cmd("RSEM.SETPERMITS", self.name, permits) == 1)
+
+    def add_permits(self, delta: int) -> int:
+        """Adds ``delta`` permits (may be negative); returns the new count."""
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise TypeError("delta must be an integer")
+        return int(self._cmd("RSEM.ADDPERMITS", self.name, delta))
+
+    def available(self) -> int:
+        """The permits available now (0 when the semaphore does not exist)."""
+        return int(self._cmd("RSEM.AVAILABLE", self.name))
+
+    def _stack(self) -> list[Hold]:
+        st: Optional[list[Hold]] = getattr(self._local, "stack", None)
+        if st is None or (st and st[-1].pid != P.current_pid()):
+            st = []
+            self._local.stack = st
+        return st
+
+    def _exit(self, exc: Optional[BaseException]) -> None:
+        st = self._stack()
+        if not st:
+            raise NotHeld("this thread holds no permits of this semaphore")
+        hold = st.pop()
+        try:
+            hold.release()
+        except NotHeld:
+            if exc is None:
+                raise
+
+
+class Semaphore(_SemBase):
+    """Counted permits. ``acquire``/``release`` are ``threading.Semaphore``-like (permits have
+    no owner); ``permits(n)`` and ``with sem:`` give a guard whose release gives back exactly
+    what its acquire took (``RLOCK.CANCEL`` of its request while the server keeps the record,
+    60 s; after that ``RSEM.RELEASE key n``, sent once)."""
+
+    def acquire(self, permits: int = 1, blocking: bool = True, timeout: float = -1) -> bool:
+        """Takes ``permits``, waiting in the server (FIFO, no barging) up to ``timeout``."""
+        return self.permits(permits, blocking, timeout) is not None
+
+    def permits(
+        self, permits: int = 1, blocking: bool = True, timeout: float = -1
+    ) -> Optional[Hold]:
+        """Takes ``permits`` and returns their guard (None when not taken in time)."""
+        spec = P.Spec(P.COUNTED, self.name, permits=P.check_permits(permits, False))
+        return self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, _noop)
+
+    def release(self, permits: int = 1) -> int:
+        """Gives back ``permits`` (anyone may); returns the count left. Not retried after a
+        lost reply (counted permits carry no owner: a retry could give back twice)."""
+        return int(self._cmd("RSEM.RELEASE", self.name, P.check_permits(permits, False)))
+
+    def __enter__(self) -> Hold:
+        hold = self.permits(1, self._blocking, self._timeout)
+        if hold is None:
+            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
+        self._stack().append(hold)
+        return hold
+
+    def __exit__(
+        self,
+        et: Optional[type[BaseException]],
+        e: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._exit(e)
+
+
+class LeasedSemaphore(_SemBase):
+    """Leased permits, each with an id and a lease the server enforces. No lease: a watchdog
+    renews them (``RSEM.RENEW``) until released."""
+
+    def __init__(
+        self,
+        client: Any,
+        name: Union[str, bytes],
+        *,
+        lease: Optional[float] = None,
+        on_lost: Optional[LostCallback] = None,
+        watchdog_timeout: float = 30.0,
+        **kw: Any,
+    ) -> None:
+        super().__init__(client, name, **kw)
+        self._lease = lease
+        self._on_lost = on_lost
+        self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
+
+    def acquire(
+        self,
+        permits: int = 1,
+        blocking: bool = True,
+        timeout: float = -1,
+        *,
+        lease: Optional[float] = None,
+    ) -> Optional[Hold]:
+        """Takes ``permits`` leased permits: their guard (``ids``), or None when not in time."""
+        lease = self._lease if lease is None else lease
+        lease_ms = None if lease is None else P.to_ms(lease, "lease")
+        spec = P.Spec(
+            P.LEASED,
+            self.name,
+            permits=P.check_permits(permits, True),
+            lease_ms=lease_ms or self._watchdog_ms,
+        )
+        wait = P.wait_budget(blocking, timeout)
+        return self._be.acquire(spec, wait, lease_ms is None, self._on_lost, _noop)
+
+    def __enter__(self) -> Hold:
+        hold = self.acquire(1, self._blocking, self._timeout)
+        if hold is None:
+            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
+        self._stack().append(hold)
+        return hold
+
+    def __exit__(
+        self,
+        et: Optional[type[BaseException]],
+        e: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._exit(e)
+
+
+def _noop(_: Hold) -> None:
+    return None

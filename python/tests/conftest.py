@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from _servers import Server
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def _print_logs(request: Any, servers: list[Server]) -> None:
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for s in servers:
+            print(f"----- server log (port {s.port}) -----\n{s.log()[-6000:]}")
+
+
+@pytest.fixture
+def server(request: Any) -> Iterator[Server]:
+    s = Server()
+    yield s
+    _print_logs(request, [s])
+    s.close()
+
+
+@pytest.fixture
+def r(server: Server) -> Iterator[redis.Redis]:
+    c = server.client()
+    yield c
+    c.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line in the format CI sums (cargo's), so the totals include the Python suites."""
+    stats = terminalreporter.stats
+    passed = len(stats.get("passed", []))
+    failed = len(stats.get("failed", [])) + len(stats.get("error", []))
+    skipped = len(stats.get("skipped", []))
+    status = "ok" if failed == 0 else "FAILED"
+    terminalreporter.write_line(
+        f"test result: {status}. {passed} passed; {failed} failed; {skipped} ignored; "
+        "0 measured; 0 filtered out (python)"
+    )

@@ -1,0 +1,144 @@
+"""The redis-py drop-in, read-write locks and semaphores (sync), interop with raw commands."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+from _servers import info, poll
+from redis.exceptions import LockError, LockNotOwnedError
+
+import redis_rlock as rl
+
+
+def test_drop_in_keeps_redis_py_signature_and_errors(r: redis.Redis) -> None:
+    lock = r.lock("resource", timeout=5, blocking_timeout=0.2, lock_class=rl.RLockCompat)
+    assert isinstance(lock, redis.lock.Lock)
+    assert lock.acquire()
+    assert lock.owned() and lock.locked()
+    assert r.hgetall("resource") == {lock.local.token: b"1"}  # Redisson's layout
+    other = r.lock("resource", blocking_timeout=0.2, lock_class=rl.RLockCompat)
+    assert not other.acquire()
+    assert not other.acquire(blocking=False)
+    assert lock.extend(10) and r.pttl("resource") > 10_000
+    assert lock.reacquire() and r.pttl("resource") <= 5000
+    with pytest.raises(LockError):
+        other.release()  # never acquired
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(LockError):
+        lock.release()
+    held = r.lock("resource", lock_class=rl.RLockCompat)
+    with pytest.raises(LockNotOwnedError), held:  # as redis-py: the exit's release raises
+        r.delete("resource")
+        assert not held.owned()
+    assert isinstance(LockNotOwnedError(), LockError)
+
+
+def test_drop_in_release_after_loss_raises_not_owned_unless_quiet(r: redis.Redis) -> None:
+    lock = r.lock("gone", timeout=0.1, lock_class=rl.RLockCompat)
+    lock.acquire()
+    poll("lease over", 5, lambda: not r.exists("gone"))
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    quiet = r.lock("gone", timeout=0.1, lock_class=rl.RLockCompat, raise_on_release_error=False)
+    quiet.acquire()
+    poll("lease over", 5, lambda: not r.exists("gone"))
+    quiet.release()
+
+
+def test_drop_in_waits_fifo_in_the_server(r: redis.Redis) -> None:
+    holder = r.lock("fifo", lock_class=rl.RLockCompat)
+    holder.acquire()
+    order: list[int] = []
+
+    def waiter(i: int) -> None:
+        lk = r.lock("fifo", lock_class=rl.RLockCompat, blocking_timeout=20)
+        assert lk.acquire()
+        order.append(i)
+        lk.release()
+
+    threads = []
+    for i in range(3):
+        t = threading.Thread(target=waiter, args=(i,))
+        t.start()
+        threads.append(t)
+        poll("queued", 10, lambda i=i: info(r, "fifo")["waiters"] == i + 1)
+    holder.release()
+    for t in threads:
+        t.join(20)
+    assert order == [0, 1, 2]
+
+
+def test_rwlock_sides(r: redis.Redis) -> None:
+    rw = rl.RWLock(r, "cfg", fencing=True)
+    with rw.read:
+        res: list[bool] = []
+        other = rl.RWLock(r, "cfg")
+
+        def writer() -> None:
+            res.append(other.write.acquire(timeout=0.2))
+
+        t = threading.Thread(target=writer)
+        t.start()
+        t.join(10)
+        assert res == [False]
+        with pytest.raises(rl.UpgradeRefused):
+            rw.write.acquire()
+        assert rw.read.acquire()  # re-entry
+        rw.read.release()
+    with rw.write:
+        assert rw.write.token is not None
+        with rw.read:
+            pass
+        assert r.hget("cfg", "mode") == b"write"
+    assert not r.exists("cfg")
+
+
+def test_counted_semaphore_guards_give_back_exactly(r: redis.Redis) -> None:
+    sem = rl.Semaphore(r, "pool", timeout=0.2)
+    assert sem.try_set_permits(3) and not sem.try_set_permits(9)
+    with sem, sem:
+        assert sem.available() == 1
+        hold = sem.permits(1)
+        assert hold is not None and sem.available() == 0
+        assert sem.permits(1, blocking=False) is None
+        with pytest.raises(rl.LockTimeout), sem:
+            pass
+        hold.release()
+    assert sem.available() == 3
+    assert sem.acquire(2) and sem.release(2) == 3
+    assert sem.add_permits(-1) == 2
+    with pytest.raises(ValueError):
+        sem.acquire(0)
+
+
+def test_leased_semaphore_watchdog_and_loss(r: redis.Redis) -> None:
+    sem = rl.LeasedSemaphore(r, "lp", watchdog_timeout=0.6)
+    sem.try_set_permits(2)
+    hold = sem.acquire(2)
+    assert hold is not None and len(hold.ids) == 2
+    poll("renewed", 5, lambda: not hold.lost.is_set() and hold.valid_until > hold.sent_at + 0.7)
+    hold.release()
+    assert sem.available() == 2
+    short = rl.LeasedSemaphore(r, "lp", lease=0.1).acquire(1)
+    assert short is not None and short.lost.wait(5)
+    with pytest.raises(rl.LockLost):
+        short.release()
+    poll("reclaimed", 5, lambda: sem.available() == 2)
+    with pytest.raises(ValueError):
+        sem.acquire(10_001)
+
+
+def test_interop_with_raw_commands_and_redis_cli_layout(r: redis.Redis) -> None:
+    lock = rl.Lock(r, "shared")
+    lock.acquire()
+    owner = lock.hold.owner
+    assert r.hgetall("shared") == {owner: b"1"}  # visible as Redisson's hash
+    assert r.execute_command("RLOCK.RELEASE", "shared", owner) == 1  # releasable raw
+    r.execute_command("RLOCK.ACQUIRE", "shared", "cli-owner", 30000)  # a raw holder...
+    assert not rl.Lock(r, "shared").acquire(timeout=0.1)  # ...excludes the package
+    assert r.execute_command("RLOCK.RELEASE", "shared", "cli-owner") == 1
+    with pytest.raises(rl.LockLost):  # the package's stale hold never releases anything
+        lock.acquire()
