@@ -102,9 +102,12 @@ class Tally:
     acq: int = 0
     late: int = 0
     waits: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # when each counted acquisition came
 
 
-def sync_loop(acquire: Callable[[float], bool], release: Callable, crit: float, end: float) -> Tally:
+def sync_loop(
+    acquire: Callable[[float], bool], release: Callable, crit: float, end: float
+) -> Tally:
     t = Tally()
     while True:
         t0 = time.monotonic()
@@ -121,6 +124,7 @@ def sync_loop(acquire: Callable[[float], bool], release: Callable, crit: float, 
         if t1 <= end:
             t.acq += 1
             t.waits.append(t1 - t0)
+            t.times.append(t1)
         else:
             t.late += 1
 
@@ -137,7 +141,7 @@ def process_contender(lib, port, name, crit, ready, go, start_at, duration, out)
     start = start_at.value
     time.sleep(max(0.0, start - time.monotonic()))
     t = sync_loop(acquire, release, crit, start + duration)
-    out.put((t.acq, t.late, t.waits))
+    out.put((t.acq, t.late, t.waits, t.times))
 
 
 async def async_main(lib, port, name, n, crit, ready, go, start_at, duration, out) -> None:
@@ -173,11 +177,12 @@ async def async_main(lib, port, name, n, crit, ready, go, start_at, duration, ou
             if t1 <= end:
                 t.acq += 1
                 t.waits.append(t1 - t0)
+                t.times.append(t1)
             else:
                 t.late += 1
 
     for t in await asyncio.gather(*[loop(a, rl) for a, rl in pairs]):
-        out.put((t.acq, t.late, t.waits))
+        out.put((t.acq, t.late, t.waits, t.times))
     if lib == "redis-rlock aio":  # background cleanups (none expected) before the loop ends
         await pairs[0][1].__self__._be.flush(2.0)
     await r.aclose()
@@ -236,6 +241,7 @@ class Row:
     n: int
     crit_ms: int
     acq_s: float
+    handoffs_s: float
     p50_ms: float
     p99_ms: float
     min_acq: int
@@ -284,16 +290,19 @@ def run_row(srv: Server, mode: str, lib: str, n: int, crit_ms: int, duration: fl
     after = srv.commands()
     delta = {k: v - before.get(k, 0) for k, v in after.items() if k not in NOT_COUNTED}
     delta = {k: v for k, v in delta.items() if v > 0}
-    acq = [a for a, _, _ in tallies]
-    every = sum(a + late for a, late, _ in tallies)
-    waits = [w for _, _, ws in tallies for w in ws]
+    acq = [a for a, _, _, _ in tallies]
+    every = sum(a + late for a, late, _, _ in tallies)
+    waits = [w for _, _, ws, _ in tallies for w in ws]
+    # a hand-off: an acquisition by another contender than the previous one
+    order = sorted((t, i) for i, (_, _, _, ts) in enumerate(tallies) for t in ts)
+    handoffs = sum(1 for a, b in zip(order, order[1:]) if a[1] != b[1])
     total_cmds = sum(delta.values())
     top = ", ".join(
         f"{k.upper()} {v / max(every, 1):.2f}"
         for k, v in sorted(delta.items(), key=lambda kv: -kv[1])[:3]
     )
     return Row(
-        mode, lib, n, crit_ms, sum(acq) / duration, pct(waits, 0.5) * 1000,
+        mode, lib, n, crit_ms, sum(acq) / duration, handoffs / duration, pct(waits, 0.5) * 1000,
         pct(waits, 0.99) * 1000, min(acq), max(acq), total_cmds / max(every, 1), top,
     )  # fmt: skip
 
@@ -301,53 +310,62 @@ def run_row(srv: Server, mode: str, lib: str, n: int, crit_ms: int, duration: fl
 # -- uncontended ---------------------------------------------------------------------------------
 
 
-def uncontended_child(port: int, iters: int, rounds: int, out: Any) -> None:
+def uncontended_child(port: int, block: int, blocks: int, out: Any) -> None:
+    """Blocks of ``block`` acquire+release pairs, the libraries alternating block by block
+    (the order flipping each time), so a shared machine's slow moments hit both alike: per
+    library the median block, and the median of the per-block ratios to redis-py."""
     r = redis.Redis(port=port)
-    libs = [BASE_SYNC, PKG_SYNC]
-    pairs = {lib: sync_lock(lib, r, f"bench:solo:{lib}".replace(" ", "-")) for lib in libs}
-    res: dict[str, list[float]] = {lib: [] for lib in libs}
-    for rnd in range(rounds):
-        order = libs if rnd % 2 == 0 else libs[::-1]
-        for lib in order:
-            acquire, release = pairs[lib]
-            for _ in range(iters // 10):  # warm
-                acquire(1.0)
-                release()
+    sync = {lib: sync_lock(lib, r, f"bench:solo:{lib}".replace(" ", "-")) for lib in SYNC_LIBS}
+    del sync["python-redis-lock"]
+    res: dict[str, list[float]] = {lib: [] for lib in sync}
+    for acquire, release in sync.values():  # warm
+        for _ in range(block):
+            acquire(1.0)
+            release()
+    for i in range(blocks):
+        for lib in list(sync) if i % 2 == 0 else list(sync)[::-1]:
+            acquire, release = sync[lib]
             t0 = time.perf_counter()
-            for _ in range(iters):
+            for _ in range(block):
                 acquire(1.0)
                 release()
-            res[lib].append((time.perf_counter() - t0) / iters * 1e6)
+            res[lib].append((time.perf_counter() - t0) / block * 1e6)
 
     async def amain() -> dict[str, list[float]]:
         ar = aredis.Redis(port=port)
-        alibs = [BASE_ASYNC, PKG_ASYNC]
-        apairs = {lib: async_lock(lib, ar, f"bench:solo:{lib}".replace(" ", "-")) for lib in alibs}
-        ares: dict[str, list[float]] = {lib: [] for lib in alibs}
-        for rnd in range(rounds):
-            for lib in alibs if rnd % 2 == 0 else alibs[::-1]:
-                acquire, release = apairs[lib]
-                for _ in range(iters // 10):
-                    await acquire(1.0)
-                    await release()
+        alocks = {
+            lib: async_lock(lib, ar, f"bench:solo:{lib}".replace(" ", "-")) for lib in ASYNC_LIBS
+        }
+        ares: dict[str, list[float]] = {lib: [] for lib in alocks}
+        for acquire, release in alocks.values():
+            for _ in range(block):
+                await acquire(1.0)
+                await release()
+        for i in range(blocks):
+            for lib in ASYNC_LIBS if i % 2 == 0 else ASYNC_LIBS[::-1]:
+                acquire, release = alocks[lib]
                 t0 = time.perf_counter()
-                for _ in range(iters):
+                for _ in range(block):
                     await acquire(1.0)
                     await release()
-                ares[lib].append((time.perf_counter() - t0) / iters * 1e6)
+                ares[lib].append((time.perf_counter() - t0) / block * 1e6)
         await ar.aclose()
         return ares
 
     res.update(asyncio.run(amain()))
-    out.put({lib: statistics.median(v) for lib, v in res.items()})
+    summary: dict[str, tuple[float, float]] = {}
+    for lib, v in res.items():
+        base = res[BASE_SYNC if lib in SYNC_LIBS else BASE_ASYNC]
+        summary[lib] = (statistics.median(v), statistics.median(a / b for a, b in zip(v, base)))
+    out.put(summary)
 
 
-def uncontended(srv: Server, iters: int, rounds: int) -> dict[str, float]:
+def uncontended(srv: Server, block: int, blocks: int) -> dict[str, tuple[float, float]]:
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    p = ctx.Process(target=uncontended_child, args=(srv.port, iters, rounds, out))
+    p = ctx.Process(target=uncontended_child, args=(srv.port, block, blocks, out))
     p.start()
-    res: dict[str, float] = out.get(timeout=600)
+    res: dict[str, tuple[float, float]] = out.get(timeout=600)
     p.join(60)
     return res
 
@@ -368,10 +386,10 @@ def fmt(x: float) -> str:
 def machine(srv: Server) -> list[str]:
     cpu = "unknown"
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu
+            )
     except OSError:
         pass
     info = srv.r.info("server")
@@ -393,7 +411,9 @@ def machine(srv: Server) -> list[str]:
     ]
 
 
-def targets(rows: list[Row], solo: dict[str, float]) -> list[tuple[str, float, str, bool]]:
+def targets(
+    rows: list[Row], solo: dict[str, tuple[float, float]]
+) -> list[tuple[str, float, str, bool]]:
     def get(mode: str, lib: str, n: int, crit: int) -> Row:
         return next(r for r in rows if (r.mode, r.lib, r.n, r.crit_ms) == (mode, lib, n, crit))
 
@@ -416,12 +436,14 @@ def targets(rows: list[Row], solo: dict[str, float]) -> list[tuple[str, float, s
                 starved >= 1,
             )
         )
-    ur = solo[PKG_SYNC] / solo[BASE_SYNC]
+    ur = solo[PKG_SYNC][1]
     out.append((f"uncontended acquire+release µs / {BASE_SYNC}'s", ur, "≤ 1.30", ur <= 1.3))
     return out
 
 
-def report(rows: list[Row], solo: dict[str, float], mach: list[str], args: Any) -> str:
+def report(
+    rows: list[Row], solo: dict[str, tuple[float, float]], mach: list[str], args: Any
+) -> str:
     s = ["<!-- python: written by `make bench-python` (python/bench/bench.py) -->", "## Python", ""]
     s += [
         "What Python users run today against the package (python/, redis-rlock), on ONE "
@@ -441,6 +463,22 @@ def report(rows: list[Row], solo: dict[str, float], mach: list[str], args: Any) 
     ]
     for what, val, lim, ok in targets(rows, solo):
         s.append(f"| {what} | {fmt(val)} | {lim} | {'yes' if ok else '**no**'} |")
+    notes = []
+    for mode, base, pkg in (("processes", BASE_SYNC, PKG_SYNC), ("asyncio", BASE_ASYNC, PKG_ASYNC)):
+        b = [r for r in rows if (r.mode, r.lib, r.n, r.crit_ms) == (mode, base, 8, 0)]
+        p = [r for r in rows if (r.mode, r.lib, r.n, r.crit_ms) == (mode, pkg, 8, 0)]
+        if b and p and b[0].handoffs_s:
+            notes.append(
+                f"{mode}: {fmt(p[0].handoffs_s)} against {fmt(b[0].handoffs_s)}, "
+                f"{p[0].handoffs_s / b[0].handoffs_s:.1f}x"
+            )
+    if notes:
+        s += [
+            "",
+            "Not a target, for reading the first row: hand-offs/s (an acquisition by another "
+            "contender than the previous one) of the package against redis-py's at 8 "
+            "contenders, 0 ms held: " + "; ".join(notes) + ".",
+        ]
     s += [
         "",
         "### Contention",
@@ -459,38 +497,45 @@ def report(rows: list[Row], solo: dict[str, float], mach: list[str], args: Any) 
         "acquisition: INFO commandstats calls during the row (without INFO, PING, HELLO, "
         "CLIENT SETINFO) / every acquisition, the three largest shares after it.",
         "",
-        "| mode | N | held ms | library | acquisitions/s | vs redis-py | p50 wait ms "
-        "| p99 wait ms | min/max acquisitions | commands/acq | largest shares per acq |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| mode | N | held ms | library | acquisitions/s | vs redis-py | hand-offs/s "
+        "| p50 wait ms | p99 wait ms | min/max acquisitions | commands/acq "
+        "| largest shares per acq |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         base = BASE_SYNC if r.mode == "processes" else BASE_ASYNC
-        b = next(x for x in rows if (x.mode, x.lib, x.n, x.crit_ms) == (r.mode, base, r.n, r.crit_ms))
+        b = next(
+            x for x in rows if (x.mode, x.lib, x.n, x.crit_ms) == (r.mode, base, r.n, r.crit_ms)
+        )
         vs = f"{r.acq_s / b.acq_s:.2f}x" if b.acq_s else "∞ (0 for redis-py)"
         s.append(
             f"| {r.mode} | {r.n} | {r.crit_ms} | {r.lib} | {fmt(r.acq_s)} | {vs} | "
-            f"{fmt(r.p50_ms)} | {fmt(r.p99_ms)} | {r.min_acq}/{r.max_acq} | "
+            f"{fmt(r.handoffs_s)} | {fmt(r.p50_ms)} | {fmt(r.p99_ms)} | {r.min_acq}/{r.max_acq} | "
             f"{fmt(r.cmds_per_acq)} | {r.top} |"
         )
     s += [
         "",
         "### Uncontended acquire + release",
         "",
-        f"One process, one lock nobody else uses: {args.iters} acquire+release pairs per "
-        f"round, {args.rounds} rounds alternating the order, median round.",
+        f"One process, a lock nobody else uses: blocks of {args.block} acquire+release pairs, "
+        f"{args.blocks} blocks per library, the libraries alternating block by block (sync, "
+        "then asyncio): the median block, and the median of the per-block ratios to redis-py's "
+        "(the ratio of neighbouring blocks, which the shared machine's slow moments hit alike).",
         "",
         "| library | µs per acquire+release | vs redis-py |",
         "|---|---|---|",
     ]
     for lib in (BASE_SYNC, PKG_SYNC, BASE_ASYNC, PKG_ASYNC):
-        base = BASE_SYNC if lib in SYNC_LIBS else BASE_ASYNC
-        s.append(f"| {lib} | {fmt(solo[lib])} | {solo[lib] / solo[base]:.2f}x |")
+        s.append(f"| {lib} | {fmt(solo[lib][0])} | {solo[lib][1]:.2f}x |")
     s += ["<!-- /python -->", ""]
     return "\n".join(s)
 
 
 def write_block(path: str, block: str) -> None:
-    old = open(path).read() if os.path.exists(path) else ""
+    old = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
     b, e = old.find("<!-- python:"), old.find("<!-- /python -->")
     if b != -1 and e > b:
         new = old[:b] + block.rstrip("\n") + old[e + len("<!-- /python -->") :]
@@ -509,8 +554,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, help="seconds per contention row")
     args = ap.parse_args()
     if args.duration is None:
-        args.duration = 0.4 if args.quick else 3.0
-    args.iters, args.rounds = (200, 2) if args.quick else (2000, 4)
+        args.duration = 0.4 if args.quick else 4.0
+    args.block, args.blocks = (20, 10) if args.quick else (50, 60)
     sizes = [1, 8, 64]
     srv = Server(args.server, os.path.abspath(args.module))
     t0 = time.monotonic()
@@ -524,14 +569,17 @@ def main() -> None:
                         rows.append(row)
                         print(
                             f"{mode:9} N={n:<2} {crit:2} ms {lib:22} {fmt(row.acq_s):>7} acq/s "
-                            f"p50 {fmt(row.p50_ms):>6} ms p99 {fmt(row.p99_ms):>6} ms "
+                            f"hand-offs {fmt(row.handoffs_s):>6}/s p50 {fmt(row.p50_ms):>6} ms "
+                            f"p99 {fmt(row.p99_ms):>6} ms "
                             f"min/max {row.min_acq}/{row.max_acq} cmds/acq "
                             f"{fmt(row.cmds_per_acq)} ({row.top})",
                             flush=True,
                         )
-        solo = uncontended(srv, args.iters, args.rounds)
-        for lib, us in solo.items():
-            print(f"uncontended {lib:22} {us:8.1f} µs per acquire+release", flush=True)
+        solo = uncontended(srv, args.block, args.blocks)
+        for lib, (us, ratio) in solo.items():
+            print(
+                f"uncontended {lib:22} {us:8.1f} µs per acquire+release, {ratio:.2f}x", flush=True
+            )
         text = report(rows, solo, machine(srv), args)
     finally:
         srv.stop()
