@@ -158,10 +158,11 @@ async fn main() {
 }
 
 /// The blocks of a report that other runs write and a full run keeps: each from a line
-/// `<!-- NAME: ... -->` to `<!-- /NAME -->` (the per-server table, the profiles).
+/// `<!-- NAME: ... -->` to `<!-- /NAME -->` (the per-server table, the profiles, the Python
+/// package's rows from `make bench-python`).
 fn kept_blocks(old: &str) -> String {
     let mut kept = String::new();
-    for name in ["per-server", "profiles"] {
+    for name in ["per-server", "profiles", "python"] {
         let (begin, end) = (format!("<!-- {name}:"), format!("<!-- /{name} -->"));
         if let (Some(b), Some(e)) = (old.find(&begin), old.find(&end)) {
             if b < e {
