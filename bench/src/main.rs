@@ -174,3 +174,21 @@ fn kept_blocks(old: &str) -> String {
     }
     kept
 }
+
+#[cfg(test)]
+mod tests {
+    use super::kept_blocks;
+
+    #[test]
+    fn a_full_run_keeps_the_python_block() {
+        let old = "# rlock benchmarks\n\n## 1. old rows\n\n\
+                   <!-- profiles: by hand -->\n## Profiles\n<!-- /profiles -->\n\n\
+                   <!-- python: written by `make bench-python` -->\n## Python\nrows\n\
+                   <!-- /python -->\n";
+        let kept = kept_blocks(old);
+        assert!(!kept.contains("old rows"));
+        assert!(kept.contains("## Profiles"));
+        assert!(kept.contains("<!-- python: written by `make bench-python` -->\n## Python\nrows"));
+        assert!(kept.trim_end().ends_with("<!-- /python -->"));
+    }
+}
