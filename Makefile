@@ -63,9 +63,20 @@ PY_TEST_DEPS := "redis>=5" "pytest>=7" "pytest-asyncio>=0.23" "mypy>=1.8" "ruff>
 test-python: build
 	python3 -m pip install -q --root-user-action=ignore $(PY_TEST_DEPS)
 	python3 -m pip install -q --root-user-action=ignore ./python
-	cd python && python3 -m ruff check src tests && python3 -m ruff format --check src tests
+	cd python && python3 -m ruff check src tests bench && python3 -m ruff format --check src tests bench
 	cd python && python3 -m mypy --strict src
 	cd python && RLOCK_PY_LINTED=1 python3 -m pytest -q -p no:cacheprovider
+
+# The Python package's benchmark (python/bench/bench.py): redis-py's Lock, python-redis-lock and
+# redis-rlock (this checkout's python/src) on one server with $(MODULE), 1/8/64 processes and
+# asyncio tasks, 0/10 ms held (about 3 min); writes BENCHMARKS.md's Python block.
+# PY_BENCH_ARGS=--quick: tiny durations (< 30 s, figures meaningless), printed, nothing written.
+PY_BENCH_DEPS := "redis>=5" "python-redis-lock==4.0.1"
+PY_BENCH_ARGS ?=
+bench-python: build
+	python3 -m pip install -q --root-user-action=ignore $(PY_BENCH_DEPS)
+	python3 python/bench/bench.py --module $(CURDIR)/$(MODULE) \
+		$(if $(findstring --quick,$(PY_BENCH_ARGS)),,--out BENCHMARKS.md) $(PY_BENCH_ARGS)
 
 # The integration tests again, against Valkey 8 instead of Redis 7.0.
 test-valkey: build valkey-deps

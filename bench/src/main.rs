@@ -158,10 +158,11 @@ async fn main() {
 }
 
 /// The blocks of a report that other runs write and a full run keeps: each from a line
-/// `<!-- NAME: ... -->` to `<!-- /NAME -->` (the per-server table, the profiles).
+/// `<!-- NAME: ... -->` to `<!-- /NAME -->` (the per-server table, the profiles, the Python
+/// package's rows from `make bench-python`).
 fn kept_blocks(old: &str) -> String {
     let mut kept = String::new();
-    for name in ["per-server", "profiles"] {
+    for name in ["per-server", "profiles", "python"] {
         let (begin, end) = (format!("<!-- {name}:"), format!("<!-- /{name} -->"));
         if let (Some(b), Some(e)) = (old.find(&begin), old.find(&end)) {
             if b < e {
@@ -172,4 +173,22 @@ fn kept_blocks(old: &str) -> String {
         }
     }
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept_blocks;
+
+    #[test]
+    fn a_full_run_keeps_the_python_block() {
+        let old = "# rlock benchmarks\n\n## 1. old rows\n\n\
+                   <!-- profiles: by hand -->\n## Profiles\n<!-- /profiles -->\n\n\
+                   <!-- python: written by `make bench-python` -->\n## Python\nrows\n\
+                   <!-- /python -->\n";
+        let kept = kept_blocks(old);
+        assert!(!kept.contains("old rows"));
+        assert!(kept.contains("## Profiles"));
+        assert!(kept.contains("<!-- python: written by `make bench-python` -->\n## Python\nrows"));
+        assert!(kept.trim_end().ends_with("<!-- /python -->"));
+    }
 }

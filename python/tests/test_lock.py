@@ -140,6 +140,26 @@ def test_watchdog_renews_until_release(r: redis.Redis) -> None:
     assert not r.exists("wd")
 
 
+def test_watchdog_wakes_for_an_earlier_renewal_only(r: redis.Redis) -> None:
+    # the watchdog thread is woken only when a new entry becomes its earliest: a short-lease
+    # hold scheduled while it sleeps until a long one's renewal must still be renewed in time,
+    # and later holds (not its earliest entry) must not delay it
+    slow = rl.Lock(r, "wd-slow", watchdog_timeout=30)
+    slow.acquire()  # the thread now sleeps ~10 s
+    fast = rl.Lock(r, "wd-fast", watchdog_timeout=0.6)
+    fast.acquire()  # renewed every 0.2 s: must wake the thread
+    for i in range(20):  # later entries: no wake-up needed, none may disturb the schedule
+        extra = rl.Lock(r, f"wd-extra:{i}", watchdog_timeout=30)
+        extra.acquire()
+        extra.release()
+    time.sleep(1.5)  # the subject: time passing beyond fast's lease
+    assert fast.owned() and not fast.lost.is_set()
+    assert 0 < r.pttl("wd-fast") <= 600
+    fast.release()
+    slow.release()
+    assert not r.exists("wd-fast") and not r.exists("wd-slow")
+
+
 def test_watchdog_reports_a_lock_taken_away(r: redis.Redis) -> None:
     lost = threading.Event()
     lock = rl.Lock(r, "gone", watchdog_timeout=0.6, on_lost=lambda h: lost.set())

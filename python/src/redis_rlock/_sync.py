@@ -336,13 +336,17 @@ class _Watchdog:
             else:
                 when = hold.deadline
         with self._cv:
-            heapq.heappush(self._heap, (when, next(self._seq), weakref.ref(hold), backoff))
+            seq = next(self._seq)
+            heapq.heappush(self._heap, (when, seq, weakref.ref(hold), backoff))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="redis-rlock-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._cv.notify()
+            elif self._heap[0][1] == seq:
+                # only an entry that became the earliest moves the thread's wake-up; waking it
+                # for every acquire costs a thread hand-off (and the GIL) per acquisition
+                self._cv.notify()
 
     def _run(self) -> None:
         while True:
