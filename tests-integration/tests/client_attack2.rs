@@ -239,3 +239,130 @@ async fn a_cancel_whose_connection_is_killed_while_paused_is_retried_and_gives_b
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(available(&server, "kill-cancel"), 3, "given back exactly once");
 }
+
+// ---- ACL users limited to key patterns ------------------------------------------------------------
+
+fn acl_user(server: &Server, name: &str, rules: &[&str]) -> String {
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw");
+    for rule in rules {
+        setuser.arg(*rule);
+    }
+    let () = setuser.query(&mut server.conn()).expect("ACL SETUSER");
+    format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
+}
+
+/// A user allowed every command but only keys `app:*` (no request records, no read-hold timeout
+/// keys): every kind's acquire, a try and a wait on a held lock alike, gets a typed error at
+/// once, and nothing is left held (no key at all beyond the admin's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_limited_to_its_keys_gets_typed_errors_and_leaves_nothing_held() {
+    let server = Server::start();
+    let admin = client(&server).await;
+    admin.semaphore("app:sem").try_set_permits(2).await.expect("permits");
+    admin.leased_semaphore("app:leased").try_set_permits(2).await.expect("permits");
+    let busy = admin.lock("app:busy").acquire(LONG).await.expect("admin holds");
+    let before = keys(&server);
+    let url = acl_user(&server, "app", &["~app:*", "&*", "+@all"]);
+    let user = LockClient::open(url.as_str()).await.expect("open");
+    let wait = Duration::from_secs(2);
+    let mut results = Vec::new();
+    let t = Instant::now();
+    results.push(("lock", user.lock("app:l").try_acquire(wait, LONG).await.map(drop)));
+    results.push(("busy lock", user.lock("app:busy").try_acquire(wait, LONG).await.map(drop)));
+    let rw = user.rw_lock("app:rw");
+    results.push(("read", rw.read().try_acquire(wait, LONG).await.map(drop)));
+    results.push(("write", rw.write().try_acquire(wait, LONG).await.map(drop)));
+    results.push(("counted", user.semaphore("app:sem").try_acquire(1, wait).await.map(drop)));
+    let leased = user.leased_semaphore("app:leased");
+    results.push(("leased", leased.try_acquire(1, wait, LONG).await.map(drop)));
+    let multi = MultiLock::new(vec![user.lock("app:m1"), user.lock("app:m2")]);
+    results.push(("multi", multi.try_acquire(wait, LONG).await.map(drop)));
+    let took = t.elapsed();
+    for (what, result) in &results {
+        let typed = matches!(result, Err(Error::Redis(e)) if e.code() == Some("NOPERM"));
+        assert!(typed, "{what}: {result:?}");
+    }
+    assert!(took < Duration::from_secs(3), "refusals took {took:?}: a refused wait must not wait");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(keys(&server), before, "nothing left behind");
+    assert_eq!(available(&server, "app:sem"), 2);
+    assert_eq!(available(&server, "app:leased"), 2);
+    busy.release().await.expect("release");
+}
+
+/// A user allowed its keys and request records but not `RLOCK.CANCEL`: an acquire it cancels
+/// (dropped while waiting) must still leave nothing held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_cancel_leaves_nothing_held_after_a_dropped_acquire() {
+    let server = Server::start();
+    let admin = client(&server).await;
+    admin.semaphore("app:sem").try_set_permits(1).await.expect("permits");
+    let url = acl_user(
+        &server,
+        "app",
+        &["~app:*", "~rlock_request:*", "~redisson_unlock_latch:*", "&*", "+@all", "-rlock.cancel"],
+    );
+    let user = LockClient::open(url.as_str()).await.expect("open");
+    let sem = user.semaphore("app:sem");
+    let _ = redis::cmd("RSEM.ACQUIRE").arg("app:sem").arg(1).query::<i64>(&mut server.conn());
+    let waiting = tokio::spawn(async move { sem.acquire(1).await });
+    poll("the wait", LIMIT, || (blocked_clients(&mut server.conn()) == 1).then_some(()));
+    waiting.abort();
+    let _ = waiting.await;
+    let _: i64 =
+        redis::cmd("RSEM.RELEASE").arg("app:sem").arg(1).query(&mut server.conn()).expect("rel");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(available(&server, "app:sem"), 1, "the permit given back reached nobody");
+}
+
+// ---- replica / AOF acknowledgement failing, every kind -------------------------------------------
+
+/// On a server without replicas (and, for AOF, without an AOF), every kind's grant fails its
+/// acknowledgement: the call reports it with a typed error and gives back exactly what it got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_acknowledgement_gives_back_exactly_for_every_kind() {
+    let server = Server::start();
+    let admin = client(&server).await;
+    for (ack, options) in [
+        ("replica", Options::default().replica_ack(1, Duration::from_millis(100))),
+        ("aof", Options::default().aof_ack(true, 0, Duration::from_millis(100))),
+    ] {
+        let user = LockClient::with_options(server.client(), options).await.expect("client");
+        admin.semaphore("sem").try_set_permits(3).await.expect("permits");
+        admin.leased_semaphore("leased").try_set_permits(3).await.expect("permits");
+        let mut before = keys(&server);
+        before.retain(|k| !k.starts_with("rlock_request:"));
+        let wait = Duration::from_secs(1);
+        let rw = user.rw_lock("rw");
+        let multi = MultiLock::new(vec![user.lock("m1"), user.lock("m2")]);
+        let red = RedLock::new(&[user.clone()], "red");
+        let results = vec![
+            ("lock", user.lock("l").try_acquire(wait, LONG).await.map(drop)),
+            ("lock watchdog", user.lock("lw").try_acquire(wait, None).await.map(drop)),
+            ("read", rw.read().try_acquire(wait, LONG).await.map(drop)),
+            ("write", rw.write().try_acquire(wait, LONG).await.map(drop)),
+            ("counted", user.semaphore("sem").try_acquire(2, wait).await.map(drop)),
+            ("counted wait", user.semaphore("sem").acquire(1).await.map(drop)),
+            ("leased", user.leased_semaphore("leased").try_acquire(2, wait, LONG).await.map(drop)),
+            ("multi", multi.try_acquire(wait, LONG).await.map(drop)),
+            ("redlock", red.try_acquire(wait, LONG).await.map(drop)),
+        ];
+        for (what, result) in &results {
+            // A RedLock counts a node whose acknowledgement failed as not granted, and retries
+            // until its wait ends (documented: `TimedOut`).
+            let typed = match ack {
+                _ if *what == "redlock" => matches!(result, Err(Error::TimedOut)),
+                "replica" => matches!(result, Err(Error::NotReplicated { .. })),
+                _ => matches!(result, Err(Error::NotPersisted { .. } | Error::Redis(_))),
+            };
+            assert!(typed, "{ack} {what}: {result:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut after = keys(&server);
+        after.retain(|k| !k.starts_with("rlock_request:"));
+        assert_eq!(after, before, "{ack}: nothing left held");
+        assert_eq!(available(&server, "sem"), 3, "{ack}: counted permits conserved");
+        assert_eq!(available(&server, "leased"), 3, "{ack}: leased permits conserved");
+    }
+}
