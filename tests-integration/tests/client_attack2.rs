@@ -30,10 +30,6 @@ fn exists(server: &Server, name: &str) -> bool {
     redis::cmd("EXISTS").arg(name).query::<i64>(&mut con).is_ok_and(|n| n == 1)
 }
 
-fn until_gone(server: &Server, name: &str, what: &str) {
-    poll(what, LIMIT, || (!exists(server, name)).then_some(()));
-}
-
 fn available(server: &Server, name: &str) -> i64 {
     redis::cmd("RSEM.AVAILABLE").arg(name).query(&mut server.conn()).expect("RSEM.AVAILABLE")
 }
@@ -88,9 +84,7 @@ async fn take(client: &LockClient, of: Of, name: &str, lease: Option<Duration>) 
     match of {
         Of::Lock => Guard::Lock(client.lock(name).acquire(lease).await.expect("lock")),
         Of::Read => Guard::Lock(client.rw_lock(name).read().acquire(lease).await.expect("read")),
-        Of::Write => {
-            Guard::Lock(client.rw_lock(name).write().acquire(lease).await.expect("write"))
-        }
+        Of::Write => Guard::Lock(client.rw_lock(name).write().acquire(lease).await.expect("write")),
         Of::Leased => {
             let sem = client.leased_semaphore(name);
             sem.try_set_permits(2).await.expect("permits");
@@ -177,7 +171,12 @@ fn pause_writes(server: &Server, ms: u64) {
 }
 
 fn kill_normal_clients(server: &Server) -> i64 {
-    redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").query(&mut server.conn()).expect("KILL")
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut server.conn())
+        .expect("KILL")
 }
 
 fn unpause(server: &Server) {
@@ -225,8 +224,7 @@ async fn a_cancel_whose_connection_is_killed_while_paused_is_retried_and_gives_b
     });
     pause_writes(&server, 20_000);
     poll("the cancel to be held back", LIMIT, || {
-        (blocked_clients(&mut server.conn()) == 1 && !matches!(taking.is_finished(), true))
-            .then_some(())
+        (blocked_clients(&mut server.conn()) == 1 && !taking.is_finished()).then_some(())
     });
     tokio::time::sleep(Duration::from_millis(1800)).await; // WAIT answered; cancel sent
     assert!(kill_normal_clients(&server) >= 1);
@@ -336,7 +334,7 @@ async fn a_failed_acknowledgement_gives_back_exactly_for_every_kind() {
         let wait = Duration::from_secs(1);
         let rw = user.rw_lock("rw");
         let multi = MultiLock::new(vec![user.lock("m1"), user.lock("m2")]);
-        let red = RedLock::new(&[user.clone()], "red");
+        let red = RedLock::new(std::slice::from_ref(&user), "red");
         let results = vec![
             ("lock", user.lock("l").try_acquire(wait, LONG).await.map(drop)),
             ("lock watchdog", user.lock("lw").try_acquire(wait, None).await.map(drop)),
@@ -365,4 +363,70 @@ async fn a_failed_acknowledgement_gives_back_exactly_for_every_kind() {
         assert_eq!(available(&server, "sem"), 3, "{ack}: counted permits conserved");
         assert_eq!(available(&server, "leased"), 3, "{ack}: leased permits conserved");
     }
+}
+
+// ---- cluster: a seed node down, a slot moved while waiting ----------------------------------------
+
+/// With the first seed node stopped, waits on locks of healthy nodes work: a waiter gets the
+/// lock when its holder releases it (every time, not when the routing happens to avoid the
+/// stopped node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_waits_on_healthy_nodes_work_while_the_first_seed_node_is_stopped() {
+    let cluster = Cluster::start_with(3, &[("cluster-require-full-coverage", "no")]);
+    let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
+    let (a, b) = (
+        LockClient::cluster(urls.clone(), Options::default()).await.expect("a"),
+        LockClient::cluster(urls, Options::default()).await.expect("b"),
+    );
+    // The harness asks node 0 for slots: the keys are found before it stops.
+    let keys: Vec<String> =
+        (0..6).map(|r| cluster.key_on(1 + r % 2, &format!("seed{r}:"))).collect();
+    cluster.nodes[0].pause();
+    let mut failures = Vec::new();
+    for (round, key) in keys.iter().enumerate() {
+        let held = b.lock(key).acquire(LONG).await.expect("b holds");
+        let lock = a.lock(key);
+        let waiting =
+            tokio::spawn(async move { lock.try_acquire(Duration::from_secs(5), LONG).await });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        held.release().await.expect("b releases");
+        match waiting.await.expect("task") {
+            Ok(guard) => guard.release().await.expect("release"),
+            Err(e) => failures.push(format!("round {round}: {e:?}")),
+        }
+    }
+    cluster.nodes[0].resume();
+    assert!(failures.is_empty(), "waits failed while node 0 was stopped: {failures:?}");
+}
+
+/// A waiter whose lock's slot moves to another node while it waits is still served when the
+/// holder releases it there (or at worst returns by its deadline), and leaves nothing held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_wait_whose_slot_moves_is_served_on_the_new_node() {
+    let cluster = Cluster::start(3);
+    let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
+    let (a, b) = (
+        LockClient::cluster(urls.clone(), Options::default()).await.expect("a"),
+        LockClient::cluster(urls, Options::default()).await.expect("b"),
+    );
+    let key = cluster.key_on(0, "moving:");
+    let held = b.lock(&key).acquire(LONG).await.expect("b holds");
+    let lock = a.lock(&key);
+    let started = Instant::now();
+    let waiting = tokio::spawn(async move { lock.try_acquire(Duration::from_secs(8), LONG).await });
+    poll("the wait", LIMIT, || (blocked_clients(&mut cluster.nodes[0].conn()) == 1).then_some(()));
+    cluster.move_slot(cluster.slot(key.as_bytes()), 0, 1);
+    held.release().await.expect("b releases on the new node");
+    let result = waiting.await.expect("task");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(9), "bounded by the wait: {took:?}");
+    match result {
+        Ok(guard) => guard.release().await.expect("release"),
+        Err(e) => panic!(
+            "the lock was free on the new node, yet the wait ended with {e:?} after {took:?}"
+        ),
+    }
+    poll("nothing held", LIMIT, || {
+        (!exists(&cluster.nodes[1], &key) && !exists(&cluster.nodes[0], &key)).then_some(())
+    });
 }
