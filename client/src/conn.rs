@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, Value,
 };
@@ -231,8 +232,20 @@ impl Target {
             return Ok(sentinel.master().await?.0);
         }
         let Self::Cluster(_) = self else { return self.client_at(None) };
-        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(shared).await?;
-        let slots: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(shared).await?;
+        // Both asked of the key's own node (routed by its slot, computed here): a keyless
+        // command would go to any node, a stopped one included, and fail the wait.
+        let Conn::Cluster(cluster) = shared else { return self.client_at(None) };
+        let ask = |args: &[&[u8]]| {
+            let mut cluster = cluster.clone();
+            let node = SlotRoute::with_key(key, SlotAddr::Master);
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node));
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg(args);
+            async move { cluster.route_command(cmd, routing).await }
+        };
+        let parse = |e: redis::ParsingError| Error::Redis(e.into());
+        let slot: u16 = redis::from_redis_value(ask(&[b"KEYSLOT", key]).await?).map_err(parse)?;
+        let slots: Vec<Value> = redis::from_redis_value(ask(&[b"SLOTS"]).await?).map_err(parse)?;
         fn get<T: redis::FromRedisValue>(v: Option<&Value>) -> Option<T> {
             redis::from_redis_value(v?.clone()).ok()
         }
