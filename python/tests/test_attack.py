@@ -90,6 +90,23 @@ def test_a_refused_release_leaves_the_hold_with_its_owner(server: Server) -> Non
     assert not admin.exists("ok:1")
 
 
+async def test_async_refused_release_leaves_the_hold_with_its_owner(server: Server) -> None:
+    admin = server.client()
+    admin.execute_command(
+        "ACL", "SETUSER", "half", "on", "nopass", "+@all", "~ok:*", "~rlock_request:*"
+    )
+    r = aredis.Redis(port=server.port, username="half", password="x")
+    lock = ra.Lock(r, "ok:2")
+    assert await lock.acquire()
+    with pytest.raises(rl.LockPermissionError):
+        await lock.release()
+    assert admin.exists("ok:2") and lock.owned()
+    admin.execute_command("ACL", "SETUSER", "half", "&*", "~*")
+    await lock.release()
+    assert not admin.exists("ok:2")
+    await r.aclose()
+
+
 def test_acl_user_limited_to_a_key_pattern_gets_typed_errors_and_holds_nothing(
     server: Server,
 ) -> None:
