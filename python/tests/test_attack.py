@@ -319,9 +319,9 @@ def test_drop_in_matches_redis_py_lock_expectations(r: redis.Redis) -> None:
     assert not other.acquire(blocking_timeout=0.2)
     assert 0.15 < time.monotonic() - t0 < 2
     assert not other.owned()
-    with pytest.raises(LockError, match="Unable to acquire"):
-        with r.lock("c", blocking_timeout=0.1, lock_class=rl.RLockCompat):
-            pass
+    busy = r.lock("c", blocking_timeout=0.1, lock_class=rl.RLockCompat)
+    with pytest.raises(LockError, match="Unable to acquire"), busy:
+        pass
     assert lock.extend(10)  # adds to the remaining ~10 s
     assert 15_000 < int(r.execute_command("RLOCK.PTTL", "c")) <= 20_000
     assert lock.extend(5, replace_ttl=True)
