@@ -283,6 +283,8 @@ class SyncBackend:
         try:
             reply, attempts = self.call_until(spec.key, args, until)
         except ResponseError as e:
+            hold.done = False  # an error reply changed nothing: the caller still holds it
+            self.watchdog.schedule(hold)
             raise translate(e, spec.key.decode(errors="replace")) from None
         except Exception as e:
             if not is_transient(e):
@@ -290,6 +292,11 @@ class SyncBackend:
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
             self.releaser.submit(spec.key, args, max(0.0, hold.deadline - time.monotonic()))
             return
+        except BaseException:
+            # KeyboardInterrupt / SystemExit mid-release: the release is idempotent (its own
+            # request id, or the CANCEL of the grant's), so it goes on in the background
+            self.releaser.submit(spec.key, args, max(0.0, hold.deadline - time.monotonic()))
+            raise
         if spec.kind == P.COUNTED:
             if reply == 0 and attempts == 1:  # record gone (evicted): give back by count
                 self.call(spec.key, spec.release(b"", None))

@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 from . import _proto as P
 from ._hold import Hold, LossSignal, LostCallback
 from ._sync import SyncBackend, backend_for
-from .errors import LockTimeout, NotHeld, UpgradeRefused
+from .errors import LockTimeout, NotHeld, RLockError, UpgradeRefused
 
 _DEFAULT: Any = object()
 
@@ -106,7 +106,12 @@ class _Base:
             hold.count -= 1
             return
         setattr(self._local, self._slot(), None)
-        self._be.release(hold)
+        try:
+            self._be.release(hold)
+        except RLockError:
+            if not hold.done:  # refused by the server (an error reply): still this thread's
+                setattr(self._local, self._slot(), hold)
+            raise
 
     def locked(self) -> bool:
         """Whether anybody holds the lock now (any owner, any process)."""

@@ -365,6 +365,8 @@ class AsyncBackend:
         try:
             reply, attempts = await self.call_until(spec.key, args, until)
         except ResponseError as e:
+            hold.done = False  # an error reply changed nothing: the caller still holds it
+            self._watch(hold)
             raise translate(e, spec.key.decode(errors="replace")) from None
         except Exception as e:
             if not is_transient(e):

@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 
 from .. import _proto as P
 from .._hold import LostCallback
-from ..errors import LockTimeout, NotHeld, UpgradeRefused
+from ..errors import LockTimeout, NotHeld, RLockError, UpgradeRefused
 from ._engine import AsyncBackend, AsyncHold, AsyncLossSignal, backend_for
 
 _DEFAULT: Any = object()
@@ -118,8 +118,14 @@ class _Base:
             hold.check()
             hold.count -= 1
             return
-        _task_holds().pop(self._key(), None)
-        await self._be.release(hold)
+        holds = _task_holds()
+        holds.pop(self._key(), None)
+        try:
+            await self._be.release(hold)
+        except RLockError:
+            if not hold.done:  # refused by the server (an error reply): still this task's
+                holds[self._key()] = hold
+            raise
 
     async def locked(self) -> bool:
         """Whether anybody holds the lock now."""
