@@ -1,0 +1,251 @@
+//! The Python package (`python/src/redis_rlock`, run by `python3`) against the Rust crate
+//! (`rlock-client`), redis-cli and raw commands, on one server with the module, for every kind:
+//! a hold taken by the package is seen held (Redisson's layout, raw refusals, the crate's
+//! queries) and waited on by the others, whose waiters are served FIFO when the package releases;
+//! and a hold taken by the crate is seen by the package (`locked()`, a refused try) whose waiter
+//! is served when the crate releases.
+//!
+//! Each Python side is a small inline script driven over its stdin/stdout: it prints what it
+//! sees and waits for `go` before each release. Every read of its output is bounded. When
+//! `python3` or redis-py is missing the tests say so and pass, unless `RLOCK_REQUIRE_PYTHON` is
+//! set (`make test` sets it, after installing redis-py), when they fail instead.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use redis::Value;
+use rlock_client::{Error, LockClient};
+use rlock_tests_integration::{cli_binary, cmd, hgetall, wait_blocked, Pending, Server};
+
+/// How long any one step (a line from Python, a waiter served) may take.
+const STEP: Duration = Duration::from_secs(20);
+const LEASE: Option<Duration> = Some(Duration::from_secs(30));
+
+const PRELUDE: &str = r#"
+import sys
+import redis
+import redis_rlock as rl
+r = redis.Redis(port=int(sys.argv[1]))
+def say(*a):
+    print(*a, flush=True)
+def go():
+    line = sys.stdin.readline().strip()
+    assert line == "go", repr(line)
+"#;
+
+fn python_src() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../python/src")
+}
+
+fn python() -> Command {
+    let mut c = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned()));
+    c.env("PYTHONPATH", python_src());
+    c
+}
+
+/// Whether `python3` with redis-py is here; when not, prints why (or fails under
+/// `RLOCK_REQUIRE_PYTHON`).
+fn python_ready() -> bool {
+    let out = python().args(["-c", "import redis, redis_rlock"]).output();
+    let why = match out {
+        Ok(o) if o.status.success() => return true,
+        Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+        Err(e) => format!("cannot run python3: {e}"),
+    };
+    assert!(
+        std::env::var_os("RLOCK_REQUIRE_PYTHON").is_none(),
+        "RLOCK_REQUIRE_PYTHON is set but python3 with redis-py is not usable: {why}"
+    );
+    eprintln!("SKIPPED: python3 with redis-py (pip install 'redis>=5') is needed: {why}");
+    false
+}
+
+/// A running Python script: its stdout lines, its stdin, its stderr kept for failures.
+struct Py {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Py {
+    fn start(server: &Server, script: &str) -> Self {
+        let mut child = python()
+            .arg("-c")
+            .arg(format!("{PRELUDE}\n{script}"))
+            .arg(server.port().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let stdin = child.stdin.take().expect("stdin");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout");
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (sink, mut err) = (Arc::clone(&stderr), child.stderr.take().expect("stderr"));
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+            *sink.lock().expect("stderr") = text;
+        });
+        Self { child, stdin, lines, stderr }
+    }
+
+    /// The next line, which must start with `word`; returns the words after it.
+    fn line(&mut self, word: &str) -> Vec<String> {
+        let line = self.lines.recv_timeout(STEP).unwrap_or_else(|_| {
+            let _ = self.child.kill();
+            thread::sleep(Duration::from_millis(100));
+            panic!("python: no `{word}` line within {STEP:?}; stderr:\n{}", self.stderr())
+        });
+        let mut words = line.split(' ').map(str::to_owned);
+        assert_eq!(words.next().as_deref(), Some(word), "python said {line:?}");
+        words.collect()
+    }
+
+    fn go(&mut self) {
+        self.stdin.write_all(b"go\n").and_then(|()| self.stdin.flush()).expect("python stdin");
+    }
+
+    /// Waits (bounded) for a clean exit.
+    fn finish(mut self) {
+        let until = std::time::Instant::now() + STEP;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                thread::sleep(Duration::from_millis(50)); // the stderr reader's last read
+                assert!(status.success(), "python exited with {status}:\n{}", self.stderr());
+                return;
+            }
+            assert!(std::time::Instant::now() < until, "python did not exit within {STEP:?}");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr").clone()
+    }
+}
+
+impl Drop for Py {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// redis-cli's output lines for one command.
+fn redis_cli(server: &Server, args: &[&str]) -> Vec<String> {
+    let out = Command::new(cli_binary())
+        .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+fn pairs(pairs: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut v: Vec<_> = pairs.iter().map(|(f, x)| (f.as_bytes().to_vec(), x.as_bytes().to_vec())).collect();
+    v.sort();
+    v
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn client(server: &Server) -> LockClient {
+    LockClient::open(server.url()).await.expect("client")
+}
+
+/// A spawned crate acquire, awaited with a bound.
+async fn served<T>(task: tokio::task::JoinHandle<rlock_client::Result<T>>) -> T {
+    tokio::time::timeout(STEP, task).await.expect("the waiter was not served").expect("task").expect("acquire")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_held_by_either_language_is_seen_and_its_waiters_are_served_fifo() {
+    if !python_ready() {
+        return;
+    }
+    let server = Server::start();
+    let mut con = server.conn();
+    let client = client(&server).await;
+
+    // The package holds: redis-cli sees Redisson's hash, raw and crate acquires are refused.
+    let mut py = Py::start(
+        &server,
+        r#"
+lock = rl.Lock(r, "pl", lease=30)
+assert lock.acquire()
+say("held", lock.hold.owner.decode())
+go()
+lock.release()
+say("released")
+"#,
+    );
+    let owner = py.line("held").remove(0);
+    assert_eq!(redis_cli(&server, &["HGETALL", "pl"]), [owner.as_str(), "1"]);
+    assert!(matches!(cmd(&mut con, &["RLOCK.ACQUIRE", "pl", "cli", "30000"]), Value::Int(ms) if ms > 0));
+    let lock = client.lock("pl");
+    assert!(lock.is_locked().await.expect("is_locked"));
+    let refused = lock.try_acquire(Duration::from_millis(50), LEASE).await;
+    assert!(matches!(refused, Err(Error::TimedOut)), "{refused:?}");
+    // A crate waiter, then a raw one: the package's release serves the crate's, alone.
+    let waiter = tokio::spawn(async move { lock.acquire(LEASE).await });
+    wait_blocked(&mut con, 1);
+    let raw = Pending::start_str(&server, &["RLOCK.ACQUIRE", "pl", "cli", "30000", "WAIT", "20000"]);
+    wait_blocked(&mut con, 2);
+    py.go();
+    py.line("released");
+    let guard = served(waiter).await;
+    assert_eq!(hgetall(&mut con, b"pl"), pairs(&[(guard.owner(), "1")]));
+    wait_blocked(&mut con, 1);
+    assert!(!raw.replied());
+    guard.release().await.expect("release");
+    assert_eq!(raw.reply(STEP).0, Ok(Value::Nil));
+    assert_eq!(hgetall(&mut con, b"pl"), pairs(&[("cli", "1")]));
+    py.finish();
+
+    // The crate holds: the package sees it locked, is refused, and its waiter (then a raw one)
+    // is served when the crate's guard is released.
+    let guard = client.lock("rl").acquire(LEASE).await.expect("acquire");
+    let mut py = Py::start(
+        &server,
+        r#"
+lock = rl.Lock(r, "rl")
+say("seen", lock.locked(), lock.acquire(timeout=0.05))
+assert lock.acquire(timeout=20)
+say("acquired", lock.hold.owner.decode())
+go()
+lock.release()
+say("released")
+"#,
+    );
+    assert_eq!(py.line("seen"), ["True", "False"]);
+    wait_blocked(&mut con, 1);
+    let raw = Pending::start_str(&server, &["RLOCK.ACQUIRE", "rl", "cli", "30000", "WAIT", "20000"]);
+    wait_blocked(&mut con, 2);
+    guard.release().await.expect("release");
+    let owner = py.line("acquired").remove(0);
+    assert_eq!(hgetall(&mut con, b"rl"), pairs(&[(&owner, "1")]));
+    assert!(!raw.replied());
+    py.go();
+    py.line("released");
+    assert_eq!(raw.reply(STEP).0, Ok(Value::Nil));
+    py.finish();
+}
