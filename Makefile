@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run test test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps servers-deps build run test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt clean
 
 all: build
 
@@ -50,18 +50,22 @@ run: build
 	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \
 		--loadmodule $(CURDIR)/$(MODULE)
 
-# Every unit and integration test; the integration tests load $(MODULE), built first.
+# Every unit and integration test; the integration tests load $(MODULE), built first, and
+# tests/python_interop.rs runs the Python package with python3 (redis-py installed first; without
+# it those tests would skip, RLOCK_REQUIRE_PYTHON makes them fail instead).
 # Then the Python package's suites (test-python).
-test: build
-	$(CARGO) test --workspace
+test: build python-deps
+	RLOCK_REQUIRE_PYTHON=1 $(CARGO) test --workspace
 	$(MAKE) test-python
 
 # The Python package (python/, redis-rlock): installs it and its test tools from PyPI, then
 # ruff, mypy --strict and pytest against servers with $(MODULE) (REDIS_SERVER picks the binary).
 # pytest ends with a "test result: ok. N passed; M failed" line, which CI adds to its totals.
 PY_TEST_DEPS := "redis>=5" "pytest>=7" "pytest-asyncio>=0.23" "mypy>=1.8" "ruff>=0.4"
-test-python: build
+python-deps:
 	python3 -m pip install -q --root-user-action=ignore $(PY_TEST_DEPS)
+
+test-python: build python-deps
 	python3 -m pip install -q --root-user-action=ignore ./python
 	cd python && python3 -m ruff check src tests bench && python3 -m ruff format --check src tests bench
 	cd python && python3 -m mypy --strict src

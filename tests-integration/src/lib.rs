@@ -12,12 +12,13 @@
 //!
 //! The harness: [`server`] (one process), [`cluster`] (a Redis Cluster), [`sentinel`]
 //! (Sentinels), [`helpers`] (commands, polling, INFO fields), [`redisson`] (Redisson's
-//! read-write lock scripts), [`rng`] (a seeded PRNG, shared with the module's server-free tests),
-//! [`fuzz`] (what the live fuzz runs share).
+//! read-write lock scripts), [`python`] (the Python package run from a test), [`rng`] (a seeded
+//! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share).
 
 pub mod cluster;
 pub mod fuzz;
 pub mod helpers;
+pub mod python;
 pub mod redisson;
 pub mod rng;
 pub mod sentinel;
