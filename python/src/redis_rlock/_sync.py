@@ -459,6 +459,10 @@ def flush_all(timeout: float = 5.0) -> bool:
 
 
 def _after_fork_in_child() -> None:
+    # every lock the package holds at module or client level is new in the child: a thread of
+    # the parent may have held one at the fork, and no thread of the child would release it
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()
     for be in list(_ALL):
         be.after_fork()
 
