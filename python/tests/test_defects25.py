@@ -156,3 +156,45 @@ async def test_async_acquire_retries_noreplicas_until_grants_are_allowed(
     assert not r.exists("anorep")
     await a.aclose()
     r.close()
+
+
+# -- asyncio: a cancelled caller's release that then fails ----------------------------------
+
+
+async def test_a_failed_release_after_its_caller_was_cancelled_is_retrieved_and_logged(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gc
+
+    admin = server.client()
+    admin.execute_command(
+        "ACL", "SETUSER", "half", "on", "nopass", "+@all", "~ok:*", "~rlock_request:*"
+    )
+    r = aredis.Redis(port=server.port, username="half", password="x")
+    lock = ra.Lock(r, "ok:3")
+    assert await lock.acquire()
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    old = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+    try:
+        with caplog.at_level(logging.DEBUG, logger="redis_rlock"):
+            caller = asyncio.ensure_future(lock.hold.release())  # the grant itself
+            await asyncio.sleep(0)  # the caller awaits its shielded release task
+            caller.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+            assert await lock._be.flush(5)  # the release task ended (refused: NOPERM)
+            del caller
+            for _ in range(3):
+                await asyncio.sleep(0)
+                gc.collect()
+        assert not [c for c in reported if "never retrieved" in str(c.get("message"))], reported
+        assert any("release after a cancellation failed" in m for m in caplog.messages)
+    finally:
+        loop.set_exception_handler(old)
+    assert admin.exists("ok:3")  # refused: the hold stays
+    admin.execute_command("ACL", "SETUSER", "half", "&*", "~*")
+    await lock.release()
+    assert not admin.exists("ok:3")
+    await r.aclose()

@@ -212,6 +212,7 @@ class AsyncBackend:
         task = asyncio.ensure_future(coro)
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
+        task.add_done_callback(_retrieve)
         return task
 
     async def flush(self, timeout: float = 5.0) -> bool:
@@ -363,7 +364,11 @@ class AsyncBackend:
         if was_lost:
             raise _lost(hold)
         task = self.background(self._release(hold))
-        await asyncio.shield(task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_report_unseen)  # nobody awaits it any more
+            raise
 
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
@@ -396,6 +401,18 @@ class AsyncBackend:
             hold.mark_lost()
             hold.done = True
             raise _lost(hold)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Retrieves a background task's exception (never "Task exception was never retrieved")."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("redis_rlock: background task failed: %r", task.exception())
+
+
+def _report_unseen(task: asyncio.Task[Any]) -> None:
+    """A release whose caller was cancelled failed: said once, as a warning."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("redis_rlock: release after a cancellation failed: %r", task.exception())
 
 
 def _check_owner(hold: Hold) -> None:
