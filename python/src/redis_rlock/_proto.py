@@ -164,6 +164,12 @@ def is_retriable_reply(err: ResponseError) -> bool:
     ) or ("is already waiting" in msg and msg.startswith("ERR request"))
 
 
+def is_noreplicas(err: ResponseError) -> bool:
+    """``NOREPLICAS ...``: this master grants nothing now (too few replicas in sync); the same
+    acquire may be sent again (on the current master)."""
+    return str(err).startswith("NOREPLICAS")
+
+
 def is_cancelled_reply(err: ResponseError) -> bool:
     """``ERR request <id> was cancelled``: the request holds nothing and never will."""
     msg = str(err)

@@ -116,7 +116,7 @@ class SyncBackend:
                     raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
             return conn.read_response()
         except BaseException as e:
-            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY):
+            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY) or _renew_conn(e):
                 conn.disconnect()
             if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
                 self._refresh_topology()
@@ -172,7 +172,7 @@ class SyncBackend:
             t0 + self.rt if wait == 0.0 else end
         )  # one try: transient errors retried briefly
         need_cancel = handed = False
-        backoff = 0.02
+        backoff, attempts = 0.02, 0
         try:
             while True:
                 now = time.monotonic()
@@ -183,6 +183,7 @@ class SyncBackend:
                 else:
                     wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
                 need_cancel = True
+                attempts += 1
                 try:
                     reply = self.call(
                         spec.key,
@@ -193,6 +194,18 @@ class SyncBackend:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False
                         return None
+                    if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
+                        # this master grants nothing until its replicas are in sync (a promoted
+                        # master waiting for one, a master that lost them): asked again, backing
+                        # off, within the acquire's deadline; NoReplicas when it passes
+                        now = time.monotonic()
+                        if end is not None and now + min(backoff, 0.05) >= end:
+                            need_cancel = attempts > 1  # an earlier attempt may have queued
+                            raise translate(e, spec.key.decode(errors="replace")) from None
+                        step = backoff if end is None else min(backoff, end - now)
+                        time.sleep(max(step, 0.0))
+                        backoff = min(backoff * 2, 1.0)
+                        continue
                     if not is_transient(e):
                         if isinstance(e, ResponseError):
                             need_cancel = False  # an error reply changed nothing
@@ -312,6 +325,12 @@ def check_owner(hold: Hold) -> None:
     """A hold taken by the parent process is not the child's to renew or release."""
     if hold.pid != os.getpid():
         raise NotHeld("the hold belongs to the process this one was forked from")
+
+
+def _renew_conn(err: BaseException) -> bool:
+    """NOREPLICAS: this connection's server may have been replaced; a new connection asks the
+    Sentinels (a Sentinel pool) for the current master."""
+    return isinstance(err, ResponseError) and P.is_noreplicas(err)
 
 
 def _lost(hold: Hold) -> LockLost:
@@ -459,6 +478,10 @@ def flush_all(timeout: float = 5.0) -> bool:
 
 
 def _after_fork_in_child() -> None:
+    # every lock the package holds at module or client level is new in the child: a thread of
+    # the parent may have held one at the fork, and no thread of the child would release it
+    global _REGISTRY_LOCK
+    _REGISTRY_LOCK = threading.Lock()
     for be in list(_ALL):
         be.after_fork()
 

@@ -175,7 +175,7 @@ class AsyncBackend:
             except asyncio.TimeoutError:
                 raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s") from None
         except BaseException as e:
-            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY):
+            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY) or _renew_conn(e):
                 try:
                     await conn.disconnect(nowait=True)
                 except BaseException:
@@ -212,6 +212,7 @@ class AsyncBackend:
         task = asyncio.ensure_future(coro)
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
+        task.add_done_callback(_retrieve)
         return task
 
     async def flush(self, timeout: float = 5.0) -> bool:
@@ -253,7 +254,7 @@ class AsyncBackend:
             t0 + self.rt if wait == 0.0 else end
         )  # one try: transient errors retried briefly
         need_cancel = handed = False
-        backoff = 0.02
+        backoff, attempts = 0.02, 0
         try:
             while True:
                 now = time.monotonic()
@@ -264,6 +265,7 @@ class AsyncBackend:
                 else:
                     wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
                 need_cancel = True
+                attempts += 1
                 extra = (wait_ms or 0) / 1000.0 if end is not None else 1e9
                 try:
                     reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
@@ -271,6 +273,18 @@ class AsyncBackend:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False
                         return None
+                    if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
+                        # this master grants nothing until its replicas are in sync (a promoted
+                        # master waiting for one, a master that lost them): asked again, backing
+                        # off, within the acquire's deadline; NoReplicas when it passes
+                        now = time.monotonic()
+                        if end is not None and now + min(backoff, 0.05) >= end:
+                            need_cancel = attempts > 1  # an earlier attempt may have queued
+                            raise translate(e, spec.key.decode(errors="replace")) from None
+                        step = backoff if end is None else min(backoff, end - now)
+                        await asyncio.sleep(max(step, 0.0))
+                        backoff = min(backoff * 2, 1.0)
+                        continue
                     if not is_transient(e):
                         if isinstance(e, ResponseError):
                             need_cancel = False
@@ -350,7 +364,11 @@ class AsyncBackend:
         if was_lost:
             raise _lost(hold)
         task = self.background(self._release(hold))
-        await asyncio.shield(task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_report_unseen)  # nobody awaits it any more
+            raise
 
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
@@ -385,9 +403,27 @@ class AsyncBackend:
             raise _lost(hold)
 
 
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Retrieves a background task's exception (never "Task exception was never retrieved")."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("redis_rlock: background task failed: %r", task.exception())
+
+
+def _report_unseen(task: asyncio.Task[Any]) -> None:
+    """A release whose caller was cancelled failed: said once, as a warning."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("redis_rlock: release after a cancellation failed: %r", task.exception())
+
+
 def _check_owner(hold: Hold) -> None:
     if hold.pid != os.getpid():
         raise NotHeld("the hold belongs to the process this one was forked from")
+
+
+def _renew_conn(err: BaseException) -> bool:
+    """NOREPLICAS: this connection's server may have been replaced; a new connection asks the
+    Sentinels (a Sentinel pool) for the current master."""
+    return isinstance(err, ResponseError) and P.is_noreplicas(err)
 
 
 def _lost(hold: Hold) -> LockLost:
