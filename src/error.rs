@@ -211,7 +211,7 @@ impl LockError {
     /// about one request; [`Self::message`] for the others.
     #[must_use]
     pub fn naming(self, id: &[u8]) -> String {
-        let id = crate::request_rules::shown(id);
+        let id = shown(id);
         match self {
             Self::RequestCancelled => format!("ERR request {id} was cancelled"),
             Self::RequestWaiting => format!("ERR request {id} is already waiting"),
@@ -263,4 +263,23 @@ impl From<LockError> for RedisError {
             other => Self::Str(other.message()),
         }
     }
+}
+
+/// A request id as an error reply shows it: printable ASCII as is, any other byte (and `\`) as
+/// `\xNN`, at most 128 bytes of it (then `...`), so an id never breaks the reply's protocol.
+#[must_use]
+pub fn shown(id: &[u8]) -> String {
+    const MAX: usize = 128;
+    let mut out = String::new();
+    for &b in id.iter().take(MAX) {
+        if b.is_ascii_graphic() && b != b'\\' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if id.len() > MAX {
+        out.push_str("...");
+    }
+    out
 }

@@ -305,22 +305,3 @@ pub const fn cancel(record: Option<&Record>, waiting: bool) -> Cancel<'_> {
 pub fn cancelled_until(now: i64, expire_at: Option<i64>) -> i64 {
     now.saturating_add(CANCELLED_MS).max(expire_at.unwrap_or(i64::MIN))
 }
-
-/// A request id as an error reply shows it: printable ASCII as is, any other byte (and `\`) as
-/// `\xNN`, at most 128 bytes of it (then `...`), so an id never breaks the reply's protocol.
-#[must_use]
-pub fn shown(id: &[u8]) -> String {
-    const MAX: usize = 128;
-    let mut out = String::new();
-    for &b in id.iter().take(MAX) {
-        if b.is_ascii_graphic() && b != b'\\' {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    if id.len() > MAX {
-        out.push_str("...");
-    }
-    out
-}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{IntoConnectionInfo, RedisError};
 
-use crate::conn::{Conn, Shared, Target};
+use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
 use crate::leased::LeasedSemaphore;
 use crate::lock::Lock;
@@ -15,6 +15,7 @@ use crate::options::Options;
 use crate::releaser::{Releaser, Route};
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
+use crate::shared::Shared;
 
 /// A connection to a Redis server with the rlock module, from which [`Lock`] handles are made.
 /// Cheap to clone.

@@ -299,15 +299,3 @@ pub(crate) async fn dedicated(
         .set_connection_timeout(Some(Duration::from_secs(10)));
     Ok(client.get_multiplexed_async_connection_with_config(&config).await?)
 }
-
-/// What every handle of one [`crate::LockClient`] shares: where the server is, the shared
-/// connection, the client's id (the prefix of its owner ids) and settings.
-pub(crate) struct Shared {
-    pub(crate) target: Target,
-    pub(crate) conn: Conn,
-    pub(crate) id: String,
-    pub(crate) next_handle: std::sync::atomic::AtomicU64,
-    pub(crate) options: crate::options::Options,
-    /// Runs releases and cancellations in the background (drops, abandoned acquires).
-    pub(crate) releaser: crate::releaser::Releaser,
-}

@@ -89,6 +89,7 @@ mod redlock;
 mod releaser;
 mod rwlock;
 mod semaphore;
+mod shared;
 
 pub use client::LockClient;
 pub use error::{Error, Result};

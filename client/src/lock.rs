@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::conn::Shared;
 use crate::engine::chain::Chain;
 use crate::engine::hold::Member;
 use crate::engine::kind::Kind;
 use crate::error::Result;
 use crate::options::Remaining;
+use crate::shared::Shared;
 
 /// A handle on one named lock (or one side of a read-write lock). Clones share its holds (and
 /// so re-enter).

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::conn::{Conn, Shared};
+use crate::conn::Conn;
 use crate::engine::bound;
 use crate::engine::kind::Kind;
 use crate::engine::request::Request;
 use crate::error::{Error, Result};
+use crate::shared::Shared;
 
 /// A counting semaphore (Redisson's `RSemaphore`, on its data layout): a number of permits that
 /// `acquire` takes and `release` gives back. Permits have no owner: any client may release

@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::conn::Shared;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
 use crate::engine::{bound, millis, within};
 use crate::error::{Error, Result};
+use crate::shared::Shared;
 
 /// One handle's holds of one lock (or one side of a read-write lock), shared by its clones.
 pub(crate) struct Chain {

@@ -24,10 +24,10 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::conn::Shared;
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::{millis, redis_uncertain, SETTLE};
 use crate::error::{Error, Result};
+use crate::shared::Shared;
 
 /// How many times a release is retried (same latch id) after a connection failure.
 const RELEASE_RETRIES: u32 = 3;

@@ -14,6 +14,7 @@
 pub(crate) mod chain;
 pub(crate) mod hold;
 pub(crate) mod kind;
+pub(crate) mod outcome;
 pub(crate) mod request;
 pub(crate) mod waiting;
 pub(crate) mod watchdog;

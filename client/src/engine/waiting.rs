@@ -10,11 +10,11 @@ use std::time::Duration;
 use redis::{Cmd, RedisError, Value};
 use tokio::sync::oneshot;
 
-use crate::conn::Shared;
 use crate::engine::kind::{Answer, Kind};
+use crate::engine::outcome::{acknowledged, Ended};
 use crate::engine::redis_uncertain;
-use crate::engine::request::{acknowledged, Ended};
 use crate::error::Error;
+use crate::shared::Shared;
 
 /// How many MOVED/ASK redirections one wait follows.
 pub(crate) const MAX_REDIRECTS: usize = 5;
