@@ -122,7 +122,7 @@ fn give_back(
 ) -> Result<bool, LockError> {
     if let Granted::Leased(ids) = granted {
         let live = record::still_leased(ctx, name, ids, now)?;
-        return Ok(!live.is_empty() && super::sem::give_back_ids(ctx, name, &live)? > 0);
+        return Ok(!live.is_empty() && waiting::sem_give_back_ids(ctx, name, &live)? > 0);
     }
     match record::in_place(ctx, name, granted, now) {
         Ok(true) => {}
@@ -139,7 +139,7 @@ fn give_back(
         }
         Granted::Rw { mode, owner, .. } => waiting::rw_release(ctx, name, owner, *mode)?,
         Granted::Permits(permits) => {
-            super::sem::give_back(ctx, name, *permits)?;
+            waiting::sem_give_back(ctx, name, *permits)?;
             Reply::Int(1)
         }
         Granted::Leased(_) => Reply::Nil,

@@ -60,20 +60,6 @@ pub fn add_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// Leased permits whose lease ended come back first (as every Redisson semaphore script
-/// begins); the next lease end is looked at by a timer.
-fn reclaim(ctx: &Context, name: &RedisString) -> Result<(), LockError> {
-    reclaim_keeping(ctx, name, 0)
-}
-
-/// [`reclaim`], leaving room in the count for the `reserve` permits a release gives back next.
-fn reclaim_keeping(ctx: &Context, name: &RedisString, reserve: u64) -> Result<(), LockError> {
-    if let Some(at) = waiting::sem_reclaim_keeping(ctx, name, raw::now_ms(), reserve)? {
-        waiting::schedule_check(ctx, &waiting::lock_name(ctx, name), at);
-    }
-    Ok(())
-}
-
 /// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
@@ -90,7 +76,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             Prelude::Replay(reply) => return Ok(reply),
             Prelude::Fresh(record) => record,
         };
-        reclaim(ctx, cmd.key)?;
+        waiting::sem_reclaim_due(ctx, cmd.key)?;
         // Waiters first: permits they are owed go to them.
         waiting::settle(ctx, cmd.key);
         let queued = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0;
@@ -149,41 +135,13 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || match args::SemRelease::parse(&argv)? {
         args::SemRelease::Count { key, permits } => {
-            Ok(RedisValue::Integer(give_back(ctx, key, permits)?))
+            Ok(RedisValue::Integer(waiting::sem_give_back(ctx, key, permits)?))
         }
         args::SemRelease::Ids { key, ids } => {
             let ids: Vec<&[u8]> = ids.iter().map(RedisString::as_slice).collect();
-            Ok(RedisValue::Integer(give_back_ids(ctx, key, &ids)?))
+            Ok(RedisValue::Integer(waiting::sem_give_back_ids(ctx, key, &ids)?))
         }
     })
-}
-
-/// `RSEM.RELEASE key permits` (and a cancelled request's counted permits): returns the count
-/// left after the waiters were served.
-///
-/// # Errors
-/// As `waiting::sem_release`; nothing is written then.
-pub(crate) fn give_back(ctx: &Context, key: &RedisString, permits: u64) -> Result<i64, LockError> {
-    // Refused before the reclaim writes anything: the count must hold what comes back.
-    sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
-    reclaim_keeping(ctx, key, permits)?;
-    waiting::sem_release(ctx, key, permits)
-}
-
-/// `RSEM.RELEASE key ID id [id ...]` (and a cancelled request's leased permits): returns how
-/// many were released.
-///
-/// # Errors
-/// As `waiting::sem_release_ids`.
-pub(crate) fn give_back_ids<I: AsRef<[u8]>>(
-    ctx: &Context,
-    key: &RedisString,
-    ids: &[I],
-) -> Result<i64, LockError> {
-    let ids: Vec<&[u8]> = ids.iter().map(AsRef::as_ref).collect();
-    let released = waiting::sem_release_ids(ctx, key, &ids)?;
-    reclaim(ctx, key)?;
-    Ok(released)
 }
 
 /// `RSEM.RENEW key id lease-ms`
@@ -193,7 +151,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         store::may_grant(ctx)?;
         let until = Deadline::after(raw::now_ms(), cmd.lease)?;
         let leases = Leases::for_caller(ctx, cmd.key)?;
-        reclaim(ctx, cmd.key)?;
+        waiting::sem_reclaim_due(ctx, cmd.key)?;
         let id = cmd.owner.as_slice();
         if leases.scores(ctx, &[id])?[0].is_none() {
             return Ok(RedisValue::Integer(0));

@@ -193,3 +193,50 @@ pub fn is_semaphore(ctx: &Context, name: &RedisString) -> bool {
         raw::KeyKind::Hash | raw::KeyKind::Other => false,
     }
 }
+
+/// Leased permits whose lease ended come back first (as every Redisson semaphore script
+/// begins), and the next lease end is looked at by a timer: what every `RSEM.*` write does
+/// first.
+pub fn sem_reclaim_due(ctx: &Context, name: &RedisString) -> Result<(), LockError> {
+    sem_reclaim_due_keeping(ctx, name, 0)
+}
+
+/// [`sem_reclaim_due`], leaving room in the count for the `reserve` permits a release gives back next.
+fn sem_reclaim_due_keeping(
+    ctx: &Context,
+    name: &RedisString,
+    reserve: u64,
+) -> Result<(), LockError> {
+    if let Some(at) = sem_reclaim_keeping(ctx, name, raw::now_ms(), reserve)? {
+        schedule_check(ctx, &lock_name(ctx, name), at);
+    }
+    Ok(())
+}
+
+/// `RSEM.RELEASE key permits` (and a cancelled request's counted permits): returns the count
+/// left after the waiters were served.
+///
+/// # Errors
+/// As [`sem_release`]; nothing is written then.
+pub fn sem_give_back(ctx: &Context, key: &RedisString, permits: u64) -> Result<i64, LockError> {
+    // Refused before the reclaim writes anything: the count must hold what comes back.
+    sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
+    sem_reclaim_due_keeping(ctx, key, permits)?;
+    sem_release(ctx, key, permits)
+}
+
+/// `RSEM.RELEASE key ID id [id ...]` (and a cancelled request's leased permits): returns how
+/// many were released.
+///
+/// # Errors
+/// As [`sem_release_ids`].
+pub fn sem_give_back_ids<I: AsRef<[u8]>>(
+    ctx: &Context,
+    key: &RedisString,
+    ids: &[I],
+) -> Result<i64, LockError> {
+    let ids: Vec<&[u8]> = ids.iter().map(AsRef::as_ref).collect();
+    let released = sem_release_ids(ctx, key, &ids)?;
+    sem_reclaim_due(ctx, key)?;
+    Ok(released)
+}

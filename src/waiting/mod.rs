@@ -37,8 +37,9 @@ mod requests;
 pub mod timers;
 
 pub use kinds::{
-    rw_applied, rw_release, sem_raised, sem_reclaim, sem_reclaim_keeping, sem_release,
-    sem_release_ids, waiting_in, waiting_permits,
+    rw_applied, rw_release, sem_give_back, sem_give_back_ids, sem_raised, sem_reclaim,
+    sem_reclaim_due, sem_reclaim_keeping, sem_release, sem_release_ids, waiting_in,
+    waiting_permits,
 };
 pub use requests::{dequeue, waits_as};
 

@@ -44,10 +44,25 @@ pub(crate) struct Hold(Arc<Inner>);
 /// A [`Hold`] that does not keep it alive (its watchdog's).
 pub(crate) struct WeakHold(Weak<Inner>);
 
-impl WeakHold {
-    /// The hold, while a guard (or anything else) keeps it.
-    pub(crate) fn upgrade(&self) -> Option<Hold> {
+impl watchdog::Upgrade for WeakHold {
+    type Hold = Hold;
+
+    fn upgrade(&self) -> Option<Hold> {
         self.0.upgrade().map(Hold)
+    }
+}
+
+impl watchdog::Watched for Hold {
+    fn until(&self) -> Option<Instant> {
+        Self::until(self)
+    }
+
+    fn lose(&self) {
+        Self::lose(self);
+    }
+
+    fn renew(&self, lease: Duration) -> impl std::future::Future<Output = Result<bool>> + Send {
+        Self::renew(self, lease)
     }
 }
 
