@@ -74,6 +74,25 @@ class _SemBase:
             if exc is None:
                 raise
 
+    def _take_one(self) -> Optional[Hold]:
+        """One permit for ``with``, waiting as the constructor's ``blocking``/``timeout`` say."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Hold:
+        hold = self._take_one()
+        if hold is None:
+            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
+        self._stack().append(hold)
+        return hold
+
+    def __exit__(
+        self,
+        et: Optional[type[BaseException]],
+        e: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._exit(e)
+
 
 class Semaphore(_SemBase):
     """Counted permits. ``acquire``/``release`` are ``threading.Semaphore``-like (permits have
@@ -97,20 +116,8 @@ class Semaphore(_SemBase):
         lost reply (counted permits carry no owner: a retry could give back twice)."""
         return int(self._cmd("RSEM.RELEASE", self.name, P.check_permits(permits, False)))
 
-    def __enter__(self) -> Hold:
-        hold = self.permits(1, self._blocking, self._timeout)
-        if hold is None:
-            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
-        self._stack().append(hold)
-        return hold
-
-    def __exit__(
-        self,
-        et: Optional[type[BaseException]],
-        e: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self._exit(e)
+    def _take_one(self) -> Optional[Hold]:
+        return self.permits(1, self._blocking, self._timeout)
 
 
 class LeasedSemaphore(_SemBase):
@@ -152,20 +159,8 @@ class LeasedSemaphore(_SemBase):
         wait = P.wait_budget(blocking, timeout)
         return self._be.acquire(spec, wait, lease_ms is None, self._on_lost, _noop)
 
-    def __enter__(self) -> Hold:
-        hold = self.acquire(1, self._blocking, self._timeout)
-        if hold is None:
-            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
-        self._stack().append(hold)
-        return hold
-
-    def __exit__(
-        self,
-        et: Optional[type[BaseException]],
-        e: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self._exit(e)
+    def _take_one(self) -> Optional[Hold]:
+        return self.acquire(1, self._blocking, self._timeout)
 
 
 def _noop(_: Hold) -> None:

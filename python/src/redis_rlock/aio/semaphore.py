@@ -71,6 +71,18 @@ class _SemBase:
             if exc is None:
                 raise
 
+    async def _take_one(self) -> Optional[AsyncHold]:
+        """One permit for ``async with``, waiting as the constructor's ``blocking``/``timeout``
+        say."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> AsyncHold:
+        hold = await self._take_one()
+        if hold is None:
+            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
+        self._push(hold)
+        return hold
+
     async def __aexit__(
         self,
         et: Optional[type[BaseException]],
@@ -98,12 +110,8 @@ class Semaphore(_SemBase):
         """Gives back ``permits`` (not retried after a lost reply); the count left."""
         return int(await self._cmd("RSEM.RELEASE", self.name, P.check_permits(permits, False)))
 
-    async def __aenter__(self) -> AsyncHold:
-        hold = await self.permits(1, self._blocking, self._timeout)
-        if hold is None:
-            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
-        self._push(hold)
-        return hold
+    async def _take_one(self) -> Optional[AsyncHold]:
+        return await self.permits(1, self._blocking, self._timeout)
 
 
 class LeasedSemaphore(_SemBase):
@@ -144,12 +152,8 @@ class LeasedSemaphore(_SemBase):
         wait = P.wait_budget(blocking, timeout)
         return await self._be.acquire(spec, wait, lease_ms is None, self._on_lost, _noop)
 
-    async def __aenter__(self) -> AsyncHold:
-        hold = await self.acquire(1, self._blocking, self._timeout)
-        if hold is None:
-            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
-        self._push(hold)
-        return hold
+    async def _take_one(self) -> Optional[AsyncHold]:
+        return await self.acquire(1, self._blocking, self._timeout)
 
 
 def _noop(_: AsyncHold) -> None:
