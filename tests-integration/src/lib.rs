@@ -16,6 +16,7 @@
 //! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share).
 
 pub mod cluster;
+pub mod docs;
 pub mod fuzz;
 pub mod helpers;
 pub mod python;
@@ -23,6 +24,7 @@ pub mod redisson;
 pub mod rng;
 pub mod sentinel;
 pub mod server;
+pub mod transcript;
 
 pub use cluster::Cluster;
 pub use fuzz::{all_keys, assert_replica_matches, fuzz_steps, BlockedCall};

@@ -1,0 +1,250 @@
+//! The docs cannot drift: README.md and docs/*.md checked against a real server with the module.
+//!
+//! - `docs/commands.md`'s generated blocks (`<!-- BEGIN generated: NAME -->` ...
+//!   `<!-- END generated -->`) must equal what `COMMAND DOCS` and `COMMAND INFO` render now
+//!   (`rlock_tests_integration::docs::render`), and every command of `COMMAND LIST FILTERBY
+//!   MODULE rlock` must have exactly one block (and no block may name another command). With
+//!   `RLOCK_UPDATE_DOCS=1` (`make docs`) the blocks are rewritten instead, and a missing one is
+//!   appended at the end of the page; the hand-written text around them is kept.
+//! - Every ```` ```redis-cli ```` transcript is replayed with redis-cli on a fresh database, in
+//!   page order, and compared line by line (the rules for values that vary are in
+//!   `rlock_tests_integration::transcript`).
+//! - Every ```` ```rust ```` block is the exact text of a file of `client/examples/`, and every
+//!   such file is shown somewhere; each example then runs against real servers (as many as it
+//!   needs: one, a master with a replica and a Sentinel, three independent ones).
+//! - The ```` ```toml ```` Cargo lines of `docs/clients.md`, pasted into a new package with an
+//!   example as its `main.rs`, build it (`cargo check --offline`, in `target/docs-check`).
+//! - The ```` ```lua ```` fencing script of `docs/safety.md` refuses a stale token.
+//!
+//! The Python blocks are run by `python/tests/test_readme.py` (`make test-python`).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use redis::Value;
+use rlock_tests_integration::docs::{
+    self, blocks, diff, fenced, module_commands, pages, render, root,
+};
+use rlock_tests_integration::transcript::{parse, replay};
+use rlock_tests_integration::{cmd, poll, wait_replica_online, Sentinel, Server};
+
+#[test]
+fn the_command_reference_matches_the_module() {
+    let server = Server::start();
+    let mut con = server.conn_resp3();
+    let path = root().join("docs/commands.md");
+    let page = std::fs::read_to_string(&path).expect("docs/commands.md");
+    let commands = module_commands(&mut con);
+    let found = blocks(&page);
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    let (mut updated, mut from) = (String::new(), 0);
+    for (name, start, end) in &found {
+        if !seen.insert(name.clone()) {
+            problems.push(format!("{name} has two generated blocks"));
+        }
+        updated.push_str(&page[from..*start]);
+        if commands.contains(name) {
+            let want = render(&mut con, name);
+            if page[*start..*end] != want {
+                problems.push(format!(
+                    "{name}'s block differs (- page, + module):\n{}",
+                    diff(&page[*start..*end], &want)
+                ));
+            }
+            updated.push_str(&want);
+        } else {
+            problems.push(format!("a block names {name}, which the module does not have"));
+            updated.push_str(&page[*start..*end]);
+        }
+        from = *end;
+    }
+    updated.push_str(&page[from..]);
+    for name in commands.iter().filter(|n| !seen.contains(*n)) {
+        problems.push(format!("{name} has no generated block"));
+        let block = render(&mut con, name);
+        updated.push_str(&format!(
+            "\n### {name}\n\n{}{name} -->\n{block}{}\n",
+            docs::BEGIN,
+            docs::END
+        ));
+    }
+    if std::env::var_os("RLOCK_UPDATE_DOCS").is_some() {
+        if updated != page {
+            std::fs::write(&path, &updated).expect("write docs/commands.md");
+            eprintln!("rewrote docs/commands.md:\n{}", problems.join("\n"));
+        }
+        let unknown: Vec<&String> =
+            problems.iter().filter(|p| p.contains("does not have")).collect();
+        assert!(unknown.is_empty(), "remove these blocks by hand: {unknown:?}");
+    } else {
+        assert!(
+            problems.is_empty(),
+            "docs/commands.md has drifted; `make docs` rewrites it:\n\n{}",
+            problems.join("\n\n")
+        );
+    }
+}
+
+#[test]
+fn every_redis_cli_transcript_replays() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut count = 0;
+    let mut failures = Vec::new();
+    for (page, text) in pages() {
+        for (fence, block) in fenced(&text, "redis-cli") {
+            count += 1;
+            let _ = cmd(&mut con, &["FLUSHALL"]);
+            let steps = match parse(&block, fence) {
+                Ok(steps) if !steps.is_empty() => steps,
+                Ok(_) => {
+                    failures.push(format!("{page}:{fence}: a transcript without a command"));
+                    continue;
+                }
+                Err(e) => {
+                    failures.push(format!("{page}:{e}"));
+                    continue;
+                }
+            };
+            if let Err(e) = replay(&server, &page, &steps) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(count >= 4, "only {count} transcripts found");
+}
+
+fn example_files() -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(root().join("client/examples"))
+        .expect("client/examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| {
+            let name = p.file_stem().expect("stem").to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).expect("read example"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_rust_block_is_an_example_file_and_every_example_is_shown() {
+    let examples = example_files();
+    let mut shown = BTreeSet::new();
+    let mut failures = Vec::new();
+    for (page, text) in pages() {
+        for (fence, block) in fenced(&text, "rust") {
+            match examples.iter().find(|(_, code)| *code == block) {
+                Some((name, _)) => {
+                    shown.insert(name.clone());
+                }
+                None => failures.push(format!(
+                    "{page}:{fence}: a rust block that is no file of client/examples/"
+                )),
+            }
+        }
+    }
+    for (name, _) in &examples {
+        if !shown.contains(name) {
+            failures.push(format!("client/examples/{name}.rs is shown on no page"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Builds the client's examples (cargo, as `cargo test` of the client would) and returns the
+/// path of `name`'s binary.
+fn example(name: &str) -> PathBuf {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(root())
+        .args(["build", "-p", "rlock-client", "--examples", "--message-format=json"])
+        .output()
+        .expect("cargo build --examples");
+    assert!(
+        out.status.success(),
+        "cargo build --examples:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let tail = format!("/examples/{name}\"");
+    let line =
+        stdout.lines().find(|l| l.contains(&tail)).unwrap_or_else(|| panic!("no example {name}"));
+    let start = line.find("\"executable\":\"").expect("executable") + "\"executable\":\"".len();
+    PathBuf::from(&line[start..line[start..].find('"').expect("end") + start])
+}
+
+/// Runs an example with `env`; it must succeed within 60 s.
+fn run_example(name: &str, env: &[(&str, String)]) -> String {
+    let path = example(name);
+    let mut child = Command::new(&path);
+    child.envs(env.iter().map(|(k, v)| (k, v)));
+    let out = child.output().expect("run the example");
+    assert!(
+        out.status.success(),
+        "example {name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Nothing held and no permit taken once an example is done (a lock or read-write lock hash,
+/// a leased-permit zset).
+fn assert_nothing_held(server: &Server) {
+    let mut con = server.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).expect("KEYS");
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query(&mut con).expect("TYPE");
+        let empty = match kind.as_str() {
+            "hash" => false,
+            "zset" => cmd(&mut con, &["ZCARD", &key]) == Value::Int(0),
+            _ => true,
+        };
+        assert!(empty, "{key} ({kind}) is still held");
+    }
+}
+
+#[test]
+fn the_single_server_examples_run() {
+    let server = Server::start();
+    for name in ["quickstart", "rw_lock", "semaphores"] {
+        run_example(name, &[("REDIS_URL", server.url())]);
+        assert_nothing_held(&server);
+    }
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["GET", "db-connections"]), Value::BulkString(b"10".to_vec()));
+}
+
+#[test]
+fn the_replica_examples_run() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_replica_online(&master);
+    run_example("replica_ack", &[("REDIS_URL", master.url())]);
+    let sentinel = Sentinel::start(&master, 1, 5000);
+    poll("the sentinel to see the replica", Duration::from_secs(20), || {
+        let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
+        let replicas: Vec<Value> =
+            redis::cmd("SENTINEL").arg("REPLICAS").arg("mymaster").query(&mut con).ok()?;
+        (!replicas.is_empty()).then_some(())
+    });
+    let out = run_example("sentinel", &[("SENTINEL_URLS", sentinel.url())]);
+    assert!(out.starts_with("token Some("), "{out}");
+    assert_nothing_held(&master);
+    drop(replica);
+}
+
+#[test]
+fn the_multilock_and_redlock_example_runs() {
+    let servers = [Server::start(), Server::start(), Server::start()];
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    run_example("multi_redlock", &[("REDIS_URLS", urls.join(","))]);
+    for server in &servers {
+        assert_nothing_held(server);
+    }
+}
