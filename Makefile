@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt clean
+.PHONY: all deps valkey-deps servers-deps build run test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
 
 all: build
 
@@ -153,6 +153,13 @@ bench-smoke: build servers-deps
 	cp BENCHMARKS.md target/BENCHMARKS-servers-smoke.md
 	RLOCK_BENCH_SERVERS="$(BENCH_SERVERS)" ./target/release/rlock-bench --per-server --smoke \
 		--out target/BENCHMARKS-servers-smoke.md
+
+# Rewrites the generated blocks of docs/commands.md (syntax, summary, arity, flags, key spec, ACL
+# categories) from COMMAND DOCS and COMMAND INFO of a server with the module; the hand-written
+# text is kept. tests-integration/tests/docs.rs fails when the page differs (make test).
+docs: build
+	RLOCK_UPDATE_DOCS=1 $(CARGO) test -p rlock-tests-integration --test docs -- \
+		the_command_reference_matches_the_module
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -177,6 +177,12 @@ fn begin_search(spec: &Doc) -> String {
     }
 }
 
+/// The syntax of an `arguments` array of `COMMAND DOCS` (RESP3), as the generated blocks show it.
+#[must_use]
+pub fn syntax_of(arguments: &Value) -> String {
+    Doc::from(arguments).list().iter().map(syntax).collect::<Vec<_>>().join(" ")
+}
+
 /// The commands the module registers (`COMMAND LIST FILTERBY MODULE rlock`), upper case,
 /// sorted.
 ///

@@ -225,6 +225,10 @@ fn the_replica_examples_run() {
     let master = Server::start();
     let replica = Server::builder().replica_of(&master).start();
     wait_replica_online(&master);
+    let mut con = master.conn();
+    poll("the replica to acknowledge a write", Duration::from_secs(20), || {
+        (cmd(&mut con, &["WAIT", "1", "100"]) == Value::Int(1)).then_some(())
+    });
     run_example("replica_ack", &[("REDIS_URL", master.url())]);
     let sentinel = Sentinel::start(&master, 1, 5000);
     poll("the sentinel to see the replica", Duration::from_secs(20), || {
@@ -247,4 +251,206 @@ fn the_multilock_and_redlock_example_runs() {
     for server in &servers {
         assert_nothing_held(server);
     }
+}
+
+/// A new package with the ```` ```toml ```` lines of a page as its dependencies (the path made
+/// absolute) and every example as its own example: `cargo check --offline --examples`.
+#[test]
+fn the_cargo_lines_of_the_docs_build_the_examples() {
+    let client = root().join("client").canonicalize().expect("client/");
+    let mut checked = 0;
+    for (page, text) in pages() {
+        for (fence, block) in fenced(&text, "toml") {
+            assert!(
+                block.contains("rlock-client = { path = \"../rlock/client\" }"),
+                "{page}:{fence}: {block}"
+            );
+            let deps = block
+                .replace("\"../rlock/client\"", &format!("{:?}", client.display().to_string()));
+            let dir = tempfile::tempdir().expect("temp dir");
+            let manifest = format!(
+                "[package]\nname = \"docs-check\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[workspace]\n\n{deps}"
+            );
+            std::fs::write(dir.path().join("Cargo.toml"), manifest).expect("Cargo.toml");
+            std::fs::copy(root().join("Cargo.lock"), dir.path().join("Cargo.lock"))
+                .expect("Cargo.lock");
+            std::fs::create_dir_all(dir.path().join("src")).expect("src/");
+            std::fs::write(dir.path().join("src/lib.rs"), "").expect("lib.rs");
+            let examples = dir.path().join("examples");
+            std::fs::create_dir_all(&examples).expect("examples/");
+            for (name, code) in example_files() {
+                std::fs::write(examples.join(format!("{name}.rs")), code).expect("example");
+            }
+            let out = Command::new(env!("CARGO"))
+                .current_dir(dir.path())
+                .env("CARGO_TARGET_DIR", root().join("target/docs-check"))
+                .args(["check", "--offline", "--examples", "--quiet"])
+                .output()
+                .expect("cargo check");
+            assert!(
+                out.status.success(),
+                "{page}:{fence}: the examples do not build with these Cargo lines:\n{block}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "only {checked} Cargo blocks");
+}
+
+#[test]
+fn the_fencing_script_of_safety_md_refuses_a_stale_token() {
+    let page = std::fs::read_to_string(root().join("docs/safety.md")).expect("docs/safety.md");
+    let scripts = fenced(&page, "lua");
+    assert_eq!(scripts.len(), 1, "one Lua block in docs/safety.md");
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut write = |token: &str, value: &str| -> i64 {
+        redis::cmd("EVAL")
+            .arg(&scripts[0].1)
+            .arg(1)
+            .arg("resource")
+            .arg(token)
+            .arg(value)
+            .query(&mut con)
+            .expect("EVAL")
+    };
+    assert_eq!(write("5", "a"), 1);
+    assert_eq!(write("7", "b"), 1);
+    assert_eq!(write("6", "stale"), 0, "an older token is refused");
+    assert_eq!(write("7", "c"), 1, "the same token may write again");
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["HGET", "resource", "value"]), Value::BulkString(b"c".to_vec()));
+}
+
+#[test]
+fn every_info_field_and_setting_is_documented() {
+    let page =
+        std::fs::read_to_string(root().join("docs/configuration.md")).expect("configuration.md");
+    let server = Server::start();
+    let mut con = server.conn();
+    let info: String = redis::cmd("INFO").arg("rlock").query(&mut con).expect("INFO rlock");
+    let mut missing: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(field, _)| field.to_owned()))
+        .filter(|field| !page.contains(&format!("| `{field}` |")))
+        .collect();
+    let settings: Vec<String> =
+        redis::cmd("CONFIG").arg("GET").arg("rlock.*").query(&mut con).expect("CONFIG GET");
+    assert!(settings.len() >= 6, "{settings:?}");
+    for pair in settings.chunks(2) {
+        let row = format!("| `{}` | `{}`", pair[0], pair[1]);
+        if !page.contains(&row) {
+            missing.push(format!("{} (default {})", pair[0], pair[1]));
+        }
+    }
+    assert!(missing.is_empty(), "docs/configuration.md does not document: {missing:?}");
+}
+
+/// Pages another branch writes: a link to one is not checked while it does not exist.
+const WRITTEN_ELSEWHERE: &[&str] = &["docs/install.md"];
+
+/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_relative_link_and_anchor_resolves() {
+    let mut pages_and_more = pages();
+    let python =
+        std::fs::read_to_string(root().join("python/README.md")).expect("python/README.md");
+    pages_and_more.push(("python/README.md".to_owned(), python));
+    let mut broken = Vec::new();
+    for (page, text) in &pages_and_more {
+        let dir = std::path::Path::new(page).parent().expect("dir").to_path_buf();
+        let mut in_code = false;
+        for line in text.lines() {
+            in_code ^= line.starts_with("```");
+            if in_code {
+                continue;
+            }
+            for (i, _) in line.match_indices("](") {
+                let rest = &line[i + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = &rest[..end];
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, frag) = target.split_once('#').unwrap_or((target, ""));
+                let file = if path.is_empty() { PathBuf::from(page) } else { dir.join(path) };
+                let full = root().join(&file);
+                let normal = full.canonicalize().ok();
+                let rel = normal.as_ref().and_then(|p| {
+                    p.strip_prefix(root().canonicalize().ok()?)
+                        .ok()
+                        .map(|p| p.display().to_string())
+                });
+                let Some(rel) = rel else {
+                    let named = file.display().to_string().replace("docs/../", "");
+                    if !WRITTEN_ELSEWHERE.iter().any(|w| named.ends_with(w)) {
+                        broken.push(format!("{page}: {target} (no such file)"));
+                    }
+                    continue;
+                };
+                if frag.is_empty() || !rel.ends_with(".md") {
+                    continue;
+                }
+                let target_text = std::fs::read_to_string(root().join(&rel)).unwrap_or_default();
+                let found = target_text
+                    .lines()
+                    .filter_map(|l| {
+                        l.trim_start_matches('#').strip_prefix(' ').filter(|_| l.starts_with('#'))
+                    })
+                    .any(|h| anchor(h) == frag);
+                if !found {
+                    broken.push(format!("{page}: {target} (no heading with that anchor in {rel})"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn the_syntax_line_renders_one_of_and_repeated_arguments() {
+    // RSEM.RELEASE's two forms as one argument: `permits`, or `ID id [id ...]`.
+    let map = |pairs: Vec<(&str, Value)>| {
+        Value::Map(pairs.into_iter().map(|(k, v)| (Value::BulkString(k.into()), v)).collect())
+    };
+    let text = |s: &str| Value::BulkString(s.into());
+    let args = Value::Array(vec![
+        map(vec![("name", text("key")), ("type", text("key"))]),
+        map(vec![
+            ("name", text("release")),
+            ("type", text("oneof")),
+            (
+                "arguments",
+                Value::Array(vec![
+                    map(vec![("name", text("permits")), ("type", text("integer"))]),
+                    map(vec![
+                        ("name", text("id")),
+                        ("type", text("string")),
+                        ("token", text("ID")),
+                        ("flags", Value::Array(vec![text("multiple")])),
+                    ]),
+                ]),
+            ),
+        ]),
+        map(vec![
+            ("name", text("x")),
+            ("type", text("string")),
+            ("flags", Value::Array(vec![text("optional")])),
+        ]),
+    ]);
+    assert_eq!(docs::syntax_of(&args), "key <permits | ID id [id ...]> [x]");
 }
