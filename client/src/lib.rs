@@ -1,7 +1,13 @@
 //! # rlock-client
 //!
-//! An async client for the [rlock](../README.md) Redis module: reentrant distributed locks with
-//! Redisson's semantics, on tokio and redis-rs.
+//! An async client for the rlock Redis module: reentrant locks, read-write locks and semaphores
+//! with Redisson's semantics, waiting in the server, on tokio and redis-rs.
+//!
+//! The crate is not on crates.io: depend on it by path, with tokio's `macros` and
+//! `rt-multi-thread` features for `#[tokio::main]` (the repository's `docs/clients.md` shows the
+//! Cargo lines). `client/examples/` holds a runnable program per feature (a lock, a read-write
+//! lock, semaphores, Sentinel, replica acknowledgement, MultiLock and RedLock):
+//! `cargo run -p rlock-client --example quickstart` runs the first against `make run`'s server.
 //!
 //! ```no_run
 //! use std::time::Duration;
