@@ -227,6 +227,7 @@ fn the_replica_examples_run() {
     wait_replica_online(&master);
     let mut con = master.conn();
     poll("the replica to acknowledge a write", Duration::from_secs(20), || {
+        let _ = cmd(&mut con, &["INCR", "probe"]);
         (cmd(&mut con, &["WAIT", "1", "100"]) == Value::Int(1)).then_some(())
     });
     run_example("replica_ack", &[("REDIS_URL", master.url())]);
