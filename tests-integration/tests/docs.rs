@@ -348,77 +348,13 @@ fn every_info_field_and_setting_is_documented() {
     assert!(missing.is_empty(), "docs/configuration.md does not document: {missing:?}");
 }
 
-/// Pages another branch writes: a link to one is not checked while it does not exist.
-const WRITTEN_ELSEWHERE: &[&str] = &["docs/install.md"];
-
-/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to `-`.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn every_relative_link_and_anchor_resolves() {
-    let mut pages_and_more = pages();
+    let mut pages = pages();
     let python =
         std::fs::read_to_string(root().join("python/README.md")).expect("python/README.md");
-    pages_and_more.push(("python/README.md".to_owned(), python));
-    let mut broken = Vec::new();
-    for (page, text) in &pages_and_more {
-        let dir = std::path::Path::new(page).parent().expect("dir").to_path_buf();
-        let mut in_code = false;
-        for line in text.lines() {
-            in_code ^= line.starts_with("```");
-            if in_code {
-                continue;
-            }
-            for (i, _) in line.match_indices("](") {
-                let rest = &line[i + 2..];
-                let Some(end) = rest.find(')') else { continue };
-                let target = &rest[..end];
-                if target.contains("://") || target.starts_with("mailto:") {
-                    continue;
-                }
-                let (path, frag) = target.split_once('#').unwrap_or((target, ""));
-                let file = if path.is_empty() { PathBuf::from(page) } else { dir.join(path) };
-                let full = root().join(&file);
-                let normal = full.canonicalize().ok();
-                let rel = normal.as_ref().and_then(|p| {
-                    p.strip_prefix(root().canonicalize().ok()?)
-                        .ok()
-                        .map(|p| p.display().to_string())
-                });
-                let Some(rel) = rel else {
-                    let named = file.display().to_string().replace("docs/../", "");
-                    if !WRITTEN_ELSEWHERE.iter().any(|w| named.ends_with(w)) {
-                        broken.push(format!("{page}: {target} (no such file)"));
-                    }
-                    continue;
-                };
-                if frag.is_empty() || !rel.ends_with(".md") {
-                    continue;
-                }
-                let target_text = std::fs::read_to_string(root().join(&rel)).unwrap_or_default();
-                let found = target_text
-                    .lines()
-                    .filter_map(|l| {
-                        l.trim_start_matches('#').strip_prefix(' ').filter(|_| l.starts_with('#'))
-                    })
-                    .any(|h| anchor(h) == frag);
-                if !found {
-                    broken.push(format!("{page}: {target} (no heading with that anchor in {rel})"));
-                }
-            }
-        }
-    }
+    pages.push(("python/README.md".to_owned(), python));
+    let broken = docs::broken_links(&pages);
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
 
