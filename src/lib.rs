@@ -23,7 +23,7 @@
 //!   parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
 //!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
 //!   [`replicas`] (failover safety), [`server`] (which server, which capabilities), [`error`]
-//!   (the one error enum and its replies).
+//!   (the one error enum and its replies), [`version`] (the module's version and commit).
 //! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a
 //!   `// SAFETY:` note; it knows no caller (callbacks come in through traits).
 
@@ -45,6 +45,7 @@ pub mod rw_rules;
 pub mod sem_rules;
 pub mod server;
 pub mod store;
+pub mod version;
 pub mod waiting;
 
 use std::ffi::CStr;
@@ -55,6 +56,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use raw::command_info::{
     ArgDoc, ArgType, CommandDoc, KEY_ACCESS, KEY_DELETE, KEY_RO, KEY_RW, KEY_UPDATE,
 };
+use raw::defrag::QUIET_DEFRAG;
 
 /// Redis's allocator inside the server (the module's memory shows in `INFO memory`); the system
 /// allocator for the server-free tests, which link this crate outside redis-server.
@@ -116,7 +118,9 @@ fn check_server(ctx: &Context) -> Result<(), String> {
         }
     }
     ctx.log_notice(&format!(
-        "rlock: running on {}; optional capabilities in use: {}",
+        "rlock {} (commit {}) running on {}; optional capabilities in use: {}",
+        version::VERSION,
+        version::COMMIT,
         server.describe(),
         server.capabilities()
     ));
@@ -159,9 +163,10 @@ macro_rules! rlock_module {
 
         redis_module! {
             name: "rlock",
-            version: 1,
+            version: version::MODULE_VERSION,
             allocator: (Allocator, ALLOCATOR),
-            data_types: [],
+            // Not a data type: keeps the crate from logging a defrag warning (`raw::defrag`).
+            data_types: [QUIET_DEFRAG],
             init: init,
             // Every command has one key, at position 1.
             commands: [$([$name, $handler, $flags, 1, 1, 1, ""]),*],
