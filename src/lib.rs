@@ -188,13 +188,21 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
+/// `RSEM.RELEASE`'s two forms: `permits`, or `ID id [id ...]`.
+const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
+    c"permits-or-ids",
+    &[
+        ArgDoc::new(c"permits", ArgType::Integer),
+        ArgDoc::new(c"id", ArgType::String).token(c"ID").multiple(),
+    ],
+);
 
 rlock_module! {
     commands: [
         // name, handler, flags, key spec flags, arity (-N: at least N), summary, arguments
         ["rlock.acquire", commands::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
-            "Acquires or re-enters a reentrant lock; replies nil, or the holder's remaining lease in ms",
+            "Acquires or re-enters a reentrant lock; replies nil (with TOKEN: [1, token]) when held, else the holder's remaining lease in ms (with TOKEN: [0, pttl])",
             &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST]],
         ["rlock.release", commands::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
@@ -218,11 +226,11 @@ rlock_module! {
             &[KEY]],
         ["rlock.info", commands::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "The lock's owner, hold count, remaining lease and number of waiters; nil if free",
+            "A reentrant lock's owner, count (its holds), pttl (remaining lease in ms), waiters and token (the last fencing token); nil if free",
             &[KEY]],
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
-            "Acquires or re-enters a read-write lock's read or write hold; replies nil, or the remaining lease in ms",
+            "Acquires or re-enters a read-write lock's read or write hold; replies nil (with TOKEN, WRITE only: [1, token]) when held, else the remaining lease in ms (with TOKEN: [0, pttl])",
             &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST]],
         ["rwlock.release", commands::rw::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
@@ -238,7 +246,7 @@ rlock_module! {
             &[KEY]],
         ["rwlock.info", commands::rw::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "Mode, writer, readers, holds, remaining lease and waiters of a read-write lock; nil if free",
+            "A read-write lock's mode, writer, write_count, readers (how many owners hold read), read_holds, pttl, waiting_readers, waiting_writers and token; nil if free",
             &[KEY]],
         ["rsem.setpermits", commands::sem::set_permits, "write deny-oom",
             KEY_RW | KEY_UPDATE, 3,
@@ -255,8 +263,8 @@ rlock_module! {
               ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST]],
         ["rsem.release", commands::sem::release, "write deny-oom",
             KEY_RW | KEY_UPDATE, -3,
-            "Gives permits back (or leased permits by ID); replies the count left, or how many ids were released",
-            &[KEY, ArgDoc::new(c"permits", ArgType::Integer)]],
+            "Gives permits back, or leased permits by ID; replies the count left, or how many ids were released",
+            &[KEY, SEM_RELEASED]],
         ["rsem.renew", commands::sem::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, 4,
             "Gives a leased permit a new lease; 1: renewed, 0: no such live permit",
@@ -267,7 +275,7 @@ rlock_module! {
             &[KEY]],
         ["rsem.info", commands::sem::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "Available and leased permits, waiters and the permits they want; nil if missing",
+            "A semaphore's available and leased permits, next_expiry_ms (-1: no lease), waiters and waiting_permits (what they ask for); nil if missing",
             &[KEY]],
     ],
     // No keyspace event handlers: a lock freed outside rlock's commands is found by the waiters'
