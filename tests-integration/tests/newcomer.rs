@@ -380,6 +380,15 @@ fn a_force_release_disarms_the_read_holds_timer() {
 }
 
 #[test]
+fn rlock_forcerelease_of_a_read_write_lock_disarms_its_timer() {
+    let server = unloadable_server();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "a", "READ", "60000"]);
+    assert_eq!(cmd(&mut con, &["RLOCK.FORCERELEASE", "rw"]), Value::Int(1));
+    assert_idle_and_unload(&mut con);
+}
+
+#[test]
 fn releasing_the_last_leased_permit_disarms_its_timer() {
     let server = unloadable_server();
     let mut con = server.conn();
