@@ -175,7 +175,9 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             View::Held { pttl, .. } => pttl,
         };
         if key.holders() != 1 {
-            return Err(LockError::NotALock);
+            // A read-write lock is named as every other RLOCK.* command names it.
+            let rw = key.is_rw_lock();
+            return Err(if rw { LockError::NotAReentrantLock } else { LockError::NotALock });
         }
         drop(key);
         let (owner, count) = store::only_field(ctx, cmd.key)?;
