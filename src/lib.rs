@@ -141,13 +141,23 @@ const fn c_name(name: &'static str) -> &'static CStr {
     }
 }
 
+/// A command's complexity for `COMMAND DOCS`: O(1) unless its row says otherwise.
+macro_rules! o1_unless {
+    () => {
+        "O(1)"
+    };
+    ($complexity:literal) => {
+        $complexity
+    };
+}
+
 /// The one command table: expands into the `redis_module!` registration and [`COMMANDS`] (the
 /// docs, key specs and arguments set at load), so the two cannot drift.
 macro_rules! rlock_module {
     (
         commands: [$([
             $name:literal, $handler:path, $flags:literal, $key_flags:expr, $arity:literal,
-            $summary:literal, $args:expr $(,)?
+            $summary:literal, $args:expr $(, $complexity:literal)? $(,)?
         ]),* $(,)?],
         $($rest:tt)*
     ) => {
@@ -155,7 +165,7 @@ macro_rules! rlock_module {
         pub const COMMANDS: &[CommandDoc] = &[$(CommandDoc {
             name: c_name(concat!($name, "\0")),
             summary: c_name(concat!($summary, "\0")),
-            complexity: c"O(1)",
+            complexity: c_name(concat!(o1_unless!($($complexity)?), "\0")),
             arity: $arity,
             key_flags: $key_flags,
             args: $args,
@@ -235,11 +245,13 @@ rlock_module! {
         ["rwlock.release", commands::rw::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
             "Releases one read or write hold; 1: freed (or write hold ended), 0: still held, nil: no such hold",
-            &[KEY, OWNER, MODE, REQUEST]],
+            &[KEY, OWNER, MODE, REQUEST],
+            "O(1) for WRITE; O(N) for READ, where N is the number of read holds of the lock"],
         ["rwlock.renew", commands::rw::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, -4,
             "Resets the lease of every hold of the owner (or, with READ|WRITE, of that side's holds only); 1: renewed, 0: holds nothing (on that side)",
-            &[KEY, OWNER, LEASE, MODE.optional()]],
+            &[KEY, OWNER, LEASE, MODE.optional()],
+            "O(H) where H is the number of read holds of the owner"],
         ["rwlock.forcerelease", commands::rw::force_release, "write",
             KEY_RW | KEY_DELETE, 2,
             "Deletes a read-write lock whoever holds it and publishes its release",
@@ -247,7 +259,7 @@ rlock_module! {
         ["rwlock.info", commands::rw::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
             "A read-write lock's mode, writer, write_count, readers (how many owners hold read), read_holds, pttl, waiting_readers, waiting_writers and token; nil if free",
-            &[KEY]],
+            &[KEY], "O(N) where N is the number of read holds of the lock"],
         ["rsem.setpermits", commands::sem::set_permits, "write deny-oom",
             KEY_RW | KEY_UPDATE, 3,
             "Sets a semaphore's permits if it does not exist; 1: set, 0: it exists",
@@ -260,23 +272,26 @@ rlock_module! {
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -3,
             "Takes permits; 1 (or, with LEASE, their ids): taken, 0 (nil): not enough or WAIT timed out",
             &[KEY, ArgDoc::new(c"permits", ArgType::Integer),
-              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST]],
+              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST],
+            "O(1); with LEASE, O(P log N) where P is the number of permits taken and N the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.release", commands::sem::release, "write deny-oom",
             KEY_RW | KEY_UPDATE, -3,
             "Gives permits back, or leased permits by ID; replies the count left, or how many ids were released",
-            &[KEY, SEM_RELEASED]],
+            &[KEY, SEM_RELEASED],
+            "O(1); with ID, O(K log N) where K is the number of ids and N the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.renew", commands::sem::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, 4,
             "Gives a leased permit a new lease; 1: renewed, 0: no such live permit",
-            &[KEY, ArgDoc::new(c"id", ArgType::String), LEASE]],
+            &[KEY, ArgDoc::new(c"id", ArgType::String), LEASE],
+            "O(log N) where N is the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.available", commands::sem::available, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
             "Available permits (0 when the semaphore is missing)",
-            &[KEY]],
+            &[KEY], "O(log N) where N is the number of leased permits"],
         ["rsem.info", commands::sem::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
             "A semaphore's available and leased permits, next_expiry_ms (-1: no lease), waiters and waiting_permits (what they ask for); nil if missing",
-            &[KEY]],
+            &[KEY], "O(log N) where N is the number of leased permits"],
     ],
     // No keyspace event handlers: a lock freed outside rlock's commands is found by the waiters'
     // poll (`waiting`), so loading the module costs other workloads' DEL and expiry nothing.

@@ -554,3 +554,20 @@ fn rlock_info_on_a_read_write_lock_says_wrongtype_as_the_other_rlock_commands() 
     let err = run_str(&mut con, &["RLOCK.INFO", "h"]).unwrap_err();
     assert!(err.starts_with("ERR the key is a hash but not a reentrant lock"), "{err}");
 }
+
+/// `COMMAND DOCS` gives each command's cost (it said O(1) for all, where a read release and
+/// `RWLOCK.INFO` read every read hold and leased permits cost a zset operation each).
+#[test]
+fn command_docs_give_the_cost_of_the_commands_that_loop() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let complexity = |con: &mut Connection, name: &str| {
+        let reply = cmd(con, &["COMMAND", "DOCS", name]);
+        text(&field(&field(&reply, name).expect("docs"), "complexity").expect("complexity"))
+    };
+    for name in ["rwlock.release", "rwlock.info", "rsem.acquire", "rsem.release", "rsem.info"] {
+        let cost = complexity(&mut con, name);
+        assert!(cost.contains("O(N)") || cost.contains("log N"), "{name}: {cost}");
+    }
+    assert_eq!(complexity(&mut con, "rlock.acquire"), "O(1)");
+}
