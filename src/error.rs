@@ -15,12 +15,14 @@ pub enum LockError {
     WrongArity,
     /// An argument left over after the command's syntax was read.
     Syntax,
-    /// `lease-ms` is not a positive integer.
-    InvalidLease,
-    /// `WAIT` without a value, or a timeout that is not a non-negative integer.
-    InvalidTimeout,
-    /// `REQUEST` without an id, or an empty one.
+    /// An integer argument that is missing, not an integer, or outside its range.
+    BadInteger(IntArg, IntProblem),
+    /// An empty id after `REQUEST`.
     InvalidRequest,
+    /// `REQUEST` without an id.
+    MissingRequest,
+    /// An empty `id` argument (`RLOCK.CANCEL`, `RSEM.RENEW`).
+    EmptyId,
     /// The server became a replica while the client waited.
     Demoted,
     /// `now + lease-ms` does not fit a Unix time in milliseconds.
@@ -68,16 +70,14 @@ pub enum LockError {
     /// A read-write lock with more read holds over all its readers than a release or a
     /// dead-reader check may read (`rw_rules::MAX_LOCK_READ_HOLDS`).
     TooManyLockReadHolds,
-    /// `permits` is not a positive integer (zero or more for `RSEM.SETPERMITS`).
-    InvalidPermits,
-    /// `delta` is not an integer.
-    InvalidDelta,
     /// The semaphore's key holds a string that is not an integer.
     CorruptPermits,
     /// The permit count would leave the range of integers Redis stores.
     PermitsOverflow,
-    /// `ID` without an id, or an empty one.
+    /// An empty id after `ID`.
     InvalidPermitId,
+    /// `ID` without an id.
+    MissingPermitId,
     /// The caller's ACL user may not use the semaphore's lease zset.
     NoPermLeases,
     /// `RSEM.ACQUIRE ... LEASE` asks for more permits than one call may lease.
@@ -113,11 +113,10 @@ impl LockError {
         match self {
             Self::WrongArity => "ERR wrong number of arguments",
             Self::Syntax => "ERR syntax error",
-            Self::InvalidLease => "ERR lease-ms must be a positive integer of milliseconds",
-            Self::InvalidTimeout => {
-                "ERR timeout-ms (after WAIT) must be a non-negative integer of milliseconds"
-            }
+            Self::BadInteger(arg, problem) => arg.message(problem),
             Self::InvalidRequest => "ERR request id (after REQUEST) must not be empty",
+            Self::MissingRequest => "ERR request id is missing after REQUEST",
+            Self::EmptyId => "ERR id must not be empty",
             Self::Demoted => {
                 "READONLY the server became a replica while this client waited for the lock"
             }
@@ -165,13 +164,10 @@ impl LockError {
                 "ERR upgrade refused: this owner holds the read lock and asks for the write lock, which would wait for itself; release its read holds first"
             }
             Self::InvalidMode => "ERR mode must be READ or WRITE",
-            Self::InvalidPermits => {
-                "ERR permits must be a positive integer (zero or more for RSEM.SETPERMITS)"
-            }
-            Self::InvalidDelta => "ERR delta must be an integer",
             Self::CorruptPermits => "ERR the semaphore's value is not an integer",
             Self::PermitsOverflow => "ERR permit count overflow",
             Self::InvalidPermitId => "ERR permit id (after ID) must not be empty",
+            Self::MissingPermitId => "ERR permit id is missing after ID",
             Self::NoPermLeases => {
                 "NOPERM this user has no permissions to access the semaphore's lease zset ({name}:timeout)"
             }
@@ -220,6 +216,94 @@ impl LockError {
             ),
             other => other.message().to_owned(),
         }
+    }
+}
+
+/// An integer argument, as its errors name it, with its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntArg {
+    /// `lease-ms` (also after `LEASE`): 1 to `i64::MAX`.
+    LeaseMs,
+    /// `timeout-ms` after `WAIT`: 0 (no limit) to `i64::MAX`.
+    TimeoutMs,
+    /// `permits` of an acquire or a release: 1 to `i64::MAX`.
+    Permits,
+    /// `permits` of `RSEM.SETPERMITS`: 0 to `i64::MAX`.
+    PermitsOrZero,
+    /// `delta` of `RSEM.ADDPERMITS`: any `i64`.
+    Delta,
+}
+
+/// What is wrong with an integer argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntProblem {
+    /// Its option word (`WAIT`, `LEASE`) came last, without it.
+    Missing,
+    /// Not an integer as Redis writes one (digits, `-` first for a negative one, no leading
+    /// zero, no `+`, no spaces).
+    NotInteger,
+    /// An integer below the argument's least value (0 or 1).
+    TooSmall,
+    /// An integer outside the argument's range otherwise (beyond the `i64` range).
+    OutOfRange,
+}
+
+/// The four replies of one integer argument: missing, not an integer, too small, out of range.
+macro_rules! int_messages {
+    ($name:literal, $missing:literal, $too_small:literal, $range:literal) => {
+        [
+            concat!("ERR ", $name, " is missing", $missing),
+            concat!("ERR ", $name, " is not an integer"),
+            concat!("ERR ", $name, " ", $too_small),
+            concat!("ERR ", $name, " is out of range (", $range, ")"),
+        ]
+    };
+}
+
+impl IntArg {
+    /// The least and the greatest value the argument takes.
+    #[must_use]
+    pub const fn range(self) -> (i64, i64) {
+        match self {
+            Self::LeaseMs | Self::Permits => (1, i64::MAX),
+            Self::TimeoutMs | Self::PermitsOrZero => (0, i64::MAX),
+            Self::Delta => (i64::MIN, i64::MAX),
+        }
+    }
+
+    /// The reply naming this argument and `problem` (every text is in this one place).
+    #[must_use]
+    pub const fn message(self, problem: IntProblem) -> &'static str {
+        const LEASE: [&str; 4] = int_messages!(
+            "lease-ms",
+            " after LEASE",
+            "must be positive",
+            "1 to 9223372036854775807"
+        );
+        const TIMEOUT: [&str; 4] = int_messages!(
+            "timeout-ms",
+            " after WAIT",
+            "must not be negative",
+            "0 to 9223372036854775807"
+        );
+        const PERMITS: [&str; 4] =
+            int_messages!("permits", "", "must be positive", "1 to 9223372036854775807");
+        const PERMITS_OR_ZERO: [&str; 4] =
+            int_messages!("permits", "", "must not be negative", "0 to 9223372036854775807");
+        const DELTA: [&str; 4] = int_messages!(
+            "delta",
+            "",
+            "is out of range (-9223372036854775808 to 9223372036854775807)",
+            "-9223372036854775808 to 9223372036854775807"
+        );
+        let texts = match self {
+            Self::LeaseMs => &LEASE,
+            Self::TimeoutMs => &TIMEOUT,
+            Self::Permits => &PERMITS,
+            Self::PermitsOrZero => &PERMITS_OR_ZERO,
+            Self::Delta => &DELTA,
+        };
+        texts[problem as usize]
     }
 }
 

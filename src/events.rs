@@ -133,6 +133,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("token_floor", replicas::failover_floor().to_string())?
         .build_section()?
         .add_section("server")
+        .field("version", crate::version::VERSION)?
+        .field("git_sha", crate::version::COMMIT)?
         .field("server", server)?
         .field("capabilities", capabilities)?
         .build_section()?

@@ -23,7 +23,7 @@
 //!   parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
 //!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
 //!   [`replicas`] (failover safety), [`server`] (which server, which capabilities), [`error`]
-//!   (the one error enum and its replies).
+//!   (the one error enum and its replies), [`version`] (the module's version and commit).
 //! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a
 //!   `// SAFETY:` note; it knows no caller (callbacks come in through traits).
 
@@ -45,6 +45,7 @@ pub mod rw_rules;
 pub mod sem_rules;
 pub mod server;
 pub mod store;
+pub mod version;
 pub mod waiting;
 
 use std::ffi::CStr;
@@ -55,6 +56,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use raw::command_info::{
     ArgDoc, ArgType, CommandDoc, KEY_ACCESS, KEY_DELETE, KEY_RO, KEY_RW, KEY_UPDATE,
 };
+use raw::defrag::QUIET_DEFRAG;
 
 /// Redis's allocator inside the server (the module's memory shows in `INFO memory`); the system
 /// allocator for the server-free tests, which link this crate outside redis-server.
@@ -116,7 +118,9 @@ fn check_server(ctx: &Context) -> Result<(), String> {
         }
     }
     ctx.log_notice(&format!(
-        "rlock: running on {}; optional capabilities in use: {}",
+        "rlock {} (commit {}) running on {}; optional capabilities in use: {}",
+        version::VERSION,
+        version::COMMIT,
         server.describe(),
         server.capabilities()
     ));
@@ -137,13 +141,23 @@ const fn c_name(name: &'static str) -> &'static CStr {
     }
 }
 
+/// A command's complexity for `COMMAND DOCS`: O(1) unless its row says otherwise.
+macro_rules! o1_unless {
+    () => {
+        "O(1)"
+    };
+    ($complexity:literal) => {
+        $complexity
+    };
+}
+
 /// The one command table: expands into the `redis_module!` registration and [`COMMANDS`] (the
 /// docs, key specs and arguments set at load), so the two cannot drift.
 macro_rules! rlock_module {
     (
         commands: [$([
             $name:literal, $handler:path, $flags:literal, $key_flags:expr, $arity:literal,
-            $summary:literal, $args:expr $(,)?
+            $summary:literal, $args:expr $(, $complexity:literal)? $(,)?
         ]),* $(,)?],
         $($rest:tt)*
     ) => {
@@ -151,7 +165,7 @@ macro_rules! rlock_module {
         pub const COMMANDS: &[CommandDoc] = &[$(CommandDoc {
             name: c_name(concat!($name, "\0")),
             summary: c_name(concat!($summary, "\0")),
-            complexity: c"O(1)",
+            complexity: c_name(concat!(o1_unless!($($complexity)?), "\0")),
             arity: $arity,
             key_flags: $key_flags,
             args: $args,
@@ -159,9 +173,10 @@ macro_rules! rlock_module {
 
         redis_module! {
             name: "rlock",
-            version: 1,
+            version: version::MODULE_VERSION,
             allocator: (Allocator, ALLOCATOR),
-            data_types: [],
+            // Not a data type: keeps the crate from logging a defrag warning (`raw::defrag`).
+            data_types: [QUIET_DEFRAG],
             init: init,
             // Every command has one key, at position 1.
             commands: [$([$name, $handler, $flags, 1, 1, 1, ""]),*],
@@ -183,13 +198,21 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
+/// `RSEM.RELEASE`'s two forms: `permits`, or `ID id [id ...]`.
+const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
+    c"permits-or-ids",
+    &[
+        ArgDoc::new(c"permits", ArgType::Integer),
+        ArgDoc::new(c"id", ArgType::String).token(c"ID").multiple(),
+    ],
+);
 
 rlock_module! {
     commands: [
         // name, handler, flags, key spec flags, arity (-N: at least N), summary, arguments
         ["rlock.acquire", commands::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
-            "Acquires or re-enters a reentrant lock; replies nil, or the holder's remaining lease in ms",
+            "Acquires or re-enters a reentrant lock; replies nil (with TOKEN: [1, token]) when held, else the holder's remaining lease in ms (with TOKEN: [0, pttl])",
             &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST]],
         ["rlock.release", commands::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
@@ -213,28 +236,30 @@ rlock_module! {
             &[KEY]],
         ["rlock.info", commands::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "The lock's owner, hold count, remaining lease and number of waiters; nil if free",
+            "A reentrant lock's owner, count (its holds), pttl (remaining lease in ms), waiters and token (the last fencing token); nil if free",
             &[KEY]],
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
-            "Acquires or re-enters a read-write lock's read or write hold; replies nil, or the remaining lease in ms",
+            "Acquires or re-enters a read-write lock's read or write hold; replies nil (with TOKEN, WRITE only: [1, token]) when held, else the remaining lease in ms (with TOKEN: [0, pttl])",
             &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST]],
         ["rwlock.release", commands::rw::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
             "Releases one read or write hold; 1: freed (or write hold ended), 0: still held, nil: no such hold",
-            &[KEY, OWNER, MODE, REQUEST]],
+            &[KEY, OWNER, MODE, REQUEST],
+            "O(1) for WRITE; O(N) for READ, where N is the number of read holds of the lock"],
         ["rwlock.renew", commands::rw::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, -4,
             "Resets the lease of every hold of the owner (or, with READ|WRITE, of that side's holds only); 1: renewed, 0: holds nothing (on that side)",
-            &[KEY, OWNER, LEASE, MODE.optional()]],
+            &[KEY, OWNER, LEASE, MODE.optional()],
+            "O(H) where H is the number of read holds of the owner"],
         ["rwlock.forcerelease", commands::rw::force_release, "write",
             KEY_RW | KEY_DELETE, 2,
             "Deletes a read-write lock whoever holds it and publishes its release",
             &[KEY]],
         ["rwlock.info", commands::rw::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "Mode, writer, readers, holds, remaining lease and waiters of a read-write lock; nil if free",
-            &[KEY]],
+            "A read-write lock's mode, writer, write_count, readers (how many owners hold read), read_holds, pttl, waiting_readers, waiting_writers and token; nil if free",
+            &[KEY], "O(N) where N is the number of read holds of the lock"],
         ["rsem.setpermits", commands::sem::set_permits, "write deny-oom",
             KEY_RW | KEY_UPDATE, 3,
             "Sets a semaphore's permits if it does not exist; 1: set, 0: it exists",
@@ -247,23 +272,26 @@ rlock_module! {
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -3,
             "Takes permits; 1 (or, with LEASE, their ids): taken, 0 (nil): not enough or WAIT timed out",
             &[KEY, ArgDoc::new(c"permits", ArgType::Integer),
-              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST]],
+              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST],
+            "O(1); with LEASE, O(P log N) where P is the number of permits taken and N the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.release", commands::sem::release, "write deny-oom",
             KEY_RW | KEY_UPDATE, -3,
-            "Gives permits back (or leased permits by ID); replies the count left, or how many ids were released",
-            &[KEY, ArgDoc::new(c"permits", ArgType::Integer)]],
+            "Gives permits back, or leased permits by ID; replies the count left, or how many ids were released",
+            &[KEY, SEM_RELEASED],
+            "O(1); with ID, O(K log N) where K is the number of ids and N the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.renew", commands::sem::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, 4,
             "Gives a leased permit a new lease; 1: renewed, 0: no such live permit",
-            &[KEY, ArgDoc::new(c"id", ArgType::String), LEASE]],
+            &[KEY, ArgDoc::new(c"id", ArgType::String), LEASE],
+            "O(log N) where N is the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.available", commands::sem::available, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
             "Available permits (0 when the semaphore is missing)",
-            &[KEY]],
+            &[KEY], "O(log N) where N is the number of leased permits"],
         ["rsem.info", commands::sem::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "Available and leased permits, waiters and the permits they want; nil if missing",
-            &[KEY]],
+            "A semaphore's available and leased permits, next_expiry_ms (-1: no lease), waiters and waiting_permits (what they ask for); nil if missing",
+            &[KEY], "O(log N) where N is the number of leased permits"],
     ],
     // No keyspace event handlers: a lock freed outside rlock's commands is found by the waiters'
     // poll (`waiting`), so loading the module costs other workloads' DEL and expiry nothing.

@@ -305,6 +305,13 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         self.checks.contains_key(lock)
     }
 
+    /// Drops `lock`'s own check (its holds are gone); whether it had one.
+    pub fn drop_check(&mut self, lock: &LockName) -> bool {
+        let Some(slot) = self.checks.remove(lock) else { return false };
+        self.schedule.remove(&slot);
+        true
+    }
+
     /// Drops the own checks of every lock of database `db` (`None`: of every database).
     pub fn drop_checks(&mut self, db: Option<i32>) {
         let schedule = &mut self.schedule;

@@ -3,7 +3,15 @@
 use rlock::args::{
     Acquire, KeyOnly, Lease, Release, Renew, SemAcquire, SemAdd, SemRelease, WaitFor,
 };
-use rlock::error::LockError;
+use rlock::error::{IntArg, IntProblem, LockError};
+
+const fn bad(arg: IntArg, problem: IntProblem) -> LockError {
+    LockError::BadInteger(arg, problem)
+}
+
+const fn bad_lease(problem: IntProblem) -> LockError {
+    bad(IntArg::LeaseMs, problem)
+}
 
 fn argv(args: &[&str]) -> Vec<Vec<u8>> {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
@@ -32,22 +40,15 @@ fn leases_must_be_positive_integers_that_fit_an_i64() {
     for ok in ["1", "30000", "9223372036854775807"] {
         assert!(Lease::parse(ok.as_bytes()).is_ok(), "{ok}");
     }
-    for bad in [
-        "",
-        "0",
-        "-1",
-        "+1",
-        " 1",
-        "1 ",
-        "01",
-        "1.0",
-        "1e3",
-        "abc",
-        "9223372036854775808",
-        "99999999999999999999",
-        "\u{0}1",
-    ] {
-        assert_eq!(Lease::parse(bad.as_bytes()), Err(LockError::InvalidLease), "{bad:?}");
+    for bad in ["", "0", "-1", "+1", " 1", "1 ", "01", "1.0", "1e3", "abc", "\u{0}1"] {
+        let expected = match bad {
+            "0" | "-1" => bad_lease(IntProblem::TooSmall),
+            _ => bad_lease(IntProblem::NotInteger),
+        };
+        assert_eq!(Lease::parse(bad.as_bytes()), Err(expected), "{bad:?}");
+    }
+    for big in ["9223372036854775808", "99999999999999999999"] {
+        assert_eq!(Lease::parse(big.as_bytes()), Err(bad_lease(IntProblem::OutOfRange)), "{big}");
     }
 }
 
@@ -55,14 +56,23 @@ fn leases_must_be_positive_integers_that_fit_an_i64() {
 fn arity_syntax_and_owner_errors() {
     let cases: &[(&[&str], LockError)] = &[
         (&["RLOCK.ACQUIRE", "k", "o"], LockError::WrongArity),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT"], LockError::InvalidTimeout),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "-1"], LockError::InvalidTimeout),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "1.5"], LockError::InvalidTimeout),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "x"], LockError::InvalidTimeout),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT"], bad(IntArg::TimeoutMs, IntProblem::Missing)),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "-1"],
+            bad(IntArg::TimeoutMs, IntProblem::TooSmall),
+        ),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "1.5"],
+            bad(IntArg::TimeoutMs, IntProblem::NotInteger),
+        ),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "x"],
+            bad(IntArg::TimeoutMs, IntProblem::NotInteger),
+        ),
         (&["RLOCK.ACQUIRE", "k", "o", "1", "WAIT", "5", "WAIT", "5"], LockError::Syntax),
         (&["RLOCK.ACQUIRE", "k", "o", "1", "NOWAIT"], LockError::Syntax),
         (&["RLOCK.ACQUIRE", "k", "", "1"], LockError::EmptyOwner),
-        (&["RLOCK.ACQUIRE", "k", "o", "0"], LockError::InvalidLease),
+        (&["RLOCK.ACQUIRE", "k", "o", "0"], bad_lease(IntProblem::TooSmall)),
     ];
     for (args, expected) in cases {
         assert_eq!(Acquire::parse(&argv(args)).err(), Some(*expected), "{args:?}");
@@ -74,7 +84,7 @@ fn arity_syntax_and_owner_errors() {
     );
     assert_eq!(
         Release::parse(&argv(&["RLOCK.RELEASE", "k", "o", "x"])).err(),
-        Some(LockError::InvalidLease)
+        Some(bad_lease(IntProblem::NotInteger))
     );
     assert_eq!(
         Renew::parse(&argv(&["RLOCK.RENEW", "k", "", "5"])).err(),
@@ -94,7 +104,7 @@ fn release_lease_is_optional() {
 
 #[test]
 fn error_replies_start_with_a_code_and_name_the_argument() {
-    assert!(LockError::InvalidLease.message().starts_with("ERR lease-ms"));
+    assert!(bad_lease(IntProblem::TooSmall).message().starts_with("ERR lease-ms"));
     assert!(LockError::LeaseTooLarge.message().starts_with("ERR lease-ms"));
     assert!(LockError::EmptyOwner.message().starts_with("ERR owner"));
     assert_eq!(LockError::Syntax.message(), "ERR syntax error");
@@ -114,7 +124,7 @@ fn wait_takes_a_timeout_in_ms_zero_meaning_forever_in_any_case() {
         parsed(&["RLOCK.ACQUIRE", "k", "o", "1", "WaIt", "9223372036854775807"]),
         Ok(Some(WaitFor::Millis(i64::MAX as u64)))
     );
-    assert!(LockError::InvalidTimeout.message().starts_with("ERR timeout-ms"));
+    assert!(bad(IntArg::TimeoutMs, IntProblem::NotInteger).message().starts_with("ERR timeout-ms"));
 }
 
 #[test]
@@ -175,8 +185,11 @@ fn addpermits_delta_is_any_i64_as_incrby_reads_it() {
     assert_eq!(delta("-9223372036854775808"), Ok(i64::MIN));
     assert_eq!(delta("9223372036854775807"), Ok(i64::MAX));
     assert_eq!(delta("0"), Ok(0));
-    for bad in ["-0", "05", "+1", " 1", "9223372036854775808", ""] {
-        assert_eq!(delta(bad), Err(LockError::InvalidDelta), "{bad:?}");
+    for text in ["-0", "05", "+1", " 1", ""] {
+        assert_eq!(delta(text), Err(bad(IntArg::Delta, IntProblem::NotInteger)), "{text:?}");
+    }
+    for text in ["9223372036854775808", "-9223372036854775809"] {
+        assert_eq!(delta(text), Err(bad(IntArg::Delta, IntProblem::OutOfRange)), "{text:?}");
     }
 }
 
@@ -191,5 +204,8 @@ fn rwlock_renew_takes_an_optional_side() {
     assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "5", "READ", "x"]), Err(LockError::Syntax));
     assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o"]), Err(LockError::WrongArity));
     assert_eq!(parsed(&["RWLOCK.RENEW", "k", "", "5"]), Err(LockError::EmptyOwner));
-    assert_eq!(parsed(&["RWLOCK.RENEW", "k", "o", "0", "READ"]), Err(LockError::InvalidLease));
+    assert_eq!(
+        parsed(&["RWLOCK.RENEW", "k", "o", "0", "READ"]),
+        Err(bad_lease(IntProblem::TooSmall))
+    );
 }

@@ -147,10 +147,10 @@ fn every_acquire_takes_request_in_any_order_and_cancel_takes_a_key_and_an_id() {
     let sem = argv(&["RSEM.ACQUIRE", "s", "2", "REQUEST", "r", "LEASE", "5"]);
     let parsed = SemAcquire::parse(&sem).expect("valid");
     assert_eq!(parsed.request.map(Vec::as_slice), Some(&b"r"[..]));
-    for bad in [
-        &["RSEM.ACQUIRE", "s", "1", "REQUEST"][..],
-        &["RSEM.ACQUIRE", "s", "1", "REQUEST", ""],
-        &["RWLOCK.ACQUIRE", "k", "o", "READ", "1", "REQUEST", ""],
+    for (bad, expected) in [
+        (&["RSEM.ACQUIRE", "s", "1", "REQUEST"][..], LockError::MissingRequest),
+        (&["RSEM.ACQUIRE", "s", "1", "REQUEST", ""], LockError::InvalidRequest),
+        (&["RWLOCK.ACQUIRE", "k", "o", "READ", "1", "REQUEST", ""], LockError::InvalidRequest),
     ] {
         let args = argv(bad);
         let err = if bad[0] == "RSEM.ACQUIRE" {
@@ -158,7 +158,7 @@ fn every_acquire_takes_request_in_any_order_and_cancel_takes_a_key_and_an_id() {
         } else {
             RwAcquire::parse(&args).err()
         };
-        assert_eq!(err, Some(LockError::InvalidRequest), "{bad:?}");
+        assert_eq!(err, Some(expected), "{bad:?}");
     }
     let twice = argv(&["RSEM.ACQUIRE", "s", "1", "REQUEST", "a", "REQUEST", "b"]);
     assert_eq!(SemAcquire::parse(&twice).err(), Some(LockError::Syntax));
@@ -170,10 +170,7 @@ fn every_acquire_takes_request_in_any_order_and_cancel_takes_a_key_and_an_id() {
     assert!(RwAcquire::parse(&args).is_ok(), "without REQUEST, no record: any owner");
     let cancel = argv(&["RLOCK.CANCEL", "k", "r"]);
     assert_eq!(Cancel::parse(&cancel).map(|c| c.request.clone()), Ok(b"r".to_vec()));
-    assert_eq!(
-        Cancel::parse(&argv(&["RLOCK.CANCEL", "k", ""])).err(),
-        Some(LockError::InvalidRequest)
-    );
+    assert_eq!(Cancel::parse(&argv(&["RLOCK.CANCEL", "k", ""])).err(), Some(LockError::EmptyId));
     for arity in [&["RLOCK.CANCEL", "k"][..], &["RLOCK.CANCEL", "k", "r", "x"]] {
         assert_eq!(Cancel::parse(&argv(arity)).err(), Some(LockError::WrongArity), "{arity:?}");
     }

@@ -1,13 +1,14 @@
 //! Argument parsing: each command's arguments are read once into a typed struct, ending with a
 //! check that nothing is left over. Plain Rust over byte strings, so it runs without a server.
 
+pub mod int;
 pub mod rw;
 pub mod sem;
 
 pub use rw::{RwAcquire, RwRelease, RwRenew};
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
 
-use crate::error::LockError;
+use crate::error::{IntArg, LockError};
 
 /// Something that can be read as a command argument: a `RedisString` inside the server, a byte
 /// slice in tests.
@@ -113,12 +114,20 @@ impl WaitFor {
     /// Reads `timeout-ms`: a non-negative decimal integer that fits an `i64`.
     ///
     /// # Errors
-    /// [`LockError::InvalidTimeout`] for anything else.
+    /// [`LockError::BadInteger`] for anything else.
     pub fn parse(bytes: &[u8]) -> Result<Self, LockError> {
-        if bytes == b"0" {
-            return Ok(Self::Ever);
+        match int::unsigned(bytes, IntArg::TimeoutMs)? {
+            0 => Ok(Self::Ever),
+            ms => Ok(Self::Millis(ms)),
         }
-        parse_positive(bytes).map(Self::Millis).ok_or(LockError::InvalidTimeout)
+    }
+
+    /// Reads the value after `WAIT` (`None`: it came last).
+    ///
+    /// # Errors
+    /// As [`Self::parse`]; a missing value is [`LockError::BadInteger`] too.
+    pub fn parse_after_word<A: Arg>(value: Option<&A>) -> Result<Self, LockError> {
+        Self::parse(value.ok_or(int::missing(IntArg::TimeoutMs))?.bytes())
     }
 }
 
@@ -149,12 +158,9 @@ impl Lease {
     /// Reads `lease-ms`: a positive decimal integer that fits an `i64`.
     ///
     /// # Errors
-    /// [`LockError::InvalidLease`] for anything else (zero, negative, signs, spaces, overflow).
+    /// [`LockError::BadInteger`] for anything else (zero, negative, signs, spaces, overflow).
     pub fn parse(bytes: &[u8]) -> Result<Self, LockError> {
-        match parse_positive(bytes) {
-            Some(ms) => Ok(Self(ms)),
-            None => Err(LockError::InvalidLease),
-        }
+        int::unsigned(bytes, IntArg::LeaseMs).map(Self)
     }
 }
 
@@ -238,7 +244,7 @@ impl<'a, A: Arg> Parser<'a, A> {
         if !self.option(REQUEST) {
             return Ok(None);
         }
-        let id = self.take().ok_or(LockError::InvalidRequest)?;
+        let id = self.take().ok_or(LockError::MissingRequest)?;
         if id.bytes().is_empty() {
             return Err(LockError::InvalidRequest);
         }
@@ -282,8 +288,7 @@ impl<'a, A: Arg> Acquire<'a, A> {
         let (mut wait, mut token, mut request) = (None, false, None);
         loop {
             if wait.is_none() && p.option(WAIT) {
-                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
-                wait = Some(WaitFor::parse(timeout.bytes())?);
+                wait = Some(WaitFor::parse_after_word(p.take())?);
             } else if !token && p.option(TOKEN) {
                 token = true;
             } else if request.is_none() && p.peek_is(REQUEST) {
@@ -311,7 +316,7 @@ impl<'a, A: Arg> Cancel<'a, A> {
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let [_, key, request] = args else { return Err(LockError::WrongArity) };
         if request.bytes().is_empty() {
-            return Err(LockError::InvalidRequest);
+            return Err(LockError::EmptyId);
         }
         Ok(Self { key, request })
     }

@@ -29,8 +29,7 @@ impl<'a, A: Arg> RwAcquire<'a, A> {
         let (mut wait, mut token, mut request) = (None, false, None);
         loop {
             if wait.is_none() && p.option(WAIT) {
-                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
-                wait = Some(WaitFor::parse(timeout.bytes())?);
+                wait = Some(WaitFor::parse_after_word(p.take())?);
             } else if !token && mode == Mode::Write && p.option(TOKEN) {
                 token = true;
             } else if request.is_none() && p.peek_is(REQUEST) {

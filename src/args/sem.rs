@@ -1,8 +1,7 @@
 //! The `RSEM.*` argument structs.
 
-use super::{parse_positive, Arg, Lease, Parser, WaitFor, REQUEST, WAIT};
-use crate::error::LockError;
-use crate::sem_rules;
+use super::{int, Arg, Lease, Parser, WaitFor, REQUEST, WAIT};
+use crate::error::{IntArg, LockError};
 
 /// The most leased permits one `RSEM.ACQUIRE ... LEASE` takes, and the most ids one
 /// `RSEM.RELEASE ... ID` names. Each leased permit is a zset member written (and replicated) in
@@ -15,10 +14,8 @@ pub const MAX_LEASED: usize = 10_000;
 
 /// Reads a permit count: a positive integer, or (`zero_ok`) zero.
 fn permits<A: Arg>(arg: &A, zero_ok: bool) -> Result<u64, LockError> {
-    match arg.bytes() {
-        b"0" if zero_ok => Ok(0),
-        bytes => parse_positive(bytes).ok_or(LockError::InvalidPermits),
-    }
+    let arg_kind = if zero_ok { IntArg::PermitsOrZero } else { IntArg::Permits };
+    int::unsigned(arg.bytes(), arg_kind)
 }
 
 /// `RSEM.SETPERMITS key permits` (zero or more).
@@ -53,7 +50,7 @@ impl<'a, A: Arg> SemAdd<'a, A> {
     /// Wrong arity, or a delta that is not an integer that fits an `i64`.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let [_, key, delta] = args else { return Err(LockError::WrongArity) };
-        let delta = sem_rules::parse_integer(delta.bytes()).ok_or(LockError::InvalidDelta)?;
+        let delta = int::integer(delta.bytes(), IntArg::Delta)?;
         Ok(Self { key, delta })
     }
 }
@@ -86,11 +83,10 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
         let (mut lease, mut wait, mut request) = (None, None, None);
         loop {
             if lease.is_none() && p.option(LEASE) {
-                let ms = p.take().ok_or(LockError::InvalidLease)?;
+                let ms = p.take().ok_or(int::missing(IntArg::LeaseMs))?;
                 lease = Some(Lease::parse(ms.bytes())?);
             } else if wait.is_none() && p.option(WAIT) {
-                let timeout = p.take().ok_or(LockError::InvalidTimeout)?;
-                wait = Some(WaitFor::parse(timeout.bytes())?);
+                wait = Some(WaitFor::parse_after_word(p.take())?);
             } else if request.is_none() && p.peek_is(REQUEST) {
                 request = p.request()?;
             } else {
@@ -120,7 +116,10 @@ impl<'a, A: Arg> SemRelease<'a, A> {
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         match args {
             [_, key, word, ids @ ..] if word.bytes().eq_ignore_ascii_case(ID) => {
-                if ids.is_empty() || ids.iter().any(|id| id.bytes().is_empty()) {
+                if ids.is_empty() {
+                    return Err(LockError::MissingPermitId);
+                }
+                if ids.iter().any(|id| id.bytes().is_empty()) {
                     return Err(LockError::InvalidPermitId);
                 }
                 if ids.len() > MAX_LEASED {
@@ -139,5 +138,5 @@ impl<'a, A: Arg> SemRelease<'a, A> {
 /// # Errors
 /// Wrong arity, an empty id, or a bad lease.
 pub fn parse_renew<A: Arg>(args: &[A]) -> Result<super::Renew<'_, A>, LockError> {
-    super::Renew::parse_named(args, LockError::InvalidPermitId)
+    super::Renew::parse_named(args, LockError::EmptyId)
 }

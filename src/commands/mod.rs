@@ -148,6 +148,8 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         check_publish(ctx, cmd.key, plan.publish.then_some(Unlocked::Lock))?;
         if key.apply(None, &plan) {
             drop(key);
+            // A read-write lock's hash deleted here leaves no read hold to look at.
+            waiting::forget_check(ctx, cmd.key);
             waiting::freed(ctx, cmd.key, Unlocked::Lock);
         }
         Ok(store::to_value(plan.reply))
@@ -173,7 +175,9 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             View::Held { pttl, .. } => pttl,
         };
         if key.holders() != 1 {
-            return Err(LockError::NotALock);
+            // A read-write lock is named as every other RLOCK.* command names it.
+            let rw = key.is_rw_lock();
+            return Err(if rw { LockError::NotAReentrantLock } else { LockError::NotALock });
         }
         drop(key);
         let (owner, count) = store::only_field(ctx, cmd.key)?;

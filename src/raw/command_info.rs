@@ -26,6 +26,8 @@ pub struct ArgDoc {
     /// The option word that introduces it (`WAIT` for `[WAIT timeout-ms]`).
     pub token: Option<&'static CStr>,
     pub optional: bool,
+    /// It may be repeated (`id [id ...]`).
+    pub multiple: bool,
     /// The alternatives of a [`ArgType::OneOf`].
     pub subargs: &'static [ArgDoc],
 }
@@ -34,13 +36,20 @@ impl ArgDoc {
     /// A mandatory argument.
     #[must_use]
     pub const fn new(name: &'static CStr, kind: ArgType) -> Self {
-        Self { name, kind, token: None, optional: false, subargs: &[] }
+        Self { name, kind, token: None, optional: false, multiple: false, subargs: &[] }
     }
 
     /// The same argument, optional.
     #[must_use]
     pub const fn optional(mut self) -> Self {
         self.optional = true;
+        self
+    }
+
+    /// The same argument, repeatable (`id [id ...]`; after a token, the token comes once).
+    #[must_use]
+    pub const fn multiple(mut self) -> Self {
+        self.multiple = true;
         self
     }
 
@@ -54,7 +63,7 @@ impl ArgDoc {
     /// One of `subargs`.
     #[must_use]
     pub const fn one_of(name: &'static CStr, subargs: &'static [ArgDoc]) -> Self {
-        Self { name, kind: ArgType::OneOf, token: None, optional: false, subargs }
+        Self { name, kind: ArgType::OneOf, token: None, optional: false, multiple: false, subargs }
     }
 }
 
@@ -181,7 +190,7 @@ impl ArgArrays {
                 token: arg.token.map_or(ptr::null(), CStr::as_ptr),
                 summary: ptr::null(),
                 since: ptr::null(),
-                flags: if arg.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int } else { 0 },
+                flags: arg_flags(arg),
                 deprecated_since: ptr::null(),
                 subargs: self.build(arg.subargs),
                 display_text: ptr::null(),
@@ -194,4 +203,16 @@ impl ArgArrays {
         self.arrays.push(array);
         pointer
     }
+}
+
+/// The `REDISMODULE_CMD_ARG_*` flags of an argument.
+fn arg_flags(arg: &ArgDoc) -> c_int {
+    let mut flags = 0;
+    if arg.optional {
+        flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+    }
+    if arg.multiple {
+        flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+    }
+    flags
 }

@@ -18,6 +18,7 @@
 //! - [`events`]: server events, module options.
 //! - [`acl`]: the calling client's ACL user.
 //! - [`command_info`]: arity, docs, key specs and arguments for `COMMAND INFO` / `COMMAND DOCS`.
+//! - [`defrag`]: no defrag warning at load on servers without the defrag callbacks API.
 //! - [`reply`]: map replies.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -136,6 +137,7 @@ pub mod acl;
 pub mod blocking;
 pub mod command_info;
 pub mod context;
+pub mod defrag;
 pub mod events;
 pub mod info;
 pub mod keys;

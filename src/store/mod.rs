@@ -117,7 +117,7 @@ impl<'a> LockKey<'a> {
 
     /// Whether the hash is a read-write lock's (it has a `mode` field). A reentrant lock's hash
     /// has one field, so only a hash with another number of fields is asked.
-    fn is_rw_lock(&self) -> bool {
+    pub fn is_rw_lock(&self) -> bool {
         let mode = RedisString::create_from_slice(self.ctx.get_raw(), names::MODE_FIELD);
         self.key.hash_get(&mode).is_some()
     }

@@ -4,7 +4,7 @@
 
 use redis_module::{Context, RedisString};
 
-use super::{freed, lock_name, schedule_check, settle, QUEUES};
+use super::{forget_check, freed, lock_name, schedule_check, settle, QUEUES};
 use crate::error::LockError;
 use crate::raw;
 use crate::rules::Reply;
@@ -56,6 +56,9 @@ pub fn rw_release(
 /// read holds are looked at when they end.
 pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
     if let Some(mode) = plan.freed {
+        // No hold is left to look at (the key is gone); a grant in the hand-off below
+        // schedules its own.
+        forget_check(ctx, name);
         freed(ctx, name, Unlocked::Rw(mode));
     } else if plan.settle {
         settle(ctx, name);
@@ -207,8 +210,11 @@ fn sem_reclaim_due_keeping(
     name: &RedisString,
     reserve: u64,
 ) -> Result<(), LockError> {
-    if let Some(at) = sem_reclaim_keeping(ctx, name, raw::now_ms(), reserve)? {
-        schedule_check(ctx, &lock_name(ctx, name), at);
+    match sem_reclaim_keeping(ctx, name, raw::now_ms(), reserve)? {
+        Some(at) => schedule_check(ctx, &lock_name(ctx, name), at),
+        // No lease is out (the last was released by id, or the zset is gone): nothing to
+        // reclaim at any time.
+        None => forget_check(ctx, name),
     }
     Ok(())
 }

@@ -367,6 +367,15 @@ pub fn schedule_check(ctx: &Context, lock: &LockName, at: i64) {
     timers::arm(ctx);
 }
 
+/// The lock `name` holds nothing a check would look at any more (a read-write lock freed, a
+/// semaphore without leases): its own check goes, and the schedule timer with it when nothing
+/// else is scheduled. (No allocation when no lock has a check: this runs on RSEM writes.)
+pub fn forget_check(ctx: &Context, name: &RedisString) {
+    if scheduled_checks() > 0 && with_queues(|q| q.drop_check(&lock_name(ctx, name))) {
+        timers::arm(ctx);
+    }
+}
+
 /// The blocked-client callbacks of `RLOCK.ACQUIRE ... WAIT` (see [`BlockHandler`]).
 pub struct Waiting;
 

@@ -287,11 +287,16 @@ fn every_bad_argument_gets_an_error_naming_it_and_changes_nothing() {
     cmd(&mut con, &["HSET", "negative", "a", "-3"]);
     let before = digest(&mut con);
 
-    let lease_err = "ERR lease-ms must be a positive integer of milliseconds";
+    let lease_err = "ERR lease-ms must be positive";
+    let lease_not_int = "ERR lease-ms is not an integer";
+    let lease_range = "ERR lease-ms is out of range (1 to 9223372036854775807)";
     let huge_err = "ERR lease-ms is too large: now + lease-ms overflows";
     let owner_err = "ERR owner must not be empty";
     let syntax = "ERR syntax error";
-    let timeout_err = "ERR timeout-ms (after WAIT) must be a non-negative integer of milliseconds";
+    let timeout_err = "ERR timeout-ms is not an integer";
+    let timeout_negative = "ERR timeout-ms must not be negative";
+    let timeout_missing = "ERR timeout-ms is missing after WAIT";
+    let timeout_range = "ERR timeout-ms is out of range (0 to 9223372036854775807)";
     let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
     let corrupt =
         "ERR the lock hash holds a hold count for this owner that is not a positive integer";
@@ -299,29 +304,29 @@ fn every_bad_argument_gets_an_error_naming_it_and_changes_nothing() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["RLOCK.ACQUIRE", "held", "a", "0"], lease_err),
         (vec!["RLOCK.ACQUIRE", "held", "a", "-5"], lease_err),
-        (vec!["RLOCK.ACQUIRE", "held", "a", "abc"], lease_err),
-        (vec!["RLOCK.ACQUIRE", "held", "a", "1.5"], lease_err),
-        (vec!["RLOCK.ACQUIRE", "held", "a", " 5"], lease_err),
-        (vec!["RLOCK.ACQUIRE", "held", "a", "+5"], lease_err),
-        (vec!["RLOCK.ACQUIRE", "held", "a", ""], lease_err),
-        (vec!["RLOCK.ACQUIRE", "held", "a", "99999999999999999999"], lease_err),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "abc"], lease_not_int),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "1.5"], lease_not_int),
+        (vec!["RLOCK.ACQUIRE", "held", "a", " 5"], lease_not_int),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "+5"], lease_not_int),
+        (vec!["RLOCK.ACQUIRE", "held", "a", ""], lease_not_int),
+        (vec!["RLOCK.ACQUIRE", "held", "a", "99999999999999999999"], lease_range),
         (vec!["RLOCK.ACQUIRE", "new", "a", &max], huge_err),
         (vec!["RLOCK.ACQUIRE", "held", "", "100"], owner_err),
         (vec!["RLOCK.ACQUIRE", "held", "a", "100", "extra"], syntax),
         (vec!["RLOCK.ACQUIRE", "str", "a", "100"], wrongtype),
         (vec!["RLOCK.ACQUIRE", "corrupt", "a", "100"], corrupt),
-        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT"], timeout_err),
-        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "-1"], timeout_err),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT"], timeout_missing),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "-1"], timeout_negative),
         (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "1.5"], timeout_err),
         (vec!["RLOCK.ACQUIRE", "held", "b", "100", "wait", "soon"], timeout_err),
-        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "99999999999999999999"], timeout_err),
+        (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "99999999999999999999"], timeout_range),
         (vec!["RLOCK.ACQUIRE", "held", "b", "100", "WAIT", "5", "WAIT", "5"], syntax),
         (vec!["RLOCK.ACQUIRE", "held", "b", "100", "NOWAIT"], syntax),
         (vec!["RLOCK.ACQUIRE", "held", "b", "0", "WAIT", "5"], lease_err),
         (vec!["RLOCK.ACQUIRE", "zero", "a", "100"], corrupt),
         (vec!["RLOCK.ACQUIRE", "negative", "a", "100"], corrupt),
         (vec!["RLOCK.RELEASE", "held", "a", "0"], lease_err),
-        (vec!["RLOCK.RELEASE", "held", "a", "x"], lease_err),
+        (vec!["RLOCK.RELEASE", "held", "a", "x"], lease_not_int),
         (vec!["RLOCK.RELEASE", "held", "a", &max], huge_err),
         (vec!["RLOCK.RELEASE", "held", ""], owner_err),
         (vec!["RLOCK.RELEASE", "held", "a", "100", "extra"], syntax),

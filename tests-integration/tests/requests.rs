@@ -778,10 +778,10 @@ fn bad_input_is_refused_and_changes_nothing() {
             &["RLOCK.CANCEL", "k", "r", "x"],
             "ERR wrong number of arguments for 'rlock.cancel' command",
         ),
-        (&["RLOCK.CANCEL", "k", ""], "ERR request id (after REQUEST) must not be empty"),
+        (&["RLOCK.CANCEL", "k", ""], "ERR id must not be empty"),
         (
             &["RLOCK.ACQUIRE", "k", "o", "1000", "REQUEST"],
-            "ERR request id (after REQUEST) must not be empty",
+            "ERR request id is missing after REQUEST",
         ),
         (
             &["RWLOCK.ACQUIRE", "k", "o", "READ", "1000", "REQUEST", ""],

@@ -69,13 +69,13 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let before = digest(&mut con);
     let cases: &[(&[&str], &str)] = &[
         (&["RSEM.ACQUIRE", "S"], "ERR wrong number of arguments"),
-        (&["RSEM.ACQUIRE", "S", "0"], "ERR permits must be a positive integer"),
-        (&["RSEM.ACQUIRE", "S", "-1"], "ERR permits must be a positive integer"),
+        (&["RSEM.ACQUIRE", "S", "0"], "ERR permits must be positive"),
+        (&["RSEM.ACQUIRE", "S", "-1"], "ERR permits must be positive"),
         (&["RSEM.ACQUIRE", "S", "1", "WAIT"], "ERR timeout-ms"),
         (&["RSEM.ACQUIRE", "S", "1", "LATER"], "ERR syntax error"),
-        (&["RSEM.RELEASE", "S", "0"], "ERR permits must be a positive integer"),
-        (&["RSEM.SETPERMITS", "S", "-1"], "ERR permits must be a positive integer"),
-        (&["RSEM.ADDPERMITS", "S", "1.5"], "ERR delta must be an integer"),
+        (&["RSEM.RELEASE", "S", "0"], "ERR permits must be positive"),
+        (&["RSEM.SETPERMITS", "S", "-1"], "ERR permits must not be negative"),
+        (&["RSEM.ADDPERMITS", "S", "1.5"], "ERR delta is not an integer"),
         (&["RSEM.ADDPERMITS", "S", "9223372036854775807"], "ERR permit count overflow"),
         (&["RSEM.ACQUIRE", "bad", "1"], "ERR the semaphore's value is not an integer"),
         (&["RSEM.RELEASE", "bad", "1"], "ERR the semaphore's value is not an integer"),

@@ -1,0 +1,149 @@
+//! Integer arguments (`lease-ms`, `timeout-ms`, `permits`, `delta`), read as Redis reads an
+//! integer and checked against the argument's range, each refusal telling apart what is wrong
+//! (`error::IntArg`, `error::IntProblem`: the texts are in `error.rs`).
+
+use crate::error::{IntArg, IntProblem, LockError};
+
+/// Reads `bytes` as the integer argument `arg`: Redis's form of an integer (digits, `-` first
+/// for a negative one, no leading zero, no `+`, no spaces; `string2ll`'s), within `arg`'s range.
+///
+/// # Errors
+/// [`LockError::BadInteger`] with [`IntProblem::NotInteger`] for another form,
+/// [`IntProblem::TooSmall`] for an integer below the least value of an argument whose least
+/// value is 0 or 1 (`-5` for `lease-ms`: "must be positive", however long), and
+/// [`IntProblem::OutOfRange`] for any other integer outside the range.
+pub fn integer(bytes: &[u8], arg: IntArg) -> Result<i64, LockError> {
+    let bad = |problem| Err(LockError::BadInteger(arg, problem));
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, bytes),
+    };
+    let canonical = match digits {
+        [b'0'] => !negative,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !canonical {
+        return bad(IntProblem::NotInteger);
+    }
+    // The magnitude, saturated past the i64 range (a longer number only needs to be known to
+    // be beyond it; the form was checked above, so no digit is skipped unread).
+    let mut magnitude: i128 = 0;
+    for &d in digits {
+        magnitude = magnitude * 10 + i128::from(d - b'0');
+        if magnitude > i128::from(u64::MAX) {
+            break;
+        }
+    }
+    let value = if negative { -magnitude } else { magnitude };
+    let (least, greatest) = arg.range();
+    if value < i128::from(least) {
+        return bad(if least >= 0 { IntProblem::TooSmall } else { IntProblem::OutOfRange });
+    }
+    if value > i128::from(greatest) {
+        return bad(IntProblem::OutOfRange);
+    }
+    // In range: an i64.
+    i64::try_from(value).or(bad(IntProblem::OutOfRange))
+}
+
+/// The refusal of an option word (`WAIT`, `LEASE`) that came last, without its value.
+#[must_use]
+pub const fn missing(arg: IntArg) -> LockError {
+    LockError::BadInteger(arg, IntProblem::Missing)
+}
+
+/// [`integer`] for an argument whose least value is 0 or more, as a `u64`.
+///
+/// # Errors
+/// As [`integer`].
+pub fn unsigned(bytes: &[u8], arg: IntArg) -> Result<u64, LockError> {
+    let value = integer(bytes, arg)?;
+    u64::try_from(value).map_err(|_| LockError::BadInteger(arg, IntProblem::TooSmall))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(bytes: &str, arg: IntArg) -> Option<IntProblem> {
+        match integer(bytes.as_bytes(), arg) {
+            Ok(_) => None,
+            Err(LockError::BadInteger(a, p)) if a == arg => Some(p),
+            Err(e) => panic!("{bytes:?}: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn each_problem_is_told_apart() {
+        use IntProblem::{NotInteger, OutOfRange, TooSmall};
+        let lease = IntArg::LeaseMs;
+        assert_eq!(integer(b"1", lease), Ok(1));
+        assert_eq!(integer(b"9223372036854775807", lease), Ok(i64::MAX));
+        for (bytes, expected) in [
+            ("0", TooSmall),
+            ("-1", TooSmall),
+            ("-99999999999999999999999", TooSmall),
+            ("9223372036854775808", OutOfRange),
+            ("99999999999999999999", OutOfRange),
+            (&"9".repeat(10_000), OutOfRange),
+            ("", NotInteger),
+            ("-", NotInteger),
+            ("-0", NotInteger),
+            ("01", NotInteger),
+            ("+1", NotInteger),
+            (" 1", NotInteger),
+            ("1 ", NotInteger),
+            ("1.5", NotInteger),
+            ("1e3", NotInteger),
+            ("abc", NotInteger),
+            ("\u{0}1", NotInteger),
+            (&format!("{}x", "9".repeat(100)), NotInteger),
+        ] {
+            assert_eq!(problem(bytes, lease), Some(expected), "{bytes:?}");
+        }
+        assert_eq!(integer(b"0", IntArg::TimeoutMs), Ok(0));
+        assert_eq!(problem("-1", IntArg::TimeoutMs), Some(TooSmall));
+        assert_eq!(integer(b"-9223372036854775808", IntArg::Delta), Ok(i64::MIN));
+        assert_eq!(problem("-9223372036854775809", IntArg::Delta), Some(OutOfRange));
+        assert_eq!(problem("9223372036854775808", IntArg::Delta), Some(OutOfRange));
+        assert_eq!(unsigned(b"0", IntArg::PermitsOrZero), Ok(0));
+        assert_eq!(problem("-1", IntArg::PermitsOrZero), Some(TooSmall));
+    }
+
+    #[test]
+    fn every_text_names_its_argument_and_its_range() {
+        for (arg, name, least) in [
+            (IntArg::LeaseMs, "lease-ms", "1"),
+            (IntArg::TimeoutMs, "timeout-ms", "0"),
+            (IntArg::Permits, "permits", "1"),
+            (IntArg::PermitsOrZero, "permits", "0"),
+            (IntArg::Delta, "delta", &i64::MIN.to_string()),
+        ] {
+            let range = format!("({least} to {})", i64::MAX);
+            assert_eq!(
+                arg.message(IntProblem::OutOfRange),
+                format!("ERR {name} is out of range {range}")
+            );
+            assert_eq!(
+                arg.message(IntProblem::NotInteger),
+                format!("ERR {name} is not an integer")
+            );
+            assert!(arg
+                .message(IntProblem::Missing)
+                .starts_with(&format!("ERR {name} is missing")));
+            assert!(arg.message(IntProblem::TooSmall).starts_with(&format!("ERR {name} ")));
+            assert_eq!(arg.range().0.to_string(), least);
+            // No text names a command.
+            for problem in [
+                IntProblem::Missing,
+                IntProblem::NotInteger,
+                IntProblem::TooSmall,
+                IntProblem::OutOfRange,
+            ] {
+                let text = arg.message(problem);
+                assert!(!text.contains("RSEM") && !text.contains("LOCK."), "{text}");
+            }
+        }
+    }
+}
