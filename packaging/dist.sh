@@ -36,6 +36,7 @@ echo "librlock.so needs glibc >= $needed (target $GLIBC)"
 sed -e "s|@VERSION@|$VERSION|g" -e "s|@MODULE@|/usr/local/lib/redis/modules/librlock.so|g" \
     -e "s|@CONF@|/usr/local/etc/redis/rlock.conf|g" packaging/rlock.conf.in >"$stage/rlock.conf"
 cp LICENSE README.md CHANGELOG.md "$stage/"
+python3 packaging/third_party.py "$triple" >"$stage/THIRD-PARTY-LICENSES"
 if [ -d docs ]; then cp -r docs "$stage/docs"; fi
 (cd "$stage" && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort |
     xargs sha256sum >SHA256SUMS)
