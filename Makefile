@@ -191,7 +191,7 @@ $(MODULE):
 
 install: $(MODULE)
 	install -d $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(CONFDIR)
-	install -m 0644 $(MODULE) $(DESTDIR)$(MODULEDIR)/librlock.so
+	install -m 0755 $(MODULE) $(DESTDIR)$(MODULEDIR)/librlock.so
 	$(SNIPPET) > $(DESTDIR)$(CONFDIR)/rlock.conf
 	chmod 0644 $(DESTDIR)$(CONFDIR)/rlock.conf
 	@echo "installed $(MODULEDIR)/librlock.so and $(CONFDIR)/rlock.conf. Load rlock with one line"

@@ -23,7 +23,7 @@ rm -rf "$stage" "dist/$name.tar.gz" "dist/$name.tar.gz.sha256"
 mkdir -p "$stage"
 cp "target/$triple/release/librlock.so" "$stage/librlock.so"
 strip --strip-unneeded "$stage/librlock.so"
-chmod 0644 "$stage/librlock.so"
+chmod 0755 "$stage/librlock.so"  # Redis 7 refuses a module file without execute permission
 
 # The highest glibc symbol version the module needs must not exceed the target.
 needed=$(objdump -T "$stage/librlock.so" | grep -oE 'GLIBC_[0-9.]+' | sed 's/GLIBC_//' | sort -Vu | tail -1)

@@ -17,7 +17,7 @@ trap 'rm -rf "$root"' EXIT
 doc="$root/usr/share/doc/redis-rlock"
 
 install -d "$root/DEBIAN" "$root/usr/lib/redis/modules" "$root/etc/redis" "$doc"
-install -m 0644 "$stage/librlock.so" "$root/usr/lib/redis/modules/librlock.so"
+install -m 0755 "$stage/librlock.so" "$root/usr/lib/redis/modules/librlock.so"
 sed -e "s|@VERSION@|$VERSION|g" -e "s|@MODULE@|/usr/lib/redis/modules/librlock.so|g" \
     -e "s|@CONF@|/etc/redis/rlock.conf|g" packaging/rlock.conf.in >"$root/etc/redis/rlock.conf"
 chmod 0644 "$root/etc/redis/rlock.conf"
@@ -37,7 +37,10 @@ if [ -d docs ]; then
     install -d "$doc/docs"
     for f in docs/*.md; do gzip -9n <"$f" >"$doc/docs/$(basename "$f").gz"; done
 fi
-find "$root" -path "$root/DEBIAN" -prune -o -type f -exec chmod 0644 {} + -o -type d -exec chmod 0755 {} +
+# Whatever the umask: 0644 files, 0755 directories, the module 0755 (Redis 7 refuses a module
+# file without execute permission, as Debian's redis-redisearch also ships it).
+find "$root" -path "$root/DEBIAN" -prune -o -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
+chmod 0755 "$root/usr/lib/redis/modules/librlock.so"
 
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s|@DEBVERSION@|$debversion|g" -e "s|@DEBARCH@|$debarch|g" -e "s|@SIZE@|$size|g" \
