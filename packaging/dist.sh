@@ -22,7 +22,7 @@ echo "building $name against glibc $GLIBC (commit ${RLOCK_GIT_SHA:-unknown})"
 rm -rf "$stage" "dist/$name.tar.gz" "dist/$name.tar.gz.sha256"
 mkdir -p "$stage"
 cp "target/$triple/release/librlock.so" "$stage/librlock.so"
-strip --strip-unneeded "$stage/librlock.so"
+strip --strip-unneeded --remove-section=.comment "$stage/librlock.so"
 chmod 0755 "$stage/librlock.so"  # Redis 7 refuses a module file without execute permission
 
 # The highest glibc symbol version the module needs must not exceed the target.
