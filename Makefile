@@ -218,8 +218,7 @@ ZIG_DEPS := "ziglang==0.17.1" "cargo-zigbuild==0.24.1"
 DIST_ENV = VERSION=$(VERSION) ARCH=$(ARCH) GLIBC=$(GLIBC) RLOCK_GIT_SHA=$(RLOCK_GIT_SHA)
 
 dist-deps:
-	@python3 -c "import ziglang" 2>/dev/null && python3 -m pip show -q cargo-zigbuild >/dev/null 2>&1 || \
-		python3 -m pip install -q --root-user-action=ignore $(ZIG_DEPS)
+	python3 -m pip install -q --root-user-action=ignore $(ZIG_DEPS)
 
 dist: deps dist-deps
 	$(DIST_ENV) packaging/dist.sh

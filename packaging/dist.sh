@@ -17,7 +17,7 @@ zigbuild=$(command -v cargo-zigbuild ||
 # The module reports the commit in INFO rlock; an empty value lets its build script decide.
 if [ -n "${RLOCK_GIT_SHA:-}" ]; then export RLOCK_GIT_SHA; else unset RLOCK_GIT_SHA; fi
 echo "building $name against glibc $GLIBC (commit ${RLOCK_GIT_SHA:-unknown})"
-"$zigbuild" zigbuild --release -p rlock --target "$triple.$GLIBC"
+"$zigbuild" zigbuild --release --locked -p rlock --target "$triple.$GLIBC"
 
 rm -rf "$stage" "dist/$name.tar.gz" "dist/$name.tar.gz.sha256"
 mkdir -p "$stage"

@@ -1,10 +1,12 @@
+# shellcheck shell=bash
 # Sourced by the packaging scripts: `smoke LABEL SERVER LOAD` starts SERVER (a redis-server or
 # valkey-server binary) on a free port of 127.0.0.1 with a temporary directory and a config file
 # whose first line is LOAD (a `loadmodule ...` or an `include ...` line), checks the module
 # (MODULE LIST, an acquire, a waiter served on release, INFO rlock), shuts it down and counts
 # each check in PASSED / FAILED. With SMOKE_AS=redis (and root), the server runs as that user,
 # as Debian's service does, so the files it reads must be readable by that user.
-# Needs VERSION (Cargo's) and redis-cli; checks the commit too when RLOCK_GIT_SHA is set; REDIS_CLI overrides the client. Safe under set -eu.
+# Needs VERSION (Cargo's) and redis-cli (REDIS_CLI overrides it); checks the commit too when
+# RLOCK_GIT_SHA is set. Safe under set -eu.
 PASSED=${PASSED:-0}
 FAILED=${FAILED:-0}
 
@@ -77,7 +79,7 @@ smoke() {
     waiter="$dir/waiter.out"
     "$cli" -p "$port" --no-raw RLOCK.ACQUIRE smoke:lock owner-b 30000 WAIT 20000 >"$waiter" 2>&1 &
     local wpid=$!
-    waiting() { raw INFO rlock | tr -d '\r' | grep -qx 'rlock_waiting_clients:1'; }
+    waiting() { grep -qx 'rlock_waiting_clients:1' <<<"$(raw INFO rlock | tr -d '\r')"; }
     check "$label: a second client's RLOCK.ACQUIRE ... WAIT blocks" poll 10 waiting
     check "$label: RLOCK.RELEASE frees the lock" \
         test "$(c RLOCK.RELEASE smoke:lock owner-a)" = "(integer) 1"
