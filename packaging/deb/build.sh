@@ -27,7 +27,7 @@ echo /etc/redis/rlock.conf >"$root/DEBIAN/conffiles"
 # name or time in the header, so the same input gives the same package).
 epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 install -m 0644 packaging/deb/copyright "$doc/copyright"
-# Not uploaded to Debian: its changelog closes no Debian bug.
+# Lintian overrides: not uploaded to Debian (its changelog closes no bug); Rust (nothing to fortify).
 install -D -m 0644 packaging/deb/lintian-overrides "$root/usr/share/lintian/overrides/redis-rlock"
 sed -e "s|@DEBVERSION@|$debversion|g" -e "s|@VERSION@|$VERSION|g" -e "s|@GLIBC@|$GLIBC|g" \
     -e "s|@DATE@|$(date -R -u -d "@$epoch")|g" packaging/deb/changelog.in |
