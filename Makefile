@@ -230,7 +230,8 @@ deb: dist
 # CI: make install/uninstall into a temporary DESTDIR, the tarball loaded into Debian's
 # redis-server (and the PyPI servers when installed), the .deb installed with apt, loaded through
 # its snippet into /usr/bin/redis-server, then purged (packaging/deb-test.sh; needs root).
-deb-test: deb
+deb-test:
+	@$(MAKE) deb || { echo "test result: FAILED. 0 passed; 1 failed (make deb)"; exit 1; }
 	$(DIST_ENV) MAKE="$(MAKE)" VALKEY8="$$($(VALKEY_SERVER_PATH) 2>/dev/null)" \
 		REDIS8="$$($(REDIS8_SERVER_PATH) 2>/dev/null)" VALKEY9="$$($(VALKEY9_SERVER_PATH) 2>/dev/null)" \
 		packaging/deb-test.sh
