@@ -41,7 +41,7 @@ if [ -d docs ]; then cp -r docs "$stage/docs"; fi
 (cd "$stage" && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort |
     xargs sha256sum >SHA256SUMS)
 
-# Reproducible archive: fixed order, owner and times (the commit's date when in git).
+# Stable archive metadata: sorted names, owner 0, times set to the commit's date (when in git).
 epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
     -C dist -czf "dist/$name.tar.gz" "$name"
