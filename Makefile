@@ -170,3 +170,75 @@ fmt:
 
 clean:
 	$(CARGO) clean
+
+# ---- Installable artifacts (docs/install.md) ----
+.PHONY: install uninstall dist-deps dist deb deb-test
+
+# The version, set once: [workspace.package] in Cargo.toml.
+VERSION = $(shell awk -F'"' '/^\[/ {s = $$0} s == "[workspace.package]" && /^version *=/ {print $$2; exit}' Cargo.toml)
+ARCH = $(shell uname -m)
+# The commit built from (INFO rlock shows it), "-dirty" with uncommitted changes; outside git,
+# empty unless given (make dist RLOCK_GIT_SHA=...).
+RLOCK_GIT_SHA ?= $(shell sha=$$(git rev-parse --short=12 HEAD 2>/dev/null) && \
+	{ git diff --quiet HEAD 2>/dev/null || sha=$$sha-dirty; echo $$sha; })
+
+# make install: the module where Debian's Redis module packages put theirs (lib/redis/modules,
+# e.g. redis-redisearch's /usr/lib/redis/modules/redisearch.so) and a config snippet with its
+# loadmodule line in etc/redis. PREFIX=/usr for Debian's systemd service, which may execute
+# code only from /usr/lib (docs/install.md). Installs the module `make build` made.
+PREFIX ?= /usr/local
+MODULEDIR ?= $(PREFIX)/lib/redis/modules
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+CONFDIR ?= $(SYSCONFDIR)/redis
+SNIPPET = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@MODULE@|$(MODULEDIR)/librlock.so|g' \
+	-e 's|@CONF@|$(CONFDIR)/rlock.conf|g' packaging/rlock.conf.in
+
+$(MODULE):
+	$(MAKE) build
+
+install: $(MODULE)
+	install -d $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(CONFDIR)
+	install -m 0755 $(MODULE) $(DESTDIR)$(MODULEDIR)/librlock.so
+	$(SNIPPET) > $(DESTDIR)$(CONFDIR)/rlock.conf
+	chmod 0644 $(DESTDIR)$(CONFDIR)/rlock.conf
+	@echo "installed $(MODULEDIR)/librlock.so and $(CONFDIR)/rlock.conf. Load rlock with one line"
+	@echo "in redis.conf (or valkey.conf), then restart the server:"
+	@echo "  include $(CONFDIR)/rlock.conf"
+	@echo "or:"
+	@echo "  loadmodule $(MODULEDIR)/librlock.so"
+	@echo "or at run time: redis-cli MODULE LOAD $(MODULEDIR)/librlock.so"
+
+# Removes what install put there; a snippet edited since is kept (and said so).
+uninstall:
+	rm -f $(DESTDIR)$(MODULEDIR)/librlock.so
+	@if [ -f $(DESTDIR)$(CONFDIR)/rlock.conf ]; then \
+		if $(SNIPPET) | cmp -s - $(DESTDIR)$(CONFDIR)/rlock.conf; then \
+			rm -f $(DESTDIR)$(CONFDIR)/rlock.conf; \
+		else echo "kept $(DESTDIR)$(CONFDIR)/rlock.conf: it was edited after make install"; fi; \
+	fi
+	@rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(patsubst %/,%,$(dir $(MODULEDIR))) $(DESTDIR)$(CONFDIR) 2>/dev/null || true
+
+# make dist: dist/rlock-$(VERSION)-linux-$(ARCH).tar.gz, the module built with cargo-zigbuild
+# (zig from PyPI) for glibc $(GLIBC): stripped, checked, smoke-tested (packaging/dist.sh).
+GLIBC ?= 2.17
+ZIG_DEPS := "ziglang==0.17.1" "cargo-zigbuild==0.24.1"
+DIST_ENV = VERSION=$(VERSION) ARCH=$(ARCH) GLIBC=$(GLIBC) RLOCK_GIT_SHA=$(RLOCK_GIT_SHA)
+
+dist-deps:
+	python3 -m pip install -q --root-user-action=ignore $(ZIG_DEPS)
+
+dist: deps dist-deps
+	$(DIST_ENV) packaging/dist.sh
+
+# make deb: dist/redis-rlock_$(VERSION)-1_<arch>.deb from the dist module (packaging/deb/).
+deb: dist
+	$(DIST_ENV) packaging/deb/build.sh
+
+# CI: make install/uninstall into a temporary DESTDIR, the tarball loaded into Debian's
+# redis-server (and the PyPI servers when installed), the .deb installed with apt, loaded through
+# its snippet into /usr/bin/redis-server, then purged (packaging/deb-test.sh; needs root).
+deb-test:
+	@$(MAKE) deb || { echo "test result: FAILED. 0 passed; 1 failed (make deb)"; exit 1; }
+	$(DIST_ENV) MAKE="$(MAKE)" VALKEY8="$$($(VALKEY_SERVER_PATH) 2>/dev/null)" \
+		REDIS8="$$($(REDIS8_SERVER_PATH) 2>/dev/null)" VALKEY9="$$($(VALKEY9_SERVER_PATH) 2>/dev/null)" \
+		packaging/deb-test.sh
