@@ -22,8 +22,9 @@
 //!   semaphore), [`queue`] (FIFO queues and the schedule of timed events), [`args`] (argument
 //!   parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
 //!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
-//!   [`replicas`] (failover safety), [`server`] (which server, which capabilities), [`error`]
-//!   (the one error enum and its replies).
+//!   [`replicas`] (failover safety), [`server`] (which server, which capabilities),
+//!   [`sessions`] (session holds: bindings to connections, lock-delays), [`error`] (the one
+//!   error enum and its replies).
 //! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a
 //!   `// SAFETY:` note; it knows no caller (callbacks come in through traits).
 
@@ -44,6 +45,7 @@ pub mod rules;
 pub mod rw_rules;
 pub mod sem_rules;
 pub mod server;
+pub mod sessions;
 pub mod store;
 pub mod waiting;
 
@@ -104,6 +106,7 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     raw::replication::watch_replication(ctx)?;
     raw::events::watch_swapdb::<events::Events>(ctx)?;
     raw::events::watch_flush::<events::Events>(ctx)?;
+    raw::events::watch_client_closed::<events::Events>(ctx)?;
     let server = server::detect(ctx);
     if let Some(migrations) = server.slot_migration_events() {
         raw::events::watch_slot_migrations::<events::Events>(ctx, migrations)?;
@@ -183,6 +186,9 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
+const SESSION: ArgDoc = ArgDoc::new(c"session", ArgType::PureToken).token(c"SESSION").optional();
+const LOCKDELAY: ArgDoc =
+    ArgDoc::new(c"lockdelay-ms", ArgType::Integer).token(c"LOCKDELAY").optional();
 
 rlock_module! {
     commands: [
@@ -190,7 +196,7 @@ rlock_module! {
         ["rlock.acquire", commands::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
             "Acquires or re-enters a reentrant lock; replies nil, or the holder's remaining lease in ms",
-            &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST]],
+            &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST, SESSION, LOCKDELAY]],
         ["rlock.release", commands::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
             "Releases one hold; 1: freed (and published), 0: still held, nil: not the holder",
@@ -218,7 +224,7 @@ rlock_module! {
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
             "Acquires or re-enters a read-write lock's read or write hold; replies nil, or the remaining lease in ms",
-            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST]],
+            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST, SESSION, LOCKDELAY]],
         ["rwlock.release", commands::rw::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
             "Releases one read or write hold; 1: freed (or write hold ended), 0: still held, nil: no such hold",
@@ -247,7 +253,8 @@ rlock_module! {
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -3,
             "Takes permits; 1 (or, with LEASE, their ids): taken, 0 (nil): not enough or WAIT timed out",
             &[KEY, ArgDoc::new(c"permits", ArgType::Integer),
-              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST]],
+              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST,
+              SESSION, LOCKDELAY]],
         ["rsem.release", commands::sem::release, "write deny-oom",
             KEY_RW | KEY_UPDATE, -3,
             "Gives permits back (or leased permits by ID); replies the count left, or how many ids were released",
