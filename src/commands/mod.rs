@@ -54,7 +54,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
-        let bind = waiting::session::caller(ctx, cmd.session)?;
+        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Lock)?;
         // Everything that can refuse is checked before anything is written.
         let asked = Asked::Lock { owner: cmd.owner.as_slice(), token: cmd.token };
         let record = match request::prelude(ctx, cmd.key, cmd.request, asked, now)? {

@@ -17,7 +17,7 @@ use crate::raw;
 use crate::rules::{Kind, Request};
 use crate::rw_rules::{Effect, Mode, RwPlan};
 use crate::sessions::{Bind, Held, Hold, Sessions};
-use crate::store;
+use crate::store::{self, access::check_publish, Unlocked};
 use crate::store::waiters::{Stamp, Written};
 
 thread_local! {
@@ -58,18 +58,26 @@ pub fn bound() -> usize {
     SESSIONS.with(|s| s.try_borrow().map_or(0, |s| s.len()))
 }
 
-/// The binding an acquire with `SESSION` asks for, checked before anything is written: the
-/// caller's own connection, on a master.
+/// The binding an acquire of the lock `name` with `SESSION` asks for, checked before anything
+/// is written: the caller's own connection, on a master, and a caller allowed to do what the
+/// end of its hold does (publish `unlocked` on the lock's channel; the keys the end writes were
+/// checked by the acquire itself), since the end runs when the caller is gone.
 ///
 /// # Errors
 /// [`LockError::SessionOnReplica`]; [`LockError::SessionNoConnection`] inside a script or
-/// another module's call (its client never disconnects).
-pub fn caller(ctx: &Context, asked: Option<args::Session>) -> Result<Option<Bind>, LockError> {
+/// another module's call (its client never disconnects); `NOPERM` for the channel.
+pub fn caller(
+    ctx: &Context,
+    name: &RedisString,
+    asked: Option<args::Session>,
+    unlocked: Unlocked,
+) -> Result<Option<Bind>, LockError> {
     let Some(asked) = asked else { return Ok(None) };
     if !raw::is_master(ctx) {
         return Err(LockError::SessionOnReplica);
     }
     let client = raw::connection_id(ctx).ok_or(LockError::SessionNoConnection)?;
+    check_publish(ctx, name, Some(unlocked))?;
     Ok(Some(Bind { client, delay_ms: asked.delay_ms }))
 }
 
