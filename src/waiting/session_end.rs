@@ -49,7 +49,9 @@ pub(super) fn end_pending(ctx: &Context) {
             Held::Permit(id) => end_permit(ctx, &name, id, binding, now),
         };
         match ended {
-            Ok(Ended::Nothing) => {}
+            // The name holds another kind of lock now (or something else): not this hold.
+            Ok(Ended::Nothing)
+            | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {}
             Ok(Ended::Ended { delayed }) => {
                 SESSION_STATS.ends.fetch_add(1, Ordering::Relaxed);
                 if delayed {
