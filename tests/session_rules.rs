@@ -14,7 +14,8 @@ fn argv(args: &[&str]) -> Vec<Vec<u8>> {
 
 #[test]
 fn session_and_lockdelay_are_read_in_any_order_among_the_options() {
-    let args = argv(&["RLOCK.ACQUIRE", "k", "o", "1000", "LOCKDELAY", "250", "WAIT", "0", "SESSION"]);
+    let args =
+        argv(&["RLOCK.ACQUIRE", "k", "o", "1000", "LOCKDELAY", "250", "WAIT", "0", "SESSION"]);
     let parsed = Acquire::parse(&args).expect("valid");
     assert_eq!(parsed.session, Some(Session { delay_ms: 250 }));
     assert!(parsed.wait.is_some());
@@ -22,7 +23,8 @@ fn session_and_lockdelay_are_read_in_any_order_among_the_options() {
     assert_eq!(Acquire::parse(&args).expect("valid").session, Some(Session { delay_ms: 0 }));
     let args = argv(&["RLOCK.ACQUIRE", "k", "o", "1000"]);
     assert_eq!(Acquire::parse(&args).expect("valid").session, None);
-    let args = argv(&["RWLOCK.ACQUIRE", "k", "o", "WRITE", "1000", "SESSION", "LOCKDELAY", "60000"]);
+    let args =
+        argv(&["RWLOCK.ACQUIRE", "k", "o", "WRITE", "1000", "SESSION", "LOCKDELAY", "60000"]);
     let parsed = RwAcquire::parse(&args).expect("valid");
     assert_eq!((parsed.mode, parsed.session), (Mode::Write, Some(Session { delay_ms: 60_000 })));
     let args = argv(&["RSEM.ACQUIRE", "k", "2", "SESSION", "LEASE", "1000"]);
@@ -34,11 +36,23 @@ fn bad_session_options_are_refused() {
     for (args, expected) in [
         (&["RLOCK.ACQUIRE", "k", "o", "1", "LOCKDELAY", "5"][..], LockError::LockDelayNeedsSession),
         (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY"], LockError::InvalidLockDelay),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "60001"], LockError::InvalidLockDelay),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "007"], LockError::InvalidLockDelay),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "+5"], LockError::InvalidLockDelay),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "60001"],
+            LockError::InvalidLockDelay,
+        ),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "007"],
+            LockError::InvalidLockDelay,
+        ),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "+5"],
+            LockError::InvalidLockDelay,
+        ),
         (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "SESSION"], LockError::Syntax),
-        (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "1", "LOCKDELAY", "2"], LockError::Syntax),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "1", "LOCKDELAY", "2"],
+            LockError::Syntax,
+        ),
     ] {
         assert_eq!(Acquire::parse(&argv(args)).unwrap_err(), expected, "{args:?}");
     }

@@ -6,8 +6,8 @@ pub mod sem;
 pub mod session;
 
 pub use rw::{RwAcquire, RwRelease, RwRenew};
-pub use session::Session;
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
+pub use session::Session;
 
 use crate::error::LockError;
 

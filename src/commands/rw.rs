@@ -11,8 +11,8 @@ use crate::error::LockError;
 use crate::raw::{self, reply::Field};
 use crate::request_rules::{Asked, Granted};
 use crate::rules::{self, Deadline, Kind, Reply, Request};
-use crate::sessions::{self, Held};
 use crate::rw_rules::{self, Acquired};
+use crate::sessions::{self, Held};
 use crate::store::derived::TokenCounter;
 use crate::store::rw::RwKey;
 use crate::store::{self, access::check_publish, Unlocked};
@@ -70,8 +70,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
-        let bind =
-            waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Rw(cmd.mode))?;
+        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Rw(cmd.mode))?;
         // Everything that can refuse is checked before anything is written.
         let asked = Asked::Rw { mode: cmd.mode, owner: cmd.owner.as_slice(), token: cmd.token };
         let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {

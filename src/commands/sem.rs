@@ -66,8 +66,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::SemAcquire::parse(&argv)?;
         store::may_grant(ctx)?;
-        let bind =
-            waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Permits(0))?;
+        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Permits(0))?;
         let now = raw::now_ms();
         let until = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
         let leases = cmd.lease.map(|_| Leases::for_caller(ctx, cmd.key)).transpose()?;

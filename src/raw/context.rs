@@ -38,7 +38,8 @@ pub fn connection_id(ctx: &Context) -> Option<u64> {
     if flags(ctx) & raw::REDISMODULE_CTX_FLAGS_LUA != 0 {
         return None;
     }
-    let (client_id, info_by_id) = (api!(RedisModule_GetClientId), api!(RedisModule_GetClientInfoById));
+    let (client_id, info_by_id) =
+        (api!(RedisModule_GetClientId), api!(RedisModule_GetClientInfoById));
     // SAFETY: live context. `GetClientInfoById` fills the version-1 structure we pass (its
     // version field set, as the API requires) and only for a client Redis lists.
     unsafe {

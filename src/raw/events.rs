@@ -52,8 +52,7 @@ extern "C" fn client_event<E: ServerEvents>(
     subevent: u64,
     data: *mut c_void,
 ) {
-    if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || data.is_null()
-    {
+    if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || data.is_null() {
         return;
     }
     // SAFETY: for REDISMODULE_EVENT_CLIENT_CHANGE, Redis passes a live `RedisModuleClientInfo`

@@ -233,9 +233,8 @@ pub fn end_side(state: &RwState, side: Mode, owner: &[u8], holds: &Holds, now: i
             let mut readers = state.readers.clone();
             readers.remove(owner);
             let mut effects = vec![Effect::DropReads { owner: owner.to_vec() }];
-            effects.extend(
-                (1..=reads).map(|index| Effect::DropHold { owner: owner.to_vec(), index }),
-            );
+            effects
+                .extend((1..=reads).map(|index| Effect::DropHold { owner: owner.to_vec(), index }));
             let writer = state.writer.is_some();
             let (effects, freed) =
                 settle_after(effects, state, readers, writer, holds, now, Mode::Read);

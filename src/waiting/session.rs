@@ -17,8 +17,8 @@ use crate::raw;
 use crate::rules::{Kind, Request};
 use crate::rw_rules::{Effect, Mode, RwPlan};
 use crate::sessions::{Bind, Held, Hold, Sessions};
-use crate::store::{self, access::check_publish, Unlocked};
 use crate::store::waiters::{Stamp, Written};
+use crate::store::{self, access::check_publish, Unlocked};
 
 thread_local! {
     // Borrows never span a call into Redis (every callback runs on Redis's main thread).
@@ -124,9 +124,7 @@ pub fn rw_granted(
     for effect in &plan.effects {
         let (held, count) = match effect {
             Effect::SetReads { owner: o, count } if o == owner => (Held::Read(o.clone()), *count),
-            Effect::SetWrites { owner: o, count } if o == owner => {
-                (Held::Write(o.clone()), *count)
-            }
+            Effect::SetWrites { owner: o, count } if o == owner => (Held::Write(o.clone()), *count),
             _ => continue,
         };
         granted(ctx, name, held, count == 1, bind, until);

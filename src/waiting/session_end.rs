@@ -51,7 +51,8 @@ pub(super) fn end_pending(ctx: &Context) {
         match ended {
             // The name holds another kind of lock now (or something else): not this hold.
             Ok(Ended::Nothing)
-            | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {}
+            | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
+            }
             Ok(Ended::Ended { delayed }) => {
                 SESSION_STATS.ends.fetch_add(1, Ordering::Relaxed);
                 if delayed {

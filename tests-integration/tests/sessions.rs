@@ -47,12 +47,22 @@ fn barrier(server: &Server, admin: &mut Connection) {
     poll("the barrier's end", LIMIT, || free(admin, "barrier").then_some(()));
 }
 
-/// A separate process that takes `args` on its own connection and then sleeps (killed with
-/// SIGKILL by the test, as a crashed worker).
-fn holder_process(server: &Server, args: &[&str]) -> Child {
+/// A process of its own, killed (SIGKILL) when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A separate process that takes `args` on its own connection and then waits until the server
+/// closes it (killed with SIGKILL by the test, as a crashed worker).
+fn holder_process(server: &Server, args: &[&str]) -> Process {
     let words: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
     let script = format!(
-        "import socket, sys, time\n\
+        "import socket, sys\n\
          s = socket.create_connection(('127.0.0.1', {port}))\n\
          args = [{words}]\n\
          req = '*%d\\r\\n' % len(args) + ''.join('$%d\\r\\n%s\\r\\n' % (len(a), a) for a in args)\n\
@@ -60,7 +70,8 @@ fn holder_process(server: &Server, args: &[&str]) -> Child {
          reply = s.recv(4096).decode().split('\\r\\n')[0]\n\
          sys.stdout.write(reply + '\\n')\n\
          sys.stdout.flush()\n\
-         time.sleep(600)\n",
+         while s.recv(4096):\n\
+         \x20   pass\n",
         port = server.port(),
         words = words.join(", "),
     );
@@ -72,8 +83,9 @@ fn holder_process(server: &Server, args: &[&str]) -> Child {
         .expect("python3");
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("reply");
+    let process = Process(child);
     assert_eq!(line.trim(), "$-1", "the holder process was granted");
-    child
+    process
 }
 
 #[test]
@@ -85,8 +97,8 @@ fn a_killed_process_frees_its_hold_and_a_waiter_is_served_at_once() {
     let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "w", "60000", "WAIT", "0"]);
     wait_blocked(&mut admin, 1);
     let killed = Instant::now();
-    holder.kill().expect("kill -9");
-    holder.wait().expect("reaped");
+    holder.0.kill().expect("kill -9");
+    holder.0.wait().expect("reaped");
     let (reply, at) = waiter.reply(LIMIT);
     assert_eq!(reply, Ok(Value::Nil));
     // Within one event-loop turn of the close (the lease had a minute left).
