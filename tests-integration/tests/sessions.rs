@@ -206,12 +206,6 @@ fn a_stale_binding_never_ends_a_later_hold() {
     cmd(&mut a, &["RLOCK.ACQUIRE", "l", "o", "60000", "SESSION"]);
     assert_eq!(cmd(&mut admin, &["RLOCK.RELEASE", "l", "o"]), Value::Int(1));
     cmd(&mut admin, &["RLOCK.ACQUIRE", "l", "o", "60000"]);
-    // Its lease ended, then taken again by the same owner through a foreign writer (as
-    // Redisson's acquire script writes it), which rlock does not see.
-    cmd(&mut a, &["RLOCK.ACQUIRE", "short", "o", "50", "SESSION"]);
-    poll("the short lease's end", LIMIT, || free(&mut admin, "short").then_some(()));
-    cmd(&mut admin, &["HSET", "short", "o", "1"]);
-    cmd(&mut admin, &["PEXPIRE", "short", "60000"]);
     // A permit given back, the semaphore's count then used by others.
     cmd(&mut admin, &["RSEM.SETPERMITS", "s", "1"]);
     let ids = cmd(&mut a, &["RSEM.ACQUIRE", "s", "1", "LEASE", "60000", "SESSION"]);
@@ -219,6 +213,12 @@ fn a_stale_binding_never_ends_a_later_hold() {
     let Value::BulkString(id) = &ids[0] else { panic!("{ids:?}") };
     redis::cmd("RSEM.RELEASE").arg("s").arg("ID").arg(id).query::<i64>(&mut admin).expect("rel");
     cmd(&mut admin, &["RSEM.ACQUIRE", "s", "1"]);
+    // Its lease ended, then taken again by the same owner through a foreign writer (as
+    // Redisson's acquire script writes it), which rlock does not see.
+    cmd(&mut a, &["RLOCK.ACQUIRE", "short", "o", "50", "SESSION"]);
+    poll("the short lease's end", LIMIT, || free(&mut admin, "short").then_some(()));
+    cmd(&mut admin, &["HSET", "short", "o", "1"]);
+    cmd(&mut admin, &["PEXPIRE", "short", "60000"]);
     kill_client(&mut admin, a_id);
     barrier(&server, &mut admin);
     assert_eq!(hgetall(&mut admin, b"l"), vec![(b"o".to_vec(), b"1".to_vec())]);
@@ -440,4 +440,36 @@ fn flushall_drops_bindings_and_swapdb_takes_them_along() {
     poll("the end in database 1", LIMIT, || free(&mut admin, "l").then_some(()));
     assert!(!free(&mut admin, "gone"), "the flushed binding ended nothing");
     assert_eq!(ends(&mut admin), 1);
+}
+
+#[test]
+fn session_combines_with_token_and_request_and_a_retry_after_the_end_is_a_new_grant() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut a = server.conn();
+    let a_id = client_id(&mut a);
+    let acquire = ["RLOCK.ACQUIRE", "l", "o", "60000", "TOKEN", "REQUEST", "r1", "SESSION"];
+    let first = rlock_tests_integration::granted_token(&cmd(&mut a, &acquire));
+    // A retry on the same connection replays the grant, still bound.
+    assert_eq!(rlock_tests_integration::granted_token(&cmd(&mut a, &acquire)), first);
+    assert_eq!(holds(&mut admin), 1);
+    kill_client(&mut admin, a_id);
+    poll("the end", LIMIT, || free(&mut admin, "l").then_some(()));
+    // The grant is no longer in place: a retry (a new connection) is granted anew.
+    let mut b = server.conn();
+    let again = rlock_tests_integration::granted_token(&cmd(&mut b, &acquire));
+    assert!(again > first, "{again} after {first}");
+    assert_eq!(holds(&mut admin), 1);
+}
+
+#[test]
+fn session_is_refused_on_a_writable_replica() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).config("replica-read-only", "no").start();
+    let mut r = replica.conn();
+    wait_link_up(&mut r);
+    let before = digest(&mut r);
+    let err = run_str(&mut r, &["RLOCK.ACQUIRE", "l", "o", "60000", "SESSION"]).unwrap_err();
+    assert!(err.contains("master only"), "{err}");
+    assert_eq!(digest(&mut r), before);
 }
