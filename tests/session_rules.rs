@@ -1,12 +1,17 @@
-//! Session holds without a server: the `SESSION` / `LOCKDELAY` options of every acquire, and the
-//! read-write rule that ends a whole side of an owner's hold (`rw_rules::end_side`).
+//! Session holds without a server: the bindings (`sessions::Sessions`) and the lock-delay rule,
+//! the `SESSION` / `LOCKDELAY` options of every acquire, and the read-write rule that ends a
+//! whole side of an owner's hold (`rw_rules::end_side`).
 
 use std::collections::BTreeMap;
 
 use rlock::args::{Acquire, Mode, RwAcquire, SemAcquire, Session};
 use rlock::error::LockError;
+use rlock::queue::LockName;
 use rlock::rules::Reply;
 use rlock::rw_rules::{self, Effect, Holds, RwState};
+use rlock::sessions::{
+    delay_until, Bind, Binding, ClientId, Held, Hold, Sessions, MAX_LOCK_DELAY_MS,
+};
 
 fn argv(args: &[&str]) -> Vec<Vec<u8>> {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
@@ -124,4 +129,125 @@ fn ending_a_write_side_drops_every_re_entry_and_keeps_the_owners_reads() {
         let plan = rw_rules::end_side(state, side, owner.as_bytes(), &Holds::new(), now);
         assert!(plan.effects.is_empty() && plan.reply == Reply::Nil, "{side:?} {owner}");
     }
+}
+
+fn lock(key: &str) -> LockName {
+    LockName { db: 0, key: key.as_bytes().to_vec() }
+}
+
+fn hold(key: &str, owner: &str) -> Hold {
+    Hold { lock: lock(key), held: Held::Lock(owner.as_bytes().to_vec()) }
+}
+
+const fn bind(client: ClientId) -> Bind {
+    Bind { client, delay_ms: 0 }
+}
+
+#[test]
+fn a_closed_connection_ends_its_holds_only() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    s.granted(hold("b", "o"), Some(bind(1)), 100, 0);
+    s.granted(hold("c", "o"), Some(bind(2)), 100, 0);
+    assert_eq!(s.len(), 3);
+    assert!(s.closed(1));
+    assert_eq!(s.len(), 1);
+    let ending: Vec<Hold> = s.take_ending().into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![hold("a", "o"), hold("b", "o")]);
+    assert!(!s.closed(1), "nothing left for that client");
+    assert_eq!(s.holds_of(2), vec![hold("c", "o")]);
+}
+
+#[test]
+fn a_fresh_grant_resets_the_binding_and_cancels_a_pending_end() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    s.closed(1);
+    assert!(s.ends_pending());
+    // Released and granted again before the end was applied: that end is not for this hold.
+    s.granted(hold("a", "o"), None, 200, 0);
+    assert!(!s.ends_pending());
+    assert_eq!(s.len(), 0);
+    s.granted(hold("a", "o"), Some(bind(3)), 200, 0);
+    s.granted(hold("a", "o"), Some(bind(4)), 200, 0);
+    assert!(!s.closed(3), "the binding moved to client 4 by a fresh grant");
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.bind.client), Some(4));
+}
+
+#[test]
+fn a_touch_keeps_the_client_and_moves_the_lease_end() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    s.touch(&hold("a", "o"), 500);
+    assert_eq!(s.prune(300, 10), 0, "renewed: not stale at 300");
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(500));
+    assert_eq!(s.prune(501, 10), 1);
+    assert!(s.is_empty());
+    s.touch(&hold("a", "o"), 900);
+    assert!(s.is_empty(), "touching an unbound hold binds nothing");
+}
+
+#[test]
+fn expired_bindings_are_pruned_so_a_connection_keeps_only_live_ones() {
+    let mut s = Sessions::default();
+    for i in 0..100 {
+        s.granted(hold(&format!("k{i}"), "o"), Some(bind(1)), 10, 0);
+    }
+    s.granted(hold("live", "o"), Some(bind(1)), 1_000, 20);
+    assert_eq!(s.len(), 101 - 4, "a new binding prunes a few expired ones on its way");
+    s.prune(20, usize::MAX);
+    assert_eq!(s.holds_of(1), vec![hold("live", "o")]);
+    assert!(!s.concerns(&lock("k0")) && s.concerns(&lock("live")));
+}
+
+#[test]
+fn unbinding_a_lock_drops_every_hold_on_it() {
+    let mut s = Sessions::default();
+    let read = Hold { lock: lock("rw"), held: Held::Read(b"r".to_vec()) };
+    let write = Hold { lock: lock("rw"), held: Held::Write(b"w".to_vec()) };
+    s.granted(read.clone(), Some(bind(1)), 100, 0);
+    s.granted(write, Some(bind(2)), 100, 0);
+    s.granted(hold("other", "o"), Some(bind(2)), 100, 0);
+    assert!(s.concerns(&lock("rw")));
+    s.unbind_lock(&lock("rw"));
+    assert!(!s.concerns(&lock("rw")));
+    assert_eq!(s.len(), 1);
+    assert!(!s.closed(1));
+    s.unbind(&read);
+}
+
+#[test]
+fn flush_and_swapdb_follow_the_data() {
+    let mut s = Sessions::default();
+    let in_db = |db, key: &str| Hold {
+        lock: LockName { db, key: key.as_bytes().to_vec() },
+        held: Held::Permit(b"id".to_vec()),
+    };
+    s.granted(in_db(0, "a"), Some(bind(1)), 100, 0);
+    s.granted(in_db(1, "b"), Some(bind(1)), 100, 0);
+    s.granted(in_db(2, "c"), Some(bind(1)), 100, 0);
+    s.swapped(0, 1);
+    assert!(s.get(&in_db(1, "a")).is_some() && s.get(&in_db(0, "b")).is_some());
+    s.flushed(Some(1));
+    assert!(s.get(&in_db(1, "a")).is_none());
+    assert_eq!(s.len(), 2);
+    s.closed(1);
+    s.swapped(0, 2);
+    let ending: Vec<Hold> = s.take_ending().into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![in_db(0, "c"), in_db(2, "b")]);
+    s.granted(in_db(5, "x"), Some(bind(1)), 100, 0);
+    s.flushed(None);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn the_delay_is_bounded_by_its_maximum_and_by_the_lease() {
+    assert_eq!(delay_until(1_000, 0, None), None);
+    assert_eq!(delay_until(1_000, 500, None), Some(1_500));
+    assert_eq!(delay_until(1_000, 500, Some(1_200)), Some(1_200));
+    assert_eq!(delay_until(1_000, 500, Some(1_000)), None, "the lease ends now");
+    assert_eq!(delay_until(0, u64::MAX, None), Some(MAX_LOCK_DELAY_MS as i64));
+    assert_eq!(delay_until(i64::MAX - 1, 10, None), Some(i64::MAX));
+    let b = Binding { bind: bind(1), until: 10 };
+    assert!(!b.stale(10) && b.stale(11));
 }
