@@ -102,6 +102,20 @@ pub enum LockError {
     /// An acquire whose request id's record holds the grant of another acquire (another owner,
     /// mode, permit count, or `TOKEN`).
     RequestMismatch,
+    /// `LOCKDELAY` without a value, or one that is not an integer from 0 to
+    /// `sessions::MAX_LOCK_DELAY_MS`.
+    InvalidLockDelay,
+    /// `LOCKDELAY` without `SESSION`.
+    LockDelayNeedsSession,
+    /// `RSEM.ACQUIRE ... SESSION` without `LEASE`: counted permits have nothing to bind.
+    SessionNeedsLease,
+    /// `SESSION` where the caller's connection cannot be known (a script, another module's
+    /// call): the hold could never end with it.
+    SessionNoConnection,
+    /// `SESSION` on a replica: bindings live only in a master's memory.
+    SessionOnReplica,
+    /// An acquire or renewal as `sessions::PLACEHOLDER`, the owner of a lock-delay.
+    LockDelayOwner,
     /// A bug in the module, caught before it could take the server down.
     Internal,
 }
@@ -198,6 +212,24 @@ impl LockError {
             Self::RequestWaiting => "ERR request is already waiting",
             Self::RequestMismatch => {
                 "ERR request belongs to another acquire (another owner, mode, permit count or TOKEN)"
+            }
+            Self::InvalidLockDelay => {
+                "ERR lockdelay-ms (after LOCKDELAY) must be an integer of milliseconds from 0 to 60000"
+            }
+            Self::LockDelayNeedsSession => {
+                "ERR LOCKDELAY needs SESSION (a lock-delay follows only a hold ended by its connection closing)"
+            }
+            Self::SessionNeedsLease => {
+                "ERR SESSION needs LEASE: counted permits have no holder to bind to a connection"
+            }
+            Self::SessionNoConnection => {
+                "ERR SESSION needs the caller's own connection: not inside a script (EVAL, FCALL) or another module's call"
+            }
+            Self::SessionOnReplica => {
+                "ERR SESSION binds holds on a master only (this server is a replica)"
+            }
+            Self::LockDelayOwner => {
+                "ERR owner 'rlock:lockdelay' is reserved: it holds a lock during its lock-delay"
             }
             Self::Internal => "ERR internal error in the rlock module (see the server log)",
         }

@@ -23,6 +23,7 @@ impl ServerEvents for Events {
     /// waiting to be undone follow their data to its new database.
     fn on_swapdb(ctx: &Context, first: i32, second: i32) {
         waiting::timers::swapped(first, second);
+        waiting::session::swapped(first, second);
         waiting::swap_checks(first, second);
         if waiting::anyone_waits() {
             defer(ctx, |d| d.settle_all = true);
@@ -34,6 +35,7 @@ impl ServerEvents for Events {
     /// deadlines), and every lock with waiters is looked at again.
     fn on_flushed(ctx: &Context, db: i32) {
         waiting::forget_checks(ctx, (db >= 0).then_some(db));
+        waiting::session::flushed((db >= 0).then_some(db));
         if waiting::anyone_waits() {
             defer(ctx, |d| d.settle_all = true);
         }
@@ -41,6 +43,11 @@ impl ServerEvents for Events {
 
     fn on_slots_moved(ctx: &Context) {
         waiting::cluster::on_slots_moved(ctx);
+    }
+
+    /// A connection closed: its session holds end (on the module's timer).
+    fn on_client_closed(ctx: &Context, id: u64) {
+        waiting::session::client_closed(ctx, id);
     }
 }
 
@@ -52,6 +59,7 @@ fn on_cron(ctx: &Context, _: u64) {
         replicas::not_master();
         return;
     }
+    waiting::session::prune(raw::now_ms());
     let links: Vec<_> = raw::info::replica_lines(ctx)
         .unwrap_or_default()
         .iter()
@@ -131,6 +139,11 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("grants_allowed", u8::from(allowed).to_string())?
         .field("grants_refused", refused.to_string())?
         .field("token_floor", replicas::failover_floor().to_string())?
+        .build_section()?
+        .add_section("sessions")
+        .field("session_holds", waiting::session::bound().to_string())?
+        .field("session_ends", get(&waiting::session::SESSION_STATS.ends).to_string())?
+        .field("lock_delays", get(&waiting::session::SESSION_STATS.delays).to_string())?
         .build_section()?
         .add_section("server")
         .field("version", crate::version::VERSION)?

@@ -22,8 +22,9 @@
 //!   semaphore), [`queue`] (FIFO queues and the schedule of timed events), [`args`] (argument
 //!   parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
 //!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
-//!   [`replicas`] (failover safety), [`server`] (which server, which capabilities), [`error`]
-//!   (the one error enum and its replies), [`version`] (the module's version and commit).
+//!   [`replicas`] (failover safety), [`server`] (which server, which capabilities),
+//!   [`sessions`] (session holds: bindings to connections, lock-delays), [`error`] (the one
+//!   error enum and its replies), [`version`] (the module's version and commit).
 //! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a
 //!   `// SAFETY:` note; it knows no caller (callbacks come in through traits).
 
@@ -44,6 +45,7 @@ pub mod rules;
 pub mod rw_rules;
 pub mod sem_rules;
 pub mod server;
+pub mod sessions;
 pub mod store;
 pub mod version;
 pub mod waiting;
@@ -106,6 +108,7 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     raw::replication::watch_replication(ctx)?;
     raw::events::watch_swapdb::<events::Events>(ctx)?;
     raw::events::watch_flush::<events::Events>(ctx)?;
+    raw::events::watch_client_closed::<events::Events>(ctx)?;
     let server = server::detect(ctx);
     if let Some(migrations) = server.slot_migration_events() {
         raw::events::watch_slot_migrations::<events::Events>(ctx, migrations)?;
@@ -206,6 +209,21 @@ const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
         ArgDoc::new(c"id", ArgType::String).token(c"ID").multiple(),
     ],
 );
+/// `[SESSION [LOCKDELAY lockdelay-ms]]`: a lock-delay only comes with a session hold.
+const SESSION: ArgDoc = ArgDoc::block(
+    c"session-hold",
+    &[
+        ArgDoc::new(c"session", ArgType::PureToken).token(c"SESSION"),
+        ArgDoc::new(c"lockdelay-ms", ArgType::Integer).token(c"LOCKDELAY").optional(),
+    ],
+)
+.optional();
+/// `[LEASE lease-ms [SESSION [LOCKDELAY lockdelay-ms]]]`: only a leased permit has a holder to bind.
+const LEASED: ArgDoc = ArgDoc::block(
+    c"leased",
+    &[ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE"), SESSION],
+)
+.optional();
 
 rlock_module! {
     commands: [
@@ -213,7 +231,7 @@ rlock_module! {
         ["rlock.acquire", commands::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
             "Acquires or re-enters a reentrant lock; replies nil (with TOKEN: [1, token]) when held, else the holder's remaining lease in ms (with TOKEN: [0, pttl])",
-            &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST]],
+            &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST, SESSION]],
         ["rlock.release", commands::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
             "Releases one hold; 1: freed (and published), 0: still held, nil: not the holder",
@@ -241,7 +259,7 @@ rlock_module! {
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
             "Acquires or re-enters a read-write lock's read or write hold; replies nil (with TOKEN, WRITE only: [1, token]) when held, else the remaining lease in ms (with TOKEN: [0, pttl])",
-            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST]],
+            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST, SESSION]],
         ["rwlock.release", commands::rw::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
             "Releases one read or write hold; 1: freed (or write hold ended), 0: still held, nil: no such hold",
@@ -272,7 +290,7 @@ rlock_module! {
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -3,
             "Takes permits; 1 (or, with LEASE, their ids): taken, 0 (nil): not enough or WAIT timed out",
             &[KEY, ArgDoc::new(c"permits", ArgType::Integer),
-              ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE").optional(), WAIT, REQUEST],
+              LEASED, WAIT, REQUEST],
             "O(1); with LEASE, O(P log N) where P is the number of permits taken and N the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.release", commands::sem::release, "write deny-oom",
             KEY_RW | KEY_UPDATE, -3,

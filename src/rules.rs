@@ -143,6 +143,8 @@ pub struct Request {
     pub token: bool,
     /// Its `REQUEST id`, if it has one: its grant writes the request record.
     pub id: Option<Vec<u8>>,
+    /// `SESSION`: its grant is bound to the waiting client's connection.
+    pub session: Option<crate::sessions::Bind>,
 }
 
 impl Request {

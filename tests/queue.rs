@@ -19,6 +19,7 @@ fn push(q: &mut Queues<u32, Request>, key: &str, handle: u32, timeout_at: Option
         lease: lease(),
         token: false,
         id: None,
+        session: None,
     };
     q.push(lock(key), request, handle, timeout_at)
 }
@@ -64,6 +65,7 @@ fn locks_are_separate_per_key_and_database() {
         lease: lease(),
         token: false,
         id: None,
+        session: None,
     };
     q.push(LockName { db: 1, key: b"a".to_vec() }, request, 3, None);
     assert_eq!((q.waiting(0, b"a"), q.waiting(0, b"b"), q.waiting(1, b"a")), (1, 1, 1));

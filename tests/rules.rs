@@ -173,6 +173,7 @@ fn a_waiter_is_granted_a_free_lock_only() {
         lease: Lease::from_millis(100).expect("positive"),
         token: false,
         id: None,
+        session: None,
     };
     let plan = request.grant(View::Free, 1_000).expect("free: granted");
     assert_eq!((plan.write, plan.reply), (Write::SetCount(1), Reply::Nil));

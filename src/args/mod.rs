@@ -4,9 +4,11 @@
 pub mod int;
 pub mod rw;
 pub mod sem;
+pub mod session;
 
 pub use rw::{RwAcquire, RwRelease, RwRenew};
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
+pub use session::Session;
 
 use crate::error::{IntArg, LockError};
 
@@ -264,7 +266,8 @@ impl<'a, A: Arg> Parser<'a, A> {
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]
+/// [SESSION [LOCKDELAY lockdelay-ms]]`
 #[derive(Debug)]
 pub struct Acquire<'a, A> {
     pub key: &'a A,
@@ -277,15 +280,19 @@ pub struct Acquire<'a, A> {
     /// `REQUEST id`: the outcome is remembered (a retry replies the first grant; `RLOCK.CANCEL`
     /// undoes it).
     pub request: Option<&'a A>,
+    /// `SESSION`: the hold ends when the caller's connection closes.
+    pub session: Option<Session>,
 }
 
 impl<'a, A: Arg> Acquire<'a, A> {
     /// # Errors
-    /// Wrong arity, empty owner or request id, bad lease or timeout, or a leftover argument.
+    /// Wrong arity, empty owner or request id, bad lease, timeout or lock-delay, `LOCKDELAY`
+    /// without `SESSION`, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 4)?;
         let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
         let (mut wait, mut token, mut request) = (None, false, None);
+        let mut session = session::SessionWords::default();
         loop {
             if wait.is_none() && p.option(WAIT) {
                 wait = Some(WaitFor::parse_after_word(p.take())?);
@@ -293,13 +300,14 @@ impl<'a, A: Arg> Acquire<'a, A> {
                 token = true;
             } else if request.is_none() && p.peek_is(REQUEST) {
                 request = p.request()?;
-            } else {
+            } else if !session.take(&mut p)? {
                 break;
             }
         }
         p.finish()?;
         check_request_owner(owner, request)?;
-        Ok(Self { key, owner, lease, wait, token, request })
+        let session = session.finish()?;
+        Ok(Self { key, owner, lease, wait, token, request, session })
     }
 }
 

@@ -1,9 +1,11 @@
 //! The `RWLOCK.*` argument structs.
 
+use super::session::{Session, SessionWords};
 use super::{Arg, Lease, Mode, Parser, WaitFor, REQUEST, TOKEN, WAIT};
 use crate::error::LockError;
 
-/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
+/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]
+/// [SESSION [LOCKDELAY lockdelay-ms]]`
 #[derive(Debug)]
 pub struct RwAcquire<'a, A> {
     pub key: &'a A,
@@ -15,18 +17,21 @@ pub struct RwAcquire<'a, A> {
     pub token: bool,
     /// `REQUEST id`: the outcome is remembered (see `args::Acquire`).
     pub request: Option<&'a A>,
+    /// `SESSION`: the hold (this side) ends when the caller's connection closes.
+    pub session: Option<Session>,
 }
 
 impl<'a, A: Arg> RwAcquire<'a, A> {
     /// # Errors
-    /// Wrong arity, empty owner or request id, bad mode, lease or timeout, `TOKEN` with `READ`,
-    /// or a leftover argument.
+    /// Wrong arity, empty owner or request id, bad mode, lease, timeout or lock-delay, `TOKEN`
+    /// with `READ`, `LOCKDELAY` without `SESSION`, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 5)?;
         let (key, owner) = (p.required()?, p.owner()?);
         let mode = Mode::parse(p.required()?.bytes())?;
         let lease = p.lease()?;
         let (mut wait, mut token, mut request) = (None, false, None);
+        let mut session = SessionWords::default();
         loop {
             if wait.is_none() && p.option(WAIT) {
                 wait = Some(WaitFor::parse_after_word(p.take())?);
@@ -34,13 +39,14 @@ impl<'a, A: Arg> RwAcquire<'a, A> {
                 token = true;
             } else if request.is_none() && p.peek_is(REQUEST) {
                 request = p.request()?;
-            } else {
+            } else if !session.take(&mut p)? {
                 break;
             }
         }
         p.finish()?;
         super::check_request_owner(owner, request)?;
-        Ok(Self { key, owner, mode, lease, wait, token, request })
+        let session = session.finish()?;
+        Ok(Self { key, owner, mode, lease, wait, token, request, session })
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `RSEM.*` argument structs.
 
+use super::session::{Session, SessionWords};
 use super::{int, Arg, Lease, Parser, WaitFor, REQUEST, WAIT};
 use crate::error::{IntArg, LockError};
 
@@ -60,7 +61,8 @@ pub const LEASE: &[u8] = b"LEASE";
 /// Option word of `RSEM.RELEASE`: `ID id [id ...]` (leased permits by id).
 pub const ID: &[u8] = b"ID";
 
-/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]`
+/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]
+/// [SESSION [LOCKDELAY lockdelay-ms]]` (`SESSION` with `LEASE` only)
 #[derive(Debug)]
 pub struct SemAcquire<'a, A> {
     pub key: &'a A,
@@ -70,17 +72,21 @@ pub struct SemAcquire<'a, A> {
     pub wait: Option<WaitFor>,
     /// `REQUEST id`: the outcome is remembered (see `args::Acquire`).
     pub request: Option<&'a A>,
+    /// `SESSION`: each leased permit ends when the caller's connection closes.
+    pub session: Option<Session>,
 }
 
 impl<'a, A: Arg> SemAcquire<'a, A> {
     /// # Errors
     /// Wrong arity, a count that is not a positive integer (with `LEASE`: more than
-    /// [`MAX_LEASED`]), a bad lease or timeout, an empty request id, or a leftover argument.
+    /// [`MAX_LEASED`]), a bad lease, timeout or lock-delay, an empty request id, `SESSION`
+    /// without `LEASE`, `LOCKDELAY` without `SESSION`, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 3)?;
         let key = p.required()?;
         let permits = permits(p.required()?, false)?;
         let (mut lease, mut wait, mut request) = (None, None, None);
+        let mut session = SessionWords::default();
         loop {
             if lease.is_none() && p.option(LEASE) {
                 let ms = p.take().ok_or(int::missing(IntArg::LeaseMs))?;
@@ -89,7 +95,7 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
                 wait = Some(WaitFor::parse_after_word(p.take())?);
             } else if request.is_none() && p.peek_is(REQUEST) {
                 request = p.request()?;
-            } else {
+            } else if !session.take(&mut p)? {
                 break;
             }
         }
@@ -98,7 +104,12 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
         if lease.is_some() && permits > MAX_LEASED as u64 {
             return Err(LockError::TooManyLeased);
         }
-        Ok(Self { key, permits, lease, wait, request })
+        let session = session.finish()?;
+        if session.is_some() && lease.is_none() {
+            // Counted permits have no owner and no id: nothing to bind to a connection.
+            return Err(LockError::SessionNeedsLease);
+        }
+        Ok(Self { key, permits, lease, wait, request, session })
     }
 }
 

@@ -17,6 +17,7 @@ use crate::error::{LockError, Refusal};
 use crate::raw::{self, reply::Field};
 use crate::request_rules::{Asked, Granted};
 use crate::rules::{self, Deadline, Kind, Reply, Request, View};
+use crate::sessions::{self, Held};
 use crate::store::derived::{Latch, TokenCounter};
 use crate::store::{self, access::check_publish, LockKey, Unlocked};
 use crate::waiting;
@@ -44,13 +45,16 @@ pub(crate) fn guarded_naming(
     }
 }
 
-/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
+/// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION
+/// [LOCKDELAY lockdelay-ms]]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded_naming(ctx, || {
         let cmd = args::Acquire::parse(&argv)?;
+        sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
+        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Lock)?;
         // Everything that can refuse is checked before anything is written.
         let asked = Asked::Lock { owner: cmd.owner.as_slice(), token: cmd.token };
         let record = match request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
@@ -70,6 +74,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     lease: cmd.lease,
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
+                    session: bind,
                 };
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, holder_pttl);
                 return Ok(RedisValue::NoReply);
@@ -81,6 +86,10 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let token = counter.as_ref().map(|c| c.next(ctx)).transpose()?;
         key.apply(Some(cmd.owner), &plan);
         drop(key);
+        if let (rules::Write::SetCount(count), Some(at)) = (plan.write, plan.expire_at) {
+            let held = Held::Lock(cmd.owner.to_vec());
+            waiting::session::granted(ctx, cmd.key, held, count == 1, bind, at.unix_ms());
+        }
         if let (Some(counter), Some(token)) = (counter, token) {
             counter.store(ctx, token);
         }
@@ -129,11 +138,17 @@ pub(crate) fn latched(
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Renew::parse(&argv)?;
+        sessions::check_owner(cmd.owner.as_slice())?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
         store::may_grant(ctx)?;
         let key = LockKey::open(ctx, cmd.key, true);
         let plan = rules::renew(key.view(Some(cmd.owner))?, deadline);
         key.apply(Some(cmd.owner), &plan);
+        drop(key);
+        if plan.writes() {
+            let held = Held::Lock(cmd.owner.to_vec());
+            waiting::session::renewed(ctx, cmd.key, held, deadline.unix_ms());
+        }
         Ok(store::to_value(plan.reply))
     })
 }
@@ -150,6 +165,7 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             drop(key);
             // A read-write lock's hash deleted here leaves no read hold to look at.
             waiting::forget_check(ctx, cmd.key);
+            waiting::session::lock_ended(ctx, cmd.key);
             waiting::freed(ctx, cmd.key, Unlocked::Lock);
         }
         Ok(store::to_value(plan.reply))

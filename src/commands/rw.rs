@@ -10,8 +10,9 @@ use crate::args::{self, Mode};
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
 use crate::request_rules::{Asked, Granted};
-use crate::rules::{self, Deadline, Kind, Request};
+use crate::rules::{self, Deadline, Kind, Reply, Request};
 use crate::rw_rules::{self, Acquired};
+use crate::sessions::{self, Held};
 use crate::store::derived::TokenCounter;
 use crate::store::rw::RwKey;
 use crate::store::{self, access::check_publish, Unlocked};
@@ -65,9 +66,11 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::RwAcquire::parse(&argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
+        sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
+        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Rw(cmd.mode))?;
         // Everything that can refuse is checked before anything is written.
         let asked = Asked::Rw { mode: cmd.mode, owner: cmd.owner.as_slice(), token: cmd.token };
         let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
@@ -96,6 +99,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     let until = plan.grant_until().unwrap_or(deadline.unix_ms());
                     record.granted(ctx, Granted::Rw { mode, owner, token }, until);
                 }
+                waiting::session::rw_granted(ctx, cmd.key, cmd.owner.as_slice(), &plan, bind);
                 waiting::rw_applied(ctx, cmd.key, &plan);
                 Ok(store::to_value(rules::granted(token)))
             }
@@ -106,6 +110,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     lease: cmd.lease,
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
+                    session: bind,
                 };
                 let wait = cmd.wait.unwrap_or(args::WaitFor::Ever);
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, pttl);
@@ -132,6 +137,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRenew::parse(&argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
+        sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
@@ -145,6 +151,12 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         key.check(&plan)?;
         key.apply(&plan);
         drop(key);
+        if plan.reply == Reply::Int(1) {
+            let until = waiting::session::lease_end(ctx, cmd.key);
+            for held in [Held::Read(owner.to_vec()), Held::Write(owner.to_vec())] {
+                waiting::session::renewed(ctx, cmd.key, held, until);
+            }
+        }
         waiting::rw_applied(ctx, cmd.key, &plan);
         Ok(store::to_value(plan.reply))
     })

@@ -14,6 +14,7 @@ use crate::request_rules::{Asked, Granted, REQUEST_RECORD_MS};
 use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
+use crate::sessions::Held;
 use crate::store::sem::{Leases, SemKey};
 use crate::store::{self, access::check_publish, Unlocked};
 use crate::waiting;
@@ -65,6 +66,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::SemAcquire::parse(&argv)?;
         store::may_grant(ctx)?;
+        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Permits(0))?;
         let now = raw::now_ms();
         let until = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
         let leases = cmd.lease.map(|_| Leases::for_caller(ctx, cmd.key)).transpose()?;
@@ -96,6 +98,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     lease: cmd.lease.unwrap_or(Lease::UNUSED),
                     token: false,
                     id: cmd.request.map(|id| id.to_vec()),
+                    session: bind,
                 };
                 // Polled while it waits (`waiting`): permits may come back without an RSEM
                 // command (a Redisson client's INCRBY).
@@ -123,6 +126,10 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         };
         let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
         leases.lease(ctx, &refs, until.unix_ms())?;
+        for id in &ids {
+            let held = Held::Permit(id.clone());
+            waiting::session::granted(ctx, cmd.key, held, true, bind, until.unix_ms());
+        }
         if let Some(record) = record {
             record.granted(ctx, Granted::Leased(ids.clone()), until.unix_ms());
         }
@@ -157,6 +164,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             return Ok(RedisValue::Integer(0));
         }
         leases.lease(ctx, &[id], until.unix_ms())?;
+        waiting::session::renewed(ctx, cmd.key, Held::Permit(id.to_vec()), until.unix_ms());
         waiting::schedule_check(ctx, &waiting::lock_name(ctx, cmd.key), until.over_at());
         Ok(RedisValue::Integer(1))
     })

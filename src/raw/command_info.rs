@@ -16,6 +16,8 @@ pub enum ArgType {
     PureToken,
     /// One of the sub-arguments (`READ|WRITE`).
     OneOf,
+    /// The sub-arguments together, in order (`SESSION [LOCKDELAY ms]`).
+    Block,
 }
 
 /// One argument of a command, for `COMMAND DOCS` (redis-cli's hints read these).
@@ -64,6 +66,12 @@ impl ArgDoc {
     #[must_use]
     pub const fn one_of(name: &'static CStr, subargs: &'static [ArgDoc]) -> Self {
         Self { name, kind: ArgType::OneOf, token: None, optional: false, multiple: false, subargs }
+    }
+
+    /// `subargs` together, in order: an option that only comes with another.
+    #[must_use]
+    pub const fn block(name: &'static CStr, subargs: &'static [ArgDoc]) -> Self {
+        Self { name, kind: ArgType::Block, token: None, optional: false, multiple: false, subargs }
     }
 }
 
@@ -184,6 +192,7 @@ impl ArgArrays {
                         raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN
                     }
                     ArgType::OneOf => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                    ArgType::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
                 },
                 // The one key spec (index 0) for the key; -1 for everything else.
                 key_spec_index: if arg.kind == ArgType::Key { 0 } else { -1 },

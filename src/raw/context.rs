@@ -30,6 +30,30 @@ pub fn is_master(ctx: &Context) -> bool {
     flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
 }
 
+/// The id of the connection whose command runs in `ctx` (inside `MULTI`/`EXEC` too), if it is
+/// one: `None` inside a script (`EVAL`, `FCALL`: the context's client is the script engine's
+/// own, which never disconnects) or another module's call (a temporary client), which Redis
+/// does not list among its clients.
+pub fn connection_id(ctx: &Context) -> Option<u64> {
+    if flags(ctx) & raw::REDISMODULE_CTX_FLAGS_LUA != 0 {
+        return None;
+    }
+    let (client_id, info_by_id) =
+        (api!(RedisModule_GetClientId), api!(RedisModule_GetClientInfoById));
+    // SAFETY: live context. `GetClientInfoById` fills the version-1 structure we pass (its
+    // version field set, as the API requires) and only for a client Redis lists.
+    unsafe {
+        let id = client_id(ctx.get_raw());
+        if id == 0 {
+            return None;
+        }
+        let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
+        info.version = 1;
+        let found = info_by_id(std::ptr::addr_of_mut!(info).cast(), id);
+        (found == raw::REDISMODULE_OK as c_int).then_some(id)
+    }
+}
+
 /// The database the context's client has selected.
 pub fn selected_db(ctx: &Context) -> i32 {
     let get = api!(RedisModule_GetSelectedDb);

@@ -19,6 +19,47 @@ pub trait ServerEvents: 'static {
     /// An atomic slot migration ended (exported, imported, aborted) or migrated keys were
     /// trimmed: slot ownership changed.
     fn on_slots_moved(ctx: &Context);
+    /// The connection of client `id` closed (it quit, was killed, timed out, or its peer went
+    /// away). Called for every connection: keep it cheap.
+    fn on_client_closed(ctx: &Context, id: u64);
+}
+
+/// At load: calls `E::on_client_closed` whenever a client connection closes.
+///
+/// # Errors
+/// A message for the log when Redis refuses the subscription.
+pub fn watch_client_closed<E: ServerEvents>(ctx: &Context) -> Result<(), String> {
+    let subscribe = api!(RedisModule_SubscribeToServerEvent);
+    // SAFETY: live load-time context; `client_event` has the callback signature Redis expects
+    // and reads the event data as the `RedisModuleClientInfo` (version 1) Redis passes.
+    let status = unsafe {
+        subscribe(
+            ctx.get_raw(),
+            raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_CLIENT_CHANGE, dataver: 1 },
+            Some(client_event::<E>),
+        )
+    };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err("cannot subscribe to the client change server event".to_owned())
+    }
+}
+
+extern "C" fn client_event<E: ServerEvents>(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || data.is_null() {
+        return;
+    }
+    // SAFETY: for REDISMODULE_EVENT_CLIENT_CHANGE, Redis passes a live `RedisModuleClientInfo`
+    // of the version subscribed (1) for the duration of the callback (checked non-null above).
+    let id = unsafe { (*data.cast::<raw::RedisModuleClientInfo>()).id };
+    let context = Context::new(ctx);
+    guard_callback(&context, || E::on_client_closed(&context, id));
 }
 
 /// Which server's atomic slot migration events to subscribe to.

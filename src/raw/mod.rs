@@ -105,6 +105,7 @@ declare_apis! {
         RedisModule_GetCurrentUserName,
         RedisModule_GetClientUserNameById,
         RedisModule_GetClientId,
+        RedisModule_GetClientInfoById,
         RedisModule_GetModuleUserFromUserName,
         RedisModule_FreeModuleUser,
         RedisModule_ACLCheckKeyPermissions,
@@ -147,8 +148,8 @@ pub mod reply;
 pub use acl::{KeyUse, User};
 pub use blocking::{block_client, may_block, unblock_client, BlockHandler, Blocked};
 pub use context::{
-    in_cluster, int_string, is_master, key_slot, notify, now_ms, publish, publish_shard, select_db,
-    selected_db, signal_modified, Notify,
+    connection_id, in_cluster, int_string, is_master, key_slot, notify, now_ms, publish,
+    publish_shard, select_db, selected_db, signal_modified, Notify,
 };
 pub use keys::{Key, KeyKind, OwnedString};
 pub use replication::{

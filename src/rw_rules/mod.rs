@@ -209,6 +209,41 @@ pub fn release(state: &RwState, want: Mode, owner: &[u8], holds: &Holds, now: i6
     }
 }
 
+/// A session's end: every hold of `owner` on the `side` it had bound goes at once (all its read
+/// holds and their keys, or its whole write hold), then as a release that ends the side:
+/// dead readers leave, the lock is freed (or downgraded) or its lease recomputed. An owner that
+/// does not hold that side gets an empty plan. At most [`MAX_READ_HOLDS`] hold keys are dropped
+/// (the count was parsed with that bound).
+#[must_use]
+pub fn end_side(state: &RwState, side: Mode, owner: &[u8], holds: &Holds, now: i64) -> RwPlan {
+    match side {
+        Mode::Write => {
+            if state.mode != Some(Mode::Write) || state.writes_of(owner) == 0 {
+                return RwPlan::reply(Reply::Nil);
+            }
+            // The last write hold's release is the end of the whole write side.
+            let last = RwState { writer: Some((owner.to_vec(), 1)), ..state.clone() };
+            release(&last, Mode::Write, owner, holds, now)
+        }
+        Mode::Read => {
+            let reads = state.reads_of(owner);
+            if state.mode.is_none() || reads == 0 {
+                return RwPlan::reply(Reply::Nil);
+            }
+            let mut readers = state.readers.clone();
+            readers.remove(owner);
+            let mut effects = vec![Effect::DropReads { owner: owner.to_vec() }];
+            effects
+                .extend((1..=reads).map(|index| Effect::DropHold { owner: owner.to_vec(), index }));
+            let writer = state.writer.is_some();
+            let (effects, freed) =
+                settle_after(effects, state, readers, writer, holds, now, Mode::Read);
+            let reply = Reply::Int(i64::from(freed.is_some()));
+            RwPlan { effects, reply, freed, settle: true }
+        }
+    }
+}
+
 /// `RENEW`: every hold of `owner` gets the lease ending at `deadline` (reply 1); an owner that
 /// holds nothing gets 0 and nothing is created. At most [`MAX_READ_HOLDS`] + 1 effects (the
 /// count was parsed with that bound); `state` needs only the owner's own fields.

@@ -55,6 +55,7 @@ pub fn rw_release(
 /// published), a downgraded one to the readers at the head of its queue, and new or renewed
 /// read holds are looked at when they end.
 pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
+    super::session::rw_applied(ctx, name, plan);
     if let Some(mode) = plan.freed {
         // No hold is left to look at (the key is gone); a grant in the hand-off below
         // schedules its own.
@@ -120,6 +121,9 @@ pub fn sem_release_ids(ctx: &Context, name: &RedisString, ids: &[&[u8]]) -> Resu
     let state = SemKey::open(ctx, name, false).state()?;
     let plan = sem_rules::release_ids(state, ids)?;
     let back = leases.remove(ctx, ids)?;
+    for id in ids {
+        super::session::ended(ctx, name, crate::sessions::Held::Permit(id.to_vec()));
+    }
     let Ok(permits @ 1..) = u64::try_from(back) else { return Ok(0) };
     let key = SemKey::open(ctx, name, true);
     let plan = match plan.write {

@@ -34,6 +34,8 @@
 pub mod cluster;
 mod kinds;
 mod requests;
+pub mod session;
+mod session_end;
 pub mod timers;
 
 pub use kinds::{
@@ -54,6 +56,7 @@ use crate::queue::{LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
+use crate::sessions::Held;
 use crate::store::access::{self, check_publish};
 use crate::store::waiters::{self, Head, Stamp};
 use crate::store::{self, LockKey, Unlocked};
@@ -117,6 +120,7 @@ pub fn reset_stats() {
     for counter in counters {
         counter.store(0, Ordering::Relaxed);
     }
+    session::reset();
 }
 
 fn with_queues<R>(f: impl FnOnce(&mut Queues<Blocked, Request>) -> R) -> R {
@@ -314,6 +318,7 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         }
         let Some(waiter) = with_queues(|q| q.remove(id)) else { return granted };
         let written = grant.write(ctx);
+        session::waiter_granted(ctx, name, &request, &written);
         let exclusive = request.exclusive();
         let (reply, ids, stamp) = (written.reply, written.ids, written.stamp);
         unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply, ids, stamp });
@@ -356,7 +361,10 @@ pub fn release_hold(
     let freed_it = key.apply(Some(owner), &plan);
     drop(key);
     if freed_it {
+        session::lock_ended(ctx, name);
         freed(ctx, name, Unlocked::Lock);
+    } else if let (Some(deadline), true) = (plan.expire_at, plan.writes()) {
+        session::renewed(ctx, name, Held::Lock(owner.as_slice().to_vec()), deadline.unix_ms());
     }
     Ok(plan.reply)
 }
@@ -447,6 +455,7 @@ impl BlockHandler for Waiting {
 /// writes: their holds end with their leases).
 pub fn demoted(ctx: &Context) {
     timers::forget_rollbacks();
+    session::forget();
     for waiter in with_queues(Queues::drain) {
         bump(&STATS.left);
         unblock(waiter, Outcome::Failed(LockError::Demoted));

@@ -33,6 +33,8 @@ pub struct Deferred {
     pub settle_all: bool,
     /// Grants to clients that left before their reply: undo them.
     pub rollback: Vec<Undo>,
+    /// Session holds whose connection closed wait to be ended (`session`).
+    pub session_ends: bool,
 }
 
 /// A grant to undo: its client left before its reply.
@@ -109,7 +111,9 @@ fn run_deferred(ctx: &Context, (): ()) {
     store::module_work(ctx, || {
         let work = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
         if !raw::is_master(ctx) {
-            // Demoted meanwhile (a `FAILOVER` ends its pause as a replica): never write here.
+            // Demoted meanwhile (a `FAILOVER` ends its pause as a replica): never write here,
+            // and session holds end with their leases.
+            super::session::forget();
             if !work.rollback.is_empty() {
                 ctx.log_notice(&format!(
                     "rlock: {} grant(s) to clients that left were not undone: this server is no \
@@ -121,6 +125,9 @@ fn run_deferred(ctx: &Context, (): ()) {
         }
         for undo in &work.rollback {
             undo_grant(ctx, undo);
+        }
+        if work.session_ends {
+            super::session_end::end_pending(ctx);
         }
         if work.settle_all {
             for lock in &with_queues(|q| q.locks()) {

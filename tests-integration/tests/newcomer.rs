@@ -182,21 +182,21 @@ fn render(arg: &Arg) -> String {
 
 /// What each command's parser accepts (`src/args`), in Redis's synopsis notation.
 const SYNTAX: &[(&str, &str)] = &[
-    ("rlock.acquire", "key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]"),
+    ("rlock.acquire", "key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION [LOCKDELAY lockdelay-ms]]"),
     ("rlock.release", "key owner [lease-ms] [REQUEST id]"),
     ("rlock.renew", "key owner lease-ms"),
     ("rlock.forcerelease", "key"),
     ("rlock.cancel", "key id"),
     ("rlock.pttl", "key"),
     ("rlock.info", "key"),
-    ("rwlock.acquire", "key owner <READ | WRITE> lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]"),
+    ("rwlock.acquire", "key owner <READ | WRITE> lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION [LOCKDELAY lockdelay-ms]]"),
     ("rwlock.release", "key owner <READ | WRITE> [REQUEST id]"),
     ("rwlock.renew", "key owner lease-ms [READ | WRITE]"),
     ("rwlock.forcerelease", "key"),
     ("rwlock.info", "key"),
     ("rsem.setpermits", "key permits"),
     ("rsem.addpermits", "key delta"),
-    ("rsem.acquire", "key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]"),
+    ("rsem.acquire", "key permits [LEASE lease-ms [SESSION [LOCKDELAY lockdelay-ms]]] [WAIT timeout-ms] [REQUEST id]"),
     ("rsem.release", "key <permits | ID id [id ...]>"),
     ("rsem.renew", "key id lease-ms"),
     ("rsem.available", "key"),
@@ -254,6 +254,7 @@ fn sample(kind: &str, name: &str) -> String {
     match (kind, name) {
         ("key", _) => "KEY".to_owned(),
         ("integer", "lease-ms") => "10000".to_owned(),
+        ("integer", "lockdelay-ms") => "100".to_owned(),
         // On a fresh key: granted at once, or a 1 ms wait.
         ("integer", "timeout-ms") => "1".to_owned(),
         ("integer", "permits" | "delta") => "1".to_owned(),

@@ -1,0 +1,246 @@
+//! Session holds on Redis (`SESSION` on an acquire): grants bind their hold to the client's
+//! connection, releases and flushes drop bindings, and a closed connection's holds are ended by
+//! the module's 0 ms timer (`end`), never inside the server event that reports the close.
+//!
+//! Bindings live only in this master's memory (`sessions::Sessions`): a replica, a restarted
+//! server or a promoted replica has none, and those holds end with their leases.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::{Context, RedisString};
+
+use super::{lock_name, timers};
+use crate::args;
+use crate::error::LockError;
+use crate::raw;
+use crate::rules::{Kind, Request};
+use crate::rw_rules::{Effect, Mode, RwPlan};
+use crate::sessions::{Bind, Held, Hold, Sessions};
+use crate::store::waiters::{Stamp, Written};
+use crate::store::{self, access::check_publish, Unlocked};
+
+thread_local! {
+    // Borrows never span a call into Redis (every callback runs on Redis's main thread).
+    static SESSIONS: RefCell<Sessions> = RefCell::new(Sessions::default());
+}
+
+/// Counters for `INFO rlock`.
+pub struct SessionStats {
+    /// Holds ended because their connection closed.
+    pub ends: AtomicU64,
+    /// Of those, the ones followed by a lock-delay.
+    pub delays: AtomicU64,
+}
+
+/// The session counters.
+pub static SESSION_STATS: SessionStats =
+    SessionStats { ends: AtomicU64::new(0), delays: AtomicU64::new(0) };
+
+pub(super) fn with<R>(f: impl FnOnce(&mut Sessions) -> R) -> R {
+    SESSIONS.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// Whether no hold is bound and none waits to be ended: every hook returns at once then.
+fn quiet() -> bool {
+    SESSIONS.with(|s| s.try_borrow().map_or(true, |s| s.is_empty()))
+}
+
+/// At load: no binding, counters from zero.
+pub fn reset() {
+    with(Sessions::clear);
+    SESSION_STATS.ends.store(0, Ordering::Relaxed);
+    SESSION_STATS.delays.store(0, Ordering::Relaxed);
+}
+
+/// How many holds are bound to a connection now (`INFO rlock`).
+pub fn bound() -> usize {
+    SESSIONS.with(|s| s.try_borrow().map_or(0, |s| s.len()))
+}
+
+/// The binding an acquire of the lock `name` with `SESSION` asks for, checked before anything
+/// is written: the caller's own connection, on a master, and a caller allowed to do what the
+/// end of its hold does (publish `unlocked` on the lock's channel; the keys the end writes were
+/// checked by the acquire itself), since the end runs when the caller is gone.
+///
+/// # Errors
+/// [`LockError::SessionOnReplica`]; [`LockError::SessionNoConnection`] inside a script or
+/// another module's call (its client never disconnects); `NOPERM` for the channel.
+pub fn caller(
+    ctx: &Context,
+    name: &RedisString,
+    asked: Option<args::Session>,
+    unlocked: Unlocked,
+) -> Result<Option<Bind>, LockError> {
+    let Some(asked) = asked else { return Ok(None) };
+    if !raw::is_master(ctx) {
+        return Err(LockError::SessionOnReplica);
+    }
+    let client = raw::connection_id(ctx).ok_or(LockError::SessionNoConnection)?;
+    check_publish(ctx, name, Some(unlocked))?;
+    Ok(Some(Bind { client, delay_ms: asked.delay_ms }))
+}
+
+/// A grant of `held` on the lock `name` (the context's database) was written, its hold lasting
+/// until `until` (Unix ms): a fresh hold (`fresh`: count 0 -> 1, a new permit) is bound to
+/// `bind`'s connection, or unbound without it; a re-entry keeps its binding, with the new lease
+/// end.
+pub fn granted(
+    ctx: &Context,
+    name: &RedisString,
+    held: Held,
+    fresh: bool,
+    bind: Option<Bind>,
+    until: i64,
+) {
+    if bind.is_none() && quiet() {
+        return;
+    }
+    let hold = Hold { lock: lock_name(ctx, name), held };
+    if fresh {
+        with(|s| s.granted(hold, bind, until, raw::now_ms()));
+    } else {
+        with(|s| s.touch(&hold, until));
+    }
+}
+
+/// The lease end of the lock `name` as stored (no expiry: never).
+pub fn lease_end(ctx: &Context, name: &RedisString) -> i64 {
+    store::expire_time(ctx, name).unwrap_or(i64::MAX)
+}
+
+/// A read-write grant `plan` was written for `owner`: its side is bound (fresh) or touched.
+pub fn rw_granted(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    plan: &RwPlan,
+    bind: Option<Bind>,
+) {
+    if bind.is_none() && quiet() {
+        return;
+    }
+    let until = lease_end(ctx, name);
+    for effect in &plan.effects {
+        let (held, count) = match effect {
+            Effect::SetReads { owner: o, count } if o == owner => (Held::Read(o.clone()), *count),
+            Effect::SetWrites { owner: o, count } if o == owner => (Held::Write(o.clone()), *count),
+            _ => continue,
+        };
+        granted(ctx, name, held, count == 1, bind, until);
+    }
+}
+
+/// A waiter's grant was written: bound to its connection if it asked with `SESSION`.
+pub fn waiter_granted(ctx: &Context, name: &RedisString, request: &Request, written: &Written) {
+    let (stamp, ids) = (written.stamp, &written.ids);
+    let bind = request.session;
+    if bind.is_none() && quiet() {
+        return;
+    }
+    let owner = || request.owner.clone();
+    match (request.kind, stamp) {
+        (Kind::Reentrant, Stamp::Hold { count, expire_at }) => {
+            granted(ctx, name, Held::Lock(owner()), count == 1, bind, expire_at);
+        }
+        (Kind::Rw(Mode::Write), Stamp::Hold { count, .. }) => {
+            granted(ctx, name, Held::Write(owner()), count == 1, bind, lease_end(ctx, name));
+        }
+        (Kind::Rw(Mode::Read), Stamp::ReadHold { index, .. }) => {
+            granted(ctx, name, Held::Read(owner()), index == 1, bind, lease_end(ctx, name));
+        }
+        (Kind::Leased(_), _) => {
+            // The permits' lease end: their reclaim is due just after it.
+            let until = written.reap_at.map_or(i64::MAX, |at| at.saturating_sub(1));
+            for id in ids {
+                granted(ctx, name, Held::Permit(id.clone()), true, bind, until);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The hold `held` on `name` ended (released to zero, given back): its binding goes.
+pub fn ended(ctx: &Context, name: &RedisString, held: Held) {
+    if !quiet() {
+        let hold = Hold { lock: lock_name(ctx, name), held };
+        with(|s| s.unbind(&hold));
+    }
+}
+
+/// Every hold on `name` ended (a force-release, the lock freed or deleted): their bindings go.
+pub fn lock_ended(ctx: &Context, name: &RedisString) {
+    if !quiet() {
+        let lock = lock_name(ctx, name);
+        with(|s| s.unbind_lock(&lock));
+    }
+}
+
+/// A read-write plan was applied: the sides it ended lose their bindings.
+pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
+    if quiet() {
+        return;
+    }
+    if plan.freed.is_some() || plan.effects.contains(&Effect::Delete) {
+        lock_ended(ctx, name);
+        return;
+    }
+    for effect in &plan.effects {
+        match effect {
+            Effect::DropReads { owner } => ended(ctx, name, Held::Read(owner.clone())),
+            Effect::DropWrites { owner } => ended(ctx, name, Held::Write(owner.clone())),
+            _ => {}
+        }
+    }
+}
+
+/// The bound hold `held` on `name` was renewed: it now lasts until `until`.
+pub fn renewed(ctx: &Context, name: &RedisString, held: Held, until: i64) {
+    granted(ctx, name, held, false, None, until);
+}
+
+/// The connection of client `id` closed: its holds are ended by the module's timer (after a
+/// write pause, on a master only).
+pub fn client_closed(ctx: &Context, id: u64) {
+    if quiet() {
+        return;
+    }
+    if with(|s| s.closed(id)) {
+        timers::defer(ctx, |d| d.session_ends = true);
+    }
+}
+
+/// The cron tick: bindings whose lease ended are dropped (they are stale).
+pub fn prune(now: i64) {
+    if !quiet() {
+        with(|s| s.prune(now, usize::MAX));
+    }
+}
+
+/// Database `db` (`None`: all) was flushed.
+pub fn flushed(db: Option<i32>) {
+    SESSIONS.with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            s.flushed(db);
+        }
+    });
+}
+
+/// `SWAPDB first second`: bindings follow their holds.
+pub fn swapped(first: i32, second: i32) {
+    SESSIONS.with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            s.swapped(first, second);
+        }
+    });
+}
+
+/// No longer a master: bindings are forgotten (a replica never writes; holds end with their
+/// leases).
+pub fn forget() {
+    SESSIONS.with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            s.clear();
+        }
+    });
+}

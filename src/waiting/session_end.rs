@@ -1,0 +1,189 @@
+//! Ending the holds of closed connections, from the module's 0 ms timer (never while writes
+//! are paused: the timer waits for the pause's end; never on a replica). Each end is written
+//! and replicated as the release would be, its waiters served and the release published; with
+//! a lock-delay the ended hold is replaced by a placeholder holder (`sessions::PLACEHOLDER`, or
+//! for a leased permit, the permit kept under its id) until the delay ends, so every client,
+//! Redisson's included, sees the lock held.
+//!
+//! ACL: an end is the module's own work, as a lease expiry is: the acquire that bound the hold
+//! was checked as its user, who may release its own hold; nothing is checked again (the
+//! connection, and so its user, is gone). A hand-off to a waiter afterwards is checked as the
+//! waiter's user, as every hand-off is.
+
+use std::sync::atomic::Ordering;
+
+use redis_module::{Context, RedisString};
+
+use super::session::{with, SESSION_STATS};
+use super::{freed, lock_name, rw_applied, schedule_check, sem_give_back_ids, settle};
+use crate::error::LockError;
+use crate::raw;
+use crate::rules::{self, Deadline, View};
+use crate::rw_rules::{self, Acquired, Mode, RwPlan};
+use crate::sessions::{delay_until, Binding, Held, Hold, PLACEHOLDER};
+use crate::store::rw::RwKey;
+use crate::store::sem::Leases;
+use crate::store::{LockKey, Unlocked};
+
+/// What ending one hold did.
+enum Ended {
+    /// Nothing to end: the hold is gone, or is not the one bound (its lease ended).
+    Nothing,
+    /// Ended; `delayed`: a lock-delay followed.
+    Ended { delayed: bool },
+}
+
+/// Ends every hold whose connection closed (a master, writes not paused: the caller checked).
+pub(super) fn end_pending(ctx: &Context) {
+    let ends = with(|s| s.take_ending());
+    for (hold, binding) in ends {
+        let now = raw::now_ms();
+        if binding.stale(now) || !raw::select_db(ctx, hold.lock.db) {
+            continue;
+        }
+        let name = RedisString::create_from_slice(ctx.get_raw(), &hold.lock.key);
+        let ended = match &hold.held {
+            Held::Lock(owner) => end_lock(ctx, &name, owner, binding, now),
+            Held::Read(owner) => end_rw(ctx, &name, owner, Mode::Read, binding, now),
+            Held::Write(owner) => end_rw(ctx, &name, owner, Mode::Write, binding, now),
+            Held::Permit(id) => end_permit(ctx, &name, id, binding, now),
+        };
+        match ended {
+            // The name holds another kind of lock now (or something else): not this hold.
+            Ok(Ended::Nothing)
+            | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
+            }
+            Ok(Ended::Ended { delayed }) => {
+                SESSION_STATS.ends.fetch_add(1, Ordering::Relaxed);
+                if delayed {
+                    SESSION_STATS.delays.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => ctx.log_warning(&format!(
+                "rlock: could not end a session hold whose connection closed (it ends with its \
+                 lease): {e}"
+            )),
+        }
+    }
+}
+
+/// A reentrant lock's whole hold by `owner` ends: the lock is freed (handed to its waiters, or
+/// the unlock message published), or held by the placeholder until the delay ends.
+fn end_lock(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    binding: Binding,
+    now: i64,
+) -> Result<Ended, LockError> {
+    let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
+    let key = LockKey::open(ctx, name, true);
+    let view = key.view(Some(&owner))?;
+    let View::Held { mine: Some(_), pttl } = view else { return Ok(Ended::Nothing) };
+    let lease_until = (pttl >= 0).then(|| now.saturating_add(pttl));
+    key.apply(Some(&owner), &rules::force_release(view));
+    drop(key);
+    with(|s| s.unbind_lock(&lock_name(ctx, name)));
+    let Some(until) = delay_until(now, binding.bind.delay_ms, lease_until) else {
+        freed(ctx, name, Unlocked::Lock);
+        return Ok(Ended::Ended { delayed: false });
+    };
+    let placeholder = RedisString::create_from_slice(ctx.get_raw(), PLACEHOLDER);
+    let key = LockKey::open(ctx, name, true);
+    key.apply(Some(&placeholder), &rules::acquire(View::Free, Deadline::at(until))?);
+    drop(key);
+    // Its waiters are looked at again when the delay ends.
+    settle(ctx, name);
+    Ok(Ended::Ended { delayed: true })
+}
+
+/// A read-write lock's `side` held by `owner` ends (every hold of it), as its release would;
+/// with a delay, the placeholder takes the same side if it can at once (the lock is free, or
+/// a read side among readers).
+fn end_rw(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    side: Mode,
+    binding: Binding,
+    now: i64,
+) -> Result<Ended, LockError> {
+    let key = RwKey::open(ctx, name, true);
+    let state = key.state()?;
+    let holds = key.holds(&state, now)?;
+    let plan = rw_rules::end_side(&state, side, owner, &holds, now);
+    if plan.effects.is_empty() {
+        return Ok(Ended::Nothing);
+    }
+    let lease_until = match side {
+        Mode::Write => state.deadline(now),
+        Mode::Read => holds.get(owner).and_then(|h| h.values().copied().max()),
+    }
+    .filter(|&at| at != i64::MAX);
+    key.check(&plan)?;
+    key.apply(&plan);
+    drop(key);
+    super::session::rw_applied(ctx, name, &plan);
+    let placeholder = delay_until(now, binding.bind.delay_ms, lease_until)
+        .and_then(|until| rw_placeholder(ctx, name, side, until, now));
+    match placeholder {
+        Some(placeholder) => {
+            rw_applied(ctx, name, &placeholder);
+            settle(ctx, name);
+            Ok(Ended::Ended { delayed: true })
+        }
+        None => {
+            rw_applied(ctx, name, &plan);
+            Ok(Ended::Ended { delayed: false })
+        }
+    }
+}
+
+/// The placeholder takes `side` of the read-write lock `name` until `until`, if it can be
+/// granted at once; its plan, applied.
+fn rw_placeholder(
+    ctx: &Context,
+    name: &RedisString,
+    side: Mode,
+    until: i64,
+    now: i64,
+) -> Option<RwPlan> {
+    let key = RwKey::open(ctx, name, true);
+    let state = key.state_of(Some(PLACEHOLDER)).ok()?;
+    let acquired =
+        rw_rules::acquire(&state, side, PLACEHOLDER, now, Deadline::at(until), false).ok()?;
+    let Acquired::Granted(plan) = acquired else { return None };
+    key.check(&plan).ok()?;
+    key.apply(&plan);
+    Some(plan)
+}
+
+/// A leased permit ends: it comes back (its waiters served, the count published), or with a
+/// delay it stays leased under its id until the delay ends, when its reclaim brings it back.
+fn end_permit(
+    ctx: &Context,
+    name: &RedisString,
+    id: &[u8],
+    binding: Binding,
+    now: i64,
+) -> Result<Ended, LockError> {
+    let leases = Leases::of(ctx, name)?;
+    let Some(lease_until) = leases.scores(ctx, &[id])?.first().copied().flatten() else {
+        return Ok(Ended::Nothing);
+    };
+    if lease_until <= now {
+        // Its lease ended: the reclaim brings it back.
+        return Ok(Ended::Nothing);
+    }
+    let Some(until) = delay_until(now, binding.bind.delay_ms, Some(lease_until)) else {
+        sem_give_back_ids(ctx, name, &[id])?;
+        return Ok(Ended::Ended { delayed: false });
+    };
+    if until < lease_until {
+        leases.lease(ctx, &[id], until)?;
+        schedule_check(ctx, &lock_name(ctx, name), Deadline::at(until).over_at());
+    }
+    let hold = Hold { lock: lock_name(ctx, name), held: Held::Permit(id.to_vec()) };
+    with(|s| s.unbind(&hold));
+    Ok(Ended::Ended { delayed: true })
+}

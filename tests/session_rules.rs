@@ -1,0 +1,253 @@
+//! Session holds without a server: the bindings (`sessions::Sessions`) and the lock-delay rule,
+//! the `SESSION` / `LOCKDELAY` options of every acquire, and the read-write rule that ends a
+//! whole side of an owner's hold (`rw_rules::end_side`).
+
+use std::collections::BTreeMap;
+
+use rlock::args::{Acquire, Mode, RwAcquire, SemAcquire, Session};
+use rlock::error::LockError;
+use rlock::queue::LockName;
+use rlock::rules::Reply;
+use rlock::rw_rules::{self, Effect, Holds, RwState};
+use rlock::sessions::{
+    delay_until, Bind, Binding, ClientId, Held, Hold, Sessions, MAX_LOCK_DELAY_MS,
+};
+
+fn argv(args: &[&str]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn session_and_lockdelay_are_read_in_any_order_among_the_options() {
+    let args =
+        argv(&["RLOCK.ACQUIRE", "k", "o", "1000", "LOCKDELAY", "250", "WAIT", "0", "SESSION"]);
+    let parsed = Acquire::parse(&args).expect("valid");
+    assert_eq!(parsed.session, Some(Session { delay_ms: 250 }));
+    assert!(parsed.wait.is_some());
+    let args = argv(&["RLOCK.ACQUIRE", "k", "o", "1000", "session", "TOKEN"]);
+    assert_eq!(Acquire::parse(&args).expect("valid").session, Some(Session { delay_ms: 0 }));
+    let args = argv(&["RLOCK.ACQUIRE", "k", "o", "1000"]);
+    assert_eq!(Acquire::parse(&args).expect("valid").session, None);
+    let args =
+        argv(&["RWLOCK.ACQUIRE", "k", "o", "WRITE", "1000", "SESSION", "LOCKDELAY", "60000"]);
+    let parsed = RwAcquire::parse(&args).expect("valid");
+    assert_eq!((parsed.mode, parsed.session), (Mode::Write, Some(Session { delay_ms: 60_000 })));
+    let args = argv(&["RSEM.ACQUIRE", "k", "2", "SESSION", "LEASE", "1000"]);
+    assert_eq!(SemAcquire::parse(&args).expect("valid").session, Some(Session { delay_ms: 0 }));
+}
+
+#[test]
+fn bad_session_options_are_refused() {
+    for (args, expected) in [
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "LOCKDELAY", "5"][..], LockError::LockDelayNeedsSession),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY"], LockError::InvalidLockDelay),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "60001"],
+            LockError::InvalidLockDelay,
+        ),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "007"],
+            LockError::InvalidLockDelay,
+        ),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "+5"],
+            LockError::InvalidLockDelay,
+        ),
+        (&["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "SESSION"], LockError::Syntax),
+        (
+            &["RLOCK.ACQUIRE", "k", "o", "1", "SESSION", "LOCKDELAY", "1", "LOCKDELAY", "2"],
+            LockError::Syntax,
+        ),
+    ] {
+        assert_eq!(Acquire::parse(&argv(args)).unwrap_err(), expected, "{args:?}");
+    }
+    let rw = argv(&["RWLOCK.ACQUIRE", "k", "o", "READ", "1", "LOCKDELAY", "0"]);
+    assert_eq!(RwAcquire::parse(&rw).unwrap_err(), LockError::LockDelayNeedsSession);
+    let counted = argv(&["RSEM.ACQUIRE", "k", "1", "WAIT", "0", "SESSION"]);
+    assert_eq!(SemAcquire::parse(&counted).unwrap_err(), LockError::SessionNeedsLease);
+    for e in [LockError::LockDelayNeedsSession, LockError::SessionNeedsLease] {
+        assert!(e.message().starts_with("ERR ") && e.message().contains("SESSION"), "{e}");
+    }
+}
+
+fn state(fields: &[(&str, &str)]) -> RwState {
+    let fields = fields.iter().map(|(f, v)| (f.as_bytes().to_vec(), v.as_bytes().to_vec()));
+    RwState::from_fields(fields, 5_000).expect("valid")
+}
+
+fn holds(owner: &str, deadlines: &[i64]) -> Holds {
+    let owned: BTreeMap<u64, i64> = (1..).zip(deadlines.iter().copied()).collect();
+    BTreeMap::from([(owner.as_bytes().to_vec(), owned)])
+}
+
+#[test]
+fn ending_a_read_side_drops_every_read_hold_of_the_owner_at_once() {
+    let now = 100;
+    let alone = state(&[("mode", "read"), ("o", "3")]);
+    let plan = rw_rules::end_side(&alone, Mode::Read, b"o", &holds("o", &[900, 950, 990]), now);
+    assert_eq!(plan.freed, Some(Mode::Read));
+    assert_eq!(plan.hold_keys().count(), 3, "{plan:?}");
+    assert_eq!(plan.effects.last(), Some(&Effect::Delete));
+
+    // Another reader keeps the lock, whose lease becomes that reader's.
+    let shared = state(&[("mode", "read"), ("o", "2"), ("x", "1")]);
+    let mut all = holds("o", &[900, 950]);
+    all.extend(holds("x", &[400]));
+    let plan = rw_rules::end_side(&shared, Mode::Read, b"o", &all, now);
+    assert_eq!(plan.freed, None);
+    assert!(plan.effects.contains(&Effect::DropReads { owner: b"o".to_vec() }));
+    assert!(plan.effects.iter().any(|e| matches!(e, Effect::ExpireAt(d) if d.unix_ms() == 400)));
+
+    // The owner's write hold stays: only the read side ends.
+    let both = state(&[("mode", "write"), ("o:write", "2"), ("o", "1")]);
+    let plan = rw_rules::end_side(&both, Mode::Read, b"o", &holds("o", &[900]), now);
+    assert_eq!(plan.freed, None);
+    assert!(!plan.effects.iter().any(|e| matches!(e, Effect::DropWrites { .. })), "{plan:?}");
+}
+
+#[test]
+fn ending_a_write_side_drops_every_re_entry_and_keeps_the_owners_reads() {
+    let now = 100;
+    let writer = state(&[("mode", "write"), ("o:write", "7")]);
+    let plan = rw_rules::end_side(&writer, Mode::Write, b"o", &Holds::new(), now);
+    assert_eq!(plan.freed, Some(Mode::Write));
+    assert_eq!(plan.effects, vec![Effect::DropWrites { owner: b"o".to_vec() }, Effect::Delete]);
+
+    let both = state(&[("mode", "write"), ("o:write", "3"), ("o", "1")]);
+    let plan = rw_rules::end_side(&both, Mode::Write, b"o", &holds("o", &[900]), now);
+    assert_eq!(plan.freed, None, "downgraded to the owner's read hold");
+    assert!(plan.effects.contains(&Effect::SetMode(Mode::Read)), "{plan:?}");
+
+    // Nothing to end: another owner's lock, a side not held, a free lock.
+    let free = RwState { pttl: -2, ..RwState::default() };
+    for (state, side, owner) in [
+        (&writer, Mode::Write, "x"),
+        (&writer, Mode::Read, "o"),
+        (&free, Mode::Write, "o"),
+        (&free, Mode::Read, "o"),
+    ] {
+        let plan = rw_rules::end_side(state, side, owner.as_bytes(), &Holds::new(), now);
+        assert!(plan.effects.is_empty() && plan.reply == Reply::Nil, "{side:?} {owner}");
+    }
+}
+
+fn lock(key: &str) -> LockName {
+    LockName { db: 0, key: key.as_bytes().to_vec() }
+}
+
+fn hold(key: &str, owner: &str) -> Hold {
+    Hold { lock: lock(key), held: Held::Lock(owner.as_bytes().to_vec()) }
+}
+
+const fn bind(client: ClientId) -> Bind {
+    Bind { client, delay_ms: 0 }
+}
+
+#[test]
+fn a_closed_connection_ends_its_holds_only() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    s.granted(hold("b", "o"), Some(bind(1)), 100, 0);
+    s.granted(hold("c", "o"), Some(bind(2)), 100, 0);
+    assert_eq!(s.len(), 3);
+    assert!(s.closed(1));
+    assert_eq!(s.len(), 1);
+    let ending: Vec<Hold> = s.take_ending().into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![hold("a", "o"), hold("b", "o")]);
+    assert!(!s.closed(1), "nothing left for that client");
+    assert_eq!(s.holds_of(2), vec![hold("c", "o")]);
+}
+
+#[test]
+fn a_fresh_grant_resets_the_binding_and_cancels_a_pending_end() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    s.closed(1);
+    assert!(s.ends_pending());
+    // Released and granted again before the end was applied: that end is not for this hold.
+    s.granted(hold("a", "o"), None, 200, 0);
+    assert!(!s.ends_pending());
+    assert_eq!(s.len(), 0);
+    s.granted(hold("a", "o"), Some(bind(3)), 200, 0);
+    s.granted(hold("a", "o"), Some(bind(4)), 200, 0);
+    assert!(!s.closed(3), "the binding moved to client 4 by a fresh grant");
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.bind.client), Some(4));
+}
+
+#[test]
+fn a_touch_keeps_the_client_and_moves_the_lease_end() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    s.touch(&hold("a", "o"), 500);
+    assert_eq!(s.prune(300, 10), 0, "renewed: not stale at 300");
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(500));
+    assert_eq!(s.prune(501, 10), 1);
+    assert!(s.is_empty());
+    s.touch(&hold("a", "o"), 900);
+    assert!(s.is_empty(), "touching an unbound hold binds nothing");
+}
+
+#[test]
+fn expired_bindings_are_pruned_so_a_connection_keeps_only_live_ones() {
+    let mut s = Sessions::default();
+    for i in 0..100 {
+        s.granted(hold(&format!("k{i}"), "o"), Some(bind(1)), 10, 0);
+    }
+    s.granted(hold("live", "o"), Some(bind(1)), 1_000, 20);
+    assert_eq!(s.len(), 101 - 4, "a new binding prunes a few expired ones on its way");
+    s.prune(20, usize::MAX);
+    assert_eq!(s.holds_of(1), vec![hold("live", "o")]);
+    assert!(!s.concerns(&lock("k0")) && s.concerns(&lock("live")));
+}
+
+#[test]
+fn unbinding_a_lock_drops_every_hold_on_it() {
+    let mut s = Sessions::default();
+    let read = Hold { lock: lock("rw"), held: Held::Read(b"r".to_vec()) };
+    let write = Hold { lock: lock("rw"), held: Held::Write(b"w".to_vec()) };
+    s.granted(read.clone(), Some(bind(1)), 100, 0);
+    s.granted(write, Some(bind(2)), 100, 0);
+    s.granted(hold("other", "o"), Some(bind(2)), 100, 0);
+    assert!(s.concerns(&lock("rw")));
+    s.unbind_lock(&lock("rw"));
+    assert!(!s.concerns(&lock("rw")));
+    assert_eq!(s.len(), 1);
+    assert!(!s.closed(1));
+    s.unbind(&read);
+}
+
+#[test]
+fn flush_and_swapdb_follow_the_data() {
+    let mut s = Sessions::default();
+    let in_db = |db, key: &str| Hold {
+        lock: LockName { db, key: key.as_bytes().to_vec() },
+        held: Held::Permit(b"id".to_vec()),
+    };
+    s.granted(in_db(0, "a"), Some(bind(1)), 100, 0);
+    s.granted(in_db(1, "b"), Some(bind(1)), 100, 0);
+    s.granted(in_db(2, "c"), Some(bind(1)), 100, 0);
+    s.swapped(0, 1);
+    assert!(s.get(&in_db(1, "a")).is_some() && s.get(&in_db(0, "b")).is_some());
+    s.flushed(Some(1));
+    assert!(s.get(&in_db(1, "a")).is_none());
+    assert_eq!(s.len(), 2);
+    s.closed(1);
+    s.swapped(0, 2);
+    let ending: Vec<Hold> = s.take_ending().into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![in_db(0, "c"), in_db(2, "b")]);
+    s.granted(in_db(5, "x"), Some(bind(1)), 100, 0);
+    s.flushed(None);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn the_delay_is_bounded_by_its_maximum_and_by_the_lease() {
+    assert_eq!(delay_until(1_000, 0, None), None);
+    assert_eq!(delay_until(1_000, 500, None), Some(1_500));
+    assert_eq!(delay_until(1_000, 500, Some(1_200)), Some(1_200));
+    assert_eq!(delay_until(1_000, 500, Some(1_000)), None, "the lease ends now");
+    assert_eq!(delay_until(0, u64::MAX, None), Some(MAX_LOCK_DELAY_MS as i64));
+    assert_eq!(delay_until(i64::MAX - 1, 10, None), Some(i64::MAX));
+    let b = Binding { bind: bind(1), until: 10 };
+    assert!(!b.stale(10) && b.stale(11));
+}
