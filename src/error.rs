@@ -102,6 +102,12 @@ pub enum LockError {
     /// An acquire whose request id's record holds the grant of another acquire (another owner,
     /// mode, permit count, or `TOKEN`).
     RequestMismatch,
+    /// `COUNT` (of `*.WAITERS`) without a value, or not an integer from 1 to
+    /// `args::waiters::MAX_WAITERS`.
+    InvalidCount,
+    /// A wait that would close a cycle in the wait-for graph: its reply names the cycle
+    /// ([`Refusal::Deadlock`]); this is its code and first words.
+    Deadlock,
     /// A bug in the module, caught before it could take the server down.
     Internal,
 }
@@ -203,6 +209,8 @@ impl LockError {
             Self::RequestMismatch => {
                 "ERR request belongs to another acquire (another owner, mode, permit count or TOKEN)"
             }
+            Self::InvalidCount => "ERR count (after COUNT) must be an integer from 1 to 1000",
+            Self::Deadlock => "DEADLOCK this wait would close a cycle of owners waiting for each other",
             Self::Internal => "ERR internal error in the rlock module (see the server log)",
         }
     }

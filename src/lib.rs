@@ -183,6 +183,7 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
+const COUNT: ArgDoc = ArgDoc::new(c"count", ArgType::Integer).token(c"COUNT").optional();
 
 rlock_module! {
     commands: [
@@ -215,6 +216,10 @@ rlock_module! {
             KEY_RO | KEY_ACCESS, 2,
             "The lock's owner, hold count, remaining lease and number of waiters; nil if free",
             &[KEY]],
+        ["rlock.waiters", commands::waiters::rlock, "readonly",
+            KEY_RO | KEY_ACCESS, -2,
+            "The first COUNT (default 10, at most 1000) waiters of a reentrant lock in queue order: owner, ms waited, ms left, request id; O(COUNT)",
+            &[KEY, COUNT]],
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
             "Acquires or re-enters a read-write lock's read or write hold; replies nil, or the remaining lease in ms",
@@ -235,6 +240,10 @@ rlock_module! {
             KEY_RO | KEY_ACCESS, 2,
             "Mode, writer, readers, holds, remaining lease and waiters of a read-write lock; nil if free",
             &[KEY]],
+        ["rwlock.waiters", commands::waiters::rwlock, "readonly",
+            KEY_RO | KEY_ACCESS, -2,
+            "The first COUNT (default 10, at most 1000) waiters of a read-write lock in queue order: owner, mode, ms waited, ms left, request id; O(COUNT)",
+            &[KEY, COUNT]],
         ["rsem.setpermits", commands::sem::set_permits, "write deny-oom",
             KEY_RW | KEY_UPDATE, 3,
             "Sets a semaphore's permits if it does not exist; 1: set, 0: it exists",
@@ -264,6 +273,10 @@ rlock_module! {
             KEY_RO | KEY_ACCESS, 2,
             "Available and leased permits, waiters and the permits they want; nil if missing",
             &[KEY]],
+        ["rsem.waiters", commands::waiters::rsem, "readonly",
+            KEY_RO | KEY_ACCESS, -2,
+            "The first COUNT (default 10, at most 1000) waiters of a semaphore in queue order: permits, leased or not, ms waited, ms left, request id; O(COUNT)",
+            &[KEY, COUNT]],
     ],
     // No keyspace event handlers: a lock freed outside rlock's commands is found by the waiters'
     // poll (`waiting`), so loading the module costs other workloads' DEL and expiry nothing.

@@ -3,9 +3,11 @@
 
 pub mod rw;
 pub mod sem;
+pub mod waiters;
 
 pub use rw::{RwAcquire, RwRelease, RwRenew};
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
+pub use waiters::Waiters;
 
 use crate::error::LockError;
 

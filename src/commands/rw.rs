@@ -184,6 +184,7 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             None => (Field::Nil, 0),
         };
         let read_holds: u64 = state.readers.values().sum();
+        let queue = waiting::listing::queue_stats(db, cmd.key.as_slice());
         raw::reply::reply_map(
             ctx,
             &[
@@ -196,6 +197,9 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 ("waiting_readers", Field::Int(waiting_in(Mode::Read))),
                 ("waiting_writers", Field::Int(waiting_in(Mode::Write))),
                 ("token", Field::Int(token as i64)),
+                ("queue_waits", Field::Int(super::clamp(queue.waits))),
+                ("queue_handoffs", Field::Int(super::clamp(queue.handoffs))),
+                ("queue_timeouts", Field::Int(super::clamp(queue.timeouts))),
             ],
         );
         Ok(RedisValue::NoReply)
