@@ -105,9 +105,6 @@ pub enum LockError {
     /// `COUNT` (of `*.WAITERS`) without a value, or not an integer from 1 to
     /// `args::waiters::MAX_WAITERS`.
     InvalidCount,
-    /// A wait that would close a cycle in the wait-for graph: its reply names the cycle
-    /// ([`Refusal::Deadlock`]); this is its code and first words.
-    Deadlock,
     /// A bug in the module, caught before it could take the server down.
     Internal,
 }
@@ -210,7 +207,6 @@ impl LockError {
                 "ERR request belongs to another acquire (another owner, mode, permit count or TOKEN)"
             }
             Self::InvalidCount => "ERR count (after COUNT) must be an integer from 1 to 1000",
-            Self::Deadlock => "DEADLOCK this wait would close a cycle of owners waiting for each other",
             Self::Internal => "ERR internal error in the rlock module (see the server log)",
         }
     }
@@ -239,6 +235,9 @@ pub enum Refusal {
     Plain(LockError),
     /// A refusal about request `id`.
     Request(LockError, Vec<u8>),
+    /// A wait refused because it would close a cycle of owners waiting for each other: the
+    /// reply's full text (`DEADLOCK ...`, `deadlock_rules::describe`).
+    Deadlock(String),
 }
 
 impl From<LockError> for Refusal {
@@ -252,6 +251,7 @@ impl From<Refusal> for RedisError {
         match refusal {
             Refusal::Plain(e) => e.into(),
             Refusal::Request(e, id) => Self::String(e.naming(&id)),
+            Refusal::Deadlock(text) => Self::String(text),
         }
     }
 }

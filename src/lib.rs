@@ -19,7 +19,7 @@
 //!   the read-write lock's and the semaphore's layouts; what waiting asks of each lock kind.
 //! - Plain Rust, driven by unit tests without a server: [`rules`] (the reentrant lock rules and
 //!   what a waiter asks for), [`rw_rules`] (the read-write lock), [`sem_rules`] (the
-//!   semaphore), [`queue`] (FIFO queues and the schedule of timed events), [`args`] (argument
+//!   semaphore), [`deadlock_rules`] (the wait-for graph and its search), [`queue`] (FIFO queues and the schedule of timed events), [`args`] (argument
 //!   parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
 //!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
 //!   [`replicas`] (failover safety), [`server`] (which server, which capabilities), [`error`]
@@ -32,6 +32,7 @@
 pub mod args;
 pub mod cluster;
 pub mod commands;
+pub mod deadlock_rules;
 pub mod dump;
 pub mod error;
 pub mod events;

@@ -72,6 +72,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
                 };
+                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request)?;
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, holder_pttl);
                 return Ok(RedisValue::NoReply);
             }

@@ -107,6 +107,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
                 };
+                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request)?;
                 let wait = cmd.wait.unwrap_or(args::WaitFor::Ever);
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, pttl);
                 Ok(RedisValue::NoReply)

@@ -32,6 +32,7 @@
 //! In cluster mode, waiters whose slot moved away are redirected ([`cluster`]).
 
 pub mod cluster;
+pub mod deadlock;
 mod kinds;
 pub mod listing;
 mod requests;

@@ -1,0 +1,240 @@
+//! Deadlock detection: a `WAIT` that would close a cycle of owners waiting for each other is
+//! refused at once with `DEADLOCK ...` naming the cycle, and changes nothing.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{blocked_clients, cmd, digest, poll, run, run_str, Pending, Server};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Starts a blocking acquire and waits until it is queued.
+fn queue(server: &Server, con: &mut Connection, args: &[&[u8]]) -> Pending {
+    let before = blocked_clients(con);
+    let pending = Pending::start(server, args);
+    poll("the waiter to block", LIMIT, || (blocked_clients(con) == before + 1).then_some(()));
+    pending
+}
+
+fn queue_str(server: &Server, con: &mut Connection, args: &[&str]) -> Pending {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    queue(server, con, &args)
+}
+
+/// Everything a refused wait must leave as it was: the data, the module's wait counters, the
+/// blocked clients and the queues of `keys`.
+fn snapshot(con: &mut Connection, keys: &[(&str, &[u8])]) -> Vec<String> {
+    let mut state = vec![digest(con)];
+    let info: String = redis::cmd("INFO").arg("rlock_waits").query(con).expect("INFO");
+    state.extend(info.lines().filter(|l| !l.starts_with("rlock_timers_armed")).map(str::to_owned));
+    state.push(blocked_clients(con).to_string());
+    for (command, key) in keys {
+        // Each waiter's fields but `waited_ms` (time passes).
+        let Ok(Value::Array(rows)) = run(con, &[command.as_bytes(), key]) else { panic!() };
+        for row in rows {
+            let Value::Array(fields) = row else { panic!("{row:?}") };
+            let kept =
+                fields.chunks(2).filter(|p| p[0] != Value::BulkString(b"waited_ms".to_vec()));
+            state.push(format!("{:?}", kept.collect::<Vec<_>>()));
+        }
+    }
+    state
+}
+
+fn refused(con: &mut Connection, args: &[&[u8]]) -> String {
+    match run(con, args) {
+        Err(e) => e,
+        Ok(v) => panic!("{args:?} was not refused: {v:?}"),
+    }
+}
+
+#[test]
+fn a_two_lock_cycle_of_a_reentrant_and_a_read_write_lock_is_refused_changing_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k1", "A", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "k2", "B", "WRITE", "60000"]);
+    let a =
+        queue_str(&server, &mut con, &["RWLOCK.ACQUIRE", "k2", "A", "READ", "60000", "WAIT", "0"]);
+    let keys: [(&str, &[u8]); 2] = [("RLOCK.WAITERS", b"k1"), ("RWLOCK.WAITERS", b"k2")];
+    let before = snapshot(&mut con, &keys);
+    let started = std::time::Instant::now();
+    for token in [false, true] {
+        let mut args: Vec<&[u8]> = vec![b"RLOCK.ACQUIRE", b"k1", b"B", b"60000", b"WAIT", b"5000"];
+        if token {
+            args.extend([b"TOKEN".as_slice(), b"REQUEST", b"req-1"]);
+        }
+        let e = refused(&mut con, &args);
+        assert_eq!(
+            e,
+            "DEADLOCK this wait would close a cycle: B waits for k1 held by A; A waits for k2 held by B"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "refused at once, not after the wait");
+    assert_eq!(snapshot(&mut con, &keys), before, "no queue entry, request record, counter");
+    // Without WAIT nothing waits: the busy reply, as always.
+    assert!(matches!(run_str(&mut con, &["RLOCK.ACQUIRE", "k1", "B", "60000"]), Ok(Value::Int(_))));
+    // The cycle breaks when a holder lets go: then B may wait.
+    cmd(&mut con, &["RWLOCK.RELEASE", "k2", "B", "WRITE"]);
+    assert_eq!(a.reply(LIMIT).0, Ok(Value::Nil));
+}
+
+#[test]
+fn a_three_lock_cycle_through_readers_is_refused_changing_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k1", "A", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "k2", "B", "WRITE", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "k3", "C", "READ", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "k3", "D", "READ", "60000"]);
+    let a =
+        queue_str(&server, &mut con, &["RWLOCK.ACQUIRE", "k2", "A", "READ", "60000", "WAIT", "0"]);
+    let b =
+        queue_str(&server, &mut con, &["RWLOCK.ACQUIRE", "k3", "B", "WRITE", "60000", "WAIT", "0"]);
+    let keys: [(&str, &[u8]); 3] =
+        [("RLOCK.WAITERS", b"k1"), ("RWLOCK.WAITERS", b"k2"), ("RWLOCK.WAITERS", b"k3")];
+    let before = snapshot(&mut con, &keys);
+    let e = refused(
+        &mut con,
+        &[b"RLOCK.ACQUIRE", b"k1", b"C", b"60000", b"WAIT", b"0", b"REQUEST", b"r"],
+    );
+    assert_eq!(
+        e,
+        "DEADLOCK this wait would close a cycle: C waits for k1 held by A; A waits for k2 held by B; B waits for k3 held by C"
+    );
+    assert_eq!(snapshot(&mut con, &keys), before, "no queue entry, request record, counter");
+    // A read-write waiter closing a cycle: D (a reader of k3) asks to write a read-write lock
+    // A reads.
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "k4", "A", "READ", "60000"]);
+    let before4 = snapshot(&mut con, &[("RWLOCK.WAITERS", b"k4")]);
+    let e = refused(&mut con, &[b"RWLOCK.ACQUIRE", b"k4", b"D", b"WRITE", b"60000", b"WAIT", b"0"]);
+    assert!(
+        e.starts_with("DEADLOCK this wait would close a cycle: D waits for k4 held by A;"),
+        "{e}"
+    );
+    assert_eq!(snapshot(&mut con, &[("RWLOCK.WAITERS", b"k4")]), before4);
+    // D (not on the cycle's path back) may read k4 alongside A.
+    assert_eq!(
+        cmd(&mut con, &["RWLOCK.ACQUIRE", "k4", "D", "READ", "60000", "WAIT", "0"]),
+        Value::Nil
+    );
+    cmd(&mut con, &["RWLOCK.FORCERELEASE", "k2"]);
+    a.reply(LIMIT).0.expect("a granted");
+    cmd(&mut con, &["RWLOCK.FORCERELEASE", "k3"]);
+    b.reply(LIMIT).0.expect("b granted");
+}
+
+#[test]
+fn a_read_to_write_upgrade_is_a_cycle_of_one_refused_at_once() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "A", "READ", "60000"]);
+    for others in [false, true] {
+        if others {
+            cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "B", "READ", "60000"]);
+        }
+        let before = snapshot(&mut con, &[("RWLOCK.WAITERS", b"rw")]);
+        let e =
+            refused(&mut con, &[b"RWLOCK.ACQUIRE", b"rw", b"A", b"WRITE", b"60000", b"WAIT", b"0"]);
+        assert!(e.starts_with("ERR upgrade refused"), "{e}");
+        assert_eq!(snapshot(&mut con, &[("RWLOCK.WAITERS", b"rw")]), before);
+    }
+}
+
+#[test]
+fn keys_and_owners_with_cr_lf_nul_and_spaces_are_escaped_in_the_error() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (k1, k2): (&[u8], &[u8]) = (b"k\r\n1\0", b"k 2\\");
+    let (a, b): (&[u8], &[u8]) = (b"own\r\ner A", b"B\0\xff");
+    run(&mut con, &[b"RLOCK.ACQUIRE", k1, a, b"60000"]).expect("a takes k1");
+    run(&mut con, &[b"RLOCK.ACQUIRE", k2, b, b"60000"]).expect("b takes k2");
+    let waiting = queue(&server, &mut con, &[b"RLOCK.ACQUIRE", k2, a, b"60000", b"WAIT", b"0"]);
+    let e = refused(&mut con, &[b"RLOCK.ACQUIRE", k1, b, b"60000", b"WAIT", b"0"]);
+    assert_eq!(
+        e,
+        "DEADLOCK this wait would close a cycle: B\\x00\\xff waits for k\\x0d\\x0a1\\x00 held by \
+         own\\x0d\\x0aer\\x20A; own\\x0d\\x0aer\\x20A waits for k\\x202\\x5c held by B\\x00\\xff"
+    );
+    run(&mut con, &[b"RLOCK.FORCERELEASE", k2]).expect("free k2");
+    waiting.reply(LIMIT).0.expect("granted");
+}
+
+#[test]
+fn a_chain_that_is_not_a_cycle_waits() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k1", "A", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "k2", "B", "WRITE", "60000"]);
+    let a =
+        queue_str(&server, &mut con, &["RWLOCK.ACQUIRE", "k2", "A", "WRITE", "60000", "WAIT", "0"]);
+    // C -> A -> B: a chain; and B waiting for a lock nobody on the chain holds.
+    let c = queue_str(&server, &mut con, &["RLOCK.ACQUIRE", "k1", "C", "60000", "WAIT", "0"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k3", "D", "60000"]);
+    let b = queue_str(&server, &mut con, &["RLOCK.ACQUIRE", "k3", "B", "60000", "WAIT", "0"]);
+    assert_eq!(blocked_clients(&mut con), 3);
+    cmd(&mut con, &["RLOCK.FORCERELEASE", "k3"]);
+    b.reply(LIMIT).0.expect("b granted");
+    cmd(&mut con, &["RWLOCK.FORCERELEASE", "k2"]);
+    a.reply(LIMIT).0.expect("a granted");
+    cmd(&mut con, &["RLOCK.FORCERELEASE", "k1"]);
+    c.reply(LIMIT).0.expect("c granted");
+}
+
+/// A cycle whose search would read more than the budget (1,000 steps: here a read-write lock of
+/// `readers` readers, each a field to read) is not claimed: the wait is queued.
+fn cycle_through_readers(readers: usize) -> Result<(), String> {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k1", "A", "60000"]);
+    let mut pipe = redis::pipe();
+    pipe.cmd("RWLOCK.ACQUIRE").arg("k2").arg("B").arg("READ").arg("60000").ignore();
+    for i in 0..readers {
+        pipe.cmd("RWLOCK.ACQUIRE").arg("k2").arg(format!("r{i}")).arg("READ").arg("60000").ignore();
+    }
+    let () = pipe.query(&mut con).expect("readers");
+    let _a =
+        queue_str(&server, &mut con, &["RWLOCK.ACQUIRE", "k2", "A", "WRITE", "60000", "WAIT", "0"]);
+    match run_str(&mut con, &["RLOCK.ACQUIRE", "k1", "B", "60000", "WAIT", "100"]) {
+        Err(e) => Err(e),
+        // Not claimed: B waited its 100 ms and got the busy reply.
+        Ok(Value::Int(_)) => {
+            let waits: String =
+                redis::cmd("INFO").arg("rlock_waits").query(&mut con).expect("INFO");
+            assert!(waits.contains("rlock_waits:2"), "{waits}");
+            Ok(())
+        }
+        Ok(other) => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_cycle_past_the_search_budget_is_not_claimed() {
+    let e = cycle_through_readers(10).err().expect("a small cycle is refused");
+    assert!(e.starts_with("DEADLOCK"), "{e}");
+    assert!(cycle_through_readers(1_100).is_ok(), "past the budget: no claim, the wait is queued");
+}
+
+#[test]
+fn a_cycle_through_a_key_the_user_may_not_read_is_not_named() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["ACL", "SETUSER", "u", "on", "nopass", "+@all", "~lock:*", "&*"]);
+    cmd(&mut admin, &["RLOCK.ACQUIRE", "lock:1", "A", "60000"]);
+    cmd(&mut admin, &["RLOCK.ACQUIRE", "secret:2", "B", "60000"]);
+    let a =
+        queue_str(&server, &mut admin, &["RLOCK.ACQUIRE", "secret:2", "A", "60000", "WAIT", "0"]);
+    let mut con = server.conn();
+    cmd(&mut con, &["AUTH", "u", "x"]);
+    // The cycle B -> lock:1 -> A -> secret:2 -> B goes through a key u may not read: u's wait
+    // is not refused (and secret:2 is never named to u); the admin's is.
+    assert!(matches!(
+        run_str(&mut con, &["RLOCK.ACQUIRE", "lock:1", "B", "60000", "WAIT", "50"]),
+        Ok(Value::Int(_))
+    ));
+    let e =
+        run_str(&mut admin, &["RLOCK.ACQUIRE", "lock:1", "B", "60000", "WAIT", "50"]).unwrap_err();
+    assert!(e.contains("secret:2"), "{e}");
+    cmd(&mut admin, &["RLOCK.FORCERELEASE", "secret:2"]);
+    a.reply(LIMIT).0.expect("granted");
+}
