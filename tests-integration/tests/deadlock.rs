@@ -210,7 +210,7 @@ fn cycle_through_readers(readers: usize) -> Result<(), String> {
 
 #[test]
 fn a_cycle_past_the_search_budget_is_not_claimed() {
-    let e = cycle_through_readers(10).err().expect("a small cycle is refused");
+    let e = cycle_through_readers(10).expect_err("a small cycle is refused");
     assert!(e.starts_with("DEADLOCK"), "{e}");
     assert!(cycle_through_readers(1_100).is_ok(), "past the budget: no claim, the wait is queued");
 }
