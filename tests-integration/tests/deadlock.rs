@@ -238,3 +238,129 @@ fn a_cycle_through_a_key_the_user_may_not_read_is_not_named() {
     cmd(&mut admin, &["RLOCK.FORCERELEASE", "secret:2"]);
     a.reply(LIMIT).0.expect("granted");
 }
+
+const OWNERS: [&str; 4] = ["A", "B", "C", "D"];
+const LOCKS: [&str; 5] = ["r0", "r1", "r2", "w0", "w1"];
+
+/// Checks a `DEADLOCK` reply to `owner`'s wait for `key` against the data as it is (nothing
+/// changes meanwhile: leases and waits are long, and only this thread sends commands): every
+/// link's holder holds its key, every link's waiter (but the new wait's) is queued for it in a
+/// mode the holder blocks, and the links close a cycle starting with the new wait.
+fn check_cycle(con: &mut Connection, owner: &str, key: &str, text: &str, at: &str) {
+    let links = text
+        .strip_prefix("DEADLOCK this wait would close a cycle: ")
+        .unwrap_or_else(|| panic!("{at}: {text}"));
+    let links: Vec<(String, String, String)> = links
+        .split("; ")
+        .map(|l| {
+            let (x, rest) = l.split_once(" waits for ").expect("waits for");
+            let (k, y) = rest.split_once(" held by ").expect("held by");
+            (x.to_owned(), k.to_owned(), y.to_owned())
+        })
+        .collect();
+    assert_eq!((links[0].0.as_str(), links[0].1.as_str()), (owner, key), "{at}: {text}");
+    for (i, (x, k, y)) in links.iter().enumerate() {
+        let next = &links[(i + 1) % links.len()].0;
+        assert_eq!(y, next, "{at}: the links do not close: {text}");
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(k).query(con).expect("HKEYS");
+        let rw = fields.iter().any(|f| f == "mode");
+        let write_mode = rw && {
+            let mode: String = redis::cmd("HGET").arg(k).arg("mode").query(con).expect("HGET");
+            mode == "write"
+        };
+        let holds = fields.iter().any(|f| *f == *y || *f == format!("{y}:write"));
+        assert!(holds, "{at}: {y} does not hold {k} ({fields:?}): {text}");
+        if i == 0 {
+            continue;
+        }
+        let command = if rw { "RWLOCK.WAITERS" } else { "RLOCK.WAITERS" };
+        let Ok(Value::Array(rows)) = run_str(con, &[command, k, "COUNT", "1000"]) else { panic!() };
+        let modes: Vec<Vec<u8>> = rows
+            .iter()
+            .filter_map(|row| {
+                let Value::Array(f) = row else { return None };
+                (f[1] == Value::BulkString(x.as_bytes().to_vec())).then(|| match &f[3] {
+                    Value::BulkString(mode) if rw => mode.clone(),
+                    _ => b"lock".to_vec(),
+                })
+            })
+            .collect();
+        let blocked = modes.iter().any(|m| m != b"read" || write_mode);
+        assert!(blocked, "{at}: {x} does not wait for {k} blocked by {y} ({modes:?}): {text}");
+    }
+}
+
+#[test]
+fn waits_for_many_locks_at_random_never_report_a_false_deadlock() {
+    let seed = rlock_tests_integration::fuzz_seed();
+    let steps = std::env::var("RLOCK_FUZZ_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(400);
+    eprintln!("deadlock fuzz seed {seed} (replay with RLOCK_FUZZ_SEED={seed})");
+    let mut rng = rlock_tests_integration::Rng(seed);
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut waiting: Vec<Pending> = Vec::new();
+    let (mut refused_count, mut queued) = (0, 0);
+    for step in 0..steps {
+        let at = format!("seed {seed}, step {step}");
+        let owner = OWNERS[rng.below(OWNERS.len())];
+        let key = LOCKS[rng.below(LOCKS.len())];
+        let mode = if rng.below(2) == 0 { "READ" } else { "WRITE" };
+        let mut args = if key.starts_with('r') {
+            vec!["RLOCK.ACQUIRE", key, owner, "600000"]
+        } else {
+            vec!["RWLOCK.ACQUIRE", key, owner, mode, "600000"]
+        };
+        match rng.below(10) {
+            0..=4 if waiting.len() < 12 => {
+                args.extend(["WAIT", "0"]);
+                let pending = Pending::start_str(&server, &args);
+                let id = pending.client_id().to_string();
+                let what = format!("{at}: {args:?} to block or reply");
+                let blocked = poll(&what, LIMIT, || {
+                    if pending.replied() {
+                        Some(false)
+                    } else {
+                        // Blocked (flag b), whatever else a settle before it served.
+                        let list: String = redis::cmd("CLIENT")
+                            .arg("LIST")
+                            .arg("ID")
+                            .arg(&id)
+                            .query(&mut con)
+                            .expect("CLIENT LIST");
+                        list.contains("flags=b ").then_some(true)
+                    }
+                });
+                if blocked {
+                    queued += 1;
+                    waiting.push(pending);
+                    continue;
+                }
+                match pending.reply(LIMIT).0 {
+                    Ok(_) => {}
+                    Err(e) if e.starts_with("DEADLOCK") => {
+                        refused_count += 1;
+                        check_cycle(&mut con, owner, key, &e, &at);
+                    }
+                    Err(e) => assert!(e.starts_with("ERR upgrade refused"), "{at}: {e}"),
+                }
+            }
+            0..=6 => {
+                let _ = run_str(&mut con, &args);
+            }
+            _ => {
+                let force =
+                    if key.starts_with('r') { "RLOCK.FORCERELEASE" } else { "RWLOCK.FORCERELEASE" };
+                cmd(&mut con, &[force, key]);
+            }
+        }
+        // Waiters granted by a release reply; the others stay queued.
+        waiting.retain(|p| !p.replied());
+    }
+    // Each flush hands every lock to the heads of its queue: flush until nobody waits.
+    poll("every waiter served", LIMIT, || {
+        cmd(&mut con, &["FLUSHALL"]);
+        (blocked_clients(&mut con) == 0).then_some(())
+    });
+    eprintln!("{steps} steps: {queued} waits queued, {refused_count} refused as deadlocks");
+    assert!(refused_count > 0 || steps < 100, "the run never closed a cycle: seed {seed}");
+}
