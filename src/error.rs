@@ -116,6 +116,9 @@ pub enum LockError {
     SessionOnReplica,
     /// An acquire or renewal as `sessions::PLACEHOLDER`, the owner of a lock-delay.
     LockDelayOwner,
+    /// `COUNT` (of `*.WAITERS`) without a value, or not an integer from 1 to
+    /// `args::waiters::MAX_WAITERS`.
+    InvalidCount,
     /// A bug in the module, caught before it could take the server down.
     Internal,
 }
@@ -231,6 +234,7 @@ impl LockError {
             Self::LockDelayOwner => {
                 "ERR owner 'rlock:lockdelay' is reserved: it holds a lock during its lock-delay"
             }
+            Self::InvalidCount => "ERR count (after COUNT) must be an integer from 1 to 1000",
             Self::Internal => "ERR internal error in the rlock module (see the server log)",
         }
     }
@@ -347,6 +351,9 @@ pub enum Refusal {
     Plain(LockError),
     /// A refusal about request `id`.
     Request(LockError, Vec<u8>),
+    /// A wait refused because it would close a cycle of owners waiting for each other: the
+    /// reply's full text (`DEADLOCK ...`, `deadlock_rules::describe`).
+    Deadlock(String),
 }
 
 impl From<LockError> for Refusal {
@@ -360,6 +367,7 @@ impl From<Refusal> for RedisError {
         match refusal {
             Refusal::Plain(e) => e.into(),
             Refusal::Request(e, id) => Self::String(e.naming(&id)),
+            Refusal::Deadlock(text) => Self::String(text),
         }
     }
 }

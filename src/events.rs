@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::server_events::{LoadingSubevent, ServerRole};
 use redis_module::{Context, InfoContext, RedisResult};
 
+use crate::queue::WAIT_BUCKETS_MS;
 use crate::raw::{self, events::ServerEvents};
 use crate::replicas;
 use crate::waiting::{self, timers::defer, STATS};
@@ -121,7 +122,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let (required, in_sync, allowed, refused) = replicas::summary(raw::now_ms());
     let (server, capabilities) = crate::server::get()
         .map_or_else(|| (String::new(), String::new()), |s| (s.describe(), s.capabilities()));
-    ctx.builder()
+    let builder = ctx
+        .builder()
         .add_section("waits")
         .field("waiting_clients", waiting::total_waiting().to_string())?
         .field("waits", get(&STATS.waits).to_string())?
@@ -132,6 +134,16 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("dead_reader_reaps", get(&STATS.reaps).to_string())?
         .field("timers_armed", waiting::timers_armed().to_string())?
         .field("scheduled_checks", waiting::scheduled_checks().to_string())?
+        .build_section()?;
+    let times = waiting::listing::wait_times();
+    let mut builder = builder.add_section("wait_times");
+    for (bound, count) in WAIT_BUCKETS_MS.iter().zip(times.le) {
+        builder = builder.field(&format!("wait_ms_le_{bound}"), count.to_string())?;
+    }
+    builder
+        .field("wait_ms_le_inf", times.count.to_string())?
+        .field("wait_ms_count", times.count.to_string())?
+        .field("wait_ms_sum", times.sum_ms.to_string())?
         .build_section()?
         .add_section("replicas")
         .field("replicas_required", required.to_string())?

@@ -19,8 +19,8 @@
 //!   the read-write lock's and the semaphore's layouts; what waiting asks of each lock kind.
 //! - Plain Rust, driven by unit tests without a server: [`rules`] (the reentrant lock rules and
 //!   what a waiter asks for), [`rw_rules`] (the read-write lock), [`sem_rules`] (the
-//!   semaphore), [`queue`] (FIFO queues and the schedule of timed events), [`args`] (argument
-//!   parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
+//!   semaphore), [`deadlock_rules`] (the wait-for graph and its search), [`queue`] (FIFO
+//!   queues and the schedule of timed events), [`args`] (argument parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
 //!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
 //!   [`replicas`] (failover safety), [`server`] (which server, which capabilities),
 //!   [`sessions`] (session holds: bindings to connections, lock-delays), [`error`] (the one
@@ -33,6 +33,7 @@
 pub mod args;
 pub mod cluster;
 pub mod commands;
+pub mod deadlock_rules;
 pub mod dump;
 pub mod error;
 pub mod events;
@@ -224,6 +225,7 @@ const LEASED: ArgDoc = ArgDoc::block(
     &[ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE"), SESSION],
 )
 .optional();
+const COUNT: ArgDoc = ArgDoc::new(c"count", ArgType::Integer).token(c"COUNT").optional();
 
 rlock_module! {
     commands: [
@@ -254,8 +256,12 @@ rlock_module! {
             &[KEY]],
         ["rlock.info", commands::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "A reentrant lock's owner, count (its holds), pttl (remaining lease in ms), waiters and token (the last fencing token); nil if free",
+            "A reentrant lock's owner, count (its holds), pttl (remaining lease in ms), waiters, token (the last fencing token) and queue_waits, queue_handoffs and queue_timeouts (since the queue formed); nil if free",
             &[KEY]],
+        ["rlock.waiters", commands::waiters::rlock, "readonly",
+            KEY_RO | KEY_ACCESS, -2,
+            "The first COUNT (default 10, at most 1000) waiters of a reentrant lock in queue order: owner, ms waited, ms left, request id",
+            &[KEY, COUNT], "O(COUNT)"],
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
             "Acquires or re-enters a read-write lock's read or write hold; replies nil (with TOKEN, WRITE only: [1, token]) when held, else the remaining lease in ms (with TOKEN: [0, pttl])",
@@ -276,8 +282,12 @@ rlock_module! {
             &[KEY]],
         ["rwlock.info", commands::rw::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "A read-write lock's mode, writer, write_count, readers (how many owners hold read), read_holds, pttl, waiting_readers, waiting_writers and token; nil if free",
+            "A read-write lock's mode, writer, write_count, readers (how many owners hold read), read_holds, pttl, waiting_readers, waiting_writers, token and queue_waits, queue_handoffs and queue_timeouts (since the queue formed); nil if free",
             &[KEY], "O(N) where N is the number of read holds of the lock"],
+        ["rwlock.waiters", commands::waiters::rwlock, "readonly",
+            KEY_RO | KEY_ACCESS, -2,
+            "The first COUNT (default 10, at most 1000) waiters of a read-write lock in queue order: owner, mode, ms waited, ms left, request id",
+            &[KEY, COUNT], "O(COUNT)"],
         ["rsem.setpermits", commands::sem::set_permits, "write deny-oom",
             KEY_RW | KEY_UPDATE, 3,
             "Sets a semaphore's permits if it does not exist; 1: set, 0: it exists",
@@ -308,8 +318,12 @@ rlock_module! {
             &[KEY], "O(log N) where N is the number of leased permits"],
         ["rsem.info", commands::sem::info, "readonly fast",
             KEY_RO | KEY_ACCESS, 2,
-            "A semaphore's available and leased permits, next_expiry_ms (-1: no lease), waiters and waiting_permits (what they ask for); nil if missing",
+            "A semaphore's available and leased permits, next_expiry_ms (-1: no lease), waiters, waiting_permits (what they ask for) and queue_waits, queue_handoffs and queue_timeouts (since the queue formed); nil if missing",
             &[KEY], "O(log N) where N is the number of leased permits"],
+        ["rsem.waiters", commands::waiters::rsem, "readonly",
+            KEY_RO | KEY_ACCESS, -2,
+            "The first COUNT (default 10, at most 1000) waiters of a semaphore in queue order: permits, leased or not, ms waited, ms left, request id",
+            &[KEY, COUNT], "O(COUNT)"],
     ],
     // No keyspace event handlers: a lock freed outside rlock's commands is found by the waiters'
     // poll (`waiting`), so loading the module costs other workloads' DEL and expiry nothing.

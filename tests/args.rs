@@ -209,3 +209,19 @@ fn rwlock_renew_takes_an_optional_side() {
         Err(bad_lease(IntProblem::TooSmall))
     );
 }
+
+#[test]
+fn waiters_count_defaults_to_10_and_must_be_1_to_1000() {
+    use rlock::args::Waiters;
+    use rlock::error::LockError;
+    let parse = |args: &[&str]| Waiters::parse(args).map(|w| w.count);
+    assert_eq!(parse(&["RLOCK.WAITERS", "k"]), Ok(10));
+    assert_eq!(parse(&["RLOCK.WAITERS", "k", "count", "1000"]), Ok(1000));
+    assert_eq!(parse(&["RLOCK.WAITERS", "k", "COUNT", "1"]), Ok(1));
+    for bad in ["0", "1001", "-1", "+5", "05", "x", ""] {
+        assert_eq!(parse(&["RLOCK.WAITERS", "k", "COUNT", bad]), Err(LockError::InvalidCount));
+    }
+    assert_eq!(parse(&["RLOCK.WAITERS", "k", "COUNT"]), Err(LockError::InvalidCount));
+    assert_eq!(parse(&["RLOCK.WAITERS", "k", "COUNT", "2", "x"]), Err(LockError::Syntax));
+    assert_eq!(parse(&["RLOCK.WAITERS"]), Err(LockError::WrongArity));
+}

@@ -242,3 +242,49 @@ fn tagged_waiters_are_found_by_lock_and_tag_until_they_leave() {
     assert!(q.set_tag(again, b"r1".to_vec()), "a freed id may wait again");
     assert_eq!(q.find_tagged(0, b"l", b"r1"), Some(again));
 }
+
+#[test]
+fn listing_counts_and_the_owner_index_follow_every_removal() {
+    use rlock::queue::{End, QueueStats};
+    let mut q = Queues::default();
+    let ids: Vec<u64> = (1..=4).map(|h| push(&mut q, "l", h, Some(1_000 + i64::from(h)))).collect();
+    for (i, &id) in ids.iter().enumerate() {
+        q.set_since(id, 10 * i as i64);
+        q.set_owner(id, format!("owner-{}", i % 2).as_bytes());
+    }
+    q.set_owner(ids[0], b"again");
+    let listed: Vec<u32> = q.list(0, b"l", 3, |_| true).iter().map(|w| w.handle).collect();
+    assert_eq!(listed, [1, 2, 3], "queue order, at most count");
+    assert_eq!(q.list(0, b"l", 10, |r| r.owner.ends_with(b"2")).len(), 1);
+    assert_eq!(q.get(ids[1]).and_then(|w| w.timeout_at()), Some(1_002));
+    assert_eq!(q.waits_of(0, b"owner-0").count(), 2, "indexed once each");
+    assert_eq!(q.waits_of(1, b"owner-0").count(), 0, "per database");
+    q.remove_as(ids[0], End::Granted, Some(25));
+    q.remove_as(ids[1], End::TimedOut, Some(40));
+    q.remove(ids[2]);
+    assert_eq!(q.stats(0, b"l"), QueueStats { waits: 4, handoffs: 1, timeouts: 1 });
+    assert_eq!(q.waits_of(0, b"owner-0").count(), 0);
+    assert_eq!(q.waits_of(0, b"owner-1").count(), 1);
+    let times = q.wait_times();
+    assert_eq!((times.count, times.sum_ms), (2, 25 + 30), "remove() records no time");
+    q.remove_as(ids[3], End::Granted, Some(100));
+    assert!(!q.any_owner_waits());
+    assert_eq!(q.stats(0, b"l"), QueueStats::default(), "the figures go with the queue");
+}
+
+#[test]
+fn wait_time_buckets_are_cumulative_and_saturate() {
+    use rlock::queue::{WaitTimes, WAIT_BUCKETS_MS};
+    let mut t = WaitTimes::default();
+    for ms in [0, 1, 2, 10, 10_001, -5] {
+        t.record(ms);
+    }
+    assert_eq!(WAIT_BUCKETS_MS[0], 1);
+    assert_eq!(t.le[0], 3, "0, 1 and a negative length (as 0)");
+    assert_eq!(t.le[2], 5, "at most 10 ms");
+    assert_eq!(t.le[WAIT_BUCKETS_MS.len() - 1], 5);
+    assert_eq!((t.count, t.sum_ms), (6, 10_014));
+    t.sum_ms = u64::MAX;
+    t.record(i64::MAX);
+    assert_eq!(t.sum_ms, u64::MAX);
+}

@@ -111,11 +111,28 @@ struct QueueCost {
     bytes_per_waiter: f64,
 }
 
-async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool) -> QueueCost {
+/// `elsewhere`: each waiting owner also waits, on a second connection, for a lock of its own
+/// held by an owner that waits for nothing, so every enqueue's deadlock search follows the
+/// holder of the lock to the queue it waits in, and that lock's holder (two hops).
+async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool, elsewhere: bool) -> QueueCost {
     let server = Arc::new(util::server());
     let mut con = util::conn(&server).await;
     if !blpop {
         util::call(&mut con, &["RLOCK.ACQUIRE", LOCK, "holder", "600000"]).await;
+    }
+    let mut parked = Vec::new();
+    if elsewhere {
+        for id in 0..waiters {
+            let (other, owner) = (format!("other:{id}"), format!("w{id}"));
+            util::call(&mut con, &["RLOCK.ACQUIRE", &other, "keeper", "600000"]).await;
+            let mut c = util::conn(&server).await;
+            parked.push(tokio::spawn(async move {
+                let wait = ["RLOCK.ACQUIRE", &other, &owner, "600000", "WAIT", "0"];
+                let _: Result<Value, _> =
+                    redis::cmd(wait[0]).arg(&wait[1..]).query_async(&mut c).await;
+            }));
+        }
+        util::until_blocked(&mut con, waiters).await;
     }
     let served = Arc::new(AtomicU64::new(0));
     let memory_before = util::info_num(&mut con, "memory", "used_memory").await;
@@ -159,7 +176,7 @@ async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool) -> QueueCost {
             })
         })
         .collect();
-    util::until_blocked(&mut con, waiters).await;
+    util::until_blocked(&mut con, waiters + parked.len()).await;
     let memory_blocked = util::info_num(&mut con, "memory", "used_memory").await;
     util::reset_stats(&mut con).await;
     if blpop {
@@ -184,6 +201,9 @@ async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool) -> QueueCost {
             for t in &tasks {
                 t.abort();
             }
+            for t in &parked {
+                t.abort();
+            }
             return QueueCost { handoff: f64::NAN, enqueue: f64::NAN, bytes_per_waiter: f64::NAN };
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -196,7 +216,7 @@ async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool) -> QueueCost {
         bytes_per_waiter: (memory_blocked - memory_before) / waiters as f64,
     };
     drop(con);
-    for t in &tasks {
+    for t in tasks.iter().chain(&parked) {
         t.abort();
     }
     drop(server);
@@ -236,8 +256,8 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
     );
     let mut measured = Vec::new();
     for (name, blpop) in [("rlock WAIT", false), ("BLPOP / RPUSH", true)] {
-        let few = handoff_cost(small, sizes.handoffs, blpop).await;
-        let many = handoff_cost(large, sizes.handoffs, blpop).await;
+        let few = handoff_cost(small, sizes.handoffs, blpop, false).await;
+        let many = handoff_cost(large, sizes.handoffs, blpop, false).await;
         for (n, c) in [(small, &few), (large, &many)] {
             section.row(vec![
                 n.to_string(),
@@ -251,13 +271,33 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
         }
         measured.push([few, many]);
     }
+    // Deadlock detection's share of an enqueue: the same loop, each owner also waiting for a
+    // lock of its own elsewhere (at the small size only).
+    let elsewhere = handoff_cost(small, sizes.handoffs, false, true).await;
+    section.row(vec![
+        small.to_string(),
+        "rlock WAIT, owners also waiting elsewhere".to_owned(),
+        num(elsewhere.handoff),
+        num(elsewhere.enqueue),
+        num(elsewhere.handoff + elsewhere.enqueue),
+        num(elsewhere.bytes_per_waiter),
+        ratio(elsewhere.handoff, measured[0][0].handoff),
+    ]);
+    let elsewhere_ratio = elsewhere.enqueue / measured[0][0].enqueue;
     let [[rlock_few, rlock_many], [blpop_few, blpop_many]] =
         <[[QueueCost; 2]; 2]>::try_from(measured).unwrap_or_else(|_| unreachable!("two styles"));
-    let mut targets = vec![Target::at_most(
-        &format!("hand-off µs with {large} waiters / with {small}"),
-        rlock_many.handoff / rlock_few.handoff,
-        1.5,
-    )];
+    let mut targets = vec![
+        Target::at_most(
+            &format!("hand-off µs with {large} waiters / with {small}"),
+            rlock_many.handoff / rlock_few.handoff,
+            1.5,
+        ),
+        Target::at_most(
+            &format!("enqueue µs, owners also waiting elsewhere / not, {small} waiters"),
+            elsewhere_ratio,
+            1.1,
+        ),
+    ];
     for (n, rlock, blpop) in [(small, &rlock_few, &blpop_few), (large, &rlock_many, &blpop_many)] {
         targets.push(Target::at_most(
             &format!("hand-off µs / BLPOP-RPUSH µs, {n} waiters"),

@@ -5,10 +5,12 @@ pub mod int;
 pub mod rw;
 pub mod sem;
 pub mod session;
+pub mod waiters;
 
 pub use rw::{RwAcquire, RwRelease, RwRenew};
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
 pub use session::Session;
+pub use waiters::Waiters;
 
 use crate::error::{IntArg, LockError};
 

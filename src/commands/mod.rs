@@ -5,6 +5,7 @@
 pub mod request;
 pub mod rw;
 pub mod sem;
+pub mod waiters;
 
 pub use request::cancel;
 
@@ -76,6 +77,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
                 };
+                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request)?;
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, holder_pttl);
                 return Ok(RedisValue::NoReply);
             }
@@ -181,6 +183,11 @@ pub fn pttl(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
+/// A counter as a reply integer (saturating).
+pub(crate) fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// `RLOCK.INFO key`
 pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
@@ -200,6 +207,7 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let count = rules::parse_count(&count)?;
         let waiters = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice());
         let token = TokenCounter::for_reading(ctx, cmd.key)?.current(ctx)?;
+        let queue = waiting::listing::queue_stats(raw::selected_db(ctx), cmd.key.as_slice());
         raw::reply::reply_map(
             ctx,
             &[
@@ -208,6 +216,9 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 ("pttl", Field::Int(pttl)),
                 ("waiters", Field::Int(waiters as i64)),
                 ("token", Field::Int(token as i64)),
+                ("queue_waits", Field::Int(clamp(queue.waits))),
+                ("queue_handoffs", Field::Int(clamp(queue.handoffs))),
+                ("queue_timeouts", Field::Int(clamp(queue.timeouts))),
             ],
         );
         Ok(RedisValue::NoReply)

@@ -112,6 +112,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
                 };
+                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request)?;
                 let wait = cmd.wait.unwrap_or(args::WaitFor::Ever);
                 waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, pttl);
                 Ok(RedisValue::NoReply)
@@ -196,6 +197,7 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             None => (Field::Nil, 0),
         };
         let read_holds: u64 = state.readers.values().sum();
+        let queue = waiting::listing::queue_stats(db, cmd.key.as_slice());
         raw::reply::reply_map(
             ctx,
             &[
@@ -208,6 +210,9 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 ("waiting_readers", Field::Int(waiting_in(Mode::Read))),
                 ("waiting_writers", Field::Int(waiting_in(Mode::Write))),
                 ("token", Field::Int(token as i64)),
+                ("queue_waits", Field::Int(super::clamp(queue.waits))),
+                ("queue_handoffs", Field::Int(super::clamp(queue.handoffs))),
+                ("queue_timeouts", Field::Int(super::clamp(queue.timeouts))),
             ],
         );
         Ok(RedisValue::NoReply)

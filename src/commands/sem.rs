@@ -192,6 +192,7 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let (waiters, permits) =
             waiting::waiting_permits(raw::selected_db(ctx), cmd.key.as_slice());
         let (leased, earliest) = leases.map_or(Ok((0, None)), |l| l.summary(ctx, now))?;
+        let queue = waiting::listing::queue_stats(raw::selected_db(ctx), cmd.key.as_slice());
         raw::reply::reply_map(
             ctx,
             &[
@@ -200,6 +201,9 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 ("next_expiry_ms", Field::Int(earliest.map_or(-1, |at| (at - now).max(0)))),
                 ("waiters", Field::Int(waiters as i64)),
                 ("waiting_permits", Field::Int(permits)),
+                ("queue_waits", Field::Int(super::clamp(queue.waits))),
+                ("queue_handoffs", Field::Int(super::clamp(queue.handoffs))),
+                ("queue_timeouts", Field::Int(super::clamp(queue.timeouts))),
             ],
         );
         Ok(RedisValue::NoReply)

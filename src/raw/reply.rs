@@ -24,3 +24,12 @@ pub fn reply_map(ctx: &Context, fields: &[(&str, Field<'_>)]) {
         };
     }
 }
+
+/// Replies an array of maps, one per row (each a flat field/value array under RESP2).
+pub fn reply_maps(ctx: &Context, rows: &[Vec<(&str, Field<'_>)>]) {
+    // As `reply_map`: safe functions of the crate over the live command context.
+    raw::reply_with_array(ctx.get_raw(), rows.len() as std::ffi::c_long);
+    for row in rows {
+        reply_map(ctx, row);
+    }
+}

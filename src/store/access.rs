@@ -79,6 +79,16 @@ impl KeyChecker {
         Self(checked(ctx))
     }
 
+    /// Whether the caller may use `key` so, without refusing or logging anything (a look the
+    /// module takes on its own account: a key it may not read is left out of it).
+    pub fn may(&self, key: &RedisString, how: KeyUse) -> bool {
+        match &self.0 {
+            Checked::User(user) => user.may_use_key(key, how),
+            Checked::Gone => false,
+            Checked::Nobody => true,
+        }
+    }
+
     /// As [`check_key`].
     ///
     /// # Errors

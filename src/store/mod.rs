@@ -115,6 +115,22 @@ impl<'a> LockKey<'a> {
         }
     }
 
+    /// Whether the key may hold a reentrant lock: missing, or a hash that is not a read-write
+    /// lock's.
+    ///
+    /// # Errors
+    /// `WRONGTYPE` for another type or a read-write lock's hash.
+    pub fn check_kind(&self) -> Result<(), LockError> {
+        match self.key.kind() {
+            KeyKind::Empty => Ok(()),
+            KeyKind::Other | KeyKind::String => Err(LockError::WrongType),
+            KeyKind::Hash if self.key.field_count() != 1 && self.is_rw_lock() => {
+                Err(LockError::NotAReentrantLock)
+            }
+            KeyKind::Hash => Ok(()),
+        }
+    }
+
     /// Whether the hash is a read-write lock's (it has a `mode` field). A reentrant lock's hash
     /// has one field, so only a hash with another number of fields is asked.
     pub fn is_rw_lock(&self) -> bool {

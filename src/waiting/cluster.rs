@@ -66,7 +66,12 @@ fn cluster_view(ctx: &Context) -> Option<ClusterView> {
 
 /// Unblocks every client waiting for `lock` with `redirect`.
 pub fn redirect_all(lock: &LockName, redirect: &str) {
-    while let Some(waiter) = with_queues(|q| q.pop_head(lock.db, &lock.key)) {
+    let now = raw::now_ms();
+    while let Some(waiter) = with_queues(|q| {
+        let waiter = q.pop_head(lock.db, &lock.key)?;
+        q.record_wait(waiter.since, now);
+        Some(waiter)
+    }) {
         bump(&STATS.left);
         unblock(waiter, Outcome::Redirect(redirect.to_owned()));
     }

@@ -32,7 +32,9 @@
 //! In cluster mode, waiters whose slot moved away are redirected ([`cluster`]).
 
 pub mod cluster;
+pub mod deadlock;
 mod kinds;
+pub mod listing;
 mod requests;
 pub mod session;
 mod session_end;
@@ -52,7 +54,7 @@ use redis_module::{Context, RedisString};
 
 use crate::args::WaitFor;
 use crate::error::LockError;
-use crate::queue::{LockName, Queues, Waiter};
+use crate::queue::{End, LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
@@ -199,8 +201,11 @@ pub fn block(ctx: &Context, lock: LockName, request: Request, wait: WaitFor, hol
     };
     let tag = request.id.clone();
     with_queues(|q| {
+        let owner = request.owner.clone();
         let id = q.push(lock.clone(), request, bc, timeout_at);
         q.set_user(id, user);
+        q.set_since(id, now);
+        q.set_owner(id, &owner);
         if let Some(tag) = tag {
             // Unique: the command refused an id already waiting on this lock.
             q.set_tag(id, tag);
@@ -301,7 +306,7 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
                 return granted;
             }
             Head::Refuse(e) => {
-                if let Some(waiter) = with_queues(|q| q.remove(id)) {
+                if let Some(waiter) = with_queues(|q| q.remove_as(id, End::Left, Some(now))) {
                     bump(&STATS.left);
                     unblock(waiter, Outcome::Failed(e));
                 }
@@ -316,7 +321,9 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
                 return granted;
             }
         }
-        let Some(waiter) = with_queues(|q| q.remove(id)) else { return granted };
+        let Some(waiter) = with_queues(|q| q.remove_as(id, End::Granted, Some(now))) else {
+            return granted;
+        };
         let written = grant.write(ctx);
         session::waiter_granted(ctx, name, &request, &written);
         let exclusive = request.exclusive();
@@ -416,7 +423,10 @@ impl BlockHandler for Waiting {
     }
 
     fn unblocked_by_command(ctx: &Context, bc: Blocked) {
-        let Some(waiter) = with_queues(|q| q.find(bc).and_then(|id| q.remove(id))) else {
+        let now = raw::now_ms();
+        let Some(waiter) =
+            with_queues(|q| q.find(bc).and_then(|id| q.remove_as(id, End::Left, Some(now))))
+        else {
             // Not ours to answer (already granted or timed out: its reply is on its way).
             return;
         };
@@ -430,7 +440,10 @@ impl BlockHandler for Waiting {
     }
 
     fn client_gone(ctx: &Context, bc: Blocked, outcome: Option<&Outcome>) {
-        if with_queues(|q| q.find(bc).and_then(|id| q.remove(id))).is_some() {
+        let now = raw::now_ms();
+        if with_queues(|q| q.find(bc).and_then(|id| q.remove_as(id, End::Left, Some(now))))
+            .is_some()
+        {
             bump(&STATS.left);
             raw::unblock_client::<Self>(bc, None);
             timers::arm(ctx);
@@ -456,7 +469,14 @@ impl BlockHandler for Waiting {
 pub fn demoted(ctx: &Context) {
     timers::forget_rollbacks();
     session::forget();
-    for waiter in with_queues(Queues::drain) {
+    let now = raw::now_ms();
+    for waiter in with_queues(|q| {
+        let drained = q.drain();
+        for waiter in &drained {
+            q.record_wait(waiter.since, now);
+        }
+        drained
+    }) {
         bump(&STATS.left);
         unblock(waiter, Outcome::Failed(LockError::Demoted));
     }

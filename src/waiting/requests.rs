@@ -4,6 +4,7 @@
 use redis_module::{Context, RedisString};
 
 use super::{bump, timers, unblock, with_queues, Outcome, STATS};
+use crate::queue::End;
 use crate::raw;
 use crate::store::waiters;
 
@@ -20,7 +21,7 @@ pub fn dequeue(ctx: &Context, name: &RedisString, id: &[u8]) -> bool {
     let db = raw::selected_db(ctx);
     let Some(waiter) = with_queues(|q| {
         let found = q.find_tagged(db, name.as_slice(), id)?;
-        q.remove(found)
+        q.remove_as(found, End::Left, Some(raw::now_ms()))
     }) else {
         return false;
     };

@@ -11,7 +11,7 @@ use redis_module::{Context, RedisString};
 
 use super::{bump, release_hold, rw_release, settle, unblock, with_queues, Outcome, STATS};
 use crate::error::LockError;
-use crate::queue::{Event, LockName, WaiterId};
+use crate::queue::{End, Event, LockName, WaiterId};
 use crate::raw;
 use crate::request_rules::Record;
 use crate::rules::{Kind, Reply, Request};
@@ -215,7 +215,7 @@ fn time_out(ctx: &Context, id: WaiterId, paused: bool) {
     if !paused {
         settle_lock(ctx, &lock);
     }
-    let Some(waiter) = with_queues(|q| q.remove(id)) else {
+    let Some(waiter) = with_queues(|q| q.remove_as(id, End::TimedOut, Some(raw::now_ms()))) else {
         return; // granted just now
     };
     bump(&STATS.timeouts);

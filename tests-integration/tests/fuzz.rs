@@ -73,6 +73,8 @@ struct Fuzz {
     next_lineage: u32,
     waiters: Vec<Waiter>,
     answered: usize,
+    /// Waits refused as deadlocks.
+    deadlocks: usize,
     killed: BTreeSet<i64>,
     /// Until when a client may still sit paused by `CLIENT PAUSE`: Redis 7.0 itself answers
     /// such a client twice on `CLIENT UNBLOCK ... ERROR` and aborts on `... TIMEOUT`.
@@ -132,6 +134,14 @@ impl Fuzz {
                     self.check_grant(w.name, v, false);
                     true
                 }
+                // Owners wait for many locks at once (up to 6 waiters of 3 owners): a wait that
+                // closes a cycle is refused; its links name this run's owners and names (that
+                // the cycle existed is checked against the data in tests/deadlock.rs, where
+                // nothing moves while it is checked).
+                Err(e) if e.starts_with("DEADLOCK ") => {
+                    self.deadlocks += 1;
+                    deadlock_names_this_run(e)
+                }
                 Err(e) => ["UNBLOCKED", "WRONGTYPE", "ERR the fencing token counter"]
                     .iter()
                     .any(|p| e.starts_with(p)),
@@ -147,6 +157,28 @@ impl Fuzz {
             );
         }
     }
+}
+
+/// Whether a `DEADLOCK` reply's links (`X waits for K held by Y`) close a cycle of this run's
+/// owners and lock names.
+fn deadlock_names_this_run(reply: &str) -> bool {
+    let Some(links) = reply.strip_prefix("DEADLOCK this wait would close a cycle: ") else {
+        return false;
+    };
+    let links: Vec<Option<(&str, &str, &str)>> = links
+        .split("; ")
+        .map(|l| {
+            let (x, rest) = l.split_once(" waits for ")?;
+            let (k, y) = rest.split_once(" held by ")?;
+            Some((x, k, y))
+        })
+        .collect();
+    links.iter().enumerate().all(|(i, link)| {
+        let next = links[(i + 1) % links.len()].map(|(x, _, _)| x);
+        link.is_some_and(|(x, k, y)| {
+            OWNERS.contains(&x) && NAMES.contains(&k) && OWNERS.contains(&y) && Some(y) == next
+        })
+    })
 }
 
 /// The most owner fields of any lock hash in `db` (a lock has one).
@@ -186,6 +218,7 @@ fn a_fuzz_run_with_faults_keeps_every_invariant_and_replicas_and_aof_agree() {
         next_lineage: 2,
         waiters: Vec::new(),
         answered: 0,
+        deadlocks: 0,
         killed: BTreeSet::new(),
         paused_until: Instant::now(),
     };
@@ -326,9 +359,11 @@ fn a_fuzz_run_with_faults_keeps_every_invariant_and_replicas_and_aof_agree() {
     }
     fuzz.reap(true);
     eprintln!(
-        "{} steps: {replies} replies, {errors} errors, {} waiters answered, {} tokens",
+        "{} steps: {replies} replies, {errors} errors, {} waiters answered ({} refused as \
+         deadlocks), {} tokens",
         steps(),
         fuzz.answered,
+        fuzz.deadlocks,
         fuzz.tokens.values().map(BTreeSet::len).sum::<usize>()
     );
     assert!(master.log().lines().all(|l| !l.contains("panicked")), "{}", master.log());

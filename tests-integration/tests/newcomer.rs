@@ -201,6 +201,9 @@ const SYNTAX: &[(&str, &str)] = &[
     ("rsem.renew", "key id lease-ms"),
     ("rsem.available", "key"),
     ("rsem.info", "key"),
+    ("rlock.waiters", "key [COUNT count]"),
+    ("rwlock.waiters", "key [COUNT count]"),
+    ("rsem.waiters", "key [COUNT count]"),
 ];
 
 /// A command's documentation: summary and arguments.
@@ -257,7 +260,7 @@ fn sample(kind: &str, name: &str) -> String {
         ("integer", "lockdelay-ms") => "100".to_owned(),
         // On a fresh key: granted at once, or a 1 ms wait.
         ("integer", "timeout-ms") => "1".to_owned(),
-        ("integer", "permits" | "delta") => "1".to_owned(),
+        ("integer", "permits" | "delta" | "count") => "1".to_owned(),
         ("string", "owner") => "o".to_owned(),
         ("string", "id") => "i".to_owned(),
         other => panic!("no sample value for {other:?}: add one"),

@@ -12,8 +12,12 @@
 //! of a queue (timeout, disconnect) is removed from the waiter table at once and its id skipped
 //! lazily when it reaches the head; the queue is compacted when dead ids outnumber live ones.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
+
+mod stats;
+
+pub use stats::{End, QueueStats, WaitTimes, WAIT_BUCKETS_MS};
 
 /// A waiter's id, unique for the life of the module.
 pub type WaiterId = u64;
@@ -39,6 +43,26 @@ pub struct Waiter<H, R> {
     timeout: Option<Slot>,
     /// Its tag (an acquire's request id), unique among its lock's waiters.
     tag: Option<Vec<u8>>,
+    /// When it started waiting (Unix ms; 0 until [`Queues::set_since`]).
+    pub since: i64,
+    /// The owner it is indexed under ([`Queues::set_owner`]): a waiter that holds nothing
+    /// (a semaphore's) has none.
+    owner: Option<Vec<u8>>,
+}
+
+impl<H, R> Waiter<H, R> {
+    /// When its wait budget runs out (Unix ms); `None`: it waits without limit (or its timeout
+    /// is being served now).
+    #[must_use]
+    pub fn timeout_at(&self) -> Option<i64> {
+        self.timeout.map(|(at, _)| at)
+    }
+
+    /// Its tag (an acquire's request id), if it has one.
+    #[must_use]
+    pub fn tag(&self) -> Option<&[u8]> {
+        self.tag.as_deref()
+    }
 }
 
 /// A timed event.
@@ -71,6 +95,7 @@ struct Queue {
     order: VecDeque<WaiterId>,
     live: usize,
     lease_check: Option<Slot>,
+    stats: QueueStats,
 }
 
 /// All queues, the waiter table and the schedule.
@@ -81,6 +106,11 @@ pub struct Queues<H, R> {
     by_handle: HashMap<H, WaiterId>,
     /// Tagged waiters by (database, lock, tag).
     by_tag: HashMap<(i32, Vec<u8>, Vec<u8>), WaiterId>,
+    /// Waiters by (database, owner): where each owner waits (the wait-for graph's edges start
+    /// here). An owner may wait in several queues at once (several connections).
+    by_owner: HashMap<(i32, Vec<u8>), BTreeSet<WaiterId>>,
+    /// How long the waits that ended lasted.
+    wait_times: WaitTimes,
     schedule: BTreeMap<Slot, Event>,
     /// Each lock's own check (`Event::Check`), waiters or not.
     checks: HashMap<LockName, Slot>,
@@ -95,6 +125,8 @@ impl<H, R> Default for Queues<H, R> {
             waiters: HashMap::new(),
             by_handle: HashMap::new(),
             by_tag: HashMap::new(),
+            by_owner: HashMap::new(),
+            wait_times: WaitTimes::default(),
             schedule: BTreeMap::new(),
             checks: HashMap::new(),
             next_id: 1,
@@ -119,8 +151,19 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         let queue = self.by_db.entry(lock.db).or_default().entry(lock.key.clone()).or_default();
         queue.order.push_back(id);
         queue.live += 1;
+        queue.stats.waits = queue.stats.waits.saturating_add(1);
         self.by_handle.insert(handle, id);
-        let waiter = Waiter { id, lock, request, handle, user: None, timeout, tag: None };
+        let waiter = Waiter {
+            id,
+            lock,
+            request,
+            handle,
+            user: None,
+            timeout,
+            tag: None,
+            since: 0,
+            owner: None,
+        };
         self.waiters.insert(id, waiter);
         id
     }
@@ -145,6 +188,80 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
             return None;
         }
         self.by_tag.get(&(db, key.to_vec(), tag.to_vec())).copied()
+    }
+
+    /// Records when waiter `id` started waiting (Unix ms).
+    pub fn set_since(&mut self, id: WaiterId, now: i64) {
+        if let Some(waiter) = self.waiters.get_mut(&id) {
+            waiter.since = now;
+        }
+    }
+
+    /// Indexes waiter `id` under `owner` ([`Self::waits_of`]); an empty owner (a semaphore
+    /// waiter's) is not indexed. Once per waiter.
+    pub fn set_owner(&mut self, id: WaiterId, owner: &[u8]) {
+        let Some(waiter) = self.waiters.get_mut(&id) else { return };
+        if owner.is_empty() || waiter.owner.is_some() {
+            return;
+        }
+        waiter.owner = Some(owner.to_vec());
+        self.by_owner.entry((waiter.lock.db, owner.to_vec())).or_default().insert(id);
+    }
+
+    /// The waiters of database `db` indexed under `owner` ([`Self::set_owner`]), oldest first.
+    pub fn waits_of(&self, db: i32, owner: &[u8]) -> impl Iterator<Item = &Waiter<H, R>> + '_ {
+        // A lookup by (db, owner) needs an owned key; owners are short, and this runs only
+        // while a wait is being considered for deadlock.
+        self.by_owner
+            .get(&(db, owner.to_vec()))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.waiters.get(id))
+    }
+
+    /// Whether any waiter is indexed under an owner (in any database).
+    #[must_use]
+    pub fn any_owner_waits(&self) -> bool {
+        !self.by_owner.is_empty()
+    }
+
+    /// The first `count` waiters of the lock `key` of database `db` whose request is
+    /// `matching`, in queue order. Visits the queue until it has `count` of them (dead ids of
+    /// waiters that left are skipped; the queue is compacted when they outnumber live ones).
+    #[must_use]
+    pub fn list(
+        &self,
+        db: i32,
+        key: &[u8],
+        count: usize,
+        matching: impl Fn(&R) -> bool,
+    ) -> Vec<&Waiter<H, R>> {
+        let Some(queue) = self.queue(db, key) else { return Vec::new() };
+        queue
+            .order
+            .iter()
+            .filter_map(|id| self.waiters.get(id))
+            .filter(|w| matching(&w.request))
+            .take(count)
+            .collect()
+    }
+
+    /// The counters of the lock `key`'s queue in database `db` (zero when nobody waits).
+    #[must_use]
+    pub fn stats(&self, db: i32, key: &[u8]) -> QueueStats {
+        self.queue(db, key).map_or_else(QueueStats::default, |q| q.stats)
+    }
+
+    /// How long the waits that ended lasted (every end: granted, timed out, left).
+    #[must_use]
+    pub fn wait_times(&self) -> WaitTimes {
+        self.wait_times
+    }
+
+    /// Records a wait that began at `since` and ended at `now` (Unix ms) in [`Self::wait_times`]
+    /// (for waiters taken out by [`Self::pop_head`] or [`Self::drain`]).
+    pub fn record_wait(&mut self, since: i64, now: i64) {
+        self.wait_times.record(now.saturating_sub(since));
     }
 
     /// Records the ACL user waiter `id` asked as.
@@ -236,10 +353,29 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         None
     }
 
-    /// Removes a waiter (granted, timed out, or gone), wherever it stands in its queue.
+    /// Removes a waiter (granted, timed out, or gone), wherever it stands in its queue, as
+    /// [`End::Left`], its wait time not recorded.
     pub fn remove(&mut self, id: WaiterId) -> Option<Waiter<H, R>> {
+        self.remove_as(id, End::Left, None)
+    }
+
+    /// Removes a waiter, counting how it ended in its queue's counters and, given the time
+    /// `now` (Unix ms), its wait time in [`Self::wait_times`].
+    pub fn remove_as(&mut self, id: WaiterId, end: End, now: Option<i64>) -> Option<Waiter<H, R>> {
         let mut waiter = self.waiters.remove(&id)?;
+        if let Some(now) = now {
+            self.wait_times.record(now.saturating_sub(waiter.since));
+        }
         self.by_handle.remove(&waiter.handle);
+        if let Some(owner) = waiter.owner.take() {
+            let index = (waiter.lock.db, owner);
+            if let Some(ids) = self.by_owner.get_mut(&index) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.by_owner.remove(&index);
+                }
+            }
+        }
         if let Some(tag) = waiter.tag.take() {
             self.by_tag.remove(&(waiter.lock.db, waiter.lock.key.clone(), tag));
         }
@@ -249,6 +385,11 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         let LockName { db, key } = &waiter.lock;
         let Some(queues) = self.by_db.get_mut(db) else { return Some(waiter) };
         let Some(queue) = queues.get_mut(key.as_slice()) else { return Some(waiter) };
+        match end {
+            End::Granted => queue.stats.handoffs = queue.stats.handoffs.saturating_add(1),
+            End::TimedOut => queue.stats.timeouts = queue.stats.timeouts.saturating_add(1),
+            End::Left => {}
+        }
         queue.live -= 1;
         if queue.live > 0 {
             if queue.order.len() > 2 * queue.live + 16 {

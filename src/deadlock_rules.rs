@@ -1,0 +1,209 @@
+//! Deadlock detection, as plain Rust: the wait-for graph of the owners on one server, searched
+//! from a wait about to be queued, within a fixed budget. The graph is read through [`Graph`]
+//! (the queues and the lock keys, in `waiting`); unit tests drive it with a graph of their own.
+//!
+//! An edge `X -> H` means: owner X waits (in some queue) for a lock that owner H holds now, and
+//! X cannot be granted before H's hold ends. Only such edges are followed:
+//! - a reentrant lock's waiter -> the lock's holder;
+//! - a read-write lock's `WRITE` waiter -> its writer and every live reader; a `READ` waiter ->
+//!   its writer, when the mode is `write`. A `READ` waiter of a lock in `read` mode waits behind
+//!   a queued writer (fairness), not for the readers: no edge (a deadlock through it is missed,
+//!   never invented);
+//! - a reader is live while one of its read holds is (its hold keys' leases; a reader whose every
+//!   hold ended is not a holder any more, whatever the hash still says);
+//! - semaphore waiters have no owner: they are not in the graph.
+//!
+//! A wait by owner A for lock L closes a cycle when a path leads from a blocker of A on L back
+//! to A. The search is breadth-first (the shortest cycle is reported) and stops after
+//! [`MAX_STEPS`] steps (an edge looked at, a queued wait looked up, a hash field or a hold key
+//! read): past it, no deadlock is claimed. Every edge of a reported cycle was read from the
+//! data as it is at that instant, so a reported cycle exists.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::error::shown;
+
+/// The most steps one search takes (see the module's docs): a few µs of the server's time.
+pub const MAX_STEPS: usize = 1_000;
+
+/// The longest text of a reported cycle (bytes, before `; ...`): an error reply stays short.
+pub const MAX_TEXT: usize = 1_024;
+
+/// What a waiter asks of its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wants {
+    /// A reentrant lock.
+    Lock,
+    /// A read-write lock's read side.
+    Read,
+    /// A read-write lock's write side.
+    Write,
+}
+
+/// A lock's holders as they are now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holders {
+    /// A reentrant lock's hash: its fields' owners (one, unless a foreign writer added some).
+    Lock(Vec<Vec<u8>>),
+    /// A read-write lock: whether its mode is `write`, its writer, its readers with their
+    /// read hold counts.
+    Rw { write: bool, writer: Option<Vec<u8>>, readers: Vec<(Vec<u8>, u64)> },
+    /// Free, another type, or not readable by the caller: nobody to wait for.
+    Nobody,
+}
+
+/// A holder that blocks a waiter: its owner and, for a reader, its read hold count (its
+/// liveness is read before the edge is followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocker<'a> {
+    pub owner: &'a [u8],
+    pub reads: Option<u64>,
+}
+
+/// The holders that keep `waiter` (asking `wants`) from being granted, itself left out.
+#[must_use]
+pub fn blockers<'a>(holders: &'a Holders, waiter: &[u8], wants: Wants) -> Vec<Blocker<'a>> {
+    let mut out: Vec<Blocker<'a>> = Vec::new();
+    match (holders, wants) {
+        (Holders::Lock(owners), Wants::Lock) => {
+            out.extend(owners.iter().map(|o| Blocker { owner: o, reads: None }));
+        }
+        (Holders::Rw { write, writer, readers }, Wants::Read | Wants::Write) => {
+            if *write || wants == Wants::Write {
+                out.extend(writer.iter().map(|w| Blocker { owner: w, reads: None }));
+            }
+            if wants == Wants::Write {
+                let others = readers.iter().filter(|(r, _)| writer.as_ref() != Some(r));
+                out.extend(others.map(|(r, n)| Blocker { owner: r, reads: Some(*n) }));
+            }
+        }
+        // A waiter of another kind than the lock (the key changed) waits for the key to
+        // change, not for an owner.
+        _ => {}
+    }
+    out.retain(|b| b.owner != waiter);
+    out
+}
+
+/// What the search reads: the queues and the locks, as they are now.
+pub trait Graph {
+    /// The locks `owner` waits for (the key, what it asks), oldest wait first.
+    fn waits_of(&mut self, owner: &[u8]) -> Vec<(Vec<u8>, Wants)>;
+    /// The holders of the lock `key`, taking the fields it reads off `steps` (not read,
+    /// `Holders::Nobody`, when they would take more steps than are left).
+    fn holders(&mut self, key: &[u8], steps: &mut usize) -> Holders;
+    /// Whether reader `owner` of the read-write lock `key` still has a live read hold (of its
+    /// `reads` holds), taking the hold keys it reads off `steps`.
+    fn reader_live(&mut self, key: &[u8], owner: &[u8], reads: u64, steps: &mut usize) -> bool;
+}
+
+/// One edge of a cycle: `owner` waits for `key`, which `holder` holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub owner: Vec<u8>,
+    pub key: Vec<u8>,
+    pub holder: Vec<u8>,
+}
+
+/// What a search found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// The wait closes this cycle, from the new wait's owner back to it.
+    Cycle(Vec<Link>),
+    /// No cycle (every path was followed).
+    NoCycle,
+    /// The budget ran out first: no claim either way.
+    OverBudget,
+}
+
+/// Whether owner `owner`'s wait for the lock `key` (asking `wants`) closes a cycle.
+pub fn find_cycle(graph: &mut impl Graph, owner: &[u8], key: &[u8], wants: Wants) -> Found {
+    let mut steps = MAX_STEPS;
+    let mut held: HashMap<Vec<u8>, Holders> = HashMap::new();
+    // Each owner reached -> the edge it was reached by (waiter, key).
+    let mut parent: HashMap<Vec<u8>, (Vec<u8>, Vec<u8>)> = HashMap::new();
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut next: VecDeque<Vec<u8>> = VecDeque::new();
+    let mut waits = vec![(key.to_vec(), wants)];
+    let mut from = owner.to_vec();
+    loop {
+        for (lock, wants) in waits {
+            if !held.contains_key(&lock) {
+                let holders = graph.holders(&lock, &mut steps);
+                held.insert(lock.clone(), holders);
+            }
+            let Some(holders) = held.get(&lock) else { continue };
+            for blocker in blockers(holders, &from, wants) {
+                if steps == 0 {
+                    return Found::OverBudget;
+                }
+                steps -= 1;
+                if blocker.owner != owner && seen.contains(blocker.owner) {
+                    continue;
+                }
+                if let Some(reads) = blocker.reads {
+                    if !graph.reader_live(&lock, blocker.owner, reads, &mut steps) {
+                        continue;
+                    }
+                }
+                if blocker.owner == owner {
+                    return Found::Cycle(path(&parent, owner, &from, &lock));
+                }
+                seen.insert(blocker.owner.to_vec());
+                parent.insert(blocker.owner.to_vec(), (from.clone(), lock.clone()));
+                next.push_back(blocker.owner.to_vec());
+            }
+        }
+        let Some(owner_next) = next.pop_front() else { return Found::NoCycle };
+        waits = graph.waits_of(&owner_next);
+        if waits.len() > steps {
+            return Found::OverBudget;
+        }
+        steps -= waits.len();
+        from = owner_next;
+    }
+}
+
+/// The cycle that ends with `last` waiting for `key` held by `start`, walked back to `start`.
+fn path(
+    parent: &HashMap<Vec<u8>, (Vec<u8>, Vec<u8>)>,
+    start: &[u8],
+    last: &[u8],
+    key: &[u8],
+) -> Vec<Link> {
+    let mut links = vec![Link { owner: last.to_vec(), key: key.to_vec(), holder: start.to_vec() }];
+    let mut at = last.to_vec();
+    while at != start {
+        let Some((waiter, key)) = parent.get(&at) else { break };
+        links.push(Link { owner: waiter.clone(), key: key.clone(), holder: at.clone() });
+        at = waiter.clone();
+    }
+    links.reverse();
+    links
+}
+
+/// The error reply naming `cycle`: `DEADLOCK this wait would close a cycle: A waits for K1 held
+/// by B; B waits for K2 held by A`, each owner and key escaped as `error::shown` does (no space,
+/// CR or LF in them), at most [`MAX_TEXT`] bytes of links (then `; ...`).
+#[must_use]
+pub fn describe(cycle: &[Link]) -> String {
+    let mut text = String::from("DEADLOCK this wait would close a cycle: ");
+    let base = text.len();
+    for (i, link) in cycle.iter().enumerate() {
+        let part = format!(
+            "{} waits for {} held by {}",
+            shown(&link.owner),
+            shown(&link.key),
+            shown(&link.holder)
+        );
+        if text.len() - base + part.len() > MAX_TEXT {
+            text.push_str("; ...");
+            break;
+        }
+        if i > 0 {
+            text.push_str("; ");
+        }
+        text.push_str(&part);
+    }
+    text
+}

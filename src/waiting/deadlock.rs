@@ -1,0 +1,123 @@
+//! Deadlock detection on Redis: the wait-for graph of `deadlock_rules` read from the queues
+//! (who waits where) and the lock keys (who holds what) of the caller's database, just before a
+//! reentrant or read-write lock waiter is queued. A wait that would close a cycle is refused
+//! with `DEADLOCK ...` and nothing is queued.
+//!
+//! Only keys the caller may read are looked at (a lock it may not read adds no edge, so a
+//! refusal never names a key or an owner the caller could not read itself); nothing is written
+//! (a key whose lease ended reads as missing, as for any read).
+
+use redis_module::{Context, RedisString};
+
+use super::{anyone_waits, QUEUES};
+use crate::deadlock_rules::{self, Found, Graph, Holders, Wants};
+use crate::error::Refusal;
+use crate::names;
+use crate::raw::{self, Key, KeyKind, KeyUse};
+use crate::rules::{Kind, Request};
+use crate::rw_rules::{Mode, RwState};
+use crate::store::access::KeyChecker;
+
+/// What a queued request asks, for the graph (`None`: a semaphore's, not in it).
+const fn wants(request: &Request) -> Option<Wants> {
+    match request.kind {
+        Kind::Reentrant => Some(Wants::Lock),
+        Kind::Rw(Mode::Read) => Some(Wants::Read),
+        Kind::Rw(Mode::Write) => Some(Wants::Write),
+        Kind::Permits(_) | Kind::Leased(_) => None,
+    }
+}
+
+/// The graph as the caller sees it: its database, its ACL user.
+struct Live<'a> {
+    ctx: &'a Context,
+    db: i32,
+    checker: KeyChecker,
+}
+
+impl Live<'_> {
+    /// The key `name`, if the caller may read it.
+    fn readable(&self, name: &[u8]) -> Option<RedisString> {
+        let key = RedisString::create_from_slice(self.ctx.get_raw(), name);
+        self.checker.may(&key, KeyUse::Read).then_some(key)
+    }
+}
+
+impl Graph for Live<'_> {
+    fn waits_of(&mut self, owner: &[u8]) -> Vec<(Vec<u8>, Wants)> {
+        QUEUES.with(|q| {
+            q.try_borrow().map_or_else(
+                |_| Vec::new(),
+                |q| {
+                    q.waits_of(self.db, owner)
+                        .filter_map(|w| Some((w.lock.key.clone(), wants(&w.request)?)))
+                        .collect()
+                },
+            )
+        })
+    }
+
+    fn holders(&mut self, name: &[u8], steps: &mut usize) -> Holders {
+        let Some(name) = self.readable(name) else { return Holders::Nobody };
+        let key = Key::open(self.ctx, &name, false);
+        if key.kind() != KeyKind::Hash {
+            return Holders::Nobody;
+        }
+        let fields = key.field_count();
+        if fields >= *steps {
+            *steps = 0;
+            return Holders::Nobody;
+        }
+        *steps -= fields + 1;
+        let fields = key.hash_fields();
+        if !fields.iter().any(|(f, _)| f == names::MODE_FIELD) {
+            return Holders::Lock(fields.into_iter().map(|(owner, _)| owner).collect());
+        }
+        match RwState::from_fields(fields, key.pttl()) {
+            Ok(state) => Holders::Rw {
+                write: state.mode == Some(Mode::Write),
+                writer: state.writer.map(|(owner, _)| owner),
+                readers: state.readers.into_iter().collect(),
+            },
+            // A corrupt hash grants nobody: no edge through it.
+            Err(_) => Holders::Nobody,
+        }
+    }
+
+    fn reader_live(&mut self, name: &[u8], owner: &[u8], reads: u64, steps: &mut usize) -> bool {
+        // The latest hold first: it is the one most likely to be live.
+        for index in (1..=reads).rev() {
+            if *steps == 0 {
+                return false;
+            }
+            *steps -= 1;
+            let Some(hold) = self.readable(&names::read_hold(name, owner, index)) else {
+                return false;
+            };
+            if Key::open(self.ctx, &hold, false).kind() != KeyKind::Empty {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Refuses (`DEADLOCK ...`) the wait of `request` for the lock `name` (the context's database)
+/// when it would close a cycle of owners waiting for each other; nothing is read when nobody
+/// with an owner waits (no cycle can close then).
+///
+/// # Errors
+/// [`Refusal::Deadlock`], naming the cycle.
+pub fn refuse_cycle(ctx: &Context, name: &RedisString, request: &Request) -> Result<(), Refusal> {
+    let Some(wants) = wants(request) else { return Ok(()) };
+    let owners_wait =
+        anyone_waits() && QUEUES.with(|q| q.try_borrow().is_ok_and(|q| q.any_owner_waits()));
+    if !owners_wait {
+        return Ok(());
+    }
+    let mut graph = Live { ctx, db: raw::selected_db(ctx), checker: KeyChecker::new(ctx) };
+    match deadlock_rules::find_cycle(&mut graph, &request.owner, name.as_slice(), wants) {
+        Found::Cycle(cycle) => Err(Refusal::Deadlock(deadlock_rules::describe(&cycle))),
+        Found::NoCycle | Found::OverBudget => Ok(()),
+    }
+}
