@@ -60,7 +60,9 @@ def test_a_killed_process_frees_its_session_lock_and_a_waiter_is_served(
         assert holds(r) == 1
         got: list[Any] = []
         waiter = rl.Lock(r, "proc", lease=60)
-        t = threading.Thread(target=lambda: got.append((waiter.acquire(timeout=10), time.monotonic())))
+        t = threading.Thread(
+            target=lambda: got.append((waiter.acquire(timeout=10), time.monotonic()))
+        )
         t.start()
         poll("the waiter to block", 5, lambda: blocked(r) == 1)
         killed = time.monotonic()
