@@ -73,6 +73,17 @@ impl SessionOptions {
 /// Cancellation stays exact: an acquire dropped while it waits is cancelled with
 /// `RLOCK.CANCEL` (which also frees the session's connection). Sessions are not available on a
 /// cluster client ([`Error::SessionUnsupported`]).
+///
+/// ```no_run
+/// # async fn example(client: rlock_client::LockClient) -> Result<(), rlock_client::Error> {
+/// let session = client.session().await?;
+/// let guard = session.lock("orders:42").acquire(None).await?;
+/// tokio::select! {
+///     () = session.closed() => println!("the connection closed: the lock is gone"),
+///     () = tokio::time::sleep(std::time::Duration::from_secs(1)) => guard.release().await?,
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Session {
     shared: Arc<Shared>,
     binding: Arc<Binding>,
