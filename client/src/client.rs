@@ -15,6 +15,7 @@ use crate::options::Options;
 use crate::releaser::{Releaser, Route};
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
+use crate::session::{Session, SessionOptions};
 use crate::shared::Shared;
 
 /// A connection to a Redis server with the rlock module, from which [`Lock`] handles are made.
@@ -179,7 +180,7 @@ impl LockClient {
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let owner = format!("{}:{n}", self.shared.id);
-        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner);
+        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner, None);
         RwLock::new(read, write)
     }
 
@@ -194,12 +195,31 @@ impl LockClient {
     /// lease is given.
     #[must_use]
     pub fn leased_semaphore(&self, name: impl AsRef<[u8]>) -> LeasedSemaphore {
-        LeasedSemaphore::new(self.semaphore(name), self.shared.options.watchdog_timeout)
+        LeasedSemaphore::new(self.semaphore(name), self.shared.options.watchdog_timeout, None)
+    }
+
+    /// Opens a [`Session`] with default [`SessionOptions`]: one connection of its own to the
+    /// server (a Sentinel group's current master), whose locks are session holds.
+    ///
+    /// # Errors
+    /// [`Error::SessionUnsupported`] on a cluster client; [`Error::Redis`] when the server
+    /// cannot be reached.
+    pub async fn session(&self) -> Result<Session> {
+        self.session_with(SessionOptions::default()).await
+    }
+
+    /// Opens a [`Session`] with the given options.
+    ///
+    /// # Errors
+    /// As [`LockClient::session`]; [`Error::Redis`] for a `lock_delay` above 60 s or a zero
+    /// `keepalive` (nothing is opened).
+    pub async fn session_with(&self, options: SessionOptions) -> Result<Session> {
+        Session::open(&self.shared, &options).await
     }
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).
     pub(crate) fn lock_as(&self, name: impl AsRef<[u8]>, owner: String) -> Lock {
-        Lock::new(&self.shared, &name.as_ref().into(), owner.into())
+        Lock::new(&self.shared, &name.as_ref().into(), owner.into(), None)
     }
 }
 

@@ -36,6 +36,13 @@ pub enum Error {
     /// [`crate::Options::watchdog_timeout`]): it would end as it starts. Refused before
     /// anything is sent.
     ZeroLease,
+    /// The [`crate::Session`] this lock, read-write lock or semaphore was made from is closed
+    /// (its connection closed or failed, or the session was dropped): its holds ended, and it
+    /// takes no more. Open a new session ([`crate::LockClient::session`]).
+    SessionClosed,
+    /// Sessions are not available here: on a cluster client (a session is one connection to
+    /// one server), or for an address the session cannot open itself (TLS).
+    SessionUnsupported,
     /// Redis (or the connection to it) failed.
     Redis(RedisError),
 }
@@ -61,6 +68,12 @@ impl fmt::Display for Error {
             ),
             Self::NoModule => f.write_str("the server does not have the rlock module loaded"),
             Self::ZeroLease => f.write_str("a lease must be longer than zero"),
+            Self::SessionClosed => {
+                f.write_str("the session's connection is closed: its holds ended; open a new session")
+            }
+            Self::SessionUnsupported => f.write_str(
+                "sessions need one connection to one server: not available on a cluster client or over TLS",
+            ),
             Self::Redis(e) => write!(f, "redis error: {e}"),
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::binding::Binding;
 use crate::engine::chain::refresh_after_wait;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
@@ -29,15 +30,31 @@ use crate::semaphore::Semaphore;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LeasedSemaphore {
     sem: Semaphore,
     watchdog_timeout: Duration,
+    /// The session its permits are bound to (`SESSION`), if any.
+    session: Option<Arc<Binding>>,
+}
+
+impl fmt::Debug for LeasedSemaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeasedSemaphore")
+            .field("sem", &self.sem)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("session", &self.session.is_some())
+            .finish()
+    }
 }
 
 impl LeasedSemaphore {
-    pub(crate) const fn new(sem: Semaphore, watchdog_timeout: Duration) -> Self {
-        Self { sem, watchdog_timeout }
+    pub(crate) const fn new(
+        sem: Semaphore,
+        watchdog_timeout: Duration,
+        session: Option<Arc<Binding>>,
+    ) -> Self {
+        Self { sem, watchdog_timeout, session }
     }
 
     /// The semaphore's name (its Redis key).
@@ -112,12 +129,14 @@ impl LeasedSemaphore {
         let bound = bound(deadline, Instant::now());
         let (shared, key) = (self.sem.shared(), self.sem.key());
         let kind = Kind::Leased(permits);
-        let mut request = Request::new(shared, key, kind, Arc::from(""), millis(lease));
+        let mut request = Request::new(shared, key, kind, Arc::from(""), millis(lease))
+            .session(self.session.clone());
         let Some(grant) = request.run(deadline, bound).await? else {
             return Err(Error::TimedOut);
         };
         let holder = Holder::Ids(Arc::from(grant.ids));
         let hold = Hold::new(shared, key, kind, holder, None, after(request.sent(), lease));
+        request.bind(&hold)?;
         refresh_after_wait(&hold, &request, lease, bound).await;
         let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
         request.taken();

@@ -95,6 +95,7 @@ mod redlock;
 mod releaser;
 mod rwlock;
 mod semaphore;
+mod session;
 mod shared;
 
 pub use client::LockClient;
@@ -106,3 +107,4 @@ pub use options::{AofAck, Options, Remaining};
 pub use redlock::RedLock;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
+pub use session::{Session, SessionOptions};

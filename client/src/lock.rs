@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::binding::Binding;
 use crate::engine::chain::Chain;
 use crate::engine::hold::Member;
 use crate::engine::kind::Kind;
@@ -38,14 +39,24 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// A reentrant lock's handle with the owner id `owner`.
-    pub(crate) fn new(shared: &Arc<Shared>, name: &Arc<[u8]>, owner: Arc<str>) -> Self {
-        Self { chain: Chain::new(shared, name, Kind::Lock, owner) }
+    /// A reentrant lock's handle with the owner id `owner`, its holds bound to `session`.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        name: &Arc<[u8]>,
+        owner: Arc<str>,
+        session: Option<Arc<Binding>>,
+    ) -> Self {
+        Self { chain: Chain::new(shared, name, Kind::Lock, owner, session) }
     }
 
     /// The two sides of a read-write lock (see [`Chain::pair`]).
-    pub(crate) fn rw_pair(shared: &Arc<Shared>, name: &Arc<[u8]>, owner: &str) -> (Self, Self) {
-        let (read, write) = Chain::pair(shared, name, owner);
+    pub(crate) fn rw_pair(
+        shared: &Arc<Shared>,
+        name: &Arc<[u8]>,
+        owner: &str,
+        session: Option<&Arc<Binding>>,
+    ) -> (Self, Self) {
+        let (read, write) = Chain::pair(shared, name, owner, session);
         (Self { chain: read }, Self { chain: write })
     }
 

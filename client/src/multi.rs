@@ -153,13 +153,18 @@ impl MultiLock {
 pub(crate) fn request(lock: &Lock, lease: Duration) -> Request {
     let chain = lock.chain();
     Request::new(chain.shared(), chain.key(), Kind::Lock, chain.next_owner(), millis(lease))
+        .session(chain.session())
 }
 
 /// The hold a granted request of `lock` got, confirmed for `lease` from its send time.
 pub(crate) fn hold(lock: &Lock, request: &Request, lease: Duration) -> Hold {
     let chain = lock.chain();
     let holder = Holder::Owner(std::sync::Arc::clone(request.owner()));
-    Hold::new(chain.shared(), chain.key(), Kind::Lock, holder, None, after(request.sent(), lease))
+    let until = after(request.sent(), lease);
+    let hold = Hold::new(chain.shared(), chain.key(), Kind::Lock, holder, None, until);
+    // A session lock's hold: lost at once if its session closed meanwhile.
+    let _ = request.bind(&hold);
+    hold
 }
 
 /// Guards on `holds`, taking them from their requests (which then cancel nothing).

@@ -110,7 +110,9 @@ impl RedLock {
                 .map(|(i, lock)| {
                     let chain = lock.chain();
                     let owner = std::sync::Arc::clone(&owner);
-                    (i, Request::new(chain.shared(), chain.key(), Kind::Lock, owner, millis(lease)))
+                    let request =
+                        Request::new(chain.shared(), chain.key(), Kind::Lock, owner, millis(lease));
+                    (i, request.session(chain.session()))
                 })
                 .collect();
             let node_bound = Some(started + self.node_timeout);

@@ -212,7 +212,7 @@ fn assert_nothing_held(server: &Server) {
 #[test]
 fn the_single_server_examples_run() {
     let server = Server::start();
-    for name in ["quickstart", "rw_lock", "semaphores"] {
+    for name in ["quickstart", "rw_lock", "semaphores", "session"] {
         run_example(name, &[("REDIS_URL", server.url())]);
         assert_nothing_held(&server);
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::binding::Binding;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
@@ -36,15 +37,19 @@ pub(crate) struct Chain {
     turn: tokio::sync::Mutex<()>,
     /// The other side of a read-write lock.
     sibling: OnceLock<Weak<Chain>>,
+    /// The session its holds are bound to (`SESSION`), if any.
+    session: Option<Arc<Binding>>,
 }
 
 impl Chain {
-    /// A handle's chain of `kind` (a lock, or one side) on `key` for `owner`.
+    /// A handle's chain of `kind` (a lock, or one side) on `key` for `owner`, its holds bound
+    /// to `session` if given.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         key: &Arc<[u8]>,
         kind: Kind,
         owner: Arc<str>,
+        session: Option<Arc<Binding>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             shared: Arc::clone(shared),
@@ -55,6 +60,7 @@ impl Chain {
             drawn: AtomicU64::new(0),
             turn: tokio::sync::Mutex::new(()),
             sibling: OnceLock::new(),
+            session,
         })
     }
 
@@ -64,9 +70,11 @@ impl Chain {
         shared: &Arc<Shared>,
         key: &Arc<[u8]>,
         owner: &str,
+        session: Option<&Arc<Binding>>,
     ) -> (Arc<Self>, Arc<Self>) {
-        let read = Self::new(shared, key, Kind::Read, Arc::from(format!("{owner}:r")));
-        let write = Self::new(shared, key, Kind::Write, Arc::from(format!("{owner}:w")));
+        let (r, w) = (format!("{owner}:r"), format!("{owner}:w"));
+        let read = Self::new(shared, key, Kind::Read, Arc::from(r), session.cloned());
+        let write = Self::new(shared, key, Kind::Write, Arc::from(w), session.cloned());
         let _ = read.sibling.set(Arc::downgrade(&write));
         let _ = write.sibling.set(Arc::downgrade(&read));
         (read, write)
@@ -90,6 +98,11 @@ impl Chain {
     /// The handle's owner id.
     pub(crate) const fn owner(&self) -> &Arc<str> {
         &self.owner
+    }
+
+    /// The session its holds are bound to, if any.
+    pub(crate) fn session(&self) -> Option<Arc<Binding>> {
+        self.session.clone()
     }
 
     /// A fresh owner id of this handle, `<owner>:<n>` (a new hold's, a MultiLock grant's).
@@ -144,11 +157,13 @@ impl Chain {
             None => self.next_owner(),
         };
         let mut request =
-            Request::new(&self.shared, &self.key, self.kind, Arc::clone(&owner), millis(lease));
+            Request::new(&self.shared, &self.key, self.kind, Arc::clone(&owner), millis(lease))
+                .session(self.session());
         let Some(grant) = request.run(deadline, bound).await? else { return Err(Error::TimedOut) };
         let holder = Holder::Owner(Arc::clone(&owner));
         let until = after(request.sent(), lease);
         let hold = Hold::new(&self.shared, &self.key, self.kind, holder, grant.token, until);
+        request.bind(&hold)?;
         // Still cancelled if dropped here: the refresh comes before the guard's watchdog.
         refresh_after_wait(&hold, &request, lease, bound).await;
         let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };

@@ -44,6 +44,14 @@ pub(crate) struct Hold(Arc<Inner>);
 /// A [`Hold`] that does not keep it alive (its watchdog's).
 pub(crate) struct WeakHold(Weak<Inner>);
 
+impl WeakHold {
+    /// The hold, while something keeps it and it neither ended nor was lost.
+    pub(crate) fn upgrade_live(&self) -> Option<Hold> {
+        let hold = Hold(self.0.upgrade()?);
+        (!hold.state().ended && !*hold.0.lost.borrow()).then_some(hold)
+    }
+}
+
 impl watchdog::Upgrade for WeakHold {
     type Hold = Hold;
 
@@ -129,6 +137,11 @@ impl Hold {
             state: Mutex::new(state),
             lost: watch::channel(false).0,
         }))
+    }
+
+    /// A reference that does not keep the hold alive.
+    pub(crate) fn downgrade(&self) -> WeakHold {
+        WeakHold(Arc::downgrade(&self.0))
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -10,7 +10,10 @@
 //!   release and drop.
 //! - [`watchdog`]: a hold's renewal while a watchdog guard lives.
 //! - [`chain`]: re-entry for locks and read-write lock sides.
+//! - [`binding`]: a session's connection, a property of the acquire path (`SESSION`): its
+//!   requests run on it, its holds are lost when it closes.
 
+pub(crate) mod binding;
 pub(crate) mod chain;
 pub(crate) mod hold;
 pub(crate) mod kind;

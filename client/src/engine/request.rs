@@ -12,6 +12,8 @@ use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::engine::binding::Binding;
+use crate::engine::hold::Hold;
 use crate::engine::kind::{self, Answer, Grant, Kind};
 use crate::engine::outcome::{acknowledged, Ended};
 use crate::engine::{bound, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE, SETTLE};
@@ -32,6 +34,8 @@ pub(crate) struct Request {
     sent: Instant,
     /// Whether that command was a server-side wait (granted at some moment after `sent`).
     waited: bool,
+    /// A session's binding: the acquire carries `SESSION` and runs on its connection.
+    session: Option<Arc<Binding>>,
 }
 
 impl std::fmt::Debug for Request {
@@ -64,6 +68,31 @@ impl Request {
             armed: false,
             sent: Instant::now(),
             waited: false,
+            session: None,
+        }
+    }
+
+    /// Makes it a session acquire (with `Some`): `SESSION [LOCKDELAY ms]`, sent on the
+    /// session's connection (try and wait alike), so the grant binds to that connection.
+    #[must_use]
+    pub(crate) fn session(mut self, binding: Option<Arc<Binding>>) -> Self {
+        self.session = binding;
+        self
+    }
+
+    /// Records the hold a session acquire got with its session (a no-op otherwise), so that
+    /// the session's close marks it lost.
+    ///
+    /// # Errors
+    /// [`Error::SessionClosed`] when the session closed meanwhile: the hold is then marked
+    /// lost, and the caller gives the grant back (drops the request, which cancels it).
+    pub(crate) fn bind(&self, hold: &Hold) -> Result<()> {
+        match &self.session {
+            Some(binding) if !binding.adopt(hold) => {
+                hold.lose();
+                Err(Error::SessionClosed)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -125,6 +154,9 @@ impl Request {
     /// As [`Self::run`]; an unanswered try is [`Error::TimedOut`].
     pub(crate) async fn try_once(&mut self, bound: Option<Instant>) -> Result<Option<Grant>> {
         let cmd = self.command(None);
+        if let Some(binding) = self.session.clone() {
+            return self.on_session(&binding, cmd, bound, false).await;
+        }
         (self.armed, self.sent, self.waited) = (true, Instant::now(), false);
         let mut conn = self.shared.conn.clone();
         let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
@@ -161,6 +193,9 @@ impl Request {
         // comes first, so the caller always sees a passed deadline as `TimedOut`.
         let response_timeout =
             bound.map(|b| b.saturating_duration_since(now).saturating_add(GRACE));
+        if let Some(binding) = self.session.clone() {
+            return self.on_session(&binding, cmd, bound, true).await;
+        }
         (self.armed, self.sent, self.waited) = (true, now, true);
         let (reply, answer) = oneshot::channel();
         let (shared, key) = (Arc::clone(&self.shared), Arc::clone(&self.key));
@@ -170,10 +205,67 @@ impl Request {
         self.settle(ended).await
     }
 
-    /// The acquire command (`TOKEN` when the client asks for fencing tokens).
+    /// A try (`waited: false`) or a wait on the session's connection, in a task that keeps it
+    /// counted in flight until the server answers (or `bound` passes), then acknowledged on
+    /// that same connection; the call returns by `bound`.
+    ///
+    /// # Errors
+    /// As [`Self::run`]; [`Error::SessionClosed`] when the session closed before the command
+    /// was sent (nothing sent) or while it was in flight (the request stays armed: dropped, it
+    /// is cancelled).
+    async fn on_session(
+        &mut self,
+        binding: &Arc<Binding>,
+        cmd: redis::Cmd,
+        bound: Option<Instant>,
+        waited: bool,
+    ) -> Result<Option<Grant>> {
+        let Some((mut con, in_flight)) = binding.connection() else {
+            return Err(Error::SessionClosed);
+        };
+        (self.armed, self.sent, self.waited) = (true, Instant::now(), waited);
+        let (reply, answer) = oneshot::channel();
+        let (shared, kind, binding) = (Arc::clone(&self.shared), self.kind, Arc::clone(binding));
+        tokio::spawn(async move {
+            let _in_flight = in_flight;
+            let run = async {
+                Ok(match cmd.query_async::<Value>(&mut con).await {
+                    Ok(answer) => match kind.answer(&answer) {
+                        Ok(Answer::Granted(grant)) => {
+                            match acknowledged(&shared.options, &mut con).await {
+                                Ok(()) => Ended::Answer(Answer::Granted(grant)),
+                                Err(e) => Ended::Unacked(e),
+                            }
+                        }
+                        Ok(Answer::Busy) => Ended::Answer(Answer::Busy),
+                        Err(e) => Ended::Unknown(e),
+                    },
+                    Err(e) if crate::engine::redis_uncertain(&e) && !e.is_timeout() => {
+                        binding.close(); // the connection failed: so did the session
+                        Ended::Unknown(Error::SessionClosed)
+                    }
+                    Err(e) if crate::engine::redis_uncertain(&e) => Ended::Unknown(e.into()),
+                    Err(e) => Ended::Refused(e.into()),
+                })
+            };
+            let ended = within(bound, run).await.unwrap_or_else(Ended::Unknown);
+            let _ = reply.send(ended);
+        });
+        let answer = async { answer.await.map_err(|_| stopped()) };
+        let ended = within(bound, answer).await.unwrap_or_else(Ended::Unknown);
+        self.settle(ended).await
+    }
+
+    /// The acquire command (`TOKEN` when the client asks for fencing tokens; `SESSION [LOCKDELAY
+    /// ms]` for a session's).
     fn command(&self, wait_ms: Option<u64>) -> redis::Cmd {
         let token = self.shared.options.fencing;
-        self.kind.acquire(&self.key, &self.owner, self.lease_ms, wait_ms, token, &self.id)
+        let mut cmd =
+            self.kind.acquire(&self.key, &self.owner, self.lease_ms, wait_ms, token, &self.id);
+        if let Some(binding) = &self.session {
+            binding.mark(&mut cmd);
+        }
+        cmd
     }
 
     /// Turns how a command ended into the call's result, settling what nobody will take.

@@ -17,11 +17,13 @@ from .errors import (
     NoReplicas,
     NotHeld,
     RLockError,
+    SessionClosed,
     UpgradeRefused,
     WrongType,
 )
 from .lock import Lock, RWLock
 from .semaphore import LeasedSemaphore, Semaphore
+from .session import Session
 
 __version__ = "0.1.0"
 
@@ -42,6 +44,8 @@ __all__ = [
     "RLockError",
     "RWLock",
     "Semaphore",
+    "Session",
+    "SessionClosed",
     "UpgradeRefused",
     "WrongType",
     "flush_all",

@@ -88,6 +88,9 @@ class Spec:
     permits: int = 1
     lease_ms: int = 0
     token: bool = False
+    #: a session's acquire: ``SESSION`` (and ``LOCKDELAY lock_delay_ms`` when above 0)
+    session: bool = False
+    lock_delay_ms: int = 0
 
     def acquire(self, rid: bytes, wait_ms: Optional[int]) -> list[Arg]:
         """The acquire command; ``wait_ms`` None: no WAIT (one try), 0: WAIT without limit."""
@@ -105,6 +108,10 @@ class Spec:
         if self.token and self.kind in (LOCK, WRITE):
             args.append("TOKEN")
         args += ["REQUEST", rid]
+        if self.session:
+            args.append("SESSION")
+            if self.lock_delay_ms:
+                args += ["LOCKDELAY", self.lock_delay_ms]
         return args
 
     def granted(self, reply: Any) -> tuple[bool, Optional[int], Optional[list[bytes]], bool]:

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import redis
 from redis.cluster import RedisCluster
@@ -46,6 +46,16 @@ def backend_for(client: Any, response_timeout: float) -> SyncBackend:
             # the user's client keeps its engine alive
             client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
         return be
+
+
+class SessionLink(Protocol):
+    """What the engine needs of a session: its connection, and a record of its holds."""
+
+    def call(self, args: list[P.Arg], extra: float) -> Any:
+        """One command on the session's connection (raises SessionClosed once closed)."""
+
+    def adopt(self, hold: Hold) -> None:
+        """Records a hold granted through the session (raises SessionClosed once closed)."""
 
 
 class SyncBackend:
@@ -160,11 +170,14 @@ class SyncBackend:
         watchdog: bool,
         on_lost: Optional[LostCallback],
         store: Callable[[Hold], None],
+        session: Optional[SessionLink] = None,
     ) -> Optional[Hold]:
         """Asks for ``spec`` (waiting up to ``wait`` s in the server; 0: one try; None: no
         limit) with a fresh REQUEST id. A grant is handed to ``store``; whatever ends the call
         without that (timeout, lost reply, stall, KeyboardInterrupt, an error) cancels the
-        request exactly (``RLOCK.CANCEL``), so nothing stays held by nobody."""
+        request exactly (``RLOCK.CANCEL``), so nothing stays held by nobody. With ``session``
+        (a session's acquire: ``spec.session``) the command runs on the session's connection,
+        and the hold is recorded with the session."""
         rid = P.new_id()
         t0 = time.monotonic()
         end = None if wait is None else t0 + wait
@@ -185,11 +198,14 @@ class SyncBackend:
                 need_cancel = True
                 attempts += 1
                 try:
-                    reply = self.call(
-                        spec.key,
+                    args, extra = (
                         spec.acquire(rid, wait_ms),
                         (wait_ms or 0) / 1000.0 if end is not None else 1e9,
                     )
+                    if session is not None:
+                        reply = session.call(args, extra)
+                    else:
+                        reply = self.call(spec.key, args, extra)
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False
@@ -228,6 +244,8 @@ class SyncBackend:
                     return None
                 hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
+                if session is not None:
+                    session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
                 store(hold)
                 handed = True
                 self.watchdog.schedule(hold)

@@ -19,6 +19,7 @@ __all__ = [
     "NoReplicas",
     "NotHeld",
     "RLockError",
+    "SessionClosed",
     "UpgradeRefused",
     "WrongType",
 ]
@@ -56,6 +57,12 @@ class WrongType(RLockError):
 
 class UpgradeRefused(RLockError):
     """A write acquire by a thread or task that holds the read side: it would wait for itself."""
+
+
+class SessionClosed(RLockError):
+    """The session's connection closed (the server closed it, ``CLIENT KILL``, a restart, a
+    keepalive unanswered, or ``close()``): its holds ended, and it takes no more. Open a new
+    session."""
 
 
 class LockPermissionError(RLockError):

@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 from . import _proto as P
 from ._hold import Hold, LossSignal, LostCallback
 from ._sync import SyncBackend, backend_for
-from .errors import LockTimeout, NotHeld, RLockError, UpgradeRefused
+from .errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
 
 _DEFAULT: Any = object()
 
@@ -25,6 +25,8 @@ class _Base:
     """What every sync lock side shares: options, per-thread hold, the threading.Lock API."""
 
     _kind = P.LOCK
+    #: the session its holds are bound to (set by ``Session.lock`` / ``Session.rw_lock``)
+    _session: Any = None
 
     def __init__(
         self,
@@ -75,6 +77,9 @@ class _Base:
             if lease is _DEFAULT
             else (None if lease is None else P.to_ms(lease, "lease"))
         )
+        session = self._session
+        if session is not None and session.closed.is_set():
+            raise SessionClosed("the session is closed", lock_name=self._lock_name())
         hold = self._current()
         if hold is not None:
             return self._be.reenter(hold, lease_ms or self._watchdog_ms, wait)
@@ -84,6 +89,8 @@ class _Base:
             owner=self._owner(),
             lease_ms=lease_ms or self._watchdog_ms,
             token=self._fencing and self._kind != P.READ,
+            session=session is not None,
+            lock_delay_ms=0 if session is None else session.lock_delay_ms,
         )
         got = self._be.acquire(
             spec,
@@ -91,6 +98,7 @@ class _Base:
             lease_ms is None,
             self._on_lost,
             lambda h: setattr(self._local, self._slot(), h),
+            session,
         )
         return got is not None
 

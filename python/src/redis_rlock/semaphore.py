@@ -124,6 +124,9 @@ class LeasedSemaphore(_SemBase):
     """Leased permits, each with an id and a lease the server enforces. No lease: a watchdog
     renews them (``RSEM.RENEW``) until released."""
 
+    #: the session its permits are bound to (set by ``Session.leased_semaphore``)
+    _session: Any = None
+
     def __init__(
         self,
         client: Any,
@@ -150,14 +153,17 @@ class LeasedSemaphore(_SemBase):
         """Takes ``permits`` leased permits: their guard (``ids``), or None when not in time."""
         lease = self._lease if lease is None else lease
         lease_ms = None if lease is None else P.to_ms(lease, "lease")
+        session = self._session
         spec = P.Spec(
             P.LEASED,
             self.name,
             permits=P.check_permits(permits, True),
             lease_ms=lease_ms or self._watchdog_ms,
+            session=session is not None,
+            lock_delay_ms=0 if session is None else session.lock_delay_ms,
         )
         wait = P.wait_budget(blocking, timeout)
-        return self._be.acquire(spec, wait, lease_ms is None, self._on_lost, _noop)
+        return self._be.acquire(spec, wait, lease_ms is None, self._on_lost, _noop, session)
 
     def _take_one(self) -> Optional[Hold]:
         return self.acquire(1, self._blocking, self._timeout)

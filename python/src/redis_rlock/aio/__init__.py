@@ -5,6 +5,7 @@ from ..compat import AsyncRLockCompat
 from ._engine import AsyncHold, AsyncLossSignal
 from .lock import Lock, RWLock
 from .semaphore import LeasedSemaphore, Semaphore
+from .session import Session
 
 __all__ = [
     "AsyncHold",
@@ -14,4 +15,5 @@ __all__ = [
     "Lock",
     "RWLock",
     "Semaphore",
+    "Session",
 ]

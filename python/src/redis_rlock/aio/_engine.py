@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 import weakref
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, Protocol
 
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
@@ -118,6 +118,16 @@ class AsyncLossSignal:
 
     def __bool__(self) -> bool:
         return self.is_set()
+
+
+class AsyncSessionLink(Protocol):
+    """What the engine needs of an asyncio session: its connection, a record of its holds."""
+
+    async def call(self, args: list[P.Arg], extra: float) -> Any:
+        """One command on the session's connection (raises SessionClosed once closed)."""
+
+    def adopt(self, hold: AsyncHold) -> None:
+        """Records a hold granted through the session (raises SessionClosed once closed)."""
 
 
 class AsyncBackend:
@@ -245,8 +255,10 @@ class AsyncBackend:
         watchdog: bool,
         on_lost: Optional[LostCallback],
         store: Callable[[AsyncHold], None],
+        session: Optional[AsyncSessionLink] = None,
     ) -> Optional[AsyncHold]:
-        """As the sync engine's ``acquire``; a cancellation at any await cancels exactly."""
+        """As the sync engine's ``acquire``; a cancellation at any await cancels exactly. With
+        ``session`` the command runs on the session's connection, the hold is recorded with it."""
         rid = P.new_id()
         t0 = time.monotonic()
         end = None if wait is None else t0 + wait
@@ -268,7 +280,10 @@ class AsyncBackend:
                 attempts += 1
                 extra = (wait_ms or 0) / 1000.0 if end is not None else 1e9
                 try:
-                    reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
+                    if session is not None:
+                        reply = await session.call(spec.acquire(rid, wait_ms), extra)
+                    else:
+                        reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False
@@ -307,6 +322,8 @@ class AsyncBackend:
                     return None
                 hold = AsyncHold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
+                if session is not None:
+                    session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
                 store(hold)
                 handed = True
                 self._watch(hold)

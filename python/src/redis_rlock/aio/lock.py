@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 
 from .. import _proto as P
 from .._hold import LostCallback
-from ..errors import LockTimeout, NotHeld, RLockError, UpgradeRefused
+from ..errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
 from ._engine import AsyncBackend, AsyncHold, AsyncLossSignal, backend_for
 
 _DEFAULT: Any = object()
@@ -39,6 +39,8 @@ def _task_holds() -> dict[tuple[int, str], AsyncHold]:
 
 class _Base:
     _kind = P.LOCK
+    #: the session its holds are bound to (set by ``Session.lock`` / ``Session.rw_lock``)
+    _session: Any = None
 
     def __init__(
         self,
@@ -88,6 +90,11 @@ class _Base:
             if lease is _DEFAULT
             else (None if lease is None else P.to_ms(lease, "lease"))
         )
+        session = self._session
+        if session is not None and session.closed.is_set():
+            raise SessionClosed(
+                "the session is closed", lock_name=self.name.decode("utf-8", "replace")
+            )
         hold = self._current()
         if hold is not None:
             return await self._be.reenter(hold, lease_ms or self._watchdog_ms, wait)
@@ -97,6 +104,8 @@ class _Base:
             owner=self._owner(),
             lease_ms=lease_ms or self._watchdog_ms,
             token=self._fencing and self._kind != P.READ,
+            session=session is not None,
+            lock_delay_ms=0 if session is None else session.lock_delay_ms,
         )
         holds = _task_holds()
         key = self._key()
@@ -105,7 +114,8 @@ class _Base:
             holds[key] = h
 
         return (
-            await self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store) is not None
+            await self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
+            is not None
         )
 
     async def release(self) -> None:

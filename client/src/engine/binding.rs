@@ -1,0 +1,248 @@
+//! A session's binding: the one dedicated connection whose acquires carry `SESSION [LOCKDELAY
+//! ms]` (the server binds each grant to the connection that made it), and the holds granted
+//! through it. A property of the acquire path, not a kind: any lock, read-write lock side or
+//! leased permit request may carry one ([`crate::engine::request::Request::session`]).
+//!
+//! - **The connection** is a redis-rs `MultiplexedConnection` whose driver runs in a task of
+//!   ours: the driver ends exactly when the socket does (the server closed it, `CLIENT KILL`,
+//!   a restart, a reset), so the close is seen at once, without RESP3 push messages.
+//! - **Keepalive**: while no session command is in flight, a `PING` every `keepalive`; one not
+//!   answered within `keepalive` closes the session (a server that stopped answering, a cut
+//!   network): noticed within two periods. A command in flight (a blocked `WAIT`) would delay
+//!   the `PONG`, so no ping runs then and a ping that overlapped one is not held against the
+//!   connection.
+//! - **Close** (any of the above, or the session dropped): the connection is closed (its driver
+//!   aborted, so the server ends the holds too), every hold granted through it is marked lost
+//!   at once, and every later acquire fails with [`Error::SessionClosed`]: a binding is never
+//!   re-made silently (a new connection would be a new session).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::engine::hold::{Hold, WeakHold};
+use crate::error::{Error, Result};
+
+/// How long opening the session's connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most lock-delay the module accepts (`LOCKDELAY` 0 to 60000 ms).
+pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+
+/// One session's connection and the holds granted through it.
+pub(crate) struct Binding {
+    conn: Mutex<Option<MultiplexedConnection>>,
+    /// `LOCKDELAY` in ms (0: none sent).
+    lock_delay_ms: u64,
+    /// The server's id of the connection (`CLIENT ID`), if the user may ask.
+    client_id: Option<i64>,
+    closed: watch::Sender<bool>,
+    holds: Mutex<Vec<WeakHold>>,
+    /// Session commands whose reply has not come yet, and how many ever started.
+    in_flight: AtomicUsize,
+    started: AtomicU64,
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+/// A session command in flight (the keepalive stays quiet meanwhile).
+pub(crate) struct InFlight(Arc<Binding>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Binding {
+    /// Opens the session's connection to the server of `client` (its address, database and
+    /// credentials), with `lock_delay` on every acquire and a ping every `keepalive`.
+    ///
+    /// # Errors
+    /// [`Error::SessionUnsupported`] for an address kind the session cannot open (TLS);
+    /// [`Error::Redis`] when the server cannot be reached, or `lock_delay` is above 60 s or
+    /// `keepalive` is zero.
+    pub(crate) async fn open(
+        client: &redis::Client,
+        lock_delay: Duration,
+        keepalive: Duration,
+    ) -> Result<Arc<Self>> {
+        if lock_delay > MAX_LOCK_DELAY || keepalive.is_zero() {
+            return Err(Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a session's lock_delay must be at most 60 s and its keepalive above zero",
+            ))));
+        }
+        let info = client.get_connection_info();
+        let config = AsyncConnectionConfig::new().set_response_timeout(None);
+        let (mut conn, driver) = tokio::time::timeout(CONNECT_TIMEOUT, async {
+            match info.addr() {
+                ConnectionAddr::Tcp(host, port) => {
+                    let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                        .await
+                        .map_err(redis::RedisError::from)?;
+                    stream.set_nodelay(true).map_err(redis::RedisError::from)?;
+                    let (conn, driver) = MultiplexedConnection::new_with_config(
+                        info.redis_settings(),
+                        stream,
+                        config,
+                    )
+                    .await?;
+                    Ok((conn, driver.boxed()))
+                }
+                ConnectionAddr::Unix(path) => {
+                    let stream = tokio::net::UnixStream::connect(path)
+                        .await
+                        .map_err(redis::RedisError::from)?;
+                    let (conn, driver) = MultiplexedConnection::new_with_config(
+                        info.redis_settings(),
+                        stream,
+                        config,
+                    )
+                    .await?;
+                    Ok((conn, driver.boxed()))
+                }
+                _ => Err(Error::SessionUnsupported),
+            }
+        })
+        .await
+        .map_err(|_| Error::TimedOut)??;
+        // Started before any command: the connection's replies are read by the driver.
+        let driver = tokio::spawn(driver);
+        let client_id = match redis::cmd("CLIENT").arg("ID").query_async(&mut conn).await {
+            Ok(id) => Some(id),
+            Err(e) if crate::error::from_server(&e) => None, // not allowed (ACL): no id then
+            Err(e) => {
+                driver.abort();
+                return Err(e.into());
+            }
+        };
+        let binding = Arc::new(Self {
+            conn: Mutex::new(Some(conn)),
+            lock_delay_ms: u64::try_from(lock_delay.as_millis()).unwrap_or(u64::MAX),
+            client_id,
+            closed: watch::channel(false).0,
+            holds: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let watcher = {
+            let weak = Arc::downgrade(&binding);
+            tokio::spawn(async move {
+                let _ = driver.await; // ends with the socket (or when aborted by `close`)
+                if let Some(binding) = weak.upgrade() {
+                    binding.close();
+                }
+            })
+        };
+        let pinger = tokio::spawn(keepalive_loop(Arc::downgrade(&binding), keepalive));
+        lock(&binding.tasks).extend([watcher.abort_handle(), pinger.abort_handle()]);
+        if binding.is_closed() {
+            // Closed before the tasks were recorded: stop them now.
+            lock(&binding.tasks).drain(..).for_each(|t| t.abort());
+        }
+        Ok(binding)
+    }
+
+    /// The server's id of the session's connection, when the user may ask (`CLIENT ID`).
+    pub(crate) const fn client_id(&self) -> Option<i64> {
+        self.client_id
+    }
+
+    /// Adds `SESSION [LOCKDELAY ms]` to an acquire.
+    pub(crate) fn mark(&self, cmd: &mut redis::Cmd) {
+        cmd.arg("SESSION");
+        if self.lock_delay_ms > 0 {
+            cmd.arg("LOCKDELAY").arg(self.lock_delay_ms);
+        }
+    }
+
+    /// The connection for one session command, counted in flight until the returned guard
+    /// drops; `None` once the session closed.
+    pub(crate) fn connection(self: &Arc<Self>) -> Option<(MultiplexedConnection, InFlight)> {
+        let conn = lock(&self.conn).clone()?;
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Some((conn, InFlight(Arc::clone(self))))
+    }
+
+    /// Records a hold granted through the session, to be marked lost when it closes. `false`
+    /// when it closed already (the caller then gives the grant back).
+    pub(crate) fn adopt(&self, hold: &Hold) -> bool {
+        let mut holds = lock(&self.holds);
+        if self.is_closed() {
+            return false;
+        }
+        // Forget holds that ended: the list stays within twice the holds alive.
+        if holds.len() >= 16 && holds.len().is_power_of_two() {
+            holds.retain(|h| h.upgrade_live().is_some());
+        }
+        holds.push(hold.downgrade());
+        true
+    }
+
+    /// Whether the session closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Resolves once the session closed.
+    pub(crate) async fn closed(&self) {
+        let mut closed = self.closed.subscribe();
+        let _ = closed.wait_for(|c| *c).await;
+    }
+
+    /// Closes the session (once): closes its connection, marks every hold granted through it
+    /// lost, and refuses further acquires. Needs no runtime.
+    pub(crate) fn close(&self) {
+        if self.closed.send_replace(true) {
+            return;
+        }
+        drop(lock(&self.conn).take());
+        lock(&self.tasks).drain(..).for_each(|t| t.abort());
+        let holds = std::mem::take(&mut *lock(&self.holds));
+        for hold in holds.iter().filter_map(WeakHold::upgrade_live) {
+            hold.lose();
+        }
+    }
+}
+
+/// Pings the session's connection every `period` while it is idle; closes the session when a
+/// ping is not answered within `period` and no other command overlapped it.
+async fn keepalive_loop(binding: Weak<Binding>, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(live) = binding.upgrade() else { return };
+        if live.in_flight.load(Ordering::SeqCst) > 0 {
+            continue;
+        }
+        let before = live.started.load(Ordering::SeqCst);
+        let Some(mut conn) = lock(&live.conn).clone() else { return };
+        drop(live);
+        let ping = redis::cmd("PING");
+        let answered =
+            match tokio::time::timeout(period, ping.query_async::<Value>(&mut conn)).await {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => crate::error::from_server(&e), // an answer all the same
+                Err(_) => false,
+            };
+        drop(conn);
+        let Some(live) = binding.upgrade() else { return };
+        let overlapped = live.started.load(Ordering::SeqCst) != before
+            || live.in_flight.load(Ordering::SeqCst) > 0;
+        if !answered && !overlapped {
+            live.close();
+            return;
+        }
+    }
+}

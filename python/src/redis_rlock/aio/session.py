@@ -1,0 +1,262 @@
+"""asyncio sessions: the sync :class:`redis_rlock.Session` on ``redis.asyncio``.
+
+One connection of its own (opened by ``async with`` or the first acquire), whose locks are
+session holds. A watcher task pings the idle connection every ``keepalive`` seconds: a close by
+the server, or a ping not answered within ``keepalive``, closes the session (seen within two
+periods); every hold taken through it is then lost at once. A cancelled acquire leaves its
+reply to be read (its request is cancelled, which answers a blocked wait at once) before the
+session's next command, so the session stays usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from .. import _proto as P
+from .._conn import log
+from ..errors import SessionClosed
+from ..session import check_keepalive, lock_delay_ms
+from ._engine import AsyncBackend, AsyncHold, backend_for
+from .lock import Lock, RWLock
+from .semaphore import LeasedSemaphore
+
+
+class AsyncClosedSignal:
+    """Event-like view of a session's close (``is_set()``, ``await wait(timeout)``)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def is_set(self) -> bool:
+        """True once the session is closed."""
+        return self._session._is_closed
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the session is closed (True) or ``timeout`` seconds passed (False)."""
+        try:
+            await asyncio.wait_for(self._session._closed_event().wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+
+class Session:
+    """A session on a ``redis.asyncio.Redis`` client (not a cluster): see the sync
+    :class:`redis_rlock.Session`. ``async with ra.Session(client) as s:`` opens it and closes
+    it; ``await s.close()`` closes it (the server ends its holds)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        lock_delay: float = 0.0,
+        keepalive: float = 1.0,
+        response_timeout: float = 2.0,
+    ) -> None:
+        if isinstance(client, RedisCluster):
+            raise TypeError("sessions need one server: a cluster client has none")
+        self._delay_ms = lock_delay_ms(lock_delay)
+        self._keepalive = check_keepalive(keepalive)
+        self._client = client
+        self._rt = float(response_timeout)
+        self._be: AsyncBackend = backend_for(client, response_timeout)
+        self._pool: Any = None
+        self._conn: Any = None
+        self._mutex = asyncio.Lock()
+        self._is_closed = False
+        self._event: Optional[asyncio.Event] = None
+        self._holds: weakref.WeakSet[AsyncHold] = weakref.WeakSet()
+        self._reader: Optional[asyncio.Future[Any]] = None
+        self._watcher: Optional[asyncio.Task[None]] = None
+        self.client_id: Optional[int] = None
+
+    # -- the handles -----------------------------------------------------------------------
+    def lock(self, name: Union[str, bytes], **options: Any) -> Lock:
+        """A :class:`Lock` whose holds are bound to this session."""
+        options.setdefault("response_timeout", self._rt)
+        lk = Lock(self._client, name, **options)
+        lk._session = self
+        return lk
+
+    def rw_lock(self, name: Union[str, bytes], **options: Any) -> RWLock:
+        """A :class:`RWLock` whose read and write holds are bound to this session."""
+        options.setdefault("response_timeout", self._rt)
+        rw = RWLock(self._client, name, **options)
+        rw.read._session = rw.write._session = self
+        return rw
+
+    def leased_semaphore(self, name: Union[str, bytes], **options: Any) -> LeasedSemaphore:
+        """A :class:`LeasedSemaphore` whose permits are bound to this session."""
+        options.setdefault("response_timeout", self._rt)
+        sem = LeasedSemaphore(self._client, name, **options)
+        sem._session = self
+        return sem
+
+    @property
+    def closed(self) -> AsyncClosedSignal:
+        """Event-like close signal: ``is_set()``, ``await wait(timeout)``."""
+        return AsyncClosedSignal(self)
+
+    @property
+    def lock_delay_ms(self) -> int:
+        """The ``LOCKDELAY`` its acquires carry (0: none)."""
+        return self._delay_ms
+
+    def _closed_event(self) -> asyncio.Event:
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self._is_closed:
+                self._event.set()
+        return self._event
+
+    async def open(self) -> Session:
+        """Opens the connection (done by ``async with`` and by the first acquire)."""
+        async with self._mutex:
+            await self._open()
+        return self
+
+    async def _open(self) -> None:
+        if self._is_closed:
+            raise SessionClosed("the session is closed")
+        if self._conn is not None:
+            return
+        self._pool = await self._be._pool(b"")
+        conn = await self._pool.get_connection()
+        self._conn = conn
+        try:
+            self.client_id = int(await self._raw(["CLIENT", "ID"], 0.0))
+        except ResponseError:
+            self.client_id = None  # not allowed (ACL)
+        self._watcher = asyncio.ensure_future(_watch(weakref.ref(self)))
+
+    def _close_now(self) -> None:
+        """Closes at once (no await): the connection is dropped in the background."""
+        if self._is_closed:
+            return
+        self._is_closed = True
+        self._closed_event().set()
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._be.background(self._drop(conn))
+        for hold in list(self._holds):
+            hold.mark_lost()
+
+    async def _drop(self, conn: Any) -> None:
+        try:
+            await conn.disconnect(nowait=True)
+        except Exception as e:
+            log.debug("redis_rlock: session disconnect: %s", e)
+        await self._pool.release(conn)
+
+    async def close(self) -> None:
+        """Closes the connection (the server ends its holds); every hold taken through the
+        session is lost. Idempotent."""
+        self._close_now()
+        await self._be.flush(self._rt)
+
+    async def __aenter__(self) -> Session:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._is_closed else "open"
+        return f"<redis_rlock.aio.Session id={self.client_id} {state}>"
+
+    # -- the engine's side -------------------------------------------------------------------
+    async def call(self, args: list[P.Arg], extra: float) -> Any:
+        """One command on the session's connection (see the sync ``Session.call``)."""
+        async with self._mutex:
+            await self._open()
+            return await self._raw(args, extra)
+
+    async def _raw(self, args: list[P.Arg], extra: float) -> Any:
+        if self._is_closed or self._conn is None:
+            raise SessionClosed("the session is closed")
+        conn = self._conn
+        try:
+            await self._drain()
+            await conn.send_command(*args)
+            reader = asyncio.ensure_future(conn.read_response())
+            self._reader = reader
+            try:
+                reply = await asyncio.wait_for(asyncio.shield(reader), extra + self._rt)
+            except asyncio.TimeoutError:
+                raise SessionClosed(
+                    f"no reply to {args[0]!r} in time: the session closed"
+                ) from None
+            self._reader = None
+            return reply
+        except ResponseError:
+            self._reader = None
+            raise
+        except asyncio.CancelledError:
+            raise  # the reply (if any) is read before the next command
+        except Exception as e:
+            self._close_now()
+            if isinstance(e, SessionClosed):
+                raise
+            raise SessionClosed(f"the session's connection failed: {e}") from e
+
+    async def _drain(self) -> None:
+        """Waits for the reply of a cancelled command (bounded)."""
+        reader, self._reader = self._reader, None
+        if reader is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), 2 * self._rt)
+        except ResponseError:
+            pass
+        except asyncio.TimeoutError:
+            raise SessionClosed("a cancelled command was never answered") from None
+
+    def adopt(self, hold: AsyncHold) -> None:
+        """Records a hold granted through the session (lost when it closes)."""
+        if self._is_closed:
+            hold.mark_lost()
+            raise SessionClosed("the session closed before its grant was recorded")
+        self._holds.add(hold)
+
+
+async def _watch(ref: weakref.ref[Session]) -> None:
+    """The watcher task: pings the idle connection every ``keepalive``; ends with the session."""
+    while True:
+        session = ref()
+        if session is None or session._is_closed:
+            return
+        period = session._keepalive
+        del session
+        await asyncio.sleep(period)
+        session = ref()
+        if session is None or session._is_closed:
+            return
+        if not session._mutex.locked():
+            try:
+                async with session._mutex:
+                    await session._raw(["PING"], period - session._rt)
+            except ResponseError:
+                pass  # an answer all the same
+            except Exception as e:
+                log.info("redis_rlock: session closed: %s", e)
+        del session

@@ -1,0 +1,284 @@
+"""Sync sessions: one connection of their own whose locks are session holds (``SESSION``).
+
+The server ends a session hold as soon as the connection that made it closes (the process
+died, ``close()``, ``CLIENT KILL``); the session marks every hold taken through it lost at once.
+A watcher thread sleeps on the idle connection's socket, so a close by the server is seen at
+once, and pings it every ``keepalive`` seconds: a ping not answered within ``keepalive`` closes
+the session (a server that stopped answering, a cut network), within two periods. While an
+acquire is in flight on the connection (a blocked ``WAIT``) the watcher waits for it.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import threading
+import time
+import weakref
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from . import _proto as P
+from ._conn import log
+from ._hold import Hold
+from ._sync import SyncBackend, backend_for
+from .errors import SessionClosed
+from .lock import Lock, RWLock
+from .semaphore import LeasedSemaphore
+
+#: The most lock-delay the module accepts (``LOCKDELAY`` 0 to 60000 ms).
+MAX_LOCK_DELAY_S = 60.0
+
+
+def lock_delay_ms(lock_delay: float) -> int:
+    """``lock_delay`` seconds as ``LOCKDELAY`` milliseconds (0: none); refuses what the module
+    would (negative, NaN, above 60 s) before anything is opened."""
+    if isinstance(lock_delay, bool) or not isinstance(lock_delay, (int, float)):
+        raise TypeError("lock_delay must be a number of seconds")
+    if not math.isfinite(lock_delay) or not 0 <= lock_delay <= MAX_LOCK_DELAY_S:
+        raise ValueError(f"lock_delay must be from 0 to 60 seconds, got {lock_delay!r}")
+    return math.ceil(lock_delay * 1000)
+
+
+def check_keepalive(keepalive: float) -> float:
+    """A keepalive period: a positive, finite number of seconds."""
+    if isinstance(keepalive, bool) or not isinstance(keepalive, (int, float)):
+        raise TypeError("keepalive must be a number of seconds")
+    if not math.isfinite(keepalive) or keepalive <= 0:
+        raise ValueError(f"keepalive must be a positive number of seconds, got {keepalive!r}")
+    return float(keepalive)
+
+
+class ClosedSignal:
+    """Event-like view of a session's close (``is_set()``, ``wait(timeout)``)."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self, event: threading.Event) -> None:
+        self._event = event
+
+    def is_set(self) -> bool:
+        """True once the session is closed."""
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the session is closed (True) or ``timeout`` seconds passed (False)."""
+        return self._event.wait(timeout)
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+
+class Session:
+    """A session on a ``redis.Redis`` client (a Sentinel master's included; not a cluster):
+    one connection of its own, whose :meth:`lock`, :meth:`rw_lock` and
+    :meth:`leased_semaphore` take session holds. Acquires (tries and waits) run on that
+    connection, one at a time (a waiting acquire holds it); renewals and releases use the
+    client's other connections. When the connection closes or fails, every hold taken through
+    the session is lost at once and later acquires raise :class:`SessionClosed`: the session
+    never reconnects. ``close()`` (or leaving ``with``) closes the connection, which ends its
+    holds on the server.
+
+    ``lock_delay``: seconds (0 to 60) nobody is granted a lock after a hold of this session
+    ended because the connection closed (``LOCKDELAY``). ``keepalive``: the ping period."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        lock_delay: float = 0.0,
+        keepalive: float = 1.0,
+        response_timeout: float = 2.0,
+    ) -> None:
+        if isinstance(client, RedisCluster):
+            raise TypeError("sessions need one server: a cluster client has none")
+        self._delay_ms = lock_delay_ms(lock_delay)
+        self._keepalive = check_keepalive(keepalive)
+        self._client = client
+        self._rt = float(response_timeout)
+        self._be: SyncBackend = backend_for(client, response_timeout)
+        self._pool = self._be._pool(b"")
+        self._conn: Any = self._pool.get_connection()
+        self._mutex = threading.Lock()
+        self._closed = threading.Event()
+        self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
+        self._pending = 0  # replies of interrupted commands, read before the next command
+        try:
+            self.client_id: Optional[int] = int(self._raw(["CLIENT", "ID"], 0.0))
+        except ResponseError:
+            self.client_id = None  # not allowed (ACL)
+        except BaseException:
+            self._conn.disconnect()
+            self._pool.release(self._conn)
+            raise
+        self._watcher = threading.Thread(
+            target=_watch, args=(weakref.ref(self),), name="redis-rlock-session", daemon=True
+        )
+        self._watcher.start()
+
+    # -- the handles -----------------------------------------------------------------------
+    def lock(self, name: Union[str, bytes], **options: Any) -> Lock:
+        """A :class:`Lock` whose holds are bound to this session (``Lock``'s options)."""
+        options.setdefault("response_timeout", self._rt)
+        lk = Lock(self._client, name, **options)
+        lk._session = self
+        return lk
+
+    def rw_lock(self, name: Union[str, bytes], **options: Any) -> RWLock:
+        """A :class:`RWLock` whose read and write holds are bound to this session."""
+        options.setdefault("response_timeout", self._rt)
+        rw = RWLock(self._client, name, **options)
+        rw.read._session = rw.write._session = self
+        return rw
+
+    def leased_semaphore(self, name: Union[str, bytes], **options: Any) -> LeasedSemaphore:
+        """A :class:`LeasedSemaphore` whose permits are bound to this session."""
+        options.setdefault("response_timeout", self._rt)
+        sem = LeasedSemaphore(self._client, name, **options)
+        sem._session = self
+        return sem
+
+    @property
+    def closed(self) -> ClosedSignal:
+        """Event-like close signal: ``is_set()``, ``wait(timeout)``."""
+        return ClosedSignal(self._closed)
+
+    @property
+    def lock_delay_ms(self) -> int:
+        """The ``LOCKDELAY`` its acquires carry (0: none)."""
+        return self._delay_ms
+
+    def close(self) -> None:
+        """Closes the connection (the server ends its holds); every hold taken through the
+        session is lost. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        conn = self._conn
+        try:
+            conn.disconnect()
+        except Exception as e:
+            log.debug("redis_rlock: session disconnect: %s", e)
+        self._pool.release(conn)
+        for hold in list(self._holds):
+            hold.mark_lost()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", threading.Event()).is_set() and hasattr(self, "_conn"):
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed.is_set() else "open"
+        return f"<redis_rlock.Session id={self.client_id} {state}>"
+
+    # -- the engine's side -------------------------------------------------------------------
+    def call(self, args: list[P.Arg], extra: float) -> Any:
+        """One command on the session's connection, its reply awaited within ``extra`` + the
+        response timeout. Error replies are raised as they are; any other failure closes the
+        session (:class:`SessionClosed`). An interrupt (KeyboardInterrupt) leaves the reply to
+        be read before the next command."""
+        with self._mutex:
+            return self._raw(args, extra)
+
+    def _raw(self, args: list[P.Arg], extra: float) -> Any:
+        if self._closed.is_set():
+            raise SessionClosed("the session is closed")
+        conn = self._conn
+        sent = False
+        try:
+            self._drain()
+            conn.send_command(*args)
+            sent = True
+            end = time.monotonic() + extra + self._rt
+            while not conn.can_read(timeout=max(0.0, min(end - time.monotonic(), 1.0))):
+                if self._closed.is_set():
+                    raise SessionClosed("the session is closed")
+                if time.monotonic() >= end:
+                    raise SessionClosed(f"no reply to {args[0]!r} in time: the session closed")
+            return conn.read_response()
+        except ResponseError:
+            raise
+        except Exception as e:
+            self.close()
+            if isinstance(e, SessionClosed):
+                raise
+            raise SessionClosed(f"the session's connection failed: {e}") from e
+        except BaseException:
+            if sent:
+                self._pending += 1  # interrupted: its reply is still to come
+            raise
+
+    def _drain(self) -> None:
+        """Reads the replies of interrupted commands (their requests were cancelled, which
+        answers a blocked wait at once)."""
+        while self._pending:
+            if not self._conn.can_read(timeout=2 * self._rt):
+                raise SessionClosed("an interrupted command was never answered")
+            try:
+                self._conn.read_response()
+            except ResponseError:
+                pass
+            self._pending -= 1
+
+    def adopt(self, hold: Hold) -> None:
+        """Records a hold granted through the session (lost when it closes)."""
+        with self._mutex:
+            if self._closed.is_set():
+                hold.mark_lost()
+                raise SessionClosed("the session closed before its grant was recorded")
+            self._holds.add(hold)
+
+    def ping(self) -> None:
+        """The watcher's check of an idle connection: a close by the server, or a ping not
+        answered within ``keepalive``, closes the session."""
+        if not self._mutex.acquire(timeout=self._keepalive):
+            return  # an acquire is in flight: it checks the connection itself
+        try:
+            if self._closed.is_set():
+                return
+            self._raw(["PING"], self._keepalive - self._rt)
+        except ResponseError:
+            pass  # an answer all the same
+        except Exception as e:
+            log.info("redis_rlock: session closed: %s", e)
+        finally:
+            self._mutex.release()
+
+
+def _watch(ref: weakref.ref[Session]) -> None:
+    """The watcher thread: sleeps on the idle connection's socket (a close is seen at once),
+    pings every ``keepalive``; ends with the session."""
+    while True:
+        session = ref()
+        if session is None or session._closed.is_set():
+            return
+        period = session._keepalive
+        sock = getattr(session._conn, "_sock", None)
+        closed = session._closed
+        del session
+        try:
+            if sock is not None:
+                select.select([sock], [], [], period)
+            else:
+                closed.wait(period)
+        except (OSError, ValueError):
+            pass  # closed meanwhile: the ping below finds out
+        session = ref()
+        if session is None:
+            return
+        session.ping()
+        del session

@@ -1,0 +1,215 @@
+"""Sessions (issue 27 §1): ``redis_rlock.Session`` / ``redis_rlock.aio.Session`` hold one
+connection of their own whose locks are session holds (``SESSION [LOCKDELAY ms]``): the server
+ends them when that connection closes (the process killed, the session closed, ``CLIENT
+KILL``), and every hold taken through the session is marked lost at once."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from _servers import Server, poll
+
+import redis_rlock as rl
+import redis_rlock.aio as ra
+
+PROMPT = 3.0  # seconds within which what should happen "at once" must have happened
+
+
+def holds(r: redis.Redis) -> int:
+    return int(r.info("rlock")["rlock_session_holds"])
+
+
+def blocked(r: redis.Redis) -> int:
+    return int(r.info("clients")["blocked_clients"])
+
+
+@pytest.fixture
+async def ar(server: Server) -> AsyncIterator[aredis.Redis]:
+    c = aredis.Redis(port=server.port, socket_timeout=10)
+    yield c
+    await c.aclose()
+
+
+CHILD = """
+import sys, time, redis, redis_rlock
+s = redis_rlock.Session(redis.Redis(port=int(sys.argv[1])))
+assert s.lock("proc", lease=60).acquire()
+print("HELD", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_process_frees_its_session_lock_and_a_waiter_is_served(
+    server: Server, r: redis.Redis
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(server.port)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "HELD"
+        assert holds(r) == 1
+        got: list[Any] = []
+        waiter = rl.Lock(r, "proc", lease=60)
+        t = threading.Thread(
+            target=lambda: got.append((waiter.acquire(timeout=10), time.monotonic()))
+        )
+        t.start()
+        poll("the waiter to block", 5, lambda: blocked(r) == 1)
+        killed = time.monotonic()
+        child.kill()
+        t.join(10)
+        ok, at = got[0]
+        assert ok and at - killed < PROMPT, at - killed
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_closing_the_session_ends_its_holds_and_marks_them_lost(r: redis.Redis) -> None:
+    with rl.Session(r) as s:
+        lk = s.lock("l", lease=60)
+        assert lk.acquire()
+        hold = lk.hold
+        assert holds(r) == 1
+    assert hold.is_lost(), "closed: lost at once"
+    assert s.closed.is_set()
+    poll("the end", 5, lambda: r.exists("l") == 0)
+    with pytest.raises(rl.SessionClosed):
+        lk.acquire(blocking=False)
+
+
+def test_client_kill_marks_every_hold_lost_and_the_session_refuses_new_acquires(
+    r: redis.Redis,
+) -> None:
+    rl.LeasedSemaphore(r, "s").try_set_permits(3)
+    s = rl.Session(r)
+    lk, rw, sem = s.lock("l"), s.rw_lock("rw", lease=60), s.leased_semaphore("s", lease=60)
+    assert lk.acquire() and rw.read.acquire()
+    permits = sem.acquire(2)
+    assert permits is not None
+    all_holds = [lk.hold, rw.read.hold, permits]
+    assert holds(r) == 4
+    assert s.client_id is not None
+    r.execute_command("CLIENT", "KILL", "ID", s.client_id)
+    assert s.closed.wait(PROMPT), "the session sees the close"
+    for h in all_holds:
+        assert h.lost.wait(PROMPT), h
+    for attempt in (
+        lambda: s.lock("l").acquire(blocking=False),
+        lambda: rw.write.acquire(timeout=1),
+        lambda: sem.acquire(1, blocking=False),
+    ):
+        with pytest.raises(rl.SessionClosed):
+            attempt()
+    poll("the ends", 5, lambda: r.exists("l", "rw") == 0 and holds(r) == 0)
+    assert rl.LeasedSemaphore(r, "s").available() == 3
+    with rl.Session(r) as again:
+        assert again.lock("l").acquire(blocking=False)
+
+
+def test_a_session_lock_reenters_and_its_release_ends_the_binding(r: redis.Redis) -> None:
+    with rl.Session(r) as s:
+        lk = s.lock("l", lease=60)
+        assert lk.acquire() and lk.acquire(blocking=False)
+        assert r.hgetall("l") == {lk.hold.owner: b"1"}
+        assert holds(r) == 1
+        lk.release()
+        assert r.exists("l") == 1
+        lk.release()
+        assert r.exists("l") == 0 and holds(r) == 0
+        assert not s.closed.is_set()
+
+
+def test_write_side_is_a_session_hold(r: redis.Redis) -> None:
+    s = rl.Session(r)
+    rw = s.rw_lock("rw", lease=60)
+    assert rw.write.acquire()
+    hold = rw.write.hold
+    assert holds(r) == 1
+    s.close()
+    assert hold.is_lost()
+    poll("the end", 5, lambda: r.exists("rw") == 0)
+    assert rl.RWLock(r, "rw").write.acquire(blocking=False)
+
+
+def test_the_lock_delay_is_passed_through(r: redis.Redis) -> None:
+    s = rl.Session(r, lock_delay=3)
+    assert s.lock("l", lease=60).acquire()
+    s.close()
+    poll("the lock-delay", 5, lambda: r.hgetall("l") == {b"rlock:lockdelay": b"1"})
+    assert int(r.info("rlock")["rlock_lock_delays"]) == 1
+    assert not rl.Lock(r, "l").acquire(blocking=False)
+    with pytest.raises(ValueError):
+        rl.Session(r, lock_delay=61)
+
+
+def test_a_lost_session_hold_s_release_leaves_the_next_holder_alone(r: redis.Redis) -> None:
+    s = rl.Session(r)
+    lk = s.lock("l", lease=60)
+    assert lk.acquire()
+    r.execute_command("CLIENT", "KILL", "ID", s.client_id)
+    assert lk.hold.lost.wait(PROMPT)
+    nxt = rl.Lock(r, "l", lease=60)
+    assert nxt.acquire(timeout=5)
+    with pytest.raises(rl.LockLost):
+        lk.release()
+    assert r.hgetall("l") == {nxt.hold.owner: b"1"}
+    nxt.release()
+
+
+async def test_async_a_cancelled_session_acquire_leaves_nothing_held(
+    r: redis.Redis, ar: aredis.Redis
+) -> None:
+    other = ra.Lock(ar, "l", lease=60)
+    assert await other.acquire()
+    async with ra.Session(ar) as s:
+        lk = s.lock("l", lease=60)
+        task = asyncio.ensure_future(lk.acquire())
+        end = time.monotonic() + 5
+        while blocked(r) != 1:
+            assert time.monotonic() < end, "the session's acquire never blocked"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        end = time.monotonic() + 5
+        while blocked(r) != 0:
+            assert time.monotonic() < end, "the cancelled wait was never dequeued"
+            await asyncio.sleep(0.01)
+        await other.release()
+        assert r.exists("l") == 0 and holds(r) == 0
+        assert await lk.acquire(timeout=2), "the session still works"
+        assert holds(r) == 1
+        await lk.release()
+
+
+async def test_async_client_kill_marks_every_hold_lost(r: redis.Redis, ar: aredis.Redis) -> None:
+    await ra.LeasedSemaphore(ar, "s").try_set_permits(2)
+    s = ra.Session(ar)
+    lk, sem = s.lock("l", lease=60), s.leased_semaphore("s", lease=60)
+    assert await lk.acquire()
+    permit = await sem.acquire(1)
+    assert permit is not None
+    hold = lk.hold
+    assert holds(r) == 2
+    r.execute_command("CLIENT", "KILL", "ID", s.client_id)
+    assert await s.closed.wait(PROMPT)
+    assert await hold.lost.wait(PROMPT) and await permit.lost.wait(PROMPT)
+    with pytest.raises(rl.SessionClosed):
+        await lk.acquire(blocking=False)
+    end = time.monotonic() + 5
+    while r.exists("l") or holds(r):
+        assert time.monotonic() < end
+        await asyncio.sleep(0.01)
+    assert await ra.LeasedSemaphore(ar, "s").available() == 2
+    await s.close()

@@ -1,0 +1,315 @@
+//! The Rust client's sessions (issue 27 §1): `LockClient::session()` opens one dedicated
+//! connection whose locks, read-write lock sides and leased permits are session holds
+//! (`SESSION [LOCKDELAY ms]`). When that connection goes away (the session dropped, the process
+//! killed, `CLIENT KILL`, a server that stops answering) the server ends the holds, and every
+//! guard taken through the session is lost at once; the session never reconnects.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_client::{Error, LockClient, Options, SessionOptions};
+use rlock_tests_integration::{cmd, hgetall, info_field, poll, wait_blocked, Cluster, Server};
+use tokio::time::{timeout, Instant};
+
+/// How long anything that should happen "at once" may take here.
+const PROMPT: Duration = Duration::from_secs(2);
+const LIMIT: Duration = Duration::from_secs(10);
+const LEASE: Option<Duration> = Some(Duration::from_secs(60));
+
+fn holds(con: &mut Connection) -> i64 {
+    info_field(con, "rlock", "rlock_session_holds")
+}
+
+fn exists(con: &mut Connection, key: &str) -> bool {
+    cmd(con, &["EXISTS", key]) == Value::Int(1)
+}
+
+fn kill_client(admin: &mut Connection, id: i64) {
+    assert_eq!(cmd(admin, &["CLIENT", "KILL", "ID", &id.to_string()]), Value::Int(1));
+}
+
+async fn client(server: &Server) -> LockClient {
+    LockClient::open(server.url()).await.expect("client")
+}
+
+/// The child process's part (run when `RLOCK_SESSION_CHILD` names a server): takes the lock
+/// `proc` through a session, says so on stdout, and waits to be killed.
+#[tokio::test]
+async fn session_child_process() {
+    let Ok(url) = std::env::var("RLOCK_SESSION_CHILD") else { return };
+    let client = LockClient::open(url).await.expect("client");
+    let session = client.session().await.expect("session");
+    let guard = session.lock("proc").acquire(LEASE).await.expect("acquire");
+    println!("HELD {}", guard.owner());
+    std::future::pending::<()>().await;
+}
+
+/// A process of its own, killed (SIGKILL) when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_frees_its_session_lock_and_a_waiter_is_served_promptly() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut child = Process(
+        Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "session_child_process", "--nocapture", "--test-threads=1"])
+            .env("RLOCK_SESSION_CHILD", server.url())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("child"),
+    );
+    let mut line = String::new();
+    let mut out = BufReader::new(child.0.stdout.take().expect("stdout"));
+    while !line.contains("HELD ") {
+        line.clear();
+        assert!(out.read_line(&mut line).expect("child output") > 0, "the child ended");
+    }
+    assert!(exists(&mut admin, "proc"));
+    assert_eq!(holds(&mut admin), 1, "a session hold");
+    let other = client(&server).await;
+    let waiting = tokio::spawn(async move {
+        let guard = other.lock("proc").try_acquire(LIMIT, LEASE).await;
+        (guard, Instant::now())
+    });
+    wait_blocked(&mut admin, 1);
+    let killed = Instant::now();
+    child.0.kill().expect("kill -9");
+    let (guard, at) = waiting.await.expect("waiter");
+    let guard = guard.expect("the waiter is served");
+    assert!(at - killed < PROMPT, "served {:?} after the kill", at - killed);
+    assert_eq!(holds(&mut admin), 0);
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_session_ends_its_holds_and_serves_a_waiter_promptly() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    let session = client.session().await.expect("session");
+    let guard = session.lock("l").acquire(LEASE).await.expect("acquire");
+    assert_eq!(holds(&mut admin), 1);
+    let other = client.clone();
+    let waiting = tokio::spawn(async move {
+        let guard = other.lock("l").try_acquire(LIMIT, LEASE).await;
+        (guard, Instant::now())
+    });
+    wait_blocked(&mut admin, 1);
+    let dropped = Instant::now();
+    drop(session);
+    assert!(guard.is_lost(), "a dropped session's guards are lost at once");
+    let (waiter, at) = waiting.await.expect("waiter");
+    let waiter = waiter.expect("the waiter is served");
+    assert!(at - dropped < PROMPT, "served {:?} after the drop", at - dropped);
+    assert_eq!(
+        guard.release().await.err().map(|e| e.to_string()),
+        Some(Error::NotHeld.to_string())
+    );
+    assert!(!waiter.is_lost());
+    waiter.release().await.expect("the waiter's release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kill_marks_every_guard_lost_and_the_session_refuses_new_acquires() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    client.leased_semaphore("s").try_set_permits(3).await.expect("permits");
+    let session = client.session().await.expect("session");
+    let lock = session.lock("l");
+    let rw = session.rw_lock("rw");
+    let sem = session.leased_semaphore("s");
+    let a = lock.acquire(None).await.expect("lock, watchdog");
+    let b = rw.read().acquire(LEASE).await.expect("read");
+    let c = sem.acquire(2, LEASE).await.expect("permits");
+    assert_eq!(holds(&mut admin), 4, "a lock, a read side, two permits");
+    let id = session.client_id().expect("the session's client id");
+    kill_client(&mut admin, id);
+    let all_lost = async {
+        tokio::join!(a.lost(), b.lost(), c.lost(), session.closed());
+    };
+    timeout(PROMPT, all_lost).await.expect("every guard lost, the session closed, at once");
+    assert!(a.is_lost() && b.is_lost() && c.is_lost() && session.is_closed());
+    assert!(a.valid_until().is_none(), "a lost guard has no deadline");
+    for result in [
+        lock.try_acquire(Duration::ZERO, LEASE).await.map(drop),
+        lock.acquire(LEASE).await.map(drop),
+        rw.write().try_acquire(Duration::from_secs(1), LEASE).await.map(drop),
+        sem.try_acquire(1, Duration::ZERO, LEASE).await.map(drop),
+    ] {
+        assert!(matches!(result, Err(Error::SessionClosed)), "{result:?}");
+    }
+    // The server ended the holds (its end runs on its next timer tick).
+    poll("the holds' end", LIMIT, || {
+        (!exists(&mut admin, "l") && holds(&mut admin) == 0).then_some(())
+    });
+    assert!(!exists(&mut admin, "rw"));
+    let available: i64 =
+        redis::cmd("RSEM.AVAILABLE").arg("s").query(&mut admin).expect("available");
+    assert_eq!(available, 3, "the permits came back");
+    // A new session works.
+    let again = client.session().await.expect("a new session");
+    let guard = again.lock("l").try_acquire(Duration::ZERO, LEASE).await.expect("acquire");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lock_reenters_and_its_release_ends_the_binding() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    let session = client.session().await.expect("session");
+    let lock = session.lock("l");
+    let first = lock.acquire(LEASE).await.expect("acquire");
+    let second = lock.try_acquire(Duration::ZERO, LEASE).await.expect("re-entry");
+    assert_eq!(first.owner(), second.owner(), "one hold");
+    assert_eq!(hgetall(&mut admin, b"l"), vec![(first.owner().as_bytes().to_vec(), b"1".to_vec())]);
+    assert_eq!(lock.hold_count().await.expect("count"), 2);
+    assert_eq!(holds(&mut admin), 1);
+    second.release().await.expect("release the re-entry");
+    assert!(exists(&mut admin, "l"));
+    first.release().await.expect("release");
+    assert!(!exists(&mut admin, "l"));
+    assert_eq!(holds(&mut admin), 0, "released: no binding left");
+    assert!(!session.is_closed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_side_and_leased_permits_are_session_holds_too() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    client.leased_semaphore("s").try_set_permits(2).await.expect("permits");
+    let session = client.session().await.expect("session");
+    let rw = session.rw_lock("rw");
+    let write = rw.write().acquire(LEASE).await.expect("write");
+    let read = rw.read().try_acquire(Duration::ZERO, LEASE).await.expect("write -> read");
+    let permit = session.leased_semaphore("s").acquire(1, None).await.expect("permit");
+    assert_eq!(holds(&mut admin), 3, "the write side, the read side, one permit");
+    let id = session.client_id().expect("id");
+    kill_client(&mut admin, id);
+    timeout(PROMPT, async { tokio::join!(write.lost(), read.lost(), permit.lost()) })
+        .await
+        .expect("lost at once");
+    poll("the ends", LIMIT, || (!exists(&mut admin, "rw") && holds(&mut admin) == 0).then_some(()));
+    let other = client.rw_lock("rw");
+    let w = other.write().try_acquire(Duration::ZERO, LEASE).await.expect("free for a writer");
+    w.release().await.expect("release");
+    let available: i64 =
+        redis::cmd("RSEM.AVAILABLE").arg("s").query(&mut admin).expect("available");
+    assert_eq!(available, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_delay_is_passed_through() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    let options = SessionOptions::default().lock_delay(Duration::from_secs(3));
+    let session = client.session_with(options).await.expect("session");
+    let guard = session.lock("l").acquire(LEASE).await.expect("acquire");
+    kill_client(&mut admin, session.client_id().expect("id"));
+    timeout(PROMPT, guard.lost()).await.expect("lost");
+    poll("the lock-delay", LIMIT, || {
+        (hgetall(&mut admin, b"l") == vec![(b"rlock:lockdelay".to_vec(), b"1".to_vec())])
+            .then_some(())
+    });
+    assert_eq!(info_field(&mut admin, "rlock", "rlock_lock_delays"), 1);
+    let busy = client.lock("l").try_acquire(Duration::ZERO, LEASE).await;
+    assert!(matches!(busy, Err(Error::TimedOut)), "held off by the delay: {busy:?}");
+    // A lock-delay above the module's 60 s is refused before anything is sent.
+    let refused =
+        client.session_with(SessionOptions::default().lock_delay(Duration::from_secs(61)));
+    assert!(matches!(refused.await, Err(Error::Redis(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_session_acquire_leaves_nothing_held_and_the_session_usable() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    let busy = client.lock("l").acquire(LEASE).await.expect("someone else holds it");
+    let session = client.session().await.expect("session");
+    let lock = session.lock("l");
+    let waiting = lock.acquire(LEASE);
+    let dropped = timeout(Duration::from_millis(300), async {
+        tokio::join!(waiting, async { wait_blocked_async(&server, 1).await })
+    })
+    .await;
+    assert!(dropped.is_err(), "the acquire was still waiting when dropped");
+    // The cancellation dequeues the waiter: the session connection is free again.
+    wait_blocked_async(&server, 0).await;
+    busy.release().await.expect("release");
+    assert!(!exists(&mut admin, "l"), "the cancelled request got nothing");
+    assert_eq!(holds(&mut admin), 0);
+    let guard = lock.try_acquire(Duration::from_secs(1), LEASE).await.expect("the session works");
+    assert_eq!(holds(&mut admin), 1);
+    guard.release().await.expect("release");
+}
+
+/// `wait_blocked` without blocking a runtime thread.
+async fn wait_blocked_async(server: &Server, n: i64) {
+    let url = server.url();
+    tokio::task::spawn_blocking(move || {
+        let server = redis::Client::open(url).expect("client");
+        let mut con = server.get_connection().expect("connect");
+        wait_blocked(&mut con, n);
+    })
+    .await
+    .expect("blocked clients");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_guard_s_release_leaves_the_next_holder_alone() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    let session = client.session().await.expect("session");
+    let guard = session.lock("l").acquire(LEASE).await.expect("acquire");
+    kill_client(&mut admin, session.client_id().expect("id"));
+    timeout(PROMPT, guard.lost()).await.expect("lost");
+    let next = client.lock("l").try_acquire(LIMIT, LEASE).await.expect("the next holder");
+    assert!(matches!(guard.release().await, Err(Error::NotHeld)));
+    assert_eq!(hgetall(&mut admin, b"l"), vec![(next.owner().as_bytes().to_vec(), b"1".to_vec())]);
+    next.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_closes_the_session_within_the_keepalive_bound() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let keepalive = Duration::from_millis(200);
+    let session =
+        client.session_with(SessionOptions::default().keepalive(keepalive)).await.expect("session");
+    let guard = session.lock("l").acquire(LEASE).await.expect("acquire");
+    server.pause();
+    let started = Instant::now();
+    let closed = timeout(PROMPT, async { tokio::join!(session.closed(), guard.lost()) }).await;
+    server.resume();
+    closed.expect("closed within two keepalive periods");
+    assert!(
+        started.elapsed() <= keepalive * 2 + Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    let again = session.lock("m").try_acquire(Duration::ZERO, LEASE).await;
+    assert!(matches!(again, Err(Error::SessionClosed)), "no silent reconnection: {again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_client_refuses_sessions_with_a_typed_error() {
+    let cluster = Cluster::start(3);
+    let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
+    let client = LockClient::cluster(urls, Options::default()).await.expect("cluster");
+    assert!(matches!(client.session().await, Err(Error::SessionUnsupported)));
+}
