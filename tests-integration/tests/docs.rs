@@ -391,3 +391,50 @@ fn the_syntax_line_renders_one_of_and_repeated_arguments() {
     ]);
     assert_eq!(docs::syntax_of(&args), "key <permits | ID id [id ...]> [x]");
 }
+
+/// A lease shown on a page may differ from the replay's by the time that passed, not by any
+/// amount: a reply of 1999 where the page says 1000 (a count, a wait that did not wait) is an
+/// error, as is an integer far above the page's.
+#[test]
+fn a_transcript_number_matches_only_within_the_time_that_passed() {
+    use rlock_tests_integration::transcript::matches;
+    assert!(matches("(integer) 29995", "(integer) 29995", 0));
+    assert!(matches("(integer) 29995", "(integer) 29990", 5), "5 ms later");
+    assert!(matches("(integer) 29995", "(integer) 29999", 5), "a faster replay");
+    assert!(matches("12) (integer) 29996", "12) (integer) 29960", 40));
+    assert!(matches("(integer) 28990", "(integer) 28700", 1300), "a slow machine");
+    assert!(!matches("(integer) 1000", "(integer) 1999", 100), "a wrong count");
+    assert!(!matches("(integer) 1999", "(integer) 1000", 100), "a wrong count");
+    assert!(!matches("(integer) 29497", "(integer) 29997", 600), "a WAIT 500 that did not wait");
+    assert!(!matches("(integer) 28990", "(integer) 28100", 100), "a lease far shorter");
+    assert!(!matches("12) (integer) 29996", "11) (integer) 29996", 0));
+    assert!(!matches("(integer) 999", "(integer) 998", 100), "below 1000: exact");
+}
+
+/// Every fenced block of every page (README.md, docs/*.md, python/README.md) opens at the
+/// start of its line with an info string the tests run or know to be prose: a ```` ```rs ````,
+/// ```` ```rust,no_run ````, ```` ```py ```` or an indented fence would escape every check.
+#[test]
+fn no_example_escapes_the_checks_by_its_fence() {
+    let mut pages = pages();
+    let python =
+        std::fs::read_to_string(root().join("python/README.md")).expect("python/README.md");
+    pages.push(("python/README.md".to_owned(), python));
+    let odd = docs::unchecked_fences(&pages);
+    assert!(odd.is_empty(), "fences no test runs or knows:\n{}", odd.join("\n"));
+    let mut scratch = "text\n```rs\nfn main() {}\n```\n  ```rust\nx\n  ```\n".to_owned();
+    scratch.push_str("```python3\nprint()\n```\n~~~rust\nx\n~~~\n```rust,no_run\nx\n```\n");
+    let found = docs::unchecked_fences(&[("docs/scratch.md".to_owned(), scratch)]);
+    for line in [2, 5, 8, 11, 14] {
+        let at = format!("docs/scratch.md:{line}: ");
+        assert!(found.iter().any(|f| f.starts_with(&at)), "line {line} not found: {found:?}");
+    }
+    let elsewhere = docs::unchecked_fences(&[(
+        "python/README.md".to_owned(),
+        "```rust
+```
+"
+        .to_owned(),
+    )]);
+    assert_eq!(elsewhere.len(), 1, "a rust block on a page tests/docs.rs does not read");
+}
