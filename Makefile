@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
 
 all: build
 
@@ -49,6 +49,12 @@ run: build
 	@echo "  redis-cli -p $(PORT) RLOCK.RELEASE mylock me"
 	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \
 		--loadmodule $(CURDIR)/$(MODULE)
+
+# CI: README.md's first steps: `make run PORT=<free>` in the background until it answers (its
+# build bounded by RUN_TEST_BUILD_SECONDS), the lines it prints to try, README.md's tour
+# replayed on it, then SHUTDOWN (packaging/run-test.sh; a `test result:` line).
+run-test: build
+	MAKE="$(MAKE)" CARGO="$(CARGO)" packaging/run-test.sh
 
 # Every unit and integration test; the integration tests load $(MODULE), built first, and
 # tests/python_interop.rs runs the Python package with python3 (redis-py installed first; without

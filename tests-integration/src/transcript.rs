@@ -21,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
 use std::time::Instant;
 
-use crate::{cli_binary, Server};
+use crate::cli_binary;
 
 /// One command of a transcript and the output it must give.
 #[derive(Debug, Clone)]
@@ -177,15 +177,16 @@ pub fn matches(want: &str, got: &str, elapsed_ms: i64) -> bool {
     }
 }
 
-/// Runs every step with redis-cli against `server`, in order, and compares.
+/// Runs every step with redis-cli against the server on 127.0.0.1:`port` (one the harness
+/// started, or `make run`'s), in order, and compares.
 ///
 /// # Errors
 /// The first step whose output differs: where, what was expected, what came.
-pub fn replay(server: &Server, page: &str, steps: &[Step]) -> Result<(), String> {
+pub fn replay(port: u16, page: &str, steps: &[Step]) -> Result<(), String> {
     let begun = Instant::now();
     for step in steps {
         let mut cli = Command::new(cli_binary());
-        cli.args(["--no-raw", "-h", "127.0.0.1", "-p", &server.port().to_string()]);
+        cli.args(["--no-raw", "-h", "127.0.0.1", "-p", &port.to_string()]);
         if let Some(db) = step.db {
             cli.args(["-n", &db.to_string()]);
         }

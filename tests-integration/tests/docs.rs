@@ -88,16 +88,21 @@ fn the_command_reference_matches_the_module() {
     }
 }
 
-#[test]
-fn every_redis_cli_transcript_replays() {
-    let server = Server::start();
-    let mut con = server.conn();
+/// Replays `pages`' transcripts against 127.0.0.1:`port`, each on a fresh database (FLUSHALL);
+/// how many there were, and the failures.
+fn replay_transcripts(port: u16, pages: &[(String, String)]) -> (usize, Vec<String>) {
     let mut count = 0;
     let mut failures = Vec::new();
-    for (page, text) in pages() {
-        for (fence, block) in fenced(&text, "redis-cli") {
+    for (page, text) in pages {
+        for (fence, block) in fenced(text, "redis-cli") {
             count += 1;
-            let _ = cmd(&mut con, &["FLUSHALL"]);
+            let flush = Command::new(rlock_tests_integration::cli_binary())
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "FLUSHALL"])
+                .output();
+            if !flush.is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"OK")) {
+                failures.push(format!("{page}:{fence}: FLUSHALL before the transcript failed"));
+                continue;
+            }
             let steps = match parse(&block, fence) {
                 Ok(steps) if !steps.is_empty() => steps,
                 Ok(_) => {
@@ -109,13 +114,33 @@ fn every_redis_cli_transcript_replays() {
                     continue;
                 }
             };
-            if let Err(e) = replay(&server, &page, &steps) {
+            if let Err(e) = replay(port, page, &steps) {
                 failures.push(e);
             }
         }
     }
+    (count, failures)
+}
+
+#[test]
+fn every_redis_cli_transcript_replays() {
+    let server = Server::start();
+    let (count, failures) = replay_transcripts(server.port(), &pages());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(count >= 4, "only {count} transcripts found");
+}
+
+/// README.md's tour against the server `make run` started, on 127.0.0.1:`RLOCK_TOUR_PORT`
+/// (packaging/run-test.sh, `make run-test`; it FLUSHALLs that server).
+#[test]
+#[ignore = "needs `make run` going: make run-test"]
+fn the_readme_tour_replays_on_make_run() {
+    let port = std::env::var("RLOCK_TOUR_PORT").expect("RLOCK_TOUR_PORT");
+    let port: u16 = port.parse().expect("RLOCK_TOUR_PORT is a port");
+    let readme: Vec<_> = pages().into_iter().filter(|(page, _)| page == "README.md").collect();
+    let (count, failures) = replay_transcripts(port, &readme);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(count >= 3, "only {count} transcripts in README.md");
 }
 
 fn example_files() -> Vec<(String, String)> {
