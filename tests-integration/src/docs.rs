@@ -369,6 +369,9 @@ pub fn unchecked_fences(pages: &[(String, String)]) -> Vec<String> {
             let trimmed = line.trim_start();
             let fence = ["```", "~~~"].into_iter().find(|f| trimmed.starts_with(f));
             let Some(fence) = fence else { continue };
+            if fence == "```" && trimmed.trim_start_matches('`').contains('`') {
+                continue; // inline code at a line's start (CommonMark: no fence)
+            }
             let at = format!("{page}:{}", i + 1);
             if fence == "~~~" || trimmed.len() != line.len() {
                 odd.push(format!("{at}: an indented or ~~~ fence (write ``` at the line start)"));

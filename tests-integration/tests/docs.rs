@@ -454,6 +454,8 @@ fn no_example_escapes_the_checks_by_its_fence() {
         let at = format!("docs/scratch.md:{line}: ");
         assert!(found.iter().any(|f| f.starts_with(&at)), "line {line} not found: {found:?}");
     }
+    let inline = "```` ```rs ```` is inline code, no fence\n".to_owned();
+    assert!(docs::unchecked_fences(&[("docs/x.md".to_owned(), inline)]).is_empty());
     let elsewhere = docs::unchecked_fences(&[(
         "python/README.md".to_owned(),
         "```rust
