@@ -196,33 +196,41 @@ PREFIX ?= /usr/local
 MODULEDIR ?= $(PREFIX)/lib/redis/modules
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 CONFDIR ?= $(SYSCONFDIR)/redis
-SNIPPET = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@MODULE@|$(MODULEDIR)/librlock.so|g' \
-	-e 's|@CONF@|$(CONFDIR)/rlock.conf|g' packaging/rlock.conf.in
+# Paths may hold spaces (quoted everywhere, and in the snippet's lines); characters that a sed
+# replacement or the shell would take as syntax are refused before anything is written.
+INSTALL_PATHS = $(DESTDIR)$(MODULEDIR)$(CONFDIR)
+CHECK_PATHS = $(foreach c," ' | & ` \ $$,$(if $(findstring $(c),$(INSTALL_PATHS)),$(error DESTDIR, PREFIX, MODULEDIR and CONFDIR must not contain $(c))))
+space := $(subst ,, )
+QUOTED = $(if $(findstring $(space),$(1)),"$(1)",$(1))
+SNIPPET = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@MODULE@|$(call QUOTED,$(MODULEDIR)/librlock.so)|g' \
+	-e 's|@CONF@|$(call QUOTED,$(CONFDIR)/rlock.conf)|g' packaging/rlock.conf.in
 
 $(MODULE):
 	$(MAKE) build
 
 install: $(MODULE)
-	install -d $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(CONFDIR)
-	install -m 0755 $(MODULE) $(DESTDIR)$(MODULEDIR)/librlock.so
-	$(SNIPPET) > $(DESTDIR)$(CONFDIR)/rlock.conf
-	chmod 0644 $(DESTDIR)$(CONFDIR)/rlock.conf
-	@echo "installed $(MODULEDIR)/librlock.so and $(CONFDIR)/rlock.conf. Load rlock with one line"
+	$(CHECK_PATHS)
+	install -d "$(DESTDIR)$(MODULEDIR)" "$(DESTDIR)$(CONFDIR)"
+	install -m 0755 $(MODULE) "$(DESTDIR)$(MODULEDIR)/librlock.so"
+	$(SNIPPET) > "$(DESTDIR)$(CONFDIR)/rlock.conf"
+	chmod 0644 "$(DESTDIR)$(CONFDIR)/rlock.conf"
+	@echo 'installed $(MODULEDIR)/librlock.so and $(CONFDIR)/rlock.conf. Load rlock with one line'
 	@echo "in redis.conf (or valkey.conf), then restart the server:"
-	@echo "  include $(CONFDIR)/rlock.conf"
+	@echo '  include $(call QUOTED,$(CONFDIR)/rlock.conf)'
 	@echo "or:"
-	@echo "  loadmodule $(MODULEDIR)/librlock.so"
-	@echo "or at run time: redis-cli MODULE LOAD $(MODULEDIR)/librlock.so"
+	@echo '  loadmodule $(call QUOTED,$(MODULEDIR)/librlock.so)'
+	@echo 'or at run time: redis-cli MODULE LOAD $(call QUOTED,$(MODULEDIR)/librlock.so)'
 
 # Removes what install put there; a snippet edited since is kept (and said so).
 uninstall:
-	rm -f $(DESTDIR)$(MODULEDIR)/librlock.so
-	@if [ -f $(DESTDIR)$(CONFDIR)/rlock.conf ]; then \
-		if $(SNIPPET) | cmp -s - $(DESTDIR)$(CONFDIR)/rlock.conf; then \
-			rm -f $(DESTDIR)$(CONFDIR)/rlock.conf; \
-		else echo "kept $(DESTDIR)$(CONFDIR)/rlock.conf: it was edited after make install"; fi; \
+	$(CHECK_PATHS)
+	rm -f "$(DESTDIR)$(MODULEDIR)/librlock.so"
+	@if [ -f "$(DESTDIR)$(CONFDIR)/rlock.conf" ]; then \
+		if $(SNIPPET) | cmp -s - "$(DESTDIR)$(CONFDIR)/rlock.conf"; then \
+			rm -f "$(DESTDIR)$(CONFDIR)/rlock.conf"; \
+		else echo 'kept $(DESTDIR)$(CONFDIR)/rlock.conf: it was edited after make install'; fi; \
 	fi
-	@rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(patsubst %/,%,$(dir $(MODULEDIR))) $(DESTDIR)$(CONFDIR) 2>/dev/null || true
+	@rmdir "$(DESTDIR)$(MODULEDIR)" "$$(dirname "$(DESTDIR)$(MODULEDIR)")" "$(DESTDIR)$(CONFDIR)" 2>/dev/null || true
 
 # make dist: dist/rlock-$(VERSION)-linux-$(ARCH).tar.gz, the module built with cargo-zigbuild
 # (zig from PyPI) for glibc $(GLIBC): stripped, checked, smoke-tested (packaging/dist.sh).
