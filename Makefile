@@ -252,6 +252,9 @@ deb: dist
 # redis-server (and the PyPI servers when installed), the .deb installed with apt, loaded through
 # its snippet into /usr/bin/redis-server, then purged (packaging/deb-test.sh; needs root).
 deb-test:
+	@[ "$$(id -u)" = 0 ] || { echo "make deb-test installs and purges a package: run it as root" \
+		"(packaging/install-test.sh tests make install as any user)" >&2; \
+		echo "test result: FAILED. 0 passed; 1 failed (not root)"; exit 1; }
 	@$(MAKE) deb || { echo "test result: FAILED. 0 passed; 1 failed (make deb)"; exit 1; }
 	$(DIST_ENV) MAKE="$(MAKE)" VALKEY8="$$($(VALKEY_SERVER_PATH) 2>/dev/null)" \
 		REDIS8="$$($(REDIS8_SERVER_PATH) 2>/dev/null)" VALKEY9="$$($(VALKEY9_SERVER_PATH) 2>/dev/null)" \

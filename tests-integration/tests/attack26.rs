@@ -201,7 +201,12 @@ fn the_module_loads_again_after_an_unload() {
     let path = module_path().display().to_string();
     cmd(&mut con, &["CONFIG", "SET", "rlock.stall-ms", "2000"]);
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
+    let waiter = in_thread(&server, &["RLOCK.ACQUIRE", "l", "b", "60000", "WAIT", "20000"]);
+    poll("the waiter waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
     cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]);
+    assert_eq!(waiter.join().expect("waiter").0, Value::Nil);
+    cmd(&mut con, &["RLOCK.RELEASE", "l", "b"]);
+    assert_eq!(info_field(&mut con, "rlock", "rlock_waits"), 1);
     assert!(run_str(&mut con, &["MODULE", "LOAD", &path]).is_err(), "loaded twice");
     assert_idle_and_unload(&mut con);
     assert!(run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]).is_err(), "unloaded");
@@ -209,7 +214,9 @@ fn the_module_loads_again_after_an_unload() {
     let stall: Vec<String> =
         redis::cmd("CONFIG").arg("GET").arg("rlock.stall-ms").query(&mut con).expect("CONFIG");
     assert_eq!(stall, ["rlock.stall-ms", "1500"], "a fresh load has the default");
-    assert_eq!(info_field(&mut con, "rlock", "rlock_waits"), 0);
+    assert_eq!(info_field(&mut con, "rlock", "rlock_waits"), 0, "a fresh load counts afresh");
+    assert_eq!(info_field(&mut con, "rlock", "rlock_handoffs"), 0, "a fresh load counts afresh");
+    assert_eq!(server.log().matches("<rlock> rlock ").count(), 2, "a load line each time");
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
     let waiter = in_thread(&server, &["RLOCK.ACQUIRE", "l", "b", "60000", "WAIT", "20000"]);
     poll("the waiter waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
