@@ -343,10 +343,13 @@ pub fn broken_links(pages: &[(String, String)]) -> Vec<String> {
     broken
 }
 
+/// Whether a page (its path from the root) is one a fence's test reads.
+type OnPage = fn(&str) -> bool;
+
 /// The info strings a fence may have, and the pages where a test runs such a block: `rust`,
 /// `toml` and `redis-cli` on README.md and docs/ (tests/docs.rs), `lua` on docs/safety.md only,
 /// `python` everywhere (python/tests/test_readme.py); `sh` and no info string are shown, not run.
-const FENCES: [(&str, fn(&str) -> bool); 7] = [
+const FENCES: [(&str, OnPage); 7] = [
     ("", |_| true),
     ("sh", |_| true),
     ("python", |_| true),
