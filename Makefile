@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
 
 all: build
 
@@ -49,6 +49,12 @@ run: build
 	@echo "  redis-cli -p $(PORT) RLOCK.RELEASE mylock me"
 	redis-server --port $(PORT) --bind 127.0.0.1 --save "" --appendonly no \
 		--loadmodule $(CURDIR)/$(MODULE)
+
+# CI: README.md's first steps: `make run PORT=<free>` in the background until it answers (its
+# build bounded by RUN_TEST_BUILD_SECONDS), the lines it prints to try, README.md's tour
+# replayed on it, then SHUTDOWN (packaging/run-test.sh; a `test result:` line).
+run-test: build
+	MAKE="$(MAKE)" CARGO="$(CARGO)" packaging/run-test.sh
 
 # Every unit and integration test; the integration tests load $(MODULE), built first, and
 # tests/python_interop.rs runs the Python package with python3 (redis-py installed first; without
@@ -190,33 +196,41 @@ PREFIX ?= /usr/local
 MODULEDIR ?= $(PREFIX)/lib/redis/modules
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 CONFDIR ?= $(SYSCONFDIR)/redis
-SNIPPET = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@MODULE@|$(MODULEDIR)/librlock.so|g' \
-	-e 's|@CONF@|$(CONFDIR)/rlock.conf|g' packaging/rlock.conf.in
+# Paths may hold spaces (quoted everywhere, and in the snippet's lines); characters that a sed
+# replacement or the shell would take as syntax are refused before anything is written.
+INSTALL_PATHS = $(DESTDIR)$(MODULEDIR)$(CONFDIR)
+CHECK_PATHS = $(foreach c," ' | & ` \ $$,$(if $(findstring $(c),$(INSTALL_PATHS)),$(error DESTDIR, PREFIX, MODULEDIR and CONFDIR must not contain $(c))))
+space := $(subst ,, )
+QUOTED = $(if $(findstring $(space),$(1)),"$(1)",$(1))
+SNIPPET = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@MODULE@|$(call QUOTED,$(MODULEDIR)/librlock.so)|g' \
+	-e 's|@CONF@|$(call QUOTED,$(CONFDIR)/rlock.conf)|g' packaging/rlock.conf.in
 
 $(MODULE):
 	$(MAKE) build
 
 install: $(MODULE)
-	install -d $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(CONFDIR)
-	install -m 0755 $(MODULE) $(DESTDIR)$(MODULEDIR)/librlock.so
-	$(SNIPPET) > $(DESTDIR)$(CONFDIR)/rlock.conf
-	chmod 0644 $(DESTDIR)$(CONFDIR)/rlock.conf
-	@echo "installed $(MODULEDIR)/librlock.so and $(CONFDIR)/rlock.conf. Load rlock with one line"
+	$(CHECK_PATHS)
+	install -d "$(DESTDIR)$(MODULEDIR)" "$(DESTDIR)$(CONFDIR)"
+	install -m 0755 $(MODULE) "$(DESTDIR)$(MODULEDIR)/librlock.so"
+	$(SNIPPET) > "$(DESTDIR)$(CONFDIR)/rlock.conf"
+	chmod 0644 "$(DESTDIR)$(CONFDIR)/rlock.conf"
+	@echo 'installed $(MODULEDIR)/librlock.so and $(CONFDIR)/rlock.conf. Load rlock with one line'
 	@echo "in redis.conf (or valkey.conf), then restart the server:"
-	@echo "  include $(CONFDIR)/rlock.conf"
+	@echo '  include $(call QUOTED,$(CONFDIR)/rlock.conf)'
 	@echo "or:"
-	@echo "  loadmodule $(MODULEDIR)/librlock.so"
-	@echo "or at run time: redis-cli MODULE LOAD $(MODULEDIR)/librlock.so"
+	@echo '  loadmodule $(call QUOTED,$(MODULEDIR)/librlock.so)'
+	@echo 'or at run time: redis-cli MODULE LOAD $(call QUOTED,$(MODULEDIR)/librlock.so)'
 
 # Removes what install put there; a snippet edited since is kept (and said so).
 uninstall:
-	rm -f $(DESTDIR)$(MODULEDIR)/librlock.so
-	@if [ -f $(DESTDIR)$(CONFDIR)/rlock.conf ]; then \
-		if $(SNIPPET) | cmp -s - $(DESTDIR)$(CONFDIR)/rlock.conf; then \
-			rm -f $(DESTDIR)$(CONFDIR)/rlock.conf; \
-		else echo "kept $(DESTDIR)$(CONFDIR)/rlock.conf: it was edited after make install"; fi; \
+	$(CHECK_PATHS)
+	rm -f "$(DESTDIR)$(MODULEDIR)/librlock.so"
+	@if [ -f "$(DESTDIR)$(CONFDIR)/rlock.conf" ]; then \
+		if $(SNIPPET) | cmp -s - "$(DESTDIR)$(CONFDIR)/rlock.conf"; then \
+			rm -f "$(DESTDIR)$(CONFDIR)/rlock.conf"; \
+		else echo 'kept $(DESTDIR)$(CONFDIR)/rlock.conf: it was edited after make install'; fi; \
 	fi
-	@rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(patsubst %/,%,$(dir $(MODULEDIR))) $(DESTDIR)$(CONFDIR) 2>/dev/null || true
+	@rmdir "$(DESTDIR)$(MODULEDIR)" "$$(dirname "$(DESTDIR)$(MODULEDIR)")" "$(DESTDIR)$(CONFDIR)" 2>/dev/null || true
 
 # make dist: dist/rlock-$(VERSION)-linux-$(ARCH).tar.gz, the module built with cargo-zigbuild
 # (zig from PyPI) for glibc $(GLIBC): stripped, checked, smoke-tested (packaging/dist.sh).
@@ -238,6 +252,9 @@ deb: dist
 # redis-server (and the PyPI servers when installed), the .deb installed with apt, loaded through
 # its snippet into /usr/bin/redis-server, then purged (packaging/deb-test.sh; needs root).
 deb-test:
+	@[ "$$(id -u)" = 0 ] || { echo "make deb-test installs and purges a package: run it as root" \
+		"(packaging/install-test.sh tests make install as any user)" >&2; \
+		echo "test result: FAILED. 0 passed; 1 failed (not root)"; exit 1; }
 	@$(MAKE) deb || { echo "test result: FAILED. 0 passed; 1 failed (make deb)"; exit 1; }
 	$(DIST_ENV) MAKE="$(MAKE)" VALKEY8="$$($(VALKEY_SERVER_PATH) 2>/dev/null)" \
 		REDIS8="$$($(REDIS8_SERVER_PATH) 2>/dev/null)" VALKEY9="$$($(VALKEY9_SERVER_PATH) 2>/dev/null)" \

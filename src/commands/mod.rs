@@ -165,8 +165,9 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         check_publish(ctx, cmd.key, plan.publish.then_some(Unlocked::Lock))?;
         if key.apply(None, &plan) {
             drop(key);
-            // A read-write lock's hash deleted here leaves no read hold to look at.
-            waiting::forget_check(ctx, cmd.key);
+            // A read-write lock's hash deleted here leaves no read hold to look at (it may
+            // have had some).
+            waiting::forget_check(ctx, cmd.key, true);
             waiting::session::lock_ended(ctx, cmd.key);
             waiting::freed(ctx, cmd.key, Unlocked::Lock);
         }

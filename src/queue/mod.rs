@@ -453,6 +453,18 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         true
     }
 
+    /// Every own check is moved to `now` (each then reschedules itself at its lock's next
+    /// deadline, or goes when its lock holds nothing), when there are at most `at_most`;
+    /// whether they were.
+    pub fn relook_checks(&mut self, at_most: usize, now: i64) -> bool {
+        if self.checks.len() > at_most {
+            return false;
+        }
+        let locks: Vec<LockName> = self.checks.keys().cloned().collect();
+        locks.iter().for_each(|lock| self.schedule_check(lock, now));
+        true
+    }
+
     /// Drops the own checks of every lock of database `db` (`None`: of every database).
     pub fn drop_checks(&mut self, db: Option<i32>) {
         let schedule = &mut self.schedule;

@@ -59,7 +59,7 @@ pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
     if let Some(mode) = plan.freed {
         // No hold is left to look at (the key is gone); a grant in the hand-off below
         // schedules its own.
-        forget_check(ctx, name);
+        forget_check(ctx, name, mode == Mode::Read);
         freed(ctx, name, Unlocked::Rw(mode));
     } else if plan.settle {
         settle(ctx, name);
@@ -205,20 +205,22 @@ pub fn is_semaphore(ctx: &Context, name: &RedisString) -> bool {
 /// begins), and the next lease end is looked at by a timer: what every `RSEM.*` write does
 /// first.
 pub fn sem_reclaim_due(ctx: &Context, name: &RedisString) -> Result<(), LockError> {
-    sem_reclaim_due_keeping(ctx, name, 0)
+    sem_reclaim_due_keeping(ctx, name, 0, false)
 }
 
-/// [`sem_reclaim_due`], leaving room in the count for the `reserve` permits a release gives back next.
+/// [`sem_reclaim_due`], leaving room in the count for the `reserve` permits a release gives back next;
+/// `leases_released`: leased permits were just released by id (see [`forget_check`]).
 fn sem_reclaim_due_keeping(
     ctx: &Context,
     name: &RedisString,
     reserve: u64,
+    leases_released: bool,
 ) -> Result<(), LockError> {
     match sem_reclaim_keeping(ctx, name, raw::now_ms(), reserve)? {
         Some(at) => schedule_check(ctx, &lock_name(ctx, name), at),
         // No lease is out (the last was released by id, or the zset is gone): nothing to
         // reclaim at any time.
-        None => forget_check(ctx, name),
+        None => forget_check(ctx, name, leases_released),
     }
     Ok(())
 }
@@ -231,7 +233,7 @@ fn sem_reclaim_due_keeping(
 pub fn sem_give_back(ctx: &Context, key: &RedisString, permits: u64) -> Result<i64, LockError> {
     // Refused before the reclaim writes anything: the count must hold what comes back.
     sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
-    sem_reclaim_due_keeping(ctx, key, permits)?;
+    sem_reclaim_due_keeping(ctx, key, permits, false)?;
     sem_release(ctx, key, permits)
 }
 
@@ -247,6 +249,6 @@ pub fn sem_give_back_ids<I: AsRef<[u8]>>(
 ) -> Result<i64, LockError> {
     let ids: Vec<&[u8]> = ids.iter().map(AsRef::as_ref).collect();
     let released = sem_release_ids(ctx, key, &ids)?;
-    sem_reclaim_due(ctx, key)?;
+    sem_reclaim_due_keeping(ctx, key, 0, released > 0)?;
     Ok(released)
 }

@@ -382,11 +382,27 @@ pub fn schedule_check(ctx: &Context, lock: &LockName, at: i64) {
     timers::arm(ctx);
 }
 
+/// At most this many own checks are looked at again at once when a freed lock's check was
+/// not under its name ([`forget_check`]).
+const RELOOK_AT_MOST: usize = 16;
+
 /// The lock `name` holds nothing a check would look at any more (a read-write lock freed, a
 /// semaphore without leases): its own check goes, and the schedule timer with it when nothing
 /// else is scheduled. (No allocation when no lock has a check: this runs on RSEM writes.)
-pub fn forget_check(ctx: &Context, name: &RedisString) {
-    if scheduled_checks() > 0 && with_queues(|q| q.drop_check(&lock_name(ctx, name))) {
+///
+/// `had_checked_holds`: what was just released had a check (the last read hold, the last
+/// leased permit). Found under no name, that check waits under the name the lock had before a
+/// `RENAME` or `MOVE` (no keyspace event tells the module), keeping a timer armed and `MODULE
+/// UNLOAD` refused until the hold's old deadline: when few checks are scheduled, each is
+/// looked at now instead (a live one reschedules itself, a stale one goes).
+pub fn forget_check(ctx: &Context, name: &RedisString, had_checked_holds: bool) {
+    if scheduled_checks() == 0 {
+        return;
+    }
+    let dropped = with_queues(|q| q.drop_check(&lock_name(ctx, name)));
+    if dropped
+        || (had_checked_holds && with_queues(|q| q.relook_checks(RELOOK_AT_MOST, raw::now_ms())))
+    {
         timers::arm(ctx);
     }
 }

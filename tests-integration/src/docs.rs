@@ -343,6 +343,60 @@ pub fn broken_links(pages: &[(String, String)]) -> Vec<String> {
     broken
 }
 
+/// Whether a page (its path from the root) is one a fence's test reads.
+type OnPage = fn(&str) -> bool;
+
+/// The info strings a fence may have, and the pages where a test runs such a block: `rust`,
+/// `toml` and `redis-cli` on README.md and docs/ (tests/docs.rs), `lua` on docs/safety.md only,
+/// `python` everywhere (python/tests/test_readme.py); `sh` and no info string are shown, not run.
+const FENCES: [(&str, OnPage); 7] = [
+    ("", |_| true),
+    ("sh", |_| true),
+    ("python", |_| true),
+    ("rust", |page| page == "README.md" || page.starts_with("docs/")),
+    ("toml", |page| page == "README.md" || page.starts_with("docs/")),
+    ("redis-cli", |page| page == "README.md" || page.starts_with("docs/")),
+    ("lua", |page| page == "docs/safety.md"),
+];
+
+/// The fences of `pages` (path, text) whose block no docs test would see: an info string
+/// outside [`FENCES`] (```` ```rs ````, ```` ```rust,no_run ````, ```` ```py ````, a trailing
+/// space), a known one on a page its test does not read, or a fence the tests do not find at
+/// all (indented, as in a list item, or `~~~`). One line each, `page:line: why`.
+#[must_use]
+pub fn unchecked_fences(pages: &[(String, String)]) -> Vec<String> {
+    let mut odd = Vec::new();
+    for (page, text) in pages {
+        let mut open = false;
+        for (i, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            let fence = ["```", "~~~"].into_iter().find(|f| trimmed.starts_with(f));
+            let Some(fence) = fence else { continue };
+            if fence == "```" && trimmed.trim_start_matches('`').contains('`') {
+                continue; // inline code at a line's start (CommonMark: no fence)
+            }
+            let at = format!("{page}:{}", i + 1);
+            if fence == "~~~" || trimmed.len() != line.len() {
+                odd.push(format!("{at}: an indented or ~~~ fence (write ``` at the line start)"));
+            }
+            if open {
+                open = false;
+                continue;
+            }
+            open = true;
+            let info = trimmed.trim_start_matches(fence);
+            match FENCES.iter().find(|(lang, _)| *lang == info) {
+                Some((_, allowed)) if allowed(page) => {}
+                Some(_) => odd.push(format!("{at}: no test runs a {info:?} block on this page")),
+                None => odd.push(format!("{at}: info string {info:?} is none of {:?}", {
+                    FENCES.iter().map(|(lang, _)| *lang).collect::<Vec<_>>()
+                })),
+            }
+        }
+    }
+    odd
+}
+
 /// A line diff of `want` (the checked-in text) against `got` (what it should be), `-`/`+`
 /// lines around the first difference, for a failing test's message.
 #[must_use]

@@ -88,16 +88,21 @@ fn the_command_reference_matches_the_module() {
     }
 }
 
-#[test]
-fn every_redis_cli_transcript_replays() {
-    let server = Server::start();
-    let mut con = server.conn();
+/// Replays `pages`' transcripts against 127.0.0.1:`port`, each on a fresh database (FLUSHALL);
+/// how many there were, and the failures.
+fn replay_transcripts(port: u16, pages: &[(String, String)]) -> (usize, Vec<String>) {
     let mut count = 0;
     let mut failures = Vec::new();
-    for (page, text) in pages() {
-        for (fence, block) in fenced(&text, "redis-cli") {
+    for (page, text) in pages {
+        for (fence, block) in fenced(text, "redis-cli") {
             count += 1;
-            let _ = cmd(&mut con, &["FLUSHALL"]);
+            let flush = Command::new(rlock_tests_integration::cli_binary())
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "FLUSHALL"])
+                .output();
+            if !flush.is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"OK")) {
+                failures.push(format!("{page}:{fence}: FLUSHALL before the transcript failed"));
+                continue;
+            }
             let steps = match parse(&block, fence) {
                 Ok(steps) if !steps.is_empty() => steps,
                 Ok(_) => {
@@ -109,13 +114,33 @@ fn every_redis_cli_transcript_replays() {
                     continue;
                 }
             };
-            if let Err(e) = replay(&server, &page, &steps) {
+            if let Err(e) = replay(port, page, &steps) {
                 failures.push(e);
             }
         }
     }
+    (count, failures)
+}
+
+#[test]
+fn every_redis_cli_transcript_replays() {
+    let server = Server::start();
+    let (count, failures) = replay_transcripts(server.port(), &pages());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(count >= 4, "only {count} transcripts found");
+}
+
+/// README.md's tour against the server `make run` started, on 127.0.0.1:`RLOCK_TOUR_PORT`
+/// (packaging/run-test.sh, `make run-test`; it FLUSHALLs that server).
+#[test]
+#[ignore = "needs `make run` going: make run-test"]
+fn the_readme_tour_replays_on_make_run() {
+    let port = std::env::var("RLOCK_TOUR_PORT").expect("RLOCK_TOUR_PORT");
+    let port: u16 = port.parse().expect("RLOCK_TOUR_PORT is a port");
+    let readme: Vec<_> = pages().into_iter().filter(|(page, _)| page == "README.md").collect();
+    let (count, failures) = replay_transcripts(port, &readme);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(count >= 3, "only {count} transcripts in README.md");
 }
 
 fn example_files() -> Vec<(String, String)> {
@@ -390,4 +415,53 @@ fn the_syntax_line_renders_one_of_and_repeated_arguments() {
         ]),
     ]);
     assert_eq!(docs::syntax_of(&args), "key <permits | ID id [id ...]> [x]");
+}
+
+/// A lease shown on a page may differ from the replay's by the time that passed, not by any
+/// amount: a reply of 1999 where the page says 1000 (a count, a wait that did not wait) is an
+/// error, as is an integer far above the page's.
+#[test]
+fn a_transcript_number_matches_only_within_the_time_that_passed() {
+    use rlock_tests_integration::transcript::matches;
+    assert!(matches("(integer) 29995", "(integer) 29995", 0));
+    assert!(matches("(integer) 29995", "(integer) 29990", 5), "5 ms later");
+    assert!(matches("(integer) 29995", "(integer) 29999", 5), "a faster replay");
+    assert!(matches("12) (integer) 29996", "12) (integer) 29960", 40));
+    assert!(matches("(integer) 28990", "(integer) 28700", 1300), "a slow machine");
+    assert!(!matches("(integer) 1000", "(integer) 1999", 100), "a wrong count");
+    assert!(!matches("(integer) 1999", "(integer) 1000", 100), "a wrong count");
+    assert!(!matches("(integer) 29497", "(integer) 29997", 600), "a WAIT 500 that did not wait");
+    assert!(!matches("(integer) 28990", "(integer) 28100", 100), "a lease far shorter");
+    assert!(!matches("12) (integer) 29996", "11) (integer) 29996", 0));
+    assert!(!matches("(integer) 999", "(integer) 998", 100), "below 1000: exact");
+}
+
+/// Every fenced block of every page (README.md, docs/*.md, python/README.md) opens at the
+/// start of its line with an info string the tests run or know to be prose: a ```` ```rs ````,
+/// ```` ```rust,no_run ````, ```` ```py ```` or an indented fence would escape every check.
+#[test]
+fn no_example_escapes_the_checks_by_its_fence() {
+    let mut pages = pages();
+    let python =
+        std::fs::read_to_string(root().join("python/README.md")).expect("python/README.md");
+    pages.push(("python/README.md".to_owned(), python));
+    let odd = docs::unchecked_fences(&pages);
+    assert!(odd.is_empty(), "fences no test runs or knows:\n{}", odd.join("\n"));
+    let mut scratch = "text\n```rs\nfn main() {}\n```\n  ```rust\nx\n  ```\n".to_owned();
+    scratch.push_str("```python3\nprint()\n```\n~~~rust\nx\n~~~\n```rust,no_run\nx\n```\n");
+    let found = docs::unchecked_fences(&[("docs/scratch.md".to_owned(), scratch)]);
+    for line in [2, 5, 8, 11, 14] {
+        let at = format!("docs/scratch.md:{line}: ");
+        assert!(found.iter().any(|f| f.starts_with(&at)), "line {line} not found: {found:?}");
+    }
+    let inline = "```` ```rs ```` is inline code, no fence\n".to_owned();
+    assert!(docs::unchecked_fences(&[("docs/x.md".to_owned(), inline)]).is_empty());
+    let elsewhere = docs::unchecked_fences(&[(
+        "python/README.md".to_owned(),
+        "```rust
+```
+"
+        .to_owned(),
+    )]);
+    assert_eq!(elsewhere.len(), 1, "a rust block on a page tests/docs.rs does not read");
 }
