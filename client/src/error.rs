@@ -43,6 +43,15 @@ pub enum Error {
     /// Sessions are not available here: on a cluster client (a session is one connection to
     /// one server), or for an address the session cannot open itself (TLS).
     SessionUnsupported,
+    /// The server refused the wait (`-DEADLOCK ...`): queueing it would have closed a cycle of
+    /// owners each waiting for a lock another one holds, so it could never be granted before a
+    /// lease ends. Nothing was taken or queued. Release a lock this owner holds (or take the
+    /// locks in one order everywhere) and try again.
+    Deadlock {
+        /// The server's description of the cycle, e.g. `B waits for k1 held by A; A waits for
+        /// k2 held by B` (keys and owners escaped as `\xNN` where not printable).
+        cycle: String,
+    },
     /// Redis (or the connection to it) failed.
     Redis(RedisError),
 }
@@ -74,6 +83,7 @@ impl fmt::Display for Error {
             Self::SessionUnsupported => f.write_str(
                 "sessions need one connection to one server: not available on a cluster client or over TLS",
             ),
+            Self::Deadlock { cycle } => write!(f, "deadlock: {cycle}"),
             Self::Redis(e) => write!(f, "redis error: {e}"),
         }
     }
@@ -90,10 +100,16 @@ impl std::error::Error for Error {
 
 impl From<RedisError> for Error {
     /// [`Error::NoModule`] when the server does not know an rlock command (`ERR unknown command
-    /// 'rlock.acquire' ...`); [`Error::Redis`] otherwise.
+    /// 'rlock.acquire' ...`); [`Error::Deadlock`] for a `DEADLOCK` refusal; [`Error::Redis`]
+    /// otherwise.
     fn from(e: RedisError) -> Self {
         if unknown_rlock_command(&e) {
             Self::NoModule
+        } else if e.code() == Some("DEADLOCK") {
+            let detail = e.detail().unwrap_or_default();
+            let cycle =
+                detail.strip_prefix("this wait would close a cycle: ").unwrap_or(detail).to_owned();
+            Self::Deadlock { cycle }
         } else {
             Self::Redis(e)
         }
@@ -152,6 +168,17 @@ mod tests {
             "NOPERM this user has no permissions to run the 'rlock.acquire' command",
         ] {
             assert!(matches!(Error::from(server_error(text)), Error::Redis(_)), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_deadlock_refusal_carries_its_cycle() {
+        let text = "DEADLOCK this wait would close a cycle: b waits for k1 held by a; a waits for k: 2 held by b";
+        match Error::from(server_error(text)) {
+            Error::Deadlock { cycle } => {
+                assert_eq!(cycle, "b waits for k1 held by a; a waits for k: 2 held by b");
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -8,6 +8,7 @@ from ._hold import Hold, LossSignal
 from ._sync import flush_all
 from .compat import RLockCompat
 from .errors import (
+    Deadlock,
     LockError,
     LockLost,
     LockNotOwnedError,
@@ -28,6 +29,7 @@ from .session import Session
 __version__ = "0.1.0"
 
 __all__ = [
+    "Deadlock",
     "Hold",
     "LeasedSemaphore",
     "Lock",

@@ -10,6 +10,7 @@ from redis.exceptions import (
 )
 
 __all__ = [
+    "Deadlock",
     "LockError",
     "LockLost",
     "LockNotOwnedError",
@@ -59,6 +60,14 @@ class UpgradeRefused(RLockError):
     """A write acquire by a thread or task that holds the read side: it would wait for itself."""
 
 
+class Deadlock(RLockError):
+    """The server refused the wait (``DEADLOCK``): queueing it would have closed a cycle of owners
+    each waiting for a lock another one holds. Nothing was taken or queued. ``cycle`` is the
+    server's description of it (``b waits for k1 held by a; a waits for k2 held by b``)."""
+
+    cycle: str = ""
+
+
 class SessionClosed(RLockError):
     """The session's connection closed (the server closed it, ``CLIENT KILL``, a restart, a
     keepalive unanswered, or ``close()``): its holds ended, and it takes no more. Open a new
@@ -84,6 +93,10 @@ def translate(err: ResponseError, name: object = None) -> RLockError:
         return WrongType(msg, lock_name=lock_name)
     if msg.startswith("NOREPLICAS"):
         return NoReplicas(msg, lock_name=lock_name)
+    if msg.startswith("DEADLOCK"):
+        found = Deadlock(msg, lock_name=lock_name)
+        found.cycle = msg.removeprefix("DEADLOCK ").removeprefix("this wait would close a cycle: ")
+        return found
     if "upgrade refused" in low:
         return UpgradeRefused(msg, lock_name=lock_name)
     return RLockError(msg, lock_name=lock_name)
