@@ -27,11 +27,11 @@ use crate::store::sem::Leases;
 use crate::store::{LockKey, Unlocked};
 
 /// What ending one hold (or a semaphore's permits) did.
-enum Ended {
+enum EndOf {
     /// Nothing to end: the hold is gone, or is not the one bound (its lease ended).
     Nothing,
-    /// Ended; `delayed`: a lock-delay followed.
-    Ended { delayed: bool },
+    /// One hold ended; `delayed`: a lock-delay followed.
+    Hold { delayed: bool },
     /// Leased permits of one semaphore: how many ended, and how many of those are delayed.
     Permits { ended: u64, delayed: u64 },
 }
@@ -68,12 +68,12 @@ pub(super) fn end_pending(ctx: &Context) -> bool {
         };
         let (ended, delayed) = match ended {
             // The name holds another kind of lock now (or something else): not this hold.
-            Ok(Ended::Nothing)
+            Ok(EndOf::Nothing)
             | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
                 continue
             }
-            Ok(Ended::Ended { delayed }) => (1, u64::from(delayed)),
-            Ok(Ended::Permits { ended, delayed }) => (ended, delayed),
+            Ok(EndOf::Hold { delayed }) => (1, u64::from(delayed)),
+            Ok(EndOf::Permits { ended, delayed }) => (ended, delayed),
             Err(e) => {
                 ctx.log_warning(&format!(
                     "rlock: could not end a session hold whose connection closed (it ends with \
@@ -96,18 +96,18 @@ fn end_lock(
     owner: &[u8],
     binding: Binding,
     now: i64,
-) -> Result<Ended, LockError> {
+) -> Result<EndOf, LockError> {
     let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
     let key = LockKey::open(ctx, name, true);
     let view = key.view(Some(&owner))?;
-    let View::Held { mine: Some(_), pttl } = view else { return Ok(Ended::Nothing) };
+    let View::Held { mine: Some(_), pttl } = view else { return Ok(EndOf::Nothing) };
     let lease_until = (pttl >= 0).then(|| now.saturating_add(pttl));
     key.apply(Some(&owner), &rules::force_release(view));
     drop(key);
     with(|s| s.unbind_lock(&lock_name(ctx, name)));
     let Some(until) = delay_until(now, binding.bind.delay_ms, lease_until) else {
         freed(ctx, name, Unlocked::Lock);
-        return Ok(Ended::Ended { delayed: false });
+        return Ok(EndOf::Hold { delayed: false });
     };
     let placeholder = RedisString::create_from_slice(ctx.get_raw(), PLACEHOLDER);
     let key = LockKey::open(ctx, name, true);
@@ -115,7 +115,7 @@ fn end_lock(
     drop(key);
     // Its waiters are looked at again when the delay ends.
     settle(ctx, name);
-    Ok(Ended::Ended { delayed: true })
+    Ok(EndOf::Hold { delayed: true })
 }
 
 /// A read-write lock's `side` held by `owner` ends (every hold of it), as its release would;
@@ -128,13 +128,13 @@ fn end_rw(
     side: Mode,
     binding: Binding,
     now: i64,
-) -> Result<Ended, LockError> {
+) -> Result<EndOf, LockError> {
     let key = RwKey::open(ctx, name, true);
     let state = key.state()?;
     let holds = key.holds(&state, now)?;
     let plan = rw_rules::end_side(&state, side, owner, &holds, now);
     if plan.effects.is_empty() {
-        return Ok(Ended::Nothing);
+        return Ok(EndOf::Nothing);
     }
     let lease_until = match side {
         Mode::Write => state.deadline(now),
@@ -151,11 +151,11 @@ fn end_rw(
         Some(placeholder) => {
             rw_applied(ctx, name, &placeholder);
             settle(ctx, name);
-            Ok(Ended::Ended { delayed: true })
+            Ok(EndOf::Hold { delayed: true })
         }
         None => {
             rw_applied(ctx, name, &plan);
-            Ok(Ended::Ended { delayed: false })
+            Ok(EndOf::Hold { delayed: false })
         }
     }
 }
@@ -188,7 +188,7 @@ fn end_permits(
     name: &RedisString,
     permits: &[(Vec<u8>, Binding)],
     now: i64,
-) -> Result<Ended, LockError> {
+) -> Result<EndOf, LockError> {
     let leases = Leases::of(ctx, name)?;
     let ids: Vec<&[u8]> = permits.iter().map(|(id, _)| id.as_slice()).collect();
     let scores = leases.scores(ctx, &ids)?;
@@ -227,5 +227,5 @@ fn end_permits(
     }
     let count = |ids: &[&[u8]]| u64::try_from(ids.len()).unwrap_or(u64::MAX);
     let delays = count(&delayed);
-    Ok(Ended::Permits { ended: count(&back).saturating_add(delays), delayed: delays })
+    Ok(EndOf::Permits { ended: count(&back).saturating_add(delays), delayed: delays })
 }

@@ -147,6 +147,9 @@ fn a_close_with_many_session_holds_never_stalls_the_server() {
     assert_eq!(rlock_info(&mut admin, "rlock_session_holds"), 0);
 }
 
+/// A lock, how to occupy it, how to wait for it (as `OWNER`), how to free it.
+type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+
 /// A session waiter (with a lock-delay) whose connection closes after the hand-off granted it
 /// but before its reply: the grant is rolled back (the next waiter is served at once, no
 /// lock-delay: the hold never reached its client) and its binding goes with it; on each kind of
@@ -156,7 +159,7 @@ fn a_session_waiter_gone_between_its_grant_and_its_reply_is_rolled_back_and_unbo
     let server = Server::start();
     let mut admin = server.conn();
     cmd(&mut admin, &["RSEM.SETPERMITS", "s", "1"]);
-    let kinds: [(&str, &[&str], &[&str], &[&str]); 4] = [
+    let kinds: [Case; 4] = [
         (
             "l",
             &["RLOCK.ACQUIRE", "l", "h", "60000"],
