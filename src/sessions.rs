@@ -116,6 +116,11 @@ pub struct Sessions {
 /// How many expired bindings a new binding prunes on its way (the rest go at the next cron).
 const PRUNE_ON_BIND: usize = 4;
 
+/// The most holds of closed connections ended in one timer tick: a connection that closes with
+/// more has them ended over several ticks, the server serving its other clients in between
+/// (each end writes, replicates and publishes like a release).
+pub const ENDS_PER_TICK: usize = 1_000;
+
 impl Sessions {
     /// How many holds are bound now.
     #[must_use]
@@ -132,7 +137,14 @@ impl Sessions {
     /// Whether any hold of `lock` is bound or waits to be ended.
     #[must_use]
     pub fn concerns(&self, lock: &LockName) -> bool {
-        self.by_lock.contains_key(lock) || self.ending.keys().any(|h| h.lock == *lock)
+        self.by_lock.contains_key(lock) || self.ending_of(lock).next().is_some()
+    }
+
+    /// The holds of `lock` waiting to be ended: one range of [`Self::ending`]'s order (a
+    /// hold sorts by its lock first), so finding them costs O(log n), not a scan.
+    fn ending_of<'a>(&'a self, lock: &'a LockName) -> impl Iterator<Item = &'a Hold> + 'a {
+        let first = Hold { lock: lock.clone(), held: Held::Lock(Vec::new()) };
+        self.ending.range(first..).map(|(hold, _)| hold).take_while(move |h| h.lock == *lock)
     }
 
     /// The binding of `hold`, if it is bound.
@@ -195,7 +207,10 @@ impl Sessions {
     /// Every hold of `lock` ended (a force-release, the lock freed): their bindings go.
     pub fn unbind_lock(&mut self, lock: &LockName) {
         if !self.ending.is_empty() {
-            self.ending.retain(|hold, _| hold.lock != *lock);
+            let ended: Vec<Hold> = self.ending_of(lock).cloned().collect();
+            for hold in &ended {
+                self.ending.remove(hold);
+            }
         }
         let Some(held) = self.by_lock.get(lock) else { return };
         let holds: Vec<Hold> =
@@ -225,9 +240,15 @@ impl Sessions {
         !self.ending.is_empty()
     }
 
-    /// Takes the holds waiting to be ended, in a stable order.
-    pub fn take_ending(&mut self) -> Vec<(Hold, Binding)> {
-        std::mem::take(&mut self.ending).into_iter().collect()
+    /// Takes at most `limit` of the holds waiting to be ended, in a stable order (by lock, so
+    /// the holds of one lock come together); the rest stay for the next call.
+    pub fn take_ending(&mut self, limit: usize) -> Vec<(Hold, Binding)> {
+        let mut taken = Vec::with_capacity(limit.min(self.ending.len()));
+        while taken.len() < limit {
+            let Some(end) = self.ending.pop_first() else { break };
+            taken.push(end);
+        }
+        taken
     }
 
     /// Drops up to `limit` bindings whose lease ended by `now` (they are stale); returns how

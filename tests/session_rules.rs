@@ -152,7 +152,7 @@ fn a_closed_connection_ends_its_holds_only() {
     assert_eq!(s.len(), 3);
     assert!(s.closed(1));
     assert_eq!(s.len(), 1);
-    let ending: Vec<Hold> = s.take_ending().into_iter().map(|(h, _)| h).collect();
+    let ending: Vec<Hold> = s.take_ending(usize::MAX).into_iter().map(|(h, _)| h).collect();
     assert_eq!(ending, vec![hold("a", "o"), hold("b", "o")]);
     assert!(!s.closed(1), "nothing left for that client");
     assert_eq!(s.holds_of(2), vec![hold("c", "o")]);
@@ -216,6 +216,27 @@ fn unbinding_a_lock_drops_every_hold_on_it() {
     s.unbind(&read);
 }
 
+/// Ends are taken a bounded batch at a time, by lock (a lock's permits together); a lock's
+/// pending ends go when its holds end otherwise, the other locks' stay.
+#[test]
+fn pending_ends_are_taken_a_batch_at_a_time_and_dropped_by_lock() {
+    let mut s = Sessions::default();
+    let permit = |key: &str, id: &str| Hold { lock: lock(key), held: Held::Permit(id.into()) };
+    for key in ["a", "b", "c"] {
+        s.granted(permit(key, "2"), Some(bind(1)), 100, 0);
+        s.granted(hold(key, "o"), Some(bind(1)), 100, 0);
+        s.granted(permit(key, "1"), Some(bind(1)), 100, 0);
+    }
+    s.closed(1);
+    let first: Vec<Hold> = s.take_ending(2).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(first, vec![hold("a", "o"), permit("a", "1")]);
+    s.unbind_lock(&lock("b"));
+    assert!(s.concerns(&lock("c")) && !s.concerns(&lock("b")));
+    let rest: Vec<Hold> = s.take_ending(usize::MAX).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(rest, vec![permit("a", "2"), hold("c", "o"), permit("c", "1"), permit("c", "2")]);
+    assert!(!s.ends_pending());
+}
+
 #[test]
 fn flush_and_swapdb_follow_the_data() {
     let mut s = Sessions::default();
@@ -233,7 +254,7 @@ fn flush_and_swapdb_follow_the_data() {
     assert_eq!(s.len(), 2);
     s.closed(1);
     s.swapped(0, 2);
-    let ending: Vec<Hold> = s.take_ending().into_iter().map(|(h, _)| h).collect();
+    let ending: Vec<Hold> = s.take_ending(usize::MAX).into_iter().map(|(h, _)| h).collect();
     assert_eq!(ending, vec![in_db(0, "c"), in_db(2, "b")]);
     s.granted(in_db(5, "x"), Some(bind(1)), 100, 0);
     s.flushed(None);

@@ -258,6 +258,12 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         self.wait_times
     }
 
+    /// Forgets how long the waits that ended lasted (the module is loaded again: `INFO rlock`
+    /// starts from zero).
+    pub fn reset_wait_times(&mut self) {
+        self.wait_times = WaitTimes::default();
+    }
+
     /// Records a wait that began at `since` and ended at `now` (Unix ms) in [`Self::wait_times`]
     /// (for waiters taken out by [`Self::pop_head`] or [`Self::drain`]).
     pub fn record_wait(&mut self, since: i64, now: i64) {

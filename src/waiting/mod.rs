@@ -109,7 +109,8 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// At load: `INFO rlock` starts from zero (a reloaded module may find its old statics).
+/// At load: `INFO rlock` starts from zero (a reloaded module may find its old statics and
+/// thread-locals: the wait-time buckets live with the queues).
 pub fn reset_stats() {
     let counters = [
         &STATS.waits,
@@ -122,6 +123,7 @@ pub fn reset_stats() {
     for counter in counters {
         counter.store(0, Ordering::Relaxed);
     }
+    with_queues(Queues::reset_wait_times);
     session::reset();
 }
 

@@ -10,6 +10,7 @@
 //! connection, and so its user, is gone). A hand-off to a waiter afterwards is checked as the
 //! waiter's user, as every hand-off is.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use redis_module::{Context, RedisString};
@@ -20,51 +21,71 @@ use crate::error::LockError;
 use crate::raw;
 use crate::rules::{self, Deadline, View};
 use crate::rw_rules::{self, Acquired, Mode, RwPlan};
-use crate::sessions::{delay_until, Binding, Held, Hold, PLACEHOLDER};
+use crate::sessions::{delay_until, Binding, Held, Hold, ENDS_PER_TICK, PLACEHOLDER};
 use crate::store::rw::RwKey;
 use crate::store::sem::Leases;
 use crate::store::{LockKey, Unlocked};
 
-/// What ending one hold did.
-enum Ended {
+/// What ending one hold (or a semaphore's permits) did.
+enum EndOf {
     /// Nothing to end: the hold is gone, or is not the one bound (its lease ended).
     Nothing,
-    /// Ended; `delayed`: a lock-delay followed.
-    Ended { delayed: bool },
+    /// One hold ended; `delayed`: a lock-delay followed.
+    Hold { delayed: bool },
+    /// Leased permits of one semaphore: how many ended, and how many of those are delayed.
+    Permits { ended: u64, delayed: u64 },
 }
 
-/// Ends every hold whose connection closed (a master, writes not paused: the caller checked).
-pub(super) fn end_pending(ctx: &Context) {
-    let ends = with(|s| s.take_ending());
-    for (hold, binding) in ends {
+/// Ends the holds whose connection closed, at most [`ENDS_PER_TICK`] of them (a master, writes
+/// not paused: the caller checked); the leased permits of one semaphore are given back
+/// together. Returns whether more wait (the caller ends them at its next tick).
+pub(super) fn end_pending(ctx: &Context) -> bool {
+    let mut ends = with(|s| s.take_ending(ENDS_PER_TICK)).into_iter().peekable();
+    while let Some((hold, binding)) = ends.next() {
         let now = raw::now_ms();
-        if binding.stale(now) || !raw::select_db(ctx, hold.lock.db) {
+        if !raw::select_db(ctx, hold.lock.db) {
             continue;
         }
         let name = RedisString::create_from_slice(ctx.get_raw(), &hold.lock.key);
-        let ended = match &hold.held {
-            Held::Lock(owner) => end_lock(ctx, &name, owner, binding, now),
-            Held::Read(owner) => end_rw(ctx, &name, owner, Mode::Read, binding, now),
-            Held::Write(owner) => end_rw(ctx, &name, owner, Mode::Write, binding, now),
-            Held::Permit(id) => end_permit(ctx, &name, id, binding, now),
-        };
-        match ended {
-            // The name holds another kind of lock now (or something else): not this hold.
-            Ok(Ended::Nothing)
-            | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
-            }
-            Ok(Ended::Ended { delayed }) => {
-                SESSION_STATS.ends.fetch_add(1, Ordering::Relaxed);
-                if delayed {
-                    SESSION_STATS.delays.fetch_add(1, Ordering::Relaxed);
+        let ended = match hold.held {
+            Held::Permit(id) => {
+                // The holds of one lock come together, its permits last.
+                let mut permits = vec![(id, binding)];
+                while let Some((next, _)) = ends.peek() {
+                    if next.lock != hold.lock || !matches!(next.held, Held::Permit(_)) {
+                        break;
+                    }
+                    if let Some((Hold { held: Held::Permit(id), .. }, binding)) = ends.next() {
+                        permits.push((id, binding));
+                    }
                 }
+                end_permits(ctx, &name, &permits, now)
             }
-            Err(e) => ctx.log_warning(&format!(
-                "rlock: could not end a session hold whose connection closed (it ends with its \
-                 lease): {e}"
-            )),
-        }
+            _ if binding.stale(now) => continue,
+            Held::Lock(owner) => end_lock(ctx, &name, &owner, binding, now),
+            Held::Read(owner) => end_rw(ctx, &name, &owner, Mode::Read, binding, now),
+            Held::Write(owner) => end_rw(ctx, &name, &owner, Mode::Write, binding, now),
+        };
+        let (ended, delayed) = match ended {
+            // The name holds another kind of lock now (or something else): not this hold.
+            Ok(EndOf::Nothing)
+            | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
+                continue
+            }
+            Ok(EndOf::Hold { delayed }) => (1, u64::from(delayed)),
+            Ok(EndOf::Permits { ended, delayed }) => (ended, delayed),
+            Err(e) => {
+                ctx.log_warning(&format!(
+                    "rlock: could not end a session hold whose connection closed (it ends with \
+                     its lease): {e}"
+                ));
+                continue;
+            }
+        };
+        SESSION_STATS.ends.fetch_add(ended, Ordering::Relaxed);
+        SESSION_STATS.delays.fetch_add(delayed, Ordering::Relaxed);
     }
+    with(|s| s.ends_pending())
 }
 
 /// A reentrant lock's whole hold by `owner` ends: the lock is freed (handed to its waiters, or
@@ -75,18 +96,18 @@ fn end_lock(
     owner: &[u8],
     binding: Binding,
     now: i64,
-) -> Result<Ended, LockError> {
+) -> Result<EndOf, LockError> {
     let owner = RedisString::create_from_slice(ctx.get_raw(), owner);
     let key = LockKey::open(ctx, name, true);
     let view = key.view(Some(&owner))?;
-    let View::Held { mine: Some(_), pttl } = view else { return Ok(Ended::Nothing) };
+    let View::Held { mine: Some(_), pttl } = view else { return Ok(EndOf::Nothing) };
     let lease_until = (pttl >= 0).then(|| now.saturating_add(pttl));
     key.apply(Some(&owner), &rules::force_release(view));
     drop(key);
     with(|s| s.unbind_lock(&lock_name(ctx, name)));
     let Some(until) = delay_until(now, binding.bind.delay_ms, lease_until) else {
         freed(ctx, name, Unlocked::Lock);
-        return Ok(Ended::Ended { delayed: false });
+        return Ok(EndOf::Hold { delayed: false });
     };
     let placeholder = RedisString::create_from_slice(ctx.get_raw(), PLACEHOLDER);
     let key = LockKey::open(ctx, name, true);
@@ -94,7 +115,7 @@ fn end_lock(
     drop(key);
     // Its waiters are looked at again when the delay ends.
     settle(ctx, name);
-    Ok(Ended::Ended { delayed: true })
+    Ok(EndOf::Hold { delayed: true })
 }
 
 /// A read-write lock's `side` held by `owner` ends (every hold of it), as its release would;
@@ -107,13 +128,13 @@ fn end_rw(
     side: Mode,
     binding: Binding,
     now: i64,
-) -> Result<Ended, LockError> {
+) -> Result<EndOf, LockError> {
     let key = RwKey::open(ctx, name, true);
     let state = key.state()?;
     let holds = key.holds(&state, now)?;
     let plan = rw_rules::end_side(&state, side, owner, &holds, now);
     if plan.effects.is_empty() {
-        return Ok(Ended::Nothing);
+        return Ok(EndOf::Nothing);
     }
     let lease_until = match side {
         Mode::Write => state.deadline(now),
@@ -130,11 +151,11 @@ fn end_rw(
         Some(placeholder) => {
             rw_applied(ctx, name, &placeholder);
             settle(ctx, name);
-            Ok(Ended::Ended { delayed: true })
+            Ok(EndOf::Hold { delayed: true })
         }
         None => {
             rw_applied(ctx, name, &plan);
-            Ok(Ended::Ended { delayed: false })
+            Ok(EndOf::Hold { delayed: false })
         }
     }
 }
@@ -158,32 +179,53 @@ fn rw_placeholder(
     Some(plan)
 }
 
-/// A leased permit ends: it comes back (its waiters served, the count published), or with a
-/// delay it stays leased under its id until the delay ends, when its reclaim brings it back.
-fn end_permit(
+/// Leased permits of the semaphore `name` end: those without a delay come back together (its
+/// waiters served, the count published once), each delayed one stays leased under its id until
+/// its delay ends, when its reclaim brings it back. A permit whose lease ended (or whose binding
+/// is stale) is left to its reclaim.
+fn end_permits(
     ctx: &Context,
     name: &RedisString,
-    id: &[u8],
-    binding: Binding,
+    permits: &[(Vec<u8>, Binding)],
     now: i64,
-) -> Result<Ended, LockError> {
+) -> Result<EndOf, LockError> {
     let leases = Leases::of(ctx, name)?;
-    let Some(lease_until) = leases.scores(ctx, &[id])?.first().copied().flatten() else {
-        return Ok(Ended::Nothing);
-    };
-    if lease_until <= now {
-        // Its lease ended: the reclaim brings it back.
-        return Ok(Ended::Nothing);
+    let ids: Vec<&[u8]> = permits.iter().map(|(id, _)| id.as_slice()).collect();
+    let scores = leases.scores(ctx, &ids)?;
+    let mut back: Vec<&[u8]> = Vec::new();
+    // Delay end -> the permits whose lease moves earlier to it.
+    let mut moved: BTreeMap<i64, Vec<&[u8]>> = BTreeMap::new();
+    let mut delayed: Vec<&[u8]> = Vec::new();
+    for ((id, binding), score) in permits.iter().zip(scores) {
+        let Some(lease_until) = score.filter(|&at| at > now && !binding.stale(now)) else {
+            continue;
+        };
+        match delay_until(now, binding.bind.delay_ms, Some(lease_until)) {
+            None => back.push(id),
+            Some(until) => {
+                if until < lease_until {
+                    moved.entry(until).or_default().push(id);
+                }
+                delayed.push(id);
+            }
+        }
     }
-    let Some(until) = delay_until(now, binding.bind.delay_ms, Some(lease_until)) else {
-        sem_give_back_ids(ctx, name, &[id])?;
-        return Ok(Ended::Ended { delayed: false });
-    };
-    if until < lease_until {
-        leases.lease(ctx, &[id], until)?;
-        schedule_check(ctx, &lock_name(ctx, name), Deadline::at(until).over_at());
+    for (until, ids) in &moved {
+        leases.lease(ctx, ids, *until)?;
     }
-    let hold = Hold { lock: lock_name(ctx, name), held: Held::Permit(id.to_vec()) };
-    with(|s| s.unbind(&hold));
-    Ok(Ended::Ended { delayed: true })
+    if let Some(&first) = moved.keys().next() {
+        schedule_check(ctx, &lock_name(ctx, name), Deadline::at(first).over_at());
+    }
+    let lock = lock_name(ctx, name);
+    with(|s| {
+        for id in &delayed {
+            s.unbind(&Hold { lock: lock.clone(), held: Held::Permit(id.to_vec()) });
+        }
+    });
+    if !back.is_empty() {
+        sem_give_back_ids(ctx, name, &back)?;
+    }
+    let count = |ids: &[&[u8]]| u64::try_from(ids.len()).unwrap_or(u64::MAX);
+    let delays = count(&delayed);
+    Ok(EndOf::Permits { ended: count(&back).saturating_add(delays), delayed: delays })
 }

@@ -126,8 +126,9 @@ fn run_deferred(ctx: &Context, (): ()) {
         for undo in &work.rollback {
             undo_grant(ctx, undo);
         }
-        if work.session_ends {
-            super::session_end::end_pending(ctx);
+        if work.session_ends && super::session_end::end_pending(ctx) {
+            // More than one tick's worth: the rest at the next tick, other clients served first.
+            defer(ctx, |d| d.session_ends = true);
         }
         if work.settle_all {
             for lock in &with_queues(|q| q.locks()) {
