@@ -68,14 +68,17 @@ pub fn blockers<'a>(holders: &'a Holders, waiter: &[u8], wants: Wants) -> Vec<Bl
     each_blocker(holders, wants).filter(|b| b.owner != waiter).collect()
 }
 
+/// A reader and its read hold count.
+type Reader = (Vec<u8>, u64);
+
 /// [`blockers`], one at a time (nothing collected), the waiter itself not left out.
 fn each_blocker(holders: &Holders, wants: Wants) -> impl Iterator<Item = Blocker<'_>> {
-    let (owners, writer, readers): (&[Vec<u8>], Option<&Vec<u8>>, &[(Vec<u8>, u64)]) =
+    let (owners, writer, readers): (&[Vec<u8>], Option<&Vec<u8>>, &[Reader]) =
         match (holders, wants) {
             (Holders::Lock(owners), Wants::Lock) => (owners, None, &[]),
             (Holders::Rw { write, writer, readers }, Wants::Read | Wants::Write) => {
                 let writer = writer.as_ref().filter(|_| *write || wants == Wants::Write);
-                let readers: &[(Vec<u8>, u64)] = if wants == Wants::Write { readers } else { &[] };
+                let readers: &[Reader] = if wants == Wants::Write { readers } else { &[] };
                 (&[], writer, readers)
             }
             // A waiter of another kind than the lock (the key changed) waits for the key to

@@ -111,9 +111,11 @@ pub async fn rows(sizes: &Sizes, section: &mut Section) -> Vec<Target> {
     )];
     if base.is_some() {
         let (before, text) = spread(&per_round(1, 2));
+        let (_, nowhere) = spread(&per_round(0, 2));
         section.note.push_str(&format!(
-            " Enqueue µs, elsewhere / the same loop with the module before deadlock detection \
-             (RLOCK_BENCH_BASE_MODULE), per round: median {text}."
+            " Enqueue µs against the \"elsewhere\" loop with the module before deadlock \
+             detection (the base module, RLOCK_BENCH_BASE_MODULE), per round: elsewhere, \
+             median {text}; nowhere, median {nowhere}."
         ));
         targets.push(Target::at_most(
             &format!(
