@@ -14,14 +14,16 @@
 //! - semaphore waiters have no owner: they are not in the graph.
 //!
 //! A wait by owner A for lock L closes a cycle when a path leads from a blocker of A on L back
-//! to A. The search is breadth-first (the shortest cycle is reported) and stops after
+//! to A. The search is breadth-first (the shortest cycle is reported), follows only owners
+//! that wait somewhere (one index lookup: most searches end at the lock's holders) and stops after
 //! [`MAX_STEPS`] steps (an edge looked at, a queued wait looked up, a hash field or a hold key
 //! read): past it, no deadlock is claimed. Every edge of a reported cycle was read from the
 //! data as it is at that instant, so a reported cycle exists.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use crate::error::shown;
+use crate::names::{MODE_FIELD, WRITE_SUFFIX};
 
 /// The most steps one search takes (see the module's docs): a few µs of the server's time.
 pub const MAX_STEPS: usize = 1_000;
@@ -63,30 +65,53 @@ pub struct Blocker<'a> {
 /// The holders that keep `waiter` (asking `wants`) from being granted, itself left out.
 #[must_use]
 pub fn blockers<'a>(holders: &'a Holders, waiter: &[u8], wants: Wants) -> Vec<Blocker<'a>> {
-    let mut out: Vec<Blocker<'a>> = Vec::new();
-    match (holders, wants) {
-        (Holders::Lock(owners), Wants::Lock) => {
-            out.extend(owners.iter().map(|o| Blocker { owner: o, reads: None }));
-        }
-        (Holders::Rw { write, writer, readers }, Wants::Read | Wants::Write) => {
-            if *write || wants == Wants::Write {
-                out.extend(writer.iter().map(|w| Blocker { owner: w, reads: None }));
+    each_blocker(holders, wants).filter(|b| b.owner != waiter).collect()
+}
+
+/// A reader and its read hold count.
+type Reader = (Vec<u8>, u64);
+
+/// [`blockers`], one at a time (nothing collected), the waiter itself not left out.
+fn each_blocker(holders: &Holders, wants: Wants) -> impl Iterator<Item = Blocker<'_>> {
+    let (owners, writer, readers): (&[Vec<u8>], Option<&Vec<u8>>, &[Reader]) =
+        match (holders, wants) {
+            (Holders::Lock(owners), Wants::Lock) => (owners, None, &[]),
+            (Holders::Rw { write, writer, readers }, Wants::Read | Wants::Write) => {
+                let writer = writer.as_ref().filter(|_| *write || wants == Wants::Write);
+                let readers: &[Reader] = if wants == Wants::Write { readers } else { &[] };
+                (&[], writer, readers)
             }
-            if wants == Wants::Write {
-                let others = readers.iter().filter(|(r, _)| writer.as_ref() != Some(r));
-                out.extend(others.map(|(r, n)| Blocker { owner: r, reads: Some(*n) }));
-            }
-        }
-        // A waiter of another kind than the lock (the key changed) waits for the key to
-        // change, not for an owner.
-        _ => {}
-    }
-    out.retain(|b| b.owner != waiter);
-    out
+            // A waiter of another kind than the lock (the key changed) waits for the key to
+            // change, not for an owner.
+            _ => (&[], None, &[]),
+        };
+    let all_writer = match holders {
+        Holders::Rw { writer, .. } => writer.as_deref(),
+        _ => None,
+    };
+    let owners = owners.iter().map(|o| Blocker { owner: o, reads: None });
+    let writer = writer.into_iter().map(|w| Blocker { owner: w, reads: None });
+    let readers = readers
+        .iter()
+        .filter(move |(r, _)| all_writer != Some(r.as_slice()))
+        .map(|(r, n)| Blocker { owner: r, reads: Some(*n) });
+    owners.chain(writer).chain(readers)
+}
+
+/// The owners a lock hash's field may name as a holder: none for `mode`; the field itself (a
+/// reentrant lock's owner, a reader) and, without a `:write` suffix, a writer. Every holder
+/// [`blockers`] can return is named so by a field of its lock: when no owner a field names
+/// waits anywhere, a search from the lock follows no edge (checked before anything is copied).
+pub fn field_owners(field: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let named = (field != MODE_FIELD).then_some(field);
+    named.into_iter().chain(field.strip_suffix(WRITE_SUFFIX))
 }
 
 /// What the search reads: the queues and the locks, as they are now.
 pub trait Graph {
+    /// Whether `owner` waits in any queue (asked before [`Self::waits_of`] and before a
+    /// reader's liveness is read: an owner that waits nowhere has no edge to follow).
+    fn waits(&mut self, owner: &[u8]) -> bool;
     /// The locks `owner` waits for (the key, what it asks), oldest wait first.
     fn waits_of(&mut self, owner: &[u8]) -> Vec<(Vec<u8>, Wants)>;
     /// The holders of the lock `key`, taking the fields it reads off `steps` (not read,
@@ -117,50 +142,85 @@ pub enum Found {
 }
 
 /// Whether owner `owner`'s wait for the lock `key` (asking `wants`) closes a cycle.
+///
+/// Only owners that wait somewhere are followed (one [`Graph::waits`] lookup each): when no
+/// holder of `key` waits anywhere, the search ends after reading `key` alone, and nothing is
+/// copied.
 pub fn find_cycle(graph: &mut impl Graph, owner: &[u8], key: &[u8], wants: Wants) -> Found {
-    let mut steps = MAX_STEPS;
+    let mut search =
+        Search { owner, steps: MAX_STEPS, parent: HashMap::new(), next: VecDeque::new() };
+    let holders = graph.holders(key, &mut search.steps);
+    if let Some(found) = search.visit(graph, owner, key, wants, &holders) {
+        return found;
+    }
+    if search.next.is_empty() {
+        return Found::NoCycle;
+    }
     let mut held: HashMap<Vec<u8>, Holders> = HashMap::new();
-    // Each owner reached -> the edge it was reached by (waiter, key).
-    let mut parent: HashMap<Vec<u8>, (Vec<u8>, Vec<u8>)> = HashMap::new();
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    let mut next: VecDeque<Vec<u8>> = VecDeque::new();
-    let mut waits = vec![(key.to_vec(), wants)];
-    let mut from = owner.to_vec();
-    loop {
+    held.insert(key.to_vec(), holders);
+    while let Some(from) = search.next.pop_front() {
+        let waits = graph.waits_of(&from);
+        if waits.len() > search.steps {
+            return Found::OverBudget;
+        }
+        search.steps -= waits.len();
         for (lock, wants) in waits {
             if !held.contains_key(&lock) {
-                let holders = graph.holders(&lock, &mut steps);
+                let holders = graph.holders(&lock, &mut search.steps);
                 held.insert(lock.clone(), holders);
             }
             let Some(holders) = held.get(&lock) else { continue };
-            for blocker in blockers(holders, &from, wants) {
-                if steps == 0 {
-                    return Found::OverBudget;
-                }
-                steps -= 1;
-                if blocker.owner != owner && seen.contains(blocker.owner) {
-                    continue;
-                }
-                if let Some(reads) = blocker.reads {
-                    if !graph.reader_live(&lock, blocker.owner, reads, &mut steps) {
-                        continue;
-                    }
-                }
-                if blocker.owner == owner {
-                    return Found::Cycle(path(&parent, owner, &from, &lock));
-                }
-                seen.insert(blocker.owner.to_vec());
-                parent.insert(blocker.owner.to_vec(), (from.clone(), lock.clone()));
-                next.push_back(blocker.owner.to_vec());
+            if let Some(found) = search.visit(graph, &from, &lock, wants, holders) {
+                return found;
             }
         }
-        let Some(owner_next) = next.pop_front() else { return Found::NoCycle };
-        waits = graph.waits_of(&owner_next);
-        if waits.len() > steps {
-            return Found::OverBudget;
+    }
+    Found::NoCycle
+}
+
+/// A breadth-first search's state: the budget left, each owner reached with the edge it was
+/// reached by (waiter, key), the owners still to visit.
+struct Search<'o> {
+    owner: &'o [u8],
+    steps: usize,
+    parent: HashMap<Vec<u8>, (Vec<u8>, Vec<u8>)>,
+    next: VecDeque<Vec<u8>>,
+}
+
+impl Search<'_> {
+    /// Follows the edges from `from`, waiting for `lock` (asking `wants`), to the lock's
+    /// `holders`: a cycle closed or the budget spent ends the search; owners reached for the
+    /// first time that wait somewhere are queued to be visited.
+    fn visit(
+        &mut self,
+        graph: &mut impl Graph,
+        from: &[u8],
+        lock: &[u8],
+        wants: Wants,
+        holders: &Holders,
+    ) -> Option<Found> {
+        for blocker in each_blocker(holders, wants).filter(|b| b.owner != from) {
+            if self.steps == 0 {
+                return Some(Found::OverBudget);
+            }
+            self.steps -= 1;
+            let closes = blocker.owner == self.owner;
+            // An owner reached before is queued already; one that waits nowhere has no edge.
+            if !closes && (self.parent.contains_key(blocker.owner) || !graph.waits(blocker.owner)) {
+                continue;
+            }
+            if let Some(reads) = blocker.reads {
+                if !graph.reader_live(lock, blocker.owner, reads, &mut self.steps) {
+                    continue;
+                }
+            }
+            if closes {
+                return Some(Found::Cycle(path(&self.parent, self.owner, from, lock)));
+            }
+            self.parent.insert(blocker.owner.to_vec(), (from.to_vec(), lock.to_vec()));
+            self.next.push_back(blocker.owner.to_vec());
         }
-        steps -= waits.len();
-        from = owner_next;
+        None
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use rlock::deadlock_rules::{
-    blockers, describe, find_cycle, Found, Graph, Holders, Link, Wants, MAX_STEPS,
+    blockers, describe, field_owners, find_cycle, Found, Graph, Holders, Link, Wants, MAX_STEPS,
 };
 
 #[derive(Default)]
@@ -11,6 +11,11 @@ struct Map {
     waits: HashMap<Vec<u8>, Vec<(Vec<u8>, Wants)>>,
     held: HashMap<Vec<u8>, Holders>,
     dead_readers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// What the search read: the keys whose holders it read, the owners whose waits it listed,
+    /// the readers whose liveness it checked.
+    read: Vec<Vec<u8>>,
+    listed: Vec<Vec<u8>>,
+    checked: usize,
 }
 
 impl Map {
@@ -32,15 +37,21 @@ impl Map {
 }
 
 impl Graph for Map {
+    fn waits(&mut self, owner: &[u8]) -> bool {
+        self.waits.get(owner).is_some_and(|w| !w.is_empty())
+    }
     fn waits_of(&mut self, owner: &[u8]) -> Vec<(Vec<u8>, Wants)> {
+        self.listed.push(owner.to_vec());
         self.waits.get(owner).cloned().unwrap_or_default()
     }
     fn holders(&mut self, key: &[u8], steps: &mut usize) -> Holders {
         *steps = steps.saturating_sub(1);
+        self.read.push(key.to_vec());
         self.held.get(key).cloned().unwrap_or(Holders::Nobody)
     }
     fn reader_live(&mut self, key: &[u8], owner: &[u8], _: u64, steps: &mut usize) -> bool {
         *steps = steps.saturating_sub(1);
+        self.checked += 1;
         !self.dead_readers.contains(&(key.to_vec(), owner.to_vec()))
     }
 }
@@ -86,6 +97,116 @@ fn a_chain_a_reader_behind_a_writer_and_a_dead_reader_are_not_cycles() {
     // A waiter of another kind than its key waits for no owner.
     let mut g = Map::default().lock("k1", "A").lock("k2", "B").wait("A", "k2", Wants::Write);
     assert_eq!(find_cycle(&mut g, b"B", b"k1", Wants::Lock), Found::NoCycle);
+}
+
+#[test]
+fn an_owner_that_waits_nowhere_is_not_followed() {
+    // The lock's holder waits nowhere: only the lock is read, nobody's waits are listed.
+    let mut g = Map::default().lock("k1", "A").lock("k2", "B").wait("B", "k1", Wants::Lock);
+    assert_eq!(find_cycle(&mut g, b"C", b"k1", Wants::Lock), Found::NoCycle);
+    assert_eq!((g.read, g.listed), (vec![b"k1".to_vec()], Vec::<Vec<u8>>::new()));
+    // A chain: the holder's waits are listed, its lock read; the end of the chain is not.
+    let mut g = Map::default().lock("k1", "A").lock("k2", "B").wait("A", "k2", Wants::Lock);
+    assert_eq!(find_cycle(&mut g, b"C", b"k1", Wants::Lock), Found::NoCycle);
+    assert_eq!(g.read, [b"k1".to_vec(), b"k2".to_vec()]);
+    assert_eq!(g.listed, [b"A".to_vec()]);
+    // A reader that waits nowhere: its liveness is not read either.
+    let mut g = Map::default().rw("k1", false, None, &["B", "D"]).wait("D", "k9", Wants::Lock);
+    assert_eq!(find_cycle(&mut g, b"C", b"k1", Wants::Write), Found::NoCycle);
+    assert_eq!(g.checked, 1, "D's holds only");
+    // The waiter itself among the holders still closes a cycle only through others.
+    let mut g = Map::default().lock("k1", "A").lock("k2", "C").wait("A", "k2", Wants::Lock);
+    assert!(
+        matches!(find_cycle(&mut g, b"C", b"k1", Wants::Lock), Found::Cycle(c) if c.len() == 2)
+    );
+}
+
+#[test]
+fn every_blocker_is_named_by_a_field_of_its_lock() {
+    let names = |field: &'static [u8]| field_owners(field).collect::<Vec<&[u8]>>();
+    assert!(names(b"mode").is_empty());
+    assert_eq!(names(b"a:1"), [b"a:1".as_slice()]);
+    assert_eq!(names(b"a:1:write"), [b"a:1:write".as_slice(), b"a:1"]);
+    assert_eq!(names(b":write"), [b":write".as_slice(), b""]);
+    // The blockers of a read-write lock's hash, as its fields name them.
+    let rw = Holders::Rw {
+        write: true,
+        writer: Some(b"w".to_vec()),
+        readers: vec![(b"w".to_vec(), 1), (b"r".to_vec(), 1)],
+    };
+    let fields: [&[u8]; 4] = [b"mode", b"w:write", b"w", b"r"];
+    for b in blockers(&rw, b"x", Wants::Write) {
+        assert!(fields.iter().any(|f| field_owners(f).any(|o| o == b.owner)), "{:?}", b.owner);
+    }
+}
+
+/// Whether `owner` is reachable from the holders of `key` (a plain depth-first search over
+/// every edge, nothing pruned): the reference `find_cycle` is checked against.
+fn reaches(g: &Map, owner: &[u8], key: &[u8]) -> bool {
+    let holders_of = |k: &[u8]| match g.held.get(k) {
+        Some(Holders::Lock(owners)) => owners.clone(),
+        _ => Vec::new(),
+    };
+    let mut stack: Vec<Vec<u8>> = holders_of(key).into_iter().filter(|h| h != owner).collect();
+    let mut seen: Vec<Vec<u8>> = Vec::new();
+    while let Some(at) = stack.pop() {
+        if at == owner {
+            return true;
+        }
+        if seen.contains(&at) {
+            continue;
+        }
+        seen.push(at.clone());
+        for (k, _) in g.waits.get(&at).cloned().unwrap_or_default() {
+            stack.extend(holders_of(&k).into_iter().filter(|h| *h != at));
+        }
+    }
+    false
+}
+
+#[test]
+fn random_graphs_agree_with_a_search_that_prunes_nothing() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut cycles = 0;
+    for _ in 0..2_000 {
+        let mut g = Map::default();
+        let (locks, owners) = (1 + next(6), 1 + next(6));
+        for k in 0..locks {
+            if next(4) > 0 {
+                g = g.lock(&format!("k{k}"), &format!("o{}", next(owners)));
+            }
+        }
+        for _ in 0..next(8) {
+            g = g.wait(&format!("o{}", next(owners)), &format!("k{}", next(locks)), Wants::Lock);
+        }
+        let (owner, key) = (format!("o{}", next(owners)), format!("k{}", next(locks)));
+        let want = reaches(&g, owner.as_bytes(), key.as_bytes());
+        match find_cycle(&mut g, owner.as_bytes(), key.as_bytes(), Wants::Lock) {
+            Found::Cycle(links) => {
+                assert!(want, "{owner} -> {key}: a cycle the reference does not see");
+                cycles += 1;
+                // Every link is an edge of the graph, and the cycle closes on the new wait.
+                assert_eq!(
+                    (links[0].owner.as_slice(), links[0].key.as_slice()),
+                    (owner.as_bytes(), key.as_bytes())
+                );
+                assert_eq!(links.last().map(|l| l.holder.as_slice()), Some(owner.as_bytes()));
+                for l in &links[1..] {
+                    assert!(g.waits[&l.owner].iter().any(|(k, _)| *k == l.key));
+                    assert_eq!(g.held[&l.key], Holders::Lock(vec![l.holder.clone()]));
+                }
+            }
+            Found::NoCycle => assert!(!want, "{owner} -> {key}: a cycle missed"),
+            Found::OverBudget => panic!("a small graph ran out of budget"),
+        }
+    }
+    assert!(cycles > 50, "the graphs close cycles often enough to test ({cycles})");
 }
 
 #[test]

@@ -279,11 +279,14 @@ fn listing_counts_and_the_owner_index_follow_every_removal() {
     assert_eq!(q.get(ids[1]).and_then(|w| w.timeout_at()), Some(1_002));
     assert_eq!(q.waits_of(0, b"owner-0").count(), 2, "indexed once each");
     assert_eq!(q.waits_of(1, b"owner-0").count(), 0, "per database");
+    assert!(q.owner_waits(0, b"owner-0") && !q.owner_waits(1, b"owner-0"));
+    assert!(!q.owner_waits(0, b"again"), "indexed once per waiter");
     q.remove_as(ids[0], End::Granted, Some(25));
     q.remove_as(ids[1], End::TimedOut, Some(40));
     q.remove(ids[2]);
     assert_eq!(q.stats(0, b"l"), QueueStats { waits: 4, handoffs: 1, timeouts: 1 });
     assert_eq!(q.waits_of(0, b"owner-0").count(), 0);
+    assert!(!q.owner_waits(0, b"owner-0"), "the owner's last wait ended");
     assert_eq!(q.waits_of(0, b"owner-1").count(), 1);
     let times = q.wait_times();
     assert_eq!((times.count, times.sum_ms), (2, 25 + 30), "remove() records no time");

@@ -105,25 +105,47 @@ pub async fn run_herd(sizes: &Sizes) -> (Section, Vec<Target>) {
 /// Per hand-off and per enqueue server µs, and used_memory per waiting client, with `waiters`
 /// clients queued at all times: each, once served, gives the lock (or element) back and queues
 /// again. rlock: RLOCK.RELEASE hands off inside; BLPOP baseline: RPUSH serves the head.
-struct QueueCost {
-    handoff: f64,
-    enqueue: f64,
-    bytes_per_waiter: f64,
+pub struct QueueCost {
+    pub handoff: f64,
+    pub enqueue: f64,
+    pub bytes_per_waiter: f64,
 }
 
-/// `elsewhere`: each waiting owner also waits, on a second connection, for a lock of its own
-/// held by an owner that waits for nothing, so every enqueue's deadlock search follows the
-/// holder of the lock to the queue it waits in, and that lock's holder (two hops).
-async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool, elsewhere: bool) -> QueueCost {
-    let server = Arc::new(util::server());
+/// Extra blocked clients beside the loop's waiters (section 4's deadlock rows, `deadlock.rs`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Parked {
+    /// None.
+    No,
+    /// One per waiter: a client waiting for a lock `other:<i>` of its own (held by `keeper`), as
+    /// owner `p<i>`, who holds nothing: an enqueue's deadlock search finds that the lock's
+    /// holder waits nowhere.
+    Idle,
+    /// The same clients, each waiting as the owner `w<i>` of a loop waiter: whichever loop
+    /// owner holds the lock also waits elsewhere, so every enqueue's deadlock search follows
+    /// the holder to `other:<i>` and its holder `keeper` (two hops).
+    Waiting,
+}
+
+/// `parked`: the extra blocked clients (see [`Parked`]).
+/// `module`: the module to load instead of this checkout's.
+pub async fn handoff_cost(
+    waiters: usize,
+    handoffs: u64,
+    blpop: bool,
+    parked: Parked,
+    module: Option<&str>,
+) -> QueueCost {
+    let server = Arc::new(util::server_with(module));
     let mut con = util::conn(&server).await;
     if !blpop {
         util::call(&mut con, &["RLOCK.ACQUIRE", LOCK, "holder", "600000"]).await;
     }
+    let mode = parked;
     let mut parked = Vec::new();
-    if elsewhere {
+    if mode != Parked::No {
         for id in 0..waiters {
-            let (other, owner) = (format!("other:{id}"), format!("w{id}"));
+            let owner = if mode == Parked::Waiting { format!("w{id}") } else { format!("p{id}") };
+            let other = format!("other:{id}");
             util::call(&mut con, &["RLOCK.ACQUIRE", &other, "keeper", "600000"]).await;
             let mut c = util::conn(&server).await;
             parked.push(tokio::spawn(async move {
@@ -224,7 +246,6 @@ async fn handoff_cost(waiters: usize, handoffs: u64, blpop: bool, elsewhere: boo
 }
 
 pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
-    let (small, large) = sizes.queues;
     let mut section = Section::new(
         "4. Hand-off cost against queue length",
         &format!(
@@ -241,8 +262,9 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
              and its enqueue slower with many waiters; the hand-off itself does not depend on the \
              queue length. A '-' row stalled: the server served fewer \
              than 100 in 30 s, or needed over 2 minutes (Valkey 9.1.2's BLPOP with 10,000 \
-             blocked clients crawls, with or without the module).",
-            sizes.handoffs
+             blocked clients crawls, with or without the module). {}",
+            sizes.handoffs,
+            crate::deadlock::NOTE
         ),
         &[
             "waiters",
@@ -254,10 +276,21 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
             "hand-off vs smallest",
         ],
     );
+    let mut targets = Vec::new();
+    if !crate::deadlock::only() {
+        targets = queue_length_rows(sizes, &mut section).await;
+    }
+    targets.extend(crate::deadlock::rows(sizes, &mut section).await);
+    (section, targets)
+}
+
+/// The rows and targets of section 4 but the deadlock rows.
+async fn queue_length_rows(sizes: &Sizes, section: &mut Section) -> Vec<Target> {
+    let (small, large) = sizes.queues;
     let mut measured = Vec::new();
     for (name, blpop) in [("rlock WAIT", false), ("BLPOP / RPUSH", true)] {
-        let few = handoff_cost(small, sizes.handoffs, blpop, false).await;
-        let many = handoff_cost(large, sizes.handoffs, blpop, false).await;
+        let few = handoff_cost(small, sizes.handoffs, blpop, Parked::No, None).await;
+        let many = handoff_cost(large, sizes.handoffs, blpop, Parked::No, None).await;
         for (n, c) in [(small, &few), (large, &many)] {
             section.row(vec![
                 n.to_string(),
@@ -271,33 +304,13 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
         }
         measured.push([few, many]);
     }
-    // Deadlock detection's share of an enqueue: the same loop, each owner also waiting for a
-    // lock of its own elsewhere (at the small size only).
-    let elsewhere = handoff_cost(small, sizes.handoffs, false, true).await;
-    section.row(vec![
-        small.to_string(),
-        "rlock WAIT, owners also waiting elsewhere".to_owned(),
-        num(elsewhere.handoff),
-        num(elsewhere.enqueue),
-        num(elsewhere.handoff + elsewhere.enqueue),
-        num(elsewhere.bytes_per_waiter),
-        ratio(elsewhere.handoff, measured[0][0].handoff),
-    ]);
-    let elsewhere_ratio = elsewhere.enqueue / measured[0][0].enqueue;
     let [[rlock_few, rlock_many], [blpop_few, blpop_many]] =
         <[[QueueCost; 2]; 2]>::try_from(measured).unwrap_or_else(|_| unreachable!("two styles"));
-    let mut targets = vec![
-        Target::at_most(
-            &format!("hand-off µs with {large} waiters / with {small}"),
-            rlock_many.handoff / rlock_few.handoff,
-            1.5,
-        ),
-        Target::at_most(
-            &format!("enqueue µs, owners also waiting elsewhere / not, {small} waiters"),
-            elsewhere_ratio,
-            1.1,
-        ),
-    ];
+    let mut targets = vec![Target::at_most(
+        &format!("hand-off µs with {large} waiters / with {small}"),
+        rlock_many.handoff / rlock_few.handoff,
+        1.5,
+    )];
     for (n, rlock, blpop) in [(small, &rlock_few, &blpop_few), (large, &rlock_many, &blpop_many)] {
         targets.push(Target::at_most(
             &format!("hand-off µs / BLPOP-RPUSH µs, {n} waiters"),
@@ -317,5 +330,5 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
             1.25,
         ));
     }
-    (section, targets)
+    targets
 }

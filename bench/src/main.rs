@@ -4,7 +4,9 @@
 //! `rlock-bench [--smoke] [--only N[,M...]] [--out FILE]`: prints the tables and writes them,
 //! with the machine they ran on, to FILE (default `BENCHMARKS.md`); `--only` runs the sections
 //! listed. `--smoke` uses tiny sizes, so CI can check that the harness still runs; its figures
-//! mean nothing.
+//! mean nothing. `--help` (or any argument it does not know) prints the usage and runs nothing.
+//! `RLOCK_BENCH_ROWS=deadlock` runs only section 4's deadlock rows (with `--only 4`), and
+//! `RLOCK_BENCH_BASE_MODULE=path` compares them with another build (see `deadlock.rs`).
 //!
 //! `rlock-bench --per-server [--smoke] [--out FILE]`: runs sections 1 and 4 on each server of
 //! `RLOCK_BENCH_SERVERS` (`label=path,label=path`, set by `make bench-servers`), one child run
@@ -13,6 +15,7 @@
 
 mod contention;
 mod cost;
+mod deadlock;
 mod expiry;
 mod herd;
 mod per_server;
@@ -40,6 +43,8 @@ pub struct Sizes {
     scale_probe: u64,
     /// Keys deleted and expired in section 9.
     unrelated: usize,
+    /// Rounds of section 4's deadlock rows (their median is reported).
+    deadlock_rounds: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -52,6 +57,7 @@ const FULL: Sizes = Sizes {
     scale: 1_000_000,
     scale_probe: 20_000,
     unrelated: 300_000,
+    deadlock_rounds: 7,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -64,6 +70,7 @@ const SMOKE: Sizes = Sizes {
     scale: 5_000,
     scale_probe: 1_000,
     unrelated: 3_000,
+    deadlock_rounds: 1,
 };
 
 fn output(cmd: &str, args: &[&str]) -> String {
@@ -99,9 +106,39 @@ fn machine() -> String {
     .join("\n")
 }
 
+/// The usage, printed by `--help` and for an argument this binary does not know.
+const USAGE: &str = "usage: rlock-bench [--smoke] [--only N[,M...]] [--out FILE] \
+    [--targets-tsv FILE]\n       rlock-bench --per-server [--smoke] [--out FILE]\n\
+    Runs the benchmark sections (all, or those of --only) and writes them to FILE \
+    (default BENCHMARKS.md; with --targets-tsv, only the targets to that file).\n\
+    RLOCK_BENCH_ROWS=deadlock: section 4 runs only its deadlock rows; \
+    RLOCK_BENCH_BASE_MODULE=PATH: they also run with the module at PATH.";
+
+/// Whether every argument is one this binary knows (a flag, or a known option and its value).
+fn known_args(args: &[String]) -> bool {
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--smoke" | "--per-server" => {}
+            "--only" | "--out" | "--targets-tsv" => {
+                if rest.next().is_none() {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if !known_args(&args[1..]) {
+        eprintln!("{USAGE}");
+        let help = args.iter().any(|a| a == "--help" || a == "-h");
+        std::process::exit(if help { 0 } else { 2 });
+    }
     let smoke = args.iter().any(|a| a == "--smoke");
     let out = args
         .iter()
@@ -177,7 +214,19 @@ fn kept_blocks(old: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::kept_blocks;
+    use super::{kept_blocks, known_args};
+
+    #[test]
+    fn help_and_unknown_arguments_run_nothing() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        assert!(!known_args(&args(&["--help"])));
+        assert!(!known_args(&args(&["-h"])));
+        assert!(!known_args(&args(&["--smoke", "4"])));
+        assert!(!known_args(&args(&["--only"])));
+        assert!(known_args(&args(&[])));
+        assert!(known_args(&args(&["--smoke", "--only", "4", "--out", "/tmp/x.md"])));
+        assert!(known_args(&args(&["--only", "1,4", "--targets-tsv", "t", "--out", "/dev/null"])));
+    }
 
     #[test]
     fn a_full_run_keeps_the_python_block() {

@@ -10,7 +10,17 @@ use rlock_tests_integration::Server;
 
 /// A server with the module, room for many clients, and nothing persisted.
 pub fn server() -> Server {
-    Server::builder().config("maxclients", "19000").config("appendonly", "no").start()
+    server_with(None)
+}
+
+/// [`server`], loading the module at `module` instead of this checkout's (`None`).
+pub fn server_with(module: Option<&str>) -> Server {
+    let builder = Server::builder().config("maxclients", "19000").config("appendonly", "no");
+    let builder = match module {
+        Some(path) => builder.without_module().config("loadmodule", path),
+        None => builder,
+    };
+    builder.start()
 }
 
 /// A dedicated async connection without a response timeout (blocking commands, big pipelines).

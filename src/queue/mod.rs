@@ -106,9 +106,10 @@ pub struct Queues<H, R> {
     by_handle: HashMap<H, WaiterId>,
     /// Tagged waiters by (database, lock, tag).
     by_tag: HashMap<(i32, Vec<u8>, Vec<u8>), WaiterId>,
-    /// Waiters by (database, owner): where each owner waits (the wait-for graph's edges start
-    /// here). An owner may wait in several queues at once (several connections).
-    by_owner: HashMap<(i32, Vec<u8>), BTreeSet<WaiterId>>,
+    /// Waiters by database, then owner: where each owner waits (the wait-for graph's edges
+    /// start here; looked up by a borrowed owner, without a copy). An owner may wait in several
+    /// queues at once (several connections).
+    by_owner: HashMap<i32, HashMap<Vec<u8>, BTreeSet<WaiterId>>>,
     /// How long the waits that ended lasted.
     wait_times: WaitTimes,
     schedule: BTreeMap<Slot, Event>,
@@ -205,18 +206,24 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
             return;
         }
         waiter.owner = Some(owner.to_vec());
-        self.by_owner.entry((waiter.lock.db, owner.to_vec())).or_default().insert(id);
+        let owners = self.by_owner.entry(waiter.lock.db).or_default();
+        owners.entry(owner.to_vec()).or_default().insert(id);
     }
 
     /// The waiters of database `db` indexed under `owner` ([`Self::set_owner`]), oldest first.
     pub fn waits_of(&self, db: i32, owner: &[u8]) -> impl Iterator<Item = &Waiter<H, R>> + '_ {
-        // A lookup by (db, owner) needs an owned key; owners are short, and this runs only
-        // while a wait is being considered for deadlock.
         self.by_owner
-            .get(&(db, owner.to_vec()))
+            .get(&db)
+            .and_then(|owners| owners.get(owner))
             .into_iter()
             .flatten()
             .filter_map(|id| self.waiters.get(id))
+    }
+
+    /// Whether any waiter of database `db` is indexed under `owner`: one lookup, no copy.
+    #[must_use]
+    pub fn owner_waits(&self, db: i32, owner: &[u8]) -> bool {
+        self.by_owner.get(&db).is_some_and(|owners| owners.contains_key(owner))
     }
 
     /// Whether any waiter is indexed under an owner (in any database).
@@ -374,11 +381,15 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         }
         self.by_handle.remove(&waiter.handle);
         if let Some(owner) = waiter.owner.take() {
-            let index = (waiter.lock.db, owner);
-            if let Some(ids) = self.by_owner.get_mut(&index) {
-                ids.remove(&id);
-                if ids.is_empty() {
-                    self.by_owner.remove(&index);
+            if let Some(owners) = self.by_owner.get_mut(&waiter.lock.db) {
+                if let Some(ids) = owners.get_mut(&owner) {
+                    ids.remove(&id);
+                    if ids.is_empty() {
+                        owners.remove(&owner);
+                    }
+                }
+                if owners.is_empty() {
+                    self.by_owner.remove(&waiter.lock.db);
                 }
             }
         }

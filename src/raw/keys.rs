@@ -158,6 +158,31 @@ impl Key {
         fields
     }
 
+    /// Calls `f` with each field of a hash and its value, as Redis lends them (nothing is
+    /// copied; a field a scan returns twice is seen twice), in the hash's order. Nothing for an
+    /// empty key. `f` must not touch the keyspace; a panic in it is caught and ends nothing
+    /// else (the scan goes on).
+    pub fn for_each_field(&self, f: &mut dyn FnMut(&[u8], &[u8])) {
+        if self.key.is_null() {
+            return;
+        }
+        let (create, scan, destroy) = (
+            api!(RedisModule_ScanCursorCreate),
+            api!(RedisModule_ScanKey),
+            api!(RedisModule_ScanCursorDestroy),
+        );
+        let mut f = f;
+        // SAFETY: the key is an open hash; the cursor is created, used and destroyed here;
+        // `privdata` points at `f` (a `&mut dyn FnMut`), alive and not otherwise used during
+        // the scan, and the callback only calls it with the strings it is lent for the call.
+        unsafe {
+            let cursor = create();
+            let privdata = (&mut f as *mut &mut dyn FnMut(&[u8], &[u8])).cast::<c_void>();
+            while scan(self.key, cursor, Some(lend_field), privdata) != 0 {}
+            destroy(cursor);
+        }
+    }
+
     /// A string key's value (a copy). Call only when `kind()` is `String`.
     pub fn string_value(&self) -> Vec<u8> {
         if self.key.is_null() {
@@ -332,4 +357,34 @@ unsafe extern "C" fn collect_field(
         let fields = &mut *privdata.cast::<Vec<(Vec<u8>, Vec<u8>)>>();
         fields.push((lent_bytes(field), lent_bytes(value)));
     }
+}
+
+/// `ScanKey`'s callback for [`Key::for_each_field`].
+unsafe extern "C" fn lend_field(
+    _key: *mut raw::RedisModuleKey,
+    field: *mut raw::RedisModuleString,
+    value: *mut raw::RedisModuleString,
+    privdata: *mut c_void,
+) {
+    // SAFETY: `privdata` is the `&mut dyn FnMut` `for_each_field` passed, alive and not
+    // otherwise borrowed during the scan.
+    let f = unsafe { &mut *privdata.cast::<&mut dyn FnMut(&[u8], &[u8])>() };
+    // SAFETY: both are NULL or strings lent for this call, which the slices do not outlive.
+    let (field, value) = unsafe { (lent_slice(field), lent_slice(value)) };
+    // No unwinding across the FFI boundary.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(field, value)));
+}
+
+/// The bytes of a string Redis lends for the duration of a call, borrowed.
+///
+/// # Safety
+/// `s` is NULL or a live `RedisModuleString`, alive for `'a`.
+unsafe fn lent_slice<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
+    if s.is_null() {
+        return &[];
+    }
+    let ptr_len = api!(RedisModule_StringPtrLen);
+    let mut len: usize = 0;
+    // SAFETY: `s` is live for `'a` (the caller's contract); StringPtrLen returns its `len` bytes.
+    unsafe { std::slice::from_raw_parts(ptr_len(s, &mut len).cast::<u8>(), len) }
 }

@@ -32,18 +32,27 @@ const fn wants(request: &Request) -> Option<Wants> {
 struct Live<'a> {
     ctx: &'a Context,
     db: i32,
-    checker: KeyChecker,
+    /// The command's key: Redis checked the caller's read access to it (the acquire commands'
+    /// key specs declare it accessed), so it is opened as it is, without another check.
+    start: &'a RedisString,
+    /// The caller's ACL user, looked up at the first other key (most searches read none).
+    checker: Option<KeyChecker>,
 }
 
 impl Live<'_> {
     /// The key `name`, if the caller may read it.
-    fn readable(&self, name: &[u8]) -> Option<RedisString> {
+    fn readable(&mut self, name: &[u8]) -> Option<RedisString> {
         let key = RedisString::create_from_slice(self.ctx.get_raw(), name);
-        self.checker.may(&key, KeyUse::Read).then_some(key)
+        let checker = self.checker.get_or_insert_with(|| KeyChecker::new(self.ctx));
+        checker.may(&key, KeyUse::Read).then_some(key)
     }
 }
 
 impl Graph for Live<'_> {
+    fn waits(&mut self, owner: &[u8]) -> bool {
+        QUEUES.with(|q| q.try_borrow().is_ok_and(|q| q.owner_waits(self.db, owner)))
+    }
+
     fn waits_of(&mut self, owner: &[u8]) -> Vec<(Vec<u8>, Wants)> {
         QUEUES.with(|q| {
             q.try_borrow().map_or_else(
@@ -58,8 +67,12 @@ impl Graph for Live<'_> {
     }
 
     fn holders(&mut self, name: &[u8], steps: &mut usize) -> Holders {
-        let Some(name) = self.readable(name) else { return Holders::Nobody };
-        let key = Key::open(self.ctx, &name, false);
+        let key = if name == self.start.as_slice() {
+            Key::open(self.ctx, self.start, false)
+        } else {
+            let Some(name) = self.readable(name) else { return Holders::Nobody };
+            Key::open(self.ctx, &name, false)
+        };
         if key.kind() != KeyKind::Hash {
             return Holders::Nobody;
         }
@@ -103,8 +116,9 @@ impl Graph for Live<'_> {
 }
 
 /// Refuses (`DEADLOCK ...`) the wait of `request` for the lock `name` (the context's database)
-/// when it would close a cycle of owners waiting for each other; nothing is read when nobody
-/// with an owner waits (no cycle can close then).
+/// when it would close a cycle of owners waiting for each other. Nothing is read when nobody
+/// with an owner waits, and only the lock `name` (one scan, nothing copied) when none of its
+/// holders waits anywhere (no cycle can close then): the full search runs only when one does.
 ///
 /// # Errors
 /// [`Refusal::Deadlock`], naming the cycle.
@@ -112,12 +126,33 @@ pub fn refuse_cycle(ctx: &Context, name: &RedisString, request: &Request) -> Res
     let Some(wants) = wants(request) else { return Ok(()) };
     let owners_wait =
         anyone_waits() && QUEUES.with(|q| q.try_borrow().is_ok_and(|q| q.any_owner_waits()));
-    if !owners_wait {
+    let db = raw::selected_db(ctx);
+    if !owners_wait || !holder_waits(ctx, db, name, &request.owner) {
         return Ok(());
     }
-    let mut graph = Live { ctx, db: raw::selected_db(ctx), checker: KeyChecker::new(ctx) };
+    let mut graph = Live { ctx, db, start: name, checker: None };
     match deadlock_rules::find_cycle(&mut graph, &request.owner, name.as_slice(), wants) {
         Found::Cycle(cycle) => Err(Refusal::Deadlock(deadlock_rules::describe(&cycle))),
         Found::NoCycle | Found::OverBudget => Ok(()),
     }
+}
+
+/// Whether a field of the lock `name` names an owner other than `waiter` who waits in a queue
+/// of database `db` ([`deadlock_rules::field_owners`]: every holder that could lead the search
+/// on is among them). The caller may read `name` (its command's key). A hash the search would
+/// not read (as many fields as its budget, or more) leads nowhere.
+fn holder_waits(ctx: &Context, db: i32, name: &RedisString, waiter: &[u8]) -> bool {
+    let key = Key::open(ctx, name, false);
+    if key.kind() != KeyKind::Hash || key.field_count() >= deadlock_rules::MAX_STEPS {
+        return false;
+    }
+    QUEUES.with(|q| {
+        let Ok(q) = q.try_borrow() else { return false };
+        let mut found = false;
+        key.for_each_field(&mut |field, _| {
+            found = found
+                || deadlock_rules::field_owners(field).any(|o| o != waiter && q.owner_waits(db, o));
+        });
+        found
+    })
 }

@@ -80,6 +80,28 @@ fn a_two_lock_cycle_of_a_reentrant_and_a_read_write_lock_is_refused_changing_not
 }
 
 #[test]
+fn a_wait_for_a_read_write_lock_whose_writer_waits_elsewhere_is_refused() {
+    // The search starts at the writer, whose field is `<owner>:write`, not the owner.
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "k1", "A", "WRITE", "60000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k2", "B", "60000"]);
+    let a = queue_str(&server, &mut con, &["RLOCK.ACQUIRE", "k2", "A", "60000", "WAIT", "0"]);
+    let keys: [(&str, &[u8]); 2] = [("RWLOCK.WAITERS", b"k1"), ("RLOCK.WAITERS", b"k2")];
+    let before = snapshot(&mut con, &keys);
+    for mode in [b"READ".as_slice(), b"WRITE"] {
+        let e = refused(&mut con, &[b"RWLOCK.ACQUIRE", b"k1", b"B", mode, b"60000", b"WAIT", b"0"]);
+        assert_eq!(
+            e,
+            "DEADLOCK this wait would close a cycle: B waits for k1 held by A; A waits for k2 held by B"
+        );
+    }
+    assert_eq!(snapshot(&mut con, &keys), before, "no queue entry, request record, counter");
+    cmd(&mut con, &["RLOCK.RELEASE", "k2", "B"]);
+    assert_eq!(a.reply(LIMIT).0, Ok(Value::Nil), "A is served once B lets go");
+}
+
+#[test]
 fn a_three_lock_cycle_through_readers_is_refused_changing_nothing() {
     let server = Server::start();
     let mut con = server.conn();
