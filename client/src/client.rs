@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::leased::LeasedSemaphore;
 use crate::lock::Lock;
 use crate::options::Options;
+use crate::owner::Owner;
 use crate::releaser::{Releaser, Route};
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
@@ -182,6 +183,12 @@ impl LockClient {
         let owner = format!("{}:{n}", self.shared.id);
         let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner, None);
         RwLock::new(read, write)
+    }
+
+    /// A new [`Owner`]: one owner id for one unit of work.
+    #[must_use]
+    pub fn owner(&self) -> Owner {
+        Owner::new(&self.shared, None)
     }
 
     /// A counting semaphore named `name` (Redisson's `RSemaphore`).
