@@ -181,7 +181,7 @@ impl LockClient {
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let owner = format!("{}:{n}", self.shared.id);
-        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner, None);
+        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), (&owner, false), None);
         RwLock::new(read, write)
     }
 
@@ -226,7 +226,7 @@ impl LockClient {
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).
     pub(crate) fn lock_as(&self, name: impl AsRef<[u8]>, owner: String) -> Lock {
-        Lock::new(&self.shared, &name.as_ref().into(), owner.into(), None)
+        Lock::new(&self.shared, &name.as_ref().into(), (owner.into(), false), None)
     }
 }
 

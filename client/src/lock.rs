@@ -39,11 +39,12 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// A reentrant lock's handle with the owner id `owner`, its holds bound to `session`.
+    /// A reentrant lock's handle with the owner id `owner` (`fixed`: every hold under it
+    /// itself, an [`crate::Owner`]'s handle), its holds bound to `session`.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         name: &Arc<[u8]>,
-        owner: Arc<str>,
+        owner: (Arc<str>, bool),
         session: Option<Arc<Binding>>,
     ) -> Self {
         Self { chain: Chain::new(shared, name, Kind::Lock, owner, session) }
@@ -53,7 +54,7 @@ impl Lock {
     pub(crate) fn rw_pair(
         shared: &Arc<Shared>,
         name: &Arc<[u8]>,
-        owner: &str,
+        owner: (&str, bool),
         session: Option<&Arc<Binding>>,
     ) -> (Self, Self) {
         let (read, write) = Chain::pair(shared, name, owner, session);

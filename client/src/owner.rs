@@ -42,14 +42,14 @@ impl Owner {
     /// A handle on the lock `name` held as this owner.
     #[must_use]
     pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
-        Lock::new(&self.shared, &name.as_ref().into(), Arc::clone(&self.id), self.session.clone())
+        Lock::new(&self.shared, &name.as_ref().into(), (Arc::clone(&self.id), true), self.session.clone())
     }
 
     /// A read-write lock named `name`, both sides held as this owner.
     #[must_use]
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let (read, write) =
-            Lock::rw_pair(&self.shared, &name.as_ref().into(), &self.id, self.session.as_ref());
+            Lock::rw_pair(&self.shared, &name.as_ref().into(), (&self.id, true), self.session.as_ref());
         RwLock::new(read, write)
     }
 }

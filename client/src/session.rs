@@ -122,7 +122,7 @@ impl Session {
         Lock::new(
             &self.shared,
             &name.as_ref().into(),
-            owner.into(),
+            (owner.into(), false),
             Some(Arc::clone(&self.binding)),
         )
     }
@@ -132,7 +132,7 @@ impl Session {
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let owner = self.next_owner();
         let (read, write) =
-            Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner, Some(&self.binding));
+            Lock::rw_pair(&self.shared, &name.as_ref().into(), (&owner, false), Some(&self.binding));
         RwLock::new(read, write)
     }
 
