@@ -169,7 +169,9 @@ impl LockClient {
         &self.shared.id
     }
 
-    /// A handle on the lock `name`, with a new owner id. Re-entry is per handle.
+    /// A handle on the lock `name`, with a new owner id (each hold under an id of its own, so
+    /// the server never sees its waits as part of a deadlock: see [`LockClient::owner`]).
+    /// Re-entry is per handle.
     #[must_use]
     pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
@@ -181,11 +183,14 @@ impl LockClient {
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let owner = format!("{}:{n}", self.shared.id);
-        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), (&owner, false), None);
+        let (read, write) =
+            Lock::rw_pair(&self.shared, &name.as_ref().into(), (&owner, false), None);
         RwLock::new(read, write)
     }
 
-    /// A new [`Owner`]: one owner id for one unit of work.
+    /// A new [`Owner`]: one owner id for one unit of work (a task, a request handler), under
+    /// which every lock it takes is held, so the server refuses a wait that would close a
+    /// cycle with [`Error::Deadlock`] (see [`Owner`] for what sharing one id means).
     #[must_use]
     pub fn owner(&self) -> Owner {
         Owner::new(&self.shared, None)

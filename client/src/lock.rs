@@ -72,7 +72,7 @@ impl Lock {
     }
 
     /// This handle's owner id. Its holds are stored under `<owner>:<n>` (see
-    /// [`LockGuard::owner`]).
+    /// [`LockGuard::owner`]); an [`crate::Owner`]'s handle's, under this id itself.
     #[must_use]
     pub fn owner(&self) -> &str {
         self.chain.owner()
@@ -184,7 +184,7 @@ impl LockGuard {
 
     /// The owner id the server stores for this guard's hold (`<handle owner>:<n>`; every
     /// re-entry of one hold shares it; the two sides of one read-write lock share it while
-    /// both hold).
+    /// both hold; an [`crate::Owner`]'s id for every hold of its handles).
     #[must_use]
     pub fn owner(&self) -> &str {
         self.member.hold().owner().map_or("", |o| o)

@@ -31,7 +31,9 @@ fn snapshot(con: &mut Connection, keys: &[(&str, &str)]) -> Vec<String> {
         for row in rows {
             let Value::Array(fields) = row else { panic!("{row:?}") };
             let moving = |name: &Value| {
-                [&b"waited_ms"[..], b"left_ms"].iter().any(|m| *name == Value::BulkString(m.to_vec()))
+                [&b"waited_ms"[..], b"left_ms"]
+                    .iter()
+                    .any(|m| *name == Value::BulkString(m.to_vec()))
             };
             let kept = fields.chunks(2).filter(|p| !moving(&p[0]));
             state.push(format!("{:?}", kept.collect::<Vec<_>>()));
@@ -43,7 +45,9 @@ fn snapshot(con: &mut Connection, keys: &[(&str, &str)]) -> Vec<String> {
 fn fields(con: &mut Connection, key: &str) -> Vec<(String, String)> {
     hgetall(con, key.as_bytes())
         .into_iter()
-        .map(|(f, v)| (String::from_utf8_lossy(&f).into_owned(), String::from_utf8_lossy(&v).into()))
+        .map(|(f, v)| {
+            (String::from_utf8_lossy(&f).into_owned(), String::from_utf8_lossy(&v).into())
+        })
         .collect()
 }
 
