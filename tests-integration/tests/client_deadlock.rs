@@ -292,3 +292,23 @@ async fn a_lost_guard_of_an_owner_never_releases_the_owner_s_later_hold() {
         later.release().await.expect("release");
     }
 }
+
+/// A session's owner: its locks are session holds under the owner's one id; closing the
+/// session ends them on the server and marks their guards lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_s_owner_holds_session_locks_under_its_one_id() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let client = client(&server).await;
+    let session = client.session().await.expect("session");
+    let owner = session.owner();
+    let g1 = owner.lock("s").acquire(LEASE).await.expect("first");
+    let g2 = owner.lock("s").acquire(LEASE).await.expect("re-entry");
+    assert_eq!(fields(&mut con, "s"), count(&owner, 2));
+    session.close();
+    poll("the session's holds to end", LIMIT, || {
+        (cmd(&mut con, &["EXISTS", "s"]) == Value::Int(0)).then_some(())
+    });
+    tokio::time::timeout(LIMIT, g1.lost()).await.expect("lost");
+    assert!(g2.is_lost());
+}
