@@ -34,7 +34,10 @@ use crate::shared::Shared;
 ///   hold lost *unnoticed* (deleted or expired on the server before its deadline: a
 ///   force-release, eviction, a failover to a replica that missed it) while the same owner took
 ///   the lock again through another handle: its guard's renewals and release act on that later
-///   hold. Never on another owner's. Use one owner per unit of work, not per process.
+///   hold. Never on another owner's.
+/// - So an owner belongs to **one unit of work at a time**: two tasks sharing one `Owner` (or
+///   its clones) both get a lock the other holds, as it is a re-entry to the server. Make one
+///   per task or request, never one per process.
 ///
 /// ```no_run
 /// # async fn example(client: rlock_client::LockClient) -> Result<(), rlock_client::Error> {
