@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::leased::LeasedSemaphore;
 use crate::lock::Lock;
 use crate::options::Options;
+use crate::owner::Owner;
 use crate::releaser::{Releaser, Route};
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
@@ -168,7 +169,9 @@ impl LockClient {
         &self.shared.id
     }
 
-    /// A handle on the lock `name`, with a new owner id. Re-entry is per handle.
+    /// A handle on the lock `name`, with a new owner id (each hold under an id of its own, so
+    /// the server never sees its waits as part of a deadlock: see [`LockClient::owner`]).
+    /// Re-entry is per handle.
     #[must_use]
     pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
@@ -180,8 +183,17 @@ impl LockClient {
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let owner = format!("{}:{n}", self.shared.id);
-        let (read, write) = Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner, None);
+        let (read, write) =
+            Lock::rw_pair(&self.shared, &name.as_ref().into(), (&owner, false), None);
         RwLock::new(read, write)
+    }
+
+    /// A new [`Owner`]: one owner id for one unit of work (a task, a request handler), under
+    /// which every lock it takes is held, so the server refuses a wait that would close a
+    /// cycle with [`Error::Deadlock`] (see [`Owner`] for what sharing one id means).
+    #[must_use]
+    pub fn owner(&self) -> Owner {
+        Owner::new(&self.shared, None)
     }
 
     /// A counting semaphore named `name` (Redisson's `RSemaphore`).
@@ -219,7 +231,7 @@ impl LockClient {
 
     /// A handle with a given owner id (the same owner on several servers, for RedLock).
     pub(crate) fn lock_as(&self, name: impl AsRef<[u8]>, owner: String) -> Lock {
-        Lock::new(&self.shared, &name.as_ref().into(), owner.into(), None)
+        Lock::new(&self.shared, &name.as_ref().into(), (owner.into(), false), None)
     }
 }
 

@@ -39,7 +39,10 @@
 //!   handle (clones share it), not per thread, since async tasks move between threads. Each
 //!   continuous hold (one server grant, count 1 on the server) is stored under
 //!   `<client-uuid>:<n>:<hold>` ([`LockGuard::owner`]); the two sides of one [`RwLock`] share the
-//!   owner of the other side's live hold (write → read re-entry and downgrade).
+//!   owner of the other side's live hold (write → read re-entry and downgrade). An [`Owner`]
+//!   ([`LockClient::owner`]) is one id for one unit of work, like a Redisson thread: every
+//!   hold of its handles is stored under exactly that id, so the server refuses a wait that
+//!   would close a cycle ([`Error::Deadlock`]).
 //! - **Re-entry joins a hold only after the server confirmed that exact hold on that exact
 //!   side** (`RLOCK.RENEW`, `RWLOCK.RENEW ... READ|WRITE`): a guard that outlived its grant never
 //!   releases, renews or re-enters a later hold, nor lives on through the same owner's hold on
@@ -91,6 +94,7 @@ mod leased;
 mod lock;
 mod multi;
 mod options;
+mod owner;
 mod redlock;
 mod releaser;
 mod rwlock;
@@ -104,6 +108,7 @@ pub use leased::{LeasedSemaphore, PermitGuard};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock};
 pub use options::{AofAck, Options, Remaining};
+pub use owner::Owner;
 pub use redlock::RedLock;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;

@@ -39,11 +39,12 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// A reentrant lock's handle with the owner id `owner`, its holds bound to `session`.
+    /// A reentrant lock's handle with the owner id `owner` (`fixed`: every hold under it
+    /// itself, an [`crate::Owner`]'s handle), its holds bound to `session`.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         name: &Arc<[u8]>,
-        owner: Arc<str>,
+        owner: (Arc<str>, bool),
         session: Option<Arc<Binding>>,
     ) -> Self {
         Self { chain: Chain::new(shared, name, Kind::Lock, owner, session) }
@@ -53,7 +54,7 @@ impl Lock {
     pub(crate) fn rw_pair(
         shared: &Arc<Shared>,
         name: &Arc<[u8]>,
-        owner: &str,
+        owner: (&str, bool),
         session: Option<&Arc<Binding>>,
     ) -> (Self, Self) {
         let (read, write) = Chain::pair(shared, name, owner, session);
@@ -71,7 +72,7 @@ impl Lock {
     }
 
     /// This handle's owner id. Its holds are stored under `<owner>:<n>` (see
-    /// [`LockGuard::owner`]).
+    /// [`LockGuard::owner`]); an [`crate::Owner`]'s handle's, under this id itself.
     #[must_use]
     pub fn owner(&self) -> &str {
         self.chain.owner()
@@ -183,7 +184,7 @@ impl LockGuard {
 
     /// The owner id the server stores for this guard's hold (`<handle owner>:<n>`; every
     /// re-entry of one hold shares it; the two sides of one read-write lock share it while
-    /// both hold).
+    /// both hold; an [`crate::Owner`]'s id for every hold of its handles).
     #[must_use]
     pub fn owner(&self) -> &str {
         self.member.hold().owner().map_or("", |o| o)

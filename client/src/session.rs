@@ -11,6 +11,7 @@ use crate::engine::binding::Binding;
 use crate::error::{Error, Result};
 use crate::leased::LeasedSemaphore;
 use crate::lock::Lock;
+use crate::owner::Owner;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::shared::Shared;
@@ -122,7 +123,7 @@ impl Session {
         Lock::new(
             &self.shared,
             &name.as_ref().into(),
-            owner.into(),
+            (owner.into(), false),
             Some(Arc::clone(&self.binding)),
         )
     }
@@ -131,9 +132,19 @@ impl Session {
     #[must_use]
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let owner = self.next_owner();
-        let (read, write) =
-            Lock::rw_pair(&self.shared, &name.as_ref().into(), &owner, Some(&self.binding));
+        let (read, write) = Lock::rw_pair(
+            &self.shared,
+            &name.as_ref().into(),
+            (&owner, false),
+            Some(&self.binding),
+        );
         RwLock::new(read, write)
+    }
+
+    /// A new [`Owner`] whose locks are bound to this session (see [`crate::LockClient::owner`]).
+    #[must_use]
+    pub fn owner(&self) -> Owner {
+        Owner::new(&self.shared, Some(Arc::clone(&self.binding)))
     }
 
     /// A semaphore named `name` whose leased permits are bound to this session.

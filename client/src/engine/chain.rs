@@ -8,6 +8,12 @@
 //! (`<handle owner>:<n>`), so a stale guard never acts on a later hold. The two sides of one
 //! read-write lock share the owner of the other side's live hold (write → read re-entry and
 //! downgrade, as Redisson's thread does; read → write is the upgrade the server refuses).
+//!
+//! A chain with a *fixed* owner (an [`crate::Owner`]'s handle) stores every hold, on either
+//! side, under that owner id itself, as a Redisson thread does: the server sees all the
+//! owner's holds and waits as one party (its wait-for graph, re-entry across handles). The
+//! server cannot tell two holds of it on one lock apart, so a hold of it known lost sends
+//! nothing when released ([`Hold::share_owner`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -28,8 +34,10 @@ pub(crate) struct Chain {
     shared: Arc<Shared>,
     key: Arc<[u8]>,
     kind: Kind,
-    /// The handle's owner id; each hold adds `:<n>`.
+    /// The handle's owner id; each hold adds `:<n>`, unless `fixed`.
     owner: Arc<str>,
+    /// Every hold is stored under `owner` itself (an [`crate::Owner`]'s handle).
+    fixed: bool,
     current: Mutex<Option<Hold>>,
     /// Owner numbers drawn so far.
     drawn: AtomicU64,
@@ -43,12 +51,12 @@ pub(crate) struct Chain {
 
 impl Chain {
     /// A handle's chain of `kind` (a lock, or one side) on `key` for `owner`, its holds bound
-    /// to `session` if given.
+    /// to `session` if given; `fixed`: every hold under `owner` itself.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         key: &Arc<[u8]>,
         kind: Kind,
-        owner: Arc<str>,
+        (owner, fixed): (Arc<str>, bool),
         session: Option<Arc<Binding>>,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -56,6 +64,7 @@ impl Chain {
             key: Arc::clone(key),
             kind,
             owner,
+            fixed,
             current: Mutex::new(None),
             drawn: AtomicU64::new(0),
             turn: tokio::sync::Mutex::new(()),
@@ -64,17 +73,19 @@ impl Chain {
         })
     }
 
-    /// The two sides of a read-write lock (owners `<owner>:r` and `<owner>:w`), each sharing
-    /// the other's live hold's owner.
+    /// The two sides of a read-write lock (owners `<owner>:r` and `<owner>:w`, each sharing
+    /// the other's live hold's owner; `fixed`: both `owner` itself).
     pub(crate) fn pair(
         shared: &Arc<Shared>,
         key: &Arc<[u8]>,
-        owner: &str,
+        (owner, fixed): (&str, bool),
         session: Option<&Arc<Binding>>,
     ) -> (Arc<Self>, Arc<Self>) {
-        let (r, w) = (format!("{owner}:r"), format!("{owner}:w"));
-        let read = Self::new(shared, key, Kind::Read, Arc::from(r), session.cloned());
-        let write = Self::new(shared, key, Kind::Write, Arc::from(w), session.cloned());
+        let side = |suffix: &str| -> (Arc<str>, bool) {
+            (if fixed { Arc::from(owner) } else { Arc::from(format!("{owner}:{suffix}")) }, fixed)
+        };
+        let read = Self::new(shared, key, Kind::Read, side("r"), session.cloned());
+        let write = Self::new(shared, key, Kind::Write, side("w"), session.cloned());
         let _ = read.sibling.set(Arc::downgrade(&write));
         let _ = write.sibling.set(Arc::downgrade(&read));
         (read, write)
@@ -105,8 +116,12 @@ impl Chain {
         self.session.clone()
     }
 
-    /// A fresh owner id of this handle, `<owner>:<n>` (a new hold's, a MultiLock grant's).
+    /// A fresh owner id of this handle, `<owner>:<n>` (a new hold's, a MultiLock grant's); a
+    /// fixed owner's chain: the owner itself.
     pub(crate) fn next_owner(&self) -> Arc<str> {
+        if self.fixed {
+            return Arc::clone(&self.owner);
+        }
         let n = self.drawn.fetch_add(1, Ordering::Relaxed) + 1;
         Arc::from(format!("{}:{n}", self.owner))
     }
@@ -152,6 +167,7 @@ impl Chain {
             return Ok(member);
         }
         let owner = match self.sibling_owner() {
+            _ if self.fixed => self.next_owner(),
             Some(owner) if within(bound, self.stale_write_held(&owner)).await? => self.next_owner(),
             Some(owner) => owner,
             None => self.next_owner(),
@@ -163,6 +179,9 @@ impl Chain {
         let holder = Holder::Owner(Arc::clone(&owner));
         let until = after(request.sent(), lease);
         let hold = Hold::new(&self.shared, &self.key, self.kind, holder, grant.token, until);
+        if self.fixed {
+            hold.share_owner();
+        }
         request.bind(&hold)?;
         // Still cancelled if dropped here: the refresh comes before the guard's watchdog.
         refresh_after_wait(&hold, &request, lease, bound).await;

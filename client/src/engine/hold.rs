@@ -98,6 +98,9 @@ struct State {
     /// A later hold of this handle took the same owner on the same side: this one must not
     /// release (the server cannot tell the two apart); it ends with its lease.
     superseded: bool,
+    /// Its owner id is shared with other holds (an [`crate::Owner`]'s): once known lost, it
+    /// sends no release (the server could not tell it from a later hold of that owner).
+    shared_owner: bool,
 }
 
 impl std::fmt::Debug for Hold {
@@ -127,6 +130,7 @@ impl Hold {
             renewal: None,
             ended: false,
             superseded: false,
+            shared_owner: false,
         };
         Self(Arc::new(Inner {
             shared: Arc::clone(shared),
@@ -195,6 +199,23 @@ impl Hold {
         if let Some(renewal) = self.state().renewal.take() {
             renewal.abort();
         }
+    }
+
+    /// Its owner id is shared with other holds (an [`crate::Owner`]'s): a guard of it that is
+    /// known lost (found gone, or its deadline passed unconfirmed) sends no release, which
+    /// could only end a later hold of the same owner; a hold still on the server then ends
+    /// with its lease.
+    pub(crate) fn share_owner(&self) {
+        self.state().shared_owner = true;
+    }
+
+    /// Whether no release may be sent for it: superseded, or an owner's hold known lost.
+    fn mute(&self) -> bool {
+        let (superseded, shared_owner) = {
+            let state = self.state();
+            (state.superseded, state.shared_owner)
+        };
+        superseded || (shared_owner && self.is_lost())
     }
 
     /// A later hold took this one's owner on the same side: this one must never release.
@@ -294,7 +315,7 @@ impl Hold {
     /// retried with the same latch id (the server answers a retry with the first result); if
     /// none answers, or this future is dropped, the releaser goes on with it.
     async fn release_on_server(&self) -> Result<()> {
-        if self.state().superseded {
+        if self.mute() {
             return Err(Error::NotHeld);
         }
         let latch = uuid::Uuid::new_v4().simple().to_string();
@@ -355,14 +376,20 @@ impl Hold {
 
     /// Hands the release of the hold to the client's releaser (never blocks).
     fn submit_release(&self, cmd: Option<redis::Cmd>) {
-        if self.state().superseded {
+        if self.mute() {
             return;
         }
         let latch = uuid::Uuid::new_v4().simple().to_string();
         let cmd = cmd.or_else(|| self.0.kind.release(&self.0.key, &self.0.holder, &latch));
         let Some(cmd) = cmd else { return };
-        // Worth trying as long as the hold may last; at least a few seconds.
-        let keep = self.state().until.saturating_duration_since(Instant::now()).max(SETTLE);
+        // Worth trying as long as the hold may last; at least a few seconds, but never past
+        // the deadline of an owner's hold (a later hold of that owner would be released).
+        let (until, shared_owner) = {
+            let state = self.state();
+            (state.until, state.shared_owner)
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        let keep = if shared_owner { left } else { left.max(SETTLE) };
         let until = crate::releaser::until_after(keep);
         self.0.shared.releaser.submit(Arc::clone(&self.0.key), cmd, until, None);
     }

@@ -23,6 +23,7 @@ from .errors import (
     WrongType,
 )
 from .lock import Lock, RWLock
+from .owner import Owner
 from .semaphore import LeasedSemaphore, Semaphore
 from .session import Session
 
@@ -42,6 +43,7 @@ __all__ = [
     "ModuleMissing",
     "NoReplicas",
     "NotHeld",
+    "Owner",
     "RLockCompat",
     "RLockError",
     "RWLock",

@@ -27,6 +27,9 @@ class _Base:
     _kind = P.LOCK
     #: the session its holds are bound to (set by ``Session.lock`` / ``Session.rw_lock``)
     _session: Any = None
+    #: the owner every hold is stored under (set by ``Owner.lock`` / ``Owner.rw_lock``);
+    #: None: an owner id of its own per hold
+    _owner_id: Any = None
 
     def __init__(
         self,
@@ -63,6 +66,8 @@ class _Base:
         return hold
 
     def _owner(self) -> bytes:
+        if self._owner_id is not None:
+            return bytes(self._owner_id.id)
         return self._be.new_owner()
 
     # -- threading.Lock API -------------------------------------------------------------------
@@ -210,7 +215,7 @@ class _Side(_Base):
             )
         if self._kind == P.READ and other is not None:
             return other.spec.owner  # write -> read re-entry: the server grants it at once
-        return self._be.new_owner()
+        return super()._owner()
 
 
 class RWLock:

@@ -4,6 +4,7 @@ on ``redis.asyncio.Redis`` / ``redis.asyncio.RedisCluster`` / Sentinel masters."
 from ..compat import AsyncRLockCompat
 from ._engine import AsyncHold, AsyncLossSignal
 from .lock import Lock, RWLock
+from .owner import Owner
 from .semaphore import LeasedSemaphore, Semaphore
 from .session import Session
 
@@ -13,6 +14,7 @@ __all__ = [
     "AsyncRLockCompat",
     "LeasedSemaphore",
     "Lock",
+    "Owner",
     "RWLock",
     "Semaphore",
     "Session",

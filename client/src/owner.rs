@@ -1,0 +1,104 @@
+//! [`Owner`]: one owner id for one unit of work (a task, a request handler), shared by every
+//! lock it takes, as a Redisson thread's `UUID:threadId` is.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::engine::binding::Binding;
+use crate::lock::Lock;
+use crate::rwlock::RwLock;
+use crate::shared::Shared;
+
+/// One owner id for one unit of work (a task, a request handler): every lock it takes through
+/// [`Owner::lock`] and [`Owner::rw_lock`] (both sides) is held under exactly this id, with no
+/// per-hold suffix, as every lock of one Redisson thread is held under `UUID:threadId`. Made by
+/// [`crate::LockClient::owner`] (or [`crate::Session::owner`]); clones are the same owner.
+///
+/// What one owner id buys: the server sees the owner's holds and waits as **one party**. A
+/// wait that would close a cycle of owners waiting for each other (this owner holds `a` and
+/// waits for `b`, whose holder waits for `a`) is refused at once with [`crate::Error::Deadlock`]
+/// naming the cycle, nothing taken or queued: release what the owner holds and retry. Handles
+/// from [`crate::LockClient::lock`] give each hold an id of its own, so a cycle among them has
+/// no common owner to follow and is never refused (its waits end with their timeouts).
+///
+/// The consequences, as for a Redisson thread:
+/// - Two handles of one name from one owner **re-enter each other's hold on the server**
+///   (`RLOCK` count 2): each guard still gives back only its own count, and an acquire of one
+///   handle that is cancelled (dropped, timed out, not acknowledged) gives back exactly the
+///   count it got (`RLOCK.CANCEL`). A read-write lock's sides follow Redisson's rules for one
+///   owner across all its handles: holding write it takes read at once (releasing the write
+///   then downgrades); holding read, asking to write is the upgrade the server refuses.
+/// - The server cannot tell two holds of one owner on one lock apart. A guard whose hold is
+///   **known lost** (its deadline passed unconfirmed, or the server said it is gone) therefore
+///   sends nothing when released or dropped (a hold still there ends with its lease). But a
+///   hold lost *unnoticed* (deleted or expired on the server before its deadline: a
+///   force-release, eviction, a failover to a replica that missed it) while the same owner took
+///   the lock again through another handle: its guard's renewals and release act on that later
+///   hold. Never on another owner's.
+/// - So an owner belongs to **one unit of work at a time**: two tasks sharing one `Owner` (or
+///   its clones) both get a lock the other holds, as it is a re-entry to the server. Make one
+///   per task or request, never one per process.
+///
+/// ```no_run
+/// # async fn example(client: rlock_client::LockClient) -> Result<(), rlock_client::Error> {
+/// let owner = client.owner(); // one per task or request
+/// let accounts = owner.lock("accounts").acquire(None).await?;
+/// match owner.lock("ledger").acquire(None).await {
+///     Ok(ledger) => ledger.release().await?, // ... both held ...
+///     // Someone holding `ledger` waits for `accounts`: waiting would never end.
+///     Err(rlock_client::Error::Deadlock { cycle }) => println!("backing off: {cycle}"),
+///     Err(e) => return Err(e),
+/// }
+/// accounts.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Owner {
+    shared: Arc<Shared>,
+    id: Arc<str>,
+    session: Option<Arc<Binding>>,
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owner")
+            .field("id", &self.id)
+            .field("session", &self.session.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Owner {
+    /// A new owner of `shared`'s client, `<client-uuid>:<n>` (as a handle's id: it never
+    /// collides with a hold's `<client-uuid>:<n>:<hold>`), its holds bound to `session`.
+    pub(crate) fn new(shared: &Arc<Shared>, session: Option<Arc<Binding>>) -> Self {
+        let n = shared.next_handle.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self { shared: Arc::clone(shared), id: Arc::from(format!("{}:{n}", shared.id)), session }
+    }
+
+    /// The owner id the server stores every hold of this owner under (`<client-uuid>:<n>`).
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// A handle on the lock `name` held as this owner (re-entry per handle and its clones, as
+    /// any [`Lock`]; across handles, on the server).
+    #[must_use]
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        let owner = (Arc::clone(&self.id), true);
+        Lock::new(&self.shared, &name.as_ref().into(), owner, self.session.clone())
+    }
+
+    /// A read-write lock named `name`, both sides held as this owner.
+    #[must_use]
+    pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
+        let (read, write) = Lock::rw_pair(
+            &self.shared,
+            &name.as_ref().into(),
+            (&self.id, true),
+            self.session.as_ref(),
+        );
+        RwLock::new(read, write)
+    }
+}
