@@ -136,6 +136,7 @@ impl Binding {
             started: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
         });
+        let driver_abort = driver.abort_handle();
         let watcher = {
             let weak = Arc::downgrade(&binding);
             tokio::spawn(async move {
@@ -146,7 +147,11 @@ impl Binding {
             })
         };
         let pinger = tokio::spawn(keepalive_loop(Arc::downgrade(&binding), keepalive));
-        lock(&binding.tasks).extend([watcher.abort_handle(), pinger.abort_handle()]);
+        // The driver's too: aborting it drops the socket at once, even with a command still in
+        // flight on it (a blocked `WAIT`, an unanswered `PING`), which would otherwise keep the
+        // driver, the socket and so the server's holds alive until the server answers.
+        let tasks = [driver_abort, watcher.abort_handle(), pinger.abort_handle()];
+        lock(&binding.tasks).extend(tasks);
         if binding.is_closed() {
             // Closed before the tasks were recorded: stop them now.
             lock(&binding.tasks).drain(..).for_each(|t| t.abort());
