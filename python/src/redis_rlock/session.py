@@ -11,6 +11,7 @@ acquire is in flight on the connection (a blocked ``WAIT``) the watcher waits fo
 from __future__ import annotations
 
 import math
+import os
 import select
 import threading
 import time
@@ -106,6 +107,7 @@ class Session:
         self._closed = threading.Event()
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         self._pending = 0  # replies of interrupted commands, read before the next command
+        self._pid = os.getpid()  # a forked child never uses the parent's socket
         try:
             self.client_id: Optional[int] = int(self._raw(["CLIENT", "ID"], 0.0))
         except ResponseError:
@@ -143,8 +145,24 @@ class Session:
 
     @property
     def closed(self) -> ClosedSignal:
-        """Event-like close signal: ``is_set()``, ``wait(timeout)``."""
+        """Event-like close signal: ``is_set()``, ``wait(timeout)``. Closed in a forked
+        child: the session's connection is its parent's."""
+        self._forked()
         return ClosedSignal(self._closed)
+
+    def _forked(self) -> bool:
+        """In a process forked from the session's (its socket is the parent's, its watcher
+        did not follow, its locks may have been held by a parent thread): the session is
+        closed here, without a byte on the parent's socket; the parent's session is untouched."""
+        if self._pid == os.getpid():
+            return False
+        self._pid = os.getpid()
+        self._mutex = threading.Lock()
+        self._closed = threading.Event()
+        self._closed.set()
+        # Its holds are the parent's: the child's copies of them act on nothing (their pid).
+        self._holds = weakref.WeakSet()
+        return True
 
     @property
     def lock_delay_ms(self) -> int:
@@ -154,7 +172,7 @@ class Session:
     def close(self) -> None:
         """Closes the connection (the server ends its holds); every hold taken through the
         session is lost. Idempotent."""
-        if self._closed.is_set():
+        if self._forked() or self._closed.is_set():
             return
         self._closed.set()
         conn = self._conn
@@ -191,6 +209,8 @@ class Session:
         response timeout. Error replies are raised as they are; any other failure closes the
         session (:class:`SessionClosed`). An interrupt (KeyboardInterrupt) leaves the reply to
         be read before the next command."""
+        if self._forked():
+            raise SessionClosed("the session belongs to the process that forked this one")
         with self._mutex:
             return self._raw(args, extra)
 
@@ -198,6 +218,11 @@ class Session:
         if self._closed.is_set():
             raise SessionClosed("the session is closed")
         conn = self._conn
+        if getattr(conn, "_sock", None) is None:
+            # Dropped under us (redis-py disconnects on an interrupt inside a read or a
+            # send): the server ended the holds; redis-py would silently reconnect.
+            self.close()
+            raise SessionClosed("the session's connection was dropped")
         sent = False
         try:
             self._drain()
@@ -218,7 +243,9 @@ class Session:
                 raise
             raise SessionClosed(f"the session's connection failed: {e}") from e
         except BaseException:
-            if sent:
+            if getattr(conn, "_sock", None) is None:
+                self.close()  # redis-py dropped the socket: the server ends the holds
+            elif sent:
                 self._pending += 1  # interrupted: its reply is still to come
             raise
 
@@ -236,6 +263,9 @@ class Session:
 
     def adopt(self, hold: Hold) -> None:
         """Records a hold granted through the session (lost when it closes)."""
+        if self._forked():
+            hold.mark_lost()
+            raise SessionClosed("the session belongs to the process that forked this one")
         with self._mutex:
             if self._closed.is_set():
                 hold.mark_lost()

@@ -11,6 +11,7 @@ session's next command, so the session stays usable.
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from types import TracebackType
 from typing import Any, Optional, Union
@@ -36,7 +37,8 @@ class AsyncClosedSignal:
         self._session = session
 
     def is_set(self) -> bool:
-        """True once the session is closed."""
+        """True once the session is closed (in a forked child: always)."""
+        self._session._forked()
         return self._session._is_closed
 
     async def wait(self, timeout: Optional[float] = None) -> bool:
@@ -80,6 +82,7 @@ class Session:
         self._reader: Optional[asyncio.Future[Any]] = None
         self._watcher: Optional[asyncio.Task[None]] = None
         self.client_id: Optional[int] = None
+        self._pid = os.getpid()  # a forked child never uses the parent's socket
 
     # -- the handles -----------------------------------------------------------------------
     def lock(self, name: Union[str, bytes], **options: Any) -> Lock:
@@ -113,6 +116,18 @@ class Session:
         """The ``LOCKDELAY`` its acquires carry (0: none)."""
         return self._delay_ms
 
+    def _forked(self) -> bool:
+        """In a process forked from the session's: closed here (its socket is the parent's),
+        without a byte on it; the parent's session is untouched."""
+        if self._pid == os.getpid():
+            return False
+        self._pid = os.getpid()
+        self._is_closed, self._conn, self._reader, self._watcher = True, None, None, None
+        self._mutex, self._event = asyncio.Lock(), None
+        # Its holds are the parent's: the child's copies of them act on nothing (their pid).
+        self._holds = weakref.WeakSet()
+        return True
+
     def _closed_event(self) -> asyncio.Event:
         if self._event is None:
             self._event = asyncio.Event()
@@ -142,7 +157,7 @@ class Session:
 
     def _close_now(self) -> None:
         """Closes at once (no await): the connection is dropped in the background."""
-        if self._is_closed:
+        if self._forked() or self._is_closed:
             return
         self._is_closed = True
         self._closed_event().set()
@@ -187,6 +202,8 @@ class Session:
     # -- the engine's side -------------------------------------------------------------------
     async def call(self, args: list[P.Arg], extra: float) -> Any:
         """One command on the session's connection (see the sync ``Session.call``)."""
+        if self._forked():
+            raise SessionClosed("the session belongs to the process that forked this one")
         async with self._mutex:
             await self._open()
             return await self._raw(args, extra)
@@ -195,6 +212,11 @@ class Session:
         if self._is_closed or self._conn is None:
             raise SessionClosed("the session is closed")
         conn = self._conn
+        if not conn.is_connected:
+            # Dropped under us (redis-py disconnects on a cancel inside a send): the server
+            # ended the holds; redis-py would silently reconnect.
+            self._close_now()
+            raise SessionClosed("the session's connection was dropped")
         try:
             await self._drain()
             await conn.send_command(*args)
@@ -212,7 +234,9 @@ class Session:
             self._reader = None
             raise
         except asyncio.CancelledError:
-            raise  # the reply (if any) is read before the next command
+            if not conn.is_connected:
+                self._close_now()  # redis-py dropped the socket: the server ends the holds
+            raise  # else the reply (if any) is read before the next command
         except Exception as e:
             self._close_now()
             if isinstance(e, SessionClosed):
@@ -233,7 +257,7 @@ class Session:
 
     def adopt(self, hold: AsyncHold) -> None:
         """Records a hold granted through the session (lost when it closes)."""
-        if self._is_closed:
+        if self._forked() or self._is_closed:
             hold.mark_lost()
             raise SessionClosed("the session closed before its grant was recorded")
         self._holds.add(hold)
