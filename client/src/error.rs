@@ -52,6 +52,10 @@ pub enum Error {
         /// k2 held by B` (keys and owners escaped as `\xNN` where not printable).
         cycle: String,
     },
+    /// The server refused a read-write lock's write side for an owner that holds its read side
+    /// (`ERR upgrade refused ...`): waiting would wait for itself. Nothing was taken or queued.
+    /// Release the read holds first (or take the write lock first: write then read re-enters).
+    UpgradeRefused,
     /// Redis (or the connection to it) failed.
     Redis(RedisError),
 }
@@ -84,6 +88,9 @@ impl fmt::Display for Error {
                 "sessions need one connection to one server: not available on a cluster client or over TLS",
             ),
             Self::Deadlock { cycle } => write!(f, "deadlock: {cycle}"),
+            Self::UpgradeRefused => f.write_str(
+                "upgrade refused: this owner holds the read lock and asks for the write lock; release its read holds first",
+            ),
             Self::Redis(e) => write!(f, "redis error: {e}"),
         }
     }
@@ -100,8 +107,8 @@ impl std::error::Error for Error {
 
 impl From<RedisError> for Error {
     /// [`Error::NoModule`] when the server does not know an rlock command (`ERR unknown command
-    /// 'rlock.acquire' ...`); [`Error::Deadlock`] for a `DEADLOCK` refusal; [`Error::Redis`]
-    /// otherwise.
+    /// 'rlock.acquire' ...`); [`Error::Deadlock`] for a `DEADLOCK` refusal;
+    /// [`Error::UpgradeRefused`] for `ERR upgrade refused ...`; [`Error::Redis`] otherwise.
     fn from(e: RedisError) -> Self {
         if unknown_rlock_command(&e) {
             Self::NoModule
@@ -110,6 +117,10 @@ impl From<RedisError> for Error {
             let cycle =
                 detail.strip_prefix("this wait would close a cycle: ").unwrap_or(detail).to_owned();
             Self::Deadlock { cycle }
+        } else if e.code() == Some("ERR")
+            && e.detail().is_some_and(|d| d.starts_with("upgrade refused"))
+        {
+            Self::UpgradeRefused
         } else {
             Self::Redis(e)
         }
@@ -169,6 +180,14 @@ mod tests {
         ] {
             assert!(matches!(Error::from(server_error(text)), Error::Redis(_)), "{text}");
         }
+    }
+
+    #[test]
+    fn an_upgrade_refusal_is_typed() {
+        let text = "ERR upgrade refused: this owner holds the read lock and asks for the write lock, which would wait for itself; release its read holds first";
+        assert!(matches!(Error::from(server_error(text)), Error::UpgradeRefused));
+        let other = "ERR upgrade: something else";
+        assert!(matches!(Error::from(server_error(other)), Error::Redis(_)));
     }
 
     #[test]

@@ -87,7 +87,8 @@ impl Lock {
     /// # Errors
     /// [`crate::Error::ZeroLease`] for `Some(Duration::ZERO)`; [`crate::Error::TimedOut`] when
     /// the server did not answer in time (the attempt is then cancelled: nothing stays held);
-    /// [`crate::Error::Redis`] when Redis fails or refuses (`WRONGTYPE`, an upgrade, ...).
+    /// [`crate::Error::UpgradeRefused`] for a read-write lock's write side asked while the
+    /// owner reads; [`crate::Error::Redis`] when Redis fails or refuses (`WRONGTYPE`, ...).
     pub async fn acquire(&self, lease: Option<Duration>) -> Result<LockGuard> {
         self.acquire_within(None, lease).await
     }

@@ -27,7 +27,8 @@ use crate::shared::Shared;
 ///   handle that is cancelled (dropped, timed out, not acknowledged) gives back exactly the
 ///   count it got (`RLOCK.CANCEL`). A read-write lock's sides follow Redisson's rules for one
 ///   owner across all its handles: holding write it takes read at once (releasing the write
-///   then downgrades); holding read, asking to write is the upgrade the server refuses.
+///   then downgrades); holding read, asking to write is the upgrade the server refuses
+///   ([`crate::Error::UpgradeRefused`]).
 /// - The server cannot tell two holds of one owner on one lock apart. A guard whose hold is
 ///   **known lost** (its deadline passed unconfirmed, or the server said it is gone) therefore
 ///   sends nothing when released or dropped (a hold still there ends with its lease). But a

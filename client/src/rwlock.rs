@@ -11,8 +11,8 @@ use crate::lock::Lock;
 /// The two sides of one `RwLock` act as one Redisson thread: while this value's write guard
 /// holds, its read side takes read at once (write → read re-entry), and releasing the write
 /// guard then downgrades the lock to read. While its read side holds, asking its write side
-/// for the lock is an upgrade, which the server refuses ([`crate::Error::Redis`] with
-/// `ERR upgrade refused ...`) instead of waiting for itself.
+/// for the lock is an upgrade, which the server refuses ([`crate::Error::UpgradeRefused`])
+/// instead of waiting for itself.
 ///
 /// [`read`]: RwLock::read
 /// [`write`]: RwLock::write

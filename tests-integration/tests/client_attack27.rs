@@ -106,3 +106,25 @@ async fn a_session_closed_by_its_keepalive_closes_its_socket_while_the_server_st
         (!exists(&mut admin, "l") && session_holds(&mut admin) == 0).then_some(())
     });
 }
+
+/// One owner's read-write lock: write then read re-enters, releasing the write downgrades, and
+/// asking to write while reading is the upgrade the server refuses: the caller gets a typed
+/// error to match on (as Python's `UpgradeRefused`), not a `Redis` error to parse, and nothing
+/// changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_upgrade_is_refused_with_a_typed_error_and_changes_nothing() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    let owner = client.owner();
+    let (rw1, rw2) = (owner.rw_lock("rw"), owner.rw_lock("rw"));
+    let write = rw1.write().acquire(LEASE).await.expect("write");
+    let read = rw2.read().try_acquire(Duration::ZERO, LEASE).await.expect("write -> read");
+    write.release().await.expect("downgrade");
+    let before = rlock_tests_integration::hgetall(&mut admin, b"rw");
+    let upgrade = rw1.write().try_acquire(Duration::from_secs(2), LEASE).await;
+    assert!(matches!(upgrade, Err(Error::UpgradeRefused)), "{upgrade:?}");
+    assert_eq!(rlock_tests_integration::hgetall(&mut admin, b"rw"), before, "nothing changed");
+    read.release().await.expect("release the read");
+    assert!(!exists(&mut admin, "rw"));
+}
