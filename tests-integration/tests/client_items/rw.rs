@@ -12,7 +12,7 @@ use tokio::time::timeout;
 use super::{client, client_with, field, fields, until_gone, LONG};
 
 fn is_upgrade_refusal(e: &Error) -> bool {
-    matches!(e, Error::Redis(r) if r.to_string().contains("upgrade"))
+    matches!(e, Error::UpgradeRefused)
 }
 
 /// Item 1. A write guard with a 0.8 s lease outlives it; the same `RwLock` takes read (the
