@@ -102,19 +102,21 @@ class Session:
         self._rt = float(response_timeout)
         self._be: SyncBackend = backend_for(client, response_timeout)
         self._pool = self._be._pool(b"")
-        self._conn: Any = self._pool.get_connection()
+        # A connection of its own, never the pool's: once closed it can never be handed to
+        # another caller while the watcher still reads or writes on it.
+        self._conn: Any = self._pool.connection_class(**self._pool.connection_kwargs)
         self._mutex = threading.Lock()
         self._closed = threading.Event()
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         self._pending = 0  # replies of interrupted commands, read before the next command
         self._pid = os.getpid()  # a forked child never uses the parent's socket
         try:
+            self._conn.connect()
             self.client_id: Optional[int] = int(self._raw(["CLIENT", "ID"], 0.0))
         except ResponseError:
             self.client_id = None  # not allowed (ACL)
         except BaseException:
             self._conn.disconnect()
-            self._pool.release(self._conn)
             raise
         self._watcher = threading.Thread(
             target=_watch, args=(weakref.ref(self),), name="redis-rlock-session", daemon=True
@@ -180,7 +182,6 @@ class Session:
             conn.disconnect()
         except Exception as e:
             log.debug("redis_rlock: session disconnect: %s", e)
-        self._pool.release(conn)
         for hold in list(self._holds):
             hold.mark_lost()
 

@@ -147,9 +147,12 @@ class Session:
         if self._conn is not None:
             return
         self._pool = await self._be._pool(b"")
-        conn = await self._pool.get_connection()
+        # A connection of its own, never the pool's: once closed it can never be handed to
+        # another caller while a cancelled reader or the watcher still uses it.
+        conn = self._pool.connection_class(**self._pool.connection_kwargs)
         self._conn = conn
         try:
+            await conn.connect()
             self.client_id = int(await self._raw(["CLIENT", "ID"], 0.0))
         except ResponseError:
             self.client_id = None  # not allowed (ACL)
@@ -176,7 +179,6 @@ class Session:
             await conn.disconnect(nowait=True)
         except Exception as e:
             log.debug("redis_rlock: session disconnect: %s", e)
-        await self._pool.release(conn)
 
     async def close(self) -> None:
         """Closes the connection (the server ends its holds); every hold taken through the
