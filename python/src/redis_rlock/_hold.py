@@ -7,7 +7,8 @@ import time
 from typing import Any, Callable, Optional
 
 from ._conn import log
-from ._proto import Spec, current_pid
+from ._fork import current_pid
+from ._proto import Spec
 from .errors import LockLost
 
 LostCallback = Callable[["Hold"], Any]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -191,8 +190,3 @@ def info_map(reply: Any) -> Optional[dict[bytes, Any]]:
         return {bytes(k) if not isinstance(k, str) else k.encode(): v for k, v in reply.items()}
     it = iter(reply)
     return {bytes(k) if not isinstance(k, str) else k.encode(): v for k, v in zip(it, it)}
-
-
-def current_pid() -> int:
-    """os.getpid(), one place (fork checks)."""
-    return os.getpid()

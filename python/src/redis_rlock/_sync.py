@@ -22,8 +22,9 @@ from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log
+from ._fork import check_owner, inherited
 from ._hold import Hold, LostCallback
-from .errors import LockLost, NotHeld, translate
+from .errors import LockLost, translate
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], SyncBackend] = (
     weakref.WeakValueDictionary()
@@ -339,12 +340,6 @@ class SyncBackend:
             raise _lost(hold)
 
 
-def check_owner(hold: Hold) -> None:
-    """A hold taken by the parent process is not the child's to renew or release."""
-    if hold.pid != os.getpid():
-        raise NotHeld("the hold belongs to the process this one was forked from")
-
-
 def _renew_conn(err: BaseException) -> bool:
     """NOREPLICAS: this connection's server may have been replaced; a new connection asks the
     Sentinels (a Sentinel pool) for the current master."""
@@ -400,7 +395,7 @@ class _Watchdog:
                     self._cv.wait(delay)
                 _, _, ref, backoff = heapq.heappop(self._heap)
             hold = ref()
-            if hold is None or hold.done or hold.pid != os.getpid():
+            if hold is None or hold.done or inherited(hold):
                 continue
             try:
                 self._tick(hold, backoff)

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Optional, Union
 
 from . import _proto as P
+from ._fork import inherited
 from ._hold import Hold, LossSignal, LostCallback
 from ._sync import SyncBackend, backend_for
 from .errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
@@ -60,7 +61,7 @@ class _Base:
 
     def _current(self) -> Optional[Hold]:
         hold: Optional[Hold] = getattr(self._local, self._slot(), None)
-        if hold is not None and (hold.pid != P.current_pid() or hold.done):
+        if hold is not None and (inherited(hold) or hold.done):
             setattr(self._local, self._slot(), None)  # a forked child holds nothing
             return None
         return hold
@@ -202,7 +203,7 @@ class _Side(_Base):
     def _other(self) -> Optional[Hold]:
         other = P.WRITE if self._kind == P.READ else P.READ
         hold: Optional[Hold] = getattr(self._local, other, None)
-        if hold is None or hold.done or hold.pid != P.current_pid() or hold.is_lost():
+        if hold is None or hold.done or inherited(hold) or hold.is_lost():
             return None
         return hold
 

@@ -10,31 +10,14 @@ one id: a wait that would close a cycle of owners is refused at once with
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
-from . import _proto as P
+from ._handles import OwnerHandles
 from ._sync import backend_for
 from .lock import Lock, RWLock
 
 
-class OwnerId:
-    """An owner id drawn from a client's engine, drawn again in a forked child (the child
-    must never share its parent's owner: it would re-enter the parent's holds)."""
-
-    def __init__(self, new_owner: Any) -> None:
-        self._new_owner = new_owner
-        self._pid = P.current_pid()
-        self._id: bytes = new_owner()
-
-    @property
-    def id(self) -> bytes:
-        """The owner id (``<client-uuid>:<n>``) every hold of the owner is stored under."""
-        if self._pid != P.current_pid():
-            self._pid, self._id = P.current_pid(), self._new_owner()
-        return self._id
-
-
-class Owner:
+class Owner(OwnerHandles[Lock, RWLock]):
     """One owner id for one unit of work on a ``redis.Redis`` / ``RedisCluster`` client (a
     Sentinel master's included): :meth:`lock` and :meth:`rw_lock` (both sides) hold every lock
     under exactly :attr:`id`, as every lock of one Redisson thread is held under one id.
@@ -50,29 +33,11 @@ class Owner:
     another owner's.
     """
 
+    _lock_class = Lock
+    _rw_lock_class = RWLock
+
     def __init__(self, client: Any, *, response_timeout: float = 2.0) -> None:
-        self._client = client
-        self._rt = response_timeout
-        self._id = OwnerId(backend_for(client, response_timeout).new_owner)
-
-    @property
-    def id(self) -> bytes:
-        """The owner id the server stores every hold of this owner under."""
-        return self._id.id
-
-    def lock(self, name: Union[str, bytes], **options: Any) -> Lock:
-        """A :class:`~redis_rlock.Lock` held as this owner (``Lock``'s options)."""
-        options.setdefault("response_timeout", self._rt)
-        lk = Lock(self._client, name, **options)
-        lk._owner_id = self._id
-        return lk
-
-    def rw_lock(self, name: Union[str, bytes], **options: Any) -> RWLock:
-        """A :class:`~redis_rlock.RWLock` whose read and write sides are held as this owner."""
-        options.setdefault("response_timeout", self._rt)
-        rw = RWLock(self._client, name, **options)
-        rw.read._owner_id = rw.write._owner_id = self._id
-        return rw
+        super().__init__(client, response_timeout, backend_for(client, response_timeout).new_owner)
 
     def __repr__(self) -> str:
         return f"<redis_rlock.Owner {self.id!r}>"

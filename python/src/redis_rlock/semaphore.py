@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any, Optional, Union
 
 from . import _proto as P
+from ._fork import inherited
 from ._hold import Hold, LostCallback
 from ._sync import SyncBackend, backend_for
 from .errors import LockTimeout, NotHeld, translate
@@ -58,7 +59,7 @@ class _SemBase:
 
     def _stack(self) -> list[Hold]:
         st: Optional[list[Hold]] = getattr(self._local, "stack", None)
-        if st is None or (st and st[-1].pid != P.current_pid()):
+        if st is None or (st and inherited(st[-1])):
             st = []
             self._local.stack = st
         return st

@@ -11,19 +11,20 @@ acquire is in flight on the connection (a blocked ``WAIT``) the watcher waits fo
 from __future__ import annotations
 
 import math
-import os
 import select
 import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from . import _proto as P
 from ._conn import log
+from ._fork import ForkGuard
+from ._handles import SessionHandles
 from ._hold import Hold
 from ._sync import SyncBackend, backend_for
 from .errors import SessionClosed
@@ -73,7 +74,7 @@ class ClosedSignal:
         return self.is_set()
 
 
-class Session:
+class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
     """A session on a ``redis.Redis`` client (a Sentinel master's included; not a cluster):
     one connection of its own, whose :meth:`lock`, :meth:`rw_lock` and
     :meth:`leased_semaphore` take session holds. Acquires (tries and waits) run on that
@@ -85,6 +86,10 @@ class Session:
 
     ``lock_delay``: seconds (0 to 60) nobody is granted a lock after a hold of this session
     ended because the connection closed (``LOCKDELAY``). ``keepalive``: the ping period."""
+
+    _lock_class = Lock
+    _rw_lock_class = RWLock
+    _leased_semaphore_class = LeasedSemaphore
 
     def __init__(
         self,
@@ -109,7 +114,7 @@ class Session:
         self._closed = threading.Event()
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         self._pending = 0  # replies of interrupted commands, read before the next command
-        self._pid = os.getpid()  # a forked child never uses the parent's socket
+        self._fork = ForkGuard()  # a forked child never uses the parent's socket
         try:
             self._conn.connect()
             self.client_id: Optional[int] = int(self._raw(["CLIENT", "ID"], 0.0))
@@ -123,28 +128,6 @@ class Session:
         )
         self._watcher.start()
 
-    # -- the handles -----------------------------------------------------------------------
-    def lock(self, name: Union[str, bytes], **options: Any) -> Lock:
-        """A :class:`Lock` whose holds are bound to this session (``Lock``'s options)."""
-        options.setdefault("response_timeout", self._rt)
-        lk = Lock(self._client, name, **options)
-        lk._session = self
-        return lk
-
-    def rw_lock(self, name: Union[str, bytes], **options: Any) -> RWLock:
-        """A :class:`RWLock` whose read and write holds are bound to this session."""
-        options.setdefault("response_timeout", self._rt)
-        rw = RWLock(self._client, name, **options)
-        rw.read._session = rw.write._session = self
-        return rw
-
-    def leased_semaphore(self, name: Union[str, bytes], **options: Any) -> LeasedSemaphore:
-        """A :class:`LeasedSemaphore` whose permits are bound to this session."""
-        options.setdefault("response_timeout", self._rt)
-        sem = LeasedSemaphore(self._client, name, **options)
-        sem._session = self
-        return sem
-
     @property
     def closed(self) -> ClosedSignal:
         """Event-like close signal: ``is_set()``, ``wait(timeout)``. Closed in a forked
@@ -156,9 +139,8 @@ class Session:
         """In a process forked from the session's (its socket is the parent's, its watcher
         did not follow, its locks may have been held by a parent thread): the session is
         closed here, without a byte on the parent's socket; the parent's session is untouched."""
-        if self._pid == os.getpid():
+        if not self._fork.forked():
             return False
-        self._pid = os.getpid()
         self._mutex = threading.Lock()
         self._closed = threading.Event()
         self._closed.set()

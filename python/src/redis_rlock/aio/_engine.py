@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import os
 import time
 import uuid
 import weakref
@@ -20,8 +19,9 @@ from redis.exceptions import ResponseError
 
 from .. import _proto as P
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log
+from .._fork import ForkGuard, check_owner, inherited
 from .._hold import Hold, LostCallback
-from ..errors import LockLost, NotHeld, translate
+from ..errors import LockLost, translate
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], AsyncBackend] = (
     weakref.WeakValueDictionary()
@@ -141,12 +141,12 @@ class AsyncBackend:
         self._n = itertools.count(1)
         self._pools: dict[str, Any] = {}
         self._bg: set[asyncio.Task[Any]] = set()
-        self._pid = os.getpid()
+        self._fork = ForkGuard()
 
     def new_owner(self) -> bytes:
         """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
-        if self._pid != os.getpid():
-            self.uuid, self._pid, self._pools = uuid.uuid4().hex, os.getpid(), {}
+        if self._fork.forked():
+            self.uuid, self._pools = uuid.uuid4().hex, {}
         return f"{self.uuid}:{next(self._n)}".encode()
 
     async def _pool(self, key: bytes) -> Any:
@@ -353,7 +353,7 @@ class AsyncBackend:
 
     async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
         """Joins ``hold`` again once the server confirmed it; :class:`LockLost` if gone."""
-        _check_owner(hold)
+        check_owner(hold)
         hold.check()
         remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
         lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
@@ -374,7 +374,7 @@ class AsyncBackend:
 
     async def release(self, hold: AsyncHold) -> None:
         """Gives ``hold`` back in a shielded task (a cancelled release still completes)."""
-        _check_owner(hold)
+        check_owner(hold)
         was_lost = hold.is_lost()
         hold.done = True
         hold.stop()
@@ -432,11 +432,6 @@ def _report_unseen(task: asyncio.Task[Any]) -> None:
         log.warning("redis_rlock: release after a cancellation failed: %r", task.exception())
 
 
-def _check_owner(hold: Hold) -> None:
-    if hold.pid != os.getpid():
-        raise NotHeld("the hold belongs to the process this one was forked from")
-
-
 def _renew_conn(err: BaseException) -> bool:
     """NOREPLICAS: this connection's server may have been replaced; a new connection asks the
     Sentinels (a Sentinel pool) for the current master."""
@@ -470,7 +465,7 @@ async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
     while True:
         await asyncio.sleep(delay)
         hold = ref()
-        if hold is None or hold.done or hold.is_lost() or hold.pid != os.getpid():
+        if hold is None or hold.done or hold.is_lost() or inherited(hold):
             return
         now = time.monotonic()
         try:

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Optional, Union
 
 from .. import _proto as P
+from .._fork import inherited
 from .._hold import LostCallback
 from ..errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
 from ._engine import AsyncBackend, AsyncHold, AsyncLossSignal, backend_for
@@ -74,7 +75,7 @@ class _Base:
     def _current(self) -> Optional[AsyncHold]:
         holds = _task_holds()
         hold = holds.get(self._key())
-        if hold is not None and (hold.pid != P.current_pid() or hold.done):
+        if hold is not None and (inherited(hold) or hold.done):
             del holds[self._key()]
             return None
         return hold
@@ -210,7 +211,7 @@ class _Side(_Base):
     def _owner(self) -> bytes:
         other_kind = P.WRITE if self._kind == P.READ else P.READ
         other = _task_holds().get(self._key(other_kind))
-        if other is not None and (other.done or other.is_lost() or other.pid != P.current_pid()):
+        if other is not None and (other.done or other.is_lost() or inherited(other)):
             other = None
         if self._kind == P.WRITE and other is not None:
             raise UpgradeRefused(

@@ -11,16 +11,17 @@ session's next command, so the session stays usable.
 from __future__ import annotations
 
 import asyncio
-import os
 import weakref
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
 from .._conn import log
+from .._fork import ForkGuard
+from .._handles import SessionHandles
 from ..errors import SessionClosed
 from ..session import check_keepalive, lock_delay_ms
 from ._engine import AsyncBackend, AsyncHold, backend_for
@@ -53,10 +54,14 @@ class AsyncClosedSignal:
         return self.is_set()
 
 
-class Session:
+class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
     """A session on a ``redis.asyncio.Redis`` client (not a cluster): see the sync
     :class:`redis_rlock.Session`. ``async with ra.Session(client) as s:`` opens it and closes
     it; ``await s.close()`` closes it (the server ends its holds)."""
+
+    _lock_class = Lock
+    _rw_lock_class = RWLock
+    _leased_semaphore_class = LeasedSemaphore
 
     def __init__(
         self,
@@ -82,29 +87,7 @@ class Session:
         self._reader: Optional[asyncio.Future[Any]] = None
         self._watcher: Optional[asyncio.Task[None]] = None
         self.client_id: Optional[int] = None
-        self._pid = os.getpid()  # a forked child never uses the parent's socket
-
-    # -- the handles -----------------------------------------------------------------------
-    def lock(self, name: Union[str, bytes], **options: Any) -> Lock:
-        """A :class:`Lock` whose holds are bound to this session."""
-        options.setdefault("response_timeout", self._rt)
-        lk = Lock(self._client, name, **options)
-        lk._session = self
-        return lk
-
-    def rw_lock(self, name: Union[str, bytes], **options: Any) -> RWLock:
-        """A :class:`RWLock` whose read and write holds are bound to this session."""
-        options.setdefault("response_timeout", self._rt)
-        rw = RWLock(self._client, name, **options)
-        rw.read._session = rw.write._session = self
-        return rw
-
-    def leased_semaphore(self, name: Union[str, bytes], **options: Any) -> LeasedSemaphore:
-        """A :class:`LeasedSemaphore` whose permits are bound to this session."""
-        options.setdefault("response_timeout", self._rt)
-        sem = LeasedSemaphore(self._client, name, **options)
-        sem._session = self
-        return sem
+        self._fork = ForkGuard()  # a forked child never uses the parent's socket
 
     @property
     def closed(self) -> AsyncClosedSignal:
@@ -119,9 +102,8 @@ class Session:
     def _forked(self) -> bool:
         """In a process forked from the session's: closed here (its socket is the parent's),
         without a byte on it; the parent's session is untouched."""
-        if self._pid == os.getpid():
+        if not self._fork.forked():
             return False
-        self._pid = os.getpid()
         self._is_closed, self._conn, self._reader, self._watcher = True, None, None, None
         self._mutex, self._event = asyncio.Lock(), None
         # Its holds are the parent's: the child's copies of them act on nothing (their pid).
