@@ -1,8 +1,10 @@
 """Real servers for the tests: redis-server (or $REDIS_SERVER) with the built module, on a
-free loopback port, in a temporary directory, started within a bound, killed on teardown."""
+free loopback port, in a temporary directory, started within a bound, killed on teardown; and
+the readers the tests share (``poll``, ``apoll``, ``info``, blocked clients, session holds)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -11,12 +13,14 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 20.0
+#: seconds within which what should happen "at once" must have happened
+PROMPT = 3.0
 
 
 def module_path() -> Path:
@@ -45,6 +49,21 @@ def poll(what: str, timeout: float, cond: Callable[[], bool], step: float = 0.01
         if time.monotonic() >= end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(step)
+
+
+async def apoll(what: str, timeout: float, cond: Callable[..., Any]) -> None:
+    """``poll`` for asyncio tests: ``cond()`` may return a coroutine (awaited), and the wait
+    is an ``asyncio.sleep``, so the test's tasks run meanwhile."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if asyncio.iscoroutine(v):
+            v = await v
+        if v:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
 
 
 class Server:
@@ -145,6 +164,16 @@ class Server:
     def close(self) -> None:
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def session_holds(r: redis.Redis) -> int:
+    """The session holds the server has now (``INFO rlock``)."""
+    return int(r.info("rlock")["rlock_session_holds"])
+
+
+def blocked_clients(r: redis.Redis) -> int:
+    """The clients blocked in the server now (``INFO clients``)."""
+    return int(r.info("clients")["blocked_clients"])
 
 
 def info(r: redis.Redis, name: object, cmd: str = "RLOCK.INFO") -> dict[str, object]:

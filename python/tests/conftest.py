@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aredis
 from _servers import Server
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
@@ -38,6 +39,14 @@ def r(server: Server) -> Iterator[redis.Redis]:
     c = server.client()
     yield c
     c.close()
+
+
+@pytest.fixture
+async def ar(server: Server) -> AsyncIterator[aredis.Redis]:
+    """A redis.asyncio client of the test's server."""
+    c = aredis.Redis(port=server.port, socket_timeout=10)
+    yield c
+    await c.aclose()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

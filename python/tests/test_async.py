@@ -5,35 +5,14 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aredis
-from _servers import Server
+from _servers import apoll
 from redis.exceptions import LockError, LockNotOwnedError
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
-
-
-@pytest.fixture
-async def ar(server: Server) -> AsyncIterator[aredis.Redis]:
-    c = aredis.Redis(port=server.port, socket_timeout=10)
-    yield c
-    await c.aclose()
-
-
-async def apoll(what: str, timeout: float, cond: object) -> None:
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()  # type: ignore[operator]
-        if asyncio.iscoroutine(v):
-            v = await v
-        if v:
-            return
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def ainfo(ar: aredis.Redis, name: str) -> dict[str, object]:

@@ -9,34 +9,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server, poll
+from _servers import Server, apoll, blocked_clients, poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
 from redis_rlock.errors import translate
 
 
-@pytest.fixture
-async def ar(server: Server) -> AsyncIterator[aredis.Redis]:
-    c = aredis.Redis(port=server.port, socket_timeout=10)
-    yield c
-    await c.aclose()
-
-
-def blocked(r: redis.Redis) -> int:
-    return int(r.info("clients")["blocked_clients"])
-
-
 def state(r: redis.Redis, *keys: str) -> list[Any]:
     """What a refused wait must leave as it was: the data, blocked clients, the queues (each
     waiter's fields but the times, which move)."""
-    out: list[Any] = [r.execute_command("DEBUG", "DIGEST"), blocked(r)]
+    out: list[Any] = [r.execute_command("DEBUG", "DIGEST"), blocked_clients(r)]
     for key in keys:
         kind = "RWLOCK" if r.hexists(key, "mode") else "RLOCK"
         for row in r.execute_command(f"{kind}.WAITERS", key):
@@ -55,7 +43,7 @@ def test_a_deadlock_reply_becomes_deadlock_with_its_cycle(server: Server, r: red
     )
     waiter.start()
     try:
-        poll("b to wait", 10, lambda: int(r.info("clients")["blocked_clients"]) == 1)
+        poll("b to wait", 10, lambda: blocked_clients(r) == 1)
         with pytest.raises(redis.ResponseError) as refused:
             r.execute_command("RLOCK.ACQUIRE", "ledger", "a", 60000, "WAIT", 3000)
         found = translate(refused.value, "ledger")
@@ -82,7 +70,7 @@ def test_an_owner_cycle_is_refused_at_once_changing_nothing(r: redis.Redis) -> N
     waiter = threading.Thread(target=lambda: got.append(b_accounts.acquire(timeout=10)))
     waiter.start()
     try:
-        poll("b to wait", 10, lambda: blocked(r) == 1)
+        poll("b to wait", 10, lambda: blocked_clients(r) == 1)
         before = state(r, "accounts", "ledger")
         t0 = time.monotonic()
         with pytest.raises(rl.Deadlock) as refused:
@@ -109,7 +97,7 @@ def test_a_cycle_through_a_read_hold_is_refused(r: redis.Redis) -> None:
     waiter = threading.Thread(target=lambda: b_config.acquire(timeout=10))
     waiter.start()
     try:
-        poll("b to wait", 10, lambda: blocked(r) == 1)
+        poll("b to wait", 10, lambda: blocked_clients(r) == 1)
         with pytest.raises(rl.Deadlock) as refused:
             a.lock("jobs", lease=60).acquire(timeout=5)
         ida, idb = a.id.decode(), b.id.decode()
@@ -128,7 +116,7 @@ def test_plain_locks_are_never_refused_they_wait(r: redis.Redis) -> None:
     waiter = threading.Thread(target=lambda: other.acquire(timeout=3))
     waiter.start()
     try:
-        poll("the other to wait", 10, lambda: blocked(r) == 1)
+        poll("the other to wait", 10, lambda: blocked_clients(r) == 1)
         t0 = time.monotonic()
         assert not rl.Lock(r, "ledger", lease=60).acquire(timeout=0.8)
         assert time.monotonic() - t0 >= 0.4, "it waited"
@@ -165,10 +153,7 @@ async def test_async_an_owner_cycle_is_refused(r: redis.Redis, ar: aredis.Redis)
     assert await b.lock("ledger", lease=60).acquire()
     assert r.hgetall("accounts") == {a.id: b"1"}
     b_waits = asyncio.ensure_future(b.lock("accounts", lease=60).acquire(timeout=10))
-    end = time.monotonic() + 10
-    while blocked(r) != 1:
-        assert time.monotonic() < end, "b never waited"
-        await asyncio.sleep(0.01)
+    await apoll("b to wait", 10, lambda: blocked_clients(r) == 1)
     before = state(r, "accounts", "ledger")
     with pytest.raises(rl.Deadlock) as refused:
         await a.lock("ledger", lease=60).acquire(timeout=5)

@@ -14,20 +14,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server, info, poll
+from _servers import Server, apoll, info, poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
 
 RT = 0.5  # the package's response timeout in these tests
-
-
-async def apoll(what: str, timeout: float, cond: object) -> None:
-    end = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def _no_grant_left(r: redis.Redis, name: str, holder_owner: bytes | None) -> bool:

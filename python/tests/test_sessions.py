@@ -10,34 +10,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server, poll
+from _servers import PROMPT, Server, apoll, blocked_clients, poll, session_holds
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
-
-PROMPT = 3.0  # seconds within which what should happen "at once" must have happened
-
-
-def holds(r: redis.Redis) -> int:
-    return int(r.info("rlock")["rlock_session_holds"])
-
-
-def blocked(r: redis.Redis) -> int:
-    return int(r.info("clients")["blocked_clients"])
-
-
-@pytest.fixture
-async def ar(server: Server) -> AsyncIterator[aredis.Redis]:
-    c = aredis.Redis(port=server.port, socket_timeout=10)
-    yield c
-    await c.aclose()
-
 
 CHILD = """
 import sys, time, redis, redis_rlock
@@ -57,14 +38,14 @@ def test_a_killed_process_frees_its_session_lock_and_a_waiter_is_served(
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "HELD"
-        assert holds(r) == 1
+        assert session_holds(r) == 1
         got: list[Any] = []
         waiter = rl.Lock(r, "proc", lease=60)
         t = threading.Thread(
             target=lambda: got.append((waiter.acquire(timeout=10), time.monotonic()))
         )
         t.start()
-        poll("the waiter to block", 5, lambda: blocked(r) == 1)
+        poll("the waiter to block", 5, lambda: blocked_clients(r) == 1)
         killed = time.monotonic()
         child.kill()
         t.join(10)
@@ -80,7 +61,7 @@ def test_closing_the_session_ends_its_holds_and_marks_them_lost(r: redis.Redis) 
         lk = s.lock("l", lease=60)
         assert lk.acquire()
         hold = lk.hold
-        assert holds(r) == 1
+        assert session_holds(r) == 1
     assert hold.is_lost(), "closed: lost at once"
     assert s.closed.is_set()
     poll("the end", 5, lambda: r.exists("l") == 0)
@@ -98,7 +79,7 @@ def test_client_kill_marks_every_hold_lost_and_the_session_refuses_new_acquires(
     permits = sem.acquire(2)
     assert permits is not None
     all_holds = [lk.hold, rw.read.hold, permits]
-    assert holds(r) == 4
+    assert session_holds(r) == 4
     assert s.client_id is not None
     r.execute_command("CLIENT", "KILL", "ID", s.client_id)
     assert s.closed.wait(PROMPT), "the session sees the close"
@@ -111,7 +92,7 @@ def test_client_kill_marks_every_hold_lost_and_the_session_refuses_new_acquires(
     ):
         with pytest.raises(rl.SessionClosed):
             attempt()
-    poll("the ends", 5, lambda: r.exists("l", "rw") == 0 and holds(r) == 0)
+    poll("the ends", 5, lambda: r.exists("l", "rw") == 0 and session_holds(r) == 0)
     assert rl.LeasedSemaphore(r, "s").available() == 3
     with rl.Session(r) as again:
         assert again.lock("l").acquire(blocking=False)
@@ -122,11 +103,11 @@ def test_a_session_lock_reenters_and_its_release_ends_the_binding(r: redis.Redis
         lk = s.lock("l", lease=60)
         assert lk.acquire() and lk.acquire(blocking=False)
         assert r.hgetall("l") == {lk.hold.owner: b"1"}
-        assert holds(r) == 1
+        assert session_holds(r) == 1
         lk.release()
         assert r.exists("l") == 1
         lk.release()
-        assert r.exists("l") == 0 and holds(r) == 0
+        assert r.exists("l") == 0 and session_holds(r) == 0
         assert not s.closed.is_set()
 
 
@@ -135,7 +116,7 @@ def test_write_side_is_a_session_hold(r: redis.Redis) -> None:
     rw = s.rw_lock("rw", lease=60)
     assert rw.write.acquire()
     hold = rw.write.hold
-    assert holds(r) == 1
+    assert session_holds(r) == 1
     s.close()
     assert hold.is_lost()
     poll("the end", 5, lambda: r.exists("rw") == 0)
@@ -175,21 +156,15 @@ async def test_async_a_cancelled_session_acquire_leaves_nothing_held(
     async with ra.Session(ar) as s:
         lk = s.lock("l", lease=60)
         task = asyncio.ensure_future(lk.acquire())
-        end = time.monotonic() + 5
-        while blocked(r) != 1:
-            assert time.monotonic() < end, "the session's acquire never blocked"
-            await asyncio.sleep(0.01)
+        await apoll("the session's acquire to block", 5, lambda: blocked_clients(r) == 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        end = time.monotonic() + 5
-        while blocked(r) != 0:
-            assert time.monotonic() < end, "the cancelled wait was never dequeued"
-            await asyncio.sleep(0.01)
+        await apoll("the cancelled wait to leave", 5, lambda: blocked_clients(r) == 0)
         await other.release()
-        assert r.exists("l") == 0 and holds(r) == 0
+        assert r.exists("l") == 0 and session_holds(r) == 0
         assert await lk.acquire(timeout=2), "the session still works"
-        assert holds(r) == 1
+        assert session_holds(r) == 1
         await lk.release()
 
 
@@ -201,15 +176,12 @@ async def test_async_client_kill_marks_every_hold_lost(r: redis.Redis, ar: aredi
     permit = await sem.acquire(1)
     assert permit is not None
     hold = lk.hold
-    assert holds(r) == 2
+    assert session_holds(r) == 2
     r.execute_command("CLIENT", "KILL", "ID", s.client_id)
     assert await s.closed.wait(PROMPT)
     assert await hold.lost.wait(PROMPT) and await permit.lost.wait(PROMPT)
     with pytest.raises(rl.SessionClosed):
         await lk.acquire(blocking=False)
-    end = time.monotonic() + 5
-    while r.exists("l") or holds(r):
-        assert time.monotonic() < end
-        await asyncio.sleep(0.01)
+    await apoll("the holds to end", 5, lambda: not r.exists("l") and not session_holds(r))
     assert await ra.LeasedSemaphore(ar, "s").available() == 2
     await s.close()
