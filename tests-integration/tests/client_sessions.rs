@@ -8,10 +8,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use redis::Value;
 use rlock_client::{Error, LockClient, Options, SessionOptions};
 use rlock_tests_integration::{
-    exists, hgetall, info_field, kill_client, poll, session_holds, wait_blocked, Cluster, Process,
-    Server,
+    cmd, exists, hgetall, info_field, kill_client, poll, session_holds, wait_blocked, Cluster,
+    Process, Server,
 };
 use tokio::time::{timeout, Instant};
 
@@ -294,4 +295,30 @@ async fn a_cluster_client_refuses_sessions_with_a_typed_error() {
     let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
     let client = LockClient::cluster(urls, Options::default()).await.expect("cluster");
     assert!(matches!(client.session().await, Err(Error::SessionUnsupported)));
+}
+
+/// A session over a Unix socket (`redis+unix://`): its connection is opened on the socket as
+/// over TCP, its holds are session holds, and dropping it ends them on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_over_a_unix_socket_binds_its_holds_and_ends_them_when_dropped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("redis.sock");
+    let path = socket.to_str().expect("a UTF-8 path");
+    let server = Server::builder().config("unixsocket", path).start();
+    let mut admin = server.conn();
+    let client = LockClient::open(format!("redis+unix://{path}")).await.expect("client");
+    let session = client.session().await.expect("a session over the socket");
+    let id = session.client_id().expect("the session's client id");
+    let Value::BulkString(line) = cmd(&mut admin, &["CLIENT", "LIST", "ID", &id.to_string()])
+    else {
+        panic!("CLIENT LIST")
+    };
+    let line = String::from_utf8_lossy(&line).into_owned();
+    assert!(line.contains(&format!("addr={path}")), "not on the socket: {line}");
+    let guard = session.lock("l").acquire(LEASE).await.expect("acquire");
+    assert_eq!(session_holds(&mut admin), 1, "a session hold");
+    drop(session);
+    assert!(guard.is_lost(), "a dropped session's guards are lost at once");
+    poll("the hold's end", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
+    assert_eq!(session_holds(&mut admin), 0);
 }
