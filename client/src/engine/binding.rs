@@ -20,9 +20,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::FutureExt as _;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
@@ -91,25 +93,13 @@ impl Binding {
                         .await
                         .map_err(redis::RedisError::from)?;
                     stream.set_nodelay(true).map_err(redis::RedisError::from)?;
-                    let (conn, driver) = MultiplexedConnection::new_with_config(
-                        info.redis_settings(),
-                        stream,
-                        config,
-                    )
-                    .await?;
-                    Ok((conn, driver.boxed()))
+                    multiplexed(info, stream, config).await
                 }
                 ConnectionAddr::Unix(path) => {
                     let stream = tokio::net::UnixStream::connect(path)
                         .await
                         .map_err(redis::RedisError::from)?;
-                    let (conn, driver) = MultiplexedConnection::new_with_config(
-                        info.redis_settings(),
-                        stream,
-                        config,
-                    )
-                    .await?;
-                    Ok((conn, driver.boxed()))
+                    multiplexed(info, stream, config).await
                 }
                 _ => Err(Error::SessionUnsupported),
             }
@@ -220,6 +210,24 @@ impl Binding {
             hold.lose();
         }
     }
+}
+
+/// A connection's driver: it runs until the socket closes (one type for every stream kind).
+type Driver = BoxFuture<'static, ()>;
+
+/// The session's multiplexed connection over `stream` (a TCP or Unix socket already
+/// connected), with the client's settings (database, credentials, protocol), and its driver.
+async fn multiplexed<S>(
+    info: &ConnectionInfo,
+    stream: S,
+    config: AsyncConnectionConfig,
+) -> Result<(MultiplexedConnection, Driver)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (conn, driver) =
+        MultiplexedConnection::new_with_config(info.redis_settings(), stream, config).await?;
+    Ok((conn, driver.boxed()))
 }
 
 /// Pings the session's connection every `period` while it is idle; closes the session when a

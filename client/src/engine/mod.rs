@@ -7,7 +7,7 @@
 //!   cancellation (`RLOCK.CANCEL`) of whatever it got when no caller takes it.
 //! - [`waiting`]: the server-side wait on a dedicated connection, in a task.
 //! - [`hold`]: one server grant and its guards: one deadline, the watchdog, the loss signal,
-//!   release and drop.
+//!   release and drop (the guards, their release and drop in `hold::guards`).
 //! - [`watchdog`]: a hold's renewal while a watchdog guard lives.
 //! - [`chain`]: re-entry for locks and read-write lock sides.
 //! - [`binding`]: a session's connection, a property of the acquire path (`SESSION`): its
