@@ -194,8 +194,20 @@ fn unblock(waiter: Waiter<Blocked, Request>, outcome: Outcome) {
 /// Blocks the calling client until it holds the lock or `wait` passes. `holder_pttl`: the
 /// current holder's remaining lease (-1: none), when the lock is worth checking again.
 pub fn block(ctx: &Context, lock: LockName, request: Request, wait: WaitFor, holder_pttl: i64) {
+    block_as(ctx, lock, request, wait, holder_pttl, raw::User::current_name(ctx));
+}
+
+/// [`block`], for a command that looked its caller's ACL user name up already (`user`, as
+/// [`raw::User::current_name`] gives it).
+pub fn block_as(
+    ctx: &Context,
+    lock: LockName,
+    request: Request,
+    wait: WaitFor,
+    holder_pttl: i64,
+    user: Option<Vec<u8>>,
+) {
     let bc = raw::block_client::<Waiting>(ctx);
-    let user = raw::User::current_name(ctx);
     let now = raw::now_ms();
     let timeout_at = match wait {
         WaitFor::Ever => None,
