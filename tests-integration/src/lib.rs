@@ -13,9 +13,11 @@
 //! The harness: [`server`] (one process), [`cluster`] (a Redis Cluster), [`sentinel`]
 //! (Sentinels), [`helpers`] (commands, polling, INFO fields), [`redisson`] (Redisson's
 //! read-write lock scripts), [`python`] (the Python package run from a test), [`rng`] (a seeded
-//! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share).
+//! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share),
+//! [`deadlock`] (reading a `DEADLOCK` reply's cycle).
 
 pub mod cluster;
+pub mod deadlock;
 pub mod docs;
 pub mod fuzz;
 pub mod helpers;
@@ -27,6 +29,7 @@ pub mod server;
 pub mod transcript;
 
 pub use cluster::Cluster;
+pub use deadlock::{closes_a_cycle, deadlock_links, Link, DEADLOCK_PREFIX};
 pub use fuzz::{all_keys, assert_replica_matches, fuzz_steps, BlockedCall};
 pub use helpers::*;
 pub use rng::Rng;

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{blocked_clients, cmd, digest, poll, run, run_str, Pending, Server};
+use rlock_tests_integration::{
+    blocked_clients, cmd, deadlock_links, digest, poll, run, run_str, Link, Pending, Server,
+};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -269,20 +271,10 @@ const LOCKS: [&str; 5] = ["r0", "r1", "r2", "w0", "w1"];
 /// link's holder holds its key, every link's waiter (but the new wait's) is queued for it in a
 /// mode the holder blocks, and the links close a cycle starting with the new wait.
 fn check_cycle(con: &mut Connection, owner: &str, key: &str, text: &str, at: &str) {
-    let links = text
-        .strip_prefix("DEADLOCK this wait would close a cycle: ")
-        .unwrap_or_else(|| panic!("{at}: {text}"));
-    let links: Vec<(String, String, String)> = links
-        .split("; ")
-        .map(|l| {
-            let (x, rest) = l.split_once(" waits for ").expect("waits for");
-            let (k, y) = rest.split_once(" held by ").expect("held by");
-            (x.to_owned(), k.to_owned(), y.to_owned())
-        })
-        .collect();
-    assert_eq!((links[0].0.as_str(), links[0].1.as_str()), (owner, key), "{at}: {text}");
-    for (i, (x, k, y)) in links.iter().enumerate() {
-        let next = &links[(i + 1) % links.len()].0;
+    let links = deadlock_links(text).unwrap_or_else(|| panic!("{at}: {text}"));
+    assert_eq!((links[0].waiter, links[0].key), (owner, key), "{at}: {text}");
+    for (i, &Link { waiter: x, key: k, holder: y }) in links.iter().enumerate() {
+        let next = links[(i + 1) % links.len()].waiter;
         assert_eq!(y, next, "{at}: the links do not close: {text}");
         let fields: Vec<String> = redis::cmd("HKEYS").arg(k).query(con).expect("HKEYS");
         let rw = fields.iter().any(|f| f == "mode");
