@@ -1,5 +1,10 @@
-//! Reading a `DEADLOCK` reply (issue 27 §2): `DEADLOCK this wait would close a cycle: ` and
-//! its links `X waits for K held by Y`, separated by `; `, the new wait's link first.
+//! Deadlock refusals (issue 27 §2): reading a `DEADLOCK` reply (`DEADLOCK this wait would
+//! close a cycle: ` and its links `X waits for K held by Y`, separated by `; `, the new wait's
+//! link first), and what a refused wait must leave as it was.
+
+use redis::{Connection, Value};
+
+use crate::{blocked_clients, digest, run};
 
 /// What every `DEADLOCK` reply starts with, before its links.
 pub const DEADLOCK_PREFIX: &str = "DEADLOCK this wait would close a cycle: ";
@@ -45,6 +50,39 @@ pub fn closes_a_cycle(reply: &str, owners: &[&str], locks: &[&str]) -> bool {
             && owners.contains(&link.holder)
             && link.holder == next
     })
+}
+
+/// Everything a refused wait must leave as it was: the data (`DEBUG DIGEST`), the module's
+/// wait counters (`INFO rlock_waits` but the armed timers), the blocked clients and the queues
+/// of `keys` (`(command, key)`: `RLOCK.WAITERS k`, ...), each waiter's fields but the `moving`
+/// ones (`waited_ms`, and `left_ms` where a wait has a timeout: time passes).
+///
+/// # Panics
+/// When a `*.WAITERS` command replies anything but an array of waiters.
+#[must_use]
+pub fn wait_state<K: AsRef<[u8]>>(
+    con: &mut Connection,
+    keys: &[(&str, K)],
+    moving: &[&str],
+) -> Vec<String> {
+    let mut state = vec![digest(con)];
+    let info: String = redis::cmd("INFO").arg("rlock_waits").query(con).expect("INFO");
+    state.extend(info.lines().filter(|l| !l.starts_with("rlock_timers_armed")).map(str::to_owned));
+    state.push(blocked_clients(con).to_string());
+    for (command, key) in keys {
+        let Ok(Value::Array(rows)) = run(con, &[command.as_bytes(), key.as_ref()]) else {
+            panic!("{command} {:?}", String::from_utf8_lossy(key.as_ref()))
+        };
+        for row in rows {
+            let Value::Array(fields) = row else { panic!("{row:?}") };
+            let moves = |name: &Value| {
+                moving.iter().any(|m| *name == Value::BulkString(m.as_bytes().to_vec()))
+            };
+            let kept = fields.chunks(2).filter(|p| !moves(&p[0]));
+            state.push(format!("{:?}", kept.collect::<Vec<_>>()));
+        }
+    }
+    state
 }
 
 #[cfg(test)]
