@@ -11,10 +11,23 @@
 //! Every operation is O(1) or O(log n) in the number of waiters: a waiter leaving from the middle
 //! of a queue (timeout, disconnect) is removed from the waiter table at once and its id skipped
 //! lazily when it reaches the head; the queue is compacted when dead ids outnumber live ones.
+//!
+//! # Layout
+//! Floors point down: `index`, `figures` and `schedule` add to [`Queues`] what this file
+//! defines; `stats` (the counters' types) stands below it.
+//! - this file: the types, and the queues themselves (push, head, remove, drain);
+//! - `index`: what a waiter is found by besides its id and handle (its tag, its owner) and
+//!   what it carries (its ACL user, its start);
+//! - `figures`: who waits and how many, each queue's counters, how long waits lasted;
+//! - `schedule`: the schedule of timed events (timeouts, lease checks, each lock's own check);
+//! - `stats`: what the queues count (ends, per-queue counters, wait times).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
+mod figures;
+mod index;
+mod schedule;
 mod stats;
 
 pub use stats::{End, QueueStats, WaitTimes, WAIT_BUCKETS_MS};
@@ -169,160 +182,6 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         id
     }
 
-    /// Tags waiter `id` with `tag` (an acquire's request id), unique among its lock's waiters:
-    /// false, and nothing tagged, when another waiter of the lock has it (or `id` has a tag).
-    pub fn set_tag(&mut self, id: WaiterId, tag: Vec<u8>) -> bool {
-        let Some(waiter) = self.waiters.get_mut(&id) else { return false };
-        let index = (waiter.lock.db, waiter.lock.key.clone(), tag);
-        if waiter.tag.is_some() || self.by_tag.contains_key(&index) {
-            return false;
-        }
-        waiter.tag = Some(index.2.clone());
-        self.by_tag.insert(index, id);
-        true
-    }
-
-    /// The waiter of the lock `key` of database `db` tagged `tag`.
-    #[must_use]
-    pub fn find_tagged(&self, db: i32, key: &[u8], tag: &[u8]) -> Option<WaiterId> {
-        if self.by_tag.is_empty() {
-            return None;
-        }
-        self.by_tag.get(&(db, key.to_vec(), tag.to_vec())).copied()
-    }
-
-    /// Records when waiter `id` started waiting (Unix ms).
-    pub fn set_since(&mut self, id: WaiterId, now: i64) {
-        if let Some(waiter) = self.waiters.get_mut(&id) {
-            waiter.since = now;
-        }
-    }
-
-    /// Indexes waiter `id` under `owner` ([`Self::waits_of`]); an empty owner (a semaphore
-    /// waiter's) is not indexed. Once per waiter.
-    pub fn set_owner(&mut self, id: WaiterId, owner: &[u8]) {
-        let Some(waiter) = self.waiters.get_mut(&id) else { return };
-        if owner.is_empty() || waiter.owner.is_some() {
-            return;
-        }
-        waiter.owner = Some(owner.to_vec());
-        let owners = self.by_owner.entry(waiter.lock.db).or_default();
-        owners.entry(owner.to_vec()).or_default().insert(id);
-    }
-
-    /// The waiters of database `db` indexed under `owner` ([`Self::set_owner`]), oldest first.
-    pub fn waits_of(&self, db: i32, owner: &[u8]) -> impl Iterator<Item = &Waiter<H, R>> + '_ {
-        self.by_owner
-            .get(&db)
-            .and_then(|owners| owners.get(owner))
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.waiters.get(id))
-    }
-
-    /// Whether any waiter of database `db` is indexed under `owner`: one lookup, no copy.
-    #[must_use]
-    pub fn owner_waits(&self, db: i32, owner: &[u8]) -> bool {
-        self.by_owner.get(&db).is_some_and(|owners| owners.contains_key(owner))
-    }
-
-    /// Whether any waiter is indexed under an owner (in any database).
-    #[must_use]
-    pub fn any_owner_waits(&self) -> bool {
-        !self.by_owner.is_empty()
-    }
-
-    /// The first `count` waiters of the lock `key` of database `db` whose request is
-    /// `matching`, in queue order. Visits the queue until it has `count` of them (dead ids of
-    /// waiters that left are skipped; the queue is compacted when they outnumber live ones).
-    #[must_use]
-    pub fn list(
-        &self,
-        db: i32,
-        key: &[u8],
-        count: usize,
-        matching: impl Fn(&R) -> bool,
-    ) -> Vec<&Waiter<H, R>> {
-        let Some(queue) = self.queue(db, key) else { return Vec::new() };
-        queue
-            .order
-            .iter()
-            .filter_map(|id| self.waiters.get(id))
-            .filter(|w| matching(&w.request))
-            .take(count)
-            .collect()
-    }
-
-    /// The counters of the lock `key`'s queue in database `db` (zero when nobody waits).
-    #[must_use]
-    pub fn stats(&self, db: i32, key: &[u8]) -> QueueStats {
-        self.queue(db, key).map_or_else(QueueStats::default, |q| q.stats)
-    }
-
-    /// How long the waits that ended lasted (every end: granted, timed out, left).
-    #[must_use]
-    pub fn wait_times(&self) -> WaitTimes {
-        self.wait_times
-    }
-
-    /// Forgets how long the waits that ended lasted (the module is loaded again: `INFO rlock`
-    /// starts from zero).
-    pub fn reset_wait_times(&mut self) {
-        self.wait_times = WaitTimes::default();
-    }
-
-    /// Records a wait that began at `since` and ended at `now` (Unix ms) in [`Self::wait_times`]
-    /// (for waiters taken out by [`Self::pop_head`] or [`Self::drain`]).
-    pub fn record_wait(&mut self, since: i64, now: i64) {
-        self.wait_times.record(now.saturating_sub(since));
-    }
-
-    /// Records the ACL user waiter `id` asked as.
-    pub fn set_user(&mut self, id: WaiterId, user: Option<Vec<u8>>) {
-        if let Some(waiter) = self.waiters.get_mut(&id) {
-            waiter.user = user;
-        }
-    }
-
-    /// How many clients wait for the lock `key` of database `db`.
-    #[must_use]
-    pub fn waiting(&self, db: i32, key: &[u8]) -> usize {
-        self.queue(db, key).map_or(0, |q| q.live)
-    }
-
-    /// How many clients wait for the lock `key` of database `db` with a request `matching`.
-    #[must_use]
-    pub fn waiting_for(&self, db: i32, key: &[u8], matching: impl Fn(&R) -> bool) -> usize {
-        let Some(queue) = self.queue(db, key) else { return 0 };
-        let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
-        waiters.filter(|w| matching(&w.request)).count()
-    }
-
-    /// The sum of `value` over the waiters of the lock `key` of database `db`, saturating (a
-    /// sum of client-chosen numbers never wraps).
-    #[must_use]
-    pub fn waiting_sum(&self, db: i32, key: &[u8], value: impl Fn(&R) -> u64) -> u64 {
-        let Some(queue) = self.queue(db, key) else { return 0 };
-        let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
-        waiters.fold(0, |sum: u64, w| sum.saturating_add(value(&w.request)))
-    }
-
-    /// When to look at a lock with waiters again, at `now`: at `due` (its holder's lease end, if
-    /// known) or at the next poll, whichever comes first. Polls fall on multiples of their period,
-    /// [`POLL_MS`], longer when more locks are waited for than [`POLLS_PER_SECOND`] allows at
-    /// that period.
-    #[must_use]
-    pub fn look_again_at(&self, now: i64, due: Option<i64>) -> i64 {
-        let locks: usize = self.by_db.values().map(HashMap::len).sum();
-        let spread =
-            i64::try_from(locks.saturating_mul(1000) / POLLS_PER_SECOND).unwrap_or(i64::MAX);
-        let period = POLL_MS.max(spread);
-        // On a grid of the period: every lock's poll comes due in the same timer tick, so the
-        // server wakes up once a period, however many locks are waited for.
-        let poll = (now / period).saturating_add(1).saturating_mul(period);
-        due.map_or(poll, |due| due.min(poll))
-    }
-
     /// How many clients wait, over all locks.
     #[must_use]
     pub fn total(&self) -> usize {
@@ -424,131 +283,6 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
             self.by_db.remove(db);
         }
         Some(waiter)
-    }
-
-    /// Schedules a check of `lock` at `at` (its holder's lease deadline), replacing the previous
-    /// one. Does nothing for a lock nobody waits for.
-    pub fn schedule_lease_check(&mut self, lock: &LockName, at: i64) {
-        let Some(current) = self.queue(lock.db, &lock.key).map(|q| q.lease_check) else {
-            return;
-        };
-        if current.is_some_and(|(when, _)| when == at) {
-            return;
-        }
-        if let Some(slot) = current {
-            self.schedule.remove(&slot);
-        }
-        let slot = self.add_event(at, Event::LeaseCheck(lock.clone()));
-        if let Some(queue) = self.by_db.get_mut(&lock.db).and_then(|q| q.get_mut(&lock.key)) {
-            queue.lease_check = Some(slot);
-        }
-    }
-
-    /// Schedules `lock`'s own check at `at` (Unix ms), whether anyone waits for it or not; an
-    /// earlier check already scheduled stays (it schedules the next one itself).
-    pub fn schedule_check(&mut self, lock: &LockName, at: i64) {
-        if self.checks.get(lock).is_some_and(|&(when, _)| when <= at) {
-            return;
-        }
-        if let Some(slot) = self.checks.remove(lock) {
-            self.schedule.remove(&slot);
-        }
-        let slot = self.add_event(at, Event::Check(lock.clone()));
-        self.checks.insert(lock.clone(), slot);
-    }
-
-    /// Whether `lock` has its own check scheduled.
-    #[must_use]
-    pub fn has_check(&self, lock: &LockName) -> bool {
-        self.checks.contains_key(lock)
-    }
-
-    /// Drops `lock`'s own check (its holds are gone); whether it had one.
-    pub fn drop_check(&mut self, lock: &LockName) -> bool {
-        let Some(slot) = self.checks.remove(lock) else { return false };
-        self.schedule.remove(&slot);
-        true
-    }
-
-    /// Every own check is moved to `now` (each then reschedules itself at its lock's next
-    /// deadline, or goes when its lock holds nothing), when there are at most `at_most`;
-    /// whether they were.
-    pub fn relook_checks(&mut self, at_most: usize, now: i64) -> bool {
-        if self.checks.len() > at_most {
-            return false;
-        }
-        let locks: Vec<LockName> = self.checks.keys().cloned().collect();
-        locks.iter().for_each(|lock| self.schedule_check(lock, now));
-        true
-    }
-
-    /// Drops the own checks of every lock of database `db` (`None`: of every database).
-    pub fn drop_checks(&mut self, db: Option<i32>) {
-        let schedule = &mut self.schedule;
-        self.checks.retain(|lock, slot| {
-            let keep = db.is_some_and(|db| lock.db != db);
-            if !keep {
-                schedule.remove(slot);
-            }
-            keep
-        });
-    }
-
-    /// `SWAPDB first second`: the own checks of the locks of the two databases follow their data.
-    pub fn swap_checks(&mut self, first: i32, second: i32) {
-        let swap = |db: i32| match db {
-            db if db == first => second,
-            db if db == second => first,
-            db => db,
-        };
-        let moved: Vec<(LockName, Slot)> = self
-            .checks
-            .iter()
-            .filter(|(lock, _)| lock.db == first || lock.db == second)
-            .map(|(lock, slot)| (lock.clone(), *slot))
-            .collect();
-        for (lock, _) in &moved {
-            self.checks.remove(lock);
-        }
-        for (lock, slot) in moved {
-            let lock = LockName { db: swap(lock.db), key: lock.key };
-            self.schedule.insert(slot, Event::Check(lock.clone()));
-            self.checks.insert(lock, slot);
-        }
-    }
-
-    /// How many locks have a check scheduled.
-    #[must_use]
-    pub fn checks(&self) -> usize {
-        self.checks.len()
-    }
-
-    /// The time of the earliest scheduled event.
-    #[must_use]
-    pub fn next_due(&self) -> Option<i64> {
-        self.schedule.keys().next().map(|&(when, _)| when)
-    }
-
-    /// Takes the earliest event due at `now` or before, if any.
-    pub fn pop_due(&mut self, now: i64) -> Option<Event> {
-        let (&slot, _) = self.schedule.iter().next().filter(|((when, _), _)| *when <= now)?;
-        let event = self.schedule.remove(&slot)?;
-        match &event {
-            Event::Timeout(id) => {
-                if let Some(w) = self.waiters.get_mut(id) {
-                    w.timeout = None;
-                }
-            }
-            Event::LeaseCheck(lock) => {
-                if let Some(q) = self.by_db.get_mut(&lock.db).and_then(|q| q.get_mut(&lock.key)) {
-                    q.lease_check = None;
-                }
-            }
-            Event::Check(lock) => {
-                self.checks.remove(lock);
-            }
-        }
-        Some(event)
     }
 
     /// Every lock somebody waits for.

@@ -1,5 +1,5 @@
 //! Helpers the tests share: polling with a bound, commands as text or bytes, replies read, INFO
-//! fields, blocked commands on their own thread.
+//! fields, blocked commands on their own thread (and queued ones), clients by id.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -218,6 +218,31 @@ impl Pending {
     }
 }
 
+/// Starts `args` (a blocking acquire) on its own connection and waits until it is queued (one
+/// more blocked client than before), so waiters started one after another queue in that order.
+///
+/// # Panics
+/// When the command does not block within 10 s.
+#[must_use]
+pub fn queue(server: &Server, con: &mut Connection, args: &[&[u8]]) -> Pending {
+    let before = blocked_clients(con);
+    let pending = Pending::start(server, args);
+    poll("the waiter to block", Duration::from_secs(10), || {
+        (blocked_clients(con) == before + 1).then_some(())
+    });
+    pending
+}
+
+/// Like [`queue`] with string arguments.
+///
+/// # Panics
+/// When the command does not block within 10 s.
+#[must_use]
+pub fn queue_str(server: &Server, con: &mut Connection, args: &[&str]) -> Pending {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    queue(server, con, &args)
+}
+
 /// Waits until `n` clients are blocked (waiters queued).
 ///
 /// # Panics
@@ -279,4 +304,36 @@ pub fn valkey_major(con: &mut Connection) -> Option<u32> {
     let info: String = redis::cmd("INFO").arg("server").query(con).ok()?;
     let version = info.lines().find_map(|l| l.strip_prefix("valkey_version:"))?;
     version.trim().split('.').next()?.parse().ok()
+}
+
+/// The connection's client id (`CLIENT ID`).
+#[must_use]
+pub fn client_id(con: &mut Connection) -> i64 {
+    redis::cmd("CLIENT").arg("ID").query(con).expect("CLIENT ID")
+}
+
+/// `CLIENT KILL ID id` from `admin`.
+///
+/// # Panics
+/// When no client was killed.
+pub fn kill_client(admin: &mut Connection, id: i64) {
+    assert_eq!(cmd(admin, &["CLIENT", "KILL", "ID", &id.to_string()]), Value::Int(1));
+}
+
+/// Whether `key` exists.
+#[must_use]
+pub fn exists(con: &mut Connection, key: &str) -> bool {
+    cmd(con, &["EXISTS", key]) == Value::Int(1)
+}
+
+/// An integer reply.
+///
+/// # Panics
+/// When `value` is anything else.
+#[must_use]
+pub fn int(value: &Value) -> i64 {
+    match value {
+        Value::Int(n) => *n,
+        other => panic!("not an integer: {other:?}"),
+    }
 }

@@ -13,9 +13,12 @@
 //! The harness: [`server`] (one process), [`cluster`] (a Redis Cluster), [`sentinel`]
 //! (Sentinels), [`helpers`] (commands, polling, INFO fields), [`redisson`] (Redisson's
 //! read-write lock scripts), [`python`] (the Python package run from a test), [`rng`] (a seeded
-//! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share).
+//! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share),
+//! [`deadlock`] (reading a `DEADLOCK` reply's cycle, what a refused wait leaves), [`sessions`]
+//! (session counters, a process to kill).
 
 pub mod cluster;
+pub mod deadlock;
 pub mod docs;
 pub mod fuzz;
 pub mod helpers;
@@ -24,11 +27,14 @@ pub mod redisson;
 pub mod rng;
 pub mod sentinel;
 pub mod server;
+pub mod sessions;
 pub mod transcript;
 
 pub use cluster::Cluster;
+pub use deadlock::{closes_a_cycle, deadlock_links, wait_state, Link, DEADLOCK_PREFIX};
 pub use fuzz::{all_keys, assert_replica_matches, fuzz_steps, BlockedCall};
 pub use helpers::*;
 pub use rng::Rng;
 pub use sentinel::{Sentinel, SENTINEL_MASTER};
 pub use server::{module_path, wait_link_up, wait_replica_online, Builder, Server};
+pub use sessions::{session_ends, session_holds, Process};

@@ -6,27 +6,14 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{cmd, hgetall, info_field, poll, wait_blocked, Pending, Server};
+use rlock_tests_integration::{
+    client_id, cmd, hgetall, info_field, int, kill_client, poll, wait_blocked, Pending, Server,
+};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-fn client_id(con: &mut Connection) -> i64 {
-    redis::cmd("CLIENT").arg("ID").query(con).expect("CLIENT ID")
-}
-
-fn kill_client(admin: &mut Connection, id: i64) {
-    assert_eq!(cmd(admin, &["CLIENT", "KILL", "ID", &id.to_string()]), Value::Int(1));
-}
-
 fn rlock_info(con: &mut Connection, field: &str) -> i64 {
     info_field(con, "rlock", field)
-}
-
-fn int(value: &Value) -> i64 {
-    match value {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
 }
 
 /// Defect: `INFO rlock`'s wait-time buckets (`rlock_wait_ms_*`) were not reset when the module

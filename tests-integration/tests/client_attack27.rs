@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_client::{Error, LockClient, SessionOptions};
-use rlock_tests_integration::{cmd, info_field, poll, wait_blocked, Server};
+use rlock_tests_integration::{cmd, exists, poll, session_holds, wait_blocked, Server};
 use tokio::time::{timeout, Instant};
 
 const PROMPT: Duration = Duration::from_secs(2);
@@ -16,14 +16,6 @@ const LEASE: Option<Duration> = Some(Duration::from_secs(60));
 
 async fn client(server: &Server) -> LockClient {
     LockClient::open(server.url()).await.expect("client")
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    cmd(con, &["EXISTS", key]) == Value::Int(1)
-}
-
-fn session_holds(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_session_holds")
 }
 
 /// The local port of the server's client `id` (`CLIENT LIST ID`: `addr=127.0.0.1:<port>`).

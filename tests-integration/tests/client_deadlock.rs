@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_client::{Error, LockClient, Options, Owner};
-use rlock_tests_integration::{blocked_clients, cmd, digest, hgetall, poll, wait_blocked, Server};
+use rlock_tests_integration::{cmd, hgetall, poll, wait_blocked, wait_state, Server};
 use tokio::time::{sleep, Instant};
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -18,29 +18,8 @@ async fn client(server: &Server) -> LockClient {
     LockClient::open(server.url()).await.expect("client")
 }
 
-/// Everything a refused wait must leave as it was: the data (hashes, records, expiries), the
-/// module's wait counters, the blocked clients and the queues of `keys` (each waiter's fields
-/// but `waited_ms` and `left_ms`, as time passes).
-fn snapshot(con: &mut Connection, keys: &[(&str, &str)]) -> Vec<String> {
-    let mut state = vec![digest(con)];
-    let info: String = redis::cmd("INFO").arg("rlock_waits").query(con).expect("INFO");
-    state.extend(info.lines().filter(|l| !l.starts_with("rlock_timers_armed")).map(str::to_owned));
-    state.push(blocked_clients(con).to_string());
-    for (command, key) in keys {
-        let Value::Array(rows) = cmd(con, &[command, key]) else { panic!("{command} {key}") };
-        for row in rows {
-            let Value::Array(fields) = row else { panic!("{row:?}") };
-            let moving = |name: &Value| {
-                [&b"waited_ms"[..], b"left_ms"]
-                    .iter()
-                    .any(|m| *name == Value::BulkString(m.to_vec()))
-            };
-            let kept = fields.chunks(2).filter(|p| !moving(&p[0]));
-            state.push(format!("{:?}", kept.collect::<Vec<_>>()));
-        }
-    }
-    state
-}
+/// The waiters' fields that move while a test looks (time passes).
+const MOVING: &[&str] = &["waited_ms", "left_ms"];
 
 fn fields(con: &mut Connection, key: &str) -> Vec<(String, String)> {
     hgetall(con, key.as_bytes())
@@ -73,7 +52,7 @@ async fn a_two_owner_cycle_of_locks_is_refused_at_once_changing_nothing() {
     let b_waits = tokio::spawn(async move { b_accounts.try_acquire(LIMIT, LEASE).await });
     wait_blocked(&mut con, 1);
     let keys = [("RLOCK.WAITERS", "accounts"), ("RLOCK.WAITERS", "ledger")];
-    let before = snapshot(&mut con, &keys);
+    let before = wait_state(&mut con, &keys, MOVING);
     let started = Instant::now();
     let refused = a.lock("ledger").try_acquire(Duration::from_secs(5), LEASE).await;
     let elapsed = started.elapsed();
@@ -89,7 +68,7 @@ async fn a_two_owner_cycle_of_locks_is_refused_at_once_changing_nothing() {
         other => panic!("not refused as a deadlock: {other:?}"),
     }
     assert!(elapsed < Duration::from_secs(2), "refused at once, not after the wait: {elapsed:?}");
-    assert_eq!(snapshot(&mut con, &keys), before, "nothing changed");
+    assert_eq!(wait_state(&mut con, &keys, MOVING), before, "nothing changed");
     // The cycle breaks when a lets go: b's wait is served.
     a_accounts.release().await.expect("release");
     let granted = b_waits.await.expect("task").expect("b's wait is served");
@@ -111,7 +90,7 @@ async fn a_cycle_through_a_read_hold_is_refused() {
     let b_writes = tokio::spawn(async move { config.write().try_acquire(LIMIT, LEASE).await });
     wait_blocked(&mut con, 1);
     let keys = [("RWLOCK.WAITERS", "config"), ("RLOCK.WAITERS", "jobs")];
-    let before = snapshot(&mut con, &keys);
+    let before = wait_state(&mut con, &keys, MOVING);
     match a.lock("jobs").try_acquire(Duration::from_secs(5), LEASE).await {
         Err(Error::Deadlock { cycle }) => assert_eq!(
             cycle,
@@ -123,7 +102,7 @@ async fn a_cycle_through_a_read_hold_is_refused() {
         ),
         other => panic!("not refused as a deadlock: {other:?}"),
     }
-    assert_eq!(snapshot(&mut con, &keys), before, "nothing changed");
+    assert_eq!(wait_state(&mut con, &keys, MOVING), before, "nothing changed");
     reading.release().await.expect("release");
     let writing = b_writes.await.expect("task").expect("b's write is served");
     writing.release().await.expect("release");

@@ -5,30 +5,20 @@
 //! guard taken through the session is lost at once; the session never reconnects.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use redis::{Connection, Value};
 use rlock_client::{Error, LockClient, Options, SessionOptions};
-use rlock_tests_integration::{cmd, hgetall, info_field, poll, wait_blocked, Cluster, Server};
+use rlock_tests_integration::{
+    exists, hgetall, info_field, kill_client, poll, session_holds, wait_blocked, Cluster, Process,
+    Server,
+};
 use tokio::time::{timeout, Instant};
 
 /// How long anything that should happen "at once" may take here.
 const PROMPT: Duration = Duration::from_secs(2);
 const LIMIT: Duration = Duration::from_secs(10);
 const LEASE: Option<Duration> = Some(Duration::from_secs(60));
-
-fn holds(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_session_holds")
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    cmd(con, &["EXISTS", key]) == Value::Int(1)
-}
-
-fn kill_client(admin: &mut Connection, id: i64) {
-    assert_eq!(cmd(admin, &["CLIENT", "KILL", "ID", &id.to_string()]), Value::Int(1));
-}
 
 async fn client(server: &Server) -> LockClient {
     LockClient::open(server.url()).await.expect("client")
@@ -44,16 +34,6 @@ async fn session_child_process() {
     let guard = session.lock("proc").acquire(LEASE).await.expect("acquire");
     println!("HELD {}", guard.owner());
     std::future::pending::<()>().await;
-}
-
-/// A process of its own, killed (SIGKILL) when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +55,7 @@ async fn a_killed_process_frees_its_session_lock_and_a_waiter_is_served_promptly
         assert!(out.read_line(&mut line).expect("child output") > 0, "the child ended");
     }
     assert!(exists(&mut admin, "proc"));
-    assert_eq!(holds(&mut admin), 1, "a session hold");
+    assert_eq!(session_holds(&mut admin), 1, "a session hold");
     let other = client(&server).await;
     let waiting = tokio::spawn(async move {
         let guard = other.lock("proc").try_acquire(LIMIT, LEASE).await;
@@ -87,7 +67,7 @@ async fn a_killed_process_frees_its_session_lock_and_a_waiter_is_served_promptly
     let (guard, at) = waiting.await.expect("waiter");
     let guard = guard.expect("the waiter is served");
     assert!(at - killed < PROMPT, "served {:?} after the kill", at - killed);
-    assert_eq!(holds(&mut admin), 0);
+    assert_eq!(session_holds(&mut admin), 0);
     guard.release().await.expect("release");
 }
 
@@ -98,7 +78,7 @@ async fn dropping_the_session_ends_its_holds_and_serves_a_waiter_promptly() {
     let client = client(&server).await;
     let session = client.session().await.expect("session");
     let guard = session.lock("l").acquire(LEASE).await.expect("acquire");
-    assert_eq!(holds(&mut admin), 1);
+    assert_eq!(session_holds(&mut admin), 1);
     let other = client.clone();
     let waiting = tokio::spawn(async move {
         let guard = other.lock("l").try_acquire(LIMIT, LEASE).await;
@@ -132,7 +112,7 @@ async fn client_kill_marks_every_guard_lost_and_the_session_refuses_new_acquires
     let a = lock.acquire(None).await.expect("lock, watchdog");
     let b = rw.read().acquire(LEASE).await.expect("read");
     let c = sem.acquire(2, LEASE).await.expect("permits");
-    assert_eq!(holds(&mut admin), 4, "a lock, a read side, two permits");
+    assert_eq!(session_holds(&mut admin), 4, "a lock, a read side, two permits");
     let id = session.client_id().expect("the session's client id");
     kill_client(&mut admin, id);
     let all_lost = async {
@@ -151,7 +131,7 @@ async fn client_kill_marks_every_guard_lost_and_the_session_refuses_new_acquires
     }
     // The server ended the holds (its end runs on its next timer tick).
     poll("the holds' end", LIMIT, || {
-        (!exists(&mut admin, "l") && holds(&mut admin) == 0).then_some(())
+        (!exists(&mut admin, "l") && session_holds(&mut admin) == 0).then_some(())
     });
     assert!(!exists(&mut admin, "rw"));
     let available: i64 =
@@ -175,12 +155,12 @@ async fn a_session_lock_reenters_and_its_release_ends_the_binding() {
     assert_eq!(first.owner(), second.owner(), "one hold");
     assert_eq!(hgetall(&mut admin, b"l"), vec![(first.owner().as_bytes().to_vec(), b"1".to_vec())]);
     assert_eq!(lock.hold_count().await.expect("count"), 2);
-    assert_eq!(holds(&mut admin), 1);
+    assert_eq!(session_holds(&mut admin), 1);
     second.release().await.expect("release the re-entry");
     assert!(exists(&mut admin, "l"));
     first.release().await.expect("release");
     assert!(!exists(&mut admin, "l"));
-    assert_eq!(holds(&mut admin), 0, "released: no binding left");
+    assert_eq!(session_holds(&mut admin), 0, "released: no binding left");
     assert!(!session.is_closed());
 }
 
@@ -195,13 +175,15 @@ async fn write_side_and_leased_permits_are_session_holds_too() {
     let write = rw.write().acquire(LEASE).await.expect("write");
     let read = rw.read().try_acquire(Duration::ZERO, LEASE).await.expect("write -> read");
     let permit = session.leased_semaphore("s").acquire(1, None).await.expect("permit");
-    assert_eq!(holds(&mut admin), 3, "the write side, the read side, one permit");
+    assert_eq!(session_holds(&mut admin), 3, "the write side, the read side, one permit");
     let id = session.client_id().expect("id");
     kill_client(&mut admin, id);
     timeout(PROMPT, async { tokio::join!(write.lost(), read.lost(), permit.lost()) })
         .await
         .expect("lost at once");
-    poll("the ends", LIMIT, || (!exists(&mut admin, "rw") && holds(&mut admin) == 0).then_some(()));
+    poll("the ends", LIMIT, || {
+        (!exists(&mut admin, "rw") && session_holds(&mut admin) == 0).then_some(())
+    });
     let other = client.rw_lock("rw");
     let w = other.write().try_acquire(Duration::ZERO, LEASE).await.expect("free for a writer");
     w.release().await.expect("release");
@@ -251,9 +233,9 @@ async fn a_cancelled_session_acquire_leaves_nothing_held_and_the_session_usable(
     wait_blocked_async(&server, 0).await;
     busy.release().await.expect("release");
     assert!(!exists(&mut admin, "l"), "the cancelled request got nothing");
-    assert_eq!(holds(&mut admin), 0);
+    assert_eq!(session_holds(&mut admin), 0);
     let guard = lock.try_acquire(Duration::from_secs(1), LEASE).await.expect("the session works");
-    assert_eq!(holds(&mut admin), 1);
+    assert_eq!(session_holds(&mut admin), 1);
     guard.release().await.expect("release");
 }
 

@@ -4,42 +4,16 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{blocked_clients, cmd, digest, poll, run, run_str, Pending, Server};
+use rlock_tests_integration::{
+    blocked_clients, cmd, deadlock_links, poll, queue, queue_str, run, run_str, wait_state, Link,
+    Pending, Server,
+};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-/// Starts a blocking acquire and waits until it is queued.
-fn queue(server: &Server, con: &mut Connection, args: &[&[u8]]) -> Pending {
-    let before = blocked_clients(con);
-    let pending = Pending::start(server, args);
-    poll("the waiter to block", LIMIT, || (blocked_clients(con) == before + 1).then_some(()));
-    pending
-}
-
-fn queue_str(server: &Server, con: &mut Connection, args: &[&str]) -> Pending {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    queue(server, con, &args)
-}
-
-/// Everything a refused wait must leave as it was: the data, the module's wait counters, the
-/// blocked clients and the queues of `keys`.
-fn snapshot(con: &mut Connection, keys: &[(&str, &[u8])]) -> Vec<String> {
-    let mut state = vec![digest(con)];
-    let info: String = redis::cmd("INFO").arg("rlock_waits").query(con).expect("INFO");
-    state.extend(info.lines().filter(|l| !l.starts_with("rlock_timers_armed")).map(str::to_owned));
-    state.push(blocked_clients(con).to_string());
-    for (command, key) in keys {
-        // Each waiter's fields but `waited_ms` (time passes).
-        let Ok(Value::Array(rows)) = run(con, &[command.as_bytes(), key]) else { panic!() };
-        for row in rows {
-            let Value::Array(fields) = row else { panic!("{row:?}") };
-            let kept =
-                fields.chunks(2).filter(|p| p[0] != Value::BulkString(b"waited_ms".to_vec()));
-            state.push(format!("{:?}", kept.collect::<Vec<_>>()));
-        }
-    }
-    state
-}
+/// The waiters' fields that move while a test looks: every wait here is `WAIT 0` (`left_ms`
+/// stays -1), so only `waited_ms`.
+const MOVING: &[&str] = &["waited_ms"];
 
 fn refused(con: &mut Connection, args: &[&[u8]]) -> String {
     match run(con, args) {
@@ -57,7 +31,7 @@ fn a_two_lock_cycle_of_a_reentrant_and_a_read_write_lock_is_refused_changing_not
     let a =
         queue_str(&server, &mut con, &["RWLOCK.ACQUIRE", "k2", "A", "READ", "60000", "WAIT", "0"]);
     let keys: [(&str, &[u8]); 2] = [("RLOCK.WAITERS", b"k1"), ("RWLOCK.WAITERS", b"k2")];
-    let before = snapshot(&mut con, &keys);
+    let before = wait_state(&mut con, &keys, MOVING);
     let started = std::time::Instant::now();
     for token in [false, true] {
         let mut args: Vec<&[u8]> = vec![b"RLOCK.ACQUIRE", b"k1", b"B", b"60000", b"WAIT", b"5000"];
@@ -71,7 +45,11 @@ fn a_two_lock_cycle_of_a_reentrant_and_a_read_write_lock_is_refused_changing_not
         );
     }
     assert!(started.elapsed() < Duration::from_secs(2), "refused at once, not after the wait");
-    assert_eq!(snapshot(&mut con, &keys), before, "no queue entry, request record, counter");
+    assert_eq!(
+        wait_state(&mut con, &keys, MOVING),
+        before,
+        "no queue entry, request record, counter"
+    );
     // Without WAIT nothing waits: the busy reply, as always.
     assert!(matches!(run_str(&mut con, &["RLOCK.ACQUIRE", "k1", "B", "60000"]), Ok(Value::Int(_))));
     // The cycle breaks when a holder lets go: then B may wait.
@@ -88,7 +66,7 @@ fn a_wait_for_a_read_write_lock_whose_writer_waits_elsewhere_is_refused() {
     cmd(&mut con, &["RLOCK.ACQUIRE", "k2", "B", "60000"]);
     let a = queue_str(&server, &mut con, &["RLOCK.ACQUIRE", "k2", "A", "60000", "WAIT", "0"]);
     let keys: [(&str, &[u8]); 2] = [("RWLOCK.WAITERS", b"k1"), ("RLOCK.WAITERS", b"k2")];
-    let before = snapshot(&mut con, &keys);
+    let before = wait_state(&mut con, &keys, MOVING);
     for mode in [b"READ".as_slice(), b"WRITE"] {
         let e = refused(&mut con, &[b"RWLOCK.ACQUIRE", b"k1", b"B", mode, b"60000", b"WAIT", b"0"]);
         assert_eq!(
@@ -96,7 +74,11 @@ fn a_wait_for_a_read_write_lock_whose_writer_waits_elsewhere_is_refused() {
             "DEADLOCK this wait would close a cycle: B waits for k1 held by A; A waits for k2 held by B"
         );
     }
-    assert_eq!(snapshot(&mut con, &keys), before, "no queue entry, request record, counter");
+    assert_eq!(
+        wait_state(&mut con, &keys, MOVING),
+        before,
+        "no queue entry, request record, counter"
+    );
     cmd(&mut con, &["RLOCK.RELEASE", "k2", "B"]);
     assert_eq!(a.reply(LIMIT).0, Ok(Value::Nil), "A is served once B lets go");
 }
@@ -115,7 +97,7 @@ fn a_three_lock_cycle_through_readers_is_refused_changing_nothing() {
         queue_str(&server, &mut con, &["RWLOCK.ACQUIRE", "k3", "B", "WRITE", "60000", "WAIT", "0"]);
     let keys: [(&str, &[u8]); 3] =
         [("RLOCK.WAITERS", b"k1"), ("RWLOCK.WAITERS", b"k2"), ("RWLOCK.WAITERS", b"k3")];
-    let before = snapshot(&mut con, &keys);
+    let before = wait_state(&mut con, &keys, MOVING);
     let e = refused(
         &mut con,
         &[b"RLOCK.ACQUIRE", b"k1", b"C", b"60000", b"WAIT", b"0", b"REQUEST", b"r"],
@@ -124,17 +106,21 @@ fn a_three_lock_cycle_through_readers_is_refused_changing_nothing() {
         e,
         "DEADLOCK this wait would close a cycle: C waits for k1 held by A; A waits for k2 held by B; B waits for k3 held by C"
     );
-    assert_eq!(snapshot(&mut con, &keys), before, "no queue entry, request record, counter");
+    assert_eq!(
+        wait_state(&mut con, &keys, MOVING),
+        before,
+        "no queue entry, request record, counter"
+    );
     // A read-write waiter closing a cycle: D (a reader of k3) asks to write a read-write lock
     // A reads.
     cmd(&mut con, &["RWLOCK.ACQUIRE", "k4", "A", "READ", "60000"]);
-    let before4 = snapshot(&mut con, &[("RWLOCK.WAITERS", b"k4")]);
+    let before4 = wait_state(&mut con, &[("RWLOCK.WAITERS", b"k4")], MOVING);
     let e = refused(&mut con, &[b"RWLOCK.ACQUIRE", b"k4", b"D", b"WRITE", b"60000", b"WAIT", b"0"]);
     assert!(
         e.starts_with("DEADLOCK this wait would close a cycle: D waits for k4 held by A;"),
         "{e}"
     );
-    assert_eq!(snapshot(&mut con, &[("RWLOCK.WAITERS", b"k4")]), before4);
+    assert_eq!(wait_state(&mut con, &[("RWLOCK.WAITERS", b"k4")], MOVING), before4);
     // D (not on the cycle's path back) may read k4 alongside A.
     assert_eq!(
         cmd(&mut con, &["RWLOCK.ACQUIRE", "k4", "D", "READ", "60000", "WAIT", "0"]),
@@ -155,11 +141,11 @@ fn a_read_to_write_upgrade_is_a_cycle_of_one_refused_at_once() {
         if others {
             cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "B", "READ", "60000"]);
         }
-        let before = snapshot(&mut con, &[("RWLOCK.WAITERS", b"rw")]);
+        let before = wait_state(&mut con, &[("RWLOCK.WAITERS", b"rw")], MOVING);
         let e =
             refused(&mut con, &[b"RWLOCK.ACQUIRE", b"rw", b"A", b"WRITE", b"60000", b"WAIT", b"0"]);
         assert!(e.starts_with("ERR upgrade refused"), "{e}");
-        assert_eq!(snapshot(&mut con, &[("RWLOCK.WAITERS", b"rw")]), before);
+        assert_eq!(wait_state(&mut con, &[("RWLOCK.WAITERS", b"rw")], MOVING), before);
     }
 }
 
@@ -269,20 +255,10 @@ const LOCKS: [&str; 5] = ["r0", "r1", "r2", "w0", "w1"];
 /// link's holder holds its key, every link's waiter (but the new wait's) is queued for it in a
 /// mode the holder blocks, and the links close a cycle starting with the new wait.
 fn check_cycle(con: &mut Connection, owner: &str, key: &str, text: &str, at: &str) {
-    let links = text
-        .strip_prefix("DEADLOCK this wait would close a cycle: ")
-        .unwrap_or_else(|| panic!("{at}: {text}"));
-    let links: Vec<(String, String, String)> = links
-        .split("; ")
-        .map(|l| {
-            let (x, rest) = l.split_once(" waits for ").expect("waits for");
-            let (k, y) = rest.split_once(" held by ").expect("held by");
-            (x.to_owned(), k.to_owned(), y.to_owned())
-        })
-        .collect();
-    assert_eq!((links[0].0.as_str(), links[0].1.as_str()), (owner, key), "{at}: {text}");
-    for (i, (x, k, y)) in links.iter().enumerate() {
-        let next = &links[(i + 1) % links.len()].0;
+    let links = deadlock_links(text).unwrap_or_else(|| panic!("{at}: {text}"));
+    assert_eq!((links[0].waiter, links[0].key), (owner, key), "{at}: {text}");
+    for (i, &Link { waiter: x, key: k, holder: y }) in links.iter().enumerate() {
+        let next = links[(i + 1) % links.len()].waiter;
         assert_eq!(y, next, "{at}: the links do not close: {text}");
         let fields: Vec<String> = redis::cmd("HKEYS").arg(k).query(con).expect("HKEYS");
         let rw = fields.iter().any(|f| f == "mode");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    blocked_clients, digest, info_field, poll, run, run_checked, Server,
+    blocked_clients, closes_a_cycle, digest, info_field, poll, run, run_checked, Server,
 };
 
 use rlock_tests_integration::Rng;
@@ -140,7 +140,7 @@ impl Fuzz {
                 // nothing moves while it is checked).
                 Err(e) if e.starts_with("DEADLOCK ") => {
                     self.deadlocks += 1;
-                    deadlock_names_this_run(e)
+                    closes_a_cycle(e, &OWNERS, &NAMES)
                 }
                 Err(e) => ["UNBLOCKED", "WRONGTYPE", "ERR the fencing token counter"]
                     .iter()
@@ -157,28 +157,6 @@ impl Fuzz {
             );
         }
     }
-}
-
-/// Whether a `DEADLOCK` reply's links (`X waits for K held by Y`) close a cycle of this run's
-/// owners and lock names.
-fn deadlock_names_this_run(reply: &str) -> bool {
-    let Some(links) = reply.strip_prefix("DEADLOCK this wait would close a cycle: ") else {
-        return false;
-    };
-    let links: Vec<Option<(&str, &str, &str)>> = links
-        .split("; ")
-        .map(|l| {
-            let (x, rest) = l.split_once(" waits for ")?;
-            let (k, y) = rest.split_once(" held by ")?;
-            Some((x, k, y))
-        })
-        .collect();
-    links.iter().enumerate().all(|(i, link)| {
-        let next = links[(i + 1) % links.len()].map(|(x, _, _)| x);
-        link.is_some_and(|(x, k, y)| {
-            OWNERS.contains(&x) && NAMES.contains(&k) && OWNERS.contains(&y) && Some(y) == next
-        })
-    })
 }
 
 /// The most owner fields of any lock hash in `db` (a lock has one).

@@ -7,35 +7,16 @@
 //! in the order the closes came, in one timer tick at the latest).
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    cmd, digest, hgetall, info_field, poll, run_str, wait_blocked, wait_link_up, Pending, Server,
+    client_id, cmd, digest, exists, hgetall, info_field, kill_client, poll, run_str, session_ends,
+    session_holds, wait_blocked, wait_link_up, Pending, Process, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn client_id(con: &mut Connection) -> i64 {
-    redis::cmd("CLIENT").arg("ID").query(con).expect("CLIENT ID")
-}
-
-fn kill_client(admin: &mut Connection, id: i64) {
-    assert_eq!(cmd(admin, &["CLIENT", "KILL", "ID", &id.to_string()]), Value::Int(1));
-}
-
-fn ends(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_session_ends")
-}
-
-fn holds(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_session_holds")
-}
-
-fn free(con: &mut Connection, key: &str) -> bool {
-    cmd(con, &["EXISTS", key]) == Value::Int(0)
-}
 
 /// Closes a fresh session hold on its own lock and waits until its end was applied: every
 /// close before it was processed by then.
@@ -44,17 +25,7 @@ fn barrier(server: &Server, admin: &mut Connection) {
     let id = client_id(&mut con);
     cmd(&mut con, &["RLOCK.ACQUIRE", "barrier", "b", "60000", "SESSION"]);
     kill_client(admin, id);
-    poll("the barrier's end", LIMIT, || free(admin, "barrier").then_some(()));
-}
-
-/// A process of its own, killed (SIGKILL) when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    poll("the barrier's end", LIMIT, || (!exists(admin, "barrier")).then_some(()));
 }
 
 /// A separate process that takes `args` on its own connection and then waits until the server
@@ -93,7 +64,7 @@ fn a_killed_process_frees_its_hold_and_a_waiter_is_served_at_once() {
     let server = Server::start();
     let mut admin = server.conn();
     let mut holder = holder_process(&server, &["RLOCK.ACQUIRE", "l", "proc", "60000", "SESSION"]);
-    assert_eq!(holds(&mut admin), 1);
+    assert_eq!(session_holds(&mut admin), 1);
     let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "w", "60000", "WAIT", "0"]);
     wait_blocked(&mut admin, 1);
     let killed = Instant::now();
@@ -104,7 +75,7 @@ fn a_killed_process_frees_its_hold_and_a_waiter_is_served_at_once() {
     // Within one event-loop turn of the close (the lease had a minute left).
     assert!(at - killed < Duration::from_secs(2), "served after {:?}", at - killed);
     assert_eq!(hgetall(&mut admin, b"l"), vec![(b"w".to_vec(), b"1".to_vec())]);
-    assert_eq!((holds(&mut admin), ends(&mut admin)), (0, 1));
+    assert_eq!((session_holds(&mut admin), session_ends(&mut admin)), (0, 1));
 }
 
 #[test]
@@ -126,20 +97,20 @@ fn client_kill_and_quit_end_each_kind_of_hold() {
         if !acquire[0].starts_with("RSEM") {
             cmd(&mut con, acquire);
         }
-        assert!(!free(&mut admin, key), "{acquire:?}");
+        assert!(exists(&mut admin, key), "{acquire:?}");
         let bound = if acquire[0].starts_with("RSEM") { 2 } else { 1 };
-        assert_eq!(holds(&mut admin), bound, "{acquire:?}");
+        assert_eq!(session_holds(&mut admin), bound, "{acquire:?}");
         if i % 2 == 0 {
             kill_client(&mut admin, id);
         } else {
             assert_eq!(cmd(&mut con, &["QUIT"]), Value::Okay);
         }
-        poll("the hold's end", LIMIT, || free(&mut admin, key).then_some(()));
-        assert_eq!(holds(&mut admin), 0);
+        poll("the hold's end", LIMIT, || (!exists(&mut admin, key)).then_some(()));
+        assert_eq!(session_holds(&mut admin), 0);
     }
     assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(2), "both permits back");
     assert_eq!(cmd(&mut admin, &["KEYS", "r:*"]), Value::Array(vec![]), "read hold keys gone");
-    assert_eq!(ends(&mut admin), 5);
+    assert_eq!(session_ends(&mut admin), 5);
 }
 
 /// Sends `args` on `con` without waiting for the reply (a blocked `WAIT` on a connection the
@@ -163,11 +134,11 @@ fn a_session_waiter_is_bound_when_granted_and_a_read_end_serves_a_writer() {
     // A re-entry of the first reader's hold from a session connection: not a fresh grant, so
     // not bound.
     cmd(&mut reader, &["RWLOCK.ACQUIRE", "rw", "first", "READ", "60000", "SESSION"]);
-    assert_eq!(holds(&mut admin), 0);
+    assert_eq!(session_holds(&mut admin), 0);
     cmd(&mut admin, &["RWLOCK.RELEASE", "rw", "first", "READ"]);
     cmd(&mut admin, &["RWLOCK.RELEASE", "rw", "first", "READ"]);
     assert_eq!(writer.recv_response().expect("the writer's grant"), Value::Nil);
-    assert_eq!(holds(&mut admin), 1, "the waiter's grant is bound to its connection");
+    assert_eq!(session_holds(&mut admin), 1, "the waiter's grant is bound to its connection");
     // A read session waits behind it, and is served when the writer's connection closes.
     let mut next = server.conn();
     next.set_read_timeout(Some(LIMIT)).expect("timeout");
@@ -175,9 +146,9 @@ fn a_session_waiter_is_bound_when_granted_and_a_read_end_serves_a_writer() {
     wait_blocked(&mut admin, 1);
     kill_client(&mut admin, writer_id);
     assert_eq!(next.recv_response().expect("the reader's grant"), Value::Nil);
-    assert_eq!((holds(&mut admin), ends(&mut admin)), (1, 1));
+    assert_eq!((session_holds(&mut admin), session_ends(&mut admin)), (1, 1));
     drop(next);
-    poll("the reader's end", LIMIT, || free(&mut admin, "rw").then_some(()));
+    poll("the reader's end", LIMIT, || (!exists(&mut admin, "rw")).then_some(()));
     drop(reader);
 }
 
@@ -193,7 +164,7 @@ fn a_re_entry_from_another_connection_keeps_the_binding() {
     barrier(&server, &mut admin);
     assert_eq!(hgetall(&mut admin, b"l"), vec![(b"o".to_vec(), b"2".to_vec())], "B bound nothing");
     kill_client(&mut admin, a_id);
-    poll("the whole hold's end", LIMIT, || free(&mut admin, "l").then_some(()));
+    poll("the whole hold's end", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
 }
 
 #[test]
@@ -216,7 +187,7 @@ fn a_stale_binding_never_ends_a_later_hold() {
     // Its lease ended, then taken again by the same owner through a foreign writer (as
     // Redisson's acquire script writes it), which rlock does not see.
     cmd(&mut a, &["RLOCK.ACQUIRE", "short", "o", "50", "SESSION"]);
-    poll("the short lease's end", LIMIT, || free(&mut admin, "short").then_some(()));
+    poll("the short lease's end", LIMIT, || (!exists(&mut admin, "short")).then_some(()));
     cmd(&mut admin, &["HSET", "short", "o", "1"]);
     cmd(&mut admin, &["PEXPIRE", "short", "60000"]);
     kill_client(&mut admin, a_id);
@@ -224,7 +195,7 @@ fn a_stale_binding_never_ends_a_later_hold() {
     assert_eq!(hgetall(&mut admin, b"l"), vec![(b"o".to_vec(), b"1".to_vec())]);
     assert_eq!(hgetall(&mut admin, b"short"), vec![(b"o".to_vec(), b"1".to_vec())]);
     assert_eq!(cmd(&mut admin, &["GET", "s"]), Value::BulkString(b"0".to_vec()));
-    assert_eq!(ends(&mut admin), 1, "only the barrier ended");
+    assert_eq!(session_ends(&mut admin), 1, "only the barrier ended");
 }
 
 #[test]
@@ -282,7 +253,7 @@ fn lockdelay_on_a_write_hold_a_read_hold_and_a_leased_permit() {
     cmd(&mut a, &[&["RWLOCK.ACQUIRE", "r", "o", "READ", "60000"][..], &delay].concat());
     cmd(&mut a, &[&["RSEM.ACQUIRE", "s", "1", "LEASE", "60000"][..], &delay].concat());
     kill_client(&mut admin, a_id);
-    poll("the three ends", LIMIT, || (ends(&mut admin) == 3).then_some(()));
+    poll("the three ends", LIMIT, || (session_ends(&mut admin) == 3).then_some(()));
     assert_eq!(info_field(&mut admin, "rlock", "rlock_lock_delays"), 3);
     let busy = |con: &mut Connection, args: &[&str]| match cmd(con, args) {
         Value::Int(pttl) => pttl > 0,
@@ -312,17 +283,17 @@ fn a_module_less_replica_and_the_aof_see_the_end() {
     cmd(&mut a, &["RLOCK.ACQUIRE", "l", "o", "60000", "SESSION"]);
     cmd(&mut a, &["RLOCK.ACQUIRE", "d", "o", "60000", "SESSION", "LOCKDELAY", "60000"]);
     poll("the holds on the replica", LIMIT, || {
-        (!free(&mut r, "l") && !free(&mut r, "d")).then_some(())
+        (exists(&mut r, "l") && exists(&mut r, "d")).then_some(())
     });
     kill_client(&mut m, a_id);
     poll("the end on the replica", LIMIT, || {
         let placeholder = vec![(b"rlock:lockdelay".to_vec(), b"1".to_vec())];
-        (free(&mut r, "l") && hgetall(&mut r, b"d") == placeholder).then_some(())
+        (!exists(&mut r, "l") && hgetall(&mut r, b"d") == placeholder).then_some(())
     });
     drop((m, a));
     master.restart_without_module();
     let mut m = master.conn();
-    assert!(free(&mut m, "l"), "the AOF has the end");
+    assert!(!exists(&mut m, "l"), "the AOF has the end");
     assert_eq!(hgetall(&mut m, b"d"), vec![(b"rlock:lockdelay".to_vec(), b"1".to_vec())]);
     assert!(!replica.log().contains("unknown command"), "{}", replica.log());
 }
@@ -336,15 +307,15 @@ fn client_pause_write_delays_the_end_until_unpause() {
     cmd(&mut a, &["RLOCK.ACQUIRE", "l", "o", "60000", "SESSION"]);
     cmd(&mut admin, &["CLIENT", "PAUSE", "20000", "WRITE"]);
     kill_client(&mut admin, a_id);
-    poll("the close", LIMIT, || (holds(&mut admin) == 0).then_some(()));
+    poll("the close", LIMIT, || (session_holds(&mut admin) == 0).then_some(()));
     // Not ended while writes are paused (checked for a while: nothing to poll for).
     let until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < until {
         assert_eq!(hgetall(&mut admin, b"l"), vec![(b"o".to_vec(), b"1".to_vec())]);
     }
     cmd(&mut admin, &["CLIENT", "UNPAUSE"]);
-    poll("the end after the pause", LIMIT, || free(&mut admin, "l").then_some(()));
-    assert_eq!(ends(&mut admin), 1);
+    poll("the end after the pause", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
+    assert_eq!(session_ends(&mut admin), 1);
 }
 
 #[test]
@@ -356,7 +327,7 @@ fn session_in_multi_binds_the_multi_client_and_is_refused_in_lua() {
     cmd(&mut a, &["MULTI"]);
     cmd(&mut a, &["RLOCK.ACQUIRE", "l", "o", "60000", "SESSION"]);
     assert_eq!(cmd(&mut a, &["EXEC"]), Value::Array(vec![Value::Nil]));
-    assert_eq!(holds(&mut admin), 1);
+    assert_eq!(session_holds(&mut admin), 1);
 
     let before = digest(&mut admin);
     for script in [
@@ -368,7 +339,7 @@ fn session_in_multi_binds_the_multi_client_and_is_refused_in_lua() {
     }
     assert_eq!(digest(&mut admin), before, "nothing changed");
     kill_client(&mut admin, a_id);
-    poll("the end", LIMIT, || free(&mut admin, "l").then_some(()));
+    poll("the end", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
 }
 
 #[test]
@@ -424,7 +395,7 @@ fn resp3_a_braced_name_and_an_acl_user_limited_to_a_key_pattern() {
     kill_client(&mut admin, lim_id);
     let msg = sub.get_message().expect("the unlock message");
     assert_eq!(msg.get_payload_bytes(), b"0");
-    assert!(free(&mut admin, "locks:{a}b"));
+    assert!(!exists(&mut admin, "locks:{a}b"));
 }
 
 #[test]
@@ -435,15 +406,15 @@ fn flushall_drops_bindings_and_swapdb_takes_them_along() {
     let a_id = client_id(&mut a);
     cmd(&mut a, &["RLOCK.ACQUIRE", "gone", "o", "60000", "SESSION"]);
     cmd(&mut admin, &["FLUSHALL"]);
-    assert_eq!(holds(&mut admin), 0);
+    assert_eq!(session_holds(&mut admin), 0);
     cmd(&mut a, &["RLOCK.ACQUIRE", "l", "o", "60000", "SESSION"]);
     cmd(&mut admin, &["SWAPDB", "0", "1"]);
     cmd(&mut admin, &["SELECT", "1"]);
     cmd(&mut admin, &["RLOCK.ACQUIRE", "gone", "o", "60000"]);
     kill_client(&mut admin, a_id);
-    poll("the end in database 1", LIMIT, || free(&mut admin, "l").then_some(()));
-    assert!(!free(&mut admin, "gone"), "the flushed binding ended nothing");
-    assert_eq!(ends(&mut admin), 1);
+    poll("the end in database 1", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
+    assert!(exists(&mut admin, "gone"), "the flushed binding ended nothing");
+    assert_eq!(session_ends(&mut admin), 1);
 }
 
 #[test]
@@ -456,14 +427,14 @@ fn session_combines_with_token_and_request_and_a_retry_after_the_end_is_a_new_gr
     let first = rlock_tests_integration::granted_token(&cmd(&mut a, &acquire));
     // A retry on the same connection replays the grant, still bound.
     assert_eq!(rlock_tests_integration::granted_token(&cmd(&mut a, &acquire)), first);
-    assert_eq!(holds(&mut admin), 1);
+    assert_eq!(session_holds(&mut admin), 1);
     kill_client(&mut admin, a_id);
-    poll("the end", LIMIT, || free(&mut admin, "l").then_some(()));
+    poll("the end", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
     // The grant is no longer in place: a retry (a new connection) is granted anew.
     let mut b = server.conn();
     let again = rlock_tests_integration::granted_token(&cmd(&mut b, &acquire));
     assert!(again > first, "{again} after {first}");
-    assert_eq!(holds(&mut admin), 1);
+    assert_eq!(session_holds(&mut admin), 1);
 }
 
 #[test]

@@ -5,24 +5,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{
-    blocked_clients, cmd, info_field, poll, run_str, Cluster, Pending, Server,
-};
+use rlock_tests_integration::{cmd, info_field, int, queue, queue_str, run_str, Cluster, Server};
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-/// Starts `args` (a blocking acquire) and waits until it is queued, so waiters queue in order.
-fn queue(server: &Server, con: &mut Connection, args: &[&[u8]]) -> Pending {
-    let before = blocked_clients(con);
-    let pending = Pending::start(server, args);
-    poll("the waiter to block", LIMIT, || (blocked_clients(con) == before + 1).then_some(()));
-    pending
-}
-
-fn queue_str(server: &Server, con: &mut Connection, args: &[&str]) -> Pending {
-    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-    queue(server, con, &args)
-}
 
 /// A RESP2 flat field/value array (or a RESP3 map) as field -> value.
 fn fields(value: &Value) -> HashMap<String, Value> {
@@ -59,13 +44,6 @@ fn bytes(value: &Value) -> Vec<u8> {
     match value {
         Value::BulkString(b) => b.clone(),
         other => panic!("not a bulk string: {other:?}"),
-    }
-}
-
-fn int(value: &Value) -> i64 {
-    match value {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
     }
 }
 

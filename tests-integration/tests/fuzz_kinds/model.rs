@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{BlockedCall, Rng};
+use rlock_tests_integration::{closes_a_cycle, BlockedCall, Rng};
 
 /// The read-write locks (plain, braced, an unmatched brace).
 pub const RW: [&str; 3] = ["rw0", "{t}:rw1", "r}w"];
@@ -406,7 +406,9 @@ impl Fuzz {
                 // A read-write wait that would close a cycle of owners is refused (issue 27 §2);
                 // its links must name this run's owners and locks and close (that the cycle
                 // existed is checked against the data in tests/deadlock.rs).
-                (Ask::Rw { .. }, Err(e)) if e.starts_with("DEADLOCK ") => closes_a_cycle(e),
+                (Ask::Rw { .. }, Err(e)) if e.starts_with("DEADLOCK ") => {
+                    closes_a_cycle(e, &OWNERS_OF_THE_RUN, &RW)
+                }
                 (_, Err(e)) => codes.iter().any(|c| e.starts_with(c)),
                 (Ask::Rw { token: false, .. }, Ok(Value::Nil | Value::Int(_))) => true,
                 (Ask::Rw { token: true, .. }, Ok(Value::Array(a))) => {
@@ -445,28 +447,3 @@ impl Fuzz {
 
 /// The owners this run uses (the fault injector's `X` included).
 const OWNERS_OF_THE_RUN: [&str; 5] = ["A", "B", "C", "6f1e2a3b-uuid:7", "X"];
-
-/// Whether a `DEADLOCK` reply's links (`X waits for K held by Y`) close a cycle of this run's
-/// owners and read-write locks.
-fn closes_a_cycle(reply: &str) -> bool {
-    let Some(links) = reply.strip_prefix("DEADLOCK this wait would close a cycle: ") else {
-        return false;
-    };
-    let links: Vec<Option<(&str, &str, &str)>> = links
-        .split("; ")
-        .map(|l| {
-            let (x, rest) = l.split_once(" waits for ")?;
-            let (k, y) = rest.split_once(" held by ")?;
-            Some((x, k, y))
-        })
-        .collect();
-    links.iter().enumerate().all(|(i, link)| {
-        let next = links[(i + 1) % links.len()].map(|(x, _, _)| x);
-        link.is_some_and(|(x, k, y)| {
-            OWNERS_OF_THE_RUN.contains(&x)
-                && RW.contains(&k)
-                && OWNERS_OF_THE_RUN.contains(&y)
-                && Some(y) == next
-        })
-    })
-}
