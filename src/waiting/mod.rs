@@ -54,7 +54,7 @@ use redis_module::{Context, RedisString};
 
 use crate::args::WaitFor;
 use crate::error::LockError;
-use crate::queue::{End, LockName, Queues, Waiter};
+use crate::queue::{End, Joining, LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
@@ -213,17 +213,11 @@ pub fn block_as(
         WaitFor::Ever => None,
         WaitFor::Millis(ms) => Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))),
     };
-    let tag = request.id.clone();
+    // The tag is unique: the command refused an id already waiting on this lock.
+    let joining =
+        Joining { user, since: now, owner: request.owner.clone(), tag: request.id.clone() };
     with_queues(|q| {
-        let owner = request.owner.clone();
-        let id = q.push(lock.clone(), request, bc, timeout_at);
-        q.set_user(id, user);
-        q.set_since(id, now);
-        q.set_owner(id, &owner);
-        if let Some(tag) = tag {
-            // Unique: the command refused an id already waiting on this lock.
-            q.set_tag(id, tag);
-        }
+        q.enqueue(lock.clone(), request, bc, timeout_at, joining);
         let lease_over = (holder_pttl >= 0).then(|| rules::lease_over_at(now, holder_pttl));
         let at = q.look_again_at(now, lease_over);
         q.schedule_lease_check(&lock, at);
