@@ -21,6 +21,7 @@
 //! data as it is at that instant, so a reported cycle exists.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 
 use crate::error::shown;
 use crate::names::{MODE_FIELD, WRITE_SUFFIX};
@@ -141,6 +142,44 @@ pub enum Found {
     OverBudget,
 }
 
+/// A map searched in place while it is small (most searches see an owner or two), hashed once
+/// it grows: a search allocates no table for the common short walk.
+struct Small<K, V> {
+    few: Vec<(K, V)>,
+    many: HashMap<K, V>,
+}
+
+/// Entries kept in the vector before the map takes over.
+const FEW: usize = 16;
+
+impl<K: Eq + Hash + std::borrow::Borrow<[u8]>, V> Small<K, V> {
+    fn new() -> Self {
+        Self { few: Vec::new(), many: HashMap::new() }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&V> {
+        if self.many.is_empty() {
+            self.few.iter().find(|(k, _)| k.borrow() == key).map(|(_, v)| v)
+        } else {
+            self.many.get(key)
+        }
+    }
+
+    fn contains_key(&self, key: &[u8]) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Inserts a key not in the map yet.
+    fn insert(&mut self, key: K, value: V) {
+        if self.many.is_empty() && self.few.len() < FEW {
+            self.few.push((key, value));
+        } else {
+            self.many.extend(self.few.drain(..));
+            self.many.insert(key, value);
+        }
+    }
+}
+
 /// Whether owner `owner`'s wait for the lock `key` (asking `wants`) closes a cycle.
 ///
 /// Only owners that wait somewhere are followed (one [`Graph::waits`] lookup each): when no
@@ -148,7 +187,7 @@ pub enum Found {
 /// copied.
 pub fn find_cycle(graph: &mut impl Graph, owner: &[u8], key: &[u8], wants: Wants) -> Found {
     let mut search =
-        Search { owner, steps: MAX_STEPS, parent: HashMap::new(), next: VecDeque::new() };
+        Search { owner, steps: MAX_STEPS, parent: Small::new(), next: VecDeque::new() };
     let holders = graph.holders(key, &mut search.steps);
     if let Some(found) = search.visit(graph, owner, key, wants, &holders) {
         return found;
@@ -156,7 +195,7 @@ pub fn find_cycle(graph: &mut impl Graph, owner: &[u8], key: &[u8], wants: Wants
     if search.next.is_empty() {
         return Found::NoCycle;
     }
-    let mut held: HashMap<Vec<u8>, Holders> = HashMap::new();
+    let mut held: Small<Vec<u8>, Holders> = Small::new();
     held.insert(key.to_vec(), holders);
     while let Some(from) = search.next.pop_front() {
         let waits = graph.waits_of(&from);
@@ -183,7 +222,7 @@ pub fn find_cycle(graph: &mut impl Graph, owner: &[u8], key: &[u8], wants: Wants
 struct Search<'o> {
     owner: &'o [u8],
     steps: usize,
-    parent: HashMap<Vec<u8>, (Vec<u8>, Vec<u8>)>,
+    parent: Small<Vec<u8>, (Vec<u8>, Vec<u8>)>,
     next: VecDeque<Vec<u8>>,
 }
 
@@ -226,7 +265,7 @@ impl Search<'_> {
 
 /// The cycle that ends with `last` waiting for `key` held by `start`, walked back to `start`.
 fn path(
-    parent: &HashMap<Vec<u8>, (Vec<u8>, Vec<u8>)>,
+    parent: &Small<Vec<u8>, (Vec<u8>, Vec<u8>)>,
     start: &[u8],
     last: &[u8],
     key: &[u8],

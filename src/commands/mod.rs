@@ -68,7 +68,6 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         if let (Reply::Int(holder_pttl), Some(wait)) = (plan.reply, cmd.wait) {
             // Never block where no grant can happen (MULTI, Lua, a writable replica).
             if raw::may_block(ctx) && raw::is_master(ctx) {
-                drop(key);
                 let request = Request {
                     kind: Kind::Reentrant,
                     owner: cmd.owner.to_vec(),
@@ -77,8 +76,13 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
                 };
-                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request)?;
-                waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, holder_pttl);
+                // The caller's user name, looked up once (the search's keys and the waiter).
+                let user = raw::User::current_name(ctx);
+                let open = Some(key.raw());
+                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request, open, user.as_deref())?;
+                drop(key);
+                let lock = waiting::lock_name(ctx, cmd.key);
+                waiting::block_as(ctx, lock, request, wait, holder_pttl, user);
                 return Ok(RedisValue::NoReply);
             }
         }

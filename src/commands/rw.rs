@@ -112,9 +112,12 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
                 };
-                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request)?;
+                // The caller's user name, looked up once (the search's keys and the waiter).
+                let user = raw::User::current_name(ctx);
+                waiting::deadlock::refuse_cycle(ctx, cmd.key, &request, None, user.as_deref())?;
                 let wait = cmd.wait.unwrap_or(args::WaitFor::Ever);
-                waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, wait, pttl);
+                let lock = waiting::lock_name(ctx, cmd.key);
+                waiting::block_as(ctx, lock, request, wait, pttl, user);
                 Ok(RedisValue::NoReply)
             }
             Decision::Busy { pttl } => Ok(store::to_value(rules::busy(pttl, cmd.token))),

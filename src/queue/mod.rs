@@ -42,6 +42,19 @@ pub struct LockName {
     pub key: Vec<u8>,
 }
 
+/// What a waiter carries besides its request ([`Queues::enqueue`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Joining {
+    /// The ACL user it asked as.
+    pub user: Option<Vec<u8>>,
+    /// When it started waiting (Unix ms).
+    pub since: i64,
+    /// Its owner (empty: none, a semaphore waiter's), indexed ([`Queues::waits_of`]).
+    pub owner: Vec<u8>,
+    /// Its tag (an acquire's request id).
+    pub tag: Option<Vec<u8>>,
+}
+
 /// A client waiting for a lock. `H` is the server's handle on the blocked client, `R` what it
 /// asks for (its lock kind's request).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,13 +164,28 @@ impl<H, R> Default for Queues<H, R> {
 
 impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     /// Puts a waiter at the tail of `lock`'s queue; `timeout_at` (Unix ms) schedules its
-    /// timeout.
+    /// timeout. It carries nothing else (see [`Self::enqueue`]).
     pub fn push(
         &mut self,
         lock: LockName,
         request: R,
         handle: H,
         timeout_at: Option<i64>,
+    ) -> WaiterId {
+        self.enqueue(lock, request, handle, timeout_at, Joining::default())
+    }
+
+    /// [`Self::push`], the waiter carrying `joining` from the start (its user, start, owner
+    /// index and tag, as [`Self::set_user`], [`Self::set_since`], [`Self::set_owner`] and
+    /// [`Self::set_tag`] would set them, in one insert). A tag another waiter of the lock has
+    /// is not set.
+    pub fn enqueue(
+        &mut self,
+        lock: LockName,
+        request: R,
+        handle: H,
+        timeout_at: Option<i64>,
+        joining: Joining,
     ) -> WaiterId {
         let id = self.next_id;
         self.next_id += 1;
@@ -167,17 +195,17 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         queue.live += 1;
         queue.stats.waits = queue.stats.waits.saturating_add(1);
         self.by_handle.insert(handle, id);
-        let waiter = Waiter {
-            id,
-            lock,
-            request,
-            handle,
-            user: None,
-            timeout,
-            tag: None,
-            since: 0,
-            owner: None,
-        };
+        let Joining { user, since, owner, tag } = joining;
+        let owner = (!owner.is_empty()).then(|| {
+            let owners = self.by_owner.entry(lock.db).or_default();
+            owners.entry(owner.clone()).or_default().insert(id);
+            owner
+        });
+        let tag = tag.filter(|tag| {
+            let index = (lock.db, lock.key.clone(), tag.clone());
+            !self.by_tag.contains_key(&index) && self.by_tag.insert(index, id).is_none()
+        });
+        let waiter = Waiter { id, lock, request, handle, user, timeout, tag, since, owner };
         self.waiters.insert(id, waiter);
         id
     }

@@ -47,12 +47,20 @@ enum Checked {
 }
 
 fn checked(ctx: &Context) -> Checked {
+    checked_with(ctx, || raw::User::current_name(ctx))
+}
+
+/// [`checked`], the calling client's user name given by `caller` (asked only when it is the
+/// one the checks run as).
+fn checked_with(ctx: &Context, caller: impl FnOnce() -> Option<Vec<u8>>) -> Checked {
     let acting = ACTING.with(|a| a.borrow().clone());
     match acting {
         Some(Some(name)) => raw::User::named(ctx, &name).map_or(Checked::Gone, Checked::User),
         Some(None) => Checked::Nobody,
         None if outside_command() => Checked::Nobody,
-        None => raw::User::current(ctx).map_or(Checked::Nobody, Checked::User),
+        None => caller()
+            .and_then(|name| raw::User::named(ctx, &name))
+            .map_or(Checked::Nobody, Checked::User),
     }
 }
 
@@ -77,6 +85,12 @@ impl KeyChecker {
     /// Checks as the calling client's ACL user, or the acting waiter's.
     pub fn new(ctx: &Context) -> Self {
         Self(checked(ctx))
+    }
+
+    /// [`Self::new`] for a command that looked its caller's user name up already (`name`, as
+    /// [`raw::User::current_name`] gives it): the name is not looked up again.
+    pub fn for_caller_named(ctx: &Context, name: Option<&[u8]>) -> Self {
+        Self(checked_with(ctx, || name.map(<[u8]>::to_vec)))
     }
 
     /// Whether the caller may use `key` so, without refusing or logging anything (a look the

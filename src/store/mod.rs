@@ -94,6 +94,11 @@ impl<'a> LockKey<'a> {
         self.name
     }
 
+    /// The open key itself (to read it again without opening it again).
+    pub const fn raw(&self) -> &Key {
+        &self.key
+    }
+
     /// The key as the rules see it. `owner`: the caller whose hold count matters, if any.
     ///
     /// # Errors

@@ -33,8 +33,12 @@ struct Live<'a> {
     ctx: &'a Context,
     db: i32,
     /// The command's key: Redis checked the caller's read access to it (the acquire commands'
-    /// key specs declare it accessed), so it is opened as it is, without another check.
+    /// key specs declare it accessed), so it is read as it is, without another check.
     start: &'a RedisString,
+    /// The command's key, open (by the command, or once for the search).
+    start_key: &'a Key,
+    /// The caller's ACL user name, as the command looked it up.
+    user: Option<&'a [u8]>,
     /// The caller's ACL user, looked up at the first other key (most searches read none).
     checker: Option<KeyChecker>,
 }
@@ -43,7 +47,8 @@ impl Live<'_> {
     /// The key `name`, if the caller may read it.
     fn readable(&mut self, name: &[u8]) -> Option<RedisString> {
         let key = RedisString::create_from_slice(self.ctx.get_raw(), name);
-        let checker = self.checker.get_or_insert_with(|| KeyChecker::new(self.ctx));
+        let (ctx, user) = (self.ctx, self.user);
+        let checker = self.checker.get_or_insert_with(|| KeyChecker::for_caller_named(ctx, user));
         checker.may(&key, KeyUse::Read).then_some(key)
     }
 }
@@ -67,11 +72,13 @@ impl Graph for Live<'_> {
     }
 
     fn holders(&mut self, name: &[u8], steps: &mut usize) -> Holders {
+        let opened;
         let key = if name == self.start.as_slice() {
-            Key::open(self.ctx, self.start, false)
+            self.start_key
         } else {
             let Some(name) = self.readable(name) else { return Holders::Nobody };
-            Key::open(self.ctx, &name, false)
+            opened = Key::open(self.ctx, &name, false);
+            &opened
         };
         if key.kind() != KeyKind::Hash {
             return Holders::Nobody;
@@ -120,29 +127,48 @@ impl Graph for Live<'_> {
 /// with an owner waits, and only the lock `name` (one scan, nothing copied) when none of its
 /// holders waits anywhere (no cycle can close then): the full search runs only when one does.
 ///
+/// `open`: the lock's key, when the command has it open still (it is read through it, not
+/// opened again); `user`: the caller's ACL user name, as the command looked it up
+/// ([`raw::User::current_name`]), for the keys beyond the command's.
+///
 /// # Errors
 /// [`Refusal::Deadlock`], naming the cycle.
-pub fn refuse_cycle(ctx: &Context, name: &RedisString, request: &Request) -> Result<(), Refusal> {
+pub fn refuse_cycle(
+    ctx: &Context,
+    name: &RedisString,
+    request: &Request,
+    open: Option<&Key>,
+    user: Option<&[u8]>,
+) -> Result<(), Refusal> {
     let Some(wants) = wants(request) else { return Ok(()) };
     let owners_wait =
         anyone_waits() && QUEUES.with(|q| q.try_borrow().is_ok_and(|q| q.any_owner_waits()));
-    let db = raw::selected_db(ctx);
-    if !owners_wait || !holder_waits(ctx, db, name, &request.owner) {
+    if !owners_wait {
         return Ok(());
     }
-    let mut graph = Live { ctx, db, start: name, checker: None };
+    let db = raw::selected_db(ctx);
+    let opened;
+    let start_key = if let Some(key) = open {
+        key
+    } else {
+        opened = Key::open(ctx, name, false);
+        &opened
+    };
+    if !holder_waits(db, start_key, &request.owner) {
+        return Ok(());
+    }
+    let mut graph = Live { ctx, db, start: name, start_key, user, checker: None };
     match deadlock_rules::find_cycle(&mut graph, &request.owner, name.as_slice(), wants) {
         Found::Cycle(cycle) => Err(Refusal::Deadlock(deadlock_rules::describe(&cycle))),
         Found::NoCycle | Found::OverBudget => Ok(()),
     }
 }
 
-/// Whether a field of the lock `name` names an owner other than `waiter` who waits in a queue
+/// Whether a field of the lock `key` names an owner other than `waiter` who waits in a queue
 /// of database `db` ([`deadlock_rules::field_owners`]: every holder that could lead the search
-/// on is among them). The caller may read `name` (its command's key). A hash the search would
+/// on is among them). The caller may read `key` (its command's key). A hash the search would
 /// not read (as many fields as its budget, or more) leads nowhere.
-fn holder_waits(ctx: &Context, db: i32, name: &RedisString, waiter: &[u8]) -> bool {
-    let key = Key::open(ctx, name, false);
+fn holder_waits(db: i32, key: &Key, waiter: &[u8]) -> bool {
     if key.kind() != KeyKind::Hash || key.field_count() >= deadlock_rules::MAX_STEPS {
         return false;
     }

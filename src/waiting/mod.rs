@@ -54,7 +54,7 @@ use redis_module::{Context, RedisString};
 
 use crate::args::WaitFor;
 use crate::error::LockError;
-use crate::queue::{End, LockName, Queues, Waiter};
+use crate::queue::{End, Joining, LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
 use crate::rules::{self, Deadline, Reply, Request};
@@ -194,24 +194,30 @@ fn unblock(waiter: Waiter<Blocked, Request>, outcome: Outcome) {
 /// Blocks the calling client until it holds the lock or `wait` passes. `holder_pttl`: the
 /// current holder's remaining lease (-1: none), when the lock is worth checking again.
 pub fn block(ctx: &Context, lock: LockName, request: Request, wait: WaitFor, holder_pttl: i64) {
+    block_as(ctx, lock, request, wait, holder_pttl, raw::User::current_name(ctx));
+}
+
+/// [`block`], for a command that looked its caller's ACL user name up already (`user`, as
+/// [`raw::User::current_name`] gives it).
+pub fn block_as(
+    ctx: &Context,
+    lock: LockName,
+    request: Request,
+    wait: WaitFor,
+    holder_pttl: i64,
+    user: Option<Vec<u8>>,
+) {
     let bc = raw::block_client::<Waiting>(ctx);
-    let user = raw::User::current_name(ctx);
     let now = raw::now_ms();
     let timeout_at = match wait {
         WaitFor::Ever => None,
         WaitFor::Millis(ms) => Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))),
     };
-    let tag = request.id.clone();
+    // The tag is unique: the command refused an id already waiting on this lock.
+    let joining =
+        Joining { user, since: now, owner: request.owner.clone(), tag: request.id.clone() };
     with_queues(|q| {
-        let owner = request.owner.clone();
-        let id = q.push(lock.clone(), request, bc, timeout_at);
-        q.set_user(id, user);
-        q.set_since(id, now);
-        q.set_owner(id, &owner);
-        if let Some(tag) = tag {
-            // Unique: the command refused an id already waiting on this lock.
-            q.set_tag(id, tag);
-        }
+        q.enqueue(lock.clone(), request, bc, timeout_at, joining);
         let lease_over = (holder_pttl >= 0).then(|| rules::lease_over_at(now, holder_pttl));
         let at = q.look_again_at(now, lease_over);
         q.schedule_lease_check(&lock, at);

@@ -171,10 +171,19 @@ impl Kind {
                 .collect(),
             Self::Counted | Self::Leased => {
                 let zset = format!("{{{key}}}:timeout");
-                let ids: Vec<Vec<u8>> =
-                    redis::cmd("ZRANGE").arg(&zset).arg(0).arg(-1).query(con).expect("ZRANGE");
+                // One atomic read: a lease the server reclaims between two separate reads would
+                // count its permit twice (in the set and back in the count).
+                let (ids, count): (Vec<Vec<u8>>, Option<String>) = redis::pipe()
+                    .atomic()
+                    .cmd("ZRANGE")
+                    .arg(&zset)
+                    .arg(0)
+                    .arg(-1)
+                    .cmd("GET")
+                    .arg(key)
+                    .query(con)
+                    .expect("ZRANGE, GET");
                 let mut out: Vec<String> = ids.iter().map(|id| format!("{id:02x?}")).collect();
-                let count: Option<String> = redis::cmd("GET").arg(key).query(con).expect("GET");
                 let left = count.as_deref().unwrap_or("0").parse::<i64>().expect("count");
                 let out_of_one = 1 - left - out.len() as i64;
                 assert!(out_of_one >= 0, "{self:?}: more permits than set: {left} + {out:?}");
