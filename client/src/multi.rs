@@ -212,6 +212,7 @@ impl fmt::Debug for MultiGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiGuard")
             .field("servers", &self.members.len())
+            .field("lost", &self.members.iter().map(|m| m.hold().is_lost()).collect::<Vec<_>>())
             .field("quorum", &self.quorum)
             .field("validity", &self.validity)
             .finish_non_exhaustive()
