@@ -19,10 +19,10 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
-from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log
+from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from .._fork import ForkGuard, check_owner
-from .._hold import Hold, LostCallback
-from ..errors import LockLost, translate
+from .._hold import LostCallback
+from ..errors import translate
 from ._hold import AsyncHold, watch
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], AsyncBackend] = (
@@ -108,7 +108,7 @@ class AsyncBackend:
             except asyncio.TimeoutError:
                 raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s") from None
         except BaseException as e:
-            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY) or _renew_conn(e):
+            if must_drop(e):
                 try:
                     await conn.disconnect(nowait=True)
                 except BaseException:
@@ -293,7 +293,7 @@ class AsyncBackend:
         hold.done = True
         hold.stop()
         if was_lost:
-            raise _lost(hold)
+            raise hold.lost_error()
         task = self.background(self._release(hold))
         try:
             await asyncio.shield(task)
@@ -331,7 +331,7 @@ class AsyncBackend:
             hold.done = False
             hold.mark_lost()
             hold.done = True
-            raise _lost(hold)
+            raise hold.lost_error()
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -344,16 +344,3 @@ def _report_unseen(task: asyncio.Task[Any]) -> None:
     """A release whose caller was cancelled failed: said once, as a warning."""
     if not task.cancelled() and task.exception() is not None:
         log.warning("redis_rlock: release after a cancellation failed: %r", task.exception())
-
-
-def _renew_conn(err: BaseException) -> bool:
-    """NOREPLICAS: this connection's server may have been replaced; a new connection asks the
-    Sentinels (a Sentinel pool) for the current master."""
-    return isinstance(err, ResponseError) and P.is_noreplicas(err)
-
-
-def _lost(hold: Hold) -> LockLost:
-    return LockLost(
-        "the hold ended before its release (lease over, or the lock was taken away)",
-        lock_name=hold.spec.key.decode(errors="replace"),
-    )
