@@ -1,6 +1,7 @@
 """Real servers for the tests: redis-server (or $REDIS_SERVER) with the built module, on a
 free loopback port, in a temporary directory, started within a bound, killed on teardown; and
-the readers the tests share (``poll``, ``apoll``, ``info``, blocked clients, session holds)."""
+the readers the tests share (``poll``, ``apoll``, ``info``, blocked clients, session holds), and
+``raise_once_here``, the interrupt the tests inject."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,3 +190,33 @@ def info(r: redis.Redis, name: object, cmd: str = "RLOCK.INFO") -> dict[str, obj
         it = iter(reply)
         items = list(zip(it, it))
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in items}
+
+
+def _here() -> tuple[int, Optional[asyncio.Task[Any]]]:
+    """The calling thread and, under a running event loop, its task."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    return threading.get_ident(), task
+
+
+def raise_once_here(
+    monkeypatch: pytest.MonkeyPatch, target: Any, name: str, exc: BaseException
+) -> None:
+    """Swaps ``target.name`` (a method of an object, or of a class) for one whose next call
+    from the caller's own thread, and task under asyncio, raises ``exc`` instead, once: an
+    interrupt landing there. Calls from anywhere else (a session's watcher pinging, the
+    watchdog renewing, the releaser) go to the real one, so they can never take the interrupt
+    meant for the test (and leave the test's own call uninterrupted). Undone at teardown."""
+    real = getattr(target, name)
+    here = _here()
+    fired: list[bool] = []
+
+    def swapped(*args: Any, **kwargs: Any) -> Any:
+        if not fired and _here() == here:
+            fired.append(True)
+            raise exc
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, swapped)

@@ -16,28 +16,12 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server, info, poll
+from _servers import Server, info, poll, raise_once_here
 from redis.exceptions import LockError, LockNotOwnedError
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
 from redis_rlock import _sync
-
-
-def _interrupt_first_call(monkeypatch: pytest.MonkeyPatch, cls: Any, exc: BaseException) -> None:
-    """The next command the engine sends raises ``exc`` before it is sent (an interrupt that
-    lands between two bytecodes of the release)."""
-    real = cls.call
-    fired: list[bool] = []
-
-    def call(self: Any, key: bytes, args: list[Any], extra: float = 0.0) -> Any:
-        if not fired:
-            fired.append(True)
-            raise exc
-        return real(self, key, args, extra)
-
-    monkeypatch.setattr(cls, "call", call)
-
 
 # -- interrupts inside release --------------------------------------------------------------
 
@@ -47,7 +31,9 @@ def test_keyboard_interrupt_in_release_still_releases(
 ) -> None:
     lock = rl.Lock(r, "kbi")
     assert lock.acquire()
-    _interrupt_first_call(monkeypatch, _sync.SyncBackend, KeyboardInterrupt())
+    # the next command this thread sends raises before it is sent (an interrupt landing between
+    # two bytecodes of the release); the watchdog's and releaser's threads send theirs
+    raise_once_here(monkeypatch, _sync.SyncBackend, "call", KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         lock.release()
     # the release goes on in the background (same request id: never twice); nothing stays
@@ -62,7 +48,9 @@ def test_keyboard_interrupt_in_a_semaphore_guard_release_gives_back(
     sem.try_set_permits(2)
     hold = sem.permits(2)
     assert hold is not None and sem.available() == 0
-    _interrupt_first_call(monkeypatch, _sync.SyncBackend, KeyboardInterrupt())
+    # the next command this thread sends raises before it is sent (an interrupt landing between
+    # two bytecodes of the release); the watchdog's and releaser's threads send theirs
+    raise_once_here(monkeypatch, _sync.SyncBackend, "call", KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         hold.release()
     poll("the permits to come back", 5, lambda: sem.available() == 2)

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import PROMPT, apoll, poll, session_holds
+from _servers import PROMPT, apoll, poll, raise_once_here, session_holds
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
 
 
-def test_an_interrupt_while_reading_a_session_reply_closes_the_session(r: redis.Redis) -> None:
+def test_an_interrupt_while_reading_a_session_reply_closes_the_session(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ctrl-C landing inside redis-py's read of a session reply makes redis-py drop the socket
     (it disconnects on any BaseException there): the server ends every hold of the session. The
     session must see it (holds lost, closed) and refuse further acquires, never reconnect."""
@@ -26,14 +27,8 @@ def test_an_interrupt_while_reading_a_session_reply_closes_the_session(r: redis.
     first = s.lock("a", lease=60)
     assert first.acquire()
     hold = first.hold
-    parser = s._conn._parser
-    real = parser.read_response
-
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        parser.read_response = real
-        raise KeyboardInterrupt
-
-    parser.read_response = interrupted
+    # Only this thread's read: the watcher's ping (it wakes on the acquire's reply) reads too.
+    raise_once_here(monkeypatch, s._conn._parser, "read_response", KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         s.lock("b", lease=60).acquire(blocking=False)
     poll("the server ends the session's hold", PROMPT, lambda: r.exists("a") == 0)
@@ -76,7 +71,7 @@ def test_a_forked_child_never_uses_its_parent_s_session_socket(r: redis.Redis) -
 
 
 async def test_async_a_cancel_while_sending_on_a_session_closes_it(
-    r: redis.Redis, ar: aredis.Redis
+    r: redis.Redis, ar: aredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task cancelled inside redis-py's send of a session command makes redis-py drop the
     connection: the session must close (its holds lost), never reconnect on the next acquire."""
@@ -84,14 +79,8 @@ async def test_async_a_cancel_while_sending_on_a_session_closes_it(
     first = s.lock("a", lease=60)
     assert await first.acquire()
     hold = first.hold
-    writer = s._conn._writer
-    real = writer.writelines
-
-    def cancelled(*args: Any, **kwargs: Any) -> Any:
-        writer.writelines = real
-        raise asyncio.CancelledError
-
-    writer.writelines = cancelled
+    # Only this task's send: the watcher task's ping sends too.
+    raise_once_here(monkeypatch, s._conn._writer, "writelines", asyncio.CancelledError())
     with pytest.raises(asyncio.CancelledError):
         await s.lock("b", lease=60).acquire(blocking=False)
     await apoll("the server to end the hold", PROMPT, lambda: not r.exists("a"))

@@ -18,6 +18,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ._proto import is_noreplicas
+
 log = logging.getLogger("redis_rlock")
 
 #: Keys of a redis-py pool's connection kwargs the package sets itself (or must not copy).
@@ -78,6 +80,17 @@ def is_transient(err: BaseException) -> bool:
             msg.startswith("ERR request") and msg.endswith("is already waiting")
         )
     return False
+
+
+def must_drop(err: BaseException) -> bool:
+    """Whether a call that failed with ``err`` must drop its connection, not give it back to
+    the pool: every failure but an error reply (read in full: the connection is sound), and of
+    error replies a redirection or topology error, and NOREPLICAS (the connection's server may
+    have been replaced: a new connection asks the Sentinels, with a Sentinel pool, for the
+    current master)."""
+    if not isinstance(err, ResponseError):
+        return True
+    return isinstance(err, TOPOLOGY) or is_noreplicas(err)
 
 
 def clone_kwargs(

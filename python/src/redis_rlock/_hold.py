@@ -109,10 +109,14 @@ class Hold:
     def check(self) -> None:
         """Raises :class:`LockLost` when the hold is lost; nothing otherwise."""
         if self.is_lost():
-            raise LockLost(
-                "the hold ended before its release (lease over, or the lock was taken away)",
-                lock_name=self.spec.key.decode(errors="replace"),
-            )
+            raise self.lost_error()
+
+    def lost_error(self) -> LockLost:
+        """The :class:`LockLost` a lost hold's check or release raises."""
+        return LockLost(
+            "the hold ended before its release (lease over, or the lock was taken away)",
+            lock_name=self.spec.key.decode(errors="replace"),
+        )
 
     # -- engine side ----------------------------------------------------------------------
     def extend(self, sent_at: float, lease_ms: int) -> None:

@@ -20,11 +20,11 @@ from redis.exceptions import ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
-from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log
+from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner
 from ._hold import Hold, LostCallback
 from ._sync_threads import Releaser, Watchdog
-from .errors import LockLost, translate
+from .errors import translate
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], SyncBackend] = (
     weakref.WeakValueDictionary()
@@ -127,7 +127,7 @@ class SyncBackend:
                     raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
             return conn.read_response()
         except BaseException as e:
-            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY) or _renew_conn(e):
+            if must_drop(e):
                 conn.disconnect()
             if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
                 self._refresh_topology()
@@ -302,7 +302,7 @@ class SyncBackend:
         was_lost = hold.is_lost()
         hold.done = True
         if was_lost:
-            raise _lost(hold)
+            raise hold.lost_error()
         spec = hold.spec
         if spec.kind == P.COUNTED and time.monotonic() < hold.sent_at + P.REQUEST_RECORD_S - 5:
             args = P.cancel_args(spec.key, hold.rid)  # exact and idempotent while the record lives
@@ -337,20 +337,7 @@ class SyncBackend:
             hold.done = False
             hold.mark_lost()
             hold.done = True
-            raise _lost(hold)
-
-
-def _renew_conn(err: BaseException) -> bool:
-    """NOREPLICAS: this connection's server may have been replaced; a new connection asks the
-    Sentinels (a Sentinel pool) for the current master."""
-    return isinstance(err, ResponseError) and P.is_noreplicas(err)
-
-
-def _lost(hold: Hold) -> LockLost:
-    return LockLost(
-        "the hold ended before its release (lease over, or the lock was taken away)",
-        lock_name=hold.spec.key.decode(errors="replace"),
-    )
+            raise hold.lost_error()
 
 
 def flush_all(timeout: float = 5.0) -> bool:

@@ -2,7 +2,7 @@
 on ``redis.asyncio.Redis`` / ``redis.asyncio.RedisCluster`` / Sentinel masters."""
 
 from ..compat import AsyncRLockCompat
-from ._engine import AsyncHold, AsyncLossSignal
+from ._hold import AsyncHold, AsyncLossSignal
 from .lock import Lock, RWLock
 from .owner import Owner
 from .semaphore import LeasedSemaphore, Semaphore

@@ -1,6 +1,7 @@
 """The asyncio engine: the sync engine's rules on redis.asyncio connections. Cleanup commands
 (``RLOCK.CANCEL``, releases) run in shielded tasks, so a cancellation at any await point never
-leaves a grant held by nobody; watchdogs are tasks that keep their hold only weakly."""
+leaves a grant held by nobody. Its holds, and the watchdog tasks and deadline timers that
+watch them, are ``_hold``'s."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
-from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log
-from .._fork import ForkGuard, check_owner, inherited
-from .._hold import Hold, LostCallback
-from ..errors import LockLost, translate
+from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
+from .._fork import ForkGuard, check_owner
+from .._hold import LostCallback
+from ..errors import translate
+from ._hold import AsyncHold, watch
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], AsyncBackend] = (
     weakref.WeakValueDictionary()
@@ -39,85 +41,6 @@ def backend_for(client: Any, response_timeout: float) -> AsyncBackend:
         _BACKENDS[key] = be
         client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
     return be
-
-
-class AsyncHold(Hold):
-    """A :class:`Hold` of the asyncio API: ``await hold.release()``, ``await lost.wait()``."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self._aevent = asyncio.Event()
-        self._task: Optional[asyncio.Task[None]] = None
-        self._timer: Optional[asyncio.TimerHandle] = None
-
-    def on_lost_hook(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None:
-            self._aevent.set()
-
-    async def release(self) -> None:  # type: ignore[override]
-        """Gives the grant back now."""
-        await self.engine.release(self)
-
-    async def __aenter__(self) -> AsyncHold:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if not self.done:
-            await self.release()
-
-    @property
-    def lost(self) -> AsyncLossSignal:  # type: ignore[override]
-        """Event-like loss signal: ``is_set()``, ``await wait(timeout)``."""
-        return AsyncLossSignal(self)
-
-    async def wait_lost_async(self, timeout: Optional[float]) -> bool:
-        """Waits until lost (True) or ``timeout`` seconds (False)."""
-        end = None if timeout is None else time.monotonic() + timeout
-        while not self.is_lost():
-            now = time.monotonic()
-            step = self.deadline - now
-            if end is not None:
-                step = min(step, end - now)
-                if step <= 0:
-                    return False
-            try:
-                await asyncio.wait_for(
-                    self._aevent.wait(), None if step == float("inf") else max(step, 0.0)
-                )
-            except asyncio.TimeoutError:
-                pass
-        return True
-
-    def stop(self) -> None:
-        """Stops the watchdog task and the deadline timer."""
-        if self._task is not None:
-            self._task.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
-
-
-class AsyncLossSignal:
-    """Event-like view of an asyncio hold's loss."""
-
-    __slots__ = ("_hold",)
-
-    def __init__(self, hold: AsyncHold) -> None:
-        self._hold = hold
-
-    def is_set(self) -> bool:
-        """True once the hold is lost."""
-        return self._hold.is_lost()
-
-    async def wait(self, timeout: Optional[float] = None) -> bool:
-        """Waits until the hold is lost (True) or ``timeout`` seconds passed (False)."""
-        return await self._hold.wait_lost_async(timeout)
-
-    def __bool__(self) -> bool:
-        return self.is_set()
 
 
 class AsyncSessionLink(Protocol):
@@ -185,7 +108,7 @@ class AsyncBackend:
             except asyncio.TimeoutError:
                 raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s") from None
         except BaseException as e:
-            if not isinstance(e, ResponseError) or isinstance(e, TOPOLOGY) or _renew_conn(e):
+            if must_drop(e):
                 try:
                     await conn.disconnect(nowait=True)
                 except BaseException:
@@ -326,20 +249,11 @@ class AsyncBackend:
                     session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
                 store(hold)
                 handed = True
-                self._watch(hold)
+                watch(hold, self)
                 return hold
         finally:
             if need_cancel and not handed:
                 await self.cancel(spec, rid)
-
-    def _watch(self, hold: AsyncHold) -> None:
-        ref = weakref.ref(hold)
-        if hold.watchdog:
-            hold._task = asyncio.ensure_future(_watchdog(ref, self))
-        elif hold.deadline != float("inf"):
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, hold.deadline - time.monotonic())
-            hold._timer = loop.call_later(delay, _deadline, ref, loop)
 
     async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
         """Renews every part of ``hold``; True when the server confirmed."""
@@ -379,7 +293,7 @@ class AsyncBackend:
         hold.done = True
         hold.stop()
         if was_lost:
-            raise _lost(hold)
+            raise hold.lost_error()
         task = self.background(self._release(hold))
         try:
             await asyncio.shield(task)
@@ -401,7 +315,7 @@ class AsyncBackend:
             reply, attempts = await self.call_until(spec.key, args, until)
         except ResponseError as e:
             hold.done = False  # an error reply changed nothing: the caller still holds it
-            self._watch(hold)
+            watch(hold, self)
             raise translate(e, spec.key.decode(errors="replace")) from None
         except Exception as e:
             if not is_transient(e):
@@ -417,7 +331,7 @@ class AsyncBackend:
             hold.done = False
             hold.mark_lost()
             hold.done = True
-            raise _lost(hold)
+            raise hold.lost_error()
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -430,57 +344,3 @@ def _report_unseen(task: asyncio.Task[Any]) -> None:
     """A release whose caller was cancelled failed: said once, as a warning."""
     if not task.cancelled() and task.exception() is not None:
         log.warning("redis_rlock: release after a cancellation failed: %r", task.exception())
-
-
-def _renew_conn(err: BaseException) -> bool:
-    """NOREPLICAS: this connection's server may have been replaced; a new connection asks the
-    Sentinels (a Sentinel pool) for the current master."""
-    return isinstance(err, ResponseError) and P.is_noreplicas(err)
-
-
-def _lost(hold: Hold) -> LockLost:
-    return LockLost(
-        "the hold ended before its release (lease over, or the lock was taken away)",
-        lock_name=hold.spec.key.decode(errors="replace"),
-    )
-
-
-def _deadline(ref: weakref.ref[AsyncHold], loop: asyncio.AbstractEventLoop) -> None:
-    hold = ref()
-    if hold is None or hold.done:
-        return
-    if not hold.is_lost():  # extended by a re-entry: look again at the new deadline
-        hold._timer = loop.call_later(
-            max(0.0, hold.deadline - time.monotonic()), _deadline, ref, loop
-        )
-
-
-async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
-    hold = ref()
-    if hold is None:
-        return
-    period = hold.lease_ms / 3000.0
-    delay, backoff = period, 0.0
-    del hold
-    while True:
-        await asyncio.sleep(delay)
-        hold = ref()
-        if hold is None or hold.done or hold.is_lost() or inherited(hold):
-            return
-        now = time.monotonic()
-        try:
-            ok = await be.renew(hold, hold.lease_ms, min(hold.deadline, now + be.rt))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            if not is_transient(e):
-                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
-            backoff = min(period, max(0.05, backoff * 2))
-            delay = max(0.0, min(backoff, hold.deadline - time.monotonic()))
-            del hold
-            continue
-        if not ok:
-            hold.mark_lost()
-            return
-        backoff, delay = 0.0, period
-        del hold

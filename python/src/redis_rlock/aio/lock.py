@@ -20,7 +20,8 @@ from .. import _proto as P
 from .._fork import inherited
 from .._hold import LostCallback
 from ..errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
-from ._engine import AsyncBackend, AsyncHold, AsyncLossSignal, backend_for
+from ._engine import AsyncBackend, backend_for
+from ._hold import AsyncHold, AsyncLossSignal
 
 _DEFAULT: Any = object()
 _serial = itertools.count(1)

@@ -10,7 +10,8 @@ from redis.exceptions import ResponseError
 from .. import _proto as P
 from .._hold import LostCallback
 from ..errors import LockTimeout, NotHeld, translate
-from ._engine import AsyncBackend, AsyncHold, backend_for
+from ._engine import AsyncBackend, backend_for
+from ._hold import AsyncHold
 from .lock import _serial, _task_holds
 
 

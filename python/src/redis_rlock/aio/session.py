@@ -24,7 +24,8 @@ from .._fork import ForkGuard
 from .._handles import SessionHandles
 from ..errors import SessionClosed
 from ..session import check_keepalive, lock_delay_ms
-from ._engine import AsyncBackend, AsyncHold, backend_for
+from ._engine import AsyncBackend, backend_for
+from ._hold import AsyncHold
 from .lock import Lock, RWLock
 from .semaphore import LeasedSemaphore
 

@@ -1,0 +1,148 @@
+"""asyncio holds: :class:`AsyncHold` and its loss signal, and what watches a hold (its
+watchdog task, or the timer at its deadline); both keep the hold only weakly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Optional
+
+from .._conn import is_transient, log
+from .._fork import inherited
+from .._hold import Hold
+
+if TYPE_CHECKING:
+    from ._engine import AsyncBackend
+
+
+class AsyncHold(Hold):
+    """A :class:`Hold` of the asyncio API: ``await hold.release()``, ``await lost.wait()``."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._aevent = asyncio.Event()
+        self._task: Optional[asyncio.Task[None]] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
+
+    def on_lost_hook(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            self._aevent.set()
+
+    async def release(self) -> None:  # type: ignore[override]
+        """Gives the grant back now."""
+        await self.engine.release(self)
+
+    async def __aenter__(self) -> AsyncHold:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.done:
+            await self.release()
+
+    @property
+    def lost(self) -> AsyncLossSignal:  # type: ignore[override]
+        """Event-like loss signal: ``is_set()``, ``await wait(timeout)``."""
+        return AsyncLossSignal(self)
+
+    async def wait_lost_async(self, timeout: Optional[float]) -> bool:
+        """Waits until lost (True) or ``timeout`` seconds (False)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.is_lost():
+            now = time.monotonic()
+            step = self.deadline - now
+            if end is not None:
+                step = min(step, end - now)
+                if step <= 0:
+                    return False
+            try:
+                await asyncio.wait_for(
+                    self._aevent.wait(), None if step == float("inf") else max(step, 0.0)
+                )
+            except asyncio.TimeoutError:
+                pass
+        return True
+
+    def stop(self) -> None:
+        """Stops the watchdog task and the deadline timer."""
+        if self._task is not None:
+            self._task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class AsyncLossSignal:
+    """Event-like view of an asyncio hold's loss."""
+
+    __slots__ = ("_hold",)
+
+    def __init__(self, hold: AsyncHold) -> None:
+        self._hold = hold
+
+    def is_set(self) -> bool:
+        """True once the hold is lost."""
+        return self._hold.is_lost()
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the hold is lost (True) or ``timeout`` seconds passed (False)."""
+        return await self._hold.wait_lost_async(timeout)
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+
+def watch(hold: AsyncHold, be: AsyncBackend) -> None:
+    """Starts what watches ``hold``: its watchdog task (renewals every third of its lease), or
+    a timer that marks it lost at its deadline."""
+    ref = weakref.ref(hold)
+    if hold.watchdog:
+        hold._task = asyncio.ensure_future(_watchdog(ref, be))
+    elif hold.deadline != float("inf"):
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, hold.deadline - time.monotonic())
+        hold._timer = loop.call_later(delay, _deadline, ref, loop)
+
+
+def _deadline(ref: weakref.ref[AsyncHold], loop: asyncio.AbstractEventLoop) -> None:
+    hold = ref()
+    if hold is None or hold.done:
+        return
+    if not hold.is_lost():  # extended by a re-entry: look again at the new deadline
+        hold._timer = loop.call_later(
+            max(0.0, hold.deadline - time.monotonic()), _deadline, ref, loop
+        )
+
+
+async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
+    hold = ref()
+    if hold is None:
+        return
+    period = hold.lease_ms / 3000.0
+    delay, backoff = period, 0.0
+    del hold
+    while True:
+        await asyncio.sleep(delay)
+        hold = ref()
+        if hold is None or hold.done or hold.is_lost() or inherited(hold):
+            return
+        now = time.monotonic()
+        try:
+            ok = await be.renew(hold, hold.lease_ms, min(hold.deadline, now + be.rt))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if not is_transient(e):
+                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
+            backoff = min(period, max(0.05, backoff * 2))
+            delay = max(0.0, min(backoff, hold.deadline - time.monotonic()))
+            del hold
+            continue
+        if not ok:
+            hold.mark_lost()
+            return
+        backoff, delay = 0.0, period
+        del hold
