@@ -244,12 +244,18 @@ impl MultiGuard {
 
     /// Resolves when the lock is lost (see [`MultiGuard::is_lost`]).
     pub async fn lost(&self) {
-        while !self.is_lost() {
-            let watching = self
+        loop {
+            // The members still live are taken first, then the count: a member lost in between
+            // is counted (never waited for), and every later loss is one of these waking.
+            let watching: Vec<_> = self
                 .members
                 .iter()
                 .filter(|m| !m.hold().is_lost())
-                .map(|m| Box::pin(m.hold().lost()));
+                .map(|m| Box::pin(m.hold().lost()))
+                .collect();
+            if self.is_lost() || watching.is_empty() {
+                return;
+            }
             futures_util::future::select_all(watching).await;
         }
     }

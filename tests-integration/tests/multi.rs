@@ -266,3 +266,35 @@ async fn a_redlock_watchdog_keeps_the_quorum_and_reports_its_loss() {
     }
     assert!(matches!(guard.release().await, Err(Error::NotHeld)));
 }
+
+/// A RedLock whose quorum is lost by two servers at once (their watchdogs renew on the same
+/// grid, so both losses land together) reports the loss every time: a loss that lands while the
+/// guard is between two looks at its members is never missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_lost_on_two_servers_at_once_is_always_reported() {
+    let servers = servers(3);
+    let mut clients = Vec::new();
+    for s in &servers {
+        let options = Options::default().watchdog_timeout(Duration::from_millis(150));
+        clients.push(LockClient::with_options(s.client(), options).await.expect("client"));
+    }
+    let mut cons = Vec::new();
+    for s in &servers[..2] {
+        cons.push(s.client().get_multiplexed_async_connection().await.expect("con"));
+    }
+    for round in 0..20 {
+        let name = format!("both{round}");
+        let redlock = RedLock::new(&clients, &name);
+        let guard = redlock.try_acquire(Duration::from_secs(2), None).await.expect("acquire");
+        let dels = cons.iter_mut().map(|con| {
+            let name = name.clone();
+            async move {
+                let _: i64 = con.del(&name).await.expect("del");
+            }
+        });
+        futures_util::future::join_all(dels).await;
+        if timeout(Duration::from_secs(2), guard.lost()).await.is_err() {
+            panic!("round {round}: no loss reported in 2 s: {guard:?}");
+        }
+    }
+}
