@@ -145,6 +145,15 @@ impl Sentinel {
         self.cached().map(|(client, _)| client)
     }
 
+    /// The master the Sentinels name now, asked afresh rather than taken from the cache (which
+    /// is only forgotten after an error on the shared connection, so it may still name a master
+    /// that was killed or replaced): for a session, which binds to one master for its life.
+    /// The answer becomes the cached master.
+    pub(crate) async fn fresh_master(&self) -> redis::RedisResult<redis::Client> {
+        self.forget();
+        Ok(self.master().await?.0)
+    }
+
     /// A connection to the current master, asking the Sentinels when none is known.
     pub(crate) async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
         Ok(self.master().await?.1)
