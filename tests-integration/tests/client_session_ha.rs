@@ -10,12 +10,15 @@
 //! hold is an ordinary one that ends with its lease (sessions shorten holds, never lengthen
 //! them); a new session on the same client binds to the master the Sentinels name now.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_client::{Error, LockClient, Options};
 use rlock_tests_integration::{
-    cmd, hgetall, info_field, is_master, poll, wait_link_up, Sentinel, Server, SENTINEL_MASTER,
+    cmd, hgetall, info_field, is_master, poll, wait_link_up, Cluster, Sentinel, Server,
+    SENTINEL_MASTER,
 };
 use tokio::time::{timeout, Instant};
 
@@ -117,7 +120,10 @@ async fn new_session_takes_over(client: &LockClient, new_master: &Server, key: &
     let at = Instant::now();
     assert!(at + Duration::from_millis(50) >= ends, "granted {:?} early", ends - at);
     assert!(at <= ends + PROMPT, "granted {:?} after the old lease ended", at - ends);
-    assert_eq!(hgetall(&mut con, key.as_bytes()), vec![(guard.owner().as_bytes().to_vec(), b"1".to_vec())]);
+    assert_eq!(
+        hgetall(&mut con, key.as_bytes()),
+        vec![(guard.owner().as_bytes().to_vec(), b"1".to_vec())]
+    );
     assert_eq!(holds(&mut con), 1, "a session hold of the new master");
     drop(again);
     timeout(PROMPT, guard.lost()).await.expect("the dropped session's guard is lost");
@@ -154,15 +160,15 @@ async fn a_killed_sentinel_master_loses_the_session_at_once_and_a_new_session_bi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_manual_sentinel_failover_closes_the_session_and_a_new_session_binds_to_the_new_master()
-{
+async fn a_manual_sentinel_failover_closes_the_session_and_a_new_session_binds_to_the_new_master() {
     let group = Group::start(5_000);
     let client = group.client().await;
     let session = client.session().await.expect("session");
     let a = session.lock("a").acquire(Some(Duration::from_secs(6))).await.expect("a lock");
     let w = session.lock("w").acquire(None).await.expect("a watchdog lock");
     group.replicated();
-    let mut s = redis::Client::open(group.sentinel.url()).expect("url").get_connection().expect("con");
+    let mut s =
+        redis::Client::open(group.sentinel.url()).expect("url").get_connection().expect("con");
     // Refused (NOGOODSLAVE) until the Sentinel has had a reply to INFO from the replica.
     wait_for("the sentinel to accept a failover", FAILOVER_LIMIT, || {
         redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
@@ -181,4 +187,138 @@ async fn a_manual_sentinel_failover_closes_the_session_and_a_new_session_binds_t
     assert!(demoted.elapsed() < PROMPT);
     assert_closed_for_good(&session, &mut group.replica.conn()).await;
     assert_eq!(holds(&mut group.master.conn()), 0, "a replica binds nothing");
+}
+
+/// In a cluster, a session is one connection to one node: a cluster client refuses sessions
+/// (`Error::SessionUnsupported`, a node down or not), and a client opened on one node has
+/// sessions there, for the locks that node serves. Node 0 stopped (SIGKILL): its session's
+/// guards are lost at once, node 1's session and guard are untouched; node 0's replica is
+/// promoted, where the replicated hold is an ordinary one; no session acquire binds there or on
+/// the old node when it comes back as a replica (`MOVED`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_a_session_is_per_node_and_a_stopped_node_loses_only_its_own_sessions() {
+    let mut cluster = Cluster::start_with_replicas(3, 1, &[]);
+    let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
+    let (k0, k1) = (cluster.key_on(0, "k"), cluster.key_on(1, "k"));
+    let slot = cluster.slot(k0.as_bytes());
+    let replica = cluster.replicas_via(0, 0);
+    let &[r0] = replica.as_slice() else { panic!("one replica of node 0: {replica:?}") };
+    let c0 = LockClient::open(cluster.nodes[0].url()).await.expect("a client of node 0");
+    let c1 = LockClient::open(cluster.nodes[1].url()).await.expect("a client of node 1");
+    let (s0, s1) = (c0.session().await.expect("session 0"), c1.session().await.expect("session 1"));
+    let g0 = s0.lock(&k0).acquire(LONG).await.expect("node 0's lock");
+    let g1 = s1.lock(&k1).acquire(LONG).await.expect("node 1's lock");
+    // Per node: a lock another node serves is refused (MOVED), nothing bound.
+    let elsewhere = s0.lock(&k1).try_acquire(Duration::ZERO, LONG).await;
+    assert!(
+        matches!(&elsewhere, Err(Error::Redis(e)) if e.code() == Some("MOVED")),
+        "{elsewhere:?}"
+    );
+    assert!(!s0.is_closed(), "a refusal does not close the session");
+    assert_eq!(holds(&mut cluster.nodes[0].conn()), 1);
+    assert_eq!(holds(&mut cluster.nodes[1].conn()), 1);
+    let offset = info_field(&mut cluster.nodes[0].conn(), "replication", "master_repl_offset");
+    let mut replica = cluster.nodes[r0].conn();
+    poll("node 0's replica to have the grant", LIMIT, || {
+        (info_field(&mut replica, "replication", "slave_repl_offset") >= offset).then_some(())
+    });
+    let cluster_client = LockClient::cluster(urls, Options::default()).await.expect("cluster");
+
+    cluster.nodes[0].kill();
+    timeout(PROMPT, async { tokio::join!(g0.lost(), s0.closed()) })
+        .await
+        .expect("node 0's guard lost, its session closed, at once");
+    let refused = timeout(PROMPT, cluster_client.session()).await.expect("refused at once");
+    assert!(matches!(refused, Err(Error::SessionUnsupported)), "{refused:?}");
+    assert!(!g1.is_lost() && !s1.is_closed(), "node 1's session is untouched");
+    let other = s1.lock(format!("{{{k1}}}:other")).try_acquire(Duration::ZERO, LONG).await;
+    other.expect("node 1's session still takes locks").release().await.expect("release");
+    wait_for("node 0's replica to be promoted", LIMIT, || {
+        (cluster.owner_via(slot, r0) == Some(r0) && is_master(&cluster.nodes[r0])).then_some(())
+    });
+    let mut promoted = cluster.nodes[r0].conn();
+    let old = vec![(g0.owner().as_bytes().to_vec(), b"1".to_vec())];
+    assert_eq!(hgetall(&mut promoted, k0.as_bytes()), old, "an ordinary hold there");
+    let again = s0.lock(&k0).try_acquire(Duration::ZERO, LONG).await;
+    assert!(matches!(again, Err(Error::SessionClosed)), "{again:?}");
+    assert!(c0.session().await.is_err(), "node 0 is down: no session, and none elsewhere");
+    assert_eq!(holds(&mut promoted), 0, "nothing bound on the promoted replica");
+
+    // Node 0 back, as a replica of the promoted one: a session opens there, binds nothing.
+    cluster.nodes[0].restart_same_port();
+    wait_for("node 0 to rejoin as a replica", LIMIT, || {
+        cluster.replicas_via(r0, r0).contains(&0).then_some(())
+    });
+    let back = c0.session().await.expect("a session on the old node, now a replica");
+    let refused = back.lock(&k0).try_acquire(Duration::ZERO, LONG).await;
+    assert!(matches!(&refused, Err(Error::Redis(e)) if e.code() == Some("MOVED")), "{refused:?}");
+    assert_eq!(holds(&mut cluster.nodes[0].conn()), 0, "a replica binds nothing");
+    assert_eq!(holds(&mut promoted), 0);
+    assert_eq!(hgetall(&mut promoted, k0.as_bytes()), old, "the old hold ends with its lease");
+    assert_eq!(holds(&mut cluster.nodes[1].conn()), 1, "node 1's session hold");
+    drop(s1);
+    timeout(PROMPT, g1.lost()).await.expect("lost with its own session");
+}
+
+/// A child process, killed (SIGKILL) if still running when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A program whose `current_thread` tokio `main` ends while a session guard (watchdog-renewed)
+/// is alive: dropped as `main`'s local, in a task dropped by the runtime's shutdown, or after
+/// the runtime is gone (`src/bin/session_main.rs`). Each time the process exits at once and
+/// cleanly (no panic, no hang), and the waiter of another client is served promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_whose_main_ends_with_a_session_guard_alive_exits_cleanly_and_frees_it() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let other = LockClient::open(server.url()).await.expect("client");
+    for mode in ["local", "task", "outlive"] {
+        let lock = format!("main-{mode}");
+        let mut child = Process(
+            Command::new(env!("CARGO_BIN_EXE_session_main"))
+                .args([mode, &server.url(), &lock])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("child"),
+        );
+        let mut out = BufReader::new(child.0.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("the child's output");
+        assert_eq!(line.trim(), "HELD", "{mode}: the child took the lock");
+        assert_eq!(holds(&mut admin), 1, "{mode}: a session hold");
+        let waiter = other.lock(&lock);
+        let waiting = tokio::spawn(async move {
+            let guard = waiter.try_acquire(LIMIT, LONG).await;
+            (guard, Instant::now())
+        });
+        wait_for("the waiter to block", LIMIT, || {
+            (info_field(&mut admin, "clients", "blocked_clients") == 1).then_some(())
+        });
+        let ended = Instant::now();
+        child.0.stdin.take().expect("stdin").write_all(b"go\n").expect("go");
+        let (guard, at) = waiting.await.expect("waiter");
+        let guard = guard.unwrap_or_else(|e| panic!("{mode}: the waiter is served: {e}"));
+        assert!(at - ended < PROMPT, "{mode}: served {:?} after main ended", at - ended);
+        let status = wait_for("the child to exit", PROMPT, || child.0.try_wait().expect("wait"));
+        let mut stderr = String::new();
+        child.0.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("stderr");
+        assert!(status.success(), "{mode}: {status}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{mode}: {stderr}");
+        assert!(
+            ended.elapsed() < PROMPT * 2,
+            "{mode}: exited {:?} after main ended",
+            ended.elapsed()
+        );
+        assert_eq!(holds(&mut admin), 0, "{mode}");
+        guard.release().await.expect("release");
+    }
 }
