@@ -322,3 +322,22 @@ async fn a_program_whose_main_ends_with_a_session_guard_alive_exits_cleanly_and_
         guard.release().await.expect("release");
     }
 }
+
+/// A session asks the Sentinels for the master when it opens; when none answers, it opens on
+/// the master the client knows (as every other command goes on there), and the client's shared
+/// connection is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_sentinel_answering_a_session_opens_on_the_known_master() {
+    let mut group = Group::start(5_000);
+    let client = group.client().await;
+    let before = client.lock("before").try_acquire(Duration::ZERO, LONG).await.expect("acquire");
+    drop(group.sentinel);
+    let session = client.session().await.expect("a session on the master the client knows");
+    let guard = session.lock("s").try_acquire(Duration::ZERO, LONG).await.expect("session lock");
+    assert_eq!(holds(&mut group.master.conn()), 1);
+    let after = client.lock("after").try_acquire(Duration::ZERO, LONG).await;
+    after.expect("the shared connection still serves").release().await.expect("release");
+    guard.release().await.expect("release");
+    before.release().await.expect("release");
+    group.master.kill();
+}
