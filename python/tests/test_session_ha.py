@@ -1,6 +1,7 @@
-"""Sessions (issue 27 §1) when the server side changes under them, sync and asyncio: a
-Sentinel failover (the master killed; ``SENTINEL FAILOVER``, the old master demoted later), a
-cluster node stopped, and a process that exits normally with a session lock held.
+"""Sessions (issue 27 §1) when the server side changes under them: a Sentinel failover (the
+master killed; ``SENTINEL FAILOVER``, the old master demoted later; asyncio in
+``test_session_ha_aio.py``), a cluster node stopped (sync and asyncio), and a process that exits
+normally with a session lock held (sync and asyncio).
 
 The promises: a session is one connection to one master; when it goes, every hold taken
 through it is lost at once, the session is closed and refuses acquires (``SessionClosed``), it
@@ -23,7 +24,20 @@ import pytest
 import redis
 import redis.asyncio as aredis
 import redis.asyncio.cluster as acluster
-import redis.asyncio.sentinel as asentinel
+from _ha import (
+    LIMIT,
+    PROMPT,
+    QUICK,
+    Group,
+    cluster6,
+    group,
+    holds,
+    is_master,
+    key_on,
+    owner,
+    replica_of,
+    replicated,
+)
 from _servers import ROOT, Server, poll
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -33,112 +47,23 @@ from redis.sentinel import Sentinel
 import redis_rlock as rl
 import redis_rlock.aio as ra
 
-PROMPT = 3.0  # seconds within which what should happen "at once" must have happened
-LIMIT = 30.0  # the bound of a failover, a promotion, a demotion
-QUICK = 0.3  # a response timeout for refusals retried within it (MOVED)
-
-
-def holds(r: redis.Redis) -> int:
-    return int(r.info("rlock")["rlock_session_holds"])
-
-
-def is_master(s: Server) -> bool:
-    try:
-        role = redis.Redis(port=s.port, socket_timeout=1).execute_command("ROLE")
-    except redis.RedisError:
-        return False
-    return bool(role[0] == b"master")
-
-
-def replicated(master: Server, replica: Server) -> None:
-    """Waits until everything ``master`` wrote reached ``replica`` (a ``WAIT`` from a new
-    connection would not: it waits only for that connection's own writes)."""
-    offset = int(master.client().info("replication")["master_repl_offset"])
-    poll(
-        "the replica to have the grants",
-        LIMIT,
-        lambda: int(replica.client().info("replication")["slave_repl_offset"]) >= offset,
-    )
-
-
-class Group:
-    """A master, one replica and one Sentinel (quorum 1) that knows the replica."""
-
-    def __init__(self, down_after_ms: int) -> None:
-        self.master = Server()
-        self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
-        poll(
-            "the replica link",
-            LIMIT,
-            lambda: self.replica.client().info("replication")["master_link_status"] == "up",
-        )
-        self.sentinel = Server(
-            sentinel_conf=(
-                f"sentinel monitor mymaster 127.0.0.1 {self.master.port} 1\n"
-                f"sentinel down-after-milliseconds mymaster {down_after_ms}\n"
-                "sentinel failover-timeout mymaster 10000\n"
-            )
-        )
-        self.s = redis.Redis(port=self.sentinel.port, socket_timeout=5)
-        poll("the sentinel to know the replica", LIMIT, lambda: self._replicas() == 1)
-
-    def _replicas(self) -> int:
-        return len(self.s.sentinel_slaves("mymaster"))
-
-    def master_port(self) -> int:
-        return int(self.s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")[1])
-
-    def wait_promoted(self) -> None:
-        """Waits until the failover ended: the Sentinel names the replica in ``SENTINEL
-        MASTERS`` too, which redis-py asks (``GET-MASTER-ADDR-BY-NAME`` names it a little
-        earlier, from the promotion on)."""
-
-        def promoted() -> bool:
-            state = self.s.sentinel_masters()["mymaster"]
-            return bool(
-                self.master_port() == self.replica.port
-                and int(state["port"]) == self.replica.port
-                and is_master(self.replica)
-            )
-
-        poll("the promotion", LIMIT, promoted)
-
-    def failover(self) -> None:
-        """``SENTINEL FAILOVER`` (refused with NOGOODSLAVE until the Sentinel has had a reply to
-        INFO from the replica), then the promotion."""
-        poll(
-            "the sentinel to accept a failover",
-            LIMIT,
-            lambda: self.s.execute_command("SENTINEL", "FAILOVER", "mymaster") is not None,
-            step=0.1,
-        )
-        self.wait_promoted()
-
-    def close(self) -> None:
-        for s in (self.sentinel, self.replica, self.master):
-            s.close()
-
-
-def _group(request: Any, down_after_ms: int) -> Iterator[Group]:
-    g = Group(down_after_ms)
-    yield g
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        for s in (g.master, g.replica, g.sentinel):
-            print(f"----- log (port {s.port}) -----\n{s.log()[-4000:]}")
-    g.close()
-
 
 @pytest.fixture
 def quick(request: Any) -> Iterator[Group]:
     """Fails over a master that stops answering within about two seconds."""
-    yield from _group(request, 1000)
+    yield from group(request, 1000)
 
 
 @pytest.fixture
 def manual(request: Any) -> Iterator[Group]:
     """Fails over only when asked (``SENTINEL FAILOVER``)."""
-    yield from _group(request, 5000)
+    yield from group(request, 5000)
+
+
+@pytest.fixture
+def cluster(request: Any) -> Iterator[list[Server]]:
+    """Three masters with a replica each (node timeout 2 s)."""
+    yield from cluster6(request)
 
 
 def _refused_for_good(attempts: list[Callable[[], Any]]) -> None:
@@ -230,91 +155,6 @@ def test_sync_session_across_a_manual_sentinel_failover(manual: Group) -> None:
     assert holds(g.master.client()) == 0, "a replica binds nothing"
 
 
-async def _async_closed_for_good(s: ra.Session, new: redis.Redis) -> None:
-    assert s.closed.is_set()
-    for attempt in (
-        lambda: s.lock("a", lease=60).acquire(blocking=False),
-        lambda: s.lock("fresh", lease=60).acquire(timeout=1),
-        lambda: s.rw_lock("rw", lease=60).read.acquire(blocking=False),
-        lambda: s.leased_semaphore("s", lease=60).acquire(1, blocking=False),
-    ):
-        with pytest.raises(rl.SessionClosed):
-            await attempt()
-    assert new.exists("fresh") == 0, "never reconnected"
-    assert holds(new) == 0, "the bindings stayed in the old master's memory"
-
-
-async def _async_takes_over(client: aredis.Redis, new: redis.Redis, key: str) -> None:
-    async with ra.Session(client) as again:
-        lk = again.lock(key, lease=60)
-        ends = time.monotonic() + new.pttl(key) / 1000
-        assert await lk.acquire(timeout=LIMIT), "granted once the old hold's lease ended"
-        at = time.monotonic()
-        assert at + 0.05 >= ends, f"granted {ends - at:.3f} s early"
-        assert at <= ends + PROMPT, f"granted {at - ends:.3f} s after the old lease ended"
-        hold = lk.hold
-        assert new.hgetall(key) == {hold.owner: b"1"}
-        assert holds(new) == 1, "a session hold of the new master"
-    assert hold.lost.is_set()
-    await asyncio.to_thread(
-        poll, "the new session's hold to end", LIMIT, lambda: not new.exists(key) and not holds(new)
-    )
-
-
-async def test_async_session_when_the_sentinel_master_is_killed(quick: Group) -> None:
-    g = quick
-    master = asentinel.Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for(
-        "mymaster"
-    )
-    await ra.LeasedSemaphore(master, "s").try_set_permits(1)
-    s = await ra.Session(master).open()
-    lk, rw = s.lock("a", lease=8), s.rw_lock("rw")
-    assert await lk.acquire() and await rw.write.acquire()
-    permit = await s.leased_semaphore("s", lease=8).acquire(1)
-    assert permit is not None
-    all_holds = [lk.hold, rw.write.hold, permit]
-    assert holds(g.master.client()) == 3
-    replicated(g.master, g.replica)
-    killed = time.monotonic()
-    g.master.kill()
-    assert await s.closed.wait(PROMPT), "the session sees its master die (keepalive 1 s)"
-    for h in all_holds:
-        assert await h.lost.wait(PROMPT), h
-    assert time.monotonic() - killed < PROMPT
-    await asyncio.to_thread(g.wait_promoted)
-    new = g.replica.client()
-    assert new.hgetall("a") == {all_holds[0].owner: b"1"}, "an ordinary hold there"
-    await _async_closed_for_good(s, new)
-    await _async_takes_over(master, new, "a")
-    await master.aclose()
-
-
-async def test_async_session_across_a_manual_sentinel_failover(manual: Group) -> None:
-    g = manual
-    master = asentinel.Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for(
-        "mymaster"
-    )
-    s = await ra.Session(master).open()
-    lk, w = s.lock("a", lease=6), s.lock("w")
-    assert await lk.acquire() and await w.acquire()
-    all_holds = [lk.hold, w.hold]
-    replicated(g.master, g.replica)
-    await asyncio.to_thread(g.failover)
-    new = g.replica.client()
-    await _async_takes_over(master, new, "a")
-    await asyncio.to_thread(
-        poll, "the old master to be demoted", LIMIT, lambda: not is_master(g.master)
-    )
-    demoted = time.monotonic()
-    assert await s.closed.wait(PROMPT), "closed when the Sentinel demotes its master"
-    for h in all_holds:
-        assert await h.lost.wait(PROMPT), h
-    assert time.monotonic() - demoted < PROMPT
-    await _async_closed_for_good(s, new)
-    assert holds(g.master.client()) == 0, "a replica binds nothing"
-    await master.aclose()
-
-
 # -- a process that exits normally with a session lock held ---------------------------------
 
 SYNC_CHILD = """
@@ -383,112 +223,15 @@ def test_a_process_that_exits_with_a_session_lock_held_frees_it_at_once(
         proc.wait()
 
 
-# -- a cluster node stopped ------------------------------------------------------------------
-
-
-def _cli() -> list[str]:
-    return [os.environ.get("REDIS_CLI", "redis-cli")]
-
-
-def _rows(node: Server) -> list[list[str]]:
-    """``CLUSTER NODES`` as node ``node`` sees it: id, address, flags, master id, ..."""
-    text = node.client().execute_command("CLUSTER", "NODES")
-    text = text.decode() if isinstance(text, bytes) else text
-    return [line.split() for line in text.splitlines() if line.strip()]
-
-
-def _port(row: list[str]) -> int:
-    return int(row[1].split("@")[0].rsplit(":", 1)[1])
-
-
-def _replica_of(nodes: list[Server], master: Server) -> Server:
-    rows = _rows(master)
-    mid = next(r[0] for r in rows if _port(r) == master.port)
-    port = next(_port(r) for r in rows if r[3] == mid)
-    return next(n for n in nodes if n.port == port)
-
-
-def _owner(via: Server, slot: int) -> int:
-    for row in via.client().execute_command("CLUSTER", "SLOTS"):
-        if int(row[0]) <= slot <= int(row[1]):
-            return int(row[2][1])
-    return 0
-
-
-def _key_on(via: Server, port: int, prefix: str) -> str:
-    return next(
-        k
-        for k in (f"{prefix}{i}" for i in range(10_000))
-        if _owner(via, key_slot(k.encode())) == port
-    )
-
-
-@pytest.fixture
-def cluster6(request: Any) -> Iterator[list[Server]]:
-    """Three masters with a replica each (node timeout 2 s)."""
-    nodes = [
-        Server(
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "2000",
-        )
-        for _ in range(6)
-    ]
-    try:
-        out = subprocess.run(
-            [
-                *_cli(),
-                "--cluster",
-                "create",
-                *[f"127.0.0.1:{n.port}" for n in nodes],
-                "--cluster-replicas",
-                "1",
-                "--cluster-yes",
-            ],
-            capture_output=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
-
-        def healthy() -> bool:
-            for n in nodes:
-                info = n.client().execute_command("CLUSTER", "INFO")
-                info = info.decode() if isinstance(info, bytes) else info
-                rows = _rows(n)
-                if "cluster_state:ok" not in info or len(rows) != 6:
-                    return False
-                if any("fail" in r[2] for r in rows) or sum("slave" in r[2] for r in rows) != 3:
-                    return False
-                repl = n.client().info("replication")
-                if repl["role"] == "master" and repl.get("connected_slaves") != 1:
-                    return False
-                if repl["role"] == "slave" and repl.get("master_link_status") != "up":
-                    return False
-            return True
-
-        poll("the cluster with its replicas", LIMIT, healthy, step=0.05)
-        yield nodes
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            for n in nodes:
-                print(f"----- log (port {n.port}) -----\n{n.log()[-3000:]}")
-    finally:
-        for n in nodes:
-            n.close()
-
-
 async def test_sessions_in_a_cluster_are_per_node_and_a_stopped_node_loses_only_its_own(
-    cluster6: list[Server],
+    cluster: list[Server],
 ) -> None:
-    nodes = cluster6
+    nodes = cluster
     masters = [n for n in nodes if n.client().info("replication")["role"] == "master"]
     a, b = masters[0], masters[1]
-    replica = _replica_of(nodes, a)
-    k0, ak0 = _key_on(b, a.port, "k"), _key_on(b, a.port, "ak")
-    k1, ak1 = _key_on(b, b.port, "k"), _key_on(b, b.port, "ak")
+    replica = replica_of(nodes, a)
+    k0, ak0 = key_on(b, a.port, "k"), key_on(b, a.port, "ak")
+    k1, ak1 = key_on(b, b.port, "k"), key_on(b, b.port, "ak")
     rc = RedisCluster(host="127.0.0.1", port=b.port)
     arc = acluster.RedisCluster(host="127.0.0.1", port=b.port)
     # A cluster client has no one server to bind to: refused, sync and asyncio.
@@ -532,7 +275,7 @@ async def test_sessions_in_a_cluster_are_per_node_and_a_stopped_node_loses_only_
         poll,
         "a's replica to be promoted",
         LIMIT,
-        lambda: _owner(b, slot) == replica.port and is_master(replica),
+        lambda: owner(b, slot) == replica.port and is_master(replica),
     )
     promoted = replica.client()
     assert promoted.hgetall(k0) == {on_a[0].owner: b"1"}, "an ordinary hold there"
@@ -554,7 +297,7 @@ async def test_sessions_in_a_cluster_are_per_node_and_a_stopped_node_loses_only_
         "a to rejoin as a replica",
         LIMIT,
         lambda: (
-            a.client().info("replication")["role"] == "slave" and _owner(a, slot) == replica.port
+            a.client().info("replication")["role"] == "slave" and owner(a, slot) == replica.port
         ),
     )
     with rl.Session(redis.Redis(port=a.port)) as back, pytest.raises(MovedError):
