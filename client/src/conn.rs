@@ -145,6 +145,28 @@ impl Sentinel {
         self.cached().map(|(client, _)| client)
     }
 
+    /// The master the Sentinels name now, asked afresh rather than taken from the cache (which
+    /// is only forgotten after an error on the shared connection, so it may still name a master
+    /// that was killed or replaced): for a session, which binds to one master for its life.
+    /// A different answer replaces the cached master. When no Sentinel answers, the cached
+    /// master (if any) is used, as every other command does then: the Sentinels being
+    /// unreachable stops no session while the master they last named serves.
+    pub(crate) async fn fresh_master(&self) -> redis::RedisResult<redis::Client> {
+        let _turn = self.resolving.lock().await;
+        let (client, con) = match self.resolve().await {
+            Ok(found) => found,
+            Err(e) => return self.current_client().ok_or(e),
+        };
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let same = current.as_ref().is_some_and(|(cached, _)| {
+            cached.get_connection_info().addr() == client.get_connection_info().addr()
+        });
+        if !same {
+            *current = Some((client.clone(), con));
+        }
+        Ok(client)
+    }
+
     /// A connection to the current master, asking the Sentinels when none is known.
     pub(crate) async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
         Ok(self.master().await?.1)
@@ -161,14 +183,17 @@ impl Sentinel {
         if let Some(current) = self.cached() {
             return Ok(current);
         }
+        let found = self.resolve().await?;
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(found.clone());
+        Ok(found)
+    }
+
+    /// Asks the Sentinels in turn for the master (the caller holds `resolving`).
+    async fn resolve(&self) -> redis::RedisResult<(redis::Client, MultiplexedConnection)> {
         let mut last_error = None;
         for sentinel in &self.sentinels {
             match self.ask(sentinel).await {
-                Ok(found) => {
-                    *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-                        Some(found.clone());
-                    return Ok(found);
-                }
+                Ok(found) => return Ok(found),
                 Err(e) => last_error = Some(e),
             }
         }

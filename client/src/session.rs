@@ -100,11 +100,13 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
-    /// Opens a session on the server of `shared` (a Sentinel group's current master).
+    /// Opens a session on the server of `shared` (the master a Sentinel group names now, asked
+    /// afresh: the client's cached one may have been replaced without its shared connection
+    /// seeing an error yet).
     pub(crate) async fn open(shared: &Arc<Shared>, options: &SessionOptions) -> Result<Self> {
         let client = match &shared.target {
             Target::Single(client) => client.clone(),
-            Target::Sentinel(sentinel) => sentinel.master().await?.0,
+            Target::Sentinel(sentinel) => sentinel.fresh_master().await?,
             Target::Cluster(_) => return Err(Error::SessionUnsupported),
         };
         let binding = Binding::open(&client, options.lock_delay, options.keepalive).await?;
