@@ -9,16 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis
-from _servers import Server, poll
+from _servers import Server, poll, session_holds
 from redis.crc import key_slot
 
 PROMPT = 3.0  # seconds within which what should happen "at once" must have happened
 LIMIT = 30.0  # the bound of a failover, a promotion, a demotion
 QUICK = 0.3  # a response timeout for refusals retried within it (MOVED)
 
-
-def holds(r: redis.Redis) -> int:
-    return int(r.info("rlock")["rlock_session_holds"])
+holds = session_holds  # the session holds a server counts (INFO rlock)
 
 
 def is_master(s: Server) -> bool:

@@ -11,14 +11,14 @@
 //! them); a new session on the same client binds to the master the Sentinels name now.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_client::{Error, LockClient, Options};
 use rlock_tests_integration::{
-    cmd, hgetall, info_field, is_master, poll, wait_link_up, Cluster, Sentinel, Server,
-    SENTINEL_MASTER,
+    cmd, hgetall, info_field, is_master, poll, session_holds, wait_link_up, Cluster, Process,
+    Sentinel, Server, SENTINEL_MASTER,
 };
 use tokio::time::{timeout, Instant};
 
@@ -28,10 +28,6 @@ const PROMPT: Duration = Duration::from_secs(2);
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 const LIMIT: Duration = Duration::from_secs(20);
 const LONG: Option<Duration> = Some(Duration::from_secs(60));
-
-fn holds(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_session_holds")
-}
 
 fn pttl(con: &mut Connection, key: &str) -> Duration {
     match cmd(con, &["PTTL", key]) {
@@ -105,7 +101,7 @@ async fn assert_closed_for_good(session: &rlock_client::Session, new_master: &mu
         assert!(matches!(result, Err(Error::SessionClosed)), "{result:?}");
     }
     assert_eq!(cmd(new_master, &["EXISTS", "fresh"]), Value::Int(0), "never reconnected");
-    assert_eq!(holds(new_master), 0, "the bindings stayed in the old master's memory");
+    assert_eq!(session_holds(new_master), 0, "the bindings stayed in the old master's memory");
 }
 
 /// A new session on `client` binds to the new master: it takes `key` once the old hold's
@@ -124,11 +120,12 @@ async fn new_session_takes_over(client: &LockClient, new_master: &Server, key: &
         hgetall(&mut con, key.as_bytes()),
         vec![(guard.owner().as_bytes().to_vec(), b"1".to_vec())]
     );
-    assert_eq!(holds(&mut con), 1, "a session hold of the new master");
+    assert_eq!(session_holds(&mut con), 1, "a session hold of the new master");
     drop(again);
     timeout(PROMPT, guard.lost()).await.expect("the dropped session's guard is lost");
     poll("the new session's hold to end", LIMIT, || {
-        (cmd(&mut con, &["EXISTS", key]) == Value::Int(0) && holds(&mut con) == 0).then_some(())
+        (cmd(&mut con, &["EXISTS", key]) == Value::Int(0) && session_holds(&mut con) == 0)
+            .then_some(())
     });
 }
 
@@ -143,7 +140,7 @@ async fn a_killed_sentinel_master_loses_the_session_at_once_and_a_new_session_bi
     let a = session.lock("a").acquire(lease).await.expect("a lock");
     let w = session.rw_lock("rw").write().acquire(None).await.expect("a write side, watchdog");
     let p = session.leased_semaphore("s").acquire(1, lease).await.expect("a permit");
-    assert_eq!(holds(&mut group.master.conn()), 3);
+    assert_eq!(session_holds(&mut group.master.conn()), 3);
     group.replicated();
     let killed = Instant::now();
     group.master.kill();
@@ -186,7 +183,7 @@ async fn a_manual_sentinel_failover_closes_the_session_and_a_new_session_binds_t
     timeout(PROMPT, all).await.expect("every guard lost, the session closed");
     assert!(demoted.elapsed() < PROMPT);
     assert_closed_for_good(&session, &mut group.replica.conn()).await;
-    assert_eq!(holds(&mut group.master.conn()), 0, "a replica binds nothing");
+    assert_eq!(session_holds(&mut group.master.conn()), 0, "a replica binds nothing");
 }
 
 /// In a cluster, a session is one connection to one node: a cluster client refuses sessions
@@ -215,8 +212,8 @@ async fn in_a_cluster_a_session_is_per_node_and_a_stopped_node_loses_only_its_ow
         "{elsewhere:?}"
     );
     assert!(!s0.is_closed(), "a refusal does not close the session");
-    assert_eq!(holds(&mut cluster.nodes[0].conn()), 1);
-    assert_eq!(holds(&mut cluster.nodes[1].conn()), 1);
+    assert_eq!(session_holds(&mut cluster.nodes[0].conn()), 1);
+    assert_eq!(session_holds(&mut cluster.nodes[1].conn()), 1);
     let offset = info_field(&mut cluster.nodes[0].conn(), "replication", "master_repl_offset");
     let mut replica = cluster.nodes[r0].conn();
     poll("node 0's replica to have the grant", LIMIT, || {
@@ -242,7 +239,7 @@ async fn in_a_cluster_a_session_is_per_node_and_a_stopped_node_loses_only_its_ow
     let again = s0.lock(&k0).try_acquire(Duration::ZERO, LONG).await;
     assert!(matches!(again, Err(Error::SessionClosed)), "{again:?}");
     assert!(c0.session().await.is_err(), "node 0 is down: no session, and none elsewhere");
-    assert_eq!(holds(&mut promoted), 0, "nothing bound on the promoted replica");
+    assert_eq!(session_holds(&mut promoted), 0, "nothing bound on the promoted replica");
 
     // Node 0 back, as a replica of the promoted one: a session opens there, binds nothing.
     cluster.nodes[0].restart_same_port();
@@ -252,22 +249,12 @@ async fn in_a_cluster_a_session_is_per_node_and_a_stopped_node_loses_only_its_ow
     let back = c0.session().await.expect("a session on the old node, now a replica");
     let refused = back.lock(&k0).try_acquire(Duration::ZERO, LONG).await;
     assert!(matches!(&refused, Err(Error::Redis(e)) if e.code() == Some("MOVED")), "{refused:?}");
-    assert_eq!(holds(&mut cluster.nodes[0].conn()), 0, "a replica binds nothing");
-    assert_eq!(holds(&mut promoted), 0);
+    assert_eq!(session_holds(&mut cluster.nodes[0].conn()), 0, "a replica binds nothing");
+    assert_eq!(session_holds(&mut promoted), 0);
     assert_eq!(hgetall(&mut promoted, k0.as_bytes()), old, "the old hold ends with its lease");
-    assert_eq!(holds(&mut cluster.nodes[1].conn()), 1, "node 1's session hold");
+    assert_eq!(session_holds(&mut cluster.nodes[1].conn()), 1, "node 1's session hold");
     drop(s1);
     timeout(PROMPT, g1.lost()).await.expect("lost with its own session");
-}
-
-/// A child process, killed (SIGKILL) if still running when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A program whose `current_thread` tokio `main` ends while a session guard (watchdog-renewed)
@@ -294,7 +281,7 @@ async fn a_program_whose_main_ends_with_a_session_guard_alive_exits_cleanly_and_
         let mut line = String::new();
         out.read_line(&mut line).expect("the child's output");
         assert_eq!(line.trim(), "HELD", "{mode}: the child took the lock");
-        assert_eq!(holds(&mut admin), 1, "{mode}: a session hold");
+        assert_eq!(session_holds(&mut admin), 1, "{mode}: a session hold");
         let waiter = other.lock(&lock);
         let waiting = tokio::spawn(async move {
             let guard = waiter.try_acquire(LIMIT, LONG).await;
@@ -318,7 +305,7 @@ async fn a_program_whose_main_ends_with_a_session_guard_alive_exits_cleanly_and_
             "{mode}: exited {:?} after main ended",
             ended.elapsed()
         );
-        assert_eq!(holds(&mut admin), 0, "{mode}");
+        assert_eq!(session_holds(&mut admin), 0, "{mode}");
         guard.release().await.expect("release");
     }
 }
@@ -334,7 +321,7 @@ async fn with_no_sentinel_answering_a_session_opens_on_the_known_master() {
     drop(group.sentinel);
     let session = client.session().await.expect("a session on the master the client knows");
     let guard = session.lock("s").try_acquire(Duration::ZERO, LONG).await.expect("session lock");
-    assert_eq!(holds(&mut group.master.conn()), 1);
+    assert_eq!(session_holds(&mut group.master.conn()), 1);
     let after = client.lock("after").try_acquire(Duration::ZERO, LONG).await;
     after.expect("the shared connection still serves").release().await.expect("release");
     guard.release().await.expect("release");
