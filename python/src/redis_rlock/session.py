@@ -250,10 +250,14 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             hold.mark_lost()
             raise SessionClosed("the session belongs to the process that forked this one")
         with self._mutex:
+            if not self._closed.is_set():
+                self._holds.add(hold)
+            # ``close()`` takes no mutex (a waiting acquire may hold it for long): it sets the
+            # flag, then marks the holds it finds lost. Asked again after the add, a close
+            # that came meanwhile, and may have missed this hold, is seen here.
             if self._closed.is_set():
                 hold.mark_lost()
                 raise SessionClosed("the session closed before its grant was recorded")
-            self._holds.add(hold)
 
     def ping(self) -> None:
         """The watcher's check of an idle connection: a close by the server, or a ping not
