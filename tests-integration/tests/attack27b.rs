@@ -1,0 +1,185 @@
+//! A hostile look at issue 27's module work after the deadlock search's cost work (the `Small`
+//! map, the caller's ACL user looked up once, `Queues::enqueue` with `Joining`): cycles larger
+//! than the map's vector, dead-end branches, request tags and owners on every way a waiter
+//! leaves, and ACL users (a key pattern, `AUTH` between two waits, a deleted user). Each test
+//! named after a defect failed on the code it was written against; the others pin down
+//! behaviour the attack found sound.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{
+    blocked_clients, cmd, deadlock_links, kill_client, poll, queue_str, run_str, wait_blocked,
+    Pending, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The `DEADLOCK` text the module gives for `links` (waiter, key, holder), cut as it cuts it:
+/// at most 1,024 bytes of links, then `; ...`.
+fn expected_text(links: &[(String, String, String)]) -> String {
+    let mut text = String::from("DEADLOCK this wait would close a cycle: ");
+    let base = text.len();
+    for (i, (w, k, h)) in links.iter().enumerate() {
+        let part = format!("{w} waits for {k} held by {h}");
+        if text.len() - base + part.len() > 1024 {
+            text.push_str("; ...");
+            break;
+        }
+        if i > 0 {
+            text.push_str("; ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+/// Lock `i` of the ring: every third one a read-write lock (its holder writes, its waiter asks
+/// to write), the others reentrant locks.
+fn ring_lock(i: usize) -> (String, bool) {
+    (format!("ring{i}"), i % 3 == 0)
+}
+
+fn hold(con: &mut Connection, (key, rw): &(String, bool), owner: &str) {
+    if *rw {
+        cmd(con, &["RWLOCK.ACQUIRE", key, owner, "WRITE", "60000"]);
+    } else {
+        cmd(con, &["RLOCK.ACQUIRE", key, owner, "60000"]);
+    }
+}
+
+fn wait_args<'a>((key, rw): &'a (String, bool), owner: &'a str, wait: &'a str) -> Vec<&'a str> {
+    if *rw {
+        vec!["RWLOCK.ACQUIRE", key, owner, "WRITE", "60000", "WAIT", wait]
+    } else {
+        vec!["RLOCK.ACQUIRE", key, owner, "60000", "WAIT", wait]
+    }
+}
+
+/// A ring of `n` owners (owner `o{i}` holds lock `i` and waits for lock `i + 1`), but for the
+/// last wait (`o{n-1}` for lock 0), which is then asked with `WAIT 100` and its reply returned.
+/// `branches`: each ring owner also waits (on other connections) for that many locks held by
+/// owners who wait for a lock held by an owner who waits nowhere: dead ends the breadth-first
+/// search walks before it reaches the end of the ring. `broken`: the ring owner that does not
+/// wait for the next lock (no cycle then).
+fn ring(n: usize, branches: usize, broken: Option<usize>) -> (Result<Value, String>, Vec<Pending>) {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut waits = Vec::new();
+    for i in 0..n {
+        hold(&mut con, &ring_lock(i), &format!("o{i}"));
+        for b in 0..branches {
+            let (x, y) = (format!("x{i}.{b}"), format!("y{i}.{b}"));
+            cmd(&mut con, &["RLOCK.ACQUIRE", &x, &format!("d{i}.{b}"), "60000"]);
+            cmd(&mut con, &["RLOCK.ACQUIRE", &y, &format!("e{i}.{b}"), "60000"]);
+            let owner = format!("o{i}");
+            waits.push(queue_str(
+                &server,
+                &mut con,
+                &["RLOCK.ACQUIRE", &x, &owner, "1", "WAIT", "0"],
+            ));
+            let d = format!("d{i}.{b}");
+            waits.push(queue_str(&server, &mut con, &["RLOCK.ACQUIRE", &y, &d, "1", "WAIT", "0"]));
+        }
+    }
+    for i in (0..n - 1).filter(|i| Some(*i) != broken) {
+        let owner = format!("o{i}");
+        waits.push(queue_str(&server, &mut con, &wait_args(&ring_lock(i + 1), &owner, "0")));
+    }
+    let last = format!("o{}", n - 1);
+    let reply = run_str(&mut con, &wait_args(&ring_lock(0), &last, "100"));
+    (reply, waits)
+}
+
+/// The links of the ring of `n` owners, from the closing wait on.
+fn ring_links(n: usize) -> Vec<(String, String, String)> {
+    let mut links = vec![(format!("o{}", n - 1), ring_lock(0).0, "o0".to_owned())];
+    for i in 0..n - 1 {
+        links.push((format!("o{i}"), ring_lock(i + 1).0, format!("o{}", i + 1)));
+    }
+    links
+}
+
+#[test]
+fn rings_of_20_and_40_owners_are_refused_naming_exactly_the_ring() {
+    for n in [20, 40] {
+        let (reply, _waits) = ring(n, 0, None);
+        let e = reply.expect_err("the closing wait is refused");
+        assert_eq!(e, expected_text(&ring_links(n)), "{n} owners");
+        if n == 20 {
+            assert_eq!(deadlock_links(&e).map(|l| l.len()), Some(20), "{e}");
+        }
+    }
+}
+
+#[test]
+fn a_ring_with_many_dead_end_branches_is_refused_exactly_and_a_broken_one_waits() {
+    // 20 ring owners each waiting in 3 queues, 40 branch owners waiting, 40 dead ends: more
+    // than 16 owners and locks reached before the ring closes (the search's map is hashed).
+    let (reply, _waits) = ring(20, 2, None);
+    assert_eq!(reply.expect_err("refused"), expected_text(&ring_links(20)));
+    for broken in [0, 9, 18] {
+        let (reply, _waits) = ring(20, 2, Some(broken));
+        assert!(matches!(reply, Ok(Value::Int(_))), "no cycle without o{broken}'s wait: {reply:?}");
+    }
+}
+
+fn strs(a: &[String; 8]) -> Vec<&str> {
+    a.iter().map(String::as_str).collect()
+}
+
+/// The request id `id` may wait on `key` again: nothing of an earlier waiter's tag is left.
+fn tag_is_free(server: &Server, con: &mut Connection, key: &str, id: &str) {
+    let args = ["RLOCK.ACQUIRE", key, "w", "60000", "WAIT", "0", "REQUEST", id];
+    let again = queue_str(server, con, &args);
+    let waiters = run_str(con, &["RLOCK.WAITERS", key]).expect("WAITERS");
+    assert!(format!("{waiters:?}").contains(id), "{waiters:?}");
+    assert_eq!(run_str(con, &["RLOCK.CANCEL", key, id]), Ok(Value::Int(1)), "cancel by id");
+    assert!(matches!(again.reply(LIMIT).0, Ok(Value::Int(_))), "answered as a timeout");
+}
+
+#[test]
+fn a_request_tag_is_freed_on_every_way_its_waiter_leaves() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let acquire = |key: &str, id: &str, wait: &str| {
+        ["RLOCK.ACQUIRE", key, "w", "60000", "WAIT", wait, "REQUEST", id].map(str::to_owned)
+    };
+    // Timeout, CLIENT UNBLOCK, CLIENT KILL, a duplicate refused: the tag goes with the waiter.
+    for (n, how) in ["timeout", "unblock", "kill"].into_iter().enumerate() {
+        let (key, id) = (format!("t{n}"), format!("id-{how}"));
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "h", "60000"]);
+        let wait = if how == "timeout" { "200" } else { "0" };
+        let w = queue_str(&server, &mut con, &strs(&acquire(&key, &id, wait)));
+        let dup = run_str(&mut con, &strs(&acquire(&key, &id, "0"))).expect_err("duplicate");
+        assert!(dup.contains("already waiting"), "{dup}");
+        match how {
+            "unblock" => cmd(&mut con, &["CLIENT", "UNBLOCK", &w.client_id().to_string()]),
+            "kill" => {
+                kill_client(&mut con, w.client_id());
+                Value::Nil
+            }
+            _ => Value::Nil,
+        };
+        drop(w.reply(LIMIT));
+        poll("the waiter left", LIMIT, || (blocked_clients(&mut con) == 0).then_some(()));
+        tag_is_free(&server, &mut con, &key, &id);
+    }
+    // A grant (the holder's release, a FLUSHDB, a SWAPDB that frees the lock): the tag goes.
+    for (n, how) in ["release", "flushdb", "swapdb"].into_iter().enumerate() {
+        let (key, id) = (format!("g{n}"), format!("id-{how}"));
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "h", "60000"]);
+        let w = queue_str(&server, &mut con, &strs(&acquire(&key, &id, "0")));
+        match how {
+            "release" => cmd(&mut con, &["RLOCK.RELEASE", &key, "h"]),
+            "flushdb" => cmd(&mut con, &["FLUSHDB"]),
+            _ => cmd(&mut con, &["SWAPDB", "0", "1"]),
+        };
+        assert_eq!(w.reply(LIMIT).0, Ok(Value::Nil), "{how}: granted");
+        // Its grant taken away: the same request may wait again (its tag left with it).
+        cmd(&mut con, &["RLOCK.FORCERELEASE", &key]);
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "h", "60000"]);
+        tag_is_free(&server, &mut con, &key, &id);
+    }
+    wait_blocked(&mut con, 0);
+}
