@@ -183,3 +183,71 @@ fn a_request_tag_is_freed_on_every_way_its_waiter_leaves() {
     }
     wait_blocked(&mut con, 0);
 }
+
+/// A connection of `server` authenticated as `user` (made `nopass`).
+fn conn_as(server: &Server, user: &str) -> Connection {
+    let mut con = server.conn();
+    con.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    cmd(&mut con, &["AUTH", user, "any"]);
+    con
+}
+
+#[test]
+fn a_wait_after_auth_to_another_user_is_granted_as_that_user() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    for user in ["u1", "u2"] {
+        cmd(&mut admin, &["ACL", "SETUSER", user, "on", "nopass", "+@all", "~*", "&*"]);
+    }
+    cmd(&mut admin, &["RWLOCK.ACQUIRE", "rw", "W", "WRITE", "60000"]);
+    // One connection: a wait as u1 (it times out), AUTH u2, a wait as u2 (it stays queued).
+    let mut con = conn_as(&server, "u1");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let read = ["RWLOCK.ACQUIRE", "rw", "A", "READ", "60000", "WAIT"];
+        let first = run_str(&mut con, &[&read[..], &["30"]].concat());
+        tx.send(first).expect("send");
+        cmd(&mut con, &["AUTH", "u2", "any"]);
+        run_str(&mut con, &[&read[..], &["0"]].concat())
+    });
+    assert!(matches!(rx.recv_timeout(LIMIT).expect("first"), Ok(Value::Int(_))));
+    wait_blocked(&mut admin, 1);
+    // u2 may no longer write the read hold key its grant writes; u1 still may.
+    cmd(&mut admin, &["ACL", "SETUSER", "u2", "resetkeys", "~rw"]);
+    cmd(&mut admin, &["RWLOCK.RELEASE", "rw", "W", "WRITE"]);
+    let reply = waiter.join().expect("waiter");
+    let e = reply.expect_err("checked as u2, the user it waited as");
+    assert!(e.starts_with("NOPERM"), "{e}");
+    let fields: Vec<String> = redis::cmd("HKEYS").arg("rw").query(&mut admin).expect("HKEYS");
+    assert!(fields.is_empty(), "nothing granted to A: {fields:?}");
+}
+
+#[test]
+fn a_waiter_whose_user_is_deleted_leaves_and_the_next_one_is_served() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["ACL", "SETUSER", "u", "on", "nopass", "+@all", "~*", "&*"]);
+    cmd(&mut admin, &["RLOCK.ACQUIRE", "k", "H", "60000"]);
+    let mut u = conn_as(&server, "u");
+    let u_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut u).expect("id");
+    let u_wait = std::thread::spawn(move || {
+        run_str(&mut u, &["RLOCK.ACQUIRE", "k", "U", "60000", "WAIT", "0", "REQUEST", "ru"])
+    });
+    wait_blocked(&mut admin, 1);
+    let next = queue_str(&server, &mut admin, &["RLOCK.ACQUIRE", "k", "V", "60000", "WAIT", "0"]);
+    cmd(&mut admin, &["ACL", "DELUSER", "u"]);
+    assert!(u_wait.join().expect("u").is_err(), "u's connection is closed");
+    poll("u's waiter left", LIMIT, || (blocked_clients(&mut admin) == 1).then_some(()));
+    let list = format!("{:?}", run_str(&mut admin, &["RLOCK.WAITERS", "k"]));
+    assert!(!list.contains("\"U\"") && !list.contains("ru"), "{list}");
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).expect("LIST");
+    assert!(!clients.contains(&format!("id={u_id} ")), "{clients}");
+    cmd(&mut admin, &["RLOCK.RELEASE", "k", "H"]);
+    assert_eq!(next.reply(LIMIT).0, Ok(Value::Nil), "the next waiter is served");
+    let fields: Vec<String> = redis::cmd("HKEYS").arg("k").query(&mut admin).expect("HKEYS");
+    assert_eq!(fields, ["V"]);
+    // The same request id may wait again (its tag left with the deleted user's waiter).
+    cmd(&mut admin, &["RLOCK.FORCERELEASE", "k"]);
+    cmd(&mut admin, &["RLOCK.ACQUIRE", "k", "H", "60000"]);
+    tag_is_free(&server, &mut admin, "k", "ru");
+}
