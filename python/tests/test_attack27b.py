@@ -113,3 +113,26 @@ def test_a_session_closed_by_another_thread_while_a_grant_is_recorded_loses_that
     poll("the server ends the closed session's hold", PROMPT, lambda: r.exists("raced") == 0)
     if got:
         assert lk.hold is not None and lk.hold.is_lost(), "a hold the server ended says held"
+
+
+def test_every_hold_of_a_session_is_lost_by_the_time_closed_is_set(r: redis.Redis) -> None:
+    """``closed`` is documented as set once the session is closed, with every hold taken
+    through it lost: a thread woken by ``closed.wait()`` (the server killed the connection,
+    the watcher closed the session) must never find one of them still saying held."""
+    for round_ in range(40):
+        s = rl.Session(r)
+        locks = [s.lock(f"a{round_}", lease=60), s.lock(f"b{round_}", lease=60)]
+        assert all(lk.acquire(blocking=False) for lk in locks)
+        holds = [lk.hold for lk in locks]
+        seen: list[bool] = []
+
+        def watch(s: rl.Session = s, holds: list[Any] = holds, seen: list[bool] = seen) -> None:
+            s.closed.wait(PROMPT)
+            seen.extend(h.is_lost() for h in holds)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        r.client_kill_filter(_id=s.client_id)
+        watcher.join(PROMPT)
+        assert seen == [True, True], f"round {round_}: closed is set, a hold says held"
+        s.close()
