@@ -37,7 +37,7 @@ fn expected_text(links: &[(String, String, String)]) -> String {
 /// Lock `i` of the ring: every third one a read-write lock (its holder writes, its waiter asks
 /// to write), the others reentrant locks.
 fn ring_lock(i: usize) -> (String, bool) {
-    (format!("ring{i}"), i % 3 == 0)
+    (format!("ring{i}"), i.is_multiple_of(3))
 }
 
 fn hold(con: &mut Connection, (key, rw): &(String, bool), owner: &str) {
