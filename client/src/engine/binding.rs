@@ -16,7 +16,7 @@
 //!   at once, and every later acquire fails with [`Error::SessionClosed`]: a binding is never
 //!   re-made silently (a new connection would be a new session).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -44,6 +44,9 @@ pub(crate) struct Binding {
     lock_delay_ms: u64,
     /// The server's id of the connection (`CLIENT ID`), if the user may ask.
     client_id: Option<i64>,
+    /// Set (under `holds`) as the close begins: no hold is adopted after it.
+    closing: AtomicBool,
+    /// Sent once the close is done, every hold marked lost ([`Binding::closed`]).
     closed: watch::Sender<bool>,
     holds: Mutex<Vec<WeakHold>>,
     /// Session commands whose reply has not come yet, and how many ever started.
@@ -120,6 +123,7 @@ impl Binding {
             conn: Mutex::new(Some(conn)),
             lock_delay_ms: u64::try_from(lock_delay.as_millis()).unwrap_or(u64::MAX),
             client_id,
+            closing: AtomicBool::new(false),
             closed: watch::channel(false).0,
             holds: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
@@ -142,7 +146,7 @@ impl Binding {
         // driver, the socket and so the server's holds alive until the server answers.
         let tasks = [driver_abort, watcher.abort_handle(), pinger.abort_handle()];
         lock(&binding.tasks).extend(tasks);
-        if binding.is_closed() {
+        if binding.closing.load(Ordering::SeqCst) {
             // Closed before the tasks were recorded: stop them now.
             lock(&binding.tasks).drain(..).for_each(|t| t.abort());
         }
@@ -175,7 +179,7 @@ impl Binding {
     /// when it closed already (the caller then gives the grant back).
     pub(crate) fn adopt(&self, hold: &Hold) -> bool {
         let mut holds = lock(&self.holds);
-        if self.is_closed() {
+        if self.closing.load(Ordering::SeqCst) {
             return false;
         }
         // Forget holds that ended: the list stays within twice the holds alive.
@@ -198,17 +202,22 @@ impl Binding {
     }
 
     /// Closes the session (once): closes its connection, marks every hold granted through it
-    /// lost, and refuses further acquires. Needs no runtime.
+    /// lost, and refuses further acquires; only then is it [`Self::is_closed`] (whoever
+    /// [`Self::closed`] wakes finds every hold lost). Needs no runtime.
     pub(crate) fn close(&self) {
-        if self.closed.send_replace(true) {
-            return;
-        }
+        let holds = {
+            let mut holds = lock(&self.holds);
+            if self.closing.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            std::mem::take(&mut *holds)
+        };
         drop(lock(&self.conn).take());
         lock(&self.tasks).drain(..).for_each(|t| t.abort());
-        let holds = std::mem::take(&mut *lock(&self.holds));
         for hold in holds.iter().filter_map(WeakHold::upgrade_live) {
             hold.lose();
         }
+        self.closed.send_replace(true);
     }
 }
 

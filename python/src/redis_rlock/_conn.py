@@ -101,12 +101,14 @@ def clone_kwargs(
     package retries itself, with its request ids, within each call's deadline). asyncio
     connections get no socket read timeout (``read_timeout=False``): the engine bounds each
     read itself (redis.asyncio answers a read timeout with a None reply, which would read as a
-    grant)."""
+    grant). A Unix-socket connection gets no TCP keepalive."""
     out = {k: v for k, v in kwargs.items() if k not in _DROP}
     out.update(
         socket_timeout=response_timeout if read_timeout else None,
         socket_connect_timeout=response_timeout,
-        socket_keepalive=True,
         decode_responses=False,
     )
+    if "path" not in kwargs:
+        # TCP only: a Unix-socket connection (``path``) takes no keepalive argument
+        out["socket_keepalive"] = True
     return out

@@ -111,7 +111,8 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         # another caller while the watcher still reads or writes on it.
         self._conn: Any = self._pool.connection_class(**self._pool.connection_kwargs)
         self._mutex = threading.Lock()
-        self._closed = threading.Event()
+        self._closed = threading.Event()  # closing: no command, no new hold from now on
+        self._ended = threading.Event()  # closed, every hold lost (``closed``)
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         self._pending = 0  # replies of interrupted commands, read before the next command
         self._fork = ForkGuard()  # a forked child never uses the parent's socket
@@ -133,7 +134,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         """Event-like close signal: ``is_set()``, ``wait(timeout)``. Closed in a forked
         child: the session's connection is its parent's."""
         self._forked()
-        return ClosedSignal(self._closed)
+        return ClosedSignal(self._ended)
 
     def _forked(self) -> bool:
         """In a process forked from the session's (its socket is the parent's, its watcher
@@ -142,8 +143,9 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         if not self._fork.forked():
             return False
         self._mutex = threading.Lock()
-        self._closed = threading.Event()
+        self._closed, self._ended = threading.Event(), threading.Event()
         self._closed.set()
+        self._ended.set()
         # Its holds are the parent's: the child's copies of them act on nothing (their pid).
         self._holds = weakref.WeakSet()
         return True
@@ -166,6 +168,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             log.debug("redis_rlock: session disconnect: %s", e)
         for hold in list(self._holds):
             hold.mark_lost()
+        self._ended.set()  # only now: whoever ``closed`` wakes finds every hold lost
 
     def __enter__(self) -> Session:
         return self
@@ -250,10 +253,14 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             hold.mark_lost()
             raise SessionClosed("the session belongs to the process that forked this one")
         with self._mutex:
+            if not self._closed.is_set():
+                self._holds.add(hold)
+            # ``close()`` takes no mutex (a waiting acquire may hold it for long): it sets the
+            # flag, then marks the holds it finds lost. Asked again after the add, a close
+            # that came meanwhile, and may have missed this hold, is seen here.
             if self._closed.is_set():
                 hold.mark_lost()
                 raise SessionClosed("the session closed before its grant was recorded")
-            self._holds.add(hold)
 
     def ping(self) -> None:
         """The watcher's check of an idle connection: a close by the server, or a ping not
