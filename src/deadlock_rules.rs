@@ -29,6 +29,10 @@ use crate::names::{MODE_FIELD, WRITE_SUFFIX};
 /// The most steps one search takes (see the module's docs): a few µs of the server's time.
 pub const MAX_STEPS: usize = 1_000;
 
+/// The most bytes of lock hash fields and values one search copies: past it, no deadlock is
+/// claimed (as past [`MAX_STEPS`]).
+pub const MAX_BYTES: usize = 1 << 20;
+
 /// The longest text of a reported cycle (bytes, before `; ...`): an error reply stays short.
 pub const MAX_TEXT: usize = 1_024;
 

@@ -41,6 +41,8 @@ struct Live<'a> {
     user: Option<&'a [u8]>,
     /// The caller's ACL user, looked up at the first other key (most searches read none).
     checker: Option<KeyChecker>,
+    /// The bytes of fields and values the search may still copy out of lock hashes.
+    bytes: usize,
 }
 
 impl Live<'_> {
@@ -89,7 +91,11 @@ impl Graph for Live<'_> {
             return Holders::Nobody;
         }
         *steps -= fields + 1;
-        let fields = key.hash_fields();
+        let Some(fields) = fields_within(key, &mut self.bytes) else {
+            // Past the byte budget: no claim either way (the search ends).
+            *steps = 0;
+            return Holders::Nobody;
+        };
         if !fields.iter().any(|(f, _)| f == names::MODE_FIELD) {
             return Holders::Lock(fields.into_iter().map(|(owner, _)| owner).collect());
         }
@@ -120,6 +126,29 @@ impl Graph for Live<'_> {
         }
         false
     }
+}
+
+/// The fields of the hash `key` with their values, sorted, a field a scan returns twice kept
+/// once, while their bytes fit `budget` (taken off it); `None` when they do not (a foreign
+/// writer's huge fields are never copied whole).
+fn fields_within(key: &Key, budget: &mut usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut fields = Vec::new();
+    let mut over = false;
+    key.for_each_field(&mut |field, value| {
+        let size = field.len().saturating_add(value.len());
+        if over || size > *budget {
+            over = true;
+            return;
+        }
+        *budget -= size;
+        fields.push((field.to_vec(), value.to_vec()));
+    });
+    if over {
+        return None;
+    }
+    fields.sort();
+    fields.dedup_by(|a, b| a.0 == b.0);
+    Some(fields)
 }
 
 /// Refuses (`DEADLOCK ...`) the wait of `request` for the lock `name` (the context's database)
@@ -157,7 +186,8 @@ pub fn refuse_cycle(
     if !holder_waits(db, start_key, &request.owner) {
         return Ok(());
     }
-    let mut graph = Live { ctx, db, start: name, start_key, user, checker: None };
+    let bytes = deadlock_rules::MAX_BYTES;
+    let mut graph = Live { ctx, db, start: name, start_key, user, checker: None, bytes };
     match deadlock_rules::find_cycle(&mut graph, &request.owner, name.as_slice(), wants) {
         Found::Cycle(cycle) => Err(Refusal::Deadlock(deadlock_rules::describe(&cycle))),
         Found::NoCycle | Found::OverBudget => Ok(()),

@@ -223,6 +223,33 @@ fn a_cycle_past_the_search_budget_is_not_claimed() {
     assert!(cycle_through_readers(1_100).is_ok(), "past the budget: no claim, the wait is queued");
 }
 
+/// A two-lock cycle whose second lock's hash also carries a foreign writer's field of `extra`
+/// bytes: `Err` with the refusal, `Ok` when B's wait was queued (and timed out) instead.
+fn cycle_through_a_big_field(extra: usize) -> Result<(), String> {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k1", "A", "60000"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k2", "B", "60000"]);
+    let () =
+        redis::cmd("HSET").arg("k2").arg(vec![b'f'; extra]).arg(1).query(&mut con).expect("HSET");
+    let _a = queue_str(&server, &mut con, &["RLOCK.ACQUIRE", "k2", "A", "60000", "WAIT", "0"]);
+    match run_str(&mut con, &["RLOCK.ACQUIRE", "k1", "B", "60000", "WAIT", "100"]) {
+        Err(e) => Err(e),
+        Ok(Value::Int(_)) => Ok(()),
+        Ok(other) => panic!("{other:?}"),
+    }
+}
+
+/// The search copies at most 1 MiB of lock hash fields: a foreign writer's huge field does not
+/// make every enqueue that reaches its lock copy it (past the budget: no claim, as past the
+/// step budget).
+#[test]
+fn a_cycle_through_a_hash_past_the_byte_budget_is_not_claimed() {
+    let e = cycle_through_a_big_field(1_000).expect_err("a small field: refused");
+    assert!(e.starts_with("DEADLOCK"), "{e}");
+    assert!(cycle_through_a_big_field(2 << 20).is_ok(), "past the byte budget: no claim");
+}
+
 #[test]
 fn a_cycle_through_a_key_the_user_may_not_read_is_not_named() {
     let server = Server::start();
