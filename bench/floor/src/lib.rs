@@ -171,7 +171,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         // SAFETY: a live load-time context; `replication_event` has the callback signature
         // Redis expects and ignores the event data.
         let status = unsafe {
-            subscribe(ctx.get_raw(), raw::RedisModuleEvent { id, dataver: 1 }, Some(replication_event))
+            subscribe(
+                ctx.get_raw(),
+                raw::RedisModuleEvent { id, dataver: 1 },
+                Some(replication_event),
+            )
         };
         if status != raw::REDISMODULE_OK as i32 {
             ctx.log_warning("floor: cannot subscribe to the replication events");

@@ -228,7 +228,8 @@ fn hash_payload(field: &[u8], value: &[u8]) -> Vec<u8> {
     }
     p.push(0xFF);
     p.extend_from_slice(&10u16.to_le_bytes());
-    let crc = p.iter().fold(0u64, |crc, &b| CRC[((crc ^ u64::from(b)) & 0xFF) as usize] ^ (crc >> 8));
+    let crc =
+        p.iter().fold(0u64, |crc, &b| CRC[((crc ^ u64::from(b)) & 0xFF) as usize] ^ (crc >> 8));
     p.extend_from_slice(&crc.to_le_bytes());
     p
 }
