@@ -25,7 +25,7 @@ impl Key {
         unsafe { kind(self.0) }
     }
 
-    fn is_empty(&self) -> bool {
+    fn is_missing(&self) -> bool {
         self.kind() == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
     }
 
@@ -44,7 +44,7 @@ impl Key {
     }
 
     /// Fields of a hash (0 for an empty key).
-    fn len(&self) -> usize {
+    fn fields(&self) -> usize {
         let len = api!(RedisModule_ValueLength);
         // SAFETY: an open key (ValueLength accepts an empty one).
         unsafe { len(self.0) }
@@ -112,7 +112,7 @@ pub fn hset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::Str("ERR field and value must be at most 63 bytes each"));
     }
     let key = Key::open(ctx, name);
-    if !key.is_empty() && !key.is_hash() {
+    if !key.is_missing() && !key.is_hash() {
         return Err(WRONGTYPE);
     }
     let now = api!(RedisModule_Milliseconds);
@@ -120,7 +120,7 @@ pub fn hset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let at = unsafe { now() } + ttl;
     key.hash_set(field, Some(value));
     key.set_expire_at(at);
-    let one_field = key.len() == 1;
+    let one_field = key.fields() == 1;
     drop(key);
     notify(ctx, raw::REDISMODULE_NOTIFY_HASH, c"hset", name);
     notify(ctx, raw::REDISMODULE_NOTIFY_GENERIC, c"expire", name);
@@ -157,7 +157,7 @@ pub fn hdel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         _ => return Err(RedisError::WrongArity),
     };
     let key = Key::open(ctx, name);
-    if key.is_empty() {
+    if key.is_missing() {
         return Ok(RedisValue::Integer(0));
     }
     if !key.is_hash() {
@@ -166,8 +166,8 @@ pub fn hdel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if key.hash_set(field, None) == 0 {
         return Ok(RedisValue::Integer(0));
     }
-    let gone = key.is_empty() || key.len() == 0;
-    if gone && !key.is_empty() {
+    let gone = key.is_missing() || key.fields() == 0;
+    if gone && !key.is_missing() {
         key.delete();
     }
     drop(key);
