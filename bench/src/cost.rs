@@ -1,6 +1,7 @@
 //! Section 1, server cost per command: `usec_per_call` from INFO commandstats and pipelined throughput
 //! (50 clients, pipeline 16) for rlock, the same logic in Lua (EVALSHA), and the floor
-//! (`SET NX PX` / `PEXPIRE` / `DEL`).
+//! (`SET NX PX` / `PEXPIRE` / `DEL`), and the floor module's same write (`floor.rs`: the
+//! module-API work of the path, no lock logic).
 
 use redis::Cmd;
 use rlock_tests_integration::command as cmd;
@@ -34,24 +35,27 @@ where
     Measure { usec: util::usec_per_call(&mut con, stat).await, ops_per_sec }
 }
 
-/// The three columns of one operation: rlock, Lua, floor.
+/// The columns of one operation: rlock, Lua, floor, and the floor module's same write (none
+/// for renew).
 struct Trio {
     rlock: Measure,
     lua: Measure,
     floor: Measure,
+    module: Option<Measure>,
 }
 
-/// The fresh-key acquire of each contender: rlock, Lua, `SET NX PX`.
+/// The fresh-key acquire of each contender: rlock, Lua, `SET NX PX`, the floor module's write.
 fn fresh_acquire(which: usize, scripts: &Scripts) -> impl Fn(u64) -> Cmd + Send + Sync + 'static {
     let sha = scripts.acquire.clone();
     move |i| match which {
         0 => cmd(&["RLOCK.ACQUIRE", &format!("l:{i}"), OWNER, "60000"]),
         1 => cmd(&["EVALSHA", &sha, "1", &format!("e:{i}"), "60000", OWNER]),
-        _ => cmd(&["SET", &format!("s:{i}"), OWNER, "NX", "PX", "60000"]),
+        2 => cmd(&["SET", &format!("s:{i}"), OWNER, "NX", "PX", "60000"]),
+        _ => cmd(&["FLOOR.HSET", &format!("f:{i}"), OWNER, "1", "60000"]),
     }
 }
 
-const FRESH_STATS: [&str; 3] = ["rlock.acquire", "evalsha", "set"];
+const FRESH_STATS: [&str; 4] = ["rlock.acquire", "evalsha", "set", "floor.hset"];
 const ROUNDS: usize = 3;
 
 /// Fresh-key acquires, fairly: after a warm-up fill (so no contender pays for memory the
@@ -62,13 +66,13 @@ async fn fresh_acquires(
     con: &mut redis::aio::MultiplexedConnection,
     scripts: &Scripts,
     n: u64,
-) -> [Measure; 3] {
+) -> [Measure; 4] {
     util::call(con, &["FLUSHALL"]).await;
     util::drive(server, CLIENTS, PIPELINE, n, fresh_acquire(0, scripts)).await;
-    let mut rounds: [Vec<Measure>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut rounds: [Vec<Measure>; 4] = Default::default();
     for round in 0..ROUNDS {
-        for k in 0..3 {
-            let which = (round + k) % 3;
+        for k in 0..4 {
+            let which = (round + k) % 4;
             util::call(con, &["FLUSHALL"]).await;
             rounds[which]
                 .push(measure(server, n, FRESH_STATS[which], fresh_acquire(which, scripts)).await);
@@ -83,7 +87,8 @@ async fn fresh_acquires(
 async fn run_on(server: &rlock_tests_integration::Server, n: u64) -> [Trio; 4] {
     let mut con = util::conn(server).await;
     let scripts = Scripts::load(&mut con).await;
-    let [acquire, lua_acquire, set] = fresh_acquires(server, &mut con, &scripts, n).await;
+    let [acquire, lua_acquire, set, floor_set] =
+        fresh_acquires(server, &mut con, &scripts, n).await;
 
     // Renew and release-to-zero on n held locks of each kind, set up unmeasured.
     util::call(&mut con, &["FLUSHALL"]).await;
@@ -129,11 +134,24 @@ async fn run_on(server: &rlock_tests_integration::Server, n: u64) -> [Trio; 4] {
     let set_again =
         measure(server, n, "set", |_| cmd(&["SET", "held", OWNER, "XX", "PX", "60000"])).await;
 
+    // The floor module: the held key rewritten (re-entry), then n deletes with the publish.
+    util::call(&mut con, &["FLUSHALL"]).await;
+    util::drive(server, CLIENTS, PIPELINE, n, fresh_acquire(3, &scripts)).await;
+    let floor_del = measure(server, n, "floor.hdel", |i| {
+        let key = format!("f:{i}");
+        cmd(&["FLOOR.HDEL", &key, OWNER, &channel(&key), "0"])
+    })
+    .await;
+    util::call(&mut con, &["FLOOR.HSET", "held", OWNER, "1", "60000"]).await;
+    let floor_again =
+        measure(server, n, "floor.hset", |_| cmd(&["FLOOR.HSET", "held", OWNER, "1", "60000"]))
+            .await;
+
     [
-        Trio { rlock: acquire, lua: lua_acquire, floor: set },
-        Trio { rlock: reenter, lua: lua_reenter, floor: set_again },
-        Trio { rlock: release, lua: lua_release, floor: del },
-        Trio { rlock: renew, lua: lua_renew, floor: pexpire },
+        Trio { rlock: acquire, lua: lua_acquire, floor: set, module: Some(floor_set) },
+        Trio { rlock: reenter, lua: lua_reenter, floor: set_again, module: Some(floor_again) },
+        Trio { rlock: release, lua: lua_release, floor: del, module: Some(floor_del) },
+        Trio { rlock: renew, lua: lua_renew, floor: pexpire, module: None },
     ]
 }
 
@@ -145,6 +163,7 @@ const NAMES: [(&str, &str); 4] = [
 ];
 
 fn row(name: &str, floor: &str, t: &Trio) -> Vec<String> {
+    let module = t.module.as_ref().map_or(f64::NAN, |m| m.usec);
     vec![
         name.to_owned(),
         num(t.rlock.usec),
@@ -153,6 +172,8 @@ fn row(name: &str, floor: &str, t: &Trio) -> Vec<String> {
         num(t.floor.usec),
         ratio(t.rlock.usec, t.lua.usec),
         ratio(t.rlock.usec, t.floor.usec),
+        num(module),
+        ratio(t.rlock.usec, module),
         num(t.rlock.ops_per_sec),
         num(t.lua.ops_per_sec),
         num(t.floor.ops_per_sec),
@@ -168,7 +189,12 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
          keys are new for every command; the fresh-key acquires run after a warm-up fill, three \
          rounds in rotating order on an emptied keyspace, and the median round is shown. The second block repeats acquire with AOF on \
          (`appendfsync no`), where rlock replicates its effects (`HSET` + `PEXPIREAT`) and \
-         Redis rewrites `SET ... PX` as `SET ... PXAT`.",
+         Redis rewrites `SET ... PX` as `SET ... PXAT`. The floor module (`bench/floor`, \
+         loaded beside rlock) does only the module-API work of each path: `FLOOR.HSET` opens \
+         the key, sets one field and an absolute expiry, notifies and replicates one \
+         `RESTORE ... REPLACE ABSTTL` (as rlock does when anything may be propagated); \
+         `FLOOR.HDEL` deletes the field (and the key), replicates `DEL` and publishes the \
+         unlock message; no owner check, no ACL check of the channel, no waiters.",
         &[
             "operation",
             "rlock µs",
@@ -177,13 +203,18 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
             "floor µs",
             "rlock/Lua",
             "rlock/floor",
+            "floor module µs",
+            "rlock/floor module",
             "rlock ops/s",
             "Lua ops/s",
             "floor ops/s",
         ],
     );
     let n = sizes.ops;
-    let server = util::server();
+    let server = crate::floor::with_floor(
+        rlock_tests_integration::Server::builder().config("appendonly", "no"),
+    )
+    .start();
     let results = run_on(&server, n).await;
     drop(server);
     for ((name, floor), t) in NAMES.iter().zip(&results) {
@@ -200,10 +231,12 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
         ),
     ];
 
-    let aof = rlock_tests_integration::Server::builder()
-        .config("appendonly", "yes")
-        .config("appendfsync", "no")
-        .start();
+    let aof = crate::floor::with_floor(
+        rlock_tests_integration::Server::builder()
+            .config("appendonly", "yes")
+            .config("appendfsync", "no"),
+    )
+    .start();
     let with_aof = run_on(&aof, n / 2).await;
     for ((name, floor), t) in NAMES.iter().zip(&with_aof) {
         section.row(row(&format!("{name}, AOF on"), floor, t));
@@ -231,5 +264,15 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
             2.0,
         ),
     ]);
+    for (what, t) in
+        [("acquire", acquire), ("re-entrant acquire", reenter), ("release-to-zero", release)]
+    {
+        let module = t.module.as_ref().map_or(f64::NAN, |m| m.usec);
+        targets.push(Target::at_most(
+            &format!("{what} µs / floor module's write µs, AOF on"),
+            t.rlock.usec / module,
+            1.2,
+        ));
+    }
     (section, targets)
 }

@@ -281,6 +281,9 @@ pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {
         targets = queue_length_rows(sizes, &mut section).await;
     }
     targets.extend(crate::deadlock::rows(sizes, &mut section).await);
+    if !crate::deadlock::only() {
+        targets.extend(crate::floor::queue_rows(sizes, &mut section).await);
+    }
     (section, targets)
 }
 

@@ -17,6 +17,7 @@ mod contention;
 mod cost;
 mod deadlock;
 mod expiry;
+mod floor;
 mod herd;
 mod per_server;
 mod report;

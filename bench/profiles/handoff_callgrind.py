@@ -1,0 +1,96 @@
+"""The hand-off profile of BENCHMARKS.md ("Hand-off against the floor module"): redis-server
+under callgrind with rlock (MODULE) and the floor module (FLOOR) loaded; N (default 200)
+clients queue behind one holder, then the main connection hands the lock (or the turn) down the
+whole queue, one call per hand-off:
+  rlock:     RLOCK.ACQUIRE L w<j> ... WAIT 0, then RLOCK.RELEASE L <holder> N times
+  floor:     FLOOR.BLOCK F 0, then FLOOR.UNBLOCK F N times (RedisModule_UnblockClient)
+  floorkeys: FLOOR.BLOCKK F 0 on an existing key, then FLOOR.SIGNAL F N times
+Read the result with `callgrind_annotate --inclusive=yes OUTFILE`, e.g. the handlers
+`rlock::commands::release`, `rlock_floor::wait::unblock`, and the server's
+`moduleHandleBlockedClients` (the woken clients' replies) and `call`.
+
+usage: handoff_callgrind.py MODULE FLOOR rlock|floor|floorkeys OUTFILE"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+module, floor, mode, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+N = int(os.environ.get("N", "200"))
+d = tempfile.mkdtemp()
+port = 30000 + os.getpid() % 20000
+args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"]
+args += ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", d]
+args += ["--loadmodule", module, "--loadmodule", floor]
+srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def cmd(*a):
+    b = f"*{len(a)}\r\n".encode()
+    for x in a:
+        x = str(x).encode()
+        b += f"${len(x)}\r\n".encode() + x + b"\r\n"
+    return b
+
+
+def conn():
+    for _ in range(600):
+        try:
+            return socket.create_connection(("127.0.0.1", port))
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("no server")
+
+
+c = conn()
+
+
+def call(*a):
+    c.sendall(cmd(*a))
+    return c.recv(65536)
+
+
+for _ in range(100):
+    if call("PING").startswith(b"+PONG"):
+        break
+    time.sleep(0.1)
+socks = []
+
+
+def park(*a):
+    s = conn()
+    s.sendall(cmd(*a))
+    socks.append(s)
+
+
+def blocked():
+    info = call("INFO", "clients").decode()
+    return int(info.split("blocked_clients:")[1].split()[0])
+
+
+if mode == "rlock":
+    call("RLOCK.ACQUIRE", "L", "h", 10000000)
+    for j in range(N):
+        park("RLOCK.ACQUIRE", "L", f"w{j}", 10000000, "WAIT", 0)
+else:
+    call("SET", "F", "1")
+    for j in range(N):
+        park("FLOOR.BLOCK" if mode == "floor" else "FLOOR.BLOCKK", "F", 0)
+while blocked() < N:
+    time.sleep(0.1)
+holder = "h"
+for j in range(N):
+    if mode == "rlock":
+        call("RLOCK.RELEASE", "L", holder)
+        holder = f"w{j}"
+    else:
+        call("FLOOR.UNBLOCK" if mode == "floor" else "FLOOR.SIGNAL", "F")
+for s in socks:
+    s.settimeout(60)
+    s.recv(100)
+print(call("INFO", "commandstats")[:600])
+call("SHUTDOWN", "NOSAVE")
+srv.wait()
