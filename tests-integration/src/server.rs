@@ -257,7 +257,8 @@ impl Server {
             if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) {
                 let info: redis::RedisResult<String> =
                     redis::cmd("INFO").arg("persistence").query(&mut con);
-                if matches!(info, Ok(ref s) if s.contains("loading:0")) {
+                // The line itself: `async_loading:0` is there while `loading:1` too.
+                if matches!(info, Ok(ref s) if s.lines().any(|l| l.trim() == "loading:0")) {
                     return Ok(());
                 }
             }

@@ -314,7 +314,8 @@ async fn a_session_over_a_unix_socket_binds_its_holds_and_ends_them_when_dropped
         panic!("CLIENT LIST")
     };
     let line = String::from_utf8_lossy(&line).into_owned();
-    assert!(line.contains(&format!("addr={path}")), "not on the socket: {line}");
+    // `addr=<path>:0` (Redis) or `addr=[<path>:0]:0` (Valkey 9).
+    assert!(line.contains(path) && line.contains(" flags=U"), "not on the socket: {line}");
     let guard = session.lock("l").acquire(LEASE).await.expect("acquire");
     assert_eq!(session_holds(&mut admin), 1, "a session hold");
     drop(session);
