@@ -35,7 +35,8 @@ fn help_prints_the_usage_and_runs_nothing() {
         assert_eq!(out.status.code(), Some(0), "{flag}: {}", text(&out.stderr));
         let stdout = text(&out.stdout);
         assert!(stdout.contains("Usage: rlock-bench"), "{flag}: {stdout}");
-        for option in ["--only", "--out", "--write-benchmarks", "--server", "--smoke", "--waiters"] {
+        for option in ["--only", "--out", "--write-benchmarks", "--server", "--smoke", "--waiters"]
+        {
             assert!(stdout.contains(option), "{flag} does not document {option}: {stdout}");
         }
         assert!(!text(&out.stderr).contains("running"), "{flag} ran a section");
