@@ -53,6 +53,8 @@ pub struct Sizes {
     waiting: (usize, usize),
     /// Section 10: the idle interval the server's CPU is measured over.
     idle: Duration,
+    /// Section 10: rounds of the idle CPU with the waiters parked, then waiting.
+    idle_rounds: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -68,6 +70,7 @@ const FULL: Sizes = Sizes {
     deadlock_rounds: 7,
     waiting: (50_000, 5_000),
     idle: Duration::from_secs(10),
+    idle_rounds: 3,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -83,6 +86,7 @@ const SMOKE: Sizes = Sizes {
     deadlock_rounds: 1,
     waiting: (50, 5),
     idle: Duration::from_secs(1),
+    idle_rounds: 1,
 };
 
 fn output(cmd: &str, args: &[&str]) -> String {
