@@ -147,13 +147,22 @@ fn to_usize(n: u64) -> usize {
 }
 
 impl Cli {
-    /// The command line, checked; on `--help` or a bad argument this prints and exits (0 or 2).
+    /// The command line, checked; on `--help` this prints the usage (stdout) and exits with 0,
+    /// on a bad argument the error and the usage (stderr) and exits with 2.
     pub fn parse_checked() -> Self {
-        let cli = Self::parse();
-        if let Err(e) = cli.check() {
-            e.exit();
+        match Self::try_parse().and_then(|cli| cli.check().map(|()| cli)) {
+            Ok(cli) => cli,
+            Err(e) if !e.use_stderr() => e.exit(),
+            Err(e) => {
+                let text = e.render().to_string();
+                eprint!("{text}");
+                // Some of clap's errors (a missing value) leave the usage out.
+                if !text.contains("Usage:") {
+                    eprintln!("\n{}", Self::command().render_usage());
+                }
+                std::process::exit(2);
+            }
         }
-        cli
     }
 
     fn error(message: String) -> clap::Error {

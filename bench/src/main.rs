@@ -174,10 +174,15 @@ async fn run(cli: &Cli) {
         std::fs::write(path, report.targets_tsv()).expect("write the targets");
     }
     let Some(out) = cli.destination() else { return };
-    let mode = if smoke { "smoke run: tiny sizes, figures meaningless" } else { "full run" };
+    let mut mode =
+        if smoke { "smoke run: tiny sizes, figures meaningless" } else { "full run" }.to_owned();
+    if !cli.only.is_empty() {
+        let list: Vec<String> = cli.only.iter().map(u8::to_string).collect();
+        mode = format!("{mode} of `--only {}`", list.join(","));
+    }
     // Blocks other runs wrote (the per-server table, the profiles) stay, after this run's.
     let kept = kept_blocks(&std::fs::read_to_string(out).unwrap_or_default());
-    let text = format!("{}{kept}", report.markdown(&machine(), mode));
+    let text = format!("{}{kept}", report.markdown(&machine(), &mode));
     std::fs::write(out, text).expect("write the report");
     eprintln!("\nwritten to {}", out.display());
 }

@@ -110,16 +110,18 @@ async fn waiter(
     };
     let park = cmd(&["BLPOP", &format!("park:{id}"), "0"]);
     // Any error: the server is gone, the run is over.
-    while style == Style::Rlock {
-        if park.query_async::<Value>(&mut c).await.is_err() {
-            return;
-        }
-        if looping.load(Ordering::SeqCst) {
-            break;
-        }
-        let waited = wait.query_async::<Value>(&mut c).await;
-        if waited.is_err() || give_back.query_async::<Value>(&mut c).await.is_err() {
-            return;
+    if style == Style::Rlock {
+        loop {
+            if park.query_async::<Value>(&mut c).await.is_err() {
+                return;
+            }
+            if looping.load(Ordering::SeqCst) {
+                break;
+            }
+            let waited = wait.query_async::<Value>(&mut c).await;
+            if waited.is_err() || give_back.query_async::<Value>(&mut c).await.is_err() {
+                return;
+            }
         }
     }
     loop {
