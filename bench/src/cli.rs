@@ -179,24 +179,30 @@ impl Cli {
                 )));
             }
         }
-        let runs = Command::new(&self.server).arg("--version").output();
-        if !runs.as_ref().is_ok_and(|o| o.status.success()) {
-            return Err(Self::error(format!(
-                "--server {}: cannot run it (`{} --version` failed; REDIS_SERVER is its fallback)",
-                self.server, self.server
-            )));
+        // The servers this run starts: --per-server's, or the one of --server.
+        let servers: Vec<(&str, &str)> = if self.per_server {
+            let list = self.servers.as_deref().unwrap_or_default();
+            list.split(',').filter_map(|pair| pair.split_once('=')).collect()
+        } else {
+            vec![("--server", self.server.as_str())]
+        };
+        if servers.is_empty() {
+            return Err(Self::error(
+                "--per-server needs --servers LABEL=PATH,... (or RLOCK_BENCH_SERVERS)".to_owned(),
+            ));
+        }
+        for (label, server) in servers {
+            let runs = Command::new(server).arg("--version").output();
+            if !runs.as_ref().is_ok_and(|o| o.status.success()) {
+                return Err(Self::error(format!(
+                    "{label} {server}: cannot run it (`{server} --version` failed)"
+                )));
+            }
         }
         for (option, path) in [("--module", &self.module), ("--base-module", &self.base_module)] {
             if let Some(path) = path.as_deref().filter(|p| !p.is_file()) {
                 return Err(Self::error(format!("{option} {}: no such file", path.display())));
             }
-        }
-        if self.per_server
-            && self.servers.as_deref().unwrap_or("").split(',').all(|p| !p.contains('='))
-        {
-            return Err(Self::error(
-                "--per-server needs --servers LABEL=PATH,... (or RLOCK_BENCH_SERVERS)".to_owned(),
-            ));
         }
         let sizes = self.sizes();
         if sizes.waiting.1 > sizes.waiting.0 {

@@ -64,6 +64,7 @@ fn a_bad_argument_prints_the_usage_exits_2_and_writes_nothing() {
         &["--write-benchmarks", "--only", "6"],
         &["--write-benchmarks", "--out", "x.md"],
         &["--per-server", "--only", "1"],
+        &["--per-server", "--servers", "Redis=/nonexistent/redis-server"],
         &["--server", "/nonexistent/redis-server"],
         &["--base-module", "/nonexistent/librlock.so"],
     ];
