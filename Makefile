@@ -132,8 +132,9 @@ fuzz: build valkey-deps
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # the floor module (bench/floor, never installed or shipped) is built with it, for the rows of
-# sections 1 and 4 that state rlock against the module API's own floor.
-# rewrites BENCHMARKS.md with the figures and the machine they came from.
+# sections 1 and 4 that state rlock against the module API's own floor. It rewrites
+# BENCHMARKS.md with the figures and the machine they came from (--write-benchmarks:
+# `./target/release/rlock-bench --help` for the command line, which writes no file by default).
 # SERVER=redis7 (default), valkey8, redis8 or valkey9 picks the server benchmarked.
 SERVER ?= redis7
 SERVER_PATH = case "$(SERVER)" in \
@@ -147,19 +148,20 @@ BENCH_SERVERS = Redis=redis-server,Valkey=$$($(VALKEY_SERVER_PATH)),Redis=$$($(R
 
 bench: build servers-deps
 	$(CARGO) build --release -p rlock-bench -p rlock-bench-floor
-	REDIS_SERVER="$$($(SERVER_PATH))" ./target/release/rlock-bench --out BENCHMARKS.md
+	./target/release/rlock-bench --server "$$($(SERVER_PATH))" --write-benchmarks
 
 # Sections 1 and 4 on each of the four servers, into BENCHMARKS.md's per-server table.
 bench-servers: build servers-deps
 	$(CARGO) build --release -p rlock-bench -p rlock-bench-floor
-	RLOCK_BENCH_SERVERS="$(BENCH_SERVERS)" ./target/release/rlock-bench --per-server --out BENCHMARKS.md
+	./target/release/rlock-bench --per-server --servers "$(BENCH_SERVERS)" --write-benchmarks
 
-# The same harness with tiny sizes (CI): proves it still runs; its figures mean nothing.
+# The same harness with tiny sizes (CI): proves it still runs; its figures mean nothing. It
+# writes into target/ only (BENCHMARKS.md is left alone: only --write-benchmarks writes it).
 bench-smoke: build servers-deps
 	$(CARGO) build --release -p rlock-bench -p rlock-bench-floor
 	./target/release/rlock-bench --smoke --out target/BENCHMARKS-smoke.md
 	cp BENCHMARKS.md target/BENCHMARKS-servers-smoke.md
-	RLOCK_BENCH_SERVERS="$(BENCH_SERVERS)" ./target/release/rlock-bench --per-server --smoke \
+	./target/release/rlock-bench --per-server --servers "$(BENCH_SERVERS)" --smoke \
 		--out target/BENCHMARKS-servers-smoke.md
 
 # Rewrites the generated blocks of docs/commands.md (syntax, summary, arity, flags, key spec, ACL

@@ -1,18 +1,20 @@
 //! `make bench`: rlock against its baselines, every comparison in one run, on redis-servers
 //! this binary starts itself (with the module from `target/release`, as the tests do).
 //!
-//! `rlock-bench [--smoke] [--only N[,M...]] [--out FILE]`: prints the tables and writes them,
-//! with the machine they ran on, to FILE (default `BENCHMARKS.md`); `--only` runs the sections
-//! listed. `--smoke` uses tiny sizes, so CI can check that the harness still runs; its figures
-//! mean nothing. `--help` (or any argument it does not know) prints the usage and runs nothing.
-//! `RLOCK_BENCH_ROWS=deadlock` runs only section 4's deadlock rows (with `--only 4`), and
-//! `RLOCK_BENCH_BASE_MODULE=path` compares them with another build (see `deadlock.rs`).
+//! `rlock-bench --help` prints the command line (`cli.rs`): `--only N[,M...]` runs the sections
+//! listed, `--smoke` uses tiny sizes (CI checks that the harness still runs; its figures mean
+//! nothing) and `--ops`, `--queues`, `--waiters`... set sizes one by one, `--server PATH` picks
+//! the server binary. The report is printed; `--out FILE` also writes it, with the machine it
+//! ran on, as Markdown, and only `--write-benchmarks` rewrites BENCHMARKS.md (`make bench`).
+//! `--deadlock-only` runs only section 4's deadlock rows (with `--only 4`), and
+//! `--base-module PATH` compares them with another build (see `deadlock.rs`).
 //!
-//! `rlock-bench --per-server [--smoke] [--out FILE]`: runs sections 1 and 4 on each server of
-//! `RLOCK_BENCH_SERVERS` (`label=path,label=path`, set by `make bench-servers`), one child run
-//! per server, and writes their target ratios side by side into FILE's per-server block
-//! (replacing it, or appended when absent).
+//! `rlock-bench --per-server --servers label=path,label=path [--smoke] [--out FILE]`: runs
+//! sections 1 and 4 on each server (`make bench-servers`), one child run per server, and makes
+//! their target ratios a table side by side, written into FILE's per-server block (replacing
+//! it, or appended when absent).
 
+mod cli;
 mod contention;
 mod cost;
 mod deadlock;
@@ -26,10 +28,12 @@ mod scale;
 mod semaphore;
 mod unrelated;
 mod util;
+mod wait_scale;
 
 use std::process::Command;
 use std::time::Duration;
 
+use cli::Cli;
 use report::Report;
 
 /// How big each measurement is.
@@ -46,6 +50,12 @@ pub struct Sizes {
     unrelated: usize,
     /// Rounds of section 4's deadlock rows (their median is reported).
     deadlock_rounds: usize,
+    /// Section 10: clients waiting, and the locks they wait for.
+    waiting: (usize, usize),
+    /// Section 10: the idle interval the server's CPU is measured over.
+    idle: Duration,
+    /// Section 10: rounds of the idle CPU with the waiters parked, then waiting.
+    idle_rounds: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -59,6 +69,9 @@ const FULL: Sizes = Sizes {
     scale_probe: 20_000,
     unrelated: 300_000,
     deadlock_rounds: 7,
+    waiting: (50_000, 5_000),
+    idle: Duration::from_secs(10),
+    idle_rounds: 3,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -72,6 +85,9 @@ const SMOKE: Sizes = Sizes {
     scale_probe: 1_000,
     unrelated: 3_000,
     deadlock_rounds: 1,
+    waiting: (50, 5),
+    idle: Duration::from_secs(1),
+    idle_rounds: 1,
 };
 
 fn output(cmd: &str, args: &[&str]) -> String {
@@ -107,62 +123,33 @@ fn machine() -> String {
     .join("\n")
 }
 
-/// The usage, printed by `--help` and for an argument this binary does not know.
-const USAGE: &str = "usage: rlock-bench [--smoke] [--only N[,M...]] [--out FILE] \
-    [--targets-tsv FILE]\n       rlock-bench --per-server [--smoke] [--out FILE]\n\
-    Runs the benchmark sections (all, or those of --only) and writes them to FILE \
-    (default BENCHMARKS.md; with --targets-tsv, only the targets to that file).\n\
-    RLOCK_BENCH_ROWS=deadlock: section 4 runs only its deadlock rows; \
-    RLOCK_BENCH_BASE_MODULE=PATH: they also run with the module at PATH.";
-
-/// Whether every argument is one this binary knows (a flag, or a known option and its value).
-fn known_args(args: &[String]) -> bool {
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--smoke" | "--per-server" => {}
-            "--only" | "--out" | "--targets-tsv" => {
-                if rest.next().is_none() {
-                    return false;
-                }
-            }
-            _ => return false,
-        }
-    }
-    true
+fn main() {
+    // Before the checks of the sizes: how many connections fit depends on it.
+    util::raise_fd_limit();
+    let cli = Cli::parse_checked();
+    // Before the runtime's threads start: the harness reads these variables.
+    cli.export();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the tokio runtime");
+    runtime.block_on(run(&cli));
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if !known_args(&args[1..]) {
-        eprintln!("{USAGE}");
-        let help = args.iter().any(|a| a == "--help" || a == "-h");
-        std::process::exit(if help { 0 } else { 2 });
-    }
-    let smoke = args.iter().any(|a| a == "--smoke");
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| "BENCHMARKS.md".to_owned());
-    let only: Option<Vec<usize>> = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1)?.split(',').map(|n| n.trim().parse().ok()).collect());
-    if args.iter().any(|a| a == "--per-server") {
-        per_server::run(smoke, &out);
+async fn run(cli: &Cli) {
+    let smoke = cli.smoke;
+    if cli.per_server {
+        per_server::run(cli);
         return;
     }
-    let targets_tsv = args.iter().position(|a| a == "--targets-tsv").and_then(|i| args.get(i + 1));
-    let sizes = if smoke { &SMOKE } else { &FULL };
-    util::raise_fd_limit();
+    let sizes = &cli.sizes();
 
     let mut report = Report::default();
     macro_rules! section {
         ($name:expr, $run:expr) => {{
-            let number: usize = $name[..1].parse().unwrap_or(0);
-            if only.as_ref().is_some_and(|list| !list.contains(&number)) {
+            let number: u8 = $name.split('.').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            if !cli.runs(number) {
                 eprintln!("skipping {}", $name);
             } else {
                 eprintln!("running {}...", $name);
@@ -181,18 +168,24 @@ async fn main() {
     section!("7. read-write mix", rwmix::run(sizes));
     section!("8. semaphore contention", semaphore::run(sizes));
     section!("9. cost to unrelated workloads", unrelated::run(sizes));
+    section!("10. scale of waiting", wait_scale::run(sizes));
 
     print!("{}", report.text());
-    if let Some(path) = targets_tsv {
+    if let Some(path) = &cli.targets_tsv {
         std::fs::write(path, report.targets_tsv()).expect("write the targets");
-        return;
     }
-    let mode = if smoke { "smoke run: tiny sizes, figures meaningless" } else { "full run" };
+    let Some(out) = cli.destination() else { return };
+    let mut mode =
+        if smoke { "smoke run: tiny sizes, figures meaningless" } else { "full run" }.to_owned();
+    if !cli.only.is_empty() {
+        let list: Vec<String> = cli.only.iter().map(u8::to_string).collect();
+        mode = format!("{mode} of `--only {}`", list.join(","));
+    }
     // Blocks other runs wrote (the per-server table, the profiles) stay, after this run's.
-    let kept = kept_blocks(&std::fs::read_to_string(&out).unwrap_or_default());
-    let text = format!("{}{kept}", report.markdown(&machine(), mode));
-    std::fs::write(&out, text).expect("write the report");
-    eprintln!("\nwritten to {out}");
+    let kept = kept_blocks(&std::fs::read_to_string(out).unwrap_or_default());
+    let text = format!("{}{kept}", report.markdown(&machine(), &mode));
+    std::fs::write(out, text).expect("write the report");
+    eprintln!("\nwritten to {}", out.display());
 }
 
 /// The blocks of a report that other runs write and a full run keeps: each from a line
@@ -215,19 +208,7 @@ fn kept_blocks(old: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{kept_blocks, known_args};
-
-    #[test]
-    fn help_and_unknown_arguments_run_nothing() {
-        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
-        assert!(!known_args(&args(&["--help"])));
-        assert!(!known_args(&args(&["-h"])));
-        assert!(!known_args(&args(&["--smoke", "4"])));
-        assert!(!known_args(&args(&["--only"])));
-        assert!(known_args(&args(&[])));
-        assert!(known_args(&args(&["--smoke", "--only", "4", "--out", "/tmp/x.md"])));
-        assert!(known_args(&args(&["--only", "1,4", "--targets-tsv", "t", "--out", "/dev/null"])));
-    }
+    use super::kept_blocks;
 
     #[test]
     fn a_full_run_keeps_the_python_block() {

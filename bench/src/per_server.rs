@@ -4,28 +4,28 @@
 
 use std::process::Command;
 
+use crate::cli::Cli;
 use crate::report::{num, Target};
 
 const BEGIN: &str = "<!-- per-server: written by `make bench-servers` -->";
 const END: &str = "<!-- /per-server -->";
 
-/// Runs the child benchmarks and writes the table into `out`.
-pub fn run(smoke: bool, out: &str) {
-    let servers = std::env::var("RLOCK_BENCH_SERVERS").unwrap_or_default();
+/// Runs the child benchmarks and prints the table; writes it into the file of `--out` or
+/// `--write-benchmarks`, if any.
+pub fn run(cli: &Cli) {
+    let smoke = cli.smoke;
+    let servers = cli.servers.as_deref().unwrap_or_default();
     let servers: Vec<(&str, &str)> =
         servers.split(',').filter_map(|pair| pair.split_once('=')).collect();
-    assert!(!servers.is_empty(), "RLOCK_BENCH_SERVERS is empty: `label=path,label=path`");
+    assert!(!servers.is_empty(), "--servers is empty: `label=path,label=path`");
     let exe = std::env::current_exe().expect("this binary");
     let mut columns: Vec<(String, Vec<Target>)> = Vec::new();
     for (label, path) in &servers {
         eprintln!("--- {label}: {path}");
         let tsv = std::env::temp_dir().join(format!("rlock-bench-{}.tsv", std::process::id()));
         let mut child = Command::new(&exe);
-        child.env("REDIS_SERVER", path).args(["--only", "1,4", "--targets-tsv"]).arg(&tsv);
-        child.args(["--out", "/dev/null"]);
-        if smoke {
-            child.arg("--smoke");
-        }
+        child.args(["--server", path, "--only", "1,4", "--targets-tsv"]).arg(&tsv);
+        child.args(cli.size_args());
         let status = child.status().expect("run a child benchmark");
         assert!(status.success(), "the benchmark on {label} failed");
         let text = std::fs::read_to_string(&tsv).expect("the child's targets");
@@ -44,13 +44,15 @@ pub fn run(smoke: bool, out: &str) {
         columns.push((format!("{label} ({})", version.trim_start_matches("v=")), parse(&text)));
     }
     let table = table(&columns, smoke);
+    println!("{table}");
+    let Some(out) = cli.destination() else { return };
     let old = std::fs::read_to_string(out).unwrap_or_default();
     let new = match (old.find(BEGIN), old.find(END)) {
         (Some(b), Some(e)) if b < e => format!("{}{table}{}", &old[..b], &old[e + END.len()..]),
         _ => format!("{old}\n{table}\n"),
     };
     std::fs::write(out, new).expect("write the report");
-    eprintln!("\n{table}\nwritten to {out}");
+    eprintln!("\nwritten to {}", out.display());
 }
 
 fn parse(tsv: &str) -> Vec<Target> {

@@ -8,6 +8,13 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, Value};
 use rlock_tests_integration::Server;
 
+/// The clients [`server`] admits.
+const MAXCLIENTS: usize = 19_000;
+
+/// File descriptors kept for other things than the waiters' connections (this process's own,
+/// the server's reserved 32, the set-up connections).
+const RESERVED_FDS: usize = 500;
+
 /// A server with the module, room for many clients, and nothing persisted.
 pub fn server() -> Server {
     server_with(None)
@@ -15,7 +22,8 @@ pub fn server() -> Server {
 
 /// [`server`], loading the module at `module` instead of this checkout's (`None`).
 pub fn server_with(module: Option<&str>) -> Server {
-    let builder = Server::builder().config("maxclients", "19000").config("appendonly", "no");
+    let builder =
+        Server::builder().config("maxclients", &MAXCLIENTS.to_string()).config("appendonly", "no");
     let builder = match module {
         Some(path) => builder.without_module().config("loadmodule", path),
         None => builder,
@@ -262,4 +270,26 @@ pub fn raise_fd_limit() {
         lim.rlim_cur = lim.rlim_max;
         libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
     }
+}
+
+/// The open-files limit of this process (after [`raise_fd_limit`]), which the servers it
+/// starts inherit.
+pub fn fd_limit() -> usize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit with a valid, initialised struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1_024;
+    }
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+}
+
+/// How many connections a section can open to one server: this process holds one file
+/// descriptor per connection and the server one per client, each under [`fd_limit`].
+pub fn connections_room() -> usize {
+    fd_limit().saturating_sub(RESERVED_FDS)
+}
+
+/// How many connections a section can open to a [`server`] (its `maxclients` too).
+pub fn server_room() -> usize {
+    connections_room().min(MAXCLIENTS - RESERVED_FDS)
 }
