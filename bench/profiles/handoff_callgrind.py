@@ -12,63 +12,14 @@ Read the result with `callgrind_annotate --inclusive=yes OUTFILE`, e.g. the hand
 usage: handoff_callgrind.py MODULE FLOOR rlock|floor|floorkeys OUTFILE"""
 
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
+
+from _callgrind import Server
 
 module, floor, mode, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 N = int(os.environ.get("N", "200"))
-d = tempfile.mkdtemp()
-port = 30000 + os.getpid() % 20000
-args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"]
-args += ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", d]
-args += ["--loadmodule", module, "--loadmodule", floor]
-srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def cmd(*a):
-    b = f"*{len(a)}\r\n".encode()
-    for x in a:
-        x = str(x).encode()
-        b += f"${len(x)}\r\n".encode() + x + b"\r\n"
-    return b
-
-
-def conn():
-    for _ in range(600):
-        try:
-            return socket.create_connection(("127.0.0.1", port))
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("no server")
-
-
-c = conn()
-
-
-def call(*a):
-    c.sendall(cmd(*a))
-    return c.recv(65536)
-
-
-for _ in range(100):
-    if call("PING").startswith(b"+PONG"):
-        break
-    time.sleep(0.1)
-socks = []
-
-
-def park(*a):
-    s = conn()
-    s.sendall(cmd(*a))
-    socks.append(s)
-
-
-def blocked():
-    info = call("INFO", "clients").decode()
-    return int(info.split("blocked_clients:")[1].split()[0])
+server = Server(out, [module, floor])
+call, park = server.call, server.park
 
 
 if mode == "rlock":
@@ -79,8 +30,7 @@ else:
     call("SET", "F", "1")
     for j in range(N):
         park("FLOOR.BLOCK" if mode == "floor" else "FLOOR.BLOCKK", "F", 0)
-while blocked() < N:
-    time.sleep(0.1)
+server.wait_blocked(N)
 holder = "h"
 for j in range(N):
     if mode == "rlock":
@@ -88,9 +38,8 @@ for j in range(N):
         holder = f"w{j}"
     else:
         call("FLOOR.UNBLOCK" if mode == "floor" else "FLOOR.SIGNAL", "F")
-for s in socks:
+for s in server.socks:
     s.settimeout(60)
     s.recv(100)
 print(call("INFO", "commandstats")[:600])
-call("SHUTDOWN", "NOSAVE")
-srv.wait()
+server.shutdown()
