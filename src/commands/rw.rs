@@ -81,7 +81,8 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let db = raw::selected_db(ctx);
         if waiting::waiting(db, cmd.key.as_slice()) > 0 {
             // Refusals first, even of the hand-off below: a command that replies an error
-            // writes nothing.
+            // writes nothing. (One refusal can follow the hand-off: the waiter it grants may be
+            // this owner's read, and then its write is an upgrade; that grant was owed.)
             drop(decide(ctx, &cmd, counter.as_ref(), now, deadline, true)?);
             // Waiters first: a lock they are owed goes to them (on its own key handle).
             waiting::settle(ctx, cmd.key);

@@ -383,6 +383,32 @@ impl Fuzz {
         }
     }
 
+    /// Whether a waiter of lock `name` was granted within [`LIMIT`]: what explains a refused
+    /// command that changed the data. A queue owed a lock freed by its lease (before the poll
+    /// served it) is served first, as the poll would have; then the command's own refusal (an
+    /// owner whose queued read was just granted asks for the write lock) writes nothing more.
+    pub fn served_queue_of(&mut self, name: &str) -> bool {
+        let of_name = |w: &Waiter| match w.ask {
+            Ask::Rw { name: i, .. } => RW[i] == name,
+            Ask::Sem { name: i, .. } => SEM[i] == name,
+        };
+        let until = std::time::Instant::now() + LIMIT;
+        while !self.waiters.iter().any(|w| of_name(w) && w.call.finished()) {
+            if std::time::Instant::now() > until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (waiters, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .partition(|w| of_name(w) && w.call.finished());
+        let granted = self.granted;
+        self.waiters = waiters;
+        self.reap(true);
+        self.waiters = others;
+        self.granted > granted
+    }
+
     /// Collects the waiters that have replied (all of them when `all`), checking each reply.
     pub fn reap(&mut self, all: bool) {
         for w in std::mem::take(&mut self.waiters) {
