@@ -3,13 +3,11 @@ a Sentinel group, a cluster with replicas, and small probes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import redis
-from _servers import Server, poll, session_holds
+from _servers import Server, cluster_rows, poll, session_holds
 from redis.crc import key_slot
 
 PROMPT = 3.0  # seconds within which what should happen "at once" must have happened
@@ -97,6 +95,8 @@ class Group:
 
 
 def group(request: Any, down_after_ms: int) -> Iterator[Group]:
+    """A [`Group`] whose Sentinel fails over a master silent for ``down_after_ms``; prints the
+    logs when the test (``request``) failed."""
     g = Group(down_after_ms)
     yield g
     rep = getattr(request.node, "rep_call", None)
@@ -107,17 +107,6 @@ def group(request: Any, down_after_ms: int) -> Iterator[Group]:
 
 
 # -- a cluster of three masters with a replica each ---------------------------------------
-
-
-def cli() -> list[str]:
-    return [os.environ.get("REDIS_CLI", "redis-cli")]
-
-
-def cluster_rows(node: Server) -> list[list[str]]:
-    """``CLUSTER NODES`` as node ``node`` sees it: id, address, flags, master id, ..."""
-    text = node.client().execute_command("CLUSTER", "NODES")
-    text = text.decode() if isinstance(text, bytes) else text
-    return [line.split() for line in text.splitlines() if line.strip()]
 
 
 def row_port(row: list[str]) -> int:
@@ -144,59 +133,3 @@ def key_on(via: Server, port: int, prefix: str) -> str:
         for k in (f"{prefix}{i}" for i in range(10_000))
         if owner(via, key_slot(k.encode())) == port
     )
-
-
-def cluster6(request: Any) -> Iterator[list[Server]]:
-    """Three masters with a replica each (node timeout 2 s)."""
-    nodes = [
-        Server(
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "2000",
-        )
-        for _ in range(6)
-    ]
-    try:
-        out = subprocess.run(
-            [
-                *cli(),
-                "--cluster",
-                "create",
-                *[f"127.0.0.1:{n.port}" for n in nodes],
-                "--cluster-replicas",
-                "1",
-                "--cluster-yes",
-            ],
-            capture_output=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
-
-        def healthy() -> bool:
-            for n in nodes:
-                info = n.client().execute_command("CLUSTER", "INFO")
-                info = info.decode() if isinstance(info, bytes) else info
-                rows = cluster_rows(n)
-                if "cluster_state:ok" not in info or len(rows) != 6:
-                    return False
-                if any("fail" in r[2] for r in rows) or sum("slave" in r[2] for r in rows) != 3:
-                    return False
-                repl = n.client().info("replication")
-                if repl["role"] == "master" and repl.get("connected_slaves") != 1:
-                    return False
-                if repl["role"] == "slave" and repl.get("master_link_status") != "up":
-                    return False
-            return True
-
-        poll("the cluster with its replicas", LIMIT, healthy, step=0.05)
-        yield nodes
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            for n in nodes:
-                print(f"----- log (port {n.port}) -----\n{n.log()[-3000:]}")
-    finally:
-        for n in nodes:
-            n.close()

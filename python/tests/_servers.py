@@ -1,7 +1,8 @@
 """Real servers for the tests: redis-server (or $REDIS_SERVER) with the built module, on a
 free loopback port, in a temporary directory, started within a bound, killed on teardown; and
-the readers the tests share (``poll``, ``apoll``, ``info``, blocked clients, session holds), and
-``raise_once_here``, the interrupt the tests inject."""
+the readers the tests share (``poll``, ``apoll``, ``info``, blocked clients, session holds),
+``raise_once_here``, the interrupt the tests inject, and ``cluster_of``, a Redis Cluster of
+them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -220,3 +222,77 @@ def raise_once_here(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(target, name, swapped)
+
+
+# -- a Redis Cluster of such servers -------------------------------------------------------
+
+
+def cli() -> list[str]:
+    return [os.environ.get("REDIS_CLI", "redis-cli")]
+
+
+def cluster_rows(node: Server) -> list[list[str]]:
+    """``CLUSTER NODES`` as node ``node`` sees it: id, address, flags, master id, ..."""
+    text = node.client().execute_command("CLUSTER", "NODES")
+    text = text.decode() if isinstance(text, bytes) else text
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+def cluster_of(request: Any, replicas: int) -> Iterator[list[Server]]:
+    """Three masters with ``replicas`` replicas each (node timeout 2 s), healthy: every node
+    sees all of them, none failed, every replica's link up. Prints their logs when the test
+    (``request``) failed, and stops them."""
+    nodes = [
+        Server(
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        )
+        for _ in range(3 * (1 + replicas))
+    ]
+    try:
+        out = subprocess.run(
+            [
+                *cli(),
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{n.port}" for n in nodes],
+                "--cluster-replicas",
+                str(replicas),
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
+
+        def healthy() -> bool:
+            for n in nodes:
+                info = n.client().execute_command("CLUSTER", "INFO")
+                info = info.decode() if isinstance(info, bytes) else info
+                rows = cluster_rows(n)
+                if "cluster_state:ok" not in info or len(rows) != len(nodes):
+                    return False
+                if any("fail" in r[2] for r in rows):
+                    return False
+                if sum("slave" in r[2] for r in rows) != 3 * replicas:
+                    return False
+                repl = n.client().info("replication")
+                if repl["role"] == "master" and repl.get("connected_slaves", 0) != replicas:
+                    return False
+                if repl["role"] == "slave" and repl.get("master_link_status") != "up":
+                    return False
+            return True
+
+        poll("the cluster with its replicas", 30.0, healthy, step=0.05)
+        yield nodes
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            for n in nodes:
+                print(f"----- log (port {n.port}) -----\n{n.log()[-3000:]}")
+    finally:
+        for n in nodes:
+            n.close()

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aredis
+from _ha import Group, group
 from _servers import Server
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
@@ -60,3 +61,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         f"test result: {status}. {passed} passed; {failed} failed; {skipped} ignored; "
         "0 measured; 0 filtered out (python)"
     )
+
+
+@pytest.fixture
+def quick_group(request: Any) -> Iterator[Group]:
+    """A Sentinel group that fails over a master silent for about two seconds."""
+    yield from group(request, 1000)
+
+
+@pytest.fixture
+def manual_group(request: Any) -> Iterator[Group]:
+    """A Sentinel group that fails over only when asked (``SENTINEL FAILOVER``)."""
+    yield from group(request, 5000)

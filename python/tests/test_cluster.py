@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio.cluster as acluster
-from _servers import Server, poll
+from _servers import Server, cluster_of
 from redis.cluster import RedisCluster
 
 import redis_rlock as rl
@@ -15,56 +15,9 @@ import redis_rlock.aio as ra
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[list[Server]]:
-    nodes = [
-        Server(
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "2000",
-        )
-        for _ in range(3)
-    ]
-    try:
-        out = subprocess.run(
-            [
-                *_cli(),
-                "--cluster",
-                "create",
-                *[f"127.0.0.1:{n.port}" for n in nodes],
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            capture_output=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()
-        for n in nodes:
-            poll(
-                "cluster ok",
-                30,
-                lambda n=n: (
-                    "cluster_state:ok"
-                    in subprocess.run(
-                        [*_cli(), "-p", str(n.port), "CLUSTER", "INFO"],
-                        capture_output=True,
-                        timeout=10,
-                    ).stdout.decode()
-                ),
-            )
-        yield nodes
-    finally:
-        for n in nodes:
-            n.close()
-
-
-def _cli() -> list[str]:
-    import os
-
-    return [os.environ.get("REDIS_CLI", "redis-cli")]
+def cluster(request: Any) -> Iterator[list[Server]]:
+    """Three masters, no replicas."""
+    yield from cluster_of(request, 0)
 
 
 NAMES = [f"{{user:{i}}}:lock" for i in range(12)]

@@ -29,8 +29,6 @@ from _ha import (
     PROMPT,
     QUICK,
     Group,
-    cluster6,
-    group,
     holds,
     is_master,
     key_on,
@@ -38,7 +36,7 @@ from _ha import (
     replica_of,
     replicated,
 )
-from _servers import ROOT, Server, poll
+from _servers import ROOT, Server, cluster_of, poll
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import MovedError
@@ -49,21 +47,9 @@ import redis_rlock.aio as ra
 
 
 @pytest.fixture
-def quick(request: Any) -> Iterator[Group]:
-    """Fails over a master that stops answering within about two seconds."""
-    yield from group(request, 1000)
-
-
-@pytest.fixture
-def manual(request: Any) -> Iterator[Group]:
-    """Fails over only when asked (``SENTINEL FAILOVER``)."""
-    yield from group(request, 5000)
-
-
-@pytest.fixture
 def cluster(request: Any) -> Iterator[list[Server]]:
     """Three masters with a replica each (node timeout 2 s)."""
-    yield from cluster6(request)
+    yield from cluster_of(request, 1)
 
 
 def _refused_for_good(attempts: list[Callable[[], Any]]) -> None:
@@ -107,8 +93,8 @@ def _sync_takes_over(client: redis.Redis, new: redis.Redis, key: str) -> None:
     poll("the new session's hold to end", LIMIT, lambda: not new.exists(key) and not holds(new))
 
 
-def test_sync_session_when_the_sentinel_master_is_killed(quick: Group) -> None:
-    g = quick
+def test_sync_session_when_the_sentinel_master_is_killed(quick_group: Group) -> None:
+    g = quick_group
     master = Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for("mymaster")
     rl.LeasedSemaphore(master, "s").try_set_permits(1)
     s = rl.Session(master)
@@ -132,8 +118,8 @@ def test_sync_session_when_the_sentinel_master_is_killed(quick: Group) -> None:
     _sync_takes_over(master, new, "a")
 
 
-def test_sync_session_across_a_manual_sentinel_failover(manual: Group) -> None:
-    g = manual
+def test_sync_session_across_a_manual_sentinel_failover(manual_group: Group) -> None:
+    g = manual_group
     master = Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for("mymaster")
     s = rl.Session(master)
     lk, w = s.lock("a", lease=6), s.lock("w")

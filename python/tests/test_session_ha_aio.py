@@ -6,30 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aredis
 import redis.asyncio.sentinel as asentinel
-from _ha import LIMIT, PROMPT, Group, group, holds, is_master, replicated
+from _ha import LIMIT, PROMPT, Group, holds, is_master, replicated
 from _servers import poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
-
-
-@pytest.fixture
-def quick(request: Any) -> Iterator[Group]:
-    """Fails over a master that stops answering within about two seconds."""
-    yield from group(request, 1000)
-
-
-@pytest.fixture
-def manual(request: Any) -> Iterator[Group]:
-    """Fails over only when asked (``SENTINEL FAILOVER``)."""
-    yield from group(request, 5000)
 
 
 async def _async_closed_for_good(s: ra.Session, new: redis.Redis) -> None:
@@ -63,8 +49,8 @@ async def _async_takes_over(client: aredis.Redis, new: redis.Redis, key: str) ->
     )
 
 
-async def test_async_session_when_the_sentinel_master_is_killed(quick: Group) -> None:
-    g = quick
+async def test_async_session_when_the_sentinel_master_is_killed(quick_group: Group) -> None:
+    g = quick_group
     master = asentinel.Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for(
         "mymaster"
     )
@@ -91,8 +77,8 @@ async def test_async_session_when_the_sentinel_master_is_killed(quick: Group) ->
     await master.aclose()
 
 
-async def test_async_session_across_a_manual_sentinel_failover(manual: Group) -> None:
-    g = manual
+async def test_async_session_across_a_manual_sentinel_failover(manual_group: Group) -> None:
+    g = manual_group
     master = asentinel.Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for(
         "mymaster"
     )
