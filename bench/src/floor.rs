@@ -8,15 +8,13 @@
 //! `target/release/librlock_floor.so`, which the Makefile's bench targets build first).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::Value;
 use rlock_tests_integration::server::Builder;
 use rlock_tests_integration::Server;
 
-use crate::herd::QueueCost;
+use crate::queue_loop::{QueueCost, QueueLoop};
 use crate::report::{num, Section, Target};
 use crate::util;
 use crate::Sizes;
@@ -79,60 +77,19 @@ async fn loop_cost(waiters: usize, handoffs: u64, style: Style) -> QueueCost {
     // Redis 7.0 offers a key to module clients blocked on it only while the key exists.
     util::call(&mut con, &["SET", KEY, "1"]).await;
     let (wait, wake) = style.commands();
-    let served = Arc::new(AtomicU64::new(0));
-    let memory_before = util::info_num(&mut con, "memory", "used_memory").await;
-    let mut conns = Vec::with_capacity(waiters);
-    for _ in 0..waiters {
-        conns.push(util::conn(&server).await);
-    }
-    let tasks: Vec<_> = conns
-        .into_iter()
-        .map(|mut c| {
-            let served = Arc::clone(&served);
-            tokio::spawn(async move {
-                loop {
-                    let block = redis::cmd(wait).arg(KEY).arg(0).query_async::<Value>(&mut c).await;
-                    if block.is_err() {
-                        return; // the server is gone: the run is over
-                    }
-                    served.fetch_add(1, Ordering::SeqCst);
-                    if redis::cmd(wake).arg(KEY).query_async::<Value>(&mut c).await.is_err() {
-                        return;
-                    }
-                }
-            })
-        })
-        .collect();
-    util::until_blocked(&mut con, waiters).await;
-    let memory_blocked = util::info_num(&mut con, "memory", "used_memory").await;
-    util::reset_stats(&mut con).await;
-    util::call(&mut con, &[wake, KEY]).await;
-    let started = Instant::now();
-    while served.load(Ordering::SeqCst) < handoffs {
-        let now = served.load(Ordering::SeqCst);
-        if started.elapsed() > Duration::from_secs(20) && now >= 100 {
-            eprintln!("  {}: {now} of {handoffs} hand-offs in 20 s", style.name());
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            eprintln!("  {}: hand-offs stalled at {now} of {handoffs}", style.name());
-            for t in &tasks {
-                t.abort();
-            }
-            return QueueCost { handoff: f64::NAN, enqueue: f64::NAN, bytes_per_waiter: f64::NAN };
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let cost = QueueCost {
-        handoff: util::usec_per_call(&mut con, &wake.to_lowercase()).await,
-        enqueue: util::usec_per_call(&mut con, &wait.to_lowercase()).await,
-        bytes_per_waiter: (memory_blocked - memory_before) / waiters as f64,
+    let queue = QueueLoop {
+        name: style.name().to_owned(),
+        waiters,
+        handoffs,
+        commands: Arc::new(move |_| {
+            (redis::cmd(wait).arg(KEY).arg(0).clone(), redis::cmd(wake).arg(KEY).clone())
+        }),
+        start: vec![wake.to_owned(), KEY.to_owned()],
+        stats: (wake.to_lowercase(), wait.to_lowercase()),
+        also_blocked: 0,
+        enough_after: Some(Duration::from_secs(20)),
     };
-    drop(con);
-    for t in &tasks {
-        t.abort();
-    }
-    cost
+    queue.measure(&server, &mut con).await
 }
 
 /// Section 4: the floor loops' rows (both styles, few and many waiters), a column stating every

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::Value;
+use redis::{Cmd, Value};
 
+use crate::queue_loop::{QueueCost, QueueLoop};
 use crate::report::{num, ratio, Section, Target};
 use crate::util::{self, channel, Scripts};
 use crate::Sizes;
@@ -102,15 +103,6 @@ pub async fn run_herd(sizes: &Sizes) -> (Section, Vec<Target>) {
     (section, targets)
 }
 
-/// Per hand-off and per enqueue server µs, and used_memory per waiting client, with `waiters`
-/// clients queued at all times: each, once served, gives the lock (or element) back and queues
-/// again. rlock: RLOCK.RELEASE hands off inside; BLPOP baseline: RPUSH serves the head.
-pub struct QueueCost {
-    pub handoff: f64,
-    pub enqueue: f64,
-    pub bytes_per_waiter: f64,
-}
-
 /// Extra blocked clients beside the loop's waiters (section 4's deadlock rows, `deadlock.rs`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Parked {
@@ -126,6 +118,9 @@ pub enum Parked {
     Waiting,
 }
 
+/// Section 4's loop ([`QueueLoop`]) on rlock (RLOCK.ACQUIRE ... WAIT, and RLOCK.RELEASE, which
+/// hands off inside) or, when `blpop`, on a list (BLPOP, and RPUSH, which serves the head),
+/// with `waiters` clients queued at all times.
 /// `parked`: the extra blocked clients (see [`Parked`]).
 /// `module`: the module to load instead of this checkout's.
 pub async fn handoff_cost(
@@ -156,89 +151,37 @@ pub async fn handoff_cost(
         }
         util::until_blocked(&mut con, waiters).await;
     }
-    let served = Arc::new(AtomicU64::new(0));
-    let memory_before = util::info_num(&mut con, "memory", "used_memory").await;
-    let mut conns = Vec::with_capacity(waiters);
-    for _ in 0..waiters {
-        conns.push(util::conn(&server).await);
-    }
-    let tasks: Vec<_> = conns
-        .into_iter()
-        .enumerate()
-        .map(|(id, mut c)| {
-            let served = Arc::clone(&served);
-            tokio::spawn(async move {
-                let owner = format!("w{id}");
-                loop {
-                    let (wait, give_back) = if blpop {
-                        (
-                            redis::cmd("BLPOP").arg(LOCK).arg(0).clone(),
-                            redis::cmd("RPUSH").arg(LOCK).arg("token").clone(),
-                        )
-                    } else {
-                        (
-                            redis::cmd("RLOCK.ACQUIRE")
-                                .arg(LOCK)
-                                .arg(&owner)
-                                .arg(600_000)
-                                .arg("WAIT")
-                                .arg(0)
-                                .clone(),
-                            redis::cmd("RLOCK.RELEASE").arg(LOCK).arg(&owner).clone(),
-                        )
-                    };
-                    if wait.query_async::<Value>(&mut c).await.is_err() {
-                        return; // the server is gone: the run is over
-                    }
-                    served.fetch_add(1, Ordering::SeqCst);
-                    if give_back.query_async::<Value>(&mut c).await.is_err() {
-                        return;
-                    }
-                }
-            })
+    let commands: Arc<dyn Fn(usize) -> (Cmd, Cmd) + Send + Sync> = if blpop {
+        Arc::new(|_| {
+            let wait = redis::cmd("BLPOP").arg(LOCK).arg(0).clone();
+            (wait, redis::cmd("RPUSH").arg(LOCK).arg("token").clone())
         })
-        .collect();
-    util::until_blocked(&mut con, waiters + parked.len()).await;
-    let memory_blocked = util::info_num(&mut con, "memory", "used_memory").await;
-    util::reset_stats(&mut con).await;
-    if blpop {
-        util::call(&mut con, &["RPUSH", LOCK, "token"]).await;
     } else {
-        util::call(&mut con, &["RLOCK.RELEASE", LOCK, "holder"]).await;
-    }
-    // A server that serves fewer than 100 in 30 s, or needs more than 2 minutes in all, is
-    // reported as stalled (Valkey 9.1.2 serves BLPOP with thousands of blocked clients at a few
-    // dozen per second).
-    let started = Instant::now();
-    let (mut last, mut last_progress) = (0, Instant::now());
-    while served.load(Ordering::SeqCst) < handoffs {
-        let now = served.load(Ordering::SeqCst);
-        if now > last + 100 {
-            (last, last_progress) = (now, Instant::now());
-        }
-        if last_progress.elapsed() > Duration::from_secs(30)
-            || started.elapsed() > Duration::from_secs(120)
-        {
-            eprintln!("hand-offs stalled at {now} of {handoffs}");
-            for t in &tasks {
-                t.abort();
-            }
-            for t in &parked {
-                t.abort();
-            }
-            return QueueCost { handoff: f64::NAN, enqueue: f64::NAN, bytes_per_waiter: f64::NAN };
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let (give_back, wait) =
-        if blpop { ("rpush", "blpop") } else { ("rlock.release", "rlock.acquire") };
-    let cost = QueueCost {
-        handoff: util::usec_per_call(&mut con, give_back).await,
-        enqueue: util::usec_per_call(&mut con, wait).await,
-        bytes_per_waiter: (memory_blocked - memory_before) / waiters as f64,
+        Arc::new(|id| {
+            let owner = format!("w{id}");
+            let wait = ["RLOCK.ACQUIRE", LOCK, &owner, "600000", "WAIT", "0"];
+            let release = redis::cmd("RLOCK.RELEASE").arg(LOCK).arg(&owner).clone();
+            (redis::cmd(wait[0]).arg(&wait[1..]).clone(), release)
+        })
     };
+    let (start, stats) = if blpop {
+        (vec!["RPUSH", LOCK, "token"], ("rpush", "blpop"))
+    } else {
+        (vec!["RLOCK.RELEASE", LOCK, "holder"], ("rlock.release", "rlock.acquire"))
+    };
+    let queue = QueueLoop {
+        name: if blpop { "BLPOP" } else { "rlock WAIT" }.to_owned(),
+        waiters,
+        handoffs,
+        commands,
+        start: start.into_iter().map(str::to_owned).collect(),
+        stats: (stats.0.to_owned(), stats.1.to_owned()),
+        also_blocked: parked.len(),
+        enough_after: None,
+    };
+    let cost = queue.measure(&server, &mut con).await;
     drop(con);
-    for t in tasks.iter().chain(&parked) {
+    for t in &parked {
         t.abort();
     }
     drop(server);

@@ -22,6 +22,7 @@ mod expiry;
 mod floor;
 mod herd;
 mod per_server;
+mod queue_loop;
 mod report;
 mod rwmix;
 mod scale;
