@@ -135,27 +135,31 @@ impl Key {
     /// Every field of a hash with its value, binary-safe, sorted by field (`RedisModule_ScanKey`;
     /// a field a scan returns twice is kept once). Empty for an empty key.
     pub fn hash_fields(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        if self.key.is_null() {
-            return Vec::new();
-        }
-        let (create, scan, destroy) = (
-            api!(RedisModule_ScanCursorCreate),
-            api!(RedisModule_ScanKey),
-            api!(RedisModule_ScanCursorDestroy),
-        );
-        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        // SAFETY: the key is an open hash; the cursor is created, used and destroyed here; the
-        // callback only reads the strings it is given (valid for the call) and appends to the
-        // vector behind `privdata`, which outlives the scan and is not touched meanwhile.
-        unsafe {
-            let cursor = create();
-            let privdata = (&mut fields as *mut Vec<(Vec<u8>, Vec<u8>)>).cast::<c_void>();
-            while scan(self.key, cursor, Some(collect_field), privdata) != 0 {}
-            destroy(cursor);
+        // No hash holds more than `usize::MAX` bytes: the whole of it fits.
+        let mut unbounded = usize::MAX;
+        self.hash_fields_within(&mut unbounded).unwrap_or_default()
+    }
+
+    /// [`Self::hash_fields`] while their bytes (fields and values) fit `budget`, taken off it;
+    /// `None` when they do not (a foreign writer's huge fields are never copied whole).
+    pub fn hash_fields_within(&self, budget: &mut usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut fields = Vec::new();
+        let mut over = false;
+        self.for_each_field(&mut |field, value| {
+            let size = field.len().saturating_add(value.len());
+            if over || size > *budget {
+                over = true;
+                return;
+            }
+            *budget -= size;
+            fields.push((field.to_vec(), value.to_vec()));
+        });
+        if over {
+            return None;
         }
         fields.sort();
         fields.dedup_by(|a, b| a.0 == b.0);
-        fields
+        Some(fields)
     }
 
     /// Calls `f` with each field of a hash and its value, as Redis lends them (nothing is
@@ -287,6 +291,36 @@ impl Key {
     }
 }
 
+/// A key a caller has open already (lent) or one opened for the occasion (closed when this is
+/// dropped).
+pub enum KeyRef<'a> {
+    Lent(&'a Key),
+    Opened(Key),
+}
+
+impl KeyRef<'_> {
+    /// `lent` when there is one, else the key `name` opened (`writable`).
+    pub fn lent_or_open<'a>(
+        lent: Option<&'a Key>,
+        ctx: &Context,
+        name: &RedisString,
+        writable: bool,
+    ) -> KeyRef<'a> {
+        lent.map_or_else(|| KeyRef::Opened(Key::open(ctx, name, writable)), KeyRef::Lent)
+    }
+}
+
+impl std::ops::Deref for KeyRef<'_> {
+    type Target = Key;
+
+    fn deref(&self) -> &Key {
+        match self {
+            Self::Lent(key) => key,
+            Self::Opened(key) => key,
+        }
+    }
+}
+
 impl Drop for Key {
     fn drop(&mut self) {
         if self.key.is_null() {
@@ -324,38 +358,6 @@ impl Drop for OwnedString {
         // SAFETY: HashGet gave us one reference to this string (automatic memory is not enabled
         // on our contexts), released exactly once, here, with the context it was made with.
         unsafe { free(self.ctx, self.ptr.as_ptr()) };
-    }
-}
-
-/// The bytes of a string Redis lends for the duration of a call.
-///
-/// # Safety
-/// `s` is NULL or a live `RedisModuleString`.
-unsafe fn lent_bytes(s: *mut raw::RedisModuleString) -> Vec<u8> {
-    if s.is_null() {
-        return Vec::new();
-    }
-    let ptr_len = api!(RedisModule_StringPtrLen);
-    let mut len: usize = 0;
-    // SAFETY: `s` is live (the caller's contract); the buffer is copied before returning.
-    unsafe {
-        let data = ptr_len(s, &mut len);
-        std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec()
-    }
-}
-
-/// `ScanKey`'s callback for [`Key::hash_fields`].
-unsafe extern "C" fn collect_field(
-    _key: *mut raw::RedisModuleKey,
-    field: *mut raw::RedisModuleString,
-    value: *mut raw::RedisModuleString,
-    privdata: *mut c_void,
-) {
-    // SAFETY: `privdata` is the vector `hash_fields` passed, alive and not otherwise borrowed
-    // during the scan; `field` and `value` are live for this call.
-    unsafe {
-        let fields = &mut *privdata.cast::<Vec<(Vec<u8>, Vec<u8>)>>();
-        fields.push((lent_bytes(field), lent_bytes(value)));
     }
 }
 

@@ -151,7 +151,7 @@ pub use context::{
     connection_id, in_cluster, int_string, is_master, key_slot, notify, now_ms, publish,
     publish_shard, select_db, selected_db, signal_modified, Notify,
 };
-pub use keys::{Key, KeyKind, OwnedString};
+pub use keys::{Key, KeyKind, KeyRef, OwnedString};
 pub use replication::{
     count_unpropagated_write, note_replication, propagation_possible, replicas_possible, replicate,
     replicate_to_replicas, writes_paused,

@@ -13,7 +13,7 @@ use super::{anyone_waits, QUEUES};
 use crate::deadlock_rules::{self, Found, Graph, Holders, Wants};
 use crate::error::Refusal;
 use crate::names;
-use crate::raw::{self, Key, KeyKind, KeyUse};
+use crate::raw::{self, Key, KeyKind, KeyRef, KeyUse};
 use crate::rules::{Kind, Request};
 use crate::rw_rules::{Mode, RwState};
 use crate::store::access::KeyChecker;
@@ -74,13 +74,11 @@ impl Graph for Live<'_> {
     }
 
     fn holders(&mut self, name: &[u8], steps: &mut usize) -> Holders {
-        let opened;
         let key = if name == self.start.as_slice() {
-            self.start_key
+            KeyRef::Lent(self.start_key)
         } else {
             let Some(name) = self.readable(name) else { return Holders::Nobody };
-            opened = Key::open(self.ctx, &name, false);
-            &opened
+            KeyRef::Opened(Key::open(self.ctx, &name, false))
         };
         if key.kind() != KeyKind::Hash {
             return Holders::Nobody;
@@ -91,7 +89,7 @@ impl Graph for Live<'_> {
             return Holders::Nobody;
         }
         *steps -= fields + 1;
-        let Some(fields) = fields_within(key, &mut self.bytes) else {
+        let Some(fields) = key.hash_fields_within(&mut self.bytes) else {
             // Past the byte budget: no claim either way (the search ends).
             *steps = 0;
             return Holders::Nobody;
@@ -128,29 +126,6 @@ impl Graph for Live<'_> {
     }
 }
 
-/// The fields of the hash `key` with their values, sorted, a field a scan returns twice kept
-/// once, while their bytes fit `budget` (taken off it); `None` when they do not (a foreign
-/// writer's huge fields are never copied whole).
-fn fields_within(key: &Key, budget: &mut usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut fields = Vec::new();
-    let mut over = false;
-    key.for_each_field(&mut |field, value| {
-        let size = field.len().saturating_add(value.len());
-        if over || size > *budget {
-            over = true;
-            return;
-        }
-        *budget -= size;
-        fields.push((field.to_vec(), value.to_vec()));
-    });
-    if over {
-        return None;
-    }
-    fields.sort();
-    fields.dedup_by(|a, b| a.0 == b.0);
-    Some(fields)
-}
-
 /// Refuses (`DEADLOCK ...`) the wait of `request` for the lock `name` (the context's database)
 /// when it would close a cycle of owners waiting for each other. Nothing is read when nobody
 /// with an owner waits, and only the lock `name` (one scan, nothing copied) when none of its
@@ -176,18 +151,13 @@ pub fn refuse_cycle(
         return Ok(());
     }
     let db = raw::selected_db(ctx);
-    let opened;
-    let start_key = if let Some(key) = open {
-        key
-    } else {
-        opened = Key::open(ctx, name, false);
-        &opened
-    };
-    if !holder_waits(db, start_key, &request.owner) {
+    let start_key = KeyRef::lent_or_open(open, ctx, name, false);
+    if !holder_waits(db, &start_key, &request.owner) {
         return Ok(());
     }
     let bytes = deadlock_rules::MAX_BYTES;
-    let mut graph = Live { ctx, db, start: name, start_key, user, checker: None, bytes };
+    let mut graph =
+        Live { ctx, db, start: name, start_key: &start_key, user, checker: None, bytes };
     match deadlock_rules::find_cycle(&mut graph, &request.owner, name.as_slice(), wants) {
         Found::Cycle(cycle) => Err(Refusal::Deadlock(deadlock_rules::describe(&cycle))),
         Found::NoCycle | Found::OverBudget => Ok(()),
