@@ -4,7 +4,10 @@
 
 use redis_module::{Context, RedisString};
 
-use super::{forget_check, freed, lock_name, schedule_check, settle, QUEUES};
+use super::{
+    check_release_publish, forget_check, freed_as, lock_name, schedule_check, settle, Publish,
+    QUEUES,
+};
 use crate::error::LockError;
 use crate::raw;
 use crate::rules::Reply;
@@ -44,10 +47,10 @@ pub fn rw_release(
     let holds = key.holds(&state, now)?;
     let plan = rw_rules::release(&state, mode, owner, &holds, now);
     key.check(&plan)?;
-    check_publish(ctx, name, plan.freed.map(Unlocked::Rw))?;
+    let publish = check_release_publish(ctx, name, plan.freed.map(Unlocked::Rw))?;
     key.apply(&plan);
     drop(key);
-    rw_applied(ctx, name, &plan);
+    rw_applied_as(ctx, name, &plan, publish);
     Ok(plan.reply)
 }
 
@@ -55,12 +58,17 @@ pub fn rw_release(
 /// published), a downgraded one to the readers at the head of its queue, and new or renewed
 /// read holds are looked at when they end.
 pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
+    rw_applied_as(ctx, name, plan, Publish::Checked);
+}
+
+/// [`rw_applied`] after [`check_release_publish`].
+pub fn rw_applied_as(ctx: &Context, name: &RedisString, plan: &RwPlan, publish: Publish) {
     super::session::rw_applied(ctx, name, plan);
     if let Some(mode) = plan.freed {
         // No hold is left to look at (the key is gone); a grant in the hand-off below
         // schedules its own.
         forget_check(ctx, name, mode == Mode::Read);
-        freed(ctx, name, Unlocked::Rw(mode));
+        freed_as(ctx, name, Unlocked::Rw(mode), publish);
     } else if plan.settle {
         settle(ctx, name);
     }

@@ -266,9 +266,48 @@ pub fn settled_view<'a>(
 /// A command or timer freed the lock `name`: it goes to its waiters, or (nobody can take it)
 /// the unlock message is published.
 pub fn freed(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
-    if !hand_off(ctx, name) {
-        store::publish_unlock(ctx, name, unlocked);
+    freed_as(ctx, name, unlocked, Publish::Checked);
+}
+
+/// Whether the caller's permission to publish a release's unlock message was checked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    /// Checked (or nobody's to check: a timer, the module's own work).
+    Checked,
+    /// Not yet: the release hands the lock on to its waiters, and publishes nothing then.
+    Unchecked,
+}
+
+/// Checks, before a release that may free the lock `name` (`freeing`) writes anything, that
+/// the caller may publish its unlock message (`NOPERM` otherwise), unless others wait for the
+/// lock: then the release hands it on and publishes nothing, and the check is left to the
+/// publish itself ([`freed_as`]), should the hand-off grant nobody after all.
+///
+/// # Errors
+/// [`LockError::NoPermChannel`].
+pub fn check_release_publish(
+    ctx: &Context,
+    name: &RedisString,
+    freeing: Option<Unlocked>,
+) -> Result<Publish, LockError> {
+    if freeing.is_some() && waits_for(ctx, name) {
+        return Ok(Publish::Unchecked);
     }
+    check_publish(ctx, name, freeing)?;
+    Ok(Publish::Checked)
+}
+
+/// [`freed`] after [`check_release_publish`]: an unchecked unlock message is published only
+/// when the caller may publish it (the release itself is done and cannot be refused any more:
+/// the message is left out, and `ACL LOG` has an entry, when the caller may not).
+pub fn freed_as(ctx: &Context, name: &RedisString, unlocked: Unlocked, publish: Publish) {
+    if hand_off(ctx, name) {
+        return;
+    }
+    if publish == Publish::Unchecked && check_publish(ctx, name, Some(unlocked)).is_err() {
+        return;
+    }
+    store::publish_unlock(ctx, name, unlocked);
 }
 
 /// Grants the lock to waiters from the head of its queue while its rules allow; returns whether
@@ -372,12 +411,12 @@ pub fn release_hold(
 ) -> Result<Reply, LockError> {
     let (key, view) = settled_view(ctx, name, owner)?;
     let plan = rules::release(view, deadline);
-    check_publish(ctx, name, plan.publish.then_some(Unlocked::Lock))?;
+    let publish = check_release_publish(ctx, name, plan.publish.then_some(Unlocked::Lock))?;
     let freed_it = key.apply(Some(owner), &plan);
     drop(key);
     if freed_it {
         session::lock_ended(ctx, name);
-        freed(ctx, name, Unlocked::Lock);
+        freed_as(ctx, name, Unlocked::Lock, publish);
     } else if let (Some(deadline), true) = (plan.expire_at, plan.writes()) {
         session::renewed(ctx, name, Held::Lock(owner.as_slice().to_vec()), deadline.unix_ms());
     }
