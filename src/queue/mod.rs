@@ -20,16 +20,20 @@
 //!   what it carries (its ACL user, its start);
 //! - `figures`: who waits and how many, each queue's counters, how long waits lasted;
 //! - `schedule`: the schedule of timed events (timeouts, lease checks, each lock's own check);
-//! - `stats`: what the queues count (ends, per-queue counters, wait times).
+//! - `stats`: what the queues count (ends, per-queue counters, wait times);
+//! - `id_hash`: the fast hasher of the maps keyed by module-numbered values (ids, handles,
+//!   databases; lock names, owners and tags keep SipHash).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
 mod figures;
+mod id_hash;
 mod index;
 mod schedule;
 mod stats;
 
+use id_hash::IdMap;
 pub use stats::{End, QueueStats, WaitTimes, WAIT_BUCKETS_MS};
 
 /// A waiter's id, unique for the life of the module.
@@ -127,15 +131,15 @@ struct Queue {
 /// All queues, the waiter table and the schedule.
 #[derive(Debug)]
 pub struct Queues<H, R> {
-    by_db: HashMap<i32, HashMap<Vec<u8>, Queue>>,
-    waiters: HashMap<WaiterId, Waiter<H, R>>,
-    by_handle: HashMap<H, WaiterId>,
+    by_db: IdMap<i32, HashMap<Vec<u8>, Queue>>,
+    waiters: IdMap<WaiterId, Waiter<H, R>>,
+    by_handle: IdMap<H, WaiterId>,
     /// Tagged waiters by (database, lock, tag).
     by_tag: HashMap<(i32, Vec<u8>, Vec<u8>), WaiterId>,
     /// Waiters by database, then owner: where each owner waits (the wait-for graph's edges
     /// start here; looked up by a borrowed owner, without a copy). An owner may wait in several
     /// queues at once (several connections).
-    by_owner: HashMap<i32, HashMap<Vec<u8>, BTreeSet<WaiterId>>>,
+    by_owner: IdMap<i32, HashMap<Vec<u8>, BTreeSet<WaiterId>>>,
     /// How long the waits that ended lasted.
     wait_times: WaitTimes,
     schedule: BTreeMap<Slot, Event>,
@@ -148,11 +152,11 @@ pub struct Queues<H, R> {
 impl<H, R> Default for Queues<H, R> {
     fn default() -> Self {
         Self {
-            by_db: HashMap::new(),
-            waiters: HashMap::new(),
-            by_handle: HashMap::new(),
+            by_db: IdMap::default(),
+            waiters: IdMap::default(),
+            by_handle: IdMap::default(),
             by_tag: HashMap::new(),
-            by_owner: HashMap::new(),
+            by_owner: IdMap::default(),
             wait_times: WaitTimes::default(),
             schedule: BTreeMap::new(),
             checks: HashMap::new(),
