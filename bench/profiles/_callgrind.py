@@ -12,7 +12,7 @@ class Server:
     """redis-server under `valgrind --tool=callgrind`, writing its profile to `out`, with
     `modules` loaded; a control connection (`call`) and clients left waiting (`park`)."""
 
-    def __init__(self, out: str, modules: list[str]) -> None:
+    def __init__(self, out: str, modules: list[str], aof: bool = False) -> None:
         self.port = 30000 + os.getpid() % 20000
         args = [
             "valgrind",
@@ -27,6 +27,8 @@ class Server:
             "--save",
             "",
             "--appendonly",
+            "yes" if aof else "no",
+            "--appendfsync",
             "no",
         ]
         args += ["--dir", tempfile.mkdtemp()]
@@ -70,6 +72,14 @@ class Server:
                 return
             time.sleep(0.01)
         raise SystemExit(f"fewer than {n} clients blocked")
+
+    def zero(self) -> None:
+        """Zeroes the profile's counters (what came before, a set-up, is left out of it)."""
+        subprocess.run(
+            ["callgrind_control", "-z", str(self.proc.pid)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
     def shutdown(self) -> None:
         """Ends the server (the profile is written then)."""
