@@ -35,16 +35,21 @@ elif mode == "hdel":
     for i in range(N):
         call("FLOOR.HSET", f"f:{i}", "o", 1, 60000)
 server.zero()
+
+
+def command(i: int) -> tuple[object, ...]:
+    """The measured call number `i`."""
+    return {
+        "acquire": ("RLOCK.ACQUIRE", f"l:{i}", "o", 60000),
+        "reenter": ("RLOCK.ACQUIRE", "held", "o", 60000),
+        "release": ("RLOCK.RELEASE", f"l:{i}", "o"),
+        "hset": ("FLOOR.HSET", f"f:{i}", "o", 1, 60000),
+        "hset-held": ("FLOOR.HSET", "held", "o", 1, 60000),
+        "hdel": ("FLOOR.HDEL", f"f:{i}", "o", f"redisson_lock__channel:{{f:{i}}}", 0),
+    }[mode]
+
+
 for i in range(N):
-    reply = {
-        "acquire": lambda: call("RLOCK.ACQUIRE", f"l:{i}", "o", 60000),
-        "reenter": lambda: call("RLOCK.ACQUIRE", "held", "o", 60000),
-        "release": lambda: call("RLOCK.RELEASE", f"l:{i}", "o"),
-        "hset": lambda: call("FLOOR.HSET", f"f:{i}", "o", 1, 60000),
-        "hset-held": lambda: call("FLOOR.HSET", "held", "o", 1, 60000),
-        "hdel": lambda: call(
-            "FLOOR.HDEL", f"f:{i}", "o", f"redisson_lock__channel:{{f:{i}}}", 0
-        ),
-    }[mode]()
+    reply = call(*command(i))
     assert not reply.startswith(b"-"), reply
 server.shutdown()
