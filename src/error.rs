@@ -72,6 +72,8 @@ pub enum LockError {
     TooManyLockReadHolds,
     /// The semaphore's key holds a string that is not an integer.
     CorruptPermits,
+    /// A latch whose count is not an integer (`INCRBY`'s rules).
+    CorruptLatchCount,
     /// The permit count would leave the range of integers Redis stores.
     PermitsOverflow,
     /// An empty id after `ID`.
@@ -163,7 +165,7 @@ impl LockError {
                 "NOPERM this user has no permissions to access the lock's unlock latch key (redisson_unlock_latch:...)"
             }
             Self::NoPermChannel => {
-                "NOPERM this user has no permissions to publish on the lock's unlock channel (redisson_lock__channel:... or redisson_rwlock:...)"
+                "NOPERM this user has no permissions to publish on the lock's unlock channel (redisson_lock__channel:..., redisson_rwlock:..., redisson_sc:... or redisson_countdownlatch__channel__...)"
             }
             Self::NotALock => {
                 "ERR the key is a hash but not a reentrant lock (it needs exactly one owner field)"
@@ -182,6 +184,7 @@ impl LockError {
             }
             Self::InvalidMode => "ERR mode must be READ or WRITE",
             Self::CorruptPermits => "ERR the semaphore's value is not an integer",
+            Self::CorruptLatchCount => "ERR the latch's count is not an integer",
             Self::PermitsOverflow => "ERR permit count overflow",
             Self::InvalidPermitId => "ERR permit id (after ID) must not be empty",
             Self::MissingPermitId => "ERR permit id is missing after ID",
@@ -268,6 +271,10 @@ pub enum IntArg {
     PermitsOrZero,
     /// `delta` of `RSEM.ADDPERMITS`: any `i64`.
     Delta,
+    /// `count` of `RLATCH.SETCOUNT`: 1 to `i64::MAX`.
+    LatchCount,
+    /// `amount` of `RLATCH.COUNTDOWN`: 1 to `i64::MAX`.
+    Amount,
 }
 
 /// What is wrong with an integer argument.
@@ -301,7 +308,7 @@ impl IntArg {
     #[must_use]
     pub const fn range(self) -> (i64, i64) {
         match self {
-            Self::LeaseMs | Self::Permits => (1, i64::MAX),
+            Self::LeaseMs | Self::Permits | Self::LatchCount | Self::Amount => (1, i64::MAX),
             Self::TimeoutMs | Self::PermitsOrZero => (0, i64::MAX),
             Self::Delta => (i64::MIN, i64::MAX),
         }
@@ -332,7 +339,13 @@ impl IntArg {
             "is out of range (-9223372036854775808 to 9223372036854775807)",
             "-9223372036854775808 to 9223372036854775807"
         );
+        const COUNT: [&str; 4] =
+            int_messages!("count", "", "must be positive", "1 to 9223372036854775807");
+        const AMOUNT: [&str; 4] =
+            int_messages!("amount", "", "must be positive", "1 to 9223372036854775807");
         let texts = match self {
+            Self::LatchCount => &COUNT,
+            Self::Amount => &AMOUNT,
             Self::LeaseMs => &LEASE,
             Self::TimeoutMs => &TIMEOUT,
             Self::Permits => &PERMITS,

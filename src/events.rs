@@ -132,6 +132,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("left_while_waiting", get(&STATS.left).to_string())?
         .field("grants_rolled_back", get(&STATS.rollbacks).to_string())?
         .field("dead_reader_reaps", get(&STATS.reaps).to_string())?
+        .field("latch_opens", get(&STATS.latch_opens).to_string())?
+        .field("latch_releases", get(&STATS.latch_releases).to_string())?
         .field("timers_armed", waiting::timers_armed().to_string())?
         .field("scheduled_checks", waiting::scheduled_checks().to_string())?
         .build_section()?;

@@ -37,6 +37,7 @@ pub mod deadlock_rules;
 pub mod dump;
 pub mod error;
 pub mod events;
+pub mod latch_rules;
 pub mod names;
 pub mod queue;
 pub mod raw;
@@ -324,6 +325,27 @@ rlock_module! {
             KEY_RO | KEY_ACCESS, -2,
             "The first COUNT (default 10, at most 1000) waiters of a semaphore in queue order: permits, leased or not, ms waited, ms left, request id",
             &[KEY, COUNT], "O(COUNT)"],
+        ["rlatch.setcount", commands::latch::set_count, "write deny-oom",
+            KEY_RW | KEY_UPDATE, 3,
+            "Sets a count-down latch's count if it does not exist (and publishes 1); 1: set, 0: it exists",
+            &[KEY, ArgDoc::new(c"count", ArgType::Integer)]],
+        ["rlatch.countdown", commands::latch::count_down, "write",
+            KEY_RW | KEY_UPDATE | KEY_DELETE, -2,
+            "Counts a latch down by amount (default 1), never below zero; at zero deletes it, publishes 0 and answers every awaiter; replies the count left",
+            &[KEY, ArgDoc::new(c"amount", ArgType::Integer).optional()],
+            "O(1); O(N) when it opens the latch, where N is the number of awaiters"],
+        ["rlatch.count", commands::latch::count, "readonly fast",
+            KEY_RO | KEY_ACCESS, 2,
+            "A latch's remaining count (0 when it is missing: open)",
+            &[KEY]],
+        ["rlatch.delete", commands::latch::delete, "write",
+            KEY_RW | KEY_DELETE, 2,
+            "Deletes a latch (publishing 1, as Redisson) and answers every awaiter; 1: deleted, 0: it was missing",
+            &[KEY], "O(N) where N is the number of awaiters"],
+        ["rlatch.await", commands::latch::await_open, "readonly",
+            KEY_RO | KEY_ACCESS, 3,
+            "Waits in the server until the latch is open (its count at zero, or the key deleted); 1: open, 0: timed out (timeout-ms 0: no limit)",
+            &[KEY, ArgDoc::new(c"timeout-ms", ArgType::Integer)]],
     ],
     // No keyspace event handlers: a lock freed outside rlock's commands is found by the waiters'
     // poll (`waiting`), so loading the module costs other workloads' DEL and expiry nothing.

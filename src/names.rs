@@ -22,6 +22,8 @@ pub const REQUEST: &[u8] = b"rlock_request";
 pub const RW_CHANNEL: &[u8] = b"redisson_rwlock";
 /// Redisson's semaphore channel: `redisson_sc:{<name>}` (the available count after a change).
 pub const SEM_CHANNEL: &[u8] = b"redisson_sc";
+/// The channel prefix of a count-down latch (`RCountDownLatch`), braces written literally.
+pub const LATCH_CHANNEL: &[u8] = b"redisson_countdownlatch__channel__";
 /// The hash field of a read-write lock's mode (`read` or `write`).
 pub const MODE_FIELD: &[u8] = b"mode";
 /// What a write hold's field adds to its owner: `<owner>:write`.
@@ -104,6 +106,14 @@ pub fn rw_channel(name: &[u8]) -> Vec<u8> {
 #[must_use]
 pub fn sem_channel(name: &[u8]) -> Vec<u8> {
     prefixed(SEM_CHANNEL, name)
+}
+
+/// The channel of the count-down latch `name`: `redisson_countdownlatch__channel__{name}`,
+/// braces written literally whatever the name holds (Redisson's, not its prefixName rule: a
+/// name with braces nests them, and the channel may then hash to another cluster slot).
+#[must_use]
+pub fn latch_channel(name: &[u8]) -> Vec<u8> {
+    [LATCH_CHANNEL, b"{", name, b"}"].concat()
 }
 
 /// The hash field of `owner`'s write hold: `<owner>:write`.

@@ -129,6 +129,9 @@ pub enum Kind {
     /// This many leased permits (`RSEM.ACQUIRE ... LEASE`), each for the request's lease; the
     /// owner is not used.
     Leased(u64),
+    /// A count-down latch's awaiter (`RLATCH.AWAIT`): answered 1 when the latch opens; holds
+    /// nothing, so the owner and lease are not used.
+    Latch,
 }
 
 /// What a waiter asks for, kept in its queue until it is granted: its lock kind, owner and
@@ -162,7 +165,7 @@ impl Request {
     #[must_use]
     pub const fn not_granted(&self, pttl: i64) -> Reply {
         match self.kind {
-            Kind::Permits(_) => Reply::Int(0),
+            Kind::Permits(_) | Kind::Latch => Reply::Int(0),
             Kind::Leased(_) => Reply::Nil,
             Kind::Reentrant | Kind::Rw(_) => busy(pttl, self.token),
         }
@@ -173,7 +176,10 @@ impl Request {
     /// may be followed by more readers).
     #[must_use]
     pub const fn exclusive(&self) -> bool {
-        !matches!(self.kind, Kind::Rw(Mode::Read) | Kind::Permits(_) | Kind::Leased(_))
+        !matches!(
+            self.kind,
+            Kind::Rw(Mode::Read) | Kind::Permits(_) | Kind::Leased(_) | Kind::Latch
+        )
     }
 }
 

@@ -2,11 +2,13 @@
 //! check that nothing is left over. Plain Rust over byte strings, so it runs without a server.
 
 pub mod int;
+pub mod latch;
 pub mod rw;
 pub mod sem;
 pub mod session;
 pub mod waiters;
 
+pub use latch::{LatchAwait, LatchCountDown, LatchSet};
 pub use rw::{RwAcquire, RwRelease, RwRenew};
 pub use sem::{SemAcquire, SemAdd, SemCount, SemRelease};
 pub use session::Session;

@@ -2,6 +2,7 @@
 //! store and the waiting machinery, reply. No key is touched here directly: `store` opens and
 //! writes keys, `waiting` blocks and hands off.
 
+pub mod latch;
 pub mod request;
 pub mod rw;
 pub mod sem;

@@ -95,7 +95,7 @@ pub fn rsem(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 let (permits, leased) = match w.request.kind {
                     Kind::Permits(n) => (n, 0),
                     Kind::Leased(n) => (n, 1),
-                    Kind::Reentrant | Kind::Rw(_) => (0, 0),
+                    Kind::Reentrant | Kind::Rw(_) | Kind::Latch => (0, 0),
                 };
                 vec![
                     ("permits", Field::Int(i64::try_from(permits).unwrap_or(i64::MAX))),

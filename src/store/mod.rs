@@ -16,6 +16,7 @@
 
 pub mod access;
 pub mod derived;
+pub mod latch;
 pub mod request;
 pub mod rw;
 pub mod sem;
@@ -28,6 +29,7 @@ use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisStri
 
 use crate::dump;
 use crate::error::LockError;
+use crate::latch_rules::LatchMessage;
 use crate::names;
 use crate::raw::{self, Key, KeyKind};
 use crate::replicas;
@@ -250,6 +252,9 @@ pub enum Unlocked {
     Rw(Mode),
     /// A semaphore with this many permits available now, on `redisson_sc:{name}`.
     Permits(i64),
+    /// A count-down latch opened (`0`) or closed again (`1`: a new count, a delete), on
+    /// `redisson_countdownlatch__channel__{name}`.
+    Latch(LatchMessage),
 }
 
 impl Unlocked {
@@ -258,6 +263,7 @@ impl Unlocked {
             Self::Lock => names::channel(name),
             Self::Rw(_) => names::rw_channel(name),
             Self::Permits(_) => names::sem_channel(name),
+            Self::Latch(_) => names::latch_channel(name),
         }
     }
 
@@ -266,6 +272,8 @@ impl Unlocked {
             Self::Lock => UNLOCK_MESSAGE.to_vec(),
             Self::Rw(mode) => mode.message().to_vec(),
             Self::Permits(count) => count.to_string().into_bytes(),
+            Self::Latch(LatchMessage::Opened) => b"0".to_vec(),
+            Self::Latch(LatchMessage::Closed) => b"1".to_vec(),
         }
     }
 }

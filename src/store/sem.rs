@@ -29,6 +29,11 @@ impl<'a> SemKey<'a> {
         Self { ctx, name, key: Key::open(ctx, name, writable) }
     }
 
+    /// Deletes the key (the caller notifies and replicates).
+    pub(crate) fn delete(&self) {
+        self.key.delete();
+    }
+
     /// The key as the rules see it.
     ///
     /// # Errors

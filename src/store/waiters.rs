@@ -6,11 +6,13 @@
 use redis_module::{Context, RedisString};
 
 use super::derived::TokenCounter;
+use super::latch::LatchKey;
 use super::request::RequestRecord;
 use super::rw::RwKey;
 use super::sem::{self, Leases, SemKey};
 use super::LockKey;
 use crate::error::LockError;
+use crate::latch_rules;
 use crate::raw;
 use crate::request_rules::{Granted, Record, REQUEST_RECORD_MS};
 use crate::rules::{self, Kind, Plan, Reply, Request, View};
@@ -49,6 +51,8 @@ enum Write<'a> {
         key: RwKey<'a>,
         plan: RwPlan,
     },
+    /// An awaiter of an open latch: nothing to write.
+    Latch,
     /// Semaphore permits; leased ones with their zset, lease end and count.
     Permits {
         key: SemKey<'a>,
@@ -135,6 +139,17 @@ pub fn consider<'a>(
                 return Head::Refuse(e);
             }
             Write::Rw { key, plan }
+        }
+        Kind::Latch => {
+            // Every awaiter of an open latch is answered (the hand-off goes on to the next);
+            // a latch retyped or spoiled under its awaiters answers them with that error.
+            return match LatchKey::open(ctx, name, false).count() {
+                Ok(count) if latch_rules::is_open(count) => {
+                    Head::Grant(Grant { write: Write::Latch, token: None, record: None })
+                }
+                Ok(_) => Head::Wait { recheck_at: None },
+                Err(e) => Head::Refuse(e),
+            };
         }
         Kind::Permits(permits) | Kind::Leased(permits) => {
             let leased = if let Kind::Leased(_) = request.kind {
@@ -232,6 +247,15 @@ impl Grant<'_> {
                 key.apply(&plan);
                 (lease_end(&plan), reap_hint(&plan), rw_stamp(&plan), plan.grant_until())
             }
+            Write::Latch => {
+                return Written {
+                    reply: Reply::Int(1),
+                    lease_over_at: None,
+                    reap_at: None,
+                    ids: Vec::new(),
+                    stamp: Stamp::None,
+                };
+            }
             Write::Permits { key, state, plan, leased } => {
                 key.apply(state, &plan);
                 drop(key);
@@ -307,7 +331,7 @@ fn rw_stamp(plan: &RwPlan) -> Stamp {
 /// its lease.
 pub fn still_granted(ctx: &Context, name: &RedisString, request: &Request, stamp: Stamp) -> bool {
     match (request.kind, stamp) {
-        (Kind::Permits(_) | Kind::Leased(_), _) => true,
+        (Kind::Permits(_) | Kind::Leased(_) | Kind::Latch, _) => true,
         (_, Stamp::None) => false,
         (Kind::Reentrant, Stamp::Hold { count, expire_at }) => {
             let owner = RedisString::create_from_slice(ctx.get_raw(), &request.owner);
@@ -363,7 +387,7 @@ pub fn reap_hint(plan: &RwPlan) -> Option<i64> {
 /// # Errors
 /// `WRONGTYPE` when the key now holds something else.
 pub fn not_granted(ctx: &Context, name: &[u8], request: &Request) -> Result<Reply, LockError> {
-    if let Kind::Permits(_) | Kind::Leased(_) = request.kind {
+    if let Kind::Permits(_) | Kind::Leased(_) | Kind::Latch = request.kind {
         return Ok(request.not_granted(0));
     }
     let name = RedisString::create_from_slice(ctx.get_raw(), name);
@@ -379,7 +403,7 @@ pub fn not_granted(ctx: &Context, name: &[u8], request: &Request) -> Result<Repl
 pub const fn rw_mode(request: &Request) -> Option<Mode> {
     match request.kind {
         Kind::Rw(mode) => Some(mode),
-        Kind::Reentrant | Kind::Permits(_) | Kind::Leased(_) => None,
+        Kind::Reentrant | Kind::Permits(_) | Kind::Leased(_) | Kind::Latch => None,
     }
 }
 
@@ -388,6 +412,6 @@ pub const fn rw_mode(request: &Request) -> Option<Mode> {
 pub const fn permits(request: &Request) -> u64 {
     match request.kind {
         Kind::Permits(n) | Kind::Leased(n) => n,
-        Kind::Reentrant | Kind::Rw(_) => 0,
+        Kind::Reentrant | Kind::Rw(_) | Kind::Latch => 0,
     }
 }

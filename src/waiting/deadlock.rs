@@ -24,7 +24,7 @@ const fn wants(request: &Request) -> Option<Wants> {
         Kind::Reentrant => Some(Wants::Lock),
         Kind::Rw(Mode::Read) => Some(Wants::Read),
         Kind::Rw(Mode::Write) => Some(Wants::Write),
-        Kind::Permits(_) | Kind::Leased(_) => None,
+        Kind::Permits(_) | Kind::Leased(_) | Kind::Latch => None,
     }
 }
 

@@ -57,7 +57,7 @@ use crate::error::LockError;
 use crate::queue::{End, Joining, LockName, Queues, Waiter};
 use crate::raw::{self, BlockHandler, Blocked};
 use crate::replicas;
-use crate::rules::{self, Deadline, Reply, Request};
+use crate::rules::{self, Deadline, Kind, Reply, Request};
 use crate::sessions::Held;
 use crate::store::access::{self, check_publish};
 use crate::store::waiters::{self, Head, Stamp};
@@ -94,6 +94,10 @@ pub struct Stats {
     pub rollbacks: AtomicU64,
     /// Read-write lock checks that removed readers whose every hold lease had ended.
     pub reaps: AtomicU64,
+    /// Latches opened by `RLATCH.COUNTDOWN` (to zero) or `RLATCH.DELETE`.
+    pub latch_opens: AtomicU64,
+    /// Latch awaiters answered 1 because their latch opened (counted apart from hand-offs).
+    pub latch_releases: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -103,6 +107,8 @@ pub static STATS: Stats = Stats {
     left: AtomicU64::new(0),
     rollbacks: AtomicU64::new(0),
     reaps: AtomicU64::new(0),
+    latch_opens: AtomicU64::new(0),
+    latch_releases: AtomicU64::new(0),
 };
 
 fn bump(counter: &AtomicU64) {
@@ -119,6 +125,8 @@ pub fn reset_stats() {
         &STATS.left,
         &STATS.rollbacks,
         &STATS.reaps,
+        &STATS.latch_opens,
+        &STATS.latch_releases,
     ];
     for counter in counters {
         counter.store(0, Ordering::Relaxed);
@@ -263,6 +271,13 @@ pub fn settled_view<'a>(
     Ok((key, view))
 }
 
+/// An `RLATCH` command opened the latch `name` (counted down to zero, or deleted): every
+/// awaiter is answered now.
+pub fn latch_opened(ctx: &Context, name: &RedisString) {
+    bump(&STATS.latch_opens);
+    settle(ctx, name);
+}
+
 /// A command or timer freed the lock `name`: it goes to its waiters, or (nobody can take it)
 /// the unlock message is published.
 pub fn freed(ctx: &Context, name: &RedisString, unlocked: Unlocked) {
@@ -375,8 +390,9 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         session::waiter_granted(ctx, name, &request, &written);
         let exclusive = request.exclusive();
         let (reply, ids, stamp) = (written.reply, written.ids, written.stamp);
+        let latch = request.kind == Kind::Latch;
         unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply, ids, stamp });
-        bump(&STATS.handoffs);
+        bump(if latch { &STATS.latch_releases } else { &STATS.handoffs });
         granted = true;
         look_again(lock, written.lease_over_at);
         if let Some(at) = written.reap_at {

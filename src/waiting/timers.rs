@@ -290,6 +290,8 @@ fn release_grant(
         }
         Kind::Rw(mode) => rw_release(ctx, name, &request.owner, mode),
         Kind::Permits(permits) => super::sem_release(ctx, name, permits).map(|_| Reply::Nil),
+        // An awaiter holds nothing: nothing to give back.
+        Kind::Latch => Ok(Reply::Nil),
         Kind::Leased(_) => {
             let ids: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
             super::sem_release_ids(ctx, name, &ids).map(|_| Reply::Nil)
@@ -308,7 +310,7 @@ fn release_grant(
 fn poll_lock(ctx: &Context, lock: &LockName, now: i64) {
     let kind = with_queues(|q| q.head(lock.db, &lock.key).map(|w| w.request.kind));
     match kind {
-        Some(Kind::Reentrant) => settle_lock(ctx, lock),
+        Some(Kind::Reentrant | Kind::Latch) => settle_lock(ctx, lock),
         Some(Kind::Rw(_)) => {
             settle_lock(ctx, lock);
             with_queues(|q| {
