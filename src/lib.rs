@@ -330,7 +330,7 @@ rlock_module! {
             "Sets a count-down latch's count if it does not exist (and publishes 1); 1: set, 0: it exists",
             &[KEY, ArgDoc::new(c"count", ArgType::Integer)]],
         ["rlatch.countdown", commands::latch::count_down, "write",
-            KEY_RW | KEY_UPDATE | KEY_DELETE, -2,
+            KEY_RW | KEY_ACCESS | KEY_DELETE, -2, // as LPOP: may delete
             "Counts a latch down by amount (default 1), never below zero; at zero deletes it, publishes 0 and answers every awaiter; replies the count left",
             &[KEY, ArgDoc::new(c"amount", ArgType::Integer).optional()],
             "O(1); O(N) when it opens the latch, where N is the number of awaiters"],

@@ -54,6 +54,7 @@ fn commands_follow_redissons_latch_and_answer_awaiters_when_it_opens() {
     assert_eq!(cmd(&mut con, &["RLATCH.DELETE", "l"]), Value::Int(1));
     assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Int(1)));
     assert_eq!(cmd(&mut con, &["RLATCH.DELETE", "l"]), Value::Int(0));
+    assert!(!server.log().contains("refused the command info"), "{}", server.log());
 }
 
 #[test]
@@ -311,4 +312,57 @@ fn in_a_cluster_a_latch_lives_in_its_slot_and_answers_its_awaiters() {
         let err = run_str(&mut other.conn(), &["RLATCH.COUNT", &key]).unwrap_err();
         assert!(err.starts_with("MOVED"), "{err}");
     }
+}
+
+/// Redisson's `RCountDownLatch` scripts (shared/reference, §5), as a Redisson client runs them.
+const REDISSON_TRY_SET_COUNT: &str = "if redis.call('exists', KEYS[1]) == 0 then \
+    redis.call('set', KEYS[1], ARGV[2]); redis.call('publish', KEYS[2], ARGV[1]); return 1 \
+    else return 0 end";
+const REDISSON_COUNT_DOWN: &str = "local v = redis.call('decr', KEYS[1]); \
+    if v <= 0 then redis.call('del', KEYS[1]) end; \
+    if v == 0 then redis.call('publish', KEYS[2], ARGV[1]) end";
+const REDISSON_DELETE: &str = "if redis.call('del', KEYS[1]) == 1 then \
+    redis.call('publish', KEYS[2], ARGV[1]); return 1 else return 0 end";
+
+#[test]
+fn a_redisson_client_and_rlatch_share_a_latch_both_ways() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let eval = |con: &mut Connection, script: &str, arg: &str| {
+        cmd(con, &["EVAL", script, "2", "l", CHANNEL, arg, "2"])
+    };
+    // Redisson sets, rlock reads and counts down; an RLATCH awaiter is answered.
+    assert_eq!(eval(&mut con, REDISSON_TRY_SET_COUNT, "1"), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RLATCH.SETCOUNT", "l", "5"]), Value::Int(0), "it exists");
+    assert_eq!(cmd(&mut con, &["RLATCH.COUNT", "l"]), Value::Int(2));
+    let waiter = awaiter(&server, &mut con, "0");
+    assert_eq!(cmd(&mut con, &["RLATCH.COUNTDOWN", "l"]), Value::Int(1));
+    eval(&mut con, REDISSON_COUNT_DOWN, "0");
+    assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Int(1)));
+
+    // rlock sets; a Redisson awaiter (subscribe, then GET until 0) hears the 0 and finds it open.
+    let mut listener = server.conn();
+    let mut sub = listener.as_pubsub();
+    sub.subscribe(CHANNEL).expect("SUBSCRIBE");
+    sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+    assert_eq!(cmd(&mut con, &["RLATCH.SETCOUNT", "l", "2"]), Value::Int(1));
+    assert_eq!(sub.get_message().expect("1").get_payload::<String>().ok(), Some("1".into()));
+    assert_eq!(eval(&mut con, REDISSON_COUNT_DOWN, "0"), Value::Nil);
+    assert_eq!(cmd(&mut con, &["GET", "l"]), Value::BulkString(b"1".to_vec()), "Redisson's count");
+    assert_eq!(cmd(&mut con, &["RLATCH.COUNTDOWN", "l"]), Value::Int(0));
+    assert_eq!(sub.get_message().expect("0").get_payload::<String>().ok(), Some("0".into()));
+    assert_eq!(cmd(&mut con, &["GET", "l"]), Value::Nil, "open for Redisson's getCount");
+
+    // A Redisson delete answers RLATCH awaiters; RLATCH.DELETE publishes what Redisson's does.
+    assert_eq!(eval(&mut con, REDISSON_TRY_SET_COUNT, "1"), Value::Int(1));
+    assert_eq!(sub.get_message().expect("1").get_payload::<String>().ok(), Some("1".into()));
+    let waiter = awaiter(&server, &mut con, "0");
+    assert_eq!(eval(&mut con, REDISSON_DELETE, "1"), Value::Int(1));
+    assert_eq!(waiter.reply(LIMIT).0, Ok(Value::Int(1)));
+    assert_eq!(sub.get_message().expect("1").get_payload::<String>().ok(), Some("1".into()));
+    cmd(&mut con, &["RLATCH.SETCOUNT", "l", "1"]);
+    assert_eq!(sub.get_message().expect("1").get_payload::<String>().ok(), Some("1".into()));
+    assert_eq!(cmd(&mut con, &["RLATCH.DELETE", "l"]), Value::Int(1));
+    assert_eq!(sub.get_message().expect("1").get_payload::<String>().ok(), Some("1".into()));
+    assert_eq!(eval(&mut con, REDISSON_DELETE, "1"), Value::Int(0), "gone for Redisson too");
 }
