@@ -21,6 +21,7 @@ mod deadlock;
 mod expiry;
 mod floor;
 mod herd;
+mod latch;
 mod per_server;
 mod queue_loop;
 mod report;
@@ -57,6 +58,8 @@ pub struct Sizes {
     idle: Duration,
     /// Section 10: rounds of the idle CPU with the waiters parked, then waiting.
     idle_rounds: usize,
+    /// Section 11: rounds of the latch release (its awaiters: `herd`).
+    latch_rounds: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -73,6 +76,7 @@ const FULL: Sizes = Sizes {
     waiting: (50_000, 5_000),
     idle: Duration::from_secs(10),
     idle_rounds: 3,
+    latch_rounds: 5,
 };
 
 const SMOKE: Sizes = Sizes {
@@ -89,6 +93,7 @@ const SMOKE: Sizes = Sizes {
     waiting: (50, 5),
     idle: Duration::from_secs(1),
     idle_rounds: 1,
+    latch_rounds: 1,
 };
 
 fn output(cmd: &str, args: &[&str]) -> String {
@@ -170,6 +175,7 @@ async fn run(cli: &Cli) {
     section!("8. semaphore contention", semaphore::run(sizes));
     section!("9. cost to unrelated workloads", unrelated::run(sizes));
     section!("10. scale of waiting", wait_scale::run(sizes));
+    section!("11. count-down latch release", latch::run(sizes));
 
     print!("{}", report.text());
     if let Some(path) = &cli.targets_tsv {
