@@ -305,6 +305,9 @@ pub struct Reclaimed {
     pub back: i64,
     /// A whole batch came back: more ended leases may be left for the next look.
     pub more: bool,
+    /// The lease zset was there (when not, nothing needs reclaiming later either, until a
+    /// leased grant or a Redisson client makes it).
+    pub leases: bool,
 }
 
 /// Reclaims the semaphore `name`'s permits whose lease ended by `now`, at most [`MAX_LEASED`]
@@ -326,11 +329,12 @@ pub fn reclaim(
     now: i64,
     reserve: u64,
 ) -> Result<Reclaimed, LockError> {
-    let none = Reclaimed { back: 0, more: false };
+    let none = Reclaimed { back: 0, more: false, leases: true };
+    let no_leases = Reclaimed { leases: false, ..none };
     // A name whose zset would live in another slot has no leases (leased acquires refuse it).
-    let Ok(leases) = Leases::of(ctx, name) else { return Ok(none) };
+    let Ok(leases) = Leases::of(ctx, name) else { return Ok(no_leases) };
     if !leases.exists(ctx)? {
-        return Ok(none);
+        return Ok(no_leases);
     }
     check_key(ctx, &leases.name, KeyUse::ReadWrite, LockError::NoPermLeases)?;
     // Checked before anything is written: a corrupt count refuses the reclaim.
@@ -361,7 +365,7 @@ pub fn reclaim(
     }
     // A full batch of MAX_LEASED may leave more to reclaim; a batch cut short by the room left
     // in the count waits for the count to come down (the next command, or check, reclaims).
-    Ok(Reclaimed { back, more: batch == MAX_LEASED && expired.len() >= MAX_LEASED })
+    Ok(Reclaimed { back, more: batch == MAX_LEASED && expired.len() >= MAX_LEASED, leases: true })
 }
 
 /// `count` new permit ids: 16 random bytes each, as Redisson (3.17+) writes them. `count` is a

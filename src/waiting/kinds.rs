@@ -165,6 +165,10 @@ pub fn sem_reclaim_keeping(
     if reclaimed.more {
         return Ok(Some(now.saturating_add(1)));
     }
+    if !reclaimed.leases {
+        // No zset, so nothing came back and nothing was granted since: no lease to look at.
+        return Ok(None);
+    }
     let Ok(leases) = Leases::of(ctx, name) else { return Ok(None) };
     let (_, earliest) = leases.summary(ctx, now)?;
     Ok(earliest.map(|at| crate::rules::Deadline::at(at).over_at()))

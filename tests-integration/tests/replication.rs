@@ -33,7 +33,7 @@ fn replicated(
     r: &mut Connection,
     write: impl FnOnce(&mut Connection),
 ) -> BTreeMap<&'static str, i64> {
-    const NAMES: [&str; 11] = [
+    const NAMES: [&str; 13] = [
         "restore",
         "set",
         "hset",
@@ -45,6 +45,8 @@ fn replicated(
         "incrby",
         "decrby",
         "zadd",
+        "zrem",
+        "publish",
     ];
     cmd(r, &["CONFIG", "RESETSTAT"]);
     write(m);
@@ -91,8 +93,11 @@ fn a_read_write_lock_write_replicates_one_command_per_key() {
             assert_eq!(cmd(m, &["RWLOCK.RELEASE", "L", who, "READ"]), Value::Int(freed));
         };
         let got = replicated(&mut m, &mut r, release);
-        let writes: i64 =
-            got.iter().filter(|(n, _)| !["multi", "exec"].contains(n)).map(|(_, c)| c).sum();
+        let writes: i64 = got
+            .iter()
+            .filter(|(n, _)| !["multi", "exec", "publish"].contains(n))
+            .map(|(_, c)| c)
+            .sum();
         assert_eq!(writes, 2, "{who}: {got:?}");
         assert_eq!(got.get("del").copied().unwrap_or(0), 1 + freed, "{who}: {got:?}");
     }
@@ -102,11 +107,28 @@ fn a_read_write_lock_write_replicates_one_command_per_key() {
         assert_eq!(cmd(m, &["RSEM.ACQUIRE", "S", "1"]), Value::Int(1));
     };
     assert_eq!(replicated(&mut m, &mut r, counted), expect(&[("decrby", 1)]));
-    let leased = |m: &mut Connection| {
-        assert!(matches!(cmd(m, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"]), Value::Array(_)));
-    };
-    let got = replicated(&mut m, &mut r, leased);
+    let mut id = Vec::new();
+    let got = replicated(&mut m, &mut r, |m: &mut Connection| {
+        id = ids(&cmd(m, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"])).remove(0);
+    });
     assert_eq!(got, expect(&[("decrby", 1), ("exec", 1), ("multi", 1), ("zadd", 1)]));
+    let got = replicated(&mut m, &mut r, |m: &mut Connection| {
+        let renewed: i64 =
+            redis::cmd("RSEM.RENEW").arg("S").arg(&id).arg(90_000).query(m).expect("RENEW");
+        assert_eq!(renewed, 1);
+    });
+    assert_eq!(got, expect(&[("zadd", 1)]));
+    let got = replicated(&mut m, &mut r, |m: &mut Connection| {
+        let released: i64 =
+            redis::cmd("RSEM.RELEASE").arg("S").arg("ID").arg(&id).query(m).expect("RELEASE");
+        assert_eq!(released, 1);
+    });
+    let released = expect(&[("exec", 1), ("incrby", 1), ("multi", 1), ("publish", 1), ("zrem", 1)]);
+    assert_eq!(got, released);
+    let got = replicated(&mut m, &mut r, |m: &mut Connection| {
+        assert_eq!(cmd(m, &["RSEM.RELEASE", "S", "1"]), Value::Int(5));
+    });
+    assert_eq!(got, expect(&[("exec", 1), ("incrby", 1), ("multi", 1), ("publish", 1)]));
 }
 
 /// One key as compared: its encoding, `DUMP` (`None` for a hash table, whose `DUMP` lists
