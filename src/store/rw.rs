@@ -139,7 +139,7 @@ impl<'a> RwKey<'a> {
         let (ctx, name) = (self.ctx, self.name);
         let replicate = replicating(ctx);
         raw::signal_modified(ctx, name);
-        let mut hash = HashWrites::default();
+        let mut hash = HashWrites::new(self.key.kind() == KeyKind::Empty);
         for effect in &plan.effects {
             self.apply_one(effect, replicate, &mut hash);
         }

@@ -37,12 +37,19 @@ pub fn restore(ctx: &Context, name: &RedisString, payload: &[u8], at: i64) {
 }
 
 /// The commands a write of one hash stands for, in order, replicated as one at the end.
-#[derive(Default)]
 pub struct HashWrites {
     commands: Vec<(&'static CStr, Vec<RedisString>)>,
+    /// The hash was missing before: what it holds now is what the noted `HSET`s wrote.
+    fresh: bool,
 }
 
 impl HashWrites {
+    /// For a write of a hash that is missing (`fresh`) or not.
+    #[must_use]
+    pub const fn new(fresh: bool) -> Self {
+        Self { commands: Vec::new(), fresh }
+    }
+
     /// Notes `command name args...` (the name is added at the end).
     pub fn push(&mut self, command: &'static CStr, args: Vec<RedisString>) {
         self.commands.push((command, args));
@@ -63,12 +70,46 @@ impl HashWrites {
         }
         match key.kind() {
             KeyKind::Empty => raw::replicate(ctx, c"DEL", &[name]),
-            KeyKind::Hash => match listpack_payload(key) {
+            KeyKind::Hash => match self.fresh_payload().or_else(|| listpack_payload(key)) {
                 Some(payload) => restore(ctx, name, &payload, key.expire_at()),
                 None => self.replicate_each(ctx, name),
             },
             KeyKind::String | KeyKind::Other => self.replicate_each(ctx, name),
         }
+    }
+
+    /// For a hash that was missing, only set (`HSET`, `PEXPIREAT`): its payload from the noted
+    /// fields, in the order they were first set (a listpack keeps a field where it was first
+    /// set), without reading the hash back; `None` otherwise, or past the limits.
+    fn fresh_payload(&self) -> Option<Vec<u8>> {
+        if !self.fresh {
+            return None;
+        }
+        let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(self.commands.len());
+        for (command, args) in &self.commands {
+            match (command.to_bytes(), args.as_slice()) {
+                (b"HSET", [field, value]) => {
+                    let (field, value) = (field.as_slice(), value.as_slice());
+                    match fields.iter_mut().find(|(f, _)| *f == field) {
+                        Some(set) => set.1 = value,
+                        None => fields.push((field, value)),
+                    }
+                }
+                (b"PEXPIREAT", _) => {}
+                _ => return None,
+            }
+        }
+        let max_len = settings::listpack_value_max();
+        let mut payload = HashPayload::default();
+        for (field, value) in fields {
+            if field.len().max(value.len()) > max_len
+                || payload.len() + field.len() + value.len() > RESTORE_MAX_BYTES
+            {
+                return None;
+            }
+            payload.push(field, value);
+        }
+        (!payload.is_empty()).then(|| payload.finish())
     }
 
     fn replicate_each(self, ctx: &Context, name: &RedisString) {
