@@ -125,6 +125,11 @@ impl HashWrites {
 /// The `DUMP` payload of the hash `key` when it is a listpack within the limits
 /// ([`HashWrites::replicate`]); `None` otherwise.
 fn listpack_payload(key: &Key) -> Option<Vec<u8>> {
+    // More fields than fit the budget (each takes at least 4 bytes) are never scanned: a
+    // listpack made long by a raised `hash-max-listpack-entries` costs no walk of it all.
+    if key.field_count() > RESTORE_MAX_BYTES / 4 {
+        return None;
+    }
     let max_len = settings::listpack_value_max();
     let mut payload = HashPayload::default();
     let mut fits = true;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    all_keys, cmd, digest, pexpiretime, poll, queue_str, wait_link_up, Server,
+    all_keys, cmd, digest, pexpiretime, poll, queue_str, run_str, wait_link_up, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -237,6 +237,26 @@ fn scenario(master: &Server, m: &mut Connection) {
     rw(m, &["G", "r:6", "READ", "60000"]);
     rw(m, &["G", "r:7", "READ", "60000"]);
     cmd(m, &["RWLOCK.FORCERELEASE", "G"]);
+    // In a transaction (and a script, where the commands are allowed): replicated inside it.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("RWLOCK.ACQUIRE")
+        .arg("T")
+        .arg("t:1")
+        .arg("READ")
+        .arg(60_000)
+        .cmd("RWLOCK.ACQUIRE")
+        .arg("T")
+        .arg("t:2")
+        .arg("READ")
+        .arg(60_000)
+        .cmd("RWLOCK.RELEASE")
+        .arg("T")
+        .arg("t:1")
+        .arg("READ");
+    let _: Value = pipe.query(m).expect("MULTI");
+    let script = "return redis.call('RWLOCK.ACQUIRE', KEYS[1], 't:3', 'READ', '60000')";
+    let _ = run_str(m, &["EVAL", script, "1", "T"]);
     // Long owners (past hash-max-listpack-value): the hash is a hash table on the master; a
     // short reader joins while the long one holds, and again once it has left.
     let long = "o".repeat(100);
