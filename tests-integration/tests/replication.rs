@@ -129,6 +129,15 @@ fn a_read_write_lock_write_replicates_one_command_per_key() {
         assert_eq!(cmd(m, &["RSEM.RELEASE", "S", "1"]), Value::Int(5));
     });
     assert_eq!(got, expect(&[("exec", 1), ("incrby", 1), ("multi", 1), ("publish", 1)]));
+    // A release while a lease has ended (a Redisson client's, unknown to the module): the
+    // reclaimed permit and the released one come back in one INCRBY (and one message).
+    cmd(&mut m, &["ZADD", "{S}:timeout", "1", "ended-permit-id"]);
+    let got = replicated(&mut m, &mut r, |m: &mut Connection| {
+        assert_eq!(cmd(m, &["RSEM.RELEASE", "S", "1"]), Value::Int(7));
+    });
+    let reclaimed =
+        expect(&[("exec", 1), ("incrby", 1), ("multi", 1), ("publish", 1), ("zrem", 1)]);
+    assert_eq!(got, reclaimed);
 }
 
 /// One key as compared: its encoding, `DUMP` (`None` for a hash table, whose `DUMP` lists
