@@ -22,12 +22,46 @@ const LP_END: u8 = 0xFF;
 /// short fields (a listpack counts up to 65,534 entries and holds up to 4 GiB).
 #[must_use]
 pub fn hash_payload(fields: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut lp = Vec::new();
+    let mut payload = HashPayload::default();
     for (field, value) in fields {
-        push_entry(&mut lp, field);
-        push_entry(&mut lp, value);
+        payload.push(field, value);
     }
-    finish(&lp, fields.len() * 2)
+    payload.finish()
+}
+
+/// A hash's `DUMP` payload built a field at a time (from a scan of the hash, nothing copied
+/// but the listpack itself), in the order pushed: [`hash_payload`]'s bytes.
+#[derive(Debug, Default)]
+pub struct HashPayload {
+    lp: Vec<u8>,
+    fields: usize,
+}
+
+impl HashPayload {
+    /// Appends one field and its value.
+    pub fn push(&mut self, field: &[u8], value: &[u8]) {
+        push_entry(&mut self.lp, field);
+        push_entry(&mut self.lp, value);
+        self.fields += 1;
+    }
+
+    /// The listpack entries' bytes so far (the payload adds at most 30).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.lp.len()
+    }
+
+    /// Whether no field was pushed.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.fields == 0
+    }
+
+    /// The payload.
+    #[must_use]
+    pub fn finish(self) -> Vec<u8> {
+        finish(&self.lp, self.fields * 2)
+    }
 }
 
 /// `DUMP`'s payload of a reentrant lock's hash: `owner` holding `count` (the hot path: the count

@@ -1,7 +1,7 @@
 //! The `DUMP` payload rlock propagates lock writes with, without a server (the live check that
 //! every server restores it is in the integration tests).
 
-use rlock::dump::{crc64, hash_payload};
+use rlock::dump::{crc64, hash_payload, HashPayload};
 
 #[test]
 fn crc64_is_redis_jones_crc() {
@@ -90,4 +90,21 @@ fn a_lock_payload_is_the_hash_payload_of_its_owner_and_count() {
             );
         }
     }
+}
+
+#[test]
+fn a_payload_built_a_field_at_a_time_is_the_same_in_the_order_pushed() {
+    let fields: [(&[u8], &[u8]); 3] = [(b"mode", b"read"), (b"r:1", b"2"), (b"w:1:write", b"1")];
+    let mut built = HashPayload::default();
+    assert!(built.is_empty());
+    for (field, value) in fields {
+        built.push(field, value);
+    }
+    assert!(!built.is_empty() && built.len() > 16);
+    assert_eq!(built.finish(), hash_payload(&fields));
+    let mut reversed = HashPayload::default();
+    for (field, value) in fields.iter().rev() {
+        reversed.push(field, value);
+    }
+    assert_ne!(reversed.finish(), hash_payload(&fields), "the order is kept");
 }

@@ -194,7 +194,9 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
          the key, sets one field and an absolute expiry, notifies and replicates one \
          `RESTORE ... REPLACE ABSTTL` (as rlock does when anything may be propagated); \
          `FLOOR.HDEL` deletes the field (and the key), replicates `DEL` and publishes the \
-         unlock message; no owner check, no ACL check of the channel, no waiters.",
+         unlock message; no owner check, no ACL check of the channel, no waiters. The last rows \
+         (AOF on) are the read-write lock and the semaphore beside Redisson's scripts and the \
+         plain command of a one-key write.",
         &[
             "operation",
             "rlock µs",
@@ -240,6 +242,10 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     let with_aof = run_on(&aof, n / 2).await;
     for ((name, floor), t) in NAMES.iter().zip(&with_aof) {
         section.row(row(&format!("{name}, AOF on"), floor, t));
+    }
+    drop(aof);
+    for row in crate::cost_kinds::rows(n / 2).await {
+        section.row(row);
     }
     let [acquire, reenter, release, _] = &with_aof;
     targets.extend([

@@ -17,6 +17,7 @@
 mod cli;
 mod contention;
 mod cost;
+mod cost_kinds;
 mod deadlock;
 mod expiry;
 mod floor;

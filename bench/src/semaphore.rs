@@ -21,11 +21,11 @@ const CLIENTS: usize = 32;
 const RETRY: Duration = Duration::from_millis(100);
 
 /// Redisson's `tryAcquire(p)` (the model's §3).
-const TRY_ACQUIRE: &str = "local v = redis.call('get', KEYS[1]); \
+pub const TRY_ACQUIRE: &str = "local v = redis.call('get', KEYS[1]); \
      if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then \
      redis.call('decrby', KEYS[1], ARGV[1]); return 1 end; return 0";
 /// Redisson's `release(p)`: INCRBY, then publish the new count.
-const RELEASE: &str = "local v = redis.call('incrby', KEYS[1], ARGV[1]); \
+pub const RELEASE: &str = "local v = redis.call('incrby', KEYS[1], ARGV[1]); \
      redis.call('publish', KEYS[2], v); return v";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -187,6 +187,32 @@ impl Key {
         }
     }
 
+    /// Like [`Self::for_each_field`], but one step of the scan only: returns whether that step
+    /// was the whole of it. It is for a listpack-encoded hash (Redis lends every field of a
+    /// listpack in one step, in the listpack's order, each once); a hash table takes several
+    /// steps (one bucket a step), and then `f` saw only some fields and the caller must ignore
+    /// them. False for an empty key.
+    pub fn fields_in_one_step(&self, f: &mut dyn FnMut(&[u8], &[u8])) -> bool {
+        if self.key.is_null() {
+            return false;
+        }
+        let (create, scan, destroy) = (
+            api!(RedisModule_ScanCursorCreate),
+            api!(RedisModule_ScanKey),
+            api!(RedisModule_ScanCursorDestroy),
+        );
+        let mut f = f;
+        // SAFETY: as in `for_each_field`: the cursor is created, used once and destroyed here;
+        // `privdata` points at `f`, alive and not otherwise used during the call.
+        unsafe {
+            let cursor = create();
+            let privdata = (&mut f as *mut &mut dyn FnMut(&[u8], &[u8])).cast::<c_void>();
+            let more = scan(self.key, cursor, Some(lend_field), privdata) != 0;
+            destroy(cursor);
+            !more
+        }
+    }
+
     /// A string key's value (a copy). Call only when `kind()` is `String`.
     pub fn string_value(&self) -> Vec<u8> {
         if self.key.is_null() {

@@ -22,6 +22,7 @@ pub mod rw;
 pub mod sem;
 pub mod settings;
 pub mod waiters;
+pub mod whole;
 
 use std::cell::Cell;
 
@@ -221,17 +222,7 @@ impl<'a> LockKey<'a> {
     /// `at`, as one `RESTORE key at payload REPLACE ABSTTL` ([`crate::dump`]): a replica or an
     /// AOF without the module rebuilds the same hash with the same absolute deadline.
     fn replicate_whole(&self, owner: &RedisString, count: u64, at: i64) {
-        thread_local! {
-            // Kept for the module's life (no context: not freed with a command's).
-            static WORDS: [RedisString; 2] =
-                [&b"REPLACE"[..], b"ABSTTL"].map(|w| RedisString::create(None, w));
-        }
-        let payload = dump::lock_payload(owner.as_slice(), count);
-        let payload = RedisString::create_from_slice(self.ctx.get_raw(), &payload);
-        let at = RedisString::create_from_slice(self.ctx.get_raw(), at.to_string().as_bytes());
-        WORDS.with(|[replace, absttl]| {
-            raw::replicate(self.ctx, c"RESTORE", &[self.name, &at, &payload, replace, absttl]);
-        });
+        whole::restore(self.ctx, self.name, &dump::lock_payload(owner.as_slice(), count), at);
     }
 }
 

@@ -11,6 +11,7 @@ use redis_module::{Context, RedisString};
 
 use super::access::KeyChecker;
 use super::replicating;
+use super::whole::HashWrites;
 use crate::error::LockError;
 use crate::names;
 use crate::raw::{self, Key, KeyKind, KeyUse};
@@ -126,9 +127,11 @@ impl<'a> RwKey<'a> {
         KeyChecker::new(self.ctx).check(self.ctx, &hold, KeyUse::ReadWrite, LockError::NoPermHold)
     }
 
-    /// Carries out `plan`'s effects in order, each notified and replicated (whenever Redis may
-    /// propagate anything, see `store::replicating`). Returns the release that freed the lock,
-    /// if it did.
+    /// Carries out `plan`'s effects in order, each notified as the Redis command it stands for,
+    /// and replicated (whenever Redis may propagate anything, see `store::replicating`) as one
+    /// command per key written: the hash as its one command, or whole ([`HashWrites`]); each
+    /// read hold key as `SET k 1 PXAT <unix-ms>`, `PEXPIREAT` or `DEL`. Returns the release
+    /// that freed the lock, if it did.
     pub fn apply(&self, plan: &RwPlan) -> Option<Mode> {
         if plan.effects.is_empty() {
             return None;
@@ -136,31 +139,27 @@ impl<'a> RwKey<'a> {
         let (ctx, name) = (self.ctx, self.name);
         let replicate = replicating(ctx);
         raw::signal_modified(ctx, name);
+        let mut hash = HashWrites::new(self.key.kind() == KeyKind::Empty);
         for effect in &plan.effects {
-            self.apply_one(effect, replicate);
+            self.apply_one(effect, replicate, &mut hash);
         }
-        if !replicate {
+        if replicate {
+            hash.replicate(ctx, &self.key, name);
+        } else {
             raw::count_unpropagated_write(ctx);
         }
         plan.freed
     }
 
-    fn apply_one(&self, effect: &Effect, replicate: bool) {
+    /// One effect, written and notified; the hash's command noted in `hash`, a hold key's
+    /// replicated (when `replicate`).
+    fn apply_one(&self, effect: &Effect, replicate: bool, hash: &mut HashWrites) {
         let (ctx, name) = (self.ctx, self.name);
         let text = |bytes: &[u8]| RedisString::create_from_slice(ctx.get_raw(), bytes);
-        let set_field = |field: RedisString, value: RedisString, event: &std::ffi::CStr| {
+        let mut set_field = |field: RedisString, value: RedisString, event: &std::ffi::CStr| {
             self.key.hash_set(&field, &value);
             raw::notify(ctx, raw::Notify::Hash, event, name);
-            if replicate {
-                raw::replicate(ctx, c"HSET", &[name, &field, &value]);
-            }
-        };
-        let drop_field = |field: RedisString| {
-            self.key.hash_delete(&field);
-            raw::notify(ctx, raw::Notify::Hash, c"hdel", name);
-            if replicate {
-                raw::replicate(ctx, c"HDEL", &[name, &field]);
-            }
+            hash.push(c"HSET", vec![field, value]);
         };
         let count = |n: u64| raw::int_string(ctx, n as i64);
         match effect {
@@ -168,11 +167,13 @@ impl<'a> RwKey<'a> {
                 set_field(text(names::MODE_FIELD), text(mode.as_bytes()), c"hset");
             }
             Effect::SetReads { owner, count: n } => set_field(text(owner), count(*n), c"hincrby"),
-            Effect::DropReads { owner } => drop_field(text(owner)),
             Effect::SetWrites { owner, count: n } => {
                 set_field(text(&names::write_field(owner)), count(*n), c"hincrby");
             }
-            Effect::DropWrites { owner } => drop_field(text(&names::write_field(owner))),
+            Effect::DropReads { owner } => self.drop_field(text(owner), hash),
+            Effect::DropWrites { owner } => {
+                self.drop_field(text(&names::write_field(owner)), hash);
+            }
             Effect::AddHold { owner, index, deadline } => {
                 self.write_hold(owner, *index, Some(*deadline), replicate);
             }
@@ -181,22 +182,38 @@ impl<'a> RwKey<'a> {
                 let Ok(hold) = hold_key(ctx, name, owner, *index) else { return };
                 let key = Key::open(ctx, &hold, true);
                 if key.kind() != KeyKind::Empty {
-                    expire_at(ctx, &key, &hold, *deadline, replicate);
+                    expire_at(ctx, &key, &hold, *deadline);
+                    if replicate {
+                        let at = raw::int_string(ctx, deadline.unix_ms());
+                        raw::replicate(ctx, c"PEXPIREAT", &[&hold, &at]);
+                    }
                 }
             }
-            Effect::ExpireAt(deadline) => expire_at(ctx, &self.key, name, *deadline, replicate),
+            Effect::ExpireAt(deadline) => {
+                expire_at(ctx, &self.key, name, *deadline);
+                hash.push(c"PEXPIREAT", vec![raw::int_string(ctx, deadline.unix_ms())]);
+            }
             Effect::Delete => {
                 self.key.delete();
                 raw::notify(ctx, raw::Notify::Generic, c"del", name);
-                if replicate {
-                    raw::replicate(ctx, c"DEL", &[name]);
-                }
+                hash.push(c"DEL", Vec::new());
             }
         }
     }
 
-    /// Creates read hold `index` of `owner` with its lease (`SET 1`, `PEXPIREAT`), or deletes it.
+    fn drop_field(&self, field: RedisString, hash: &mut HashWrites) {
+        self.key.hash_delete(&field);
+        raw::notify(self.ctx, raw::Notify::Hash, c"hdel", self.name);
+        hash.push(c"HDEL", vec![field]);
+    }
+
+    /// Creates read hold `index` of `owner` with its lease (notified as `SET` and `PEXPIREAT`,
+    /// replicated as one `SET k 1 PXAT <unix-ms>`), or deletes it.
     fn write_hold(&self, owner: &[u8], index: u64, deadline: Option<Deadline>, replicate: bool) {
+        thread_local! {
+            // Kept for the module's life (no context: not freed with a command's).
+            static PXAT: RedisString = RedisString::create(None, "PXAT");
+        }
         let ctx = self.ctx;
         // Checked before the plan was applied (`check`): the name is in the lock's slot.
         let Ok(hold) = hold_key(ctx, self.name, owner, index) else { return };
@@ -207,10 +224,11 @@ impl<'a> RwKey<'a> {
                 let one = raw::int_string(ctx, 1);
                 key.string_set(&one);
                 raw::notify(ctx, raw::Notify::String, c"set", &hold);
+                expire_at(ctx, &key, &hold, deadline);
                 if replicate {
-                    raw::replicate(ctx, c"SET", &[&hold, &one]);
+                    let at = raw::int_string(ctx, deadline.unix_ms());
+                    PXAT.with(|pxat| raw::replicate(ctx, c"SET", &[&hold, &one, pxat, &at]));
                 }
-                expire_at(ctx, &key, &hold, deadline, replicate);
             }
             None if key.kind() != KeyKind::Empty => {
                 key.delete();
@@ -224,13 +242,10 @@ impl<'a> RwKey<'a> {
     }
 }
 
-/// Sets an open key's deadline, notified and replicated (`PEXPIREAT`, the absolute deadline).
-fn expire_at(ctx: &Context, key: &Key, name: &RedisString, deadline: Deadline, replicate: bool) {
+/// Sets an open key's deadline (the absolute one, as given), notified as `PEXPIREAT` is.
+fn expire_at(ctx: &Context, key: &Key, name: &RedisString, deadline: Deadline) {
     key.set_expire_at(deadline.unix_ms());
     raw::notify(ctx, raw::Notify::Generic, c"expire", name);
-    if replicate {
-        raw::replicate(ctx, c"PEXPIREAT", &[name, &raw::int_string(ctx, deadline.unix_ms())]);
-    }
 }
 
 /// The key of `owner`'s read hold `index` on the lock `name`; in cluster mode it must be in the

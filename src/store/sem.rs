@@ -310,6 +310,11 @@ pub struct Reclaimed {
     pub back: i64,
     /// A whole batch came back: more ended leases may be left for the next look.
     pub more: bool,
+    /// The lease zset was there (when not, nothing needs reclaiming later either, until a
+    /// leased grant or a Redisson client makes it).
+    pub leases: bool,
+    /// The caller's `reserve` came back in the same write (the reclaim wrote the count).
+    pub reserved: bool,
 }
 
 /// Reclaims the semaphore `name`'s permits whose lease ended by `now`, at most [`MAX_LEASED`]
@@ -321,8 +326,9 @@ pub struct Reclaimed {
 /// # Errors
 /// `WRONGTYPE`, a corrupt count, an overflow, `NOPERM`.
 ///
-/// `reserve`: permits the caller adds once the reclaim is done (a release): the reclaim leaves
-/// room for them in the count. Only as many ended leases come back as the count can hold (the
+/// `reserve`: permits the caller gives back (a release): the reclaim leaves room for them in
+/// the count, and when it writes the count it adds them in the same write (`reserved`: one
+/// `INCRBY`, replicated once, instead of the reclaim's and the release's). Only as many ended leases come back as the count can hold (the
 /// rest stay in the zset until it can): a count near the largest integer never turns the
 /// reclaim, and every command that begins with it, into an error.
 pub fn reclaim(
@@ -331,11 +337,12 @@ pub fn reclaim(
     now: i64,
     reserve: u64,
 ) -> Result<Reclaimed, LockError> {
-    let none = Reclaimed { back: 0, more: false };
+    let none = Reclaimed { back: 0, more: false, leases: true, reserved: false };
+    let no_leases = Reclaimed { leases: false, ..none };
     // A name whose zset would live in another slot has no leases (leased acquires refuse it).
-    let Ok(leases) = Leases::of(ctx, name) else { return Ok(none) };
+    let Ok(leases) = Leases::of(ctx, name) else { return Ok(no_leases) };
     if !leases.exists(ctx)? {
-        return Ok(none);
+        return Ok(no_leases);
     }
     check_key(ctx, &leases.name, KeyUse::ReadWrite, LockError::NoPermLeases)?;
     // Checked before anything is written: a corrupt count refuses the reclaim.
@@ -351,22 +358,26 @@ pub fn reclaim(
         return Ok(none);
     }
     let ids: Vec<&[u8]> = expired.iter().map(Vec::as_slice).collect();
-    // And so does a caller who may not publish the count they bring back.
-    let plan = sem_rules::release(state, ids.len() as u64)?;
+    // And so does a caller who may not publish the count they bring back. (The room left
+    // holds the batch and the reserve: no overflow.)
+    let reserve = reserve as u64;
+    let plan = sem_rules::release(state, ids.len() as u64 + reserve)?;
     check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
     let back = leases.remove(ctx, &ids)?;
-    if back > 0 {
+    let total = back.max(0) as u64 + reserve;
+    if total > 0 {
         let key = SemKey::open(ctx, name, true);
         let state = key.state()?;
         let plan = match plan.write {
-            SemWrite::Add(n) if n == back => plan,
-            _ => sem_rules::release(state, back as u64)?,
+            SemWrite::Add(n) if n as u64 == total => plan,
+            _ => sem_rules::release(state, total)?,
         };
         key.apply(state, &plan);
     }
     // A full batch of MAX_LEASED may leave more to reclaim; a batch cut short by the room left
     // in the count waits for the count to come down (the next command, or check, reclaims).
-    Ok(Reclaimed { back, more: batch == MAX_LEASED && expired.len() >= MAX_LEASED })
+    let more = batch == MAX_LEASED && expired.len() >= MAX_LEASED;
+    Ok(Reclaimed { back, more, leases: true, reserved: reserve > 0 })
 }
 
 /// `count` new permit ids: 16 random bytes each, as Redisson (3.17+) writes them. `count` is a

@@ -166,16 +166,34 @@ pub fn sem_reclaim_keeping(
     now: i64,
     reserve: u64,
 ) -> Result<Option<i64>, LockError> {
+    Ok(reclaim_giving_back(ctx, name, now, reserve)?.0)
+}
+
+/// [`sem_reclaim`] giving back `reserve` permits in the same write when it writes the count:
+/// when to look again, and the count left after the waiters were served when the reserve went
+/// back (`None`: the caller gives it back itself).
+fn reclaim_giving_back(
+    ctx: &Context,
+    name: &RedisString,
+    now: i64,
+    reserve: u64,
+) -> Result<(Option<i64>, Option<i64>), LockError> {
     let reclaimed = store::sem::reclaim(ctx, name, now, reserve)?;
-    if reclaimed.back > 0 {
-        sem_raised(ctx, name)?;
+    let mut left = None;
+    if reclaimed.back > 0 || reclaimed.reserved {
+        let count = sem_raised(ctx, name)?;
+        left = reclaimed.reserved.then_some(count);
     }
     if reclaimed.more {
-        return Ok(Some(now.saturating_add(1)));
+        return Ok((Some(now.saturating_add(1)), left));
     }
-    let Ok(leases) = Leases::of(ctx, name) else { return Ok(None) };
+    if !reclaimed.leases {
+        // No zset, so nothing came back and nothing was granted since: no lease to look at.
+        return Ok((None, left));
+    }
+    let Ok(leases) = Leases::of(ctx, name) else { return Ok((None, left)) };
     let (_, earliest) = leases.summary(ctx, now)?;
-    Ok(earliest.map(|at| crate::rules::Deadline::at(at).over_at()))
+    Ok((earliest.map(|at| crate::rules::Deadline::at(at).over_at()), left))
 }
 
 /// How many clients wait for the semaphore `key` of database `db`, and for how many permits
@@ -213,24 +231,26 @@ pub fn is_semaphore(ctx: &Context, name: &RedisString) -> bool {
 /// begins), and the next lease end is looked at by a timer: what every `RSEM.*` write does
 /// first.
 pub fn sem_reclaim_due(ctx: &Context, name: &RedisString) -> Result<(), LockError> {
-    sem_reclaim_due_keeping(ctx, name, 0, false)
+    sem_reclaim_due_keeping(ctx, name, 0, false).map(|_| ())
 }
 
-/// [`sem_reclaim_due`], leaving room in the count for the `reserve` permits a release gives back next;
+/// [`sem_reclaim_due`] giving back the `reserve` permits of a release in the reclaim's own
+/// write when it makes one (then returns the count left, see [`reclaim_giving_back`]);
 /// `leases_released`: leased permits were just released by id (see [`forget_check`]).
 fn sem_reclaim_due_keeping(
     ctx: &Context,
     name: &RedisString,
     reserve: u64,
     leases_released: bool,
-) -> Result<(), LockError> {
-    match sem_reclaim_keeping(ctx, name, raw::now_ms(), reserve)? {
+) -> Result<Option<i64>, LockError> {
+    let (next, left) = reclaim_giving_back(ctx, name, raw::now_ms(), reserve)?;
+    match next {
         Some(at) => schedule_check(ctx, &lock_name(ctx, name), at),
         // No lease is out (the last was released by id, or the zset is gone): nothing to
         // reclaim at any time.
         None => forget_check(ctx, name, leases_released),
     }
-    Ok(())
+    Ok(left)
 }
 
 /// `RSEM.RELEASE key permits` (and a cancelled request's counted permits): returns the count
@@ -241,8 +261,11 @@ fn sem_reclaim_due_keeping(
 pub fn sem_give_back(ctx: &Context, key: &RedisString, permits: u64) -> Result<i64, LockError> {
     // Refused before the reclaim writes anything: the count must hold what comes back.
     sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
-    sem_reclaim_due_keeping(ctx, key, permits, false)?;
-    sem_release(ctx, key, permits)
+    // Ended leases and these permits come back in one write when there are any.
+    match sem_reclaim_due_keeping(ctx, key, permits, false)? {
+        Some(left) => Ok(left),
+        None => sem_release(ctx, key, permits),
+    }
 }
 
 /// `RSEM.RELEASE key ID id [id ...]` (and a cancelled request's leased permits): returns how

@@ -441,3 +441,19 @@ fn a_lease_ending_during_client_pause_is_reclaimed_after_it() {
     assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()), "alive");
     assert!(!server.log().contains("ASSERTION"), "{}", server.log());
 }
+
+/// A counted-only semaphore (no lease zset) looks its lease zset up once per counted command
+/// (to reclaim ended leases a Redisson client may have made), not once more to schedule the
+/// next reclaim: one keyspace miss per command.
+#[test]
+fn a_counted_command_looks_for_the_lease_zset_once() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "5"]);
+    let misses = |con: &mut Connection| info_field(con, "stats", "keyspace_misses");
+    for args in [&["RSEM.ACQUIRE", "S", "1"][..], &["RSEM.RELEASE", "S", "1"]] {
+        let before = misses(&mut con);
+        assert_eq!(cmd(&mut con, args), Value::Int(if args[0] == "RSEM.ACQUIRE" { 1 } else { 5 }));
+        assert_eq!(misses(&mut con) - before, 1, "{args:?}: the missing {{S}}:timeout, once");
+    }
+}
