@@ -1,7 +1,8 @@
 //! # rlock-client
 //!
-//! An async client for the rlock Redis module: reentrant locks, read-write locks and semaphores
-//! with Redisson's semantics, waiting in the server, on tokio and redis-rs.
+//! An async client for the rlock Redis module: reentrant locks, read-write locks, semaphores
+//! and count-down latches ([`Latch`]) with Redisson's semantics, waiting in the server, on
+//! tokio and redis-rs.
 //!
 //! The crate is not on crates.io: depend on it by path, with tokio's `macros` and
 //! `rt-multi-thread` features for `#[tokio::main]` (the repository's `docs/clients.md` shows the
@@ -90,6 +91,7 @@ mod client;
 mod conn;
 mod engine;
 mod error;
+mod latch;
 mod leased;
 mod lock;
 mod multi;
@@ -104,6 +106,7 @@ mod shared;
 
 pub use client::LockClient;
 pub use error::{Error, Result};
+pub use latch::Latch;
 pub use leased::{LeasedSemaphore, PermitGuard};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock};
