@@ -7,7 +7,7 @@
 //! The crate is not on crates.io: depend on it by path, with tokio's `macros` and
 //! `rt-multi-thread` features for `#[tokio::main]` (the repository's `docs/clients.md` shows the
 //! Cargo lines). `client/examples/` holds a runnable program per feature (a lock, a read-write
-//! lock, semaphores, Sentinel, replica acknowledgement, MultiLock and RedLock):
+//! lock, semaphores, a latch, Sentinel, replica acknowledgement, MultiLock and RedLock):
 //! `cargo run -p rlock-client --example quickstart` runs the first against `make run`'s server.
 //!
 //! ```no_run
@@ -71,6 +71,9 @@
 //! - **Waiting** is server-side: `... WAIT` on a dedicated connection; the server queues
 //!   waiters FIFO and hands the lock (or permits) to one of them when it is free. No pub/sub,
 //!   no retry loop.
+//! - **Latches** ([`Latch`]) are awaited in the server too, on a connection of each wait's
+//!   own (closed when the wait is dropped); a wait holds nothing, so after a lost connection
+//!   it is sent again, and a timed wait returns `Ok(false)` by its timeout plus half a second.
 //! - **Replica acknowledgement** ([`Options::replica_ack`]): a grant is reported only once that
 //!   many replicas have it (Redis `WAIT`); otherwise it is cancelled.
 //! - **Sentinel** ([`LockClient::sentinel`]): the master is asked of the Sentinels and asked

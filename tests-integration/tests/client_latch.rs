@@ -52,18 +52,14 @@ fn awaiting_ids(con: &mut Connection) -> Vec<i64> {
         .collect()
 }
 
-/// `CLIENT PAUSE ms ALL`.
-fn pause_all(server: &Server, ms: u64) {
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(ms)
-        .arg("ALL")
-        .query(&mut server.conn())
-        .expect("CLIENT PAUSE");
+/// `CLIENT PAUSE ms ALL` from `admin`, a connection opened before the pause (one opened during
+/// it would wait for the pause to end for its handshake).
+fn pause_all(admin: &mut Connection, ms: u64) {
+    let () = redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg("ALL").query(admin).expect("PAUSE");
 }
 
-fn unpause(server: &Server) {
-    let () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut server.conn()).expect("UNPAUSE");
+fn unpause(admin: &mut Connection) {
+    let () = redis::cmd("CLIENT").arg("UNPAUSE").query(admin).expect("UNPAUSE");
 }
 
 /// A wait in a task of its own, with how long it took.
@@ -229,11 +225,34 @@ async fn a_wait_dropped_at_any_point_leaves_no_awaiter() {
     wait_for("the aborted awaiter to go", PROMPT, || {
         (blocked_clients(&mut con) == 0).then_some(())
     });
+    // Dropped while the server stalls (CLIENT PAUSE ALL), blocked or with its wait held back
+    // by the pause: once the pause ends, no awaiter and no connection of the wait is left.
+    let mut admin = server.conn();
+    let clients = info_field(&mut con, "clients", "connected_clients");
+    let blocked_task = spawn_wait(&latch, None);
+    blocked(&server, 1, "the awaiter to block");
+    pause_all(&mut admin, 10_000);
+    let held_back = spawn_wait(&latch, None);
+    // The server answers nothing during the pause (INFO and CLIENT LIST included), so this
+    // cannot be polled: give the held-back wait time to pass its first look (500 ms, the
+    // shared connection's response timeout) and open its connection. The check below holds
+    // whether or not it got that far.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    blocked_task.abort();
+    held_back.abort();
+    let _ = blocked_task.await;
+    let _ = held_back.await;
+    unpause(&mut admin);
+    wait_for("the dropped waits' connections to close", PROMPT, || {
+        (info_field(&mut con, "clients", "connected_clients") == clients).then_some(())
+    });
+    assert_eq!(blocked_clients(&mut con), 0, "no awaiter left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timed_wait_through_a_client_pause_all_returns_false_by_its_bound() {
+async fn a_timed_wait_through_client_pause_all_or_a_stopped_server_returns_false_by_its_bound() {
     let server = Server::start();
+    let mut admin = server.conn();
     let client = client(&server).await;
     let latch = client.latch("l");
     latch.try_set_count(1).await.expect("set");
@@ -241,14 +260,14 @@ async fn a_timed_wait_through_a_client_pause_all_returns_false_by_its_bound() {
     let wait = Duration::from_millis(800);
     let task = spawn_wait(&latch, Some(wait));
     blocked(&server, 1, "the awaiter to block");
-    pause_all(&server, 5_000);
+    pause_all(&mut admin, 5_000);
     let (open, took) = joined(task).await;
     assert!(!open.expect("a stall is no error"), "not seen open");
     assert!(took < wait + LATE, "bounded by its timeout through the stall: {took:?}");
-    unpause(&server);
+    unpause(&mut admin);
     blocked(&server, 0, "no awaiter left after the stall");
     // Paused before the wait starts: the first look stalls too.
-    pause_all(&server, 5_000);
+    pause_all(&mut admin, 5_000);
     let started = Instant::now();
     let open = latch.wait(Some(Duration::from_millis(300))).await;
     let took = started.elapsed();
@@ -256,13 +275,20 @@ async fn a_timed_wait_through_a_client_pause_all_returns_false_by_its_bound() {
     assert!(took < Duration::from_millis(300) + LATE, "took {took:?}");
     // And an untimed wait that starts in the stall is answered once it ends.
     let task = spawn_wait(&latch, None);
-    unpause(&server);
+    unpause(&mut admin);
     blocked(&server, 1, "the untimed awaiter to block");
     latch.count_down().await.expect("count down");
     assert!(joined(task).await.0.expect("the wait"), "opened");
     blocked(&server, 0, "no awaiter left");
-    // A stopped process (SIGSTOP) likewise.
+    // A stopped process (SIGSTOP) likewise, blocked in the server or before the first look.
     latch.try_set_count(1).await.expect("set");
+    let task = spawn_wait(&latch, Some(wait));
+    blocked(&server, 1, "the awaiter to block");
+    server.pause();
+    let (open, took) = joined(task).await;
+    server.resume();
+    assert!(!open.expect("a stall is no error"), "not seen open");
+    assert!(took < wait + LATE, "bounded by its timeout through the stop: {took:?}");
     server.pause();
     let started = Instant::now();
     let open = latch.wait(Some(Duration::from_millis(300))).await;
