@@ -121,6 +121,23 @@ async fn the_commands_follow_redisson_and_bad_numbers_are_refused_before_sending
     cmd(&mut server.conn(), &["SET", "s", "not a number"]);
     let corrupt = timeout(PROMPT, client.latch("s").wait(None)).await.expect("prompt");
     assert!(matches!(&corrupt, Err(Error::Redis(e)) if e.code() == Some("ERR")), "{corrupt:?}");
+    // A user that may not touch the key is refused at once, never waited on.
+    cmd(&mut server.conn(), &["ACL", "SETUSER", "limited", "on", ">pw", "~mine:*", "+@all"]);
+    let url = format!("redis://limited:pw@127.0.0.1:{}/", server.port());
+    let limited = LockClient::open(url.as_str()).await.expect("limited client");
+    latch.try_set_count(1).await.expect("set");
+    let refused = timeout(PROMPT, limited.latch("l").wait(None)).await.expect("prompt");
+    assert!(matches!(&refused, Err(Error::Redis(e)) if e.code() == Some("NOPERM")), "{refused:?}");
+    assert!(limited.latch("mine:l").wait(Some(Duration::ZERO)).await.expect("its own"), "open");
+    // Refused by the wait itself (after the first look passed), likewise.
+    cmd(
+        &mut server.conn(),
+        &["ACL", "SETUSER", "nowait", "on", ">pw", "~*", "+@all", "-rlatch.await"],
+    );
+    let url = format!("redis://nowait:pw@127.0.0.1:{}/", server.port());
+    let nowait = LockClient::open(url.as_str()).await.expect("nowait client");
+    let refused = timeout(PROMPT, nowait.latch("l").wait(None)).await.expect("prompt");
+    assert!(matches!(&refused, Err(Error::Redis(e)) if e.code() == Some("NOPERM")), "{refused:?}");
     // A count a foreign writer left at or below zero reads as open.
     cmd(&mut server.conn(), &["SET", "neg", "-3"]);
     assert_eq!(client.latch("neg").count().await.expect("count"), 0);
@@ -460,4 +477,24 @@ async fn in_a_cluster_a_braced_latch_lives_and_waits_in_its_slot() {
     }
     blocked(&cluster.nodes[node], 0, "no awaiter left");
     assert!(b.latch(name).wait(Some(Duration::ZERO)).await.expect("look"), "open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_an_awaiter_whose_slot_moves_waits_on_the_new_node() {
+    let cluster = Cluster::start(3);
+    let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
+    let client = LockClient::cluster(urls, Options::default()).await.expect("client");
+    let name = format!("{{{}}}:latch", cluster.key_on(0, "moving:"));
+    let latch = client.latch(&name);
+    assert!(latch.try_set_count(1).await.expect("set"));
+    let waits = [spawn_wait(&latch, None), spawn_wait(&latch, Some(Duration::from_secs(60)))];
+    blocked(&cluster.nodes[0], 2, "the awaiters to block on node 0");
+    cluster.move_slot(cluster.slot(name.as_bytes()), 0, 1);
+    blocked(&cluster.nodes[1], 2, "the awaiters to block on node 1");
+    assert!(waits.iter().all(|w| !w.is_finished()), "a move is no opening");
+    assert_eq!(latch.count_down().await.expect("count down"), 0);
+    for wait in waits {
+        assert!(joined(wait).await.0.expect("the wait"), "opened");
+    }
+    blocked(&cluster.nodes[1], 0, "no awaiter left");
 }
