@@ -9,6 +9,7 @@ use redis::{IntoConnectionInfo, RedisError};
 
 use crate::conn::{Conn, Target};
 use crate::error::{Error, Result};
+use crate::latch::Latch;
 use crate::leased::LeasedSemaphore;
 use crate::lock::Lock;
 use crate::options::Options;
@@ -208,6 +209,13 @@ impl LockClient {
     #[must_use]
     pub fn leased_semaphore(&self, name: impl AsRef<[u8]>) -> LeasedSemaphore {
         LeasedSemaphore::new(self.semaphore(name), self.shared.options.watchdog_timeout, None)
+    }
+
+    /// A count-down latch named `name` (Redisson's `RCountDownLatch`). A latch has no holder,
+    /// so it is made only here, not from an [`Owner`] or a [`Session`].
+    #[must_use]
+    pub fn latch(&self, name: impl AsRef<[u8]>) -> Latch {
+        Latch::new(Arc::clone(&self.shared), name.as_ref().into())
     }
 
     /// Opens a [`Session`] with default [`SessionOptions`]: one connection of its own to the

@@ -30,12 +30,21 @@ pub enum Error {
         /// Replicas asked for, and replicas that fsynced the grant.
         replicas: (u32, u32),
     },
-    /// The server does not have the rlock module loaded (checked when the client opens).
+    /// The server does not have the rlock module loaded (checked when the client opens), or
+    /// answers that it does not know an rlock command (a module from before `RLATCH.*`, for a
+    /// [`crate::Latch`]).
     NoModule,
     /// A zero lease was asked for (`Some(Duration::ZERO)`, or a zero
     /// [`crate::Options::watchdog_timeout`]): it would end as it starts. Refused before
     /// anything is sent.
     ZeroLease,
+    /// A latch count or count-down amount outside 1 to `i64::MAX` was given (as the server
+    /// would refuse it: a latch counts from 1, and counting down by nothing counts nothing).
+    /// Refused before anything is sent.
+    InvalidCount {
+        /// The count or amount given.
+        value: u64,
+    },
     /// The [`crate::Session`] this lock, read-write lock or semaphore was made from is closed
     /// (its connection closed or failed, or the session was dropped): its holds ended, and it
     /// takes no more. Open a new session ([`crate::LockClient::session`]).
@@ -81,6 +90,10 @@ impl fmt::Display for Error {
             ),
             Self::NoModule => f.write_str("the server does not have the rlock module loaded"),
             Self::ZeroLease => f.write_str("a lease must be longer than zero"),
+            Self::InvalidCount { value } => write!(
+                f,
+                "a latch count or amount must be 1 to 9223372036854775807, not {value}"
+            ),
             Self::SessionClosed => {
                 f.write_str("the session's connection is closed: its holds ended; open a new session")
             }
@@ -127,8 +140,8 @@ impl From<RedisError> for Error {
     }
 }
 
-/// Whether the server answered that it does not know an `RLOCK.*`, `RWLOCK.*` or `RSEM.*`
-/// command (Redis 6 quotes the name with a backquote, later servers with a quote).
+/// Whether the server answered that it does not know an `RLOCK.*`, `RWLOCK.*`, `RSEM.*` or
+/// `RLATCH.*` command (Redis 6 quotes the name with a backquote, later servers with a quote).
 fn unknown_rlock_command(e: &RedisError) -> bool {
     let Some(detail) = e.detail().filter(|_| e.code() == Some("ERR")) else { return false };
     let Some(name) = detail
@@ -138,7 +151,7 @@ fn unknown_rlock_command(e: &RedisError) -> bool {
         return false;
     };
     let name = name.as_bytes();
-    [&b"rlock."[..], b"rwlock.", b"rsem."]
+    [&b"rlock."[..], b"rwlock.", b"rsem.", b"rlatch."]
         .iter()
         .any(|prefix| name.get(..prefix.len()).is_some_and(|n| n.eq_ignore_ascii_case(prefix)))
 }
@@ -169,6 +182,7 @@ mod tests {
             "ERR unknown command 'RLOCK.ACQUIRE', with args beginning with: 'l' ",
             "ERR unknown command 'rwlock.release', with args beginning with: ",
             "ERR unknown command `RSEM.ACQUIRE`, with args beginning with: `s`, ",
+            "ERR unknown command 'RLATCH.AWAIT', with args beginning with: 'l' '0' ",
         ] {
             assert!(matches!(Error::from(server_error(text)), Error::NoModule), "{text}");
         }

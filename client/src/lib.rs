@@ -1,12 +1,13 @@
 //! # rlock-client
 //!
-//! An async client for the rlock Redis module: reentrant locks, read-write locks and semaphores
-//! with Redisson's semantics, waiting in the server, on tokio and redis-rs.
+//! An async client for the rlock Redis module: reentrant locks, read-write locks, semaphores
+//! and count-down latches ([`Latch`]) with Redisson's semantics, waiting in the server, on
+//! tokio and redis-rs.
 //!
 //! The crate is not on crates.io: depend on it by path, with tokio's `macros` and
 //! `rt-multi-thread` features for `#[tokio::main]` (the repository's `docs/clients.md` shows the
 //! Cargo lines). `client/examples/` holds a runnable program per feature (a lock, a read-write
-//! lock, semaphores, Sentinel, replica acknowledgement, MultiLock and RedLock):
+//! lock, semaphores, a latch, Sentinel, replica acknowledgement, MultiLock and RedLock):
 //! `cargo run -p rlock-client --example quickstart` runs the first against `make run`'s server.
 //!
 //! ```no_run
@@ -70,6 +71,9 @@
 //! - **Waiting** is server-side: `... WAIT` on a dedicated connection; the server queues
 //!   waiters FIFO and hands the lock (or permits) to one of them when it is free. No pub/sub,
 //!   no retry loop.
+//! - **Latches** ([`Latch`]) are awaited in the server too, on a connection of each wait's
+//!   own (closed when the wait is dropped); a wait holds nothing, so after a lost connection
+//!   it is sent again, and a timed wait returns `Ok(false)` by its timeout plus half a second.
 //! - **Replica acknowledgement** ([`Options::replica_ack`]): a grant is reported only once that
 //!   many replicas have it (Redis `WAIT`); otherwise it is cancelled.
 //! - **Sentinel** ([`LockClient::sentinel`]): the master is asked of the Sentinels and asked
@@ -90,6 +94,7 @@ mod client;
 mod conn;
 mod engine;
 mod error;
+mod latch;
 mod leased;
 mod lock;
 mod multi;
@@ -104,6 +109,7 @@ mod shared;
 
 pub use client::LockClient;
 pub use error::{Error, Result};
+pub use latch::Latch;
 pub use leased::{LeasedSemaphore, PermitGuard};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock};

@@ -239,12 +239,13 @@ fn assert_nothing_held(server: &Server) {
 #[test]
 fn the_single_server_examples_run() {
     let server = Server::start();
-    for name in ["quickstart", "rw_lock", "semaphores", "session"] {
+    for name in ["quickstart", "rw_lock", "semaphores", "session", "latch"] {
         run_example(name, &[("REDIS_URL", server.url())]);
         assert_nothing_held(&server);
     }
     let mut con = server.conn();
     assert_eq!(cmd(&mut con, &["GET", "db-connections"]), Value::BulkString(b"10".to_vec()));
+    assert_eq!(cmd(&mut con, &["EXISTS", "workers-ready"]), Value::Int(0), "the latch opened");
 }
 
 #[test]
