@@ -22,6 +22,7 @@ from .errors import (
     UpgradeRefused,
     WrongType,
 )
+from .latch import CountDownLatch
 from .lock import Lock, RWLock
 from .owner import Owner
 from .semaphore import LeasedSemaphore, Semaphore
@@ -30,6 +31,7 @@ from .session import Session
 __version__ = "0.1.0"
 
 __all__ = [
+    "CountDownLatch",
     "Deadlock",
     "Hold",
     "LeasedSemaphore",
