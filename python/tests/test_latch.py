@@ -64,6 +64,10 @@ def _interrupt_once_blocked(
     monkeypatch.setattr(redis.connection.Connection, "can_read", swapped)
 
 
+def _wait_into(latch: rl.CountDownLatch, timeout: float | None, out: list[bool]) -> None:
+    out.append(latch.wait(timeout))
+
+
 def _pool_is_sound(r: redis.Redis, latch: rl.CountDownLatch) -> None:
     """The latch's next users get their own replies: a pooled connection holding an unread
     ``RLATCH.AWAIT`` (or one still blocked in the server) would answer the next command with
@@ -177,9 +181,7 @@ def test_a_plain_del_or_delete_opens_the_latch_for_awaiters(r: redis.Redis) -> N
         latch = rl.CountDownLatch(r, f"del:{how}")
         latch.try_set_count(3)
         res: list[bool] = []
-        threads = [
-            threading.Thread(target=lambda: res.append(latch.wait(30))) for _ in range(3)
-        ]
+        threads = [threading.Thread(target=_wait_into, args=(latch, 30.0, res)) for _ in range(3)]
         for t in threads:
             t.start()
         poll("the awaiters blocked", PROMPT, lambda: blocked_clients(r) == 3)
@@ -474,10 +476,10 @@ def test_sync_cluster_latches_with_braced_names(cluster: list[Server]) -> None: 
         latch = rl.CountDownLatch(rc, name)
         assert latch.try_set_count(2)
         res: list[bool] = []
-        t = threading.Thread(target=lambda: res.append(rl.CountDownLatch(rc, name).wait(30)))
+        t = threading.Thread(target=_wait_into, args=(rl.CountDownLatch(rc, name), 30.0, res))
         t.start()
         node = cluster[[s.port for s in cluster].index(rc.get_node_from_key(name).port)]
-        poll("the awaiter blocked", PROMPT, lambda: blocked_clients(node.client()) == 1)
+        poll("the awaiter blocked", PROMPT, lambda n=node: blocked_clients(n.client()) == 1)
         assert latch.count_down() == 1 and latch.count_down() == 0
         t.join(PROMPT)
         assert res == [True] and not rc.exists(name)

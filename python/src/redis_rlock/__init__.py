@@ -1,5 +1,6 @@
-"""redis-rlock: fair, server-side-waiting locks, read-write locks and semaphores for redis-py,
-on the rlock Redis module (``RLOCK.*``, ``RWLOCK.*``, ``RSEM.*``; Redisson's data layouts).
+"""redis-rlock: fair, server-side-waiting locks, read-write locks, semaphores and count-down
+latches for redis-py, on the rlock Redis module (``RLOCK.*``, ``RWLOCK.*``, ``RSEM.*``,
+``RLATCH.*``; Redisson's data layouts).
 
 Sync API here; the asyncio API of the same shape is :mod:`redis_rlock.aio`.
 """
