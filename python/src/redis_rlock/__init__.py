@@ -1,5 +1,6 @@
-"""redis-rlock: fair, server-side-waiting locks, read-write locks and semaphores for redis-py,
-on the rlock Redis module (``RLOCK.*``, ``RWLOCK.*``, ``RSEM.*``; Redisson's data layouts).
+"""redis-rlock: fair, server-side-waiting locks, read-write locks, semaphores and count-down
+latches for redis-py, on the rlock Redis module (``RLOCK.*``, ``RWLOCK.*``, ``RSEM.*``,
+``RLATCH.*``; Redisson's data layouts).
 
 Sync API here; the asyncio API of the same shape is :mod:`redis_rlock.aio`.
 """
@@ -22,6 +23,7 @@ from .errors import (
     UpgradeRefused,
     WrongType,
 )
+from .latch import CountDownLatch
 from .lock import Lock, RWLock
 from .owner import Owner
 from .semaphore import LeasedSemaphore, Semaphore
@@ -30,6 +32,7 @@ from .session import Session
 __version__ = "0.1.0"
 
 __all__ = [
+    "CountDownLatch",
     "Deadlock",
     "Hold",
     "LeasedSemaphore",

@@ -60,6 +60,44 @@ def check_permits(permits: int, leased: bool) -> int:
     return permits
 
 
+def check_latch_count(n: int, what: str) -> int:
+    """Validates a latch count or count-down amount: an int from 1 to 2**63 - 1 (the module's
+    range), refused before anything is sent."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{what} must be an integer, not {type(n).__name__}")
+    if n <= 0:
+        raise ValueError(f"{what} must be a positive integer, got {n!r}")
+    if n >= 2**63:
+        raise ValueError(f"{what} must fit in a signed 64-bit integer")
+    return n
+
+
+def latch_budget(timeout: Optional[float]) -> Optional[float]:
+    """``threading.Event.wait``'s ``timeout`` as a wait in seconds: None (or +inf) no limit,
+    0.0 a look without waiting; negative, NaN or beyond the server's range refused."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError("timeout must be a number of seconds or None")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+    if math.isinf(timeout):
+        return None
+    if timeout * 1000 > 2**53:
+        raise ValueError(f"timeout is too large: {timeout!r}")
+    return float(timeout)
+
+
+def latch_await(key: bytes, end: Optional[float], now: float) -> tuple[list[Arg], float]:
+    """``RLATCH.AWAIT key ms`` for a wait ending at ``end`` (monotonic; None: no limit, ``0``
+    ms) seen at ``now`` (before ``end``), and how long its reply may take beyond the
+    response timeout."""
+    if end is None:
+        return ["RLATCH.AWAIT", key, 0], 1e9
+    ms = max(1, math.ceil((end - now) * 1000))
+    return ["RLATCH.AWAIT", key, ms], ms / 1000.0
+
+
 def wait_budget(blocking: bool, timeout: float) -> Optional[float]:
     """threading.Lock's (blocking, timeout) as a wait in seconds: 0.0 one try, None no limit."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -180,6 +218,12 @@ def is_cancelled_reply(err: ResponseError) -> bool:
     """``ERR request <id> was cancelled``: the request holds nothing and never will."""
     msg = str(err)
     return msg.startswith("ERR request") and msg.endswith("was cancelled")
+
+
+def is_unblocked(err: ResponseError) -> bool:
+    """``UNBLOCKED ...``: the server ended a blocked command without answering it (a master
+    turned replica at a failover, ``CLIENT UNBLOCK ... ERROR``); a latch wait is sent again."""
+    return str(err).startswith("UNBLOCKED")
 
 
 def info_map(reply: Any) -> Optional[dict[bytes, Any]]:

@@ -85,7 +85,8 @@ def translate(err: ResponseError, name: object = None) -> RLockError:
     lock_name = name if isinstance(name, str) else repr(name)
     if isinstance(err, NoPermissionError) or msg.startswith("NOPERM"):
         return LockPermissionError(msg, lock_name=lock_name)
-    if "unknown command" in low and ("rlock." in low or "rwlock." in low or "rsem." in low):
+    module_cmd = any(m in low for m in ("rlock.", "rwlock.", "rsem.", "rlatch."))
+    if "unknown command" in low and module_cmd:
         return ModuleMissing(
             f"the server does not have the rlock module loaded ({msg})", lock_name=lock_name
         )

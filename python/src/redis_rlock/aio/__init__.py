@@ -3,6 +3,7 @@ on ``redis.asyncio.Redis`` / ``redis.asyncio.RedisCluster`` / Sentinel masters."
 
 from ..compat import AsyncRLockCompat
 from ._hold import AsyncHold, AsyncLossSignal
+from .latch import CountDownLatch
 from .lock import Lock, RWLock
 from .owner import Owner
 from .semaphore import LeasedSemaphore, Semaphore
@@ -12,6 +13,7 @@ __all__ = [
     "AsyncHold",
     "AsyncLossSignal",
     "AsyncRLockCompat",
+    "CountDownLatch",
     "LeasedSemaphore",
     "Lock",
     "Owner",

@@ -1,0 +1,106 @@
+"""Sync count-down latch: :class:`CountDownLatch` (``RLATCH.*``, Redisson's
+``RCountDownLatch``), waited for in the server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Union
+
+from redis.exceptions import ResponseError
+
+from . import _proto as P
+from ._conn import is_transient, log
+from ._sync import SyncBackend, backend_for
+from .errors import translate
+
+
+class CountDownLatch:
+    """A count-down latch on Redisson's layout (a string holding the count; missing: open), so
+    Redisson's ``RCountDownLatch`` of the same name is the same latch.
+
+    ``wait()`` blocks in the server (``RLATCH.AWAIT``), on a connection of the package's own
+    pool (never the client's: a blocking command whose reply is never read would be the next
+    user's reply). Whatever ends a wait early (``KeyboardInterrupt``, a stall past its
+    deadline, a lost connection) closes that connection, which ends the server's wait at once;
+    the pool opens a fresh one for its next user.
+    """
+
+    def __init__(
+        self, client: Any, name: Union[str, bytes], *, response_timeout: float = 2.0
+    ) -> None:
+        self.name = P.name_bytes(name)
+        self._be: SyncBackend = backend_for(client, response_timeout)
+
+    def _cmd(self, *args: P.Arg) -> Any:
+        try:
+            return self._be.call(self.name, list(args))
+        except ResponseError as e:
+            raise translate(e, self.name.decode(errors="replace")) from None
+
+    def try_set_count(self, count: int) -> bool:
+        """Sets the count (positive) if the latch does not exist; False when it does (then
+        nothing changes). Not retried after a lost reply (a retry would answer False)."""
+        return bool(self._cmd("RLATCH.SETCOUNT", self.name, P.check_latch_count(count, "count")))
+
+    def count_down(self, amount: int = 1) -> int:
+        """Counts down by ``amount`` (positive), never below zero; returns the count left. At
+        zero the latch opens: its key is deleted and every waiter answered. A missing latch
+        stays missing (0). Not retried after a lost reply (a retry could count down twice)."""
+        n = P.check_latch_count(amount, "amount")
+        return int(self._cmd("RLATCH.COUNTDOWN", self.name, n))
+
+    def get_count(self) -> int:
+        """The count left (0 when the latch is missing: open)."""
+        return int(self._cmd("RLATCH.COUNT", self.name))
+
+    def delete(self) -> bool:
+        """Deletes the latch (it opens: every waiter is answered True); False when missing."""
+        return bool(self._cmd("RLATCH.DELETE", self.name) == 1)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the latch is open (its count at zero, or its key deleted by anyone,
+        ``DEL`` included); True once open, False when ``timeout`` seconds passed first
+        (Redisson's ``await``; ``threading.Event.wait``'s signature). ``timeout=0`` looks
+        without waiting; None waits without a limit.
+
+        Returns within ``timeout`` plus the response timeout even when the server stalls. A
+        lost connection (``CLIENT KILL``, a restart, a failover) ends nothing: the wait is sent
+        again on a new connection, backing off up to 1 s between tries, within ``timeout``
+        (False once it passed) or, without one, until the latch opens. Error replies
+        (``WRONGTYPE``, ``NOPERM``, ...) raise the package's exceptions."""
+        budget = P.latch_budget(timeout)
+        t0 = time.monotonic()
+        if budget == 0.0:
+            reply, _ = self._call_until(["RLATCH.COUNT", self.name], t0 + self._be.rt)
+            return int(reply) <= 0
+        end = None if budget is None else t0 + budget
+        backoff = 0.02
+        while True:
+            now = time.monotonic()
+            if end is not None and now >= end:
+                return False
+            args, extra = P.latch_await(self.name, end, now)
+            try:
+                if self._be.call(self.name, args, extra) == 1:
+                    return True
+                # 0: its time ran out, or a server that does not block (a replica) or CLIENT
+                # UNBLOCK ended it early: sent again while time is left
+            except ResponseError as e:
+                if not (is_transient(e) or P.is_unblocked(e)):
+                    raise translate(e, self.name.decode(errors="replace")) from None
+                log.debug("redis_rlock: latch wait on %r sent again: %s", self.name, e)
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                log.debug("redis_rlock: latch wait on %r sent again: %s", self.name, e)
+            now = time.monotonic()
+            if end is not None and now >= end:
+                return False
+            time.sleep(backoff if end is None else min(backoff, end - now))
+            backoff = min(backoff * 2, 1.0)
+
+    def _call_until(self, args: list[P.Arg], until: float) -> tuple[Any, int]:
+        try:
+            return self._be.call_until(self.name, args, until)
+        except ResponseError as e:
+            raise translate(e, self.name.decode(errors="replace")) from None
