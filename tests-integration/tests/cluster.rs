@@ -502,7 +502,10 @@ fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_
     if !valkey_9("CLUSTER MIGRATESLOTS") {
         return;
     }
-    let cluster = Cluster::start(3);
+    // The target is stopped below while the migration is under way: a node timeout longer than
+    // any stall of a loaded machine keeps the cluster from marking it failed (the cluster would
+    // go down, and the hand-off on the source with it).
+    let cluster = Cluster::start_with(3, &[("cluster-node-timeout", "30000")]);
     let mut src = cluster.nodes[0].conn();
     let key = cluster.key_on(0, "asm:");
     let slot = cluster.slot(key.as_bytes());
