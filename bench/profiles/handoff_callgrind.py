@@ -28,7 +28,7 @@ if mode == "rlock":
         park("RLOCK.ACQUIRE", "L", f"w{j}", 10000000, "WAIT", 0)
 else:
     call("SET", "F", "1")
-    for j in range(N):
+    for _ in range(N):
         park("FLOOR.BLOCK" if mode == "floor" else "FLOOR.BLOCKK", "F", 0)
 server.wait_blocked(N)
 holder = "h"

@@ -5,10 +5,10 @@
 //! the count-down is Redisson's script (`DECR`, `DEL`, `PUBLISH 0`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use redis::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::report::{num, ratio, Section, Target};
 use crate::util;
@@ -27,42 +27,62 @@ struct Release {
     ms: Vec<f64>,
 }
 
-/// One round with `awaiters` clients, rlock's (`redisson == false`) or Redisson-style.
+/// A command in RESP.
+fn resp(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+/// Reads from `stream` until what was read ends with `end` (a bounded wait).
+async fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    while !got.ends_with(end) {
+        let read = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut buf));
+        let n = read.await.expect("a reply within 60 s").expect("read");
+        assert!(n > 0, "the server closed the connection");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
+/// One round with `awaiters` clients, rlock's (`redisson == false`) or Redisson-style. Each
+/// awaiter is a plain socket (no client library: its reply is read as soon as it arrives, so the
+/// release times are the server's and the network's, not a client's).
 async fn release_round(awaiters: usize, redisson: bool) -> Release {
     let server = Arc::new(util::server());
+    let addr = format!("127.0.0.1:{}", server.port());
     let mut con = util::conn(&server).await;
     util::call(&mut con, &["SET", LATCH, "1"]).await;
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut tasks = Vec::with_capacity(awaiters);
     // Connections one after the other: a thousand at once would overflow the listen backlog.
     for _ in 0..awaiters {
-        let mut c = util::conn(&server).await;
+        let mut c = TcpStream::connect(&addr).await.expect("connect");
+        c.set_nodelay(true).expect("nodelay");
         let ready = ready_tx.clone();
         if redisson {
-            let ps = util::subscription(&server, CHANNEL).await;
+            let mut sub = TcpStream::connect(&addr).await.expect("connect");
+            sub.set_nodelay(true).expect("nodelay");
+            sub.write_all(&resp(&["SUBSCRIBE", CHANNEL])).await.expect("SUBSCRIBE");
+            read_until(&mut sub, b":1\r\n").await;
+            c.write_all(&resp(&["GET", LATCH])).await.expect("GET");
+            assert_eq!(read_until(&mut c, b"\r\n1\r\n").await, b"$1\r\n1\r\n", "closed");
             tasks.push(tokio::spawn(async move {
-                let mut messages = ps.into_on_message();
-                let count: Option<i64> =
-                    redis::cmd("GET").arg(LATCH).query_async(&mut c).await.expect("GET");
-                assert_eq!(count, Some(1), "closed");
                 let _ = ready.send(());
-                loop {
-                    let msg = messages.next().await.expect("a message");
-                    if msg.get_payload_bytes() == b"0" {
-                        break;
-                    }
-                }
-                let count: Option<i64> =
-                    redis::cmd("GET").arg(LATCH).query_async(&mut c).await.expect("GET");
-                assert!(count.unwrap_or(0) <= 0, "open");
+                read_until(&mut sub, b"$1\r\n0\r\n").await;
+                c.write_all(&resp(&["GET", LATCH])).await.expect("GET");
+                assert_eq!(read_until(&mut c, b"\r\n").await, b"$-1\r\n", "open");
                 Instant::now()
             }));
         } else {
+            c.write_all(&resp(&["RLATCH.AWAIT", LATCH, "0"])).await.expect("RLATCH.AWAIT");
             tasks.push(tokio::spawn(async move {
-                let mut command = redis::cmd("RLATCH.AWAIT");
-                let wait = command.arg(LATCH).arg(0).query_async::<Value>(&mut c);
                 let _ = ready.send(());
-                assert_eq!(wait.await.expect("RLATCH.AWAIT"), Value::Int(1));
+                assert_eq!(read_until(&mut c, b"\r\n").await, b":1\r\n");
                 Instant::now()
             }));
         }
@@ -120,8 +140,9 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
              `RLATCH.COUNTDOWN`. Redisson-style: each awaiter subscribed to \
              redisson_countdownlatch__channel__{{batch}} and read the count (`GET`) before; on \
              the `0` message it reads the count again (Redisson's `await()`); the count-down is \
-             Redisson's script (`EVAL`: `DECR`, `DEL`, `PUBLISH`). The awaiting clients run in \
-             this process (tokio, 2 worker threads), on the server's 2 cores."
+             Redisson's script (`EVAL`: `DECR`, `DEL`, `PUBLISH`). Each awaiter is a plain \
+             socket read as soon as its reply arrives, all in this process (tokio, 2 worker \
+             threads), on the same 2 cores as the server."
         ),
         &["style", "commands per release", "p50 ms", "p99 ms", "max ms", "commands vs rlock"],
     );

@@ -72,6 +72,8 @@ pub enum Outcome {
     Granted { lock: LockName, request: Request, reply: Reply, ids: Vec<Vec<u8>>, stamp: Stamp },
     /// Its budget ran out: reply `reply` (the holder's remaining lease, or `[0, pttl]`).
     TimedOut(Reply),
+    /// A latch awaiter whose latch opened: reply 1 (it holds nothing: nothing to undo).
+    Opened,
     /// Reply this error.
     Failed(LockError),
     /// Reply this cluster redirection (`MOVED ...`, `ASK ...`, `CLUSTERDOWN ...`).
@@ -383,6 +385,20 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
                 return granted;
             }
         }
+        if request.kind == Kind::Latch {
+            // An open latch answers every awaiter at the head at once (a broadcast: nothing is
+            // written, so no key is read again and the queue is walked once).
+            drop(grant);
+            let opened = with_queues(|q| {
+                q.take_head_while(lock.db, &lock.key, End::Granted, now, |r| r.kind == Kind::Latch)
+            });
+            STATS.latch_releases.fetch_add(opened.len() as u64, Ordering::Relaxed);
+            granted |= !opened.is_empty();
+            for waiter in opened {
+                unblock(waiter, Outcome::Opened);
+            }
+            continue;
+        }
         let Some(waiter) = with_queues(|q| q.remove_as(id, End::Granted, Some(now))) else {
             return granted;
         };
@@ -390,9 +406,8 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         session::waiter_granted(ctx, name, &request, &written);
         let exclusive = request.exclusive();
         let (reply, ids, stamp) = (written.reply, written.ids, written.stamp);
-        let latch = request.kind == Kind::Latch;
         unblock(waiter, Outcome::Granted { lock: lock.clone(), request, reply, ids, stamp });
-        bump(if latch { &STATS.latch_releases } else { &STATS.handoffs });
+        bump(&STATS.handoffs);
         granted = true;
         look_again(lock, written.lease_over_at);
         if let Some(at) = written.reap_at {
@@ -494,6 +509,7 @@ impl BlockHandler for Waiting {
                 return;
             }
             Some(Outcome::Granted { reply, .. } | Outcome::TimedOut(reply)) => Ok(*reply),
+            Some(Outcome::Opened) => Ok(Reply::Int(1)),
             Some(Outcome::Failed(e)) => Err((*e).into()),
             Some(Outcome::Redirect(e)) => Err(redis_module::RedisError::String(e.clone())),
             None => Err(LockError::Internal.into()),
