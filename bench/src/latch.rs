@@ -2,7 +2,9 @@
 //! each awaiter blocks in `RLATCH.AWAIT`, and the `RLATCH.COUNTDOWN` to zero answers them all.
 //! Redisson-style baseline: each awaiter subscribes to the latch's channel and reads the count
 //! (`GET`), waits for the `0` message, then reads the count again (Redisson's `await()`), and
-//! the count-down is Redisson's script (`DECR`, `DEL`, `PUBLISH 0`).
+//! the count-down is Redisson's script (`DECR`, `DEL`, `PUBLISH 0`). Floor: the same
+//! awaiters only subscribed, and one `PUBLISH` reaches them all: the server's cheapest way to
+//! send one message to every one of them, the bound of any broadcast's release time here.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,10 +51,21 @@ async fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     got
 }
 
-/// One round with `awaiters` clients, rlock's (`redisson == false`) or Redisson-style. Each
-/// awaiter is a plain socket (no client library: its reply is read as soon as it arrives, so the
-/// release times are the server's and the network's, not a client's).
-async fn release_round(awaiters: usize, redisson: bool) -> Release {
+/// How the awaiters wait and the count-down is sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Style {
+    /// `RLATCH.AWAIT` blocked in the server, `RLATCH.COUNTDOWN`.
+    Rlock,
+    /// Subscribe + `GET`, Redisson's count-down script, `GET` again.
+    Redisson,
+    /// Subscribed only; the count-down is a bare `PUBLISH` (no latch at all).
+    Publish,
+}
+
+/// One round with `awaiters` clients in `style`. Each awaiter is a plain socket (no client
+/// library: its reply is read as soon as it arrives, so the release times are the server's and
+/// the network's, not a client's).
+async fn release_round(awaiters: usize, style: Style) -> Release {
     let server = Arc::new(util::server());
     let addr = format!("127.0.0.1:{}", server.port());
     let mut con = util::conn(&server).await;
@@ -64,7 +77,15 @@ async fn release_round(awaiters: usize, redisson: bool) -> Release {
         let mut c = TcpStream::connect(&addr).await.expect("connect");
         c.set_nodelay(true).expect("nodelay");
         let ready = ready_tx.clone();
-        if redisson {
+        if style == Style::Publish {
+            c.write_all(&resp(&["SUBSCRIBE", CHANNEL])).await.expect("SUBSCRIBE");
+            read_until(&mut c, b":1\r\n").await;
+            tasks.push(tokio::spawn(async move {
+                let _ = ready.send(());
+                read_until(&mut c, b"$1\r\n0\r\n").await;
+                Instant::now()
+            }));
+        } else if style == Style::Redisson {
             let mut sub = TcpStream::connect(&addr).await.expect("connect");
             sub.set_nodelay(true).expect("nodelay");
             sub.write_all(&resp(&["SUBSCRIBE", CHANNEL])).await.expect("SUBSCRIBE");
@@ -91,16 +112,18 @@ async fn release_round(awaiters: usize, redisson: bool) -> Release {
     for _ in 0..awaiters {
         ready_rx.recv().await.expect("an awaiter");
     }
-    if !redisson {
+    if style == Style::Rlock {
         util::until_blocked(&mut con, awaiters).await;
     }
     let before = util::info_num(&mut con, "stats", "total_commands_processed").await;
     let sent = Instant::now();
-    if redisson {
-        util::call(&mut con, &["EVAL", REDISSON_COUNT_DOWN, "2", LATCH, CHANNEL, "0"]).await;
-    } else {
-        util::call(&mut con, &["RLATCH.COUNTDOWN", LATCH]).await;
-    }
+    match style {
+        Style::Redisson => {
+            util::call(&mut con, &["EVAL", REDISSON_COUNT_DOWN, "2", LATCH, CHANNEL, "0"]).await
+        }
+        Style::Rlock => util::call(&mut con, &["RLATCH.COUNTDOWN", LATCH]).await,
+        Style::Publish => util::call(&mut con, &["PUBLISH", CHANNEL, "0"]).await,
+    };
     let mut ms = Vec::with_capacity(awaiters);
     for t in tasks {
         let answered = t.await.expect("awaiter");
@@ -112,11 +135,11 @@ async fn release_round(awaiters: usize, redisson: bool) -> Release {
 }
 
 /// `rounds` rounds: the commands per release (their median) and every awaiter's release time.
-async fn releases(awaiters: usize, redisson: bool, rounds: usize) -> (f64, Vec<f64>) {
+async fn releases(awaiters: usize, style: Style, rounds: usize) -> (f64, Vec<f64>) {
     let mut commands = Vec::with_capacity(rounds);
     let mut ms = Vec::new();
     for _ in 0..rounds {
-        let r = release_round(awaiters, redisson).await;
+        let r = release_round(awaiters, style).await;
         commands.push(r.commands);
         ms.extend(r.ms);
     }
@@ -127,8 +150,9 @@ async fn releases(awaiters: usize, redisson: bool, rounds: usize) -> (f64, Vec<f
 
 pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     let (n, rounds) = (sizes.herd, sizes.latch_rounds);
-    let (rlock_cmds, rlock_ms) = releases(n, false, rounds).await;
-    let (redisson_cmds, redisson_ms) = releases(n, true, rounds).await;
+    let (rlock_cmds, rlock_ms) = releases(n, Style::Rlock, rounds).await;
+    let (redisson_cmds, redisson_ms) = releases(n, Style::Redisson, rounds).await;
+    let (floor_cmds, floor_ms) = releases(n, Style::Publish, rounds).await;
     let mut section = Section::new(
         "11. Count-down latch release",
         &format!(
@@ -140,16 +164,29 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
              `RLATCH.COUNTDOWN`. Redisson-style: each awaiter subscribed to \
              redisson_countdownlatch__channel__{{batch}} and read the count (`GET`) before; on \
              the `0` message it reads the count again (Redisson's `await()`); the count-down is \
-             Redisson's script (`EVAL`: `DECR`, `DEL`, `PUBLISH`). Each awaiter is a plain \
-             socket read as soon as its reply arrives, all in this process (tokio, 2 worker \
-             threads), on the same 2 cores as the server."
+             Redisson's script (`EVAL`: `DECR`, `DEL`, `PUBLISH`). PUBLISH floor: the same \
+             awaiters only subscribed, and one `PUBLISH` sends each the message (no latch: the \
+             server's cheapest broadcast to {n} connections, and so the bound of any \
+             broadcast's release time on this machine). Each awaiter is a plain socket read as \
+             soon as its reply arrives, all in this process (tokio, 2 worker threads), on the \
+             same 2 cores as the server."
         ),
-        &["style", "commands per release", "p50 ms", "p99 ms", "max ms", "commands vs rlock"],
+        &[
+            "style",
+            "commands per release",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "commands vs rlock",
+            "p99 vs PUBLISH floor",
+        ],
     );
     let p = |ms: &[f64], q: f64| util::percentile(ms, q);
+    let floor_p99 = p(&floor_ms, 99.0);
     for (name, cmds, ms) in [
         ("rlock RLATCH.AWAIT", rlock_cmds, &rlock_ms),
         ("Redisson-style", redisson_cmds, &redisson_ms),
+        ("PUBLISH floor", floor_cmds, &floor_ms),
     ] {
         section.row(vec![
             name.to_owned(),
@@ -158,6 +195,7 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
             num(p(ms, 99.0)),
             num(p(ms, 100.0)),
             ratio(cmds, rlock_cmds),
+            ratio(p(ms, 99.0), floor_p99),
         ]);
     }
     let targets = vec![
@@ -167,6 +205,11 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
             10.0,
         ),
         Target::at_most(&format!("p99 release ms, rlock, {n} awaiters"), p(&rlock_ms, 99.0), 10.0),
+        Target::at_most(
+            &format!("p99 release ms, rlock / one PUBLISH to as many subscribers, {n} awaiters"),
+            p(&rlock_ms, 99.0) / floor_p99,
+            1.5,
+        ),
     ];
     (section, targets)
 }
