@@ -13,8 +13,7 @@
 //! the module at `path` (a build from before deadlock detection), for the ratio against it.
 //! `RLOCK_BENCH_ROWS=deadlock`: section 4 runs only these rows.
 
-use crate::herd::{handoff_cost, Parked};
-use crate::queue_loop::QueueCost;
+use crate::queue_loop::{handoff_cost, Parked, QueueCost};
 use crate::report::{num, ratio, Section, Target};
 use crate::Sizes;
 

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, Value};
+use redis::Value;
 
-use crate::queue_loop::{QueueCost, QueueLoop};
+use crate::queue_loop::{handoff_cost, Parked, QueueCost};
 use crate::report::{num, ratio, Section, Target};
 use crate::util::{self, channel, Scripts};
 use crate::Sizes;
@@ -101,91 +101,6 @@ pub async fn run_herd(sizes: &Sizes) -> (Section, Vec<Target>) {
     let targets =
         vec![Target::at_most(&format!("commands per hand-off, {n} waiters, WAIT"), wait, 1.5)];
     (section, targets)
-}
-
-/// Extra blocked clients beside the loop's waiters (section 4's deadlock rows, `deadlock.rs`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Parked {
-    /// None.
-    No,
-    /// One per waiter: a client waiting for a lock `other:<i>` of its own (held by `keeper`), as
-    /// owner `p<i>`, who holds nothing: an enqueue's deadlock search finds that the lock's
-    /// holder waits nowhere.
-    Idle,
-    /// The same clients, each waiting as the owner `w<i>` of a loop waiter: whichever loop
-    /// owner holds the lock also waits elsewhere, so every enqueue's deadlock search follows
-    /// the holder to `other:<i>` and its holder `keeper` (two hops).
-    Waiting,
-}
-
-/// Section 4's loop ([`QueueLoop`]) on rlock (RLOCK.ACQUIRE ... WAIT, and RLOCK.RELEASE, which
-/// hands off inside) or, when `blpop`, on a list (BLPOP, and RPUSH, which serves the head),
-/// with `waiters` clients queued at all times.
-/// `parked`: the extra blocked clients (see [`Parked`]).
-/// `module`: the module to load instead of this checkout's.
-pub async fn handoff_cost(
-    waiters: usize,
-    handoffs: u64,
-    blpop: bool,
-    parked: Parked,
-    module: Option<&str>,
-) -> QueueCost {
-    let server = Arc::new(util::server_with(module));
-    let mut con = util::conn(&server).await;
-    if !blpop {
-        util::call(&mut con, &["RLOCK.ACQUIRE", LOCK, "holder", "600000"]).await;
-    }
-    let mode = parked;
-    let mut parked = Vec::new();
-    if mode != Parked::No {
-        for id in 0..waiters {
-            let owner = if mode == Parked::Waiting { format!("w{id}") } else { format!("p{id}") };
-            let other = format!("other:{id}");
-            util::call(&mut con, &["RLOCK.ACQUIRE", &other, "keeper", "600000"]).await;
-            let mut c = util::conn(&server).await;
-            parked.push(tokio::spawn(async move {
-                let wait = ["RLOCK.ACQUIRE", &other, &owner, "600000", "WAIT", "0"];
-                let _: Result<Value, _> =
-                    redis::cmd(wait[0]).arg(&wait[1..]).query_async(&mut c).await;
-            }));
-        }
-        util::until_blocked(&mut con, waiters).await;
-    }
-    let commands: Arc<dyn Fn(usize) -> (Cmd, Cmd) + Send + Sync> = if blpop {
-        Arc::new(|_| {
-            let wait = redis::cmd("BLPOP").arg(LOCK).arg(0).clone();
-            (wait, redis::cmd("RPUSH").arg(LOCK).arg("token").clone())
-        })
-    } else {
-        Arc::new(|id| {
-            let owner = format!("w{id}");
-            let wait = ["RLOCK.ACQUIRE", LOCK, &owner, "600000", "WAIT", "0"];
-            let release = redis::cmd("RLOCK.RELEASE").arg(LOCK).arg(&owner).clone();
-            (redis::cmd(wait[0]).arg(&wait[1..]).clone(), release)
-        })
-    };
-    let (start, stats) = if blpop {
-        (vec!["RPUSH", LOCK, "token"], ("rpush", "blpop"))
-    } else {
-        (vec!["RLOCK.RELEASE", LOCK, "holder"], ("rlock.release", "rlock.acquire"))
-    };
-    let queue = QueueLoop {
-        name: if blpop { "BLPOP" } else { "rlock WAIT" }.to_owned(),
-        waiters,
-        handoffs,
-        commands,
-        start: start.into_iter().map(str::to_owned).collect(),
-        stats: (stats.0.to_owned(), stats.1.to_owned()),
-        also_blocked: parked.len(),
-        enough_after: None,
-    };
-    let cost = queue.measure(&server, &mut con).await;
-    drop(con);
-    for t in &parked {
-        t.abort();
-    }
-    drop(server);
-    cost
 }
 
 pub async fn run_queue_length(sizes: &Sizes) -> (Section, Vec<Target>) {

@@ -122,3 +122,91 @@ impl QueueLoop {
         false
     }
 }
+
+/// The lock (or list) section 4's loops queue on.
+const QUEUE_LOCK: &str = "herd";
+
+/// Extra blocked clients beside the loop's waiters (section 4's deadlock rows, `deadlock.rs`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Parked {
+    /// None.
+    No,
+    /// One per waiter: a client waiting for a lock `other:<i>` of its own (held by `keeper`), as
+    /// owner `p<i>`, who holds nothing: an enqueue's deadlock search finds that the lock's
+    /// holder waits nowhere.
+    Idle,
+    /// The same clients, each waiting as the owner `w<i>` of a loop waiter: whichever loop
+    /// owner holds the lock also waits elsewhere, so every enqueue's deadlock search follows
+    /// the holder to `other:<i>` and its holder `keeper` (two hops).
+    Waiting,
+}
+
+/// Section 4's loop ([`QueueLoop`]) on rlock (RLOCK.ACQUIRE ... WAIT, and RLOCK.RELEASE, which
+/// hands off inside) or, when `blpop`, on a list (BLPOP, and RPUSH, which serves the head),
+/// with `waiters` clients queued at all times.
+/// `parked`: the extra blocked clients (see [`Parked`]).
+/// `module`: the module to load instead of this checkout's.
+pub async fn handoff_cost(
+    waiters: usize,
+    handoffs: u64,
+    blpop: bool,
+    parked: Parked,
+    module: Option<&str>,
+) -> QueueCost {
+    let server = Arc::new(util::server_with(module));
+    let mut con = util::conn(&server).await;
+    if !blpop {
+        util::call(&mut con, &["RLOCK.ACQUIRE", QUEUE_LOCK, "holder", "600000"]).await;
+    }
+    let mode = parked;
+    let mut parked = Vec::new();
+    if mode != Parked::No {
+        for id in 0..waiters {
+            let owner = if mode == Parked::Waiting { format!("w{id}") } else { format!("p{id}") };
+            let other = format!("other:{id}");
+            util::call(&mut con, &["RLOCK.ACQUIRE", &other, "keeper", "600000"]).await;
+            let mut c = util::conn(&server).await;
+            parked.push(tokio::spawn(async move {
+                let wait = ["RLOCK.ACQUIRE", &other, &owner, "600000", "WAIT", "0"];
+                let _: Result<Value, _> =
+                    redis::cmd(wait[0]).arg(&wait[1..]).query_async(&mut c).await;
+            }));
+        }
+        util::until_blocked(&mut con, waiters).await;
+    }
+    let commands: Arc<dyn Fn(usize) -> (Cmd, Cmd) + Send + Sync> = if blpop {
+        Arc::new(|_| {
+            let wait = redis::cmd("BLPOP").arg(QUEUE_LOCK).arg(0).clone();
+            (wait, redis::cmd("RPUSH").arg(QUEUE_LOCK).arg("token").clone())
+        })
+    } else {
+        Arc::new(|id| {
+            let owner = format!("w{id}");
+            let wait = ["RLOCK.ACQUIRE", QUEUE_LOCK, &owner, "600000", "WAIT", "0"];
+            let release = redis::cmd("RLOCK.RELEASE").arg(QUEUE_LOCK).arg(&owner).clone();
+            (redis::cmd(wait[0]).arg(&wait[1..]).clone(), release)
+        })
+    };
+    let (start, stats) = if blpop {
+        (vec!["RPUSH", QUEUE_LOCK, "token"], ("rpush", "blpop"))
+    } else {
+        (vec!["RLOCK.RELEASE", QUEUE_LOCK, "holder"], ("rlock.release", "rlock.acquire"))
+    };
+    let queue = QueueLoop {
+        name: if blpop { "BLPOP" } else { "rlock WAIT" }.to_owned(),
+        waiters,
+        handoffs,
+        commands,
+        start: start.into_iter().map(str::to_owned).collect(),
+        stats: (stats.0.to_owned(), stats.1.to_owned()),
+        also_blocked: parked.len(),
+        enough_after: None,
+    };
+    let cost = queue.measure(&server, &mut con).await;
+    drop(con);
+    for t in &parked {
+        t.abort();
+    }
+    drop(server);
+    cost
+}
