@@ -331,3 +331,39 @@ fn the_waiters_at_the_head_are_taken_while_their_requests_qualify() {
     assert_eq!(q.pop_due(i64::MAX), None, "their timeouts left the schedule");
     assert!(q.take_head_while(0, b"x", rlock::queue::End::Granted, 100, |_| true).is_empty());
 }
+
+#[test]
+fn waiters_apart_are_passed_by_and_taken_wherever_they_stand() {
+    let mut q: Queues<u32, Request> = Queues::default();
+    let apart = |q: &mut Queues<u32, Request>, handle: u32| {
+        let request = Request {
+            kind: rlock::rules::Kind::Latch,
+            owner: Vec::new(),
+            lease: lease(),
+            token: false,
+            id: None,
+            session: None,
+        };
+        let joining = rlock::queue::Joining { apart: true, ..Default::default() };
+        q.enqueue(lock("l"), request, handle, Some(50), joining)
+    };
+    assert!(q.first_apart(0, b"l").is_none());
+    apart(&mut q, 1);
+    push(&mut q, "l", 2, None);
+    let gone = apart(&mut q, 3);
+    apart(&mut q, 4);
+    push(&mut q, "l", 5, None);
+    assert!(q.remove(gone).is_some());
+    assert_eq!((q.waiting(0, b"l"), q.in_line(0, b"l")), (4, 2));
+    assert_eq!(q.head(0, b"l").map(|w| w.handle), Some(1));
+    assert_eq!(q.in_line_head(0, b"l").map(|w| w.handle), Some(2), "passes 1 by");
+    assert_eq!(q.first_apart(0, b"l").map(|w| w.handle), Some(1));
+    assert!(q.pop_head(0, b"l").is_some());
+    assert_eq!(q.first_apart(0, b"l").map(|w| w.handle), Some(4), "behind 2");
+    let taken = q.take_apart(0, b"l", rlock::queue::End::Granted, 100);
+    assert_eq!(taken.iter().map(|w| w.handle).collect::<Vec<_>>(), vec![4]);
+    assert_eq!((q.waiting(0, b"l"), q.in_line(0, b"l")), (2, 2));
+    assert!(q.first_apart(0, b"l").is_none());
+    assert_eq!(q.in_line_head(0, b"l").map(|w| w.handle), Some(2));
+    assert!(q.take_apart(0, b"x", rlock::queue::End::Granted, 100).is_empty());
+}

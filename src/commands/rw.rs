@@ -87,7 +87,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             // Waiters first: a lock they are owed goes to them (on its own key handle).
             waiting::settle(ctx, cmd.key);
         }
-        let queued = waiting::waiting(db, cmd.key.as_slice()) > 0;
+        let queued = waiting::in_line(db, cmd.key.as_slice()) > 0;
         match decide(ctx, &cmd, counter.as_ref(), now, deadline, queued)? {
             Decision::Grant { key, plan, token } => {
                 key.apply(&plan);

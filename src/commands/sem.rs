@@ -81,7 +81,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         waiting::sem_reclaim_due(ctx, cmd.key)?;
         // Waiters first: permits they are owed go to them.
         waiting::settle(ctx, cmd.key);
-        let queued = waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0;
+        let queued = waiting::in_line(raw::selected_db(ctx), cmd.key.as_slice()) > 0;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::acquire(state, cmd.permits, queued);

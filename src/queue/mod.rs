@@ -57,6 +57,10 @@ pub struct Joining {
     pub owner: Vec<u8>,
     /// Its tag (an acquire's request id).
     pub tag: Option<Vec<u8>>,
+    /// It holds nothing and stands in nobody's line (a latch's awaiter): it is answered apart
+    /// from the lock's other waiters ([`Queues::first_apart`]), who pass it by
+    /// ([`Queues::in_line_head`]).
+    pub apart: bool,
 }
 
 /// A client waiting for a lock. `H` is the server's handle on the blocked client, `R` what it
@@ -78,6 +82,8 @@ pub struct Waiter<H, R> {
     /// The owner it is indexed under ([`Queues::set_owner`]): a waiter that holds nothing
     /// (a semaphore's) has none.
     owner: Option<Vec<u8>>,
+    /// It waits apart from the line ([`Joining::apart`]).
+    apart: bool,
 }
 
 impl<H, R> Waiter<H, R> {
@@ -124,6 +130,8 @@ type Slot = (i64, u64);
 struct Queue {
     order: VecDeque<WaiterId>,
     live: usize,
+    /// How many of the live waiters wait apart from the line ([`Joining::apart`]).
+    apart: usize,
     lease_check: Option<Slot>,
     stats: QueueStats,
 }
@@ -197,9 +205,10 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         let queue = self.by_db.entry(lock.db).or_default().entry(lock.key.clone()).or_default();
         queue.order.push_back(id);
         queue.live += 1;
+        queue.apart += usize::from(joining.apart);
         queue.stats.waits = queue.stats.waits.saturating_add(1);
         self.by_handle.insert(handle, id);
-        let Joining { user, since, owner, tag } = joining;
+        let Joining { user, since, owner, tag, apart } = joining;
         let owner = (!owner.is_empty()).then(|| {
             let owners = self.by_owner.entry(lock.db).or_default();
             owners.entry(owner.clone()).or_default().insert(id);
@@ -209,7 +218,7 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
             let index = (lock.db, lock.key.clone(), tag.clone());
             !self.by_tag.contains_key(&index) && self.by_tag.insert(index, id).is_none()
         });
-        let waiter = Waiter { id, lock, request, handle, user, timeout, tag, since, owner };
+        let waiter = Waiter { id, lock, request, handle, user, timeout, tag, since, owner, apart };
         self.waiters.insert(id, waiter);
         id
     }
@@ -244,6 +253,54 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
             queue.order.pop_front();
         }
         None
+    }
+
+    /// The longest-waiting client of a lock that stands in its line (not [`Joining::apart`]),
+    /// left in its queue: the head, unless waiters apart stand before it (then they are walked
+    /// past, only while some wait apart).
+    pub fn in_line_head(&mut self, db: i32, key: &[u8]) -> Option<&Waiter<H, R>> {
+        let apart = self.queue(db, key)?.apart;
+        if apart == 0 {
+            return self.head(db, key);
+        }
+        let queue = self.queue(db, key)?;
+        let id = queue.order.iter().find(|id| self.waiters.get(id).is_some_and(|w| !w.apart))?;
+        self.waiters.get(id)
+    }
+
+    /// The longest-waiting client of a lock that waits apart from its line
+    /// ([`Joining::apart`]), left in its queue; `None` at once when none does.
+    pub fn first_apart(&mut self, db: i32, key: &[u8]) -> Option<&Waiter<H, R>> {
+        if self.queue(db, key)?.apart == 0 {
+            return None;
+        }
+        if self.head(db, key).is_some_and(|w| w.apart) {
+            return self.head(db, key);
+        }
+        let queue = self.queue(db, key)?;
+        let id = queue.order.iter().find(|id| self.waiters.get(id).is_some_and(|w| w.apart))?;
+        self.waiters.get(id)
+    }
+
+    /// Takes every waiter of a lock that waits apart from its line ([`Joining::apart`]) out
+    /// of its queue, in order, each ending as `end` at `now` (an open latch's awaiters,
+    /// wherever they stand).
+    pub fn take_apart(&mut self, db: i32, key: &[u8], end: End, now: i64) -> Vec<Waiter<H, R>> {
+        let Some(queue) = self.queue(db, key).filter(|q| q.apart > 0) else { return Vec::new() };
+        let ids: Vec<WaiterId> = queue
+            .order
+            .iter()
+            .filter(|id| self.waiters.get(id).is_some_and(|w| w.apart))
+            .copied()
+            .collect();
+        ids.into_iter().filter_map(|id| self.remove_as(id, end, Some(now))).collect()
+    }
+
+    /// How many clients wait for the lock `key` of database `db` in its line (not
+    /// [`Joining::apart`]): those a newcomer must not pass.
+    #[must_use]
+    pub fn in_line(&self, db: i32, key: &[u8]) -> usize {
+        self.queue(db, key).map_or(0, |q| q.live - q.apart)
     }
 
     /// Takes the longest-waiting client of a lock out of its queue.
@@ -323,6 +380,7 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
             End::Left => {}
         }
         queue.live -= 1;
+        queue.apart -= usize::from(waiter.apart);
         if queue.live > 0 {
             if queue.order.len() > 2 * queue.live + 16 {
                 let waiters = &self.waiters;

@@ -186,6 +186,13 @@ pub fn waiting(db: i32, key: &[u8]) -> usize {
     QUEUES.with(|q| q.try_borrow().map_or(1, |q| q.waiting(db, key)))
 }
 
+/// How many clients wait in the line of the lock `key` of database `db`: those a newcomer must
+/// not pass (a latch's awaiters, waiting apart, are in nobody's way; counted as waiting when
+/// the queues are in use).
+pub fn in_line(db: i32, key: &[u8]) -> usize {
+    QUEUES.with(|q| q.try_borrow().map_or(1, |q| q.in_line(db, key)))
+}
+
 /// Whether anyone waits for the lock `name` (no allocation: this runs on every RLOCK write).
 fn waits_for(ctx: &Context, name: &RedisString) -> bool {
     anyone_waits() && with_queues(|q| q.waiting(raw::selected_db(ctx), name.as_slice()) > 0)
@@ -224,8 +231,14 @@ pub fn block_as(
         WaitFor::Millis(ms) => Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))),
     };
     // The tag is unique: the command refused an id already waiting on this lock.
-    let joining =
-        Joining { user, since: now, owner: request.owner.clone(), tag: request.id.clone() };
+    // A latch's awaiter holds nothing: it waits apart from the line (see [`hand_off`]).
+    let joining = Joining {
+        user,
+        since: now,
+        owner: request.owner.clone(),
+        tag: request.id.clone(),
+        apart: request.kind == Kind::Latch,
+    };
     with_queues(|q| {
         q.enqueue(lock.clone(), request, bc, timeout_at, joining);
         let lease_over = (holder_pttl >= 0).then(|| rules::lease_over_at(now, holder_pttl));
@@ -331,6 +344,11 @@ pub fn freed_as(ctx: &Context, name: &RedisString, unlocked: Unlocked, publish: 
 /// anyone was granted. Each grant is written and replicated as that client's hold (by the
 /// store, which knows the lock kind's layout), then the client is unblocked.
 ///
+/// A latch's awaiters hold nothing and stand in nobody's line (a latch and a semaphore share
+/// one layout, an integer string, and so may share a key): they are answered all at once when
+/// the latch is open, wherever they stand in the queue, and the lock's other waiters pass
+/// them by ([`answer_awaiters`]). Answering them grants nothing.
+///
 /// A waiter that can never be granted as it asked (a fencing token that cannot be issued: the
 /// counter is corrupt or full, or an `allkeys-*` policy is in force) gets that error and the
 /// next waiter is tried: nothing is granted with an error reply. Never writes while writes are
@@ -350,11 +368,14 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         timers::arm(ctx);
         return false;
     }
-    let mut granted = false;
     let mut slot_checked = false;
+    if answer_awaiters(ctx, name, lock, &mut slot_checked).is_err() {
+        return false;
+    }
+    let mut granted = false;
     loop {
         let Some((id, request, user)) = with_queues(|q| {
-            q.head(lock.db, &lock.key).map(|w| (w.id, w.request.clone(), w.user.clone()))
+            q.in_line_head(lock.db, &lock.key).map(|w| (w.id, w.request.clone(), w.user.clone()))
         }) else {
             return granted;
         };
@@ -377,27 +398,9 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
                 continue;
             }
         };
-        if !std::mem::replace(&mut slot_checked, true) {
-            if let Some(redirect) = cluster::redirect(ctx, &lock.key, false) {
-                // The slot left this node: its waiters must ask the node that has it now.
-                drop(grant);
-                cluster::redirect_all(lock, &redirect);
-                return granted;
-            }
-        }
-        if request.kind == Kind::Latch {
-            // An open latch answers every awaiter at the head at once (a broadcast: nothing is
-            // written, so no key is read again and the queue is walked once).
+        if slot_moved(ctx, lock, &mut slot_checked) {
             drop(grant);
-            let opened = with_queues(|q| {
-                q.take_head_while(lock.db, &lock.key, End::Granted, now, |r| r.kind == Kind::Latch)
-            });
-            STATS.latch_releases.fetch_add(opened.len() as u64, Ordering::Relaxed);
-            granted |= !opened.is_empty();
-            for waiter in opened {
-                unblock(waiter, Outcome::Opened);
-            }
-            continue;
+            return granted;
         }
         let Some(waiter) = with_queues(|q| q.remove_as(id, End::Granted, Some(now))) else {
             return granted;
@@ -416,6 +419,67 @@ pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
         timers::arm(ctx);
         if exclusive {
             return true;
+        }
+    }
+}
+
+/// The slot of `lock` left this node (looked at once per hand-off, `checked` telling whether it
+/// was): its waiters are redirected to the node that has it now.
+fn slot_moved(ctx: &Context, lock: &LockName, checked: &mut bool) -> bool {
+    if std::mem::replace(checked, true) {
+        return false;
+    }
+    let Some(redirect) = cluster::redirect(ctx, &lock.key, false) else { return false };
+    cluster::redirect_all(lock, &redirect);
+    true
+}
+
+/// The slot of the lock moved away while its latch's awaiters were answered.
+struct Redirected;
+
+/// Answers the latch awaiters of `lock` (waiting apart from its line) when the latch is open:
+/// every one of them at once, wherever each stands in the queue (a broadcast: nothing is
+/// written, so no key is read again and the queue is walked once). A latch retyped or spoiled
+/// under them answers them with that error.
+fn answer_awaiters(
+    ctx: &Context,
+    name: &RedisString,
+    lock: &LockName,
+    slot_checked: &mut bool,
+) -> Result<(), Redirected> {
+    loop {
+        let Some((id, request, user)) = with_queues(|q| {
+            q.first_apart(lock.db, &lock.key).map(|w| (w.id, w.request.clone(), w.user.clone()))
+        }) else {
+            return Ok(());
+        };
+        let now = raw::now_ms();
+        let head =
+            access::acting_as(user.as_deref(), || waiters::consider(ctx, name, &request, now));
+        match head {
+            Head::Grant(grant) => {
+                drop(grant);
+                if slot_moved(ctx, lock, slot_checked) {
+                    return Err(Redirected);
+                }
+                let opened = with_queues(|q| q.take_apart(lock.db, &lock.key, End::Granted, now));
+                STATS.latch_releases.fetch_add(opened.len() as u64, Ordering::Relaxed);
+                for waiter in opened {
+                    unblock(waiter, Outcome::Opened);
+                }
+                return Ok(());
+            }
+            Head::Wait { recheck_at } => {
+                look_again(lock, recheck_at);
+                timers::arm(ctx);
+                return Ok(());
+            }
+            Head::Refuse(e) => {
+                if let Some(waiter) = with_queues(|q| q.remove_as(id, End::Left, Some(now))) {
+                    bump(&STATS.left);
+                    unblock(waiter, Outcome::Failed(e));
+                }
+            }
         }
     }
 }

@@ -308,7 +308,12 @@ fn release_grant(
 /// by its cost, see `store::rw::reap`), scheduled now if none is; a semaphore gets its full
 /// check first (ended leases reclaimed: a Redisson client's too).
 fn poll_lock(ctx: &Context, lock: &LockName, now: i64) {
-    let kind = with_queues(|q| q.head(lock.db, &lock.key).map(|w| w.request.kind));
+    // Its line's head decides (a latch's awaiters wait apart from it, and are answered by any
+    // of these looks).
+    let kind = with_queues(|q| {
+        let in_line = q.in_line_head(lock.db, &lock.key).map(|w| w.request.kind);
+        in_line.or_else(|| q.head(lock.db, &lock.key).map(|w| w.request.kind))
+    });
     match kind {
         Some(Kind::Reentrant | Kind::Latch) => settle_lock(ctx, lock),
         Some(Kind::Rw(_)) => {
