@@ -313,26 +313,6 @@ fn wait_time_buckets_are_cumulative_and_saturate() {
 }
 
 #[test]
-fn the_waiters_at_the_head_are_taken_while_their_requests_qualify() {
-    let mut q = Queues::default();
-    for h in 1..=3 {
-        push(&mut q, "l", h, Some(5_000));
-    }
-    let gone = push(&mut q, "l", 4, None);
-    push(&mut q, "l", 5, None);
-    assert!(q.remove(gone).is_some());
-    // Every owner but 5's qualifies: 1, 2, 3 are taken, 4 (gone) skipped, 5 stops the walk.
-    let taken =
-        q.take_head_while(0, b"l", rlock::queue::End::Granted, 100, |r| r.owner != b"owner-5");
-    assert_eq!(taken.iter().map(|w| w.handle).collect::<Vec<_>>(), vec![1, 2, 3]);
-    assert_eq!(q.waiting(0, b"l"), 1);
-    assert_eq!(q.head(0, b"l").map(|w| w.handle), Some(5));
-    assert_eq!(q.stats(0, b"l").handoffs, 3);
-    assert_eq!(q.pop_due(i64::MAX), None, "their timeouts left the schedule");
-    assert!(q.take_head_while(0, b"x", rlock::queue::End::Granted, 100, |_| true).is_empty());
-}
-
-#[test]
 fn waiters_apart_are_passed_by_and_taken_wherever_they_stand() {
     let mut q: Queues<u32, Request> = Queues::default();
     let apart = |q: &mut Queues<u32, Request>, handle: u32| {

@@ -314,30 +314,6 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         None
     }
 
-    /// Takes the waiters at the head of a lock's queue out of it while `f` accepts their
-    /// request (all granted at once: an open latch's awaiters), each ending as `end` at `now`.
-    pub fn take_head_while(
-        &mut self,
-        db: i32,
-        key: &[u8],
-        end: End,
-        now: i64,
-        f: impl Fn(&R) -> bool,
-    ) -> Vec<Waiter<H, R>> {
-        let mut taken = Vec::new();
-        while let Some(w) = self.head(db, key) {
-            if !f(&w.request) {
-                break;
-            }
-            let id = w.id;
-            match self.remove_as(id, end, Some(now)) {
-                Some(w) => taken.push(w),
-                None => break,
-            }
-        }
-        taken
-    }
-
     /// Removes a waiter (granted, timed out, or gone), wherever it stands in its queue, as
     /// [`End::Left`], its wait time not recorded.
     pub fn remove(&mut self, id: WaiterId) -> Option<Waiter<H, R>> {
