@@ -18,6 +18,8 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// A timeout reply (`0`) this close to the deadline is the deadline (the server's timer ticks
 /// in milliseconds); one earlier means the server would not block (a replica).
 const EARLY: Duration = Duration::from_millis(5);
+/// The longest `RLATCH.AWAIT` timeout the server takes, in milliseconds (`i64::MAX`).
+const MAX_BUDGET_MS: u64 = i64::MAX.unsigned_abs();
 
 /// A count-down latch (Redisson's `RCountDownLatch`, on its data layout: the key holds the
 /// count, a missing key is an open latch): [`Latch::try_set_count`] closes it with a count,
@@ -152,7 +154,8 @@ impl Latch {
 
     /// Waits until the latch is open (Redisson's `await`): at most `timeout`, or as long as
     /// it takes with `None`. `true` when it is open (at once if it is already), `false` when
-    /// the timeout ended first (`Some(Duration::ZERO)`: one look).
+    /// the timeout ended first (`Some(Duration::ZERO)`: one look). A timeout beyond what the
+    /// server takes (`i64::MAX` ms, `Duration::MAX`) is as `None`.
     ///
     /// - **Bounded.** With a timeout, this returns by the timeout plus half a second whatever
     ///   the server does; a server that has not answered by then (stalled by `CLIENT PAUSE`,
@@ -172,8 +175,11 @@ impl Latch {
     /// server without `RLATCH.*`.
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
         let now = Instant::now();
-        // A timeout too far to represent is no limit.
-        let deadline = timeout.and_then(|t| now.checked_add(t));
+        // A timeout too far to represent (as an instant, or in the server's milliseconds: at
+        // most `i64::MAX`) is no limit.
+        let deadline = timeout
+            .filter(|t| t.as_millis() <= u128::from(MAX_BUDGET_MS))
+            .and_then(|t| now.checked_add(t));
         match within(bound(deadline, now), self.awaiting(deadline)).await {
             Err(Error::TimedOut) => Ok(false),
             open => open,

@@ -60,6 +60,10 @@ def check_permits(permits: int, leased: bool) -> int:
     return permits
 
 
+#: How many ``MOVED``/``ASK`` redirections one call follows (a slot moving while it runs).
+MAX_REDIRECTS = 5
+
+
 def check_latch_count(n: int, what: str) -> int:
     """Validates a latch count or count-down amount: an int from 1 to 2**63 - 1 (the module's
     range), refused before anything is sent."""

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Protocol
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, MovedError, ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
@@ -47,6 +47,14 @@ def backend_for(client: Any, response_timeout: float) -> SyncBackend:
             # the user's client keeps its engine alive
             client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
         return be
+
+
+class _Addressed:
+    """A pool's connection settings for another address (a redirection's target)."""
+
+    def __init__(self, src: Any, host: str, port: int) -> None:
+        self.connection_kwargs = dict(src.connection_kwargs, host=host, port=port)
+        self.connection_class = src.connection_class
 
 
 class SessionLink(Protocol):
@@ -86,8 +94,14 @@ class SyncBackend:
         self.releaser = Releaser(self)
 
     # -- connections -------------------------------------------------------------------------
-    def _pool(self, key: bytes) -> Any:
-        if self.cluster:
+    def _pool(self, key: bytes, at: Optional[tuple[str, int]] = None) -> Any:
+        if self.cluster and at is not None:
+            # a redirection's target: its own pool, on any known node's connection settings
+            node = self.client.get_node(host=at[0], port=at[1]) or self.client.get_default_node()
+            src = self.client.get_redis_connection(node).connection_pool
+            name = f"{at[0]}:{at[1]}"
+            src = _Addressed(src, host=at[0], port=at[1])
+        elif self.cluster:
             node = self.client.get_node_from_key(key)
             src = self.client.get_redis_connection(node).connection_pool
             name = node.name
@@ -116,10 +130,34 @@ class SyncBackend:
 
     def call(self, key: bytes, args: list[P.Arg], extra: float = 0.0) -> Any:
         """Sends one command and reads its reply within ``extra`` + the response timeout;
-        raises :class:`Stalled` (connection closed) when no reply came by then."""
-        pool = self._pool(key)
+        raises :class:`Stalled` (connection closed) when no reply came by then. In a cluster,
+        a ``MOVED`` or ``ASK`` reply (the command did not run) sends it again where the key is
+        served now (``ASKING`` first for an ``ASK``), as redis-py's cluster client does."""
+        at: Optional[tuple[str, int]] = None
+        asking = False
+        for _ in range(P.MAX_REDIRECTS):
+            try:
+                return self._call_at(key, args, extra, at, asking)
+            except AskError as e:
+                if not self.cluster:
+                    raise
+                at, asking = (e.host, e.port), not isinstance(e, MovedError)
+        return self._call_at(key, args, extra, at, asking)
+
+    def _call_at(
+        self,
+        key: bytes,
+        args: list[P.Arg],
+        extra: float,
+        at: Optional[tuple[str, int]],
+        asking: bool,
+    ) -> Any:
+        pool = self._pool(key, at)
         conn: Any = pool.get_connection()
         try:
+            if asking:
+                conn.send_command("ASKING")
+                conn.read_response()
             conn.send_command(*args)
             end = time.monotonic() + extra + self.rt
             while not conn.can_read(timeout=max(0.0, min(end - time.monotonic(), 1.0))):

@@ -71,7 +71,20 @@ class CountDownLatch:
         budget = P.latch_budget(timeout)
         t0 = time.monotonic()
         if budget == 0.0:
-            reply, _ = self._call_until(["RLATCH.COUNT", self.name], t0 + self._be.rt)
+            # one look; no answer within the response timeout (a stalled, unreachable or
+            # loading server) is False, as for a timed wait, never an exception
+            try:
+                reply, _ = self._be.call_until(
+                    self.name, ["RLATCH.COUNT", self.name], t0 + self._be.rt
+                )
+            except ResponseError as e:
+                if not is_transient(e):
+                    raise translate(e, self.name.decode(errors="replace")) from None
+                return False
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                return False
             return int(reply) <= 0
         end = None if budget is None else t0 + budget
         backoff = 0.02
@@ -98,9 +111,3 @@ class CountDownLatch:
                 return False
             time.sleep(backoff if end is None else min(backoff, end - now))
             backoff = min(backoff * 2, 1.0)
-
-    def _call_until(self, args: list[P.Arg], until: float) -> tuple[Any, int]:
-        try:
-            return self._be.call_until(self.name, args, until)
-        except ResponseError as e:
-            raise translate(e, self.name.decode(errors="replace")) from None

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Protocol
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, MovedError, ResponseError
 
 from .. import _proto as P
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
@@ -72,12 +72,16 @@ class AsyncBackend:
             self.uuid, self._pools = uuid.uuid4().hex, {}
         return f"{self.uuid}:{next(self._n)}".encode()
 
-    async def _pool(self, key: bytes) -> Any:
+    async def _pool(self, key: bytes, at: Optional[tuple[str, int]] = None) -> Any:
         if self.cluster:
             await self.client.initialize()
             node = self.client.get_node_from_key(key)
-            name = node.name
-            kwargs = dict(node.connection_kwargs, host=node.host, port=node.port)
+            if at is not None:
+                # a redirection's target: its own pool, on the key's node's settings
+                node = self.client.get_node(host=at[0], port=at[1]) or node
+            host, port = at if at is not None else (node.host, node.port)
+            name = f"{host}:{port}"
+            kwargs = dict(node.connection_kwargs, host=host, port=port)
             cls = node.connection_class
         else:
             src = self.client.connection_pool
@@ -98,10 +102,36 @@ class AsyncBackend:
         return pool
 
     async def call(self, key: bytes, args: list[P.Arg], extra: float = 0.0) -> Any:
-        """One command, its reply awaited within ``extra`` + the response timeout."""
-        pool = await self._pool(key)
+        """One command, its reply awaited within ``extra`` + the response timeout; in a
+        cluster, sent again where a ``MOVED`` or ``ASK`` reply points (as the sync engine)."""
+        at: Optional[tuple[str, int]] = None
+        asking = False
+        for _ in range(P.MAX_REDIRECTS):
+            try:
+                return await self._call_at(key, args, extra, at, asking)
+            except AskError as e:
+                if not self.cluster:
+                    raise
+                at, asking = (e.host, e.port), not isinstance(e, MovedError)
+        return await self._call_at(key, args, extra, at, asking)
+
+    async def _call_at(
+        self,
+        key: bytes,
+        args: list[P.Arg],
+        extra: float,
+        at: Optional[tuple[str, int]],
+        asking: bool,
+    ) -> Any:
+        pool = await self._pool(key, at)
         conn: Any = await pool.get_connection()
         try:
+            if asking:
+                await conn.send_command("ASKING")
+                try:
+                    await asyncio.wait_for(conn.read_response(), self.rt)
+                except asyncio.TimeoutError:
+                    raise Stalled(f"no reply to 'ASKING' within {self.rt:.3f} s") from None
             await conn.send_command(*args)
             try:
                 return await asyncio.wait_for(conn.read_response(), extra + self.rt)

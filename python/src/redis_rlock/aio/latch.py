@@ -60,12 +60,19 @@ class CountDownLatch:
         budget = P.latch_budget(timeout)
         t0 = time.monotonic()
         if budget == 0.0:
+            # one look; no answer within the response timeout is False, as for a timed wait
             try:
                 reply, _ = await self._be.call_until(
                     self.name, ["RLATCH.COUNT", self.name], t0 + self._be.rt
                 )
             except ResponseError as e:
-                raise translate(e, self.name.decode(errors="replace")) from None
+                if not is_transient(e):
+                    raise translate(e, self.name.decode(errors="replace")) from None
+                return False
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                return False
             return int(reply) <= 0
         end = None if budget is None else t0 + budget
         backoff = 0.02
