@@ -20,6 +20,12 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 const EARLY: Duration = Duration::from_millis(5);
 /// The longest `RLATCH.AWAIT` timeout the server takes, in milliseconds (`i64::MAX`).
 const MAX_BUDGET_MS: u64 = i64::MAX.unsigned_abs();
+/// The longest one server-side wait lasts: a longer (or unlimited) wait is sent again as each
+/// slice ends, so a connection that died without a word (a host gone, a cut network: no reset,
+/// and no keepalive on the wait's connection) is noticed by its response timeout within a
+/// slice, and the wait goes on where the latch is served now. A latch's awaiters are answered
+/// together whatever their order, so sending a wait again costs nothing but the command.
+const SLICE: Duration = Duration::from_secs(30);
 
 /// A count-down latch (Redisson's `RCountDownLatch`, on its data layout: the key holds the
 /// count, a missing key is an open latch): [`Latch::try_set_count`] closes it with a count,
@@ -166,6 +172,9 @@ impl Latch {
     ///   time left, after a pause of 50 ms doubling up to 1 s. So is a wait the server would not
     ///   block (a demoted master, answering `0` at once). Without a timeout it keeps doing so
     ///   until the latch opens: bound it with a timeout, or drop the future, to stop.
+    /// - **Sliced.** One server-side wait lasts at most 30 s; a longer or unlimited wait is
+    ///   sent again as each slice ends, so a connection that died silently (a host gone, a cut
+    ///   network) is noticed within a slice and half a second, not never.
     /// - **Cancellation.** Dropping the future at any point closes the wait's connection; the
     ///   server forgets the awaiter as soon as it sees the connection close.
     ///
@@ -201,10 +210,18 @@ impl Latch {
             if deadline.is_some_and(|d| d <= now) {
                 return Ok(false);
             }
-            match self.await_once(deadline, now).await {
+            // This attempt's server-side wait: to the deadline, or to the end of its slice.
+            let slice_end = now.checked_add(SLICE).filter(|&end| deadline.is_none_or(|d| end < d));
+            let until = slice_end.or(deadline);
+            match self.await_once(until, now).await {
                 Ok(true) => return Ok(true),
-                Ok(false) if deadline.is_some_and(|d| d <= Instant::now() + EARLY) => {
-                    return Ok(false)
+                Ok(false) if until.is_some_and(|d| d <= Instant::now() + EARLY) => {
+                    if slice_end.is_none() {
+                        return Ok(false);
+                    }
+                    // Its slice ended: sent again at once.
+                    pause = RETRY_FIRST;
+                    continue;
                 }
                 // Answered `0` with time left: the server would not block (a replica).
                 Ok(false) => self.forget_master(),

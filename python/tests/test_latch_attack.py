@@ -240,3 +240,59 @@ async def test_async_a_latch_follows_its_slot_to_another_node(
     assert await latch.count_down() == 0
     assert await asyncio.wait_for(task, PROMPT) is True
     await rc.aclose()
+
+
+# -- an unlimited wait goes to the server in bounded slices ---------------------------------------
+
+
+def _awaits_seen(server: Server, name: bytes, n: int) -> tuple[threading.Thread, list[int]]:
+    """Watches the server (MONITOR) in a thread for ``n`` ``RLATCH.AWAIT name`` commands and
+    collects their timeouts."""
+    seen: list[int] = []
+    mon = server.client()
+    ready = threading.Event()
+
+    def watch() -> None:
+        with mon.monitor() as m:
+            ready.set()
+            for cmd in m.listen():
+                parts = cmd["command"].split(" ")
+                if parts[:2] == ["RLATCH.AWAIT", name.decode()]:
+                    seen.append(int(parts[2]))
+                    if len(seen) >= n:
+                        return
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    assert ready.wait(PROMPT)
+    return t, seen
+
+
+def test_an_unlimited_wait_is_sent_in_slices(server: Server, r: redis.Redis) -> None:
+    # Without a limit, each RLATCH.AWAIT still carries at most 30 s, so a connection that died
+    # silently is noticed by that wait's response timeout instead of never (seen on the wire).
+    latch = rl.CountDownLatch(r, "sliced")
+    latch.try_set_count(1)
+    watcher, seen = _awaits_seen(server, b"sliced", 1)
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(latch.wait(None)), daemon=True)
+    t.start()
+    watcher.join(PROMPT)
+    assert seen and 1 <= seen[0] <= 30_000, seen
+    poll("the wait to block", PROMPT, lambda: blocked_clients(r) == 1)
+    latch.count_down()
+    t.join(PROMPT)
+    assert result == [True]
+
+
+async def test_async_an_unlimited_wait_is_sent_in_slices(server: Server) -> None:
+    r = aredis.Redis(port=server.port)
+    latch = ra.CountDownLatch(r, "asliced")
+    await latch.try_set_count(1)
+    watcher, seen = _awaits_seen(server, b"asliced", 1)
+    task = asyncio.create_task(latch.wait(None))
+    await asyncio.to_thread(watcher.join, PROMPT)
+    assert seen and 1 <= seen[0] <= 30_000, seen
+    await latch.count_down()
+    assert await asyncio.wait_for(task, PROMPT) is True
+    await r.aclose()

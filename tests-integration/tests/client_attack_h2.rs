@@ -133,3 +133,38 @@ async fn many_dropped_waits_leave_no_connection_behind() {
     });
     assert_eq!(blocked_clients(&mut con), 0);
 }
+
+/// A wait without a limit is never one server-side wait without a limit: each `RLATCH.AWAIT`
+/// carries a slice of at most 30 s (sent again as it ends), so a connection that died without
+/// a word is noticed by the slice's response timeout instead of never. Seen on the wire
+/// (`MONITOR`), not in the client's code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlimited_wait_goes_to_the_server_in_bounded_slices() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let server = Server::start();
+    let client = LockClient::open(server.url()).await.expect("client");
+    let latch = client.latch("sliced");
+    latch.try_set_count(1).await.expect("set");
+    let mut monitor = std::net::TcpStream::connect(("127.0.0.1", server.port())).expect("connect");
+    monitor.set_read_timeout(Some(LIMIT)).expect("timeout");
+    monitor.write_all(b"MONITOR\r\n").expect("MONITOR");
+    let mut lines = BufReader::new(monitor);
+    let l = latch.clone();
+    let task = tokio::spawn(async move { l.wait(None).await });
+    let budget = tokio::task::block_in_place(|| loop {
+        let mut line = String::new();
+        let n = lines.read_line(&mut line).expect("a MONITOR line in time");
+        assert!(n > 0, "MONITOR closed");
+        if let Some(at) = line.find("\"RLATCH.AWAIT\" \"sliced\" \"") {
+            let rest = &line[at + "\"RLATCH.AWAIT\" \"sliced\" \"".len()..];
+            let ms: u64 = rest.split('"').next().and_then(|v| v.parse().ok()).expect("its timeout");
+            break ms;
+        }
+    });
+    assert!((1..=30_000).contains(&budget), "an unlimited wait sent RLATCH.AWAIT ... {budget}");
+    blocked(&server, 1, "the wait to block");
+    latch.count_down().await.expect("count down");
+    let open = timeout(LIMIT, task).await.expect("answered").expect("task");
+    assert!(open.expect("no error"), "open");
+}

@@ -92,13 +92,20 @@ def latch_budget(timeout: Optional[float]) -> Optional[float]:
     return float(timeout)
 
 
+#: The longest one server-side latch wait lasts, in seconds: a longer (or unlimited) wait is
+#: sent again as each slice ends, so a connection that died without a word (a host gone, a cut
+#: network) is noticed by the slice's response timeout, not after hours of TCP keepalive.
+LATCH_SLICE = 30.0
+
+
 def latch_await(key: bytes, end: Optional[float], now: float) -> tuple[list[Arg], float]:
-    """``RLATCH.AWAIT key ms`` for a wait ending at ``end`` (monotonic; None: no limit, ``0``
-    ms) seen at ``now`` (before ``end``), and how long its reply may take beyond the
-    response timeout."""
-    if end is None:
-        return ["RLATCH.AWAIT", key, 0], 1e9
-    ms = max(1, math.ceil((end - now) * 1000))
+    """``RLATCH.AWAIT key ms`` for a wait ending at ``end`` (monotonic; None: no limit) seen
+    at ``now`` (before ``end``), at most :data:`LATCH_SLICE` of it, and how long its reply may
+    take beyond the response timeout."""
+    if end is None or end - now > LATCH_SLICE:
+        ms = math.ceil(LATCH_SLICE * 1000)
+    else:
+        ms = max(1, math.ceil((end - now) * 1000))
     return ["RLATCH.AWAIT", key, ms], ms / 1000.0
 
 

@@ -66,7 +66,9 @@ class CountDownLatch:
         Returns within ``timeout`` plus the response timeout even when the server stalls. A
         lost connection (``CLIENT KILL``, a restart, a failover) ends nothing: the wait is sent
         again on a new connection, backing off up to 1 s between tries, within ``timeout``
-        (False once it passed) or, without one, until the latch opens. Error replies
+        (False once it passed) or, without one, until the latch opens. One server-side
+        wait lasts at most 30 s (a longer one is sent again as it ends), so a connection that
+        died silently is noticed within that and the response timeout. Error replies
         (``WRONGTYPE``, ``NOPERM``, ...) raise the package's exceptions."""
         budget = P.latch_budget(timeout)
         t0 = time.monotonic()
@@ -96,8 +98,11 @@ class CountDownLatch:
             try:
                 if self._be.call(self.name, args, extra) == 1:
                     return True
-                # 0: its time ran out, or a server that does not block (a replica) or CLIENT
-                # UNBLOCK ended it early: sent again while time is left
+                # 0: its time (or its slice) ran out, or a server that does not block (a
+                # replica) or CLIENT UNBLOCK ended it early: sent again while time is left, at
+                # once when it lasted (a working wait whose slice ended)
+                if time.monotonic() - now >= 1.0:
+                    backoff = 0.0
             except ResponseError as e:
                 if not (is_transient(e) or P.is_unblocked(e)):
                     raise translate(e, self.name.decode(errors="replace")) from None
@@ -110,4 +115,4 @@ class CountDownLatch:
             if end is not None and now >= end:
                 return False
             time.sleep(backoff if end is None else min(backoff, end - now))
-            backoff = min(backoff * 2, 1.0)
+            backoff = min(max(backoff * 2, 0.02), 1.0)

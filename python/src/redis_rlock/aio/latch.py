@@ -84,8 +84,11 @@ class CountDownLatch:
             try:
                 if await self._be.call(self.name, args, extra) == 1:
                     return True
-                # 0: its time ran out, or a server that does not block (a replica) or CLIENT
-                # UNBLOCK ended it early: sent again while time is left
+                # 0: its time (or its slice) ran out, or a server that does not block (a
+                # replica) or CLIENT UNBLOCK ended it early: sent again while time is left, at
+                # once when it lasted (a working wait whose slice ended)
+                if time.monotonic() - now >= 1.0:
+                    backoff = 0.0
             except ResponseError as e:
                 if not (is_transient(e) or P.is_unblocked(e)):
                     raise translate(e, self.name.decode(errors="replace")) from None
@@ -98,4 +101,4 @@ class CountDownLatch:
             if end is not None and now >= end:
                 return False
             await asyncio.sleep(backoff if end is None else min(backoff, end - now))
-            backoff = min(backoff * 2, 1.0)
+            backoff = min(max(backoff * 2, 0.02), 1.0)
