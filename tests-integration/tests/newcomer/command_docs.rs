@@ -87,6 +87,11 @@ const SYNTAX: &[(&str, &str)] = &[
     ("rlock.waiters", "key [COUNT count]"),
     ("rwlock.waiters", "key [COUNT count]"),
     ("rsem.waiters", "key [COUNT count]"),
+    ("rlatch.setcount", "key count"),
+    ("rlatch.countdown", "key [amount]"),
+    ("rlatch.count", "key"),
+    ("rlatch.delete", "key"),
+    ("rlatch.await", "key timeout-ms"),
 ];
 
 /// A command's documentation: summary and arguments.
@@ -143,7 +148,7 @@ fn sample(kind: &str, name: &str) -> String {
         ("integer", "lockdelay-ms") => "100".to_owned(),
         // On a fresh key: granted at once, or a 1 ms wait.
         ("integer", "timeout-ms") => "1".to_owned(),
-        ("integer", "permits" | "delta" | "count") => "1".to_owned(),
+        ("integer", "permits" | "delta" | "count" | "amount") => "1".to_owned(),
         ("string", "owner") => "o".to_owned(),
         ("string", "id") => "i".to_owned(),
         other => panic!("no sample value for {other:?}: add one"),
