@@ -166,6 +166,8 @@ impl<'a> LockKey<'a> {
         let replicate = replicating(ctx);
         // Set when the write went out whole (its lease included).
         let mut replicated_whole = false;
+        // A hash this write creates is a listpack when its one field fits the limit below.
+        let fresh = self.key.kind() == KeyKind::Empty;
         raw::signal_modified(ctx, name);
         match (plan.write, owner) {
             (Write::Keep, _) => {}
@@ -178,11 +180,15 @@ impl<'a> LockKey<'a> {
                         // The whole lock in one command (no MULTI/EXEC): its only holder, in
                         // a hash the server keeps as a listpack (a RESTOREd listpack is not
                         // converted for a long owner, as HSET's is: the server's own limit,
-                        // `hash-max-listpack-value`, decides).
+                        // `hash-max-listpack-value`, decides). A hash that was there already
+                        // may be a hash table whatever its field now (it became one under a
+                        // lower limit, raised since): it goes whole only when its scan takes
+                        // one step, as a listpack's does (`whole::listpack_payload`).
                         Some(deadline)
                             if owner.len().max(count.as_slice().len())
                                 <= settings::listpack_value_max()
-                                && self.key.field_count() == 1 =>
+                                && self.key.field_count() == 1
+                                && (fresh || self.key.fields_in_one_step(&mut |_, _| {})) =>
                         {
                             self.replicate_whole(owner, n, deadline.unix_ms());
                             replicated_whole = true;
