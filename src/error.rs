@@ -118,6 +118,8 @@ pub enum LockError {
     SessionOnReplica,
     /// An acquire or renewal as `sessions::PLACEHOLDER`, the owner of a lock-delay.
     LockDelayOwner,
+    /// `RSEM.RENEW` of a lock-delay's placeholder permit (`rlock:lockdelay:<id>`).
+    LockDelayPermit,
     /// `COUNT` (of `*.WAITERS`) without a value, or not an integer from 1 to
     /// `args::waiters::MAX_WAITERS`.
     InvalidCount,
@@ -236,6 +238,10 @@ impl LockError {
             }
             Self::LockDelayOwner => {
                 "ERR owner 'rlock:lockdelay' is reserved: it holds a lock during its lock-delay"
+            }
+            Self::LockDelayPermit => {
+                "ERR permit ids 'rlock:lockdelay:...' are reserved: they hold a permit during its \
+                 lock-delay"
             }
             Self::InvalidCount => "ERR count (after COUNT) must be an integer from 1 to 1000",
             Self::Internal => "ERR internal error in the rlock module (see the server log)",

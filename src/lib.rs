@@ -203,11 +203,11 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
-/// `RSEM.RELEASE`'s two forms: `permits`, or `ID id [id ...]`.
+/// `RSEM.RELEASE`'s two forms: `permits [REQUEST id]`, or `ID id [id ...]`.
 const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
     c"permits-or-ids",
     &[
-        ArgDoc::new(c"permits", ArgType::Integer),
+        ArgDoc::block(c"counted", &[ArgDoc::new(c"permits", ArgType::Integer), REQUEST]),
         ArgDoc::new(c"id", ArgType::String).token(c"ID").multiple(),
     ],
 );

@@ -28,6 +28,28 @@ pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
 /// read-write lock's writer or reader): reserved, no client may acquire or renew as it.
 pub const PLACEHOLDER: &[u8] = b"rlock:lockdelay";
 
+/// The member that holds a leased permit during its lock-delay, in the lease zset in place of
+/// the permit's id `id` (which leaves at once: that grant ended): [`PLACEHOLDER`], `:`, the id.
+/// Reserved: `RSEM.RENEW` refuses it ([`check_permit`]).
+#[must_use]
+pub fn permit_placeholder(id: &[u8]) -> Vec<u8> {
+    [PLACEHOLDER, b":", id].concat()
+}
+
+/// Refuses a lock-delay's placeholder permit ([`permit_placeholder`]) as the id of a renewal:
+/// nobody holds it, and a delay must not be made longer.
+///
+/// # Errors
+/// [`LockError::LockDelayPermit`].
+pub fn check_permit(id: &[u8]) -> Result<(), LockError> {
+    if id.len() > PLACEHOLDER.len() && id.starts_with(PLACEHOLDER) && id[PLACEHOLDER.len()] == b':'
+    {
+        Err(LockError::LockDelayPermit)
+    } else {
+        Ok(())
+    }
+}
+
 /// Refuses [`PLACEHOLDER`] as the owner of an acquire or a renewal.
 ///
 /// # Errors
@@ -113,6 +135,15 @@ pub struct Sessions {
     next_seq: u64,
 }
 
+/// How a touch sets a binding's end ([`Sessions::touch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lasts {
+    /// The hold now ends exactly then (a lock's or write side's lease, a renewal of every hold).
+    Exactly,
+    /// One more hold ending then, beside others (a read re-entry): the later of the two ends.
+    AtLeast,
+}
+
 /// How many expired bindings a new binding prunes on its way (the rest go at the next cron).
 const PRUNE_ON_BIND: usize = 4;
 
@@ -173,16 +204,43 @@ impl Sessions {
         self.bound.insert(hold, (Binding { bind, until }, seq));
     }
 
-    /// The bound `hold` (a re-entry, a renewal) now lasts until `until`; the binding stays where
-    /// it is. Nothing for a hold that is not bound.
-    pub fn touch(&mut self, hold: &Hold, until: i64) {
+    /// The bound `hold` (a re-entry, a renewal) now lasts until `until` (with `Lasts::AtLeast`,
+    /// until the later of `until` and its binding's end: a read re-entry adds one hold beside
+    /// the owner's others); the binding stays where it is. Nothing for a hold that is not bound.
+    ///
+    /// A binding already stale at `now` is never revived: the hold it was made for ended by its
+    /// lease (a read hold's own key expired, say, while the owner's field lingered), so this
+    /// grant is a fresh hold, bound to `bind`'s connection or to none.
+    pub fn touch(&mut self, hold: &Hold, until: i64, lasts: Lasts, bind: Option<Bind>, now: i64) {
         let Some((binding, seq)) = self.bound.get_mut(hold) else { return };
+        if binding.stale(now) {
+            self.granted(hold.clone(), bind, until, now);
+            return;
+        }
+        let until = match lasts {
+            Lasts::Exactly => until,
+            Lasts::AtLeast => until.max(binding.until),
+        };
         if binding.until == until {
             return;
         }
         self.expiry.remove(&(binding.until, *seq));
         binding.until = until;
         self.expiry.insert((until, *seq), hold.clone());
+    }
+
+    /// Whether a hold of `lock` waits to be ended (its connection closed): every command on the
+    /// lock applies those ends before it reads it.
+    #[must_use]
+    pub fn ending(&self, lock: &LockName) -> bool {
+        !self.ending.is_empty() && self.ending_of(lock).next().is_some()
+    }
+
+    /// Takes the holds of `lock` waiting to be ended (at most `limit`), in [`Self::take_ending`]'s
+    /// order.
+    pub fn take_ending_of(&mut self, lock: &LockName, limit: usize) -> Vec<(Hold, Binding)> {
+        let holds: Vec<Hold> = self.ending_of(lock).take(limit).cloned().collect();
+        holds.into_iter().filter_map(|h| self.ending.remove(&h).map(|b| (h, b))).collect()
     }
 
     /// `hold` ended (released, given back): its binding goes, and any end waiting for it.

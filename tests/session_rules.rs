@@ -10,7 +10,7 @@ use rlock::queue::LockName;
 use rlock::rules::Reply;
 use rlock::rw_rules::{self, Effect, Holds, RwState};
 use rlock::sessions::{
-    delay_until, Bind, Binding, ClientId, Held, Hold, Sessions, MAX_LOCK_DELAY_MS,
+    delay_until, Bind, Binding, ClientId, Held, Hold, Lasts, Sessions, MAX_LOCK_DELAY_MS,
 };
 
 fn argv(args: &[&str]) -> Vec<Vec<u8>> {
@@ -178,13 +178,57 @@ fn a_fresh_grant_resets_the_binding_and_cancels_a_pending_end() {
 fn a_touch_keeps_the_client_and_moves_the_lease_end() {
     let mut s = Sessions::default();
     s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
-    s.touch(&hold("a", "o"), 500);
+    s.touch(&hold("a", "o"), 500, Lasts::Exactly, None, 50);
     assert_eq!(s.prune(300, 10), 0, "renewed: not stale at 300");
     assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(500));
     assert_eq!(s.prune(501, 10), 1);
     assert!(s.is_empty());
-    s.touch(&hold("a", "o"), 900);
+    s.touch(&hold("a", "o"), 900, Lasts::Exactly, Some(bind(2)), 600);
     assert!(s.is_empty(), "touching an unbound hold binds nothing");
+}
+
+#[test]
+fn a_stale_binding_is_never_revived_by_a_re_entry_or_a_renewal() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    // The hold ended by its lease at 100; a re-entry at 150 (the owner's field lingered) is
+    // a fresh hold: it is not bound to client 1, whose close must end nothing.
+    s.touch(&hold("a", "o"), 900, Lasts::AtLeast, None, 150);
+    assert!(s.get(&hold("a", "o")).is_none());
+    assert!(!s.closed(1), "client 1 has no hold left");
+    // With SESSION, the re-entry binds its own connection.
+    s.granted(hold("b", "o"), Some(bind(1)), 100, 0);
+    s.touch(&hold("b", "o"), 900, Lasts::AtLeast, Some(bind(2)), 150);
+    assert_eq!(s.get(&hold("b", "o")).map(|b| (b.bind.client, b.until)), Some((2, 900)));
+}
+
+#[test]
+fn a_read_re_entry_keeps_the_latest_end_of_the_owners_holds() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 1_000, 0);
+    s.touch(&hold("a", "o"), 400, Lasts::AtLeast, None, 10);
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(1_000));
+    s.touch(&hold("a", "o"), 2_000, Lasts::AtLeast, None, 20);
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(2_000));
+    s.touch(&hold("a", "o"), 500, Lasts::Exactly, None, 30);
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(500), "a renewal sets it");
+}
+
+#[test]
+fn the_pending_ends_of_one_lock_are_taken_apart_from_the_others() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 1_000, 0);
+    s.granted(hold("b", "o"), Some(bind(1)), 1_000, 0);
+    s.granted(hold("b", "p"), Some(bind(1)), 1_000, 0);
+    s.closed(1);
+    assert!(s.ending(&lock("b")) && s.ending(&lock("a")) && !s.ending(&lock("c")));
+    let taken = s.take_ending_of(&lock("b"), 10);
+    assert_eq!(
+        taken.iter().map(|(h, _)| h.clone()).collect::<Vec<_>>(),
+        vec![hold("b", "o"), hold("b", "p")]
+    );
+    assert!(!s.ending(&lock("b")) && s.ending(&lock("a")));
+    assert_eq!(s.take_ending(10).len(), 1);
 }
 
 #[test]

@@ -65,6 +65,7 @@ fn decide<'a>(
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::RwAcquire::parse(&argv)?;
+        waiting::apply_session_ends(ctx, cmd.key);
         rw_rules::check_owner(cmd.owner.as_slice())?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
@@ -130,6 +131,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRelease::parse(&argv)?;
+        waiting::apply_session_ends(ctx, cmd.key);
         rw_rules::check_owner(cmd.owner.as_slice())?;
         super::latched(ctx, cmd.key, cmd.request, || {
             waiting::rw_release(ctx, cmd.key, cmd.owner.as_slice(), cmd.mode)
@@ -141,6 +143,7 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRenew::parse(&argv)?;
+        waiting::apply_session_ends(ctx, cmd.key);
         rw_rules::check_owner(cmd.owner.as_slice())?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
@@ -157,9 +160,15 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         key.apply(&plan);
         drop(key);
         if plan.reply == Reply::Int(1) {
-            let until = waiting::session::lease_end(ctx, cmd.key);
-            for held in [Held::Read(owner.to_vec()), Held::Write(owner.to_vec())] {
-                waiting::session::renewed(ctx, cmd.key, held, until);
+            // Every read hold renewed ends at the deadline (the read side's binding with them);
+            // the write side lasts as the hash does.
+            if cmd.mode != Some(Mode::Write) {
+                let held = Held::Read(owner.to_vec());
+                waiting::session::renewed(ctx, cmd.key, held, deadline.unix_ms());
+            }
+            if cmd.mode != Some(Mode::Read) {
+                let until = waiting::session::lease_end(ctx, cmd.key);
+                waiting::session::renewed(ctx, cmd.key, Held::Write(owner.to_vec()), until);
             }
         }
         waiting::rw_applied(ctx, cmd.key, &plan);
@@ -171,6 +180,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
+        waiting::apply_session_ends(ctx, cmd.key);
         let mode = RwKey::open(ctx, cmd.key, false).state_of(None)?.mode;
         if mode.is_some() || waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0 {
             // Refused before the hand-off below: whatever holds the lock then, it is freed.

@@ -14,7 +14,7 @@ use crate::request_rules::{Asked, Granted, REQUEST_RECORD_MS};
 use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
-use crate::sessions::Held;
+use crate::sessions::{self, Held};
 use crate::store::sem::{Leases, SemKey};
 use crate::store::{self, access::check_publish, Unlocked};
 use crate::waiting;
@@ -65,6 +65,7 @@ pub fn add_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::SemAcquire::parse(&argv)?;
+        waiting::apply_session_ends(ctx, cmd.key);
         store::may_grant(ctx)?;
         let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Permits(0))?;
         let now = raw::now_ms();
@@ -138,13 +139,17 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `RSEM.RELEASE key permits` or `RSEM.RELEASE key ID id [id ...]`
+/// `RSEM.RELEASE key permits [REQUEST id]` or `RSEM.RELEASE key ID id [id ...]`
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, || match args::SemRelease::parse(&argv)? {
-        args::SemRelease::Count { key, permits } => {
+    super::guarded_naming(ctx, || match args::SemRelease::parse(&argv)? {
+        args::SemRelease::Count { key, permits, request: Some(id) } => {
+            super::request::release_counted(ctx, key, permits, id.as_slice())
+        }
+        args::SemRelease::Count { key, permits, request: None } => {
             Ok(RedisValue::Integer(waiting::sem_give_back(ctx, key, permits)?))
         }
         args::SemRelease::Ids { key, ids } => {
+            waiting::apply_session_ends(ctx, key);
             let ids: Vec<&[u8]> = ids.iter().map(RedisString::as_slice).collect();
             Ok(RedisValue::Integer(waiting::sem_give_back_ids(ctx, key, &ids)?))
         }
@@ -155,6 +160,8 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::sem::parse_renew(&argv)?;
+        sessions::check_permit(cmd.owner.as_slice())?;
+        waiting::apply_session_ends(ctx, cmd.key);
         store::may_grant(ctx)?;
         let until = Deadline::after(raw::now_ms(), cmd.lease)?;
         let leases = Leases::for_caller(ctx, cmd.key)?;

@@ -16,7 +16,7 @@ use crate::error::LockError;
 use crate::raw;
 use crate::rules::{Kind, Request};
 use crate::rw_rules::{Effect, Mode, RwPlan};
-use crate::sessions::{Bind, Held, Hold, Sessions};
+use crate::sessions::{Bind, Held, Hold, Lasts, Sessions};
 use crate::store::waiters::{Stamp, Written};
 use crate::store::{self, access::check_publish, Unlocked};
 
@@ -44,6 +44,11 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Sessions) -> R) -> R {
 /// Whether no hold is bound and none waits to be ended: every hook returns at once then.
 fn quiet() -> bool {
     SESSIONS.with(|s| s.try_borrow().map_or(true, |s| s.is_empty()))
+}
+
+/// Whether holds of closed connections wait to be ended (cheap: every command asks).
+pub fn ends_pending() -> bool {
+    SESSIONS.with(|s| s.try_borrow().is_ok_and(|s| s.ends_pending()))
 }
 
 /// At load: no binding, counters from zero.
@@ -93,14 +98,29 @@ pub fn granted(
     bind: Option<Bind>,
     until: i64,
 ) {
+    granted_lasting(ctx, name, held, fresh, bind, until, Lasts::Exactly);
+}
+
+/// [`granted`], the binding's end set as `lasts` says (a read re-entry adds one hold beside
+/// the owner's others: the binding lasts as long as the latest of them).
+fn granted_lasting(
+    ctx: &Context,
+    name: &RedisString,
+    held: Held,
+    fresh: bool,
+    bind: Option<Bind>,
+    until: i64,
+    lasts: Lasts,
+) {
     if bind.is_none() && quiet() {
         return;
     }
     let hold = Hold { lock: lock_name(ctx, name), held };
+    let now = raw::now_ms();
     if fresh {
-        with(|s| s.granted(hold, bind, until, raw::now_ms()));
+        with(|s| s.granted(hold, bind, until, now));
     } else {
-        with(|s| s.touch(&hold, until));
+        with(|s| s.touch(&hold, until, lasts, bind, now));
     }
 }
 
@@ -120,14 +140,21 @@ pub fn rw_granted(
     if bind.is_none() && quiet() {
         return;
     }
-    let until = lease_end(ctx, name);
     for effect in &plan.effects {
-        let (held, count) = match effect {
-            Effect::SetReads { owner: o, count } if o == owner => (Held::Read(o.clone()), *count),
-            Effect::SetWrites { owner: o, count } if o == owner => (Held::Write(o.clone()), *count),
-            _ => continue,
-        };
-        granted(ctx, name, held, count == 1, bind, until);
+        match effect {
+            Effect::SetReads { owner: o, count } if o == owner => {
+                // A read side's binding lasts as long as the owner's own read holds, not the
+                // whole hash (other readers may keep it longer).
+                let until = plan.grant_until().unwrap_or_else(|| lease_end(ctx, name));
+                let held = Held::Read(o.clone());
+                granted_lasting(ctx, name, held, *count == 1, bind, until, Lasts::AtLeast);
+            }
+            Effect::SetWrites { owner: o, count } if o == owner => {
+                let held = Held::Write(o.clone());
+                granted(ctx, name, held, *count == 1, bind, lease_end(ctx, name));
+            }
+            _ => {}
+        }
     }
 }
 
@@ -146,8 +173,9 @@ pub fn waiter_granted(ctx: &Context, name: &RedisString, request: &Request, writ
         (Kind::Rw(Mode::Write), Stamp::Hold { count, .. }) => {
             granted(ctx, name, Held::Write(owner()), count == 1, bind, lease_end(ctx, name));
         }
-        (Kind::Rw(Mode::Read), Stamp::ReadHold { index, .. }) => {
-            granted(ctx, name, Held::Read(owner()), index == 1, bind, lease_end(ctx, name));
+        (Kind::Rw(Mode::Read), Stamp::ReadHold { index, expire_at }) => {
+            let (held, fresh) = (Held::Read(owner()), index == 1);
+            granted_lasting(ctx, name, held, fresh, bind, expire_at, Lasts::AtLeast);
         }
         (Kind::Leased(_), _) => {
             // The permits' lease end: their reclaim is due just after it.

@@ -21,7 +21,9 @@ use crate::error::LockError;
 use crate::raw;
 use crate::rules::{self, Deadline, View};
 use crate::rw_rules::{self, Acquired, Mode, RwPlan};
-use crate::sessions::{delay_until, Binding, Held, Hold, ENDS_PER_TICK, PLACEHOLDER};
+use crate::sessions::{
+    delay_until, permit_placeholder, Binding, Held, Hold, ENDS_PER_TICK, PLACEHOLDER,
+};
 use crate::store::rw::RwKey;
 use crate::store::sem::Leases;
 use crate::store::{LockKey, Unlocked};
@@ -40,7 +42,34 @@ enum EndOf {
 /// not paused: the caller checked); the leased permits of one semaphore are given back
 /// together. Returns whether more wait (the caller ends them at its next tick).
 pub(super) fn end_pending(ctx: &Context) -> bool {
-    let mut ends = with(|s| s.take_ending(ENDS_PER_TICK)).into_iter().peekable();
+    end_all(ctx, with(|s| s.take_ending(ENDS_PER_TICK)));
+    with(|s| s.ends_pending())
+}
+
+/// Before a command reads the lock `name` (the context's database): the holds of it whose
+/// connection closed are ended now, as the timer would have, so that no command reads a hold
+/// whose end is decided as if it were in place (a `REQUEST` retry replaying it, a renewal or a
+/// cancel finding it). Done as the module's own work (the end is not the caller's: nothing is
+/// checked against its ACL); on a master whose writes are not paused (else the timer ends them
+/// when they resume, and no write command runs before that).
+pub fn apply_ends(ctx: &Context, name: &RedisString) {
+    if !super::session::ends_pending() || !raw::is_master(ctx) || raw::writes_paused() {
+        return;
+    }
+    let lock = lock_name(ctx, name);
+    if !with(|s| s.ending(&lock)) {
+        return;
+    }
+    let ends = with(|s| s.take_ending_of(&lock, ENDS_PER_TICK));
+    crate::store::module_work(ctx, || end_all(ctx, ends));
+    // The context's database is the caller's (every end was of a lock in it).
+    let _ = raw::select_db(ctx, lock.db);
+}
+
+/// Ends `ends` (holds of closed connections, in [`crate::sessions::Sessions::take_ending`]'s
+/// order: the permits of one semaphore together).
+fn end_all(ctx: &Context, ends: Vec<(Hold, Binding)>) {
+    let mut ends = ends.into_iter().peekable();
     while let Some((hold, binding)) = ends.next() {
         let now = raw::now_ms();
         if !raw::select_db(ctx, hold.lock.db) {
@@ -85,7 +114,6 @@ pub(super) fn end_pending(ctx: &Context) -> bool {
         SESSION_STATS.ends.fetch_add(ended, Ordering::Relaxed);
         SESSION_STATS.delays.fetch_add(delayed, Ordering::Relaxed);
     }
-    with(|s| s.ends_pending())
 }
 
 /// A reentrant lock's whole hold by `owner` ends: the lock is freed (handed to its waiters, or
@@ -180,8 +208,9 @@ fn rw_placeholder(
 }
 
 /// Leased permits of the semaphore `name` end: those without a delay come back together (its
-/// waiters served, the count published once), each delayed one stays leased under its id until
-/// its delay ends, when its reclaim brings it back. A permit whose lease ended (or whose binding
+/// waiters served, the count published once), each delayed one is leased under a placeholder
+/// member (`sessions::permit_placeholder`) until its delay ends, when its reclaim brings it
+/// back; its own id is gone at once. A permit whose lease ended (or whose binding
 /// is stale) is left to its reclaim.
 fn end_permits(
     ctx: &Context,
@@ -193,7 +222,7 @@ fn end_permits(
     let ids: Vec<&[u8]> = permits.iter().map(|(id, _)| id.as_slice()).collect();
     let scores = leases.scores(ctx, &ids)?;
     let mut back: Vec<&[u8]> = Vec::new();
-    // Delay end -> the permits whose lease moves earlier to it.
+    // Delay end -> the permits held by a placeholder until then.
     let mut moved: BTreeMap<i64, Vec<&[u8]>> = BTreeMap::new();
     let mut delayed: Vec<&[u8]> = Vec::new();
     for ((id, binding), score) in permits.iter().zip(scores) {
@@ -203,15 +232,22 @@ fn end_permits(
         match delay_until(now, binding.bind.delay_ms, Some(lease_until)) {
             None => back.push(id),
             Some(until) => {
-                if until < lease_until {
-                    moved.entry(until).or_default().push(id);
-                }
+                moved.entry(until).or_default().push(id);
                 delayed.push(id);
             }
         }
     }
+    // A delayed permit leaves its id: the id's grant ended (a `REQUEST` retry must not replay
+    // it, `RSEM.RENEW` must not revive it, a cancel finds nothing to give back), and a
+    // placeholder member holds the permit until the delay's end, when it comes back as any
+    // ended lease does.
+    if !delayed.is_empty() {
+        leases.remove(ctx, &delayed)?;
+    }
     for (until, ids) in &moved {
-        leases.lease(ctx, ids, *until)?;
+        let placeholders: Vec<Vec<u8>> = ids.iter().map(|id| permit_placeholder(id)).collect();
+        let refs: Vec<&[u8]> = placeholders.iter().map(Vec::as_slice).collect();
+        leases.lease(ctx, &refs, *until)?;
     }
     if let Some(&first) = moved.keys().next() {
         schedule_check(ctx, &lock_name(ctx, name), Deadline::at(first).over_at());

@@ -1,0 +1,210 @@
+//! A grant whose end is decided is not in place, whoever asks: a `REQUEST` retry does not
+//! replay it, a renewal does not revive it, a re-entry does not keep its binding, a cancel finds
+//! nothing to give back. The ends decided but not yet applied (a closed session's holds, ended
+//! by the next timer tick) are applied before any write command on the lock reads it.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::{
+    client_id, cmd, exists, hgetall, int, kill_client, poll, run, session_ends, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Closes a fresh session hold on its own lock and waits until its end was applied: every
+/// close before it was processed by then (ends are applied in the order the closes came).
+fn barrier(server: &Server, admin: &mut Connection) {
+    let mut con = server.conn();
+    let id = client_id(&mut con);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "barrier", "b", "60000", "SESSION"]);
+    kill_client(admin, id);
+    poll("the barrier's end", LIMIT, || (!exists(admin, "barrier")).then_some(()));
+}
+
+fn ids(reply: &Value) -> Vec<Vec<u8>> {
+    match reply {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| match v {
+                Value::BulkString(b) => b.clone(),
+                other => panic!("not an id: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not ids: {other:?}"),
+    }
+}
+
+#[test]
+fn a_request_retry_after_a_session_close_in_the_same_transaction_is_not_replayed() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut a = server.conn();
+    let a_id = client_id(&mut a);
+    assert_eq!(
+        cmd(&mut a, &["RLOCK.ACQUIRE", "L", "x", "60000", "REQUEST", "r1", "SESSION"]),
+        Value::Nil
+    );
+    // The retry of the same request, after the session's connection closed but before the
+    // timer ended its hold: a fresh grant (the hold the record names has ended), not a replay
+    // of a grant that the end then frees under the caller.
+    let mut b = server.conn();
+    let reply = redis::pipe()
+        .atomic()
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(a_id)
+        .cmd("RLOCK.ACQUIRE")
+        .arg("L")
+        .arg("x")
+        .arg("60000")
+        .arg("REQUEST")
+        .arg("r1")
+        .query::<Vec<Value>>(&mut b)
+        .expect("EXEC");
+    assert_eq!(reply, vec![Value::Int(1), Value::Nil]);
+    barrier(&server, &mut admin);
+    assert_eq!(hgetall(&mut admin, b"L"), vec![(b"x".to_vec(), b"1".to_vec())], "x holds L");
+    let pttl = int(&cmd(&mut admin, &["PTTL", "L"]));
+    assert!(pttl > 50_000, "the retry's own lease: {pttl}");
+    let busy = int(&cmd(&mut admin, &["RLOCK.ACQUIRE", "L", "other", "60000"]));
+    assert!(busy > 0, "another owner is refused: {busy}");
+}
+
+#[test]
+fn a_request_retry_held_by_a_write_pause_is_not_replayed_after_the_close() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    for round in 0..3 {
+        let key = format!("P{round}");
+        let mut a = server.conn();
+        let a_id = client_id(&mut a);
+        let acquire = ["RLOCK.ACQUIRE", key.as_str(), "x", "60000", "REQUEST", "r1"];
+        assert_eq!(cmd(&mut a, &[&acquire[..], &["SESSION"]].concat()), Value::Nil);
+        cmd(&mut admin, &["CLIENT", "PAUSE", "300", "WRITE"]);
+        kill_client(&mut admin, a_id);
+        // The client retries on a new connection: the retry waits for the pause's end, and
+        // whichever comes first then, the timer's end or the retry, the caller ends up holding.
+        let mut b = server.conn();
+        assert_eq!(cmd(&mut b, &acquire), Value::Nil, "round {round}");
+        barrier(&server, &mut admin);
+        assert_eq!(
+            hgetall(&mut admin, key.as_bytes()),
+            vec![(b"x".to_vec(), b"1".to_vec())],
+            "round {round}: the caller was told it holds {key}"
+        );
+    }
+}
+
+#[test]
+fn a_leased_permit_in_its_lock_delay_is_not_replayed_renewed_or_cancelled() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["RSEM.SETPERMITS", "s", "1"]);
+    let mut a = server.conn();
+    let a_id = client_id(&mut a);
+    let acquire = ["RSEM.ACQUIRE", "s", "1", "LEASE", "30000", "REQUEST", "r1"];
+    let first = ids(&cmd(&mut a, &[&acquire[..], &["SESSION", "LOCKDELAY", "1500"]].concat()));
+    let id = first[0].clone();
+    let ends = session_ends(&mut admin);
+    kill_client(&mut admin, a_id);
+    poll("the permit's end", LIMIT, || (session_ends(&mut admin) > ends).then_some(()));
+    let mut b = server.conn();
+    // The retry of the request: its permit ended with the session; the delay holds the only
+    // permit, so nothing is granted.
+    assert_eq!(cmd(&mut b, &acquire), Value::Nil, "the ended permit is not replayed");
+    let renew = |con: &mut Connection, id: &[u8]| run(con, &[b"RSEM.RENEW", b"s", id, b"30000"]);
+    assert_eq!(renew(&mut b, &id), Ok(Value::Int(0)), "nor renewed");
+    assert_eq!(cmd(&mut b, &["RLOCK.CANCEL", "s", "r1"]), Value::Int(0), "nor given back");
+    assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(0), "the delay holds it");
+    // The placeholder holds the permit; nobody may renew it.
+    let members = ids(&cmd(&mut admin, &["ZRANGE", "{s}:timeout", "0", "-1"]));
+    assert_eq!(members, vec![[b"rlock:lockdelay:".as_slice(), &id].concat()]);
+    let renewed = renew(&mut b, &members[0]);
+    assert!(renewed.is_err_and(|e| e.contains("reserved")), "the placeholder is not renewable");
+    // The delay ends: the permit comes back once, to one taker.
+    let taken = poll("the permit's return", LIMIT, || {
+        match cmd(&mut b, &["RSEM.ACQUIRE", "s", "1", "LEASE", "30000"]) {
+            Value::Nil => None,
+            reply => Some(ids(&reply)),
+        }
+    });
+    assert_eq!(taken.len(), 1);
+    assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(0), "one permit, one holder");
+    assert_eq!(cmd(&mut admin, &["ZCARD", "{s}:timeout"]), Value::Int(1));
+}
+
+#[test]
+fn a_read_re_entry_after_the_bound_read_expired_is_not_ended_by_the_old_connection() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    // Other readers keep the hash alive well past the owner's first read, and with 20,000 read
+    // holds the lock's dead-reader checks are spaced 2 s apart (each reads every hold): an
+    // expired read hold's field lingers between two checks.
+    let mut pipe = redis::pipe();
+    for keeper in 0..20 {
+        for _ in 0..1_000 {
+            pipe.cmd("RWLOCK.ACQUIRE").arg("rw").arg(format!("k{keeper}")).arg("READ").arg(60_000);
+        }
+    }
+    pipe.query::<()>(&mut admin).expect("20,000 read holds");
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        assert!(tries <= 20, "the owner's expired read hold never lingered in the hash");
+        let mut a = server.conn();
+        let a_id = client_id(&mut a);
+        cmd(&mut a, &["RWLOCK.ACQUIRE", "rw", "o", "READ", "150", "SESSION"]);
+        let hold = "{rw}:o:rwlock_timeout:1";
+        poll("the bound read's expiry", LIMIT, || (!exists(&mut admin, hold)).then_some(()));
+        // The owner reads again, without SESSION, from another connection.
+        let mut b = server.conn();
+        cmd(&mut b, &["RWLOCK.ACQUIRE", "rw", "o", "READ", "60000"]);
+        let count = hgetall(&mut admin, b"rw").into_iter().find(|(f, _)| f == b"o").map(|(_, c)| c);
+        if count.as_deref() != Some(b"2") {
+            // The expired hold was cleaned first: a fresh grant, nothing to show. Again.
+            cmd(&mut b, &["RWLOCK.RELEASE", "rw", "o", "READ"]);
+            kill_client(&mut admin, a_id);
+            barrier(&server, &mut admin);
+            continue;
+        }
+        kill_client(&mut admin, a_id);
+        barrier(&server, &mut admin);
+        let holds = hgetall(&mut admin, b"rw");
+        assert!(
+            holds.iter().any(|(f, _)| f == b"o"),
+            "the owner was told it reads for 60 s; its read side was ended: {holds:?}"
+        );
+        let writer = int(&cmd(&mut admin, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "60000"]));
+        assert!(writer > 0, "no writer while o reads");
+        break;
+    }
+}
+
+#[test]
+fn counted_permits_released_as_their_request_are_not_given_back_again_by_a_cancel() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "p", "2"]);
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "2", "REQUEST", "c1"]), Value::Int(1));
+    // Another count than the grant's: refused, nothing changes.
+    let wrong = run(&mut con, &[b"RSEM.RELEASE", b"p", b"1", b"REQUEST", b"c1"]);
+    assert!(wrong.is_err_and(|e| e.contains("belongs to another acquire")));
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "2", "REQUEST", "c1"]), Value::Int(2));
+    // A retried release gives back nothing more; a late cancel finds nothing to undo.
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "2", "REQUEST", "c1"]), Value::Int(2));
+    assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", "p", "c1"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(2), "created with 2");
+    // A release with a request id whose record is gone (it expired) is a plain release, and
+    // is remembered: its retry gives back nothing more.
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "1"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1", "REQUEST", "c2"]), Value::Int(2));
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1", "REQUEST", "c2"]), Value::Int(2));
+    // A new acquire with a released request's id is a new acquire (a cancel's record, though,
+    // stays cancelled).
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "2", "REQUEST", "c2"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", "p", "c2"]), Value::Int(2));
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(2));
+}
