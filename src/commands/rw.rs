@@ -151,7 +151,9 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         store::may_grant(ctx)?;
         let key = RwKey::open(ctx, cmd.key, true);
         let owner = cmd.owner.as_slice();
-        let state = key.state_of(Some(owner))?;
+        // An owner whose read holds all ended by their leases holds no read side, whatever
+        // its field says until the next dead-reader check: nothing of it is renewed.
+        let state = key.with_live_reads(key.state_of(Some(owner))?, owner, now)?;
         let plan = match cmd.mode {
             None => rw_rules::renew(&state, owner, now, deadline),
             Some(side) => rw_rules::renew_side(&state, owner, side, now, deadline),

@@ -116,7 +116,9 @@ pub fn in_place(
             Ok(matches!(view, View::Held { mine: Some(_), .. }))
         }
         Granted::Rw { mode, owner, .. } => {
-            let state = RwKey::open(ctx, name, false).state_of(Some(owner))?;
+            let key = RwKey::open(ctx, name, false);
+            // Read holds whose leases all ended are not in place, field or no field.
+            let state = key.with_live_reads(key.state_of(Some(owner))?, owner, now)?;
             Ok(match mode {
                 Mode::Read => state.mode.is_some() && state.reads_of(owner) > 0,
                 Mode::Write => state.mode == Some(Mode::Write) && state.writes_of(owner) > 0,

@@ -103,6 +103,29 @@ impl<'a> RwKey<'a> {
         Ok(holds)
     }
 
+    /// `state` (read with [`Self::state_of`] for `owner`) with `owner`'s read side as it stands
+    /// at `now`: when none of its read holds is live any more (every hold key's lease ended, the
+    /// field not yet removed by a dead-reader check), the owner holds no read side. Reads the
+    /// owner's hold keys only (at most `rw_rules::MAX_READ_HOLDS`).
+    ///
+    /// # Errors
+    /// As [`Self::holds`].
+    pub fn with_live_reads(
+        &self,
+        mut state: RwState,
+        owner: &[u8],
+        now: i64,
+    ) -> Result<RwState, LockError> {
+        if state.reads_of(owner) == 0 {
+            return Ok(state);
+        }
+        let holds = self.holds(&state, now)?;
+        if holds.get(owner).is_none_or(|h| h.values().all(|&at| at <= now)) {
+            state.readers.remove(owner);
+        }
+        Ok(state)
+    }
+
     /// Checks every hold key `plan` writes: in the lock's cluster slot, and writable by the
     /// caller's ACL user. Nothing is written on a refusal.
     ///

@@ -135,20 +135,64 @@ fn a_leased_permit_in_its_lock_delay_is_not_replayed_renewed_or_cancelled() {
     assert_eq!(cmd(&mut admin, &["ZCARD", "{s}:timeout"]), Value::Int(1));
 }
 
+/// Other readers keep the read-write lock `key` alive for a minute, with 20,000 read holds: its
+/// dead-reader checks are spaced 2 s apart (each reads every hold), so an expired read hold's
+/// field lingers between two checks.
+fn keep_read(con: &mut Connection, key: &str) {
+    let mut pipe = redis::pipe();
+    for keeper in 0..20 {
+        for _ in 0..1_000 {
+            pipe.cmd("RWLOCK.ACQUIRE").arg(key).arg(format!("k{keeper}")).arg("READ").arg(60_000);
+        }
+    }
+    pipe.query::<()>(con).expect("20,000 read holds");
+}
+
+/// The owner `o`'s read count in the read-write lock `key`.
+fn reads_of_o(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    hgetall(con, key.as_bytes()).into_iter().find(|(f, _)| f == b"o").map(|(_, c)| c)
+}
+
+#[test]
+fn a_read_whose_holds_all_expired_is_neither_renewed_nor_replayed() {
+    let server = Server::start();
+    let mut con = server.conn();
+    keep_read(&mut con, "rw");
+    let acquire = ["RWLOCK.ACQUIRE", "rw", "o", "READ", "150", "REQUEST", "q1"];
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        assert!(tries <= 20, "the owner's expired read hold never lingered in the hash");
+        cmd(&mut con, &["DEL", "{rlock_request:rw}:q1", "rlock_request:{rw}:q1"]);
+        assert_eq!(cmd(&mut con, &acquire), Value::Nil);
+        let hold = "{rw}:o:rwlock_timeout:1";
+        poll("the read's expiry", LIMIT, || (!exists(&mut con, hold)).then_some(()));
+        if reads_of_o(&mut con, "rw").is_none() {
+            continue; // cleaned already: nothing to show
+        }
+        // Renewing a read side whose every hold ended: 0, nothing renewed.
+        assert_eq!(cmd(&mut con, &["RWLOCK.RENEW", "rw", "o", "60000", "READ"]), Value::Int(0));
+        assert_eq!(cmd(&mut con, &["RWLOCK.RENEW", "rw", "o", "60000"]), Value::Int(0));
+        if reads_of_o(&mut con, "rw").is_none() {
+            continue;
+        }
+        // Its request's retry: a new acquire (a new hold with its own lease), not a replay.
+        assert_eq!(cmd(&mut con, &acquire), Value::Nil);
+        let holds = cmd(&mut con, &["KEYS", "{rw}:o:rwlock_timeout:*"]);
+        assert_eq!(
+            holds,
+            Value::Array(vec![Value::BulkString(b"{rw}:o:rwlock_timeout:2".to_vec())]),
+            "the retry was granted a hold of its own"
+        );
+        break;
+    }
+}
+
 #[test]
 fn a_read_re_entry_after_the_bound_read_expired_is_not_ended_by_the_old_connection() {
     let server = Server::start();
     let mut admin = server.conn();
-    // Other readers keep the hash alive well past the owner's first read, and with 20,000 read
-    // holds the lock's dead-reader checks are spaced 2 s apart (each reads every hold): an
-    // expired read hold's field lingers between two checks.
-    let mut pipe = redis::pipe();
-    for keeper in 0..20 {
-        for _ in 0..1_000 {
-            pipe.cmd("RWLOCK.ACQUIRE").arg("rw").arg(format!("k{keeper}")).arg("READ").arg(60_000);
-        }
-    }
-    pipe.query::<()>(&mut admin).expect("20,000 read holds");
+    keep_read(&mut admin, "rw");
     let mut tries = 0;
     loop {
         tries += 1;
@@ -161,7 +205,7 @@ fn a_read_re_entry_after_the_bound_read_expired_is_not_ended_by_the_old_connecti
         // The owner reads again, without SESSION, from another connection.
         let mut b = server.conn();
         cmd(&mut b, &["RWLOCK.ACQUIRE", "rw", "o", "READ", "60000"]);
-        let count = hgetall(&mut admin, b"rw").into_iter().find(|(f, _)| f == b"o").map(|(_, c)| c);
+        let count = reads_of_o(&mut admin, "rw");
         if count.as_deref() != Some(b"2") {
             // The expired hold was cleaned first: a fresh grant, nothing to show. Again.
             cmd(&mut b, &["RWLOCK.RELEASE", "rw", "o", "READ"]);
