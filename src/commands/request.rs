@@ -75,7 +75,7 @@ pub(crate) fn prelude(
 pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::Cancel::parse(&argv)?;
-        waiting::apply_session_ends(ctx, cmd.key);
+        waiting::apply_pending(ctx, cmd.key);
         let (name, id) = (cmd.key, cmd.request.as_slice());
         let record = RequestRecord::for_caller(ctx, name, id)?;
         let waits = waiting::waits_as(ctx, name, id);
@@ -123,6 +123,10 @@ pub(crate) fn release_counted(
 ) -> Result<RedisValue, Refusal> {
     let refused = |e| Refusal::Request(e, id.to_vec());
     let record = RequestRecord::for_caller(ctx, name, id)?;
+    if waiting::waits_as(ctx, name, id) {
+        // It holds nothing yet: a grant now would be recorded after this release.
+        return Err(refused(LockError::RequestWaiting));
+    }
     let stored = record.read(ctx).map_err(|e| match e {
         LockError::RequestMismatch => refused(e),
         e => e.into(),

@@ -65,13 +65,13 @@ fn decide<'a>(
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::RwAcquire::parse(&argv)?;
-        waiting::apply_session_ends(ctx, cmd.key);
         rw_rules::check_owner(cmd.owner.as_slice())?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Rw(cmd.mode))?;
+        waiting::apply_pending(ctx, cmd.key);
         // Everything that can refuse is checked before anything is written.
         let asked = Asked::Rw { mode: cmd.mode, owner: cmd.owner.as_slice(), token: cmd.token };
         let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
@@ -131,8 +131,8 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRelease::parse(&argv)?;
-        waiting::apply_session_ends(ctx, cmd.key);
         rw_rules::check_owner(cmd.owner.as_slice())?;
+        waiting::apply_pending(ctx, cmd.key);
         super::latched(ctx, cmd.key, cmd.request, || {
             waiting::rw_release(ctx, cmd.key, cmd.owner.as_slice(), cmd.mode)
         })
@@ -143,12 +143,12 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRenew::parse(&argv)?;
-        waiting::apply_session_ends(ctx, cmd.key);
         rw_rules::check_owner(cmd.owner.as_slice())?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
+        waiting::apply_pending(ctx, cmd.key);
         let key = RwKey::open(ctx, cmd.key, true);
         let owner = cmd.owner.as_slice();
         // An owner whose read holds all ended by their leases holds no read side, whatever
@@ -168,10 +168,8 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 let held = Held::Read(owner.to_vec());
                 waiting::session::renewed(ctx, cmd.key, held, deadline.unix_ms());
             }
-            if cmd.mode != Some(Mode::Read) {
-                let until = waiting::session::lease_end(ctx, cmd.key);
-                waiting::session::renewed(ctx, cmd.key, Held::Write(owner.to_vec()), until);
-            }
+            // The hash's lease (the write hold's) moved whichever side was renewed.
+            waiting::session::write_lease_moved(ctx, cmd.key, owner);
         }
         waiting::rw_applied(ctx, cmd.key, &plan);
         Ok(store::to_value(plan.reply))
@@ -182,7 +180,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
-        waiting::apply_session_ends(ctx, cmd.key);
+        waiting::apply_pending(ctx, cmd.key);
         let mode = RwKey::open(ctx, cmd.key, false).state_of(None)?.mode;
         if mode.is_some() || waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0 {
             // Refused before the hand-off below: whatever holds the lock then, it is freed.

@@ -65,12 +65,12 @@ pub fn add_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::SemAcquire::parse(&argv)?;
-        waiting::apply_session_ends(ctx, cmd.key);
         store::may_grant(ctx)?;
         let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Permits(0))?;
         let now = raw::now_ms();
         let until = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
         let leases = cmd.lease.map(|_| Leases::for_caller(ctx, cmd.key)).transpose()?;
+        waiting::apply_pending(ctx, cmd.key);
         let asked = match cmd.lease {
             Some(_) => Asked::Leased(cmd.permits),
             None => Asked::Permits(cmd.permits),
@@ -143,13 +143,15 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || match args::SemRelease::parse(&argv)? {
         args::SemRelease::Count { key, permits, request: Some(id) } => {
+            waiting::apply_pending(ctx, key);
             super::request::release_counted(ctx, key, permits, id.as_slice())
         }
         args::SemRelease::Count { key, permits, request: None } => {
+            waiting::apply_pending(ctx, key);
             Ok(RedisValue::Integer(waiting::sem_give_back(ctx, key, permits)?))
         }
         args::SemRelease::Ids { key, ids } => {
-            waiting::apply_session_ends(ctx, key);
+            waiting::apply_pending(ctx, key);
             let ids: Vec<&[u8]> = ids.iter().map(RedisString::as_slice).collect();
             Ok(RedisValue::Integer(waiting::sem_give_back_ids(ctx, key, &ids)?))
         }
@@ -161,9 +163,9 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::sem::parse_renew(&argv)?;
         sessions::check_permit(cmd.owner.as_slice())?;
-        waiting::apply_session_ends(ctx, cmd.key);
         store::may_grant(ctx)?;
         let until = Deadline::after(raw::now_ms(), cmd.lease)?;
+        waiting::apply_pending(ctx, cmd.key);
         let leases = Leases::for_caller(ctx, cmd.key)?;
         waiting::sem_reclaim_due(ctx, cmd.key)?;
         let id = cmd.owner.as_slice();

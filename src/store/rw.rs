@@ -301,6 +301,23 @@ pub struct Reaped {
     pub next: Option<i64>,
 }
 
+/// When `owner`'s last live read hold on the read-write lock `name` ends (Unix ms), read from
+/// its hold keys; `None`: it has none.
+///
+/// # Errors
+/// As [`RwKey::state_of`] and [`RwKey::holds`].
+pub fn read_holds_end(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    now: i64,
+) -> Result<Option<i64>, LockError> {
+    let key = RwKey::open(ctx, name, false);
+    let state = key.state_of(Some(owner))?;
+    let holds = key.holds(&state, now)?;
+    Ok(holds.get(owner).and_then(|h| h.values().copied().filter(|&at| at > now).max()))
+}
+
 /// Spacing between two dead-reader checks of one lock, in µs per field and hold key the first
 /// one read (each costs a few µs): a lock's checks take a few % of a core at most, whatever its
 /// number of readers (20,000 readers with a hold each: one check every 4 s at most).

@@ -46,7 +46,7 @@ pub use kinds::{
     waiting_permits,
 };
 pub use requests::{dequeue, waits_as};
-pub use session_end::apply_ends as apply_session_ends;
+pub use session_end::apply_pending;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};

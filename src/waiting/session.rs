@@ -153,9 +153,24 @@ pub fn rw_granted(
                 let held = Held::Write(o.clone());
                 granted(ctx, name, held, *count == 1, bind, lease_end(ctx, name));
             }
+            Effect::ExpireAt(_) if !plan.effects.iter().any(|e| is_writes_of(e, owner)) => {
+                // The hash's lease is the write hold's: a read grant of the writer that moves
+                // it moves its write side's end.
+                write_lease_moved(ctx, name, owner);
+            }
             _ => {}
         }
     }
+}
+
+fn is_writes_of(effect: &Effect, owner: &[u8]) -> bool {
+    matches!(effect, Effect::SetWrites { owner: o, .. } if o == owner)
+}
+
+/// The hash of the read-write lock `name` got a new lease end: `owner`'s write side (if it
+/// holds one, bound) lasts until it.
+pub fn write_lease_moved(ctx: &Context, name: &RedisString, owner: &[u8]) {
+    granted(ctx, name, Held::Write(owner.to_vec()), false, None, lease_end(ctx, name));
 }
 
 /// A waiter's grant was written: bound to its connection if it asked with `SESSION`.
@@ -217,8 +232,30 @@ pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
         match effect {
             Effect::DropReads { owner } => ended(ctx, name, Held::Read(owner.clone())),
             Effect::DropWrites { owner } => ended(ctx, name, Held::Write(owner.clone())),
+            Effect::DropHold { owner, .. }
+                if !plan.effects.contains(&Effect::DropReads { owner: owner.clone() }) =>
+            {
+                reads_shrank(ctx, name, owner);
+            }
             _ => {}
         }
+    }
+}
+
+/// One of `owner`'s read holds on `name` went (a partial release): its bound read side now
+/// lasts as long as its remaining holds (read from their keys, only when the side is bound), so
+/// an ended binding is never revived by a later read.
+fn reads_shrank(ctx: &Context, name: &RedisString, owner: &[u8]) {
+    let hold = Hold { lock: lock_name(ctx, name), held: Held::Read(owner.to_vec()) };
+    if with(|s| s.get(&hold)).is_none() {
+        return;
+    }
+    let now = raw::now_ms();
+    match crate::store::rw::read_holds_end(ctx, name, owner, now) {
+        Ok(Some(until)) => with(|s| s.touch(&hold, until, Lasts::Exactly, None, now)),
+        Ok(None) => with(|s| s.unbind(&hold)),
+        // Unreadable (the release read them): the binding keeps its end.
+        Err(_) => {}
     }
 }
 

@@ -46,23 +46,36 @@ pub(super) fn end_pending(ctx: &Context) -> bool {
     with(|s| s.ends_pending())
 }
 
-/// Before a command reads the lock `name` (the context's database): the holds of it whose
-/// connection closed are ended now, as the timer would have, so that no command reads a hold
-/// whose end is decided as if it were in place (a `REQUEST` retry replaying it, a renewal or a
-/// cancel finding it). Done as the module's own work (the end is not the caller's: nothing is
-/// checked against its ACL); on a master whose writes are not paused (else the timer ends them
-/// when they resume, and no write command runs before that).
-pub fn apply_ends(ctx: &Context, name: &RedisString) {
-    if !super::session::ends_pending() || !raw::is_master(ctx) || raw::writes_paused() {
+/// Before a write command reads the lock `name` (the context's database), what is decided for
+/// it but not yet applied is applied now, in the order the timer would have applied it: grants
+/// to clients that left before their reply are undone, then the holds of closed connections are
+/// ended (all of this lock's: a command must not read any of them as in place). So no command
+/// reads a grant whose end is decided as if it were in place (a `REQUEST` retry replaying it, a
+/// renewal, a re-entry, a release or a cancel finding it). Done as the module's own work (the
+/// end is not the caller's: nothing is checked against its ACL), on a master, also inside a
+/// `MULTI` that paused writes (the transaction writes anyway), as Redis's own lazy expiry
+/// deletes a key that a command then refuses to use.
+pub fn apply_pending(ctx: &Context, name: &RedisString) {
+    let ends = super::session::ends_pending();
+    let undos = super::timers::undos_pending();
+    if !(ends || undos) || !raw::is_master(ctx) {
         return;
     }
     let lock = lock_name(ctx, name);
-    if !with(|s| s.ending(&lock)) {
+    let undos = undos && super::timers::undo_due(&lock);
+    let ends = ends && with(|s| s.ending(&lock));
+    if !(ends || undos) {
         return;
     }
-    let ends = with(|s| s.take_ending_of(&lock, ENDS_PER_TICK));
-    crate::store::module_work(ctx, || end_all(ctx, ends));
-    // The context's database is the caller's (every end was of a lock in it).
+    crate::store::module_work(ctx, || {
+        if undos {
+            super::timers::undo_now(ctx, &lock);
+        }
+        if ends {
+            end_all(ctx, with(|s| s.take_ending_of(&lock, usize::MAX)));
+        }
+    });
+    // The context's database is the caller's (all of this was of a lock in it).
     let _ = raw::select_db(ctx, lock.db);
 }
 

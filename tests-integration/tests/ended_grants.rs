@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    client_id, cmd, exists, hgetall, int, kill_client, poll, run, session_ends, Server,
+    client_id, cmd, exists, hgetall, info_field, int, kill_client, poll, run, session_ends,
+    wait_blocked, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -251,4 +252,255 @@ fn counted_permits_released_as_their_request_are_not_given_back_again_by_a_cance
     assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "2", "REQUEST", "c2"]), Value::Int(1));
     assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", "p", "c2"]), Value::Int(2));
     assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(2));
+}
+
+/// Runs `commands` in one `MULTI`/`EXEC` on `con`; the replies of the transaction.
+fn transaction(con: &mut Connection, commands: &[&[&str]]) -> Vec<Value> {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for args in commands {
+        pipe.cmd(args[0]);
+        for arg in &args[1..] {
+            pipe.arg(*arg);
+        }
+    }
+    pipe.query(con).expect("EXEC")
+}
+
+#[test]
+fn a_transaction_that_pauses_writes_still_applies_the_ends_before_its_retries() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["RSEM.SETPERMITS", "s", "1"]);
+    let mut a = server.conn();
+    let a_id = client_id(&mut a).to_string();
+    let first =
+        cmd(&mut a, &["RLOCK.ACQUIRE", "k", "o1", "30000", "REQUEST", "r1", "SESSION", "TOKEN"]);
+    assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    let leased =
+        ids(&cmd(&mut a, &["RSEM.ACQUIRE", "s", "1", "LEASE", "30000", "REQUEST", "q", "SESSION"]));
+    let old_id = String::from_utf8_lossy(&leased[0]).into_owned();
+    let mut b = server.conn();
+    let replies = transaction(
+        &mut b,
+        &[
+            &["CLIENT", "KILL", "ID", &a_id],
+            &["CLIENT", "PAUSE", "300", "WRITE"],
+            &["RLOCK.ACQUIRE", "k", "o1", "30000", "REQUEST", "r1", "TOKEN"],
+            &["RSEM.ACQUIRE", "s", "1", "LEASE", "30000", "REQUEST", "q"],
+        ],
+    );
+    assert_eq!(
+        replies[2],
+        Value::Array(vec![Value::Int(1), Value::Int(2)]),
+        "a new grant, a new token"
+    );
+    let new = ids(&replies[3]);
+    assert_ne!(new, leased, "new ids, not the ended permit's");
+    let renew_old = run(&mut b, &[b"RSEM.RENEW", b"s", &leased[0], b"30000"]);
+    assert_eq!(renew_old, Ok(Value::Int(0)), "the ended permit {old_id:?} is not renewed");
+    barrier(&server, &mut admin);
+    assert_eq!(hgetall(&mut admin, b"k"), vec![(b"o1".to_vec(), b"1".to_vec())]);
+    assert_eq!(
+        cmd(&mut admin, &["ZRANGE", "{s}:timeout", "0", "-1"]),
+        Value::Array(vec![Value::BulkString(new[0].clone())])
+    );
+    assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(0));
+}
+
+#[test]
+fn every_pending_end_of_a_lock_is_applied_before_a_command_reads_it() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut a = server.conn();
+    let a_id = client_id(&mut a).to_string();
+    let mut pipe = redis::pipe();
+    for i in 0..1_100 {
+        pipe.cmd("RWLOCK.ACQUIRE")
+            .arg("rw")
+            .arg(format!("o{i}"))
+            .arg("READ")
+            .arg(30_000)
+            .arg("REQUEST")
+            .arg(format!("q{i}"))
+            .arg("SESSION");
+    }
+    pipe.query::<()>(&mut a).expect("1,100 bound reads");
+    let mut b = server.conn();
+    let replies = transaction(
+        &mut b,
+        &[
+            &["CLIENT", "KILL", "ID", &a_id],
+            &["RWLOCK.ACQUIRE", "rw", "o999", "READ", "30000", "REQUEST", "q999"],
+            &["RWLOCK.RENEW", "rw", "o999", "30000"],
+        ],
+    );
+    assert_eq!(replies[1..], [Value::Nil, Value::Int(1)]);
+    barrier(&server, &mut admin);
+    let holds = hgetall(&mut admin, b"rw");
+    assert_eq!(holds.len(), 2, "mode and o999, every bound read ended: {}", holds.len());
+    assert!(holds.contains(&(b"o999".to_vec(), b"1".to_vec())), "the retry holds its read");
+}
+
+#[test]
+fn counted_permits_released_as_a_request_being_rolled_back_come_back_once() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    cmd(&mut admin, &["RSEM.SETPERMITS", "s", "0"]);
+    let waiter =
+        Pending::start_str(&server, &["RSEM.ACQUIRE", "s", "2", "WAIT", "5000", "REQUEST", "c"]);
+    wait_blocked(&mut admin, 1);
+    // The request waits: releasing as it is refused (it holds nothing yet), nothing changes.
+    let early = run(&mut admin, &[b"RSEM.RELEASE", b"s", b"2", b"REQUEST", b"c"]);
+    assert!(early.is_err_and(|e| e.contains("already waiting")));
+    assert_eq!(cmd(&mut admin, &["GET", "s"]), Value::BulkString(b"0".to_vec()));
+    // Granted by a release, gone before its reply (its grant is rolled back), then released
+    // as its request: the permits come back once.
+    let w_id = waiter.client_id().to_string();
+    let mut b = server.conn();
+    transaction(&mut b, &[&["RSEM.RELEASE", "s", "2"], &["CLIENT", "KILL", "ID", &w_id]]);
+    assert_eq!(cmd(&mut b, &["RSEM.RELEASE", "s", "2", "REQUEST", "c"]), Value::Int(2));
+    barrier(&server, &mut admin);
+    assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(2), "2 permits ever added");
+    drop(waiter);
+}
+
+#[test]
+fn a_write_side_whose_lease_the_read_side_moved_still_ends_with_its_connection() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    for (round, extend) in [
+        &["RWLOCK.RENEW", "rw", "o1", "30000", "READ"][..],
+        &["RWLOCK.ACQUIRE", "rw", "o1", "READ", "30000"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut a = server.conn();
+        let a_id = client_id(&mut a);
+        cmd(&mut a, &["RWLOCK.ACQUIRE", "rw", "o1", "WRITE", "300", "SESSION"]);
+        cmd(&mut a, &["RWLOCK.ACQUIRE", "rw", "o1", "READ", "300"]);
+        let mut b = server.conn();
+        assert!(matches!(cmd(&mut b, extend), Value::Int(1) | Value::Nil), "round {round}");
+        // Past the first lease: the write hold lives on by the hash's new lease.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(int(&cmd(&mut admin, &["PTTL", "rw"])) > 20_000);
+        kill_client(&mut admin, a_id);
+        barrier(&server, &mut admin);
+        let holds = hgetall(&mut admin, b"rw");
+        assert!(
+            !holds.iter().any(|(f, _)| f == b"o1:write"),
+            "round {round}: the write side outlived its connection: {holds:?}"
+        );
+        cmd(&mut admin, &["DEL", "rw"]);
+    }
+}
+
+#[test]
+fn a_read_binding_shortened_by_a_partial_release_is_not_revived() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    keep_read(&mut admin, "rw");
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        assert!(tries <= 20, "the owner's expired read hold never lingered in the hash");
+        let mut a = server.conn();
+        let a_id = client_id(&mut a);
+        cmd(&mut a, &["RWLOCK.ACQUIRE", "rw", "o", "READ", "150", "SESSION"]);
+        cmd(&mut a, &["RWLOCK.ACQUIRE", "rw", "o", "READ", "30000"]);
+        // Its 30 s hold goes: its bound read side now lasts as long as the 150 ms one.
+        cmd(&mut admin, &["RWLOCK.RELEASE", "rw", "o", "READ"]);
+        let hold = "{rw}:o:rwlock_timeout:1";
+        poll("the bound read's expiry", LIMIT, || (!exists(&mut admin, hold)).then_some(()));
+        let mut c = server.conn();
+        cmd(&mut c, &["RWLOCK.ACQUIRE", "rw", "o", "READ", "30000"]);
+        if reads_of_o(&mut admin, "rw").as_deref() != Some(b"2") {
+            cmd(&mut c, &["RWLOCK.RELEASE", "rw", "o", "READ"]);
+            kill_client(&mut admin, a_id);
+            barrier(&server, &mut admin);
+            continue;
+        }
+        kill_client(&mut admin, a_id);
+        barrier(&server, &mut admin);
+        assert!(reads_of_o(&mut admin, "rw").is_some(), "c's read was ended by a's close");
+        break;
+    }
+}
+
+#[test]
+fn a_session_waiter_gone_before_its_reply_is_rolled_back_not_delayed() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    for kind in ["lock", "permit"] {
+        let (hold, wait): (&[&str], &[&str]) = if kind == "lock" {
+            (
+                &["RLOCK.ACQUIRE", "k", "h", "30000"],
+                &[
+                    "RLOCK.ACQUIRE",
+                    "k",
+                    "w",
+                    "30000",
+                    "WAIT",
+                    "5000",
+                    "SESSION",
+                    "LOCKDELAY",
+                    "500",
+                    "REQUEST",
+                    "q",
+                ],
+            )
+        } else {
+            cmd(&mut admin, &["RSEM.SETPERMITS", "s", "1"]);
+            (
+                &["RSEM.ACQUIRE", "s", "1"],
+                &[
+                    "RSEM.ACQUIRE",
+                    "s",
+                    "1",
+                    "LEASE",
+                    "30000",
+                    "WAIT",
+                    "5000",
+                    "SESSION",
+                    "LOCKDELAY",
+                    "500",
+                    "REQUEST",
+                    "q",
+                ],
+            )
+        };
+        cmd(&mut admin, hold);
+        let waiter = Pending::start_str(&server, wait);
+        wait_blocked(&mut admin, 1);
+        let w_id = waiter.client_id().to_string();
+        let mut b = server.conn();
+        let replies = if kind == "lock" {
+            transaction(
+                &mut b,
+                &[
+                    &["RLOCK.RELEASE", "k", "h"],
+                    &["CLIENT", "KILL", "ID", &w_id],
+                    &["RLOCK.ACQUIRE", "k", "o3", "1000"],
+                ],
+            )
+        } else {
+            transaction(
+                &mut b,
+                &[
+                    &["RSEM.RELEASE", "s", "1"],
+                    &["CLIENT", "KILL", "ID", &w_id],
+                    &["RSEM.ACQUIRE", "s", "1", "LEASE", "1000"],
+                ],
+            )
+        };
+        // The rolled-back grant left it free, with no lock-delay: the newcomer takes it.
+        let taken = match kind {
+            "lock" => replies[2] == Value::Nil,
+            _ => matches!(&replies[2], Value::Array(ids) if ids.len() == 1),
+        };
+        assert!(taken, "{kind}: {replies:?}");
+        drop(waiter);
+    }
+    assert_eq!(info_field(&mut admin, "rlock", "rlock_lock_delays"), 0);
 }
