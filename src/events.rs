@@ -31,12 +31,12 @@ impl ServerEvents for Events {
         }
     }
 
-    /// A flush emptied database `db` (-1: all): its locks' own checks are dropped (their keys
-    /// are gone: nothing is left to reap or reclaim, and the names are not kept until the old
-    /// deadlines), and every lock with waiters is looked at again.
+    /// A flush emptied database `db` (-1: all): its locks' own checks and session bindings are
+    /// dropped (their keys are gone: nothing is left to reap or reclaim, and the names are not
+    /// kept until the old deadlines), set aside for a reload that brings the data back
+    /// (`waiting::lifecycle`), and every lock with waiters is looked at again.
     fn on_flushed(ctx: &Context, db: i32) {
-        waiting::forget_checks(ctx, (db >= 0).then_some(db));
-        waiting::session::flushed((db >= 0).then_some(db));
+        waiting::lifecycle::flushed(ctx, (db >= 0).then_some(db));
         if waiting::anyone_waits() {
             defer(ctx, |d| d.settle_all = true);
         }
@@ -56,6 +56,8 @@ impl ServerEvents for Events {
 /// again, the waiters held back meanwhile are served.
 #[linkme::distributed_slice(redis_module::server_events::CRON_SERVER_EVENTS_LIST)]
 fn on_cron(ctx: &Context, _: u64) {
+    // Between commands: a flush's set-aside memory was not a reload's.
+    waiting::lifecycle::settled();
     if !raw::is_master(ctx) {
         replicas::not_master();
         return;
@@ -85,21 +87,34 @@ fn on_config_changed(ctx: &Context, names: &[&str]) {
 }
 
 /// A master loaded its data from disk (a restart): grants the last fsync missed may be lost,
-/// so tokens from now on start above any this server issued before (`replicas`).
+/// so tokens from now on start above any this server issued before (`replicas`). A load right
+/// after a flush (`DEBUG RELOAD`, `DEBUG LOADAOF`) gets back the memory the flush dropped.
 #[linkme::distributed_slice(redis_module::server_events::LOADING_SERVER_EVENTS_LIST)]
 fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
     thread_local! {
         static FROM_DISK: Cell<bool> = const { Cell::new(false) };
     }
     match subevent {
-        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => FROM_DISK.set(true),
-        LoadingSubevent::ReplStarted => FROM_DISK.set(false),
+        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => {
+            FROM_DISK.set(true);
+            waiting::lifecycle::loading_started();
+        }
+        LoadingSubevent::ReplStarted => {
+            FROM_DISK.set(false);
+            waiting::lifecycle::settled();
+        }
         LoadingSubevent::Ended => {
             if FROM_DISK.replace(false) && raw::is_master(ctx) {
                 replicas::raise_token_floor(raw::now_ms());
+                waiting::lifecycle::loaded(ctx);
+            } else {
+                waiting::lifecycle::settled();
             }
         }
-        LoadingSubevent::Failed => FROM_DISK.set(false),
+        LoadingSubevent::Failed => {
+            FROM_DISK.set(false);
+            waiting::lifecycle::settled();
+        }
     }
 }
 
