@@ -53,6 +53,13 @@ pub fn reset() {
     SESSION_STATS.delays.store(0, Ordering::Relaxed);
 }
 
+/// Whether a hold is bound or an end waits to be applied (after pruning the bindings whose
+/// lease ended): `MODULE UNLOAD` is refused then.
+pub fn promised(now: i64) -> bool {
+    prune(now);
+    !quiet()
+}
+
 /// How many holds are bound to a connection now (`INFO rlock`).
 pub fn bound() -> usize {
     SESSIONS.with(|s| s.try_borrow().map_or(0, |s| s.len()))

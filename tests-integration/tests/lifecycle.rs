@@ -123,3 +123,72 @@ fn session_bindings_pending_ends_and_checks_survive_a_debug_reload() {
 fn session_bindings_pending_ends_and_checks_survive_a_debug_loadaof() {
     the_module_memory_survives(&["DEBUG", "LOADAOF"], true);
 }
+
+fn unloadable_server() -> Server {
+    Server::builder().config("enable-module-command", "yes").start()
+}
+
+/// Unloads the module once nothing else keeps it (no timer armed), polled with a bound.
+fn unload(con: &mut Connection) {
+    poll("the module to unload", LIMIT, || {
+        run_str(con, &["MODULE", "UNLOAD", "rlock"]).is_ok().then_some(())
+    });
+}
+
+fn load(con: &mut Connection) {
+    let path = rlock_tests_integration::module_path();
+    assert_eq!(cmd(con, &["MODULE", "LOAD", path.to_str().expect("path")]), Value::Okay);
+}
+
+/// A session hold outlived `MODULE UNLOAD` / `MODULE LOAD` and its connection's close then ended
+/// nothing: the binding lived in the unloaded module's memory. The unload is refused while a
+/// hold is bound (the log says why), and goes through once the hold has ended.
+#[test]
+fn module_unload_is_refused_while_a_session_hold_is_bound() {
+    let server = unloadable_server();
+    let mut admin = server.conn();
+    let mut holder = server.conn();
+    let holder_id = client_id(&mut holder);
+    acquire_session(&mut holder, "l", "o");
+    poll("no module timer armed", LIMIT, || {
+        (info_field(&mut admin, "rlock", "rlock_timers_armed") == 0).then_some(())
+    });
+    let refused = run_str(&mut admin, &["MODULE", "UNLOAD", "rlock"]);
+    assert!(refused.is_err(), "unloaded with a session hold bound: {refused:?}");
+    assert!(server.log().contains("MODULE UNLOAD refused: 1 session hold(s)"), "the log says why");
+    // Still loaded, still bound: the close ends the hold.
+    kill_client(&mut admin, holder_id);
+    poll("the hold to end with its connection", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
+    unload(&mut admin);
+    load(&mut admin);
+    assert_eq!(session_holds(&mut admin), 0);
+}
+
+/// Under `allkeys-lru`, tokens 1, 2, 3 on a lock, its counter evicted, the module unloaded and
+/// loaded again (the documented upgrade path): the next token was 1 again, as the token
+/// high-water mark that covers an evicted counter lived in the unloaded module's memory. A load
+/// into a running server now raises the token floor, as a restart does.
+#[test]
+fn fencing_tokens_never_repeat_across_a_module_reload_after_their_counter_was_evicted() {
+    let server = Server::builder()
+        .config("enable-module-command", "yes")
+        .config("maxmemory-policy", "allkeys-lru")
+        .start();
+    let mut con = server.conn();
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        tokens.push(granted_token(&cmd(&mut con, &["RLOCK.ACQUIRE", "x", "a", "60000", "TOKEN"])));
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "x", "a"]), Value::Int(1));
+    }
+    assert_eq!(tokens, vec![1, 2, 3]);
+    // Evicted for real: a memory limit below what the server uses, one write, the limit lifted.
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory", "1"]);
+    let _ = run_str(&mut con, &["SET", "junk", "x"]);
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(!exists(&mut con, "redisson_lock_token:{x}"), "the counter was evicted");
+    unload(&mut con);
+    load(&mut con);
+    let next = granted_token(&cmd(&mut con, &["RLOCK.ACQUIRE", "x", "a", "60000", "TOKEN"]));
+    assert!(next > 3, "token {next} after 1, 2, 3");
+    assert_eq!(i64::try_from(next).ok(), Some(info_field(&mut con, "rlock", "rlock_token_floor")));
+}
