@@ -12,7 +12,7 @@ use redis_module::{Context, InfoContext, RedisResult};
 
 use crate::queue::WAIT_BUCKETS_MS;
 use crate::raw::{self, events::ServerEvents};
-use crate::replicas;
+use crate::replicas::{self, RecordNews};
 use crate::waiting::{self, timers::defer, STATS};
 
 /// The server events subscribed through `raw::events`.
@@ -71,12 +71,27 @@ fn on_cron(ctx: &Context, _: u64) {
     if replicas::record_check(raw::now_ms(), &links) && waiting::anyone_waits() {
         defer(ctx, |d| d.settle_all = true);
     }
-    if let Some(Err(e)) = replicas::remember_replicas() {
-        ctx.log_warning(&format!(
-            "rlock: cannot write {} in the working directory ({e}): a restart will not \
-             remember that this master has had replicas",
-            replicas::STATE_FILE
-        ));
+    match replicas::keep_record(raw::now_ms()) {
+        RecordNews::Nothing => {}
+        RecordNews::Written(path) => ctx.log_notice(&format!(
+            "rlock: this master has had replicas: wrote {} (a restart here needs a replica in \
+             sync before it grants; delete the file to run the server standalone)",
+            path.display()
+        )),
+        RecordNews::WriteFailed(path, e) => ctx.log_warning(&format!(
+            "rlock: cannot write {} ({e}): a restart will not remember that this master has \
+             had replicas",
+            path.display()
+        )),
+        RecordNews::Found(path) => ctx.log_warning(&format!(
+            "rlock: found {}: this master has had replicas, and grants nothing until one is in \
+             sync (delete the file, or set rlock.min-replicas 0, to run it standalone)",
+            path.display()
+        )),
+        RecordNews::Deleted(path) => ctx.log_notice(&format!(
+            "rlock: {} was deleted: this master runs standalone until a replica is online",
+            path.display()
+        )),
     }
 }
 
@@ -168,6 +183,10 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("grants_allowed", u8::from(allowed).to_string())?
         .field("grants_refused", refused.to_string())?
         .field("token_floor", replicas::failover_floor().to_string())?
+        .field(
+            "had_replicas_file",
+            replicas::record_path().map(|p| p.display().to_string()).unwrap_or_default(),
+        )?
         .build_section()?
         .add_section("sessions")
         .field("session_holds", waiting::session::bound().to_string())?

@@ -149,7 +149,13 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     raw::events::set_module_options(ctx);
     waiting::reset_stats();
     replicas::reset();
-    replicas::recall();
+    if let Some(path) = replicas::recall() {
+        ctx.log_notice(&format!(
+            "rlock: found {}: this master has had replicas, and grants nothing until one is in \
+             sync (delete the file, or set rlock.min-replicas 0, to run it standalone)",
+            path.display()
+        ));
+    }
     // Loaded into a running server (MODULE LOAD, an upgrade): the previous instance's token
     // high-water mark went with its memory, and an evicted counter would restart below a
     // token it granted. The floor rises as at a restart, above every token granted before.
