@@ -83,11 +83,7 @@ fn on_cron(ctx: &Context, _: u64) {
              had replicas",
             path.display()
         )),
-        RecordNews::Found(path) => ctx.log_warning(&format!(
-            "rlock: found {}: this master has had replicas, and grants nothing until one is in \
-             sync (delete the file, or set rlock.min-replicas 0, to run it standalone)",
-            path.display()
-        )),
+        RecordNews::Found(path) => ctx.log_warning(&replicas::found_message(&path)),
         RecordNews::Deleted(path) => ctx.log_notice(&format!(
             "rlock: {} was deleted: this master runs standalone until a replica is online",
             path.display()

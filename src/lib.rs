@@ -150,11 +150,7 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     waiting::reset_stats();
     replicas::reset();
     if let Some(path) = replicas::recall() {
-        ctx.log_notice(&format!(
-            "rlock: found {}: this master has had replicas, and grants nothing until one is in \
-             sync (delete the file, or set rlock.min-replicas 0, to run it standalone)",
-            path.display()
-        ));
+        ctx.log_notice(&replicas::found_message(&path));
     }
     // Loaded into a running server (MODULE LOAD, an upgrade): the previous instance's token
     // high-water mark went with its memory, and an evicted counter would restart below a

@@ -242,7 +242,7 @@ const STATE_TEXT: &str = "This Redis server, as a master, has had replicas: the 
 struct Record {
     /// The working directory the file was last found or written in (`None`: not known there).
     dir: Option<PathBuf>,
-    /// A write failed in this directory (logged once, tried again each look).
+    /// A write failed in this directory (logged once; tried again at each look, once a second).
     failed_in: Option<PathBuf>,
     /// When the file was last looked at (Unix ms; 0: never).
     looked_at: i64,
@@ -316,7 +316,7 @@ pub fn keep_record(now: i64) -> RecordNews {
             SEEN_LIVE.store(false, Ordering::Relaxed);
             HEALTH.set(Health { seen: false, ..health });
             RecordNews::Deleted(file_in(&cwd))
-        } else if health.seen && r.failed_in.as_deref() != Some(cwd.as_path()) {
+        } else if health.seen {
             match std::fs::write(STATE_FILE, STATE_TEXT) {
                 Ok(()) => {
                     r.dir = Some(cwd.clone());
@@ -324,14 +324,30 @@ pub fn keep_record(now: i64) -> RecordNews {
                     RecordNews::Written(file_in(&cwd))
                 }
                 Err(e) => {
+                    let first = r.failed_in.as_deref() != Some(cwd.as_path());
                     r.failed_in = Some(cwd.clone());
-                    RecordNews::WriteFailed(file_in(&cwd), e)
+                    if first {
+                        RecordNews::WriteFailed(file_in(&cwd), e)
+                    } else {
+                        RecordNews::Nothing
+                    }
                 }
             }
         } else {
             RecordNews::Nothing
         }
     })
+}
+
+/// The log line for [`STATE_FILE`] found at `path` (at load or at run time).
+#[must_use]
+pub fn found_message(path: &Path) -> String {
+    format!(
+        "rlock: found {}: this master has had replicas: under rlock.min-replicas -1 (auto) it \
+         grants nothing until one is in sync (delete the file, or set rlock.min-replicas 0, to \
+         run it standalone)",
+        path.display()
+    )
 }
 
 /// Where [`STATE_FILE`] was last found or written (`INFO rlock`); `None`: nowhere known.

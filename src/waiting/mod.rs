@@ -30,6 +30,9 @@
 //! released (deferred to a timer), so no lock stays with a client that is gone.
 //!
 //! In cluster mode, waiters whose slot moved away are redirected ([`cluster`]).
+//!
+//! A flush drops the session bindings, pending ends and checks of the databases it empties,
+//! set aside for a reload that loads the data back in the same command ([`lifecycle`]).
 
 pub mod cluster;
 pub mod deadlock;
