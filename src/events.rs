@@ -112,19 +112,19 @@ fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
         }
         LoadingSubevent::ReplStarted => {
             FROM_DISK.set(false);
-            waiting::lifecycle::settled();
+            waiting::lifecycle::not_reloaded();
         }
         LoadingSubevent::Ended => {
             if FROM_DISK.replace(false) && raw::is_master(ctx) {
                 replicas::raise_token_floor(raw::now_ms());
                 waiting::lifecycle::loaded(ctx);
             } else {
-                waiting::lifecycle::settled();
+                waiting::lifecycle::not_reloaded();
             }
         }
         LoadingSubevent::Failed => {
             FROM_DISK.set(false);
-            waiting::lifecycle::settled();
+            waiting::lifecycle::not_reloaded();
         }
     }
 }

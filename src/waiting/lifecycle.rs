@@ -6,11 +6,12 @@
 //! the same command: dropping that memory for good would leave the reloaded holds to end only
 //! with their leases (a session hold surviving its connection's close, a permit's reclaim or a
 //! dead reader's reap never scheduled). So a flush sets what it dropped aside; a load from disk
-//! that starts before the server runs anything else (the reload's) brings it back when it ends,
-//! and otherwise it is discarded at the next cron tick (the server's event loop runs neither
-//! the cron nor timers while a command, and the reload inside it, runs).
+//! that starts before the server runs anything else (the reload's), or inside which the flush
+//! happens (Valkey 9 empties the data once the file's header is read), brings it back when it
+//! ends, and otherwise it is discarded at the next cron tick (the server's event loop runs
+//! neither the cron nor timers while a command, and the reload inside it, runs).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use redis_module::Context;
 
@@ -28,6 +29,8 @@ struct SetAside {
 
 thread_local! {
     static SET_ASIDE: RefCell<Option<SetAside>> = const { RefCell::new(None) };
+    /// A load from disk is under way.
+    static LOADING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Database `db` (`None`: every database) was flushed: its bindings, pending ends and checks
@@ -39,13 +42,14 @@ pub fn flushed(ctx: &Context, db: Option<i32>) {
     let aside = (!checks.is_empty() || !sessions.is_empty()).then_some(SetAside {
         sessions,
         checks,
-        loading: false,
+        loading: LOADING.get(),
     });
     SET_ASIDE.with(|s| *s.borrow_mut() = aside);
 }
 
 /// A load from disk (RDB or AOF) started.
 pub fn loading_started() {
+    LOADING.set(true);
     SET_ASIDE.with(|s| {
         if let Some(aside) = s.borrow_mut().as_mut() {
             aside.loading = true;
@@ -57,6 +61,7 @@ pub fn loading_started() {
 /// aside comes back: the bindings (each end still checks that its hold is there and is the one
 /// bound, by owner or permit id and lease end), the pending ends, and the checks.
 pub fn loaded(ctx: &Context) {
+    LOADING.set(false);
     let Some(aside) = SET_ASIDE.with(|s| s.borrow_mut().take()) else { return };
     if !aside.loading {
         return;
@@ -75,4 +80,11 @@ pub fn settled() {
             s.take();
         }
     });
+}
+
+/// A load ended that brings nothing back (it failed, it was a replica's sync, or the server is
+/// not a master): what a flush set aside is dropped for good.
+pub fn not_reloaded() {
+    LOADING.set(false);
+    settled();
 }
