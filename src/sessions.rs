@@ -144,6 +144,21 @@ pub enum Lasts {
     AtLeast,
 }
 
+/// The bindings and pending ends a flush dropped ([`Sessions::flushed`]).
+#[derive(Debug, Default)]
+pub struct Dropped {
+    pub bound: Vec<(Hold, Binding)>,
+    pub ending: Vec<(Hold, Binding)>,
+}
+
+impl Dropped {
+    /// Whether the flush dropped nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.bound.is_empty() && self.ending.is_empty()
+    }
+}
+
 /// How many expired bindings a new binding prunes on its way (the rest go at the next cron).
 const PRUNE_ON_BIND: usize = 4;
 
@@ -326,18 +341,43 @@ impl Sessions {
     }
 
     /// Database `db` (`None`: every database) was flushed: its holds are gone, and so are their
-    /// bindings and ends.
-    pub fn flushed(&mut self, db: Option<i32>) {
-        let locks: Vec<LockName> =
-            self.by_lock.keys().filter(|l| db.is_none_or(|db| l.db == db)).cloned().collect();
-        for lock in &locks {
-            self.unbind_lock(lock);
+    /// bindings and ends. Returns what went, for [`Self::restore`] should the flush be a
+    /// reload's (`DEBUG RELOAD` empties the databases, then loads the same data back).
+    pub fn flushed(&mut self, db: Option<i32>) -> Dropped {
+        let flushed = |lock: &LockName| db.is_none_or(|db| lock.db == db);
+        let bound: Vec<(Hold, Binding)> = self
+            .bound
+            .iter()
+            .filter(|(h, _)| flushed(&h.lock))
+            .map(|(h, (b, _))| (h.clone(), *b))
+            .collect();
+        for (hold, _) in &bound {
+            self.unbind(hold);
         }
-        self.ending.retain(|hold, _| db.is_some_and(|db| hold.lock.db != db));
+        let (ending, kept): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            std::mem::take(&mut self.ending).into_iter().partition(|(hold, _)| flushed(&hold.lock));
+        self.ending = kept;
+        Dropped { bound, ending: ending.into_iter().collect() }
     }
 
-    /// `SWAPDB first second`: the bindings follow their holds to the other database.
+    /// Puts back what a flush dropped ([`Self::flushed`]): the data came back (a reload).
+    pub fn restore(&mut self, dropped: Dropped) {
+        for (hold, binding) in dropped.bound {
+            self.granted(hold, Some(binding.bind), binding.until, i64::MIN);
+        }
+        for (hold, binding) in dropped.ending {
+            if !self.bound.contains_key(&hold) {
+                self.ending.insert(hold, binding);
+            }
+        }
+    }
+
+    /// `SWAPDB first second`: the bindings, and the ends waiting to be applied, follow their
+    /// holds to the other database. The pending ends are set aside first: moving a binding
+    /// re-grants its hold under the other database's number, which must not cancel the end
+    /// waiting there for the hold of the same owner that moves the other way.
     pub fn swapped(&mut self, first: i32, second: i32) {
+        let ending = std::mem::take(&mut self.ending);
         let swap = |lock: &LockName| {
             let db = match lock.db {
                 db if db == first => second,
@@ -359,7 +399,6 @@ impl Sessions {
             let hold = Hold { lock: swap(&hold.lock), held: hold.held };
             self.granted(hold, Some(binding.bind), binding.until, i64::MIN);
         }
-        let ending = std::mem::take(&mut self.ending);
         self.ending = ending
             .into_iter()
             .map(|(hold, b)| (Hold { lock: swap(&hold.lock), held: hold.held }, b))

@@ -305,6 +305,47 @@ fn flush_and_swapdb_follow_the_data() {
     assert!(s.is_empty());
 }
 
+/// A close queued in database 0, then `SWAPDB 0 1` where database 1 has a bound hold of the
+/// same name and owner: the pending end follows its hold to database 1, the other binding to
+/// database 0, and neither cancels the other.
+#[test]
+fn a_pending_end_and_a_binding_of_the_same_hold_cross_in_a_swapdb() {
+    let mut s = Sessions::default();
+    let in_db =
+        |db| Hold { lock: LockName { db, key: b"l".to_vec() }, held: Held::Lock(b"o".to_vec()) };
+    s.granted(in_db(0), Some(bind(1)), 100, 0);
+    s.granted(in_db(1), Some(bind(2)), 100, 0);
+    assert!(s.closed(1));
+    s.swapped(0, 1);
+    assert_eq!(s.get(&in_db(0)).map(|b| b.bind.client), Some(2));
+    let ending: Vec<Hold> = s.take_ending(usize::MAX).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![in_db(1)]);
+}
+
+/// What a flush drops comes back whole when the data does (a reload): bindings and pending
+/// ends; what it did not drop stays.
+#[test]
+fn a_flush_returns_what_it_dropped_and_a_restore_puts_it_back() {
+    let mut s = Sessions::default();
+    let in_db = |db, key: &str| Hold {
+        lock: LockName { db, key: key.as_bytes().to_vec() },
+        held: Held::Lock(b"o".to_vec()),
+    };
+    s.granted(in_db(0, "a"), Some(bind(1)), 100, 0);
+    s.granted(in_db(0, "b"), Some(bind(2)), 100, 0);
+    s.granted(in_db(3, "c"), Some(bind(1)), 100, 0);
+    s.closed(2);
+    let dropped = s.flushed(Some(0));
+    assert_eq!((dropped.bound.len(), dropped.ending.len()), (1, 1));
+    assert!(!s.ends_pending() && s.len() == 1);
+    s.restore(dropped);
+    assert_eq!(s.len(), 2);
+    assert_eq!(s.get(&in_db(0, "a")).map(|b| b.bind.client), Some(1));
+    let ending: Vec<Hold> = s.take_ending(usize::MAX).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![in_db(0, "b")]);
+    assert!(s.flushed(None).bound.len() == 2 && s.is_empty());
+}
+
 #[test]
 fn the_delay_is_bounded_by_its_maximum_and_by_the_lease() {
     assert_eq!(delay_until(1_000, 0, None), None);

@@ -16,7 +16,7 @@ use crate::error::LockError;
 use crate::raw;
 use crate::rules::{Kind, Request};
 use crate::rw_rules::{Effect, Mode, RwPlan};
-use crate::sessions::{Bind, Held, Hold, Lasts, Sessions};
+use crate::sessions::{Bind, Dropped, Held, Hold, Lasts, Sessions};
 use crate::store::waiters::{Stamp, Written};
 use crate::store::{self, access::check_publish, Unlocked};
 
@@ -56,6 +56,13 @@ pub fn reset() {
     with(Sessions::clear);
     SESSION_STATS.ends.store(0, Ordering::Relaxed);
     SESSION_STATS.delays.store(0, Ordering::Relaxed);
+}
+
+/// Whether a hold is bound or an end waits to be applied (after pruning the bindings whose
+/// lease ended): `MODULE UNLOAD` is refused then.
+pub fn promised(now: i64) -> bool {
+    prune(now);
+    !quiet()
 }
 
 /// How many holds are bound to a connection now (`INFO rlock`).
@@ -282,13 +289,24 @@ pub fn prune(now: i64) {
     }
 }
 
-/// Database `db` (`None`: all) was flushed.
-pub fn flushed(db: Option<i32>) {
-    SESSIONS.with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            s.flushed(db);
-        }
-    });
+/// Database `db` (`None`: all) was flushed: returns the bindings and pending ends that went
+/// (`lifecycle` keeps them should the flush be a reload's).
+pub fn flushed(db: Option<i32>) -> Dropped {
+    SESSIONS.with(|s| s.try_borrow_mut().map(|mut s| s.flushed(db)).unwrap_or_default())
+}
+
+/// A reload brought back the data a flush emptied: its bindings and pending ends come back
+/// (the ends applied at the next timer tick).
+pub fn restore(ctx: &Context, dropped: Dropped) {
+    if dropped.is_empty() {
+        return;
+    }
+    if with(|s| {
+        s.restore(dropped);
+        s.ends_pending()
+    }) {
+        timers::defer(ctx, |d| d.session_ends = true);
+    }
 }
 
 /// `SWAPDB first second`: bindings follow their holds.
