@@ -86,9 +86,10 @@ pub enum LockError {
     TooManyLeased,
     /// `RSEM.RELEASE ... ID` names more ids than one call may release.
     TooManyIds,
-    /// This master had replicas and too few are in sync now: it may have been replaced by a
-    /// promoted replica, so it grants nothing (retry on the current master).
-    NoReplicas,
+    /// This master had replicas and too few are in sync now (or it stalled, or has not checked
+    /// them recently: the rule that refused): it may have been replaced by a promoted replica,
+    /// so it grants nothing (retry on the current master).
+    NoReplicas(crate::replicas::Refused),
     /// The caller's ACL user may not use the request record (`rlock_request:...`) of an
     /// acquire's or a cancel's `REQUEST id`.
     NoPermRequest,
@@ -202,9 +203,7 @@ impl LockError {
             Self::TooManyLockReadHolds => {
                 "ERR the lock holds more than 100000 read holds in all (its readers' counts): a release or a check would read every hold key; RWLOCK.FORCERELEASE clears it"
             }
-            Self::NoReplicas => {
-                "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
-            }
+            Self::NoReplicas(rule) => rule.message(),
             Self::NoPermRequest => {
                 "NOPERM this user has no permissions to access the request record key (rlock_request:...)"
             }
