@@ -86,13 +86,10 @@ pub enum LockError {
     TooManyLeased,
     /// `RSEM.RELEASE ... ID` names more ids than one call may release.
     TooManyIds,
-    /// This master had replicas and too few are in sync now: it may have been replaced by a
-    /// promoted replica, so it grants nothing (retry on the current master).
-    NoReplicas,
-    /// As [`Self::NoReplicas`], the replica being required only because the file
-    /// `rlock-had-replicas` in the server's working directory says this master has had replicas
-    /// (no replica has been online since the module loaded).
-    NoReplicasFile,
+    /// This master had replicas and too few are in sync now (or it stalled, or has not checked
+    /// them recently: the rule that refused): it may have been replaced by a promoted replica,
+    /// so it grants nothing (retry on the current master).
+    NoReplicas(crate::replicas::Refused),
     /// The caller's ACL user may not use the request record (`rlock_request:...`) of an
     /// acquire's or a cancel's `REQUEST id`.
     NoPermRequest,
@@ -208,12 +205,7 @@ impl LockError {
             Self::TooManyLockReadHolds => {
                 "ERR the lock holds more than 100000 read holds in all (its readers' counts): a release or a check would read every hold key; RWLOCK.FORCERELEASE clears it"
             }
-            Self::NoReplicas => {
-                "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
-            }
-            Self::NoReplicasFile => {
-                "NOREPLICAS this master grants no lock: the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone"
-            }
+            Self::NoReplicas(rule) => rule.message(),
             Self::NoPermRequest => {
                 "NOPERM this user has no permissions to access the request record key (rlock_request:...)"
             }

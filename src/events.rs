@@ -145,7 +145,7 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
 #[linkme::distributed_slice(redis_module::server_events::INFO_COMMAND_HANDLER_LIST)]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let (required, in_sync, allowed, refused) = replicas::summary(raw::now_ms());
+    let (required, in_sync, refusing, refused) = replicas::summary(raw::now_ms());
     let (server, capabilities) = crate::server::get()
         .map_or_else(|| (String::new(), String::new()), |s| (s.describe(), s.capabilities()));
     let builder = ctx
@@ -176,8 +176,10 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .add_section("replicas")
         .field("replicas_required", required.to_string())?
         .field("replicas_in_sync", in_sync.to_string())?
-        .field("grants_allowed", u8::from(allowed).to_string())?
+        .field("grants_allowed", u8::from(refusing.is_none()).to_string())?
+        .field("guard_refuses", refusing.map_or("none", replicas::Refused::name))?
         .field("grants_refused", refused.to_string())?
+        .field("stall_threshold_ms", replicas::stall_ms().to_string())?
         .field("token_floor", replicas::failover_floor().to_string())?
         .field(
             "had_replicas_file",

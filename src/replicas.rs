@@ -25,7 +25,7 @@
 //! `dir`) by a server that has not changed role since the module loaded, it counts as at a
 //! load. A replica that is promoted starts afresh as before: it grants until a replica has been
 //! online, whatever file its directory holds. A refusal the file alone causes says so
-//! ([`LockError::NoReplicasFile`]), and `INFO rlock` names the file ([`record_path`]).
+//! ([`Refused::HadReplicasFile`]), and `INFO rlock` names the file ([`record_path`]).
 //!
 //! **Tokens never repeat.** On promotion, and when a master loads its data from disk, the
 //! module raises a *token floor* to the current Unix time in ms × 1,000,000: the next token of
@@ -73,11 +73,77 @@ pub fn set_cluster_node_timeout(ms: Option<i64>) {
     NODE_TIMEOUT_HALF.store(half, Ordering::Relaxed);
 }
 
+/// The server's cron period in ms (`1000 / hz`, the configured `hz`: `dynamic-hz` only ever
+/// shortens it), as last read (`store::settings`).
+static CRON_PERIOD: AtomicI64 = AtomicI64::new(100);
+
+/// The server's configured `hz` (ticks of its cron per second, 1 to 500).
+pub fn set_hz(hz: Option<i64>) {
+    let period = hz.filter(|&hz| hz > 0).map_or(100, |hz| (1000 / hz).max(1));
+    CRON_PERIOD.store(period, Ordering::Relaxed);
+}
+
 /// The stall threshold in force: `rlock.stall-ms`, and in a cluster at most half the node
-/// timeout; never below 100 ms (the cron's own period at the default `hz`).
+/// timeout; never below 100 ms, nor below two cron periods: the checks run on the cron, so a
+/// gap of one period is how they always run, never a stall (with `stall-ms 100` at the default
+/// `hz 10`, every gap would otherwise have counted as one, and a healthy master refused almost
+/// every grant).
 #[must_use]
 pub fn stall_ms() -> i64 {
-    STALL.load(Ordering::Relaxed).min(NODE_TIMEOUT_HALF.load(Ordering::Relaxed)).max(100)
+    let set = STALL.load(Ordering::Relaxed).min(NODE_TIMEOUT_HALF.load(Ordering::Relaxed));
+    set.max(100).max(2 * CRON_PERIOD.load(Ordering::Relaxed))
+}
+
+/// Which rule of the guard refused a grant: named in the `NOREPLICAS` reply and in `INFO
+/// rlock` (`rlock_guard_refuses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Fewer replicas in sync (online, lag within `rlock.replica-max-lag`) than required at
+    /// the last check (`rlock.min-replicas`; auto: one, once one has been online).
+    TooFewReplicas,
+    /// The quarantine after a stall: a gap between two checks over the stall threshold
+    /// (`rlock.stall-ms`), during which only acknowledgements sent after it count.
+    StallQuarantine,
+    /// No recent check: none since this server became master (or loaded the module), or the
+    /// last one is older than its validity (the server stalled just now, its cron has not run
+    /// since).
+    NoRecentCheck,
+    /// Too few replicas in sync, the replica being required only because the file
+    /// `rlock-had-replicas` in the server's working directory says this master has had replicas
+    /// (no replica has been online since the module loaded).
+    HadReplicasFile,
+}
+
+impl Refused {
+    /// The `NOREPLICAS` reply for this rule (every text of the guard's refusal is here).
+    #[must_use]
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::TooFewReplicas => {
+                "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
+            }
+            Self::StallQuarantine => {
+                "NOREPLICAS this master grants no lock: it stalled for longer than rlock.stall-ms and is in quarantine until its replicas acknowledge again; it may have been replaced, retry on the current master"
+            }
+            Self::NoRecentCheck => {
+                "NOREPLICAS this master grants no lock: its replicas were not checked recently (it stalled, or became master just now); it may have been replaced, retry on the current master"
+            }
+            Self::HadReplicasFile => {
+                "NOREPLICAS this master grants no lock: the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone"
+            }
+        }
+    }
+
+    /// The rule's name in `INFO rlock`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::TooFewReplicas => "too_few_replicas",
+            Self::StallQuarantine => "stall_quarantine",
+            Self::NoRecentCheck => "no_recent_check",
+            Self::HadReplicasFile => "had_replicas_file",
+        }
+    }
 }
 
 /// The file, in the server's working directory, that says this server has had replicas as a
@@ -133,9 +199,10 @@ impl Health {
         Self { seen: false, good: 0, checked_at: 0, quarantine_until: 0, valid_ms: 500 };
 
     /// The state after a check at `now` that found `links`. Checks run on Redis's cron; the
-    /// usual gap between them sets how long a check stays valid (a few gaps, at least 500 ms).
+    /// usual gap between them sets how long a check stays valid (a few gaps, at least 500 ms,
+    /// at most the stall threshold). `stall_ms`: the stall threshold ([`stall_ms`], never
+    /// below two cron periods).
     #[must_use]
-    /// `stall_ms`: the stall threshold ([`stall_ms`]).
     pub fn checked(self, now: i64, links: &[Link], max_lag: i64, stall_ms: i64) -> Self {
         let gap = now - self.checked_at;
         let stalled = self.checked_at > 0 && gap > stall_ms;
@@ -175,17 +242,22 @@ impl Health {
     ///
     /// # Errors
     /// [`LockError::NoReplicas`] when replicas are required and the last check is stale, the
-    /// server is in quarantine after a stall, or too few replicas were in sync.
+    /// server is in quarantine after a stall, or too few replicas were in sync ([`Refused`],
+    /// in that order).
     pub fn may_grant(&self, now: i64, min_replicas: i64) -> Result<(), LockError> {
         let required = self.required(min_replicas);
         if required == 0 {
             return Ok(());
         }
         let fresh = self.checked_at > 0 && now - self.checked_at <= self.valid_ms;
-        if fresh && now >= self.quarantine_until && self.good >= required {
-            Ok(())
+        if !fresh {
+            Err(LockError::NoReplicas(Refused::NoRecentCheck))
+        } else if now < self.quarantine_until {
+            Err(LockError::NoReplicas(Refused::StallQuarantine))
+        } else if self.good < required {
+            Err(LockError::NoReplicas(Refused::TooFewReplicas))
         } else {
-            Err(LockError::NoReplicas)
+            Ok(())
         }
     }
 }
@@ -193,8 +265,9 @@ impl Health {
 /// Whether this master may grant now (always, for a server that needs no replicas).
 ///
 /// # Errors
-/// [`LockError::NoReplicas`], see [`Health::may_grant`]; [`LockError::NoReplicasFile`] when the
-/// replica is required only because [`STATE_FILE`] was found (no replica has been online since).
+/// [`LockError::NoReplicas`], see [`Health::may_grant`]; its rule is
+/// [`Refused::HadReplicasFile`] when the replica is required only because [`STATE_FILE`] was
+/// found (no replica has been online since).
 pub fn may_grant(now: i64) -> Result<(), LockError> {
     let min = MIN_REPLICAS.load(Ordering::Relaxed);
     let health = HEALTH.get();
@@ -202,7 +275,7 @@ pub fn may_grant(now: i64) -> Result<(), LockError> {
     if verdict.is_err() {
         REFUSED.fetch_add(1, Ordering::Relaxed);
         if min < 0 && health.seen && !SEEN_LIVE.load(Ordering::Relaxed) {
-            return Err(LockError::NoReplicasFile);
+            return Err(LockError::NoReplicas(Refused::HadReplicasFile));
         }
     }
     verdict
@@ -435,14 +508,22 @@ pub fn reset() {
     REFUSED.store(0, Ordering::Relaxed);
 }
 
-/// For `INFO rlock`: (replicas required now, replicas in sync at the last check, grants
-/// allowed, grants refused since load).
+/// For `INFO rlock`: (replicas required now, replicas in sync at the last check, the rule that
+/// refuses grants now (`None`: grants allowed), grants refused since load).
 #[must_use]
-pub fn summary(now: i64) -> (u32, u32, bool, u64) {
+pub fn summary(now: i64) -> (u32, u32, Option<Refused>, u64) {
     let health = HEALTH.get();
     let min = MIN_REPLICAS.load(Ordering::Relaxed);
-    let allowed = health.may_grant(now, min).is_ok();
-    (health.required(min), health.good, allowed, REFUSED.load(Ordering::Relaxed))
+    let refusing = match health.may_grant(now, min) {
+        Err(LockError::NoReplicas(_))
+            if min < 0 && health.seen && !SEEN_LIVE.load(Ordering::Relaxed) =>
+        {
+            Some(Refused::HadReplicasFile)
+        }
+        Err(LockError::NoReplicas(rule)) => Some(rule),
+        _ => None,
+    };
+    (health.required(min), health.good, refusing, REFUSED.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
@@ -472,25 +553,37 @@ mod tests {
         assert_eq!(h.may_grant(1_150, -1), Ok(()));
         let lagging = Link { online: true, lag: 3 };
         let h = h.checked(1_200, &[lagging], 2, STALL_MS);
-        assert_eq!(h.may_grant(1_250, -1), Err(LockError::NoReplicas));
+        assert_eq!(h.may_grant(1_250, -1), Err(LockError::NoReplicas(Refused::TooFewReplicas)));
         let h = h.checked(1_300, &[], 2, STALL_MS);
-        assert_eq!(h.may_grant(1_350, -1), Err(LockError::NoReplicas));
+        assert_eq!(h.may_grant(1_350, -1), Err(LockError::NoReplicas(Refused::TooFewReplicas)));
         assert_eq!(h.may_grant(1_350, 0), Ok(()), "0 turns the check off");
-        assert_eq!(Health::NEW.may_grant(5, 1), Err(LockError::NoReplicas), "explicit minimum");
+        assert_eq!(
+            Health::NEW.may_grant(5, 1),
+            Err(LockError::NoReplicas(Refused::NoRecentCheck)),
+            "explicit minimum"
+        );
     }
 
     #[test]
     fn a_stale_check_or_a_stall_refuses_until_fresh_acknowledgements() {
         let h = Health::NEW.checked(1_000, &[UP], 2, STALL_MS).checked(1_100, &[UP], 2, STALL_MS);
         assert_eq!(h.may_grant(1_500, -1), Ok(()));
-        assert_eq!(h.may_grant(1_700, -1), Err(LockError::NoReplicas), "check too old");
+        assert_eq!(
+            h.may_grant(1_700, -1),
+            Err(LockError::NoReplicas(Refused::NoRecentCheck)),
+            "check too old"
+        );
         // Stopped for 5 s: the first check after it still sees the replica (buffered acks).
         let h = h.checked(6_000, &[UP], 2, STALL_MS);
-        assert_eq!(h.may_grant(6_050, -1), Err(LockError::NoReplicas));
+        assert_eq!(h.may_grant(6_050, -1), Err(LockError::NoReplicas(Refused::StallQuarantine)));
         let mut h = h;
         for now in (6_100..=9_400).step_by(100) {
             h = h.checked(now, &[UP], 2, STALL_MS);
-            assert_eq!(h.may_grant(now + 50, -1), Err(LockError::NoReplicas), "in quarantine");
+            assert_eq!(
+                h.may_grant(now + 50, -1),
+                Err(LockError::NoReplicas(Refused::StallQuarantine)),
+                "in quarantine"
+            );
         }
         let h = h.checked(9_500, &[UP], 2, STALL_MS);
         assert_eq!(h.may_grant(9_550, -1), Ok(()));
@@ -501,7 +594,7 @@ mod tests {
         let h = Health::NEW.checked(1_000, &[UP], 2, 1_000).checked(1_100, &[UP], 2, 1_000);
         let h = h.checked(2_300, &[UP], 2, 1_000);
         assert!(h.quarantine_until > 2_300, "a 1.2 s stall over a 1 s threshold");
-        assert_eq!(h.may_grant(2_350, -1), Err(LockError::NoReplicas));
+        assert_eq!(h.may_grant(2_350, -1), Err(LockError::NoReplicas(Refused::StallQuarantine)));
         let h = Health::NEW.checked(1_000, &[UP], 2, 1_500).checked(2_200, &[UP], 2, 1_500);
         assert_eq!(h.quarantine_until, 0, "not over the default");
     }
@@ -513,5 +606,44 @@ mod tests {
         assert_eq!(h.may_grant(3_400, -1), Ok(()));
         let h = h.checked(3_010, &[UP], 2, STALL_MS);
         assert_eq!(h.quarantine_until, 0);
+    }
+
+    /// The cron's own gap at the configured `hz` is never a stall, whatever `rlock.stall-ms`
+    /// accepts: with its minimum (100) at the default `hz` (10), a healthy master's checks every
+    /// ~100 ms (a little more when the server is busy) grant throughout.
+    #[test]
+    fn the_smallest_stall_setting_never_refuses_a_master_whose_cron_runs_on_time() {
+        for hz in [1, 10, 100, 500] {
+            set_hz(Some(hz));
+            STALL.store(100, Ordering::Relaxed);
+            let period = 1000 / hz;
+            let threshold = stall_ms();
+            assert!(threshold >= 2 * period, "hz {hz}: {threshold}");
+            let mut h = Health::NEW.checked(1_000, &[UP], 2, threshold);
+            let mut now = 1_000;
+            for i in 0..200 {
+                // On time, or late by up to half a period.
+                now += period + (i % 3) * period / 4;
+                h = h.checked(now, &[UP], 2, threshold);
+                assert_eq!(h.quarantine_until, 0, "hz {hz}: gap {} is no stall", period);
+                assert_eq!(h.may_grant(now + period - 1, -1), Ok(()), "hz {hz} at {i}");
+            }
+            // A real stall still counts.
+            let h = h.checked(now + threshold + 1, &[UP], 2, threshold);
+            assert!(h.quarantine_until > 0, "hz {hz}");
+        }
+        set_hz(Some(10));
+        STALL.store(STALL_MS, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn each_refusal_names_its_rule() {
+        for rule in [Refused::TooFewReplicas, Refused::StallQuarantine, Refused::NoRecentCheck] {
+            let text = LockError::NoReplicas(rule).message();
+            assert!(text.starts_with("NOREPLICAS "), "{text}");
+            assert!(!rule.name().is_empty());
+        }
+        assert!(Refused::StallQuarantine.message().contains("rlock.stall-ms"));
+        assert!(Refused::TooFewReplicas.message().contains("rlock.min-replicas"));
     }
 }

@@ -21,6 +21,7 @@ mod cost_kinds;
 mod deadlock;
 mod expiry;
 mod floor;
+mod guard;
 mod herd;
 mod latch;
 mod per_server;
@@ -177,6 +178,7 @@ async fn run(cli: &Cli) {
     section!("9. cost to unrelated workloads", unrelated::run(sizes));
     section!("10. scale of waiting", wait_scale::run(sizes));
     section!("11. count-down latch release", latch::run(sizes));
+    section!("12. stale-master guard", guard::run(sizes));
 
     print!("{}", report.text());
     if let Some(path) = &cli.targets_tsv {

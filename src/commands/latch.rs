@@ -27,7 +27,6 @@ fn apply(
 ) -> Result<RedisValue, LockError> {
     check_publish(ctx, name, plan.publish.map(Unlocked::Latch))?;
     key.apply(current, plan);
-    drop(key);
     if plan.opens {
         waiting::latch_opened(ctx, name);
     }

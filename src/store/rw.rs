@@ -346,6 +346,13 @@ fn remember(lock: &(i32, Vec<u8>), now: i64, reads: u64) -> i64 {
     allowed
 }
 
+/// The earliest time (Unix ms) the next dead-reader check of the lock `key` of database `db`
+/// may run ([`reap`] spaces them by their cost); `None`: at any time.
+#[must_use]
+pub fn reap_allowed_at(db: i32, key: &[u8]) -> Option<i64> {
+    NEXT_REAP.with(|m| m.borrow().get(&(db, key.to_vec())).copied())
+}
+
 /// The reap of the read-write lock `name` at `now` (readers whose every hold lease ended leave),
 /// applied. It reads every field and hold key (O(read holds)), so one lock is reaped at most
 /// once per [`REAP_SPACING_US_PER_READ`] µs per read of its previous reap: a call before then

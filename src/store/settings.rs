@@ -8,6 +8,8 @@
 //!   `RESTORE`d one as sent).
 //! - `cluster-node-timeout`: in a cluster, a stall of half of it starts the replica guard's
 //!   quarantine (`replicas::stall_ms`).
+//! - `hz`: the cron's period, below which no gap between two replica checks is a stall
+//!   (`replicas::stall_ms`).
 //! - `maxmemory-policy`: once an `allkeys-*` policy has been in force, a token counter (a key
 //!   with no TTL) may have been evicted, so tokens also exceed every token this server granted
 //!   (`replicas::counters_evictable`).
@@ -55,6 +57,11 @@ pub fn refresh(ctx: &Context, changed: Option<&[&str]>) {
             .flatten()
             .and_then(|v| std::str::from_utf8(&v).ok().and_then(|v| v.parse().ok()));
         replicas::set_cluster_node_timeout(timeout);
+    }
+    if wanted("hz") {
+        let hz = config(ctx, "hz")
+            .and_then(|v| std::str::from_utf8(&v).ok().and_then(|v| v.parse().ok()));
+        replicas::set_hz(hz);
     }
     if wanted("maxmemory-policy") {
         // Unreadable: assume the worst.

@@ -360,22 +360,27 @@ pub fn freed_as(ctx: &Context, name: &RedisString, unlocked: Unlocked, publish: 
 /// next waiter is tried: nothing is granted with an error reply. Never writes while writes are
 /// paused (timers check first), on a replica, or on a master whose replica guard refuses grants
 /// (the waiters stay queued and the lock is looked at again at every poll until grants are
-/// allowed).
+/// allowed; a latch's awaiters are still answered, as answering grants nothing).
 pub fn hand_off(ctx: &Context, name: &RedisString) -> bool {
     if !waits_for(ctx, name) || !raw::is_master(ctx) || raw::writes_paused() {
         return false;
     }
     let lock = &lock_name(ctx, name);
+    // A latch's awaiters are answered whatever the replica guard says: answering grants
+    // nothing (no hold, no write), and an opening they miss now may be gone (the latch set
+    // again) by the time grants resume.
+    let mut slot_checked = false;
+    if answer_awaiters(ctx, name, lock, &mut slot_checked).is_err() {
+        return false;
+    }
     if !replicas::grants_allowed(raw::now_ms()) {
         // Held back by the replica guard: looked at again at the next poll, so the waiters are
         // served as soon as grants are allowed, however that comes about (the quarantine ends,
         // a replica comes back, `rlock.min-replicas` is lowered).
-        look_again(lock, None);
-        timers::arm(ctx);
-        return false;
-    }
-    let mut slot_checked = false;
-    if answer_awaiters(ctx, name, lock, &mut slot_checked).is_err() {
+        if waits_for(ctx, name) {
+            look_again(lock, None);
+            timers::arm(ctx);
+        }
         return false;
     }
     let mut granted = false;

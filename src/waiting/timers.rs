@@ -331,7 +331,8 @@ fn release_grant(
 /// A lock with waiters at its holder's deadline or its poll: a reentrant lock's waiters are
 /// settled (one key opened); so are a read-write lock's (a few fields read, whatever its number
 /// of readers), whose dead readers are looked for at its own check (every hold key read, spaced
-/// by its cost, see `store::rw::reap`), scheduled now if none is; a semaphore gets its full
+/// by its cost, see `store::rw::reap`), brought forward to the earliest time that spacing
+/// allows; a semaphore gets its full
 /// check first (ended leases reclaimed: a Redisson client's too).
 fn poll_lock(ctx: &Context, lock: &LockName, now: i64) {
     // Its line's head decides (a latch's awaiters wait apart from it, and are answered by any
@@ -344,11 +345,12 @@ fn poll_lock(ctx: &Context, lock: &LockName, now: i64) {
         Some(Kind::Reentrant | Kind::Latch) => settle_lock(ctx, lock),
         Some(Kind::Rw(_)) => {
             settle_lock(ctx, lock);
-            with_queues(|q| {
-                if !q.has_check(lock) {
-                    q.schedule_check(lock, now);
-                }
-            });
+            // Its dead readers are looked for as soon as the spacing of its checks allows, even
+            // when its own check is scheduled later (at a live hold's end): holds a Redisson
+            // client wrote are in no schedule, and a dead one must not keep the waiters until
+            // some live reader's release.
+            let at = store::rw::reap_allowed_at(lock.db, &lock.key).map_or(now, |at| at.max(now));
+            with_queues(|q| q.schedule_check(lock, at));
         }
         _ => check_lock(ctx, lock, now, false),
     }

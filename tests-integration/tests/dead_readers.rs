@@ -1,0 +1,46 @@
+//! Dead readers a Redisson client wrote leave while an rlock writer waits, even behind a live
+//! reader whose own hold end is the lock's next scheduled check: the waiters' poll looks for
+//! them as soon as the spacing of the lock's checks allows (docs/waiting.md, "Dead readers
+//! leave").
+
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+use rlock_tests_integration::redisson::RedissonRw;
+use rlock_tests_integration::{cmd, info_field, poll, queue_str, Server};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn has_field(con: &mut Connection, key: &str, field: &str) -> bool {
+    cmd(con, &["HEXISTS", key, field]) == Value::Int(1)
+}
+
+#[test]
+fn a_dead_redisson_reader_leaves_while_a_writer_waits_behind_a_live_rlock_reader() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // A live rlock reader for 15 s: the lock's own check is scheduled at its hold's end.
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "L", "live:1", "READ", "15000"]), Value::Nil);
+    // A Redisson reader (its own read-acquire script) for 300 ms, whose client then dies.
+    let dead = RedissonRw::new("L", "dead-client:7");
+    let reply: Value = dead.read(300).command(None).query(&mut con).expect("EVAL");
+    assert_eq!(reply, Value::Nil, "the Redisson reader holds it");
+    assert!(has_field(&mut con, "L", "dead-client:7"));
+    let mut other = server.conn();
+    let writer = queue_str(
+        &server,
+        &mut other,
+        &["RWLOCK.ACQUIRE", "L", "w:1", "WRITE", "30000", "WAIT", "0"],
+    );
+    let started = Instant::now();
+    poll("the dead Redisson reader to leave", LIMIT, || {
+        (!has_field(&mut con, "L", "dead-client:7")).then_some(())
+    });
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "left after {took:?}, not at its hold's end (300 ms)");
+    assert_eq!(info_field(&mut con, "rlock", "rlock_dead_reader_reaps"), 1);
+    assert!(has_field(&mut con, "L", "live:1"), "the live reader stays");
+    assert!(!writer.replied(), "the writer still waits for the live reader");
+    cmd(&mut con, &["RWLOCK.RELEASE", "L", "live:1", "READ"]);
+    assert_eq!(writer.reply(LIMIT).0, Ok(Value::Nil));
+}
