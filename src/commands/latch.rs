@@ -27,6 +27,7 @@ fn apply(
 ) -> Result<RedisValue, LockError> {
     check_publish(ctx, name, plan.publish.map(Unlocked::Latch))?;
     key.apply(current, plan);
+    drop(key);
     if plan.opens {
         waiting::latch_opened(ctx, name);
     }

@@ -32,6 +32,7 @@ fn after(
         check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
     }
     key.apply(state, plan);
+    drop(key);
     if plan.raised {
         waiting::sem_raised(ctx, name)?;
     }
@@ -116,6 +117,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         // the parser: `args::sem::MAX_LEASED`).
         let ids = leases.as_ref().map(|_| store::sem::new_ids(cmd.permits));
         key.apply(state, &plan);
+        drop(key);
         let (Some(leases), Some(until), Some(ids)) = (leases, until, ids) else {
             if let Some(record) = record {
                 let until = now.saturating_add(REQUEST_RECORD_MS);

@@ -1,7 +1,7 @@
 //! An open key: what it holds, hash fields, a string value, the expiry, delete. Binary-safe
 //! throughout (field names and values may hold NUL bytes).
 
-use std::ffi::{c_int, c_longlong, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
 
 use redis_module::{raw, Context, RedisString};
@@ -415,64 +415,4 @@ unsafe fn lent_slice<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
     let mut len: usize = 0;
     // SAFETY: `s` is live for `'a` (the caller's contract); StringPtrLen returns its `len` bytes.
     unsafe { std::slice::from_raw_parts(ptr_len(s, &mut len).cast::<u8>(), len) }
-}
-
-/// Runs `command key n` (`SET`, `INCRBY`, `DECRBY`) through the server's own command
-/// (`RedisModule_Call`), not replicated (the caller replicates), so the value is stored as that
-/// command stores it on a replica or in an AOF replay: an integer as `int` encoding, where
-/// `RedisModule_StringSet` keeps the module's string (`embstr`) as is. The command notifies
-/// its own keyspace event and signals the key as modified. Whether it ran: `false`
-/// when the server refused it (an overflow, a key of another type), and nothing changed then.
-///
-/// No handle of `key` may be open across this call: the command may replace the value such a
-/// handle points to.
-pub fn write_int_by_command(ctx: &Context, command: &CStr, key: &RedisString, n: i64) -> bool {
-    let call = api!(RedisModule_Call);
-    let reply_type = api!(RedisModule_CallReplyType);
-    let free = api!(RedisModule_FreeCallReply);
-    // SAFETY: a live context and a live key name; the format "sl" takes exactly the two
-    // variadic arguments passed (a RedisModuleString pointer, a long long), the command name
-    // and format are NUL-terminated. The reply, when not NULL, is read once and freed once.
-    unsafe {
-        let reply =
-            call(ctx.get_raw(), command.as_ptr(), c"sl".as_ptr(), key.inner, c_longlong::from(n));
-        if reply.is_null() {
-            return false;
-        }
-        let ok = reply_type(reply) != raw::REDISMODULE_REPLY_ERROR as c_int;
-        free(reply);
-        ok
-    }
-}
-
-/// The value of the string key `key` read by the server's own `GET` (`RedisModule_Call`):
-/// `None` when it is missing or not a string. Unlike `RedisModule_StringDMA`, which decodes an
-/// `int` or `embstr` value into a new `raw` one in the keyspace even to read it, this leaves
-/// the stored value as it is.
-///
-/// No handle of `key` may be open across this call: a `GET` deletes a key whose expiry passed,
-/// freeing the value such a handle points to.
-pub fn read_string_by_command(ctx: &Context, key: &RedisString) -> Option<Vec<u8>> {
-    let call = api!(RedisModule_Call);
-    let reply_type = api!(RedisModule_CallReplyType);
-    let string_ptr = api!(RedisModule_CallReplyStringPtr);
-    let free = api!(RedisModule_FreeCallReply);
-    // SAFETY: a live context and a live key name; the format "s" takes exactly the one
-    // variadic argument passed (a RedisModuleString pointer), the command name and format are
-    // NUL-terminated. The reply's string is copied out before the reply is freed, once.
-    unsafe {
-        let reply = call(ctx.get_raw(), c"GET".as_ptr(), c"s".as_ptr(), key.inner);
-        if reply.is_null() {
-            return None;
-        }
-        let mut len = 0;
-        let value = if reply_type(reply) == raw::REDISMODULE_REPLY_STRING as c_int {
-            let data = string_ptr(reply, &mut len);
-            (!data.is_null()).then(|| std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec())
-        } else {
-            None
-        };
-        free(reply);
-        value
-    }
 }

@@ -114,10 +114,6 @@ declare_apis! {
         RedisModule_ScanCursorCreate,
         RedisModule_ScanCursorDestroy,
         RedisModule_ScanKey,
-        RedisModule_Call,
-        RedisModule_CallReplyType,
-        RedisModule_FreeCallReply,
-        RedisModule_CallReplyStringPtr,
     ],
     optional: [
         RedisModule_SetAbsExpire,
@@ -155,7 +151,7 @@ pub use context::{
     connection_id, in_cluster, int_string, is_master, key_slot, notify, now_ms, publish,
     publish_shard, select_db, selected_db, signal_modified, Notify,
 };
-pub use keys::{read_string_by_command, write_int_by_command, Key, KeyKind, KeyRef, OwnedString};
+pub use keys::{Key, KeyKind, KeyRef, OwnedString};
 pub use replication::{
     count_unpropagated_write, note_replication, propagation_possible, replicas_possible, replicate,
     replicate_to_replicas, writes_paused,

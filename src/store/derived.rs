@@ -99,22 +99,10 @@ impl TokenCounter {
     /// # Errors
     /// `WRONGTYPE` or [`LockError::CorruptToken`] when the counter key holds anything else.
     pub fn current(&self, ctx: &Context) -> Result<u64, LockError> {
-        let kind = Key::open(ctx, &self.name, false).kind();
-        match kind {
+        let key = Key::open(ctx, &self.name, false);
+        match key.kind() {
             KeyKind::Empty => rules::parse_token(None),
-            // Read by GET, with no handle open: a DMA read would store the counter decoded
-            // (`raw`), where a replica or an AOF replay keeps the `int` of its `SET`.
-            KeyKind::String => match raw::read_string_by_command(ctx, &self.name) {
-                Some(value) => rules::parse_token(Some(&value)),
-                None => {
-                    let key = Key::open(ctx, &self.name, false);
-                    match key.kind() {
-                        KeyKind::String => rules::parse_token(Some(&key.string_value())),
-                        KeyKind::Empty => rules::parse_token(None),
-                        KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
-                    }
-                }
-            },
+            KeyKind::String => rules::parse_token(Some(&key.string_value())),
             KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
         }
     }
@@ -128,30 +116,10 @@ impl TokenCounter {
         rules::next_token(self.current(ctx)?, replicas::token_floor())
     }
 
-    /// Stores `token` (from [`Self::next`]) and replicates it (`SET`, an absolute value). On
-    /// the master it is written by the server's own `INCRBY` (the step from the current value,
-    /// notified as Redisson's `INCR` is), so the counter has the `int` encoding a replica's or
-    /// an AOF replay's `SET` gives it; a counter with an expiry (not rlock's) is written as
-    /// before, as the replicated `SET` drops that expiry.
+    /// Stores `token` (from [`Self::next`]) and replicates it (`SET`, an absolute value).
     pub fn store(self, ctx: &Context, token: u64) {
         replicas::token_granted(token);
         let value = raw::int_string(ctx, token as i64);
-        let expires = Key::open(ctx, &self.name, false).expire_at() >= 0;
-        let current = self.current(ctx).ok();
-        let step = current
-            .filter(|_| !expires)
-            .and_then(|current| i64::try_from(token.checked_sub(current)?).ok())
-            .filter(|&step| step > 0);
-        if let Some(step) = step {
-            if raw::write_int_by_command(ctx, c"INCRBY", &self.name, step) {
-                if replicating(ctx) {
-                    raw::replicate(ctx, c"SET", &[&self.name, &value]);
-                } else {
-                    raw::count_unpropagated_write(ctx);
-                }
-                return;
-            }
-        }
         store_string(ctx, &self.name, &value, c"incrby", None);
     }
 }

@@ -40,8 +40,8 @@ impl<'a> LatchKey<'a> {
     }
 
     /// Carries out `plan`'s write (`current`: what [`Self::count`] read), notified and
-    /// replicated; the key is closed by it (`SemKey::apply`).
-    pub fn apply(self, current: Option<i64>, plan: &LatchPlan) {
+    /// replicated.
+    pub fn apply(&self, current: Option<i64>, plan: &LatchPlan) {
         let state = SemState { available: current };
         let as_sem = |write| SemPlan { write, raised: false, reply: plan.reply };
         match plan.write {
@@ -53,7 +53,6 @@ impl<'a> LatchKey<'a> {
             LatchWrite::Delete => {
                 let (ctx, name) = (self.ctx, self.name);
                 self.key.delete();
-                drop(self.key);
                 raw::signal_modified(ctx, name);
                 raw::notify(ctx, raw::Notify::Generic, c"del", name);
                 if replicating(ctx) {

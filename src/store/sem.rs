@@ -21,30 +21,12 @@ pub struct SemKey<'a> {
     ctx: &'a Context,
     name: &'a RedisString,
     key: Key,
-    /// Its value, read by `GET` before the key was opened (`None`: not an integer-sized
-    /// string then).
-    value: Option<Vec<u8>>,
-}
-
-/// A string key's value when it may be an integer (at most [`MAX_INTEGER_LEN`] bytes), read
-/// without decoding it in the keyspace (`raw::read_string_by_command`; no handle is open).
-pub(crate) fn integer_text(ctx: &Context, name: &RedisString) -> Option<Vec<u8>> {
-    let fits = {
-        let key = Key::open(ctx, name, false);
-        key.kind() == KeyKind::String && key.string_len() <= MAX_INTEGER_LEN
-    };
-    if fits {
-        raw::read_string_by_command(ctx, name)
-    } else {
-        None
-    }
 }
 
 impl<'a> SemKey<'a> {
     /// Opens the semaphore `name` for reading, or for reading and writing.
     pub fn open(ctx: &'a Context, name: &'a RedisString, writable: bool) -> Self {
-        let value = integer_text(ctx, name);
-        Self { ctx, name, key: Key::open(ctx, name, writable), value }
+        Self { ctx, name, key: Key::open(ctx, name, writable) }
     }
 
     /// Deletes the key (the caller notifies and replicates).
@@ -63,24 +45,17 @@ impl<'a> SemKey<'a> {
             KeyKind::String if self.key.string_len() > MAX_INTEGER_LEN => {
                 Err(LockError::CorruptPermits)
             }
-            KeyKind::String => {
-                // Read by GET when the key was opened: a DMA read would store the value
-                // decoded (`raw`), where a replica or an AOF replay keeps the `int` of the
-                // command that wrote it.
-                let value = self.value.clone().unwrap_or_else(|| self.key.string_value());
-                Ok(SemState { available: Some(sem_rules::parse_available(&value)?) })
-            }
+            KeyKind::String => Ok(SemState {
+                available: Some(sem_rules::parse_available(&self.key.string_value())?),
+            }),
             KeyKind::Hash | KeyKind::Other => Err(LockError::WrongType),
         }
     }
 
     /// Carries out `plan`'s write, notified and replicated (whenever Redis may propagate
-    /// anything, see `store::replicating`). `state` is what [`Self::state`] read. The key is
-    /// closed by it: the count is written by the server's own `SET` / `INCRBY` / `DECRBY`, the
-    /// command it is replicated as, so it is stored with the encoding a replica or an AOF
-    /// replay gives it (`int`).
-    pub fn apply(self, state: SemState, plan: &SemPlan) {
-        let Self { ctx, name, key, .. } = self;
+    /// anything, see `store::replicating`). `state` is what [`Self::state`] read.
+    pub fn apply(&self, state: SemState, plan: &SemPlan) {
+        let (ctx, name) = (self.ctx, self.name);
         let (value, event, command, argument) = match plan.write {
             SemWrite::Keep => return,
             SemWrite::Set(count) => (count, c"set", c"SET", count),
@@ -91,26 +66,19 @@ impl<'a> SemKey<'a> {
                 (state.available().saturating_add(delta), c"decrby", c"DECRBY", -delta)
             }
         };
-        // Closed before any write through the server, which may replace the value it shows.
-        drop(key);
-        let by_command = raw::write_int_by_command(ctx, command, name, argument);
-        if !by_command {
-            // Refused by the server (not expected: the plan checked the range): written as
-            // the value the plan computed. RM_StringSet drops the expiry,
-            // which INCRBY and DECRBY keep: the absolute deadline as stored is put back.
-            let key = Key::open(ctx, name, true);
-            let kept = match plan.write {
-                SemWrite::Add(_) => Some(key.expire_at()).filter(|&at| at >= 0),
-                _ => None,
-            };
-            key.string_set(&raw::int_string(ctx, value));
-            if let Some(at) = kept {
-                key.set_expire_at(at);
-            }
-            drop(key);
-            raw::signal_modified(ctx, name);
-            raw::notify(ctx, raw::Notify::String, event, name);
+        // INCRBY and DECRBY keep the key's expiry; RM_StringSet drops it, so it is put back:
+        // the absolute deadline as stored, never recomputed from a clock (which moved it by a
+        // millisecond whenever the clock ticked between two readings, and not on replicas).
+        let kept = match plan.write {
+            SemWrite::Add(_) => Some(self.key.expire_at()).filter(|&at| at >= 0),
+            _ => None,
+        };
+        self.key.string_set(&raw::int_string(ctx, value));
+        if let Some(at) = kept {
+            self.key.set_expire_at(at);
         }
+        raw::signal_modified(ctx, name);
+        raw::notify(ctx, raw::Notify::String, event, name);
         if replicating(ctx) {
             raw::replicate(ctx, command, &[name, &raw::int_string(ctx, argument)]);
         } else {

@@ -258,6 +258,7 @@ impl Grant<'_> {
             }
             Write::Permits { key, state, plan, leased } => {
                 key.apply(state, &plan);
+                drop(key);
                 let Some((leases, until, permits)) = leased else {
                     if let Some((record, Kind::Permits(n), _)) = record {
                         let until = raw::now_ms().saturating_add(REQUEST_RECORD_MS);

@@ -95,6 +95,7 @@ pub fn sem_release(ctx: &Context, name: &RedisString, permits: u64) -> Result<i6
     let plan = sem_rules::release(state, permits)?;
     check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
     key.apply(state, &plan);
+    drop(key);
     sem_raised(ctx, name)
 }
 
@@ -139,6 +140,7 @@ pub fn sem_release_ids(ctx: &Context, name: &RedisString, ids: &[&[u8]]) -> Resu
         _ => sem_rules::release(state, permits)?,
     };
     key.apply(state, &plan);
+    drop(key);
     sem_raised(ctx, name)?;
     Ok(back)
 }
