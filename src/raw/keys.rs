@@ -33,6 +33,7 @@ impl Key {
             raw::REDISMODULE_READ
         };
         let open = api!(RedisModule_OpenKey);
+        super::work::add(1);
         // SAFETY: `ctx` is the context of the command being executed and `name` a live string
         // owned by the caller; both outlive the returned key, which is closed in Drop.
         let key = unsafe { open(ctx.get_raw(), name.inner, mode as c_int) };
@@ -397,6 +398,7 @@ unsafe extern "C" fn lend_field(
     // SAFETY: `privdata` is the `&mut dyn FnMut` `for_each_field` passed, alive and not
     // otherwise borrowed during the scan.
     let f = unsafe { &mut *privdata.cast::<&mut dyn FnMut(&[u8], &[u8])>() };
+    super::work::add(1);
     // SAFETY: both are NULL or strings lent for this call, which the slices do not outlive.
     let (field, value) = unsafe { (lent_slice(field), lent_slice(value)) };
     // No unwinding across the FFI boundary.

@@ -20,6 +20,7 @@
 //! - [`command_info`]: arity, docs, key specs and arguments for `COMMAND INFO` / `COMMAND DOCS`.
 //! - [`defrag`]: no defrag warning at load on servers without the defrag callbacks API.
 //! - [`reply`]: map replies.
+//! - [`work`]: the meter of the work done (keys opened, fields scanned, clients unblocked).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -135,6 +136,7 @@ fn missing_api(name: &'static str) -> ! {
 }
 
 pub mod acl;
+pub mod work;
 pub mod blocking;
 pub mod command_info;
 pub mod context;
