@@ -116,11 +116,6 @@ pub struct Sessions {
 /// How many expired bindings a new binding prunes on its way (the rest go at the next cron).
 const PRUNE_ON_BIND: usize = 4;
 
-/// The most holds of closed connections ended in one timer tick: a connection that closes with
-/// more has them ended over several ticks, the server serving its other clients in between
-/// (each end writes, replicates and publishes like a release).
-pub const ENDS_PER_TICK: usize = 1_000;
-
 impl Sessions {
     /// How many holds are bound now.
     #[must_use]
@@ -249,6 +244,32 @@ impl Sessions {
             taken.push(end);
         }
         taken
+    }
+
+    /// Takes, after [`Self::take_ending`], the holds waiting to be ended that come next in its
+    /// order while they are of `lock` and `like` what they hold (the read sides of one lock,
+    /// its permits: each kind comes together), at most `limit` of them.
+    pub fn take_ending_like(
+        &mut self,
+        lock: &LockName,
+        like: impl Fn(&Held) -> bool,
+        limit: usize,
+    ) -> Vec<(Hold, Binding)> {
+        let mut taken = Vec::new();
+        while taken.len() < limit {
+            match self.ending.first_key_value() {
+                Some((hold, _)) if hold.lock == *lock && like(&hold.held) => {}
+                _ => break,
+            }
+            taken.extend(self.ending.pop_first());
+        }
+        taken
+    }
+
+    /// Holds taken to be ended and not ended yet (the work budget of the timer tick ran out):
+    /// they wait again, for the next tick.
+    pub fn put_back(&mut self, ends: impl IntoIterator<Item = (Hold, Binding)>) {
+        self.ending.extend(ends);
     }
 
     /// Drops up to `limit` bindings whose lease ended by `now` (they are stale); returns how

@@ -84,6 +84,7 @@ impl Key {
             return None;
         }
         let hash_get = api!(RedisModule_HashGet);
+        super::work::add(1);
         let mut value: *mut raw::RedisModuleString = ptr::null_mut();
         // SAFETY: the key is open and is a hash or empty (the caller checked its kind). The
         // variadic arguments are one (field, out-pointer) pair ended by NULL, as HashGet expects
