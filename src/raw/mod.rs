@@ -136,7 +136,6 @@ fn missing_api(name: &'static str) -> ! {
 }
 
 pub mod acl;
-pub mod work;
 pub mod blocking;
 pub mod command_info;
 pub mod context;
@@ -146,6 +145,7 @@ pub mod info;
 pub mod keys;
 pub mod replication;
 pub mod reply;
+pub mod work;
 
 pub use acl::{KeyUse, User};
 pub use blocking::{block_client, may_block, unblock_client, BlockHandler, Blocked};

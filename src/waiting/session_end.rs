@@ -222,13 +222,13 @@ fn end_reads(
         if binding.bind.delay_ms == 0 || mine.reads_of(owner) == 0 {
             continue;
         }
-        let own =
-            RwState { readers: [(owner.clone(), mine.reads_of(owner))].into(), ..RwState::default() };
+        let own = RwState {
+            readers: [(owner.clone(), mine.reads_of(owner))].into(),
+            ..RwState::default()
+        };
         let holds = key.holds(&own, now)?;
-        let lease_until = holds
-            .get(owner)
-            .and_then(|h| h.values().copied().max())
-            .filter(|&at| at != i64::MAX);
+        let lease_until =
+            holds.get(owner).and_then(|h| h.values().copied().max()).filter(|&at| at != i64::MAX);
         delays.extend(delay_until(now, binding.bind.delay_ms, lease_until));
     }
     let plan = if later.is_empty() {
