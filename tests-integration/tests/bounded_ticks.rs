@@ -85,8 +85,8 @@ fn read_holds(con: &mut Connection, lock: &str, owner: &str, count: usize, extra
 }
 
 /// A connection bound to 40 owners × 100 read holds of one lock closes, beside a reader of
-/// another connection. Before, each owner's end read every read hold of the lock (40 ends ×
-/// 4,001 hold keys: 160,000 reads here; 1.6 million for 40 × 1,000, a stall of 1.5 s) and all
+/// another connection. Before, each owner's end read every read hold left on the lock (40
+/// ends: about 90,000 units of work here; 40 × 1,000 read holds took 1.5 s) and all
 /// ended in one tick; now the ends read and write only their own fields and hold keys, over
 /// several ticks, and the lock is settled once: the reader that stays holds it, with its own
 /// lease.
