@@ -89,6 +89,10 @@ pub enum LockError {
     /// This master had replicas and too few are in sync now: it may have been replaced by a
     /// promoted replica, so it grants nothing (retry on the current master).
     NoReplicas,
+    /// As [`Self::NoReplicas`], the replica being required only because the file
+    /// `rlock-had-replicas` in the server's working directory says this master has had replicas
+    /// (no replica has been online since the module loaded).
+    NoReplicasFile,
     /// The caller's ACL user may not use the request record (`rlock_request:...`) of an
     /// acquire's or a cancel's `REQUEST id`.
     NoPermRequest,
@@ -118,6 +122,8 @@ pub enum LockError {
     SessionOnReplica,
     /// An acquire or renewal as `sessions::PLACEHOLDER`, the owner of a lock-delay.
     LockDelayOwner,
+    /// `RSEM.RENEW` of a lock-delay's placeholder permit (`rlock:lockdelay:<id>`).
+    LockDelayPermit,
     /// `COUNT` (of `*.WAITERS`) without a value, or not an integer from 1 to
     /// `args::waiters::MAX_WAITERS`.
     InvalidCount,
@@ -205,6 +211,9 @@ impl LockError {
             Self::NoReplicas => {
                 "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
             }
+            Self::NoReplicasFile => {
+                "NOREPLICAS this master grants no lock: the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone"
+            }
             Self::NoPermRequest => {
                 "NOPERM this user has no permissions to access the request record key (rlock_request:...)"
             }
@@ -236,6 +245,10 @@ impl LockError {
             }
             Self::LockDelayOwner => {
                 "ERR owner 'rlock:lockdelay' is reserved: it holds a lock during its lock-delay"
+            }
+            Self::LockDelayPermit => {
+                "ERR permit ids 'rlock:lockdelay:...' are reserved: they hold a permit during its \
+                 lock-delay"
             }
             Self::InvalidCount => "ERR count (after COUNT) must be an integer from 1 to 1000",
             Self::Internal => "ERR internal error in the rlock module (see the server log)",

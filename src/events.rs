@@ -12,7 +12,7 @@ use redis_module::{Context, InfoContext, RedisResult};
 
 use crate::queue::WAIT_BUCKETS_MS;
 use crate::raw::{self, events::ServerEvents};
-use crate::replicas;
+use crate::replicas::{self, RecordNews};
 use crate::waiting::{self, timers::defer, STATS};
 
 /// The server events subscribed through `raw::events`.
@@ -31,12 +31,12 @@ impl ServerEvents for Events {
         }
     }
 
-    /// A flush emptied database `db` (-1: all): its locks' own checks are dropped (their keys
-    /// are gone: nothing is left to reap or reclaim, and the names are not kept until the old
-    /// deadlines), and every lock with waiters is looked at again.
+    /// A flush emptied database `db` (-1: all): its locks' own checks and session bindings are
+    /// dropped (their keys are gone: nothing is left to reap or reclaim, and the names are not
+    /// kept until the old deadlines), set aside for a reload that brings the data back
+    /// (`waiting::lifecycle`), and every lock with waiters is looked at again.
     fn on_flushed(ctx: &Context, db: i32) {
-        waiting::forget_checks(ctx, (db >= 0).then_some(db));
-        waiting::session::flushed((db >= 0).then_some(db));
+        waiting::lifecycle::flushed(ctx, (db >= 0).then_some(db));
         if waiting::anyone_waits() {
             defer(ctx, |d| d.settle_all = true);
         }
@@ -56,6 +56,8 @@ impl ServerEvents for Events {
 /// again, the waiters held back meanwhile are served.
 #[linkme::distributed_slice(redis_module::server_events::CRON_SERVER_EVENTS_LIST)]
 fn on_cron(ctx: &Context, _: u64) {
+    // Between commands: a flush's set-aside memory was not a reload's.
+    waiting::lifecycle::settled();
     if !raw::is_master(ctx) {
         replicas::not_master();
         return;
@@ -69,12 +71,23 @@ fn on_cron(ctx: &Context, _: u64) {
     if replicas::record_check(raw::now_ms(), &links) && waiting::anyone_waits() {
         defer(ctx, |d| d.settle_all = true);
     }
-    if let Some(Err(e)) = replicas::remember_replicas() {
-        ctx.log_warning(&format!(
-            "rlock: cannot write {} in the working directory ({e}): a restart will not \
-             remember that this master has had replicas",
-            replicas::STATE_FILE
-        ));
+    match replicas::keep_record(raw::now_ms()) {
+        RecordNews::Nothing => {}
+        RecordNews::Written(path) => ctx.log_notice(&format!(
+            "rlock: this master has had replicas: wrote {} (a restart here needs a replica in \
+             sync before it grants; delete the file to run the server standalone)",
+            path.display()
+        )),
+        RecordNews::WriteFailed(path, e) => ctx.log_warning(&format!(
+            "rlock: cannot write {} ({e}): a restart will not remember that this master has \
+             had replicas",
+            path.display()
+        )),
+        RecordNews::Found(path) => ctx.log_warning(&replicas::found_message(&path)),
+        RecordNews::Deleted(path) => ctx.log_notice(&format!(
+            "rlock: {} was deleted: this master runs standalone until a replica is online",
+            path.display()
+        )),
     }
 }
 
@@ -85,21 +98,34 @@ fn on_config_changed(ctx: &Context, names: &[&str]) {
 }
 
 /// A master loaded its data from disk (a restart): grants the last fsync missed may be lost,
-/// so tokens from now on start above any this server issued before (`replicas`).
+/// so tokens from now on start above any this server issued before (`replicas`). A load right
+/// after a flush (`DEBUG RELOAD`, `DEBUG LOADAOF`) gets back the memory the flush dropped.
 #[linkme::distributed_slice(redis_module::server_events::LOADING_SERVER_EVENTS_LIST)]
 fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
     thread_local! {
         static FROM_DISK: Cell<bool> = const { Cell::new(false) };
     }
     match subevent {
-        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => FROM_DISK.set(true),
-        LoadingSubevent::ReplStarted => FROM_DISK.set(false),
+        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => {
+            FROM_DISK.set(true);
+            waiting::lifecycle::loading_started();
+        }
+        LoadingSubevent::ReplStarted => {
+            FROM_DISK.set(false);
+            waiting::lifecycle::not_reloaded();
+        }
         LoadingSubevent::Ended => {
             if FROM_DISK.replace(false) && raw::is_master(ctx) {
                 replicas::raise_token_floor(raw::now_ms());
+                waiting::lifecycle::loaded(ctx);
+            } else {
+                waiting::lifecycle::not_reloaded();
             }
         }
-        LoadingSubevent::Failed => FROM_DISK.set(false),
+        LoadingSubevent::Failed => {
+            FROM_DISK.set(false);
+            waiting::lifecycle::not_reloaded();
+        }
     }
 }
 
@@ -155,6 +181,10 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("grants_allowed", u8::from(allowed).to_string())?
         .field("grants_refused", refused.to_string())?
         .field("token_floor", replicas::failover_floor().to_string())?
+        .field(
+            "had_replicas_file",
+            replicas::record_path().map(|p| p.display().to_string()).unwrap_or_default(),
+        )?
         .build_section()?
         .add_section("sessions")
         .field("session_holds", waiting::session::bound().to_string())?

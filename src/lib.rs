@@ -100,6 +100,22 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
 }
 
+/// `MODULE UNLOAD`: refused while a session hold is bound to a connection or its end waits to
+/// be applied. The bindings live only in the module's memory: a hold that outlived them would
+/// no longer end when its connection closes, as its client was promised (docs/sessions.md).
+fn deinit(ctx: &Context) -> Status {
+    if waiting::session::promised(raw::now_ms()) {
+        ctx.log_warning(&format!(
+            "rlock: MODULE UNLOAD refused: {} session hold(s) are bound to their connections \
+             (SESSION) or wait to be ended, and would no longer end when their connection \
+             closes; release them (or let their leases end) and unload again",
+            waiting::session::bound()
+        ));
+        return Status::Err;
+    }
+    Status::Ok
+}
+
 /// At load: the server must provide every API the commands use; subscribes to the events the
 /// module watches, sets the command docs and the module options.
 fn check_server(ctx: &Context) -> Result<(), String> {
@@ -133,7 +149,20 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     raw::events::set_module_options(ctx);
     waiting::reset_stats();
     replicas::reset();
-    replicas::recall();
+    if let Some(path) = replicas::recall() {
+        ctx.log_notice(&replicas::found_message(&path));
+    }
+    // Loaded into a running server (MODULE LOAD, an upgrade): the previous instance's token
+    // high-water mark went with its memory, and an evicted counter would restart below a
+    // token it granted. The floor rises as at a restart, above every token granted before.
+    if raw::info::has_served_clients(ctx).unwrap_or(true) {
+        replicas::raise_token_floor(raw::now_ms());
+        ctx.log_notice(&format!(
+            "rlock: loaded into a running server: fencing tokens start at the token floor {} \
+             (above every token granted before the load)",
+            replicas::failover_floor()
+        ));
+    }
     store::settings::refresh(ctx, None);
     Ok(())
 }
@@ -183,6 +212,7 @@ macro_rules! rlock_module {
             // Not a data type: keeps the crate from logging a defrag warning (`raw::defrag`).
             data_types: [QUIET_DEFRAG],
             init: init,
+            deinit: deinit,
             // Every command has one key, at position 1.
             commands: [$([$name, $handler, $flags, 1, 1, 1, ""]),*],
             $($rest)*
@@ -203,11 +233,11 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
-/// `RSEM.RELEASE`'s two forms: `permits`, or `ID id [id ...]`.
+/// `RSEM.RELEASE`'s two forms: `permits [REQUEST id]`, or `ID id [id ...]`.
 const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
     c"permits-or-ids",
     &[
-        ArgDoc::new(c"permits", ArgType::Integer),
+        ArgDoc::block(c"counted", &[ArgDoc::new(c"permits", ArgType::Integer), REQUEST]),
         ArgDoc::new(c"id", ArgType::String).token(c"ID").multiple(),
     ],
 );

@@ -16,11 +16,16 @@
 //! own `cluster-node-timeout` (a failover cannot complete before a node is deemed failed).
 //!
 //! **The auto rule survives a restart.** Once a replica has been online, the master writes
-//! [`STATE_FILE`] in its working directory (`dir`, where its RDB and AOF live); a module that
-//! loads and finds it starts as a master that has had replicas: a master restarted before its
-//! failover was noticed grants nothing until a replica is in sync again. The file is never
-//! removed by the module (delete it, or set `rlock.min-replicas 0`, to run standalone again). A
-//! replica that is promoted starts afresh as before: it grants until a replica has been online.
+//! [`STATE_FILE`] in its working directory (`dir`, where its RDB and AOF live), and again in the
+//! new one after `CONFIG SET dir`; a module that loads and finds it starts as a master that has
+//! had replicas: a master restarted before its failover was noticed grants nothing until a
+//! replica is in sync again. The file is never removed by the module. It is looked at again
+//! at most once a second ([`keep_record`]): deleted at run time, the master forgets that it has
+//! had replicas (it runs standalone until one is online again); found (planted, or in a new
+//! `dir`) by a server that has not changed role since the module loaded, it counts as at a
+//! load. A replica that is promoted starts afresh as before: it grants until a replica has been
+//! online, whatever file its directory holds. A refusal the file alone causes says so
+//! ([`LockError::NoReplicasFile`]), and `INFO rlock` names the file ([`record_path`]).
 //!
 //! **Tokens never repeat.** On promotion, and when a master loads its data from disk, the
 //! module raises a *token floor* to the current Unix time in ms × 1,000,000: the next token of
@@ -34,7 +39,8 @@
 //! The rules are plain Rust ([`Health`], [`parse_link`]); the cron and role hooks in `waiting`
 //! feed them.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use crate::error::LockError;
@@ -187,11 +193,17 @@ impl Health {
 /// Whether this master may grant now (always, for a server that needs no replicas).
 ///
 /// # Errors
-/// [`LockError::NoReplicas`], see [`Health::may_grant`].
+/// [`LockError::NoReplicas`], see [`Health::may_grant`]; [`LockError::NoReplicasFile`] when the
+/// replica is required only because [`STATE_FILE`] was found (no replica has been online since).
 pub fn may_grant(now: i64) -> Result<(), LockError> {
-    let verdict = HEALTH.get().may_grant(now, MIN_REPLICAS.load(Ordering::Relaxed));
+    let min = MIN_REPLICAS.load(Ordering::Relaxed);
+    let health = HEALTH.get();
+    let verdict = health.may_grant(now, min);
     if verdict.is_err() {
         REFUSED.fetch_add(1, Ordering::Relaxed);
+        if min < 0 && health.seen && !SEEN_LIVE.load(Ordering::Relaxed) {
+            return Err(LockError::NoReplicasFile);
+        }
     }
     verdict
 }
@@ -210,6 +222,9 @@ static REFUSED: AtomicU64 = AtomicU64::new(0);
 /// Folds a check into the state; returns whether grants became allowed by it (waiters that
 /// were held back can be served now).
 pub fn record_check(now: i64, links: &[Link]) -> bool {
+    if links.iter().any(|l| l.online) {
+        SEEN_LIVE.store(true, Ordering::Relaxed);
+    }
     let min = MIN_REPLICAS.load(Ordering::Relaxed);
     let before = HEALTH.get();
     let after = before.checked(now, links, MAX_LAG.load(Ordering::Relaxed), stall_ms());
@@ -217,31 +232,140 @@ pub fn record_check(now: i64, links: &[Link]) -> bool {
     before.may_grant(now, min).is_err() && after.may_grant(now, min).is_ok()
 }
 
-/// Writes [`STATE_FILE`] once a replica has been online, if it is not written yet: `None` when
-/// there was nothing to write, else whether the write worked (a failure only loses the memory
-/// across restarts: the caller logs it).
-pub fn remember_replicas() -> Option<std::io::Result<()>> {
-    if REMEMBERED.load(Ordering::Relaxed) || !HEALTH.get().seen {
-        return None;
-    }
-    let text = "This Redis server, as a master, has had replicas: the rlock module's replica \
-                guard (rlock.min-replicas -1, auto) requires one in sync after a restart.\n\
-                Delete this file to run it standalone again.\n";
-    let written = std::fs::write(STATE_FILE, text);
-    // Tried once per load: a failure is logged once, not at every check.
-    REMEMBERED.store(true, Ordering::Relaxed);
-    Some(written)
+/// What [`STATE_FILE`] says, for the file's readers (text of the file itself).
+const STATE_TEXT: &str = "This Redis server, as a master, has had replicas: the rlock module's \
+                          replica guard (rlock.min-replicas -1, auto) requires one in sync after \
+                          a restart.\nDelete this file to run it standalone again.\n";
+
+/// Where [`STATE_FILE`] stands, as the module last saw it.
+#[derive(Debug, Default)]
+struct Record {
+    /// The working directory the file was last found or written in (`None`: not known there).
+    dir: Option<PathBuf>,
+    /// A write failed in this directory (logged once; tried again at each look, once a second).
+    failed_in: Option<PathBuf>,
+    /// When the file was last looked at (Unix ms; 0: never).
+    looked_at: i64,
 }
 
-/// Whether [`STATE_FILE`] was found at load or written (or tried) since.
-static REMEMBERED: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    static RECORD: RefCell<Record> = RefCell::new(Record::default());
+}
 
-/// At load: a master that finds [`STATE_FILE`] has had replicas before its restart.
-pub fn recall() {
-    if std::path::Path::new(STATE_FILE).exists() {
-        REMEMBERED.store(true, Ordering::Relaxed);
-        HEALTH.set(Health { seen: true, ..Health::NEW });
+/// A replica has been online since the module loaded, this server became master, or the file
+/// was deleted (else, `seen` came from the file alone).
+static SEEN_LIVE: AtomicBool = AtomicBool::new(false);
+
+/// The file counts for this server: it has not changed role since the module loaded (a promoted
+/// replica starts afresh, whatever its directory holds).
+static FILE_COUNTS: AtomicBool = AtomicBool::new(true);
+
+/// How often [`keep_record`] looks at the file (ms).
+const LOOK_EVERY_MS: i64 = 1_000;
+
+/// What [`keep_record`] did, for the log.
+#[derive(Debug)]
+pub enum RecordNews {
+    Nothing,
+    /// The file was written (first replica online, or a new `dir`).
+    Written(PathBuf),
+    /// It could not be written: a restart will not remember the replicas.
+    WriteFailed(PathBuf, std::io::Error),
+    /// It was found at run time (planted, or in a new `dir`): grants now need a replica.
+    Found(PathBuf),
+    /// It was deleted at run time: the server runs standalone until a replica is online.
+    Deleted(PathBuf),
+}
+
+/// The file at `dir`.
+fn file_in(dir: &Path) -> PathBuf {
+    dir.join(STATE_FILE)
+}
+
+/// Keeps [`STATE_FILE`] in step (a master's cron): at most once a second, or at once when a
+/// replica has been seen and the file is not known written, it looks at the file in the
+/// working directory: written there if this master has had replicas and it is missing from a
+/// directory it was never known in (a first replica, `CONFIG SET dir`); found there, it counts
+/// (see the module docs); gone from the directory it was known in, it was deleted: the master
+/// forgets its replicas. Costs one `stat` (and rarely a write) a second.
+pub fn keep_record(now: i64) -> RecordNews {
+    let health = HEALTH.get();
+    let due = RECORD.with(|r| {
+        let r = r.borrow();
+        now.saturating_sub(r.looked_at) >= LOOK_EVERY_MS
+            || (health.seen && r.dir.is_none() && r.failed_in.is_none())
+    });
+    if !due {
+        return RecordNews::Nothing;
     }
+    let Ok(cwd) = std::env::current_dir() else { return RecordNews::Nothing };
+    let present = Path::new(STATE_FILE).exists();
+    RECORD.with(|r| {
+        let mut r = r.borrow_mut();
+        r.looked_at = now;
+        if present {
+            r.dir = Some(cwd.clone());
+            if !health.seen && FILE_COUNTS.load(Ordering::Relaxed) {
+                HEALTH.set(Health { seen: true, ..health });
+                return RecordNews::Found(file_in(&cwd));
+            }
+            RecordNews::Nothing
+        } else if r.dir.as_deref() == Some(cwd.as_path()) {
+            r.dir = None;
+            r.failed_in = None;
+            SEEN_LIVE.store(false, Ordering::Relaxed);
+            HEALTH.set(Health { seen: false, ..health });
+            RecordNews::Deleted(file_in(&cwd))
+        } else if health.seen {
+            match std::fs::write(STATE_FILE, STATE_TEXT) {
+                Ok(()) => {
+                    r.dir = Some(cwd.clone());
+                    r.failed_in = None;
+                    RecordNews::Written(file_in(&cwd))
+                }
+                Err(e) => {
+                    let first = r.failed_in.as_deref() != Some(cwd.as_path());
+                    r.failed_in = Some(cwd.clone());
+                    if first {
+                        RecordNews::WriteFailed(file_in(&cwd), e)
+                    } else {
+                        RecordNews::Nothing
+                    }
+                }
+            }
+        } else {
+            RecordNews::Nothing
+        }
+    })
+}
+
+/// The log line for [`STATE_FILE`] found at `path` (at load or at run time).
+#[must_use]
+pub fn found_message(path: &Path) -> String {
+    format!(
+        "rlock: found {}: this master has had replicas: under rlock.min-replicas -1 (auto) it \
+         grants nothing until one is in sync (delete the file, or set rlock.min-replicas 0, to \
+         run it standalone)",
+        path.display()
+    )
+}
+
+/// Where [`STATE_FILE`] was last found or written (`INFO rlock`); `None`: nowhere known.
+#[must_use]
+pub fn record_path() -> Option<PathBuf> {
+    RECORD.with(|r| r.try_borrow().ok().and_then(|r| r.dir.as_deref().map(file_in)))
+}
+
+/// At load: a master that finds [`STATE_FILE`] has had replicas before its restart; returns
+/// the file's path then, for the log.
+pub fn recall() -> Option<PathBuf> {
+    if !Path::new(STATE_FILE).exists() {
+        return None;
+    }
+    let cwd = std::env::current_dir().ok()?;
+    HEALTH.set(Health { seen: true, ..Health::NEW });
+    RECORD.with(|r| r.borrow_mut().dir = Some(cwd.clone()));
+    Some(file_in(&cwd))
 }
 
 /// This server is not a master: it grants nothing, and forgets its replicas. When it is
@@ -249,6 +373,8 @@ pub fn recall() {
 /// has come online.
 pub fn not_master() {
     HEALTH.set(Health::NEW);
+    SEEN_LIVE.store(false, Ordering::Relaxed);
+    FILE_COUNTS.store(false, Ordering::Relaxed);
 }
 
 /// This server just became a master (promotion) or loaded its data from disk (a restart):
@@ -300,7 +426,9 @@ pub fn failover_floor() -> u64 {
 /// At load: a reloaded module may find its old statics.
 pub fn reset() {
     HEALTH.set(Health::NEW);
-    REMEMBERED.store(false, Ordering::Relaxed);
+    RECORD.with(|r| *r.borrow_mut() = Record::default());
+    SEEN_LIVE.store(false, Ordering::Relaxed);
+    FILE_COUNTS.store(true, Ordering::Relaxed);
     TOKEN_FLOOR.store(0, Ordering::Relaxed);
     TOKEN_HIGH.store(0, Ordering::Relaxed);
     COUNTERS_EVICTABLE.store(false, Ordering::Relaxed);

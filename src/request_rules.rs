@@ -45,6 +45,9 @@ pub enum Record {
     Granted(Granted),
     /// `RLOCK.CANCEL` (or the rollback of a grant whose client left) ended it: it gets nothing.
     Cancelled,
+    /// Its counted permits were given back by `RSEM.RELEASE key permits REQUEST id`: nothing
+    /// is left to undo, and a retry of the acquire is a new acquire.
+    Released,
 }
 
 /// What an acquire with `REQUEST id` asks for, compared with the grant its record holds.
@@ -74,7 +77,7 @@ fn token_field(token: Option<u64>) -> Vec<u8> {
 }
 
 impl Record {
-    /// The record as stored: [`MAGIC`], then `C` (cancelled) or `G`, a kind letter and
+    /// The record as stored: [`MAGIC`], then `C` (cancelled), `D` (released) or `G`, a kind letter and
     /// length-prefixed fields (`<decimal length>:<bytes>`, binary-safe): `L`/`R`/`W` owner and
     /// token (empty: none), `P` the permit count, `S` the leased ids.
     #[must_use]
@@ -83,6 +86,10 @@ impl Record {
         let granted = match self {
             Self::Cancelled => {
                 out.push(b'C');
+                return out;
+            }
+            Self::Released => {
+                out.push(b'D');
                 return out;
             }
             Self::Granted(granted) => granted,
@@ -128,6 +135,7 @@ impl Record {
         let (state, rest) = rest.split_first().ok_or(corrupt)?;
         match (state, rest) {
             (b'C', []) => return Ok(Self::Cancelled),
+            (b'D', []) => return Ok(Self::Released),
             (b'G', _) => {}
             _ => return Err(corrupt),
         }
@@ -251,7 +259,7 @@ pub fn check_retry<'r>(
     asked: &Asked<'_>,
 ) -> Result<Option<&'r Granted>, LockError> {
     match record {
-        None => Ok(None),
+        None | Some(Record::Released) => Ok(None),
         Some(Record::Cancelled) => Err(LockError::RequestCancelled),
         Some(Record::Granted(granted)) if granted.answers(asked) => Ok(Some(granted)),
         Some(Record::Granted(_)) => Err(LockError::RequestMismatch),
@@ -294,7 +302,32 @@ pub const fn cancel(record: Option<&Record>, waiting: bool) -> Cancel<'_> {
     match (record, waiting) {
         (_, true) => Cancel::Dequeue,
         (Some(Record::Granted(granted)), false) => Cancel::GiveBack(granted),
-        (Some(Record::Cancelled) | None, false) => Cancel::Nothing,
+        (Some(Record::Cancelled | Record::Released) | None, false) => Cancel::Nothing,
+    }
+}
+
+/// What `RSEM.RELEASE key permits REQUEST id` does with the request's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountedRelease {
+    /// Give the permits back; the record then says released (a cancel of the request finds
+    /// nothing to undo, a retried release gives back nothing more). Also when there is no
+    /// record (it expired: the holder keeps counted permits as long as it likes).
+    GiveBack,
+    /// Already given back (released, or cancelled): nothing more; reply the count left.
+    Nothing,
+}
+
+/// What releasing `permits` counted permits as request `id` does, from its record.
+///
+/// # Errors
+/// [`LockError::RequestMismatch`] when the record holds another acquire's grant (another kind,
+/// or another permit count).
+pub fn release_counted(record: Option<&Record>, permits: u64) -> Result<CountedRelease, LockError> {
+    match record {
+        None => Ok(CountedRelease::GiveBack),
+        Some(Record::Granted(Granted::Permits(n))) if *n == permits => Ok(CountedRelease::GiveBack),
+        Some(Record::Granted(_)) => Err(LockError::RequestMismatch),
+        Some(Record::Cancelled | Record::Released) => Ok(CountedRelease::Nothing),
     }
 }
 

@@ -28,6 +28,28 @@ pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
 /// read-write lock's writer or reader): reserved, no client may acquire or renew as it.
 pub const PLACEHOLDER: &[u8] = b"rlock:lockdelay";
 
+/// The member that holds a leased permit during its lock-delay, in the lease zset in place of
+/// the permit's id `id` (which leaves at once: that grant ended): [`PLACEHOLDER`], `:`, the id.
+/// Reserved: `RSEM.RENEW` refuses it ([`check_permit`]).
+#[must_use]
+pub fn permit_placeholder(id: &[u8]) -> Vec<u8> {
+    [PLACEHOLDER, b":", id].concat()
+}
+
+/// Refuses a lock-delay's placeholder permit ([`permit_placeholder`]) as the id of a renewal:
+/// nobody holds it, and a delay must not be made longer.
+///
+/// # Errors
+/// [`LockError::LockDelayPermit`].
+pub fn check_permit(id: &[u8]) -> Result<(), LockError> {
+    if id.len() > PLACEHOLDER.len() && id.starts_with(PLACEHOLDER) && id[PLACEHOLDER.len()] == b':'
+    {
+        Err(LockError::LockDelayPermit)
+    } else {
+        Ok(())
+    }
+}
+
 /// Refuses [`PLACEHOLDER`] as the owner of an acquire or a renewal.
 ///
 /// # Errors
@@ -113,6 +135,30 @@ pub struct Sessions {
     next_seq: u64,
 }
 
+/// How a touch sets a binding's end ([`Sessions::touch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lasts {
+    /// The hold now ends exactly then (a lock's or write side's lease, a renewal of every hold).
+    Exactly,
+    /// One more hold ending then, beside others (a read re-entry): the later of the two ends.
+    AtLeast,
+}
+
+/// The bindings and pending ends a flush dropped ([`Sessions::flushed`]).
+#[derive(Debug, Default)]
+pub struct Dropped {
+    pub bound: Vec<(Hold, Binding)>,
+    pub ending: Vec<(Hold, Binding)>,
+}
+
+impl Dropped {
+    /// Whether the flush dropped nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.bound.is_empty() && self.ending.is_empty()
+    }
+}
+
 /// How many expired bindings a new binding prunes on its way (the rest go at the next cron).
 const PRUNE_ON_BIND: usize = 4;
 
@@ -168,16 +214,43 @@ impl Sessions {
         self.bound.insert(hold, (Binding { bind, until }, seq));
     }
 
-    /// The bound `hold` (a re-entry, a renewal) now lasts until `until`; the binding stays where
-    /// it is. Nothing for a hold that is not bound.
-    pub fn touch(&mut self, hold: &Hold, until: i64) {
+    /// The bound `hold` (a re-entry, a renewal) now lasts until `until` (with `Lasts::AtLeast`,
+    /// until the later of `until` and its binding's end: a read re-entry adds one hold beside
+    /// the owner's others); the binding stays where it is. Nothing for a hold that is not bound.
+    ///
+    /// A binding already stale at `now` is never revived: the hold it was made for ended by its
+    /// lease (a read hold's own key expired, say, while the owner's field lingered), so this
+    /// grant is a fresh hold, bound to `bind`'s connection or to none.
+    pub fn touch(&mut self, hold: &Hold, until: i64, lasts: Lasts, bind: Option<Bind>, now: i64) {
         let Some((binding, seq)) = self.bound.get_mut(hold) else { return };
+        if binding.stale(now) {
+            self.granted(hold.clone(), bind, until, now);
+            return;
+        }
+        let until = match lasts {
+            Lasts::Exactly => until,
+            Lasts::AtLeast => until.max(binding.until),
+        };
         if binding.until == until {
             return;
         }
         self.expiry.remove(&(binding.until, *seq));
         binding.until = until;
         self.expiry.insert((until, *seq), hold.clone());
+    }
+
+    /// Whether a hold of `lock` waits to be ended (its connection closed): every command on the
+    /// lock applies those ends before it reads it.
+    #[must_use]
+    pub fn ending(&self, lock: &LockName) -> bool {
+        !self.ending.is_empty() && self.ending_of(lock).next().is_some()
+    }
+
+    /// Takes the holds of `lock` waiting to be ended (at most `limit`), in [`Self::take_ending`]'s
+    /// order.
+    pub fn take_ending_of(&mut self, lock: &LockName, limit: usize) -> Vec<(Hold, Binding)> {
+        let holds: Vec<Hold> = self.ending_of(lock).take(limit).cloned().collect();
+        holds.into_iter().filter_map(|h| self.ending.remove(&h).map(|b| (h, b))).collect()
     }
 
     /// `hold` ended (released, given back): its binding goes, and any end waiting for it.
@@ -246,24 +319,21 @@ impl Sessions {
         taken
     }
 
-    /// Takes, after [`Self::take_ending`], the holds waiting to be ended that come next in its
-    /// order while they are of `lock` and `like` what they hold (the read sides of one lock,
-    /// its permits: each kind comes together), at most `limit` of them.
+    /// Takes the holds of `lock` waiting to be ended that are `like` what they hold (the read
+    /// sides of one lock, its permits: each kind comes together in [`Self::take_ending`]'s
+    /// order), at most `limit` of them, in that order.
     pub fn take_ending_like(
         &mut self,
         lock: &LockName,
         like: impl Fn(&Held) -> bool,
         limit: usize,
     ) -> Vec<(Hold, Binding)> {
-        let mut taken = Vec::new();
-        while taken.len() < limit {
-            match self.ending.first_key_value() {
-                Some((hold, _)) if hold.lock == *lock && like(&hold.held) => {}
-                _ => break,
-            }
-            taken.extend(self.ending.pop_first());
+        if self.ending.is_empty() {
+            return Vec::new();
         }
-        taken
+        let holds: Vec<Hold> =
+            self.ending_of(lock).filter(|h| like(&h.held)).take(limit).cloned().collect();
+        holds.into_iter().filter_map(|h| self.ending.remove(&h).map(|b| (h, b))).collect()
     }
 
     /// Holds taken to be ended and not ended yet (the work budget of the timer tick ran out):
@@ -289,18 +359,43 @@ impl Sessions {
     }
 
     /// Database `db` (`None`: every database) was flushed: its holds are gone, and so are their
-    /// bindings and ends.
-    pub fn flushed(&mut self, db: Option<i32>) {
-        let locks: Vec<LockName> =
-            self.by_lock.keys().filter(|l| db.is_none_or(|db| l.db == db)).cloned().collect();
-        for lock in &locks {
-            self.unbind_lock(lock);
+    /// bindings and ends. Returns what went, for [`Self::restore`] should the flush be a
+    /// reload's (`DEBUG RELOAD` empties the databases, then loads the same data back).
+    pub fn flushed(&mut self, db: Option<i32>) -> Dropped {
+        let flushed = |lock: &LockName| db.is_none_or(|db| lock.db == db);
+        let bound: Vec<(Hold, Binding)> = self
+            .bound
+            .iter()
+            .filter(|(h, _)| flushed(&h.lock))
+            .map(|(h, (b, _))| (h.clone(), *b))
+            .collect();
+        for (hold, _) in &bound {
+            self.unbind(hold);
         }
-        self.ending.retain(|hold, _| db.is_some_and(|db| hold.lock.db != db));
+        let (ending, kept): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            std::mem::take(&mut self.ending).into_iter().partition(|(hold, _)| flushed(&hold.lock));
+        self.ending = kept;
+        Dropped { bound, ending: ending.into_iter().collect() }
     }
 
-    /// `SWAPDB first second`: the bindings follow their holds to the other database.
+    /// Puts back what a flush dropped ([`Self::flushed`]): the data came back (a reload).
+    pub fn restore(&mut self, dropped: Dropped) {
+        for (hold, binding) in dropped.bound {
+            self.granted(hold, Some(binding.bind), binding.until, i64::MIN);
+        }
+        for (hold, binding) in dropped.ending {
+            if !self.bound.contains_key(&hold) {
+                self.ending.insert(hold, binding);
+            }
+        }
+    }
+
+    /// `SWAPDB first second`: the bindings, and the ends waiting to be applied, follow their
+    /// holds to the other database. The pending ends are set aside first: moving a binding
+    /// re-grants its hold under the other database's number, which must not cancel the end
+    /// waiting there for the hold of the same owner that moves the other way.
     pub fn swapped(&mut self, first: i32, second: i32) {
+        let ending = std::mem::take(&mut self.ending);
         let swap = |lock: &LockName| {
             let db = match lock.db {
                 db if db == first => second,
@@ -322,7 +417,6 @@ impl Sessions {
             let hold = Hold { lock: swap(&hold.lock), held: hold.held };
             self.granted(hold, Some(binding.bind), binding.until, i64::MIN);
         }
-        let ending = std::mem::take(&mut self.ending);
         self.ending = ending
             .into_iter()
             .map(|(hold, b)| (Hold { lock: swap(&hold.lock), held: hold.held }, b))

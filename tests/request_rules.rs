@@ -5,13 +5,15 @@
 use rlock::args::{Cancel, Mode, RwAcquire, SemAcquire};
 use rlock::error::LockError;
 use rlock::request_rules::{
-    self, cancel, cancelled_until, check_retry, replay, Asked, Granted, Record, CANCELLED_MS,
+    self, cancel, cancelled_until, check_retry, release_counted, replay, Asked, CountedRelease,
+    Granted, Record, CANCELLED_MS,
 };
 use rlock::rules::Reply;
 
 fn records() -> Vec<Record> {
     vec![
         Record::Cancelled,
+        Record::Released,
         Record::Granted(Granted::Lock { owner: b"o".to_vec(), token: None }),
         Record::Granted(Granted::Lock { owner: b"a:1\0\xff\r\n5:x".to_vec(), token: Some(0) }),
         Record::Granted(Granted::Lock { owner: b"o".to_vec(), token: Some(i64::MAX as u64) }),
@@ -103,6 +105,21 @@ fn a_retry_replays_a_grant_still_in_place_and_is_refused_when_cancelled_or_forei
     assert_eq!(check_retry(Some(&leased), &Asked::Permits(2)), Err(LockError::RequestMismatch));
     let Ok(Some(granted)) = check_retry(Some(&leased), &Asked::Leased(2)) else { panic!() };
     assert_eq!(replay(granted, true), Some(Err(ids)), "the same ids");
+}
+
+#[test]
+fn counted_permits_released_as_their_request_are_given_back_once_and_never_cancelled() {
+    let granted = Record::Granted(Granted::Permits(2));
+    assert_eq!(release_counted(Some(&granted), 2), Ok(CountedRelease::GiveBack));
+    assert_eq!(release_counted(None, 2), Ok(CountedRelease::GiveBack), "the record expired");
+    assert_eq!(release_counted(Some(&Record::Released), 2), Ok(CountedRelease::Nothing));
+    assert_eq!(release_counted(Some(&Record::Cancelled), 2), Ok(CountedRelease::Nothing));
+    assert_eq!(release_counted(Some(&granted), 1), Err(LockError::RequestMismatch));
+    let lock = Record::Granted(Granted::Lock { owner: b"o".to_vec(), token: None });
+    assert_eq!(release_counted(Some(&lock), 1), Err(LockError::RequestMismatch));
+    // Released: a cancel finds nothing to undo, a retry of the acquire is a new acquire.
+    assert_eq!(cancel(Some(&Record::Released), false), request_rules::Cancel::Nothing);
+    assert_eq!(check_retry(Some(&Record::Released), &Asked::Permits(2)), Ok(None));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use rlock::queue::LockName;
 use rlock::rules::Reply;
 use rlock::rw_rules::{self, Effect, Holds, RwState};
 use rlock::sessions::{
-    delay_until, Bind, Binding, ClientId, Held, Hold, Sessions, MAX_LOCK_DELAY_MS,
+    delay_until, Bind, Binding, ClientId, Held, Hold, Lasts, Sessions, MAX_LOCK_DELAY_MS,
 };
 
 fn argv(args: &[&str]) -> Vec<Vec<u8>> {
@@ -178,13 +178,57 @@ fn a_fresh_grant_resets_the_binding_and_cancels_a_pending_end() {
 fn a_touch_keeps_the_client_and_moves_the_lease_end() {
     let mut s = Sessions::default();
     s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
-    s.touch(&hold("a", "o"), 500);
+    s.touch(&hold("a", "o"), 500, Lasts::Exactly, None, 50);
     assert_eq!(s.prune(300, 10), 0, "renewed: not stale at 300");
     assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(500));
     assert_eq!(s.prune(501, 10), 1);
     assert!(s.is_empty());
-    s.touch(&hold("a", "o"), 900);
+    s.touch(&hold("a", "o"), 900, Lasts::Exactly, Some(bind(2)), 600);
     assert!(s.is_empty(), "touching an unbound hold binds nothing");
+}
+
+#[test]
+fn a_stale_binding_is_never_revived_by_a_re_entry_or_a_renewal() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 100, 0);
+    // The hold ended by its lease at 100; a re-entry at 150 (the owner's field lingered) is
+    // a fresh hold: it is not bound to client 1, whose close must end nothing.
+    s.touch(&hold("a", "o"), 900, Lasts::AtLeast, None, 150);
+    assert!(s.get(&hold("a", "o")).is_none());
+    assert!(!s.closed(1), "client 1 has no hold left");
+    // With SESSION, the re-entry binds its own connection.
+    s.granted(hold("b", "o"), Some(bind(1)), 100, 0);
+    s.touch(&hold("b", "o"), 900, Lasts::AtLeast, Some(bind(2)), 150);
+    assert_eq!(s.get(&hold("b", "o")).map(|b| (b.bind.client, b.until)), Some((2, 900)));
+}
+
+#[test]
+fn a_read_re_entry_keeps_the_latest_end_of_the_owners_holds() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 1_000, 0);
+    s.touch(&hold("a", "o"), 400, Lasts::AtLeast, None, 10);
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(1_000));
+    s.touch(&hold("a", "o"), 2_000, Lasts::AtLeast, None, 20);
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(2_000));
+    s.touch(&hold("a", "o"), 500, Lasts::Exactly, None, 30);
+    assert_eq!(s.get(&hold("a", "o")).map(|b| b.until), Some(500), "a renewal sets it");
+}
+
+#[test]
+fn the_pending_ends_of_one_lock_are_taken_apart_from_the_others() {
+    let mut s = Sessions::default();
+    s.granted(hold("a", "o"), Some(bind(1)), 1_000, 0);
+    s.granted(hold("b", "o"), Some(bind(1)), 1_000, 0);
+    s.granted(hold("b", "p"), Some(bind(1)), 1_000, 0);
+    s.closed(1);
+    assert!(s.ending(&lock("b")) && s.ending(&lock("a")) && !s.ending(&lock("c")));
+    let taken = s.take_ending_of(&lock("b"), 10);
+    assert_eq!(
+        taken.iter().map(|(h, _)| h.clone()).collect::<Vec<_>>(),
+        vec![hold("b", "o"), hold("b", "p")]
+    );
+    assert!(!s.ending(&lock("b")) && s.ending(&lock("a")));
+    assert_eq!(s.take_ending(10).len(), 1);
 }
 
 #[test]
@@ -259,6 +303,47 @@ fn flush_and_swapdb_follow_the_data() {
     s.granted(in_db(5, "x"), Some(bind(1)), 100, 0);
     s.flushed(None);
     assert!(s.is_empty());
+}
+
+/// A close queued in database 0, then `SWAPDB 0 1` where database 1 has a bound hold of the
+/// same name and owner: the pending end follows its hold to database 1, the other binding to
+/// database 0, and neither cancels the other.
+#[test]
+fn a_pending_end_and_a_binding_of_the_same_hold_cross_in_a_swapdb() {
+    let mut s = Sessions::default();
+    let in_db =
+        |db| Hold { lock: LockName { db, key: b"l".to_vec() }, held: Held::Lock(b"o".to_vec()) };
+    s.granted(in_db(0), Some(bind(1)), 100, 0);
+    s.granted(in_db(1), Some(bind(2)), 100, 0);
+    assert!(s.closed(1));
+    s.swapped(0, 1);
+    assert_eq!(s.get(&in_db(0)).map(|b| b.bind.client), Some(2));
+    let ending: Vec<Hold> = s.take_ending(usize::MAX).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![in_db(1)]);
+}
+
+/// What a flush drops comes back whole when the data does (a reload): bindings and pending
+/// ends; what it did not drop stays.
+#[test]
+fn a_flush_returns_what_it_dropped_and_a_restore_puts_it_back() {
+    let mut s = Sessions::default();
+    let in_db = |db, key: &str| Hold {
+        lock: LockName { db, key: key.as_bytes().to_vec() },
+        held: Held::Lock(b"o".to_vec()),
+    };
+    s.granted(in_db(0, "a"), Some(bind(1)), 100, 0);
+    s.granted(in_db(0, "b"), Some(bind(2)), 100, 0);
+    s.granted(in_db(3, "c"), Some(bind(1)), 100, 0);
+    s.closed(2);
+    let dropped = s.flushed(Some(0));
+    assert_eq!((dropped.bound.len(), dropped.ending.len()), (1, 1));
+    assert!(!s.ends_pending() && s.len() == 1);
+    s.restore(dropped);
+    assert_eq!(s.len(), 2);
+    assert_eq!(s.get(&in_db(0, "a")).map(|b| b.bind.client), Some(1));
+    let ending: Vec<Hold> = s.take_ending(usize::MAX).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(ending, vec![in_db(0, "b")]);
+    assert!(s.flushed(None).bound.len() == 2 && s.is_empty());
 }
 
 #[test]

@@ -113,11 +113,19 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
     }
 }
 
-/// `RSEM.RELEASE key permits` or `RSEM.RELEASE key ID id [id ...]`
+/// `RSEM.RELEASE key permits [REQUEST id]` or `RSEM.RELEASE key ID id [id ...]`
 #[derive(Debug)]
 pub enum SemRelease<'a, A> {
-    Count { key: &'a A, permits: u64 },
-    Ids { key: &'a A, ids: &'a [A] },
+    /// `request`: the `REQUEST id` of the acquire whose counted permits these are.
+    Count {
+        key: &'a A,
+        permits: u64,
+        request: Option<&'a A>,
+    },
+    Ids {
+        key: &'a A,
+        ids: &'a [A],
+    },
 }
 
 impl<'a, A: Arg> SemRelease<'a, A> {
@@ -138,7 +146,16 @@ impl<'a, A: Arg> SemRelease<'a, A> {
                 }
                 Ok(Self::Ids { key, ids })
             }
-            [_, key, n] => Ok(Self::Count { key, permits: permits(n, false)? }),
+            [_, key, n] => Ok(Self::Count { key, permits: permits(n, false)?, request: None }),
+            [_, key, n, word, rest @ ..] if word.bytes().eq_ignore_ascii_case(REQUEST) => {
+                let permits = permits(n, false)?;
+                match rest {
+                    [] => Err(LockError::MissingRequest),
+                    [id] if id.bytes().is_empty() => Err(LockError::InvalidRequest),
+                    [id] => Ok(Self::Count { key, permits, request: Some(id) }),
+                    _ => Err(LockError::Syntax),
+                }
+            }
             _ => Err(LockError::WrongArity),
         }
     }

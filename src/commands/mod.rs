@@ -57,6 +57,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Lock)?;
+        waiting::apply_pending(ctx, cmd.key);
         // Everything that can refuse is checked before anything is written.
         let asked = Asked::Lock { owner: cmd.owner.as_slice(), token: cmd.token };
         let record = match request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
@@ -112,6 +113,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Release::parse(&argv)?;
+        waiting::apply_pending(ctx, cmd.key);
         let deadline = cmd.lease.map(|lease| Deadline::after(raw::now_ms(), lease)).transpose()?;
         latched(ctx, cmd.key, cmd.request, || {
             waiting::release_hold(ctx, cmd.key, cmd.owner, deadline)
@@ -148,6 +150,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         sessions::check_owner(cmd.owner.as_slice())?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
         store::may_grant(ctx)?;
+        waiting::apply_pending(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
         let plan = rules::renew(key.view(Some(cmd.owner))?, deadline);
         key.apply(Some(cmd.owner), &plan);
@@ -164,6 +167,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
+        waiting::apply_pending(ctx, cmd.key);
         waiting::settle(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
         let plan = rules::force_release(key.view(None)?);

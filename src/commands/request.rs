@@ -8,7 +8,7 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 use crate::args;
 use crate::error::{LockError, Refusal};
 use crate::raw;
-use crate::request_rules::{self, replies, Asked, Cancel, Granted, Record};
+use crate::request_rules::{self, replies, Asked, Cancel, CountedRelease, Granted, Record};
 use crate::rules::Reply;
 use crate::store;
 use crate::store::request::{self as record, RequestRecord};
@@ -75,6 +75,7 @@ pub(crate) fn prelude(
 pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::Cancel::parse(&argv)?;
+        waiting::apply_pending(ctx, cmd.key);
         let (name, id) = (cmd.key, cmd.request.as_slice());
         let record = RequestRecord::for_caller(ctx, name, id)?;
         let waits = waiting::waits_as(ctx, name, id);
@@ -105,6 +106,39 @@ pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         }
         Ok(RedisValue::Integer(reply))
     })
+}
+
+/// `RSEM.RELEASE key permits REQUEST id`: gives back the counted permits that the acquire with
+/// `REQUEST id` got, once: its record then says released, so a retried release gives back
+/// nothing more and replies the count left, and `RLOCK.CANCEL` of the request replies 0.
+///
+/// # Errors
+/// As `RSEM.RELEASE key permits`; `NOPERM`, `WRONGTYPE` or a corrupt record; the record of
+/// another acquire (`ERR request <id> belongs to another acquire ...`).
+pub(crate) fn release_counted(
+    ctx: &Context,
+    name: &RedisString,
+    permits: u64,
+    id: &[u8],
+) -> Result<RedisValue, Refusal> {
+    let refused = |e| Refusal::Request(e, id.to_vec());
+    let record = RequestRecord::for_caller(ctx, name, id)?;
+    if waiting::waits_as(ctx, name, id) {
+        // It holds nothing yet: a grant now would be recorded after this release.
+        return Err(refused(LockError::RequestWaiting));
+    }
+    let stored = record.read(ctx).map_err(|e| match e {
+        LockError::RequestMismatch => refused(e),
+        e => e.into(),
+    })?;
+    match request_rules::release_counted(stored.as_ref(), permits).map_err(refused)? {
+        CountedRelease::GiveBack => {
+            let left = waiting::sem_give_back(ctx, name, permits)?;
+            record.released(ctx, raw::now_ms());
+            Ok(RedisValue::Integer(left))
+        }
+        CountedRelease::Nothing => Ok(RedisValue::Integer(store::sem::available(ctx, name)?)),
+    }
 }
 
 /// Gives back what `granted` still holds on the lock `name` at `now`, as its release would

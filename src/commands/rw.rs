@@ -71,6 +71,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Rw(cmd.mode))?;
+        waiting::apply_pending(ctx, cmd.key);
         // Everything that can refuse is checked before anything is written.
         let asked = Asked::Rw { mode: cmd.mode, owner: cmd.owner.as_slice(), token: cmd.token };
         let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
@@ -131,6 +132,7 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRelease::parse(&argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
+        waiting::apply_pending(ctx, cmd.key);
         super::latched(ctx, cmd.key, cmd.request, || {
             waiting::rw_release(ctx, cmd.key, cmd.owner.as_slice(), cmd.mode)
         })
@@ -146,9 +148,12 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
+        waiting::apply_pending(ctx, cmd.key);
         let key = RwKey::open(ctx, cmd.key, true);
         let owner = cmd.owner.as_slice();
-        let state = key.state_of(Some(owner))?;
+        // An owner whose read holds all ended by their leases holds no read side, whatever
+        // its field says until the next dead-reader check: nothing of it is renewed.
+        let state = key.with_live_reads(key.state_of(Some(owner))?, owner, now)?;
         let plan = match cmd.mode {
             None => rw_rules::renew(&state, owner, now, deadline),
             Some(side) => rw_rules::renew_side(&state, owner, side, now, deadline),
@@ -157,10 +162,14 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         key.apply(&plan);
         drop(key);
         if plan.reply == Reply::Int(1) {
-            let until = waiting::session::lease_end(ctx, cmd.key);
-            for held in [Held::Read(owner.to_vec()), Held::Write(owner.to_vec())] {
-                waiting::session::renewed(ctx, cmd.key, held, until);
+            // Every read hold renewed ends at the deadline (the read side's binding with them);
+            // the write side lasts as the hash does.
+            if cmd.mode != Some(Mode::Write) {
+                let held = Held::Read(owner.to_vec());
+                waiting::session::renewed(ctx, cmd.key, held, deadline.unix_ms());
             }
+            // The hash's lease (the write hold's) moved whichever side was renewed.
+            waiting::session::write_lease_moved(ctx, cmd.key, owner);
         }
         waiting::rw_applied(ctx, cmd.key, &plan);
         Ok(store::to_value(plan.reply))
@@ -171,6 +180,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(&argv)?;
+        waiting::apply_pending(ctx, cmd.key);
         let mode = RwKey::open(ctx, cmd.key, false).state_of(None)?.mode;
         if mode.is_some() || waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0 {
             // Refused before the hand-off below: whatever holds the lock then, it is freed.

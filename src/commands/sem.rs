@@ -14,7 +14,7 @@ use crate::request_rules::{Asked, Granted, REQUEST_RECORD_MS};
 use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
-use crate::sessions::Held;
+use crate::sessions::{self, Held};
 use crate::store::sem::{Leases, SemKey};
 use crate::store::{self, access::check_publish, Unlocked};
 use crate::waiting;
@@ -70,6 +70,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let now = raw::now_ms();
         let until = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
         let leases = cmd.lease.map(|_| Leases::for_caller(ctx, cmd.key)).transpose()?;
+        waiting::apply_pending(ctx, cmd.key);
         let asked = match cmd.lease {
             Some(_) => Asked::Leased(cmd.permits),
             None => Asked::Permits(cmd.permits),
@@ -138,13 +139,19 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `RSEM.RELEASE key permits` or `RSEM.RELEASE key ID id [id ...]`
+/// `RSEM.RELEASE key permits [REQUEST id]` or `RSEM.RELEASE key ID id [id ...]`
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guarded(ctx, || match args::SemRelease::parse(&argv)? {
-        args::SemRelease::Count { key, permits } => {
+    super::guarded_naming(ctx, || match args::SemRelease::parse(&argv)? {
+        args::SemRelease::Count { key, permits, request: Some(id) } => {
+            waiting::apply_pending(ctx, key);
+            super::request::release_counted(ctx, key, permits, id.as_slice())
+        }
+        args::SemRelease::Count { key, permits, request: None } => {
+            waiting::apply_pending(ctx, key);
             Ok(RedisValue::Integer(waiting::sem_give_back(ctx, key, permits)?))
         }
         args::SemRelease::Ids { key, ids } => {
+            waiting::apply_pending(ctx, key);
             let ids: Vec<&[u8]> = ids.iter().map(RedisString::as_slice).collect();
             Ok(RedisValue::Integer(waiting::sem_give_back_ids(ctx, key, &ids)?))
         }
@@ -155,8 +162,10 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::sem::parse_renew(&argv)?;
+        sessions::check_permit(cmd.owner.as_slice())?;
         store::may_grant(ctx)?;
         let until = Deadline::after(raw::now_ms(), cmd.lease)?;
+        waiting::apply_pending(ctx, cmd.key);
         let leases = Leases::for_caller(ctx, cmd.key)?;
         waiting::sem_reclaim_due(ctx, cmd.key)?;
         let id = cmd.owner.as_slice();

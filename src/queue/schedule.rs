@@ -80,16 +80,20 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         true
     }
 
-    /// Drops the own checks of every lock of database `db` (`None`: of every database).
-    pub fn drop_checks(&mut self, db: Option<i32>) {
+    /// Drops the own checks of every lock of database `db` (`None`: of every database); returns
+    /// them (lock, when), to be scheduled again should the flush be a reload's.
+    pub fn drop_checks(&mut self, db: Option<i32>) -> Vec<(LockName, i64)> {
         let schedule = &mut self.schedule;
+        let mut dropped = Vec::new();
         self.checks.retain(|lock, slot| {
             let keep = db.is_some_and(|db| lock.db != db);
             if !keep {
                 schedule.remove(slot);
+                dropped.push((lock.clone(), slot.0));
             }
             keep
         });
+        dropped
     }
 
     /// `SWAPDB first second`: the own checks of the locks of the two databases follow their data.

@@ -63,6 +63,14 @@ pub fn replica_lines(ctx: &Context) -> Option<Vec<Vec<u8>>> {
     Some(lines)
 }
 
+/// Whether this server has accepted a client connection since it started (`INFO stats`'s
+/// `total_connections_received`): a module loaded at start-up runs before any, one loaded by
+/// `MODULE LOAD` after; `None` if the section cannot be read.
+pub fn has_served_clients(ctx: &Context) -> Option<bool> {
+    let info = ServerInfo::read(ctx, c"stats")?;
+    Some(info.signed(c"total_connections_received")? > 0)
+}
+
 /// What `INFO server` says this server is (read at load).
 #[derive(Debug, Clone, Default)]
 pub struct ServerText {

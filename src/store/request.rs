@@ -74,6 +74,13 @@ impl RequestRecord {
         self.store(ctx, &Record::Cancelled, request_rules::cancelled_until(now, expire_at));
     }
 
+    /// Records that the request's counted permits were given back, at `now`: kept as long as a
+    /// cancelled record is (a late cancel or retried release must find it).
+    pub fn released(&self, ctx: &Context, now: i64) {
+        let expire_at = Some(Key::open(ctx, &self.name, false).expire_at()).filter(|&at| at >= 0);
+        self.store(ctx, &Record::Released, request_rules::cancelled_until(now, expire_at));
+    }
+
     fn store(&self, ctx: &Context, record: &Record, until: i64) {
         let value = RedisString::create_from_slice(ctx.get_raw(), &record.stored_for(&self.lock));
         store_string(ctx, &self.name, &value, c"set", Some(until));
@@ -109,7 +116,9 @@ pub fn in_place(
             Ok(matches!(view, View::Held { mine: Some(_), .. }))
         }
         Granted::Rw { mode, owner, .. } => {
-            let state = RwKey::open(ctx, name, false).state_of(Some(owner))?;
+            let key = RwKey::open(ctx, name, false);
+            // Read holds whose leases all ended are not in place, field or no field.
+            let state = key.with_live_reads(key.state_of(Some(owner))?, owner, now)?;
             Ok(match mode {
                 Mode::Read => state.mode.is_some() && state.reads_of(owner) > 0,
                 Mode::Write => state.mode == Some(Mode::Write) && state.writes_of(owner) > 0,

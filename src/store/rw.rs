@@ -134,6 +134,29 @@ impl<'a> RwKey<'a> {
         Ok(holds)
     }
 
+    /// `state` (read with [`Self::state_of`] for `owner`) with `owner`'s read side as it stands
+    /// at `now`: when none of its read holds is live any more (every hold key's lease ended, the
+    /// field not yet removed by a dead-reader check), the owner holds no read side. Reads the
+    /// owner's hold keys only (at most `rw_rules::MAX_READ_HOLDS`).
+    ///
+    /// # Errors
+    /// As [`Self::holds`].
+    pub fn with_live_reads(
+        &self,
+        mut state: RwState,
+        owner: &[u8],
+        now: i64,
+    ) -> Result<RwState, LockError> {
+        if state.reads_of(owner) == 0 {
+            return Ok(state);
+        }
+        let holds = self.holds(&state, now)?;
+        if holds.get(owner).is_none_or(|h| h.values().all(|&at| at <= now)) {
+            state.readers.remove(owner);
+        }
+        Ok(state)
+    }
+
     /// Checks every hold key `plan` writes: in the lock's cluster slot, and writable by the
     /// caller's ACL user. Nothing is written on a refusal.
     ///
@@ -307,6 +330,23 @@ pub struct Reaped {
     /// When to look again (the earliest live read hold's end, not before the lock's next
     /// allowed check).
     pub next: Option<i64>,
+}
+
+/// When `owner`'s last live read hold on the read-write lock `name` ends (Unix ms), read from
+/// its hold keys; `None`: it has none.
+///
+/// # Errors
+/// As [`RwKey::state_of`] and [`RwKey::holds`].
+pub fn read_holds_end(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    now: i64,
+) -> Result<Option<i64>, LockError> {
+    let key = RwKey::open(ctx, name, false);
+    let state = key.state_of(Some(owner))?;
+    let holds = key.holds(&state, now)?;
+    Ok(holds.get(owner).and_then(|h| h.values().copied().filter(|&at| at > now).max()))
 }
 
 /// Spacing between two dead-reader checks of one lock, in µs per field and hold key the first

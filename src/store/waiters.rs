@@ -213,7 +213,7 @@ fn record_of(ctx: &Context, name: &RedisString, id: &[u8]) -> Result<RequestReco
     let record = RequestRecord::for_caller(ctx, name, id)?;
     match record.read(ctx)? {
         Some(Record::Cancelled) => Err(LockError::RequestCancelled),
-        Some(Record::Granted(_)) | None => Ok(record),
+        Some(Record::Granted(_) | Record::Released) | None => Ok(record),
     }
 }
 

@@ -30,10 +30,14 @@
 //! released (deferred to a timer), so no lock stays with a client that is gone.
 //!
 //! In cluster mode, waiters whose slot moved away are redirected ([`cluster`]).
+//!
+//! A flush drops the session bindings, pending ends and checks of the databases it empties,
+//! set aside for a reload that loads the data back in the same command ([`lifecycle`]).
 
 pub mod cluster;
 pub mod deadlock;
 mod kinds;
+pub mod lifecycle;
 pub mod listing;
 mod requests;
 pub mod session;
@@ -46,6 +50,7 @@ pub use kinds::{
     waiting_permits,
 };
 pub use requests::{dequeue, waits_as};
+pub use session_end::apply_pending;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -157,12 +162,13 @@ pub fn total_waiting() -> usize {
 }
 
 /// Database `db` (`None`: every database) was flushed: the own checks of its locks go (and the
-/// schedule timer with them, when nothing else is scheduled).
-pub fn forget_checks(ctx: &Context, db: Option<i32>) {
-    let dropped = QUEUES.with(|q| q.try_borrow_mut().map(|mut q| q.drop_checks(db)).is_ok());
-    if dropped {
+/// schedule timer with them, when nothing else is scheduled); returns them (lock, when).
+pub fn forget_checks(ctx: &Context, db: Option<i32>) -> Vec<(LockName, i64)> {
+    let dropped = QUEUES.with(|q| q.try_borrow_mut().map(|mut q| q.drop_checks(db)).ok());
+    if dropped.is_some() {
         timers::arm(ctx);
     }
+    dropped.unwrap_or_default()
 }
 
 /// `SWAPDB first second`: the own checks of the two databases' locks follow their data.

@@ -16,7 +16,7 @@ use crate::error::LockError;
 use crate::raw;
 use crate::rules::{Kind, Request};
 use crate::rw_rules::{Effect, Mode, RwPlan};
-use crate::sessions::{Bind, Held, Hold, Sessions};
+use crate::sessions::{Bind, Dropped, Held, Hold, Lasts, Sessions};
 use crate::store::waiters::{Stamp, Written};
 use crate::store::{self, access::check_publish, Unlocked};
 
@@ -46,11 +46,23 @@ fn quiet() -> bool {
     SESSIONS.with(|s| s.try_borrow().map_or(true, |s| s.is_empty()))
 }
 
+/// Whether holds of closed connections wait to be ended (cheap: every command asks).
+pub fn ends_pending() -> bool {
+    SESSIONS.with(|s| s.try_borrow().is_ok_and(|s| s.ends_pending()))
+}
+
 /// At load: no binding, counters from zero.
 pub fn reset() {
     with(Sessions::clear);
     SESSION_STATS.ends.store(0, Ordering::Relaxed);
     SESSION_STATS.delays.store(0, Ordering::Relaxed);
+}
+
+/// Whether a hold is bound or an end waits to be applied (after pruning the bindings whose
+/// lease ended): `MODULE UNLOAD` is refused then.
+pub fn promised(now: i64) -> bool {
+    prune(now);
+    !quiet()
 }
 
 /// How many holds are bound to a connection now (`INFO rlock`).
@@ -93,14 +105,29 @@ pub fn granted(
     bind: Option<Bind>,
     until: i64,
 ) {
+    granted_lasting(ctx, name, held, fresh, bind, until, Lasts::Exactly);
+}
+
+/// [`granted`], the binding's end set as `lasts` says (a read re-entry adds one hold beside
+/// the owner's others: the binding lasts as long as the latest of them).
+fn granted_lasting(
+    ctx: &Context,
+    name: &RedisString,
+    held: Held,
+    fresh: bool,
+    bind: Option<Bind>,
+    until: i64,
+    lasts: Lasts,
+) {
     if bind.is_none() && quiet() {
         return;
     }
     let hold = Hold { lock: lock_name(ctx, name), held };
+    let now = raw::now_ms();
     if fresh {
-        with(|s| s.granted(hold, bind, until, raw::now_ms()));
+        with(|s| s.granted(hold, bind, until, now));
     } else {
-        with(|s| s.touch(&hold, until));
+        with(|s| s.touch(&hold, until, lasts, bind, now));
     }
 }
 
@@ -120,15 +147,37 @@ pub fn rw_granted(
     if bind.is_none() && quiet() {
         return;
     }
-    let until = lease_end(ctx, name);
     for effect in &plan.effects {
-        let (held, count) = match effect {
-            Effect::SetReads { owner: o, count } if o == owner => (Held::Read(o.clone()), *count),
-            Effect::SetWrites { owner: o, count } if o == owner => (Held::Write(o.clone()), *count),
-            _ => continue,
-        };
-        granted(ctx, name, held, count == 1, bind, until);
+        match effect {
+            Effect::SetReads { owner: o, count } if o == owner => {
+                // A read side's binding lasts as long as the owner's own read holds, not the
+                // whole hash (other readers may keep it longer).
+                let until = plan.grant_until().unwrap_or_else(|| lease_end(ctx, name));
+                let held = Held::Read(o.clone());
+                granted_lasting(ctx, name, held, *count == 1, bind, until, Lasts::AtLeast);
+            }
+            Effect::SetWrites { owner: o, count } if o == owner => {
+                let held = Held::Write(o.clone());
+                granted(ctx, name, held, *count == 1, bind, lease_end(ctx, name));
+            }
+            Effect::ExpireAt(_) if !plan.effects.iter().any(|e| is_writes_of(e, owner)) => {
+                // The hash's lease is the write hold's: a read grant of the writer that moves
+                // it moves its write side's end.
+                write_lease_moved(ctx, name, owner);
+            }
+            _ => {}
+        }
     }
+}
+
+fn is_writes_of(effect: &Effect, owner: &[u8]) -> bool {
+    matches!(effect, Effect::SetWrites { owner: o, .. } if o == owner)
+}
+
+/// The hash of the read-write lock `name` got a new lease end: `owner`'s write side (if it
+/// holds one, bound) lasts until it.
+pub fn write_lease_moved(ctx: &Context, name: &RedisString, owner: &[u8]) {
+    granted(ctx, name, Held::Write(owner.to_vec()), false, None, lease_end(ctx, name));
 }
 
 /// A waiter's grant was written: bound to its connection if it asked with `SESSION`.
@@ -146,8 +195,9 @@ pub fn waiter_granted(ctx: &Context, name: &RedisString, request: &Request, writ
         (Kind::Rw(Mode::Write), Stamp::Hold { count, .. }) => {
             granted(ctx, name, Held::Write(owner()), count == 1, bind, lease_end(ctx, name));
         }
-        (Kind::Rw(Mode::Read), Stamp::ReadHold { index, .. }) => {
-            granted(ctx, name, Held::Read(owner()), index == 1, bind, lease_end(ctx, name));
+        (Kind::Rw(Mode::Read), Stamp::ReadHold { index, expire_at }) => {
+            let (held, fresh) = (Held::Read(owner()), index == 1);
+            granted_lasting(ctx, name, held, fresh, bind, expire_at, Lasts::AtLeast);
         }
         (Kind::Leased(_), _) => {
             // The permits' lease end: their reclaim is due just after it.
@@ -189,8 +239,30 @@ pub fn rw_applied(ctx: &Context, name: &RedisString, plan: &RwPlan) {
         match effect {
             Effect::DropReads { owner } => ended(ctx, name, Held::Read(owner.clone())),
             Effect::DropWrites { owner } => ended(ctx, name, Held::Write(owner.clone())),
+            Effect::DropHold { owner, .. }
+                if !plan.effects.contains(&Effect::DropReads { owner: owner.clone() }) =>
+            {
+                reads_shrank(ctx, name, owner);
+            }
             _ => {}
         }
+    }
+}
+
+/// One of `owner`'s read holds on `name` went (a partial release): its bound read side now
+/// lasts as long as its remaining holds (read from their keys, only when the side is bound), so
+/// an ended binding is never revived by a later read.
+fn reads_shrank(ctx: &Context, name: &RedisString, owner: &[u8]) {
+    let hold = Hold { lock: lock_name(ctx, name), held: Held::Read(owner.to_vec()) };
+    if with(|s| s.get(&hold)).is_none() {
+        return;
+    }
+    let now = raw::now_ms();
+    match crate::store::rw::read_holds_end(ctx, name, owner, now) {
+        Ok(Some(until)) => with(|s| s.touch(&hold, until, Lasts::Exactly, None, now)),
+        Ok(None) => with(|s| s.unbind(&hold)),
+        // Unreadable (the release read them): the binding keeps its end.
+        Err(_) => {}
     }
 }
 
@@ -217,13 +289,24 @@ pub fn prune(now: i64) {
     }
 }
 
-/// Database `db` (`None`: all) was flushed.
-pub fn flushed(db: Option<i32>) {
-    SESSIONS.with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            s.flushed(db);
-        }
-    });
+/// Database `db` (`None`: all) was flushed: returns the bindings and pending ends that went
+/// (`lifecycle` keeps them should the flush be a reload's).
+pub fn flushed(db: Option<i32>) -> Dropped {
+    SESSIONS.with(|s| s.try_borrow_mut().map(|mut s| s.flushed(db)).unwrap_or_default())
+}
+
+/// A reload brought back the data a flush emptied: its bindings and pending ends come back
+/// (the ends applied at the next timer tick).
+pub fn restore(ctx: &Context, dropped: Dropped) {
+    if dropped.is_empty() {
+        return;
+    }
+    if with(|s| {
+        s.restore(dropped);
+        s.ends_pending()
+    }) {
+        timers::defer(ctx, |d| d.session_ends = true);
+    }
 }
 
 /// `SWAPDB first second`: bindings follow their holds.

@@ -23,7 +23,7 @@ use crate::queue::LockName;
 use crate::raw;
 use crate::rules::{self, Deadline, View};
 use crate::rw_rules::{self, Acquired, Mode, Rest, RwPlan, RwState};
-use crate::sessions::{delay_until, Binding, Held, Hold, PLACEHOLDER};
+use crate::sessions::{delay_until, permit_placeholder, Binding, Held, Hold, PLACEHOLDER};
 use crate::store::rw::RwKey;
 use crate::store::sem::Leases;
 use crate::store::{LockKey, Unlocked};
@@ -55,61 +55,103 @@ const PERMIT_COST: u64 = 4;
 pub(super) fn end_pending(ctx: &Context, budget: &Budget) -> bool {
     while !budget.spent() {
         let Some((hold, binding)) = with(|s| s.take_ending(1)).pop() else { break };
-        let now = raw::now_ms();
-        if !raw::select_db(ctx, hold.lock.db) {
-            continue;
-        }
-        let name = RedisString::create_from_slice(ctx.get_raw(), &hold.lock.key);
-        let ended = match hold.held {
-            Held::Permit(id) => {
-                // The holds of one lock come together, its permits last.
-                let limit = usize::try_from(budget.left() / PERMIT_COST).unwrap_or(usize::MAX);
-                let like = |held: &Held| matches!(held, Held::Permit(_));
-                let more = with(|s| s.take_ending_like(&hold.lock, like, limit));
-                let mut permits = vec![(id, binding)];
-                permits.extend(more.into_iter().filter_map(|(hold, binding)| match hold.held {
-                    Held::Permit(id) => Some((id, binding)),
-                    _ => None,
-                }));
-                end_permits(ctx, &name, &permits, now)
-            }
-            Held::Read(owner) => {
-                // Every read side of the lock waiting to end, the budget deciding how many
-                // end now (one plan for them all).
-                let limit = usize::try_from(budget.left() / HOLD_KEY_COST).unwrap_or(usize::MAX);
-                let like = |held: &Held| matches!(held, Held::Read(_));
-                let more = with(|s| s.take_ending_like(&hold.lock, like, limit.max(1)));
-                let mut sides = vec![(owner, binding)];
-                sides.extend(more.into_iter().filter_map(|(hold, binding)| match hold.held {
-                    Held::Read(owner) => Some((owner, binding)),
-                    _ => None,
-                }));
-                end_reads(ctx, &name, &hold.lock, sides, budget, now)
-            }
-            _ if binding.stale(now) => continue,
-            Held::Lock(owner) => end_lock(ctx, &name, &owner, binding, now),
-            Held::Write(owner) => end_write(ctx, &name, &owner, binding, now),
-        };
-        let (ended, delayed) = match ended {
-            // The name holds another kind of lock now (or something else): not this hold.
-            Ok(EndOf::Nothing)
-            | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
-                continue
-            }
-            Ok(EndOf::Hold { delayed }) => (1, u64::from(delayed)),
-            Ok(EndOf::Many { ended, delayed }) => (ended, delayed),
-            Err(e) => {
-                ctx.log_warning(&format!(
-                    "rlock: could not end a session hold whose connection closed (it ends with \
-                     its lease): {e}"
-                ));
-                continue;
-            }
-        };
-        SESSION_STATS.ends.fetch_add(ended, Ordering::Relaxed);
-        SESSION_STATS.delays.fetch_add(delayed, Ordering::Relaxed);
+        end_next(ctx, hold, binding, budget);
     }
     with(|s| s.ends_pending())
+}
+
+/// Before a write command reads the lock `name` (the context's database), what is decided for
+/// it but not yet applied is applied now, in the order the timer would have applied it: grants
+/// to clients that left before their reply are undone, then the holds of closed connections are
+/// ended (all of this lock's, whatever they cost: a command must not read any of them as in
+/// place). So no command reads a grant whose end is decided as if it were in place (a `REQUEST`
+/// retry replaying it, a renewal, a re-entry, a release or a cancel finding it). Done as the
+/// module's own work (the end is not the caller's: nothing is checked against its ACL), on a
+/// master, also inside a `MULTI` that paused writes (the transaction writes anyway), as Redis's
+/// own lazy expiry deletes a key that a command then refuses to use.
+pub fn apply_pending(ctx: &Context, name: &RedisString) {
+    let ends = super::session::ends_pending();
+    let undos = super::timers::undos_pending();
+    if !(ends || undos) || !raw::is_master(ctx) {
+        return;
+    }
+    let lock = lock_name(ctx, name);
+    let undos = undos && super::timers::undo_due(&lock);
+    let ends = ends && with(|s| s.ending(&lock));
+    if !(ends || undos) {
+        return;
+    }
+    crate::store::module_work(ctx, || {
+        if undos {
+            super::timers::undo_now(ctx, &lock);
+        }
+        if ends {
+            let budget = Budget::unbounded();
+            while let Some((hold, binding)) = with(|s| s.take_ending_of(&lock, 1)).pop() {
+                end_next(ctx, hold, binding, &budget);
+            }
+        }
+    });
+    // The context's database is the caller's (all of this was of a lock in it).
+    let _ = raw::select_db(ctx, lock.db);
+}
+
+/// Ends `hold` (of a closed connection), with the other holds of its lock that end together
+/// with it (its permits; its read sides, as many as `budget` allows, the rest put back).
+fn end_next(ctx: &Context, hold: Hold, binding: Binding, budget: &Budget) {
+    let now = raw::now_ms();
+    if !raw::select_db(ctx, hold.lock.db) {
+        return;
+    }
+    let name = RedisString::create_from_slice(ctx.get_raw(), &hold.lock.key);
+    let ended = match hold.held {
+        Held::Permit(id) => {
+            // The holds of one lock come together, its permits last.
+            let limit = usize::try_from(budget.left() / PERMIT_COST).unwrap_or(usize::MAX);
+            let like = |held: &Held| matches!(held, Held::Permit(_));
+            let more = with(|s| s.take_ending_like(&hold.lock, like, limit));
+            let mut permits = vec![(id, binding)];
+            permits.extend(more.into_iter().filter_map(|(hold, binding)| match hold.held {
+                Held::Permit(id) => Some((id, binding)),
+                _ => None,
+            }));
+            end_permits(ctx, &name, &permits, now)
+        }
+        Held::Read(owner) => {
+            // Every read side of the lock waiting to end, the budget deciding how many
+            // end now (one plan for them all).
+            let limit = usize::try_from(budget.left() / HOLD_KEY_COST).unwrap_or(usize::MAX);
+            let like = |held: &Held| matches!(held, Held::Read(_));
+            let more = with(|s| s.take_ending_like(&hold.lock, like, limit.max(1)));
+            let mut sides = vec![(owner, binding)];
+            sides.extend(more.into_iter().filter_map(|(hold, binding)| match hold.held {
+                Held::Read(owner) => Some((owner, binding)),
+                _ => None,
+            }));
+            end_reads(ctx, &name, &hold.lock, sides, budget, now)
+        }
+        _ if binding.stale(now) => return,
+        Held::Lock(owner) => end_lock(ctx, &name, &owner, binding, now),
+        Held::Write(owner) => end_write(ctx, &name, &owner, binding, now),
+    };
+    let (ended, delayed) = match ended {
+        // The name holds another kind of lock now (or something else): not this hold.
+        Ok(EndOf::Nothing)
+        | Err(LockError::WrongType | LockError::NotAReentrantLock | LockError::NotAnRwLock) => {
+            return
+        }
+        Ok(EndOf::Hold { delayed }) => (1, u64::from(delayed)),
+        Ok(EndOf::Many { ended, delayed }) => (ended, delayed),
+        Err(e) => {
+            ctx.log_warning(&format!(
+                "rlock: could not end a session hold whose connection closed (it ends with \
+                 its lease): {e}"
+            ));
+            return;
+        }
+    };
+    SESSION_STATS.ends.fetch_add(ended, Ordering::Relaxed);
+    SESSION_STATS.delays.fetch_add(delayed, Ordering::Relaxed);
 }
 
 /// A reentrant lock's whole hold by `owner` ends: the lock is freed (handed to its waiters, or
@@ -295,8 +337,9 @@ fn rw_placeholder(
 }
 
 /// Leased permits of the semaphore `name` end: those without a delay come back together (its
-/// waiters served, the count published once), each delayed one stays leased under its id until
-/// its delay ends, when its reclaim brings it back. A permit whose lease ended (or whose binding
+/// waiters served, the count published once), each delayed one is leased under a placeholder
+/// member (`sessions::permit_placeholder`) until its delay ends, when its reclaim brings it
+/// back; its own id is gone at once. A permit whose lease ended (or whose binding
 /// is stale) is left to its reclaim.
 fn end_permits(
     ctx: &Context,
@@ -308,7 +351,7 @@ fn end_permits(
     let ids: Vec<&[u8]> = permits.iter().map(|(id, _)| id.as_slice()).collect();
     let scores = leases.scores(ctx, &ids)?;
     let mut back: Vec<&[u8]> = Vec::new();
-    // Delay end -> the permits whose lease moves earlier to it.
+    // Delay end -> the permits held by a placeholder until then.
     let mut moved: BTreeMap<i64, Vec<&[u8]>> = BTreeMap::new();
     let mut delayed: Vec<&[u8]> = Vec::new();
     for ((id, binding), score) in permits.iter().zip(scores) {
@@ -318,15 +361,22 @@ fn end_permits(
         match delay_until(now, binding.bind.delay_ms, Some(lease_until)) {
             None => back.push(id),
             Some(until) => {
-                if until < lease_until {
-                    moved.entry(until).or_default().push(id);
-                }
+                moved.entry(until).or_default().push(id);
                 delayed.push(id);
             }
         }
     }
+    // A delayed permit leaves its id: the id's grant ended (a `REQUEST` retry must not replay
+    // it, `RSEM.RENEW` must not revive it, a cancel finds nothing to give back), and a
+    // placeholder member holds the permit until the delay's end, when it comes back as any
+    // ended lease does.
+    if !delayed.is_empty() {
+        leases.remove(ctx, &delayed)?;
+    }
     for (until, ids) in &moved {
-        leases.lease(ctx, ids, *until)?;
+        let placeholders: Vec<Vec<u8>> = ids.iter().map(|id| permit_placeholder(id)).collect();
+        let refs: Vec<&[u8]> = placeholders.iter().map(Vec::as_slice).collect();
+        leases.lease(ctx, &refs, *until)?;
     }
     if let Some(&first) = moved.keys().next() {
         schedule_check(ctx, &lock_name(ctx, name), Deadline::at(first).over_at());

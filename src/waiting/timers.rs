@@ -69,6 +69,31 @@ pub fn undo_pending(lock: &LockName, id: &[u8]) -> bool {
     })
 }
 
+/// Whether any grant waits to be undone (cheap: every write command asks).
+pub fn undos_pending() -> bool {
+    DEFERRED.with(|d| d.try_borrow().is_ok_and(|d| !d.rollback.is_empty()))
+}
+
+/// Whether a grant on `lock` waits to be undone.
+pub fn undo_due(lock: &LockName) -> bool {
+    DEFERRED.with(|d| d.try_borrow().is_ok_and(|d| d.rollback.iter().any(|u| u.lock == *lock)))
+}
+
+/// Undoes now the grants on `lock` whose clients left before their reply (a command on the
+/// lock is about to read it: `session_end::apply_pending`); the timer undoes the others.
+pub fn undo_now(ctx: &Context, lock: &LockName) {
+    let mine: Vec<Undo> = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        let (mine, rest) =
+            std::mem::take(&mut d.rollback).into_iter().partition(|u| u.lock == *lock);
+        d.rollback = rest;
+        mine
+    });
+    for undo in &mine {
+        undo_grant(ctx, undo);
+    }
+}
+
 /// `SWAPDB first second`: a grant waiting to be undone was written in the database that is
 /// now the other one (its waiters, clients, stay in theirs).
 pub fn swapped(first: i32, second: i32) {
@@ -110,11 +135,18 @@ pub const TICK_BUDGET: u64 = 4_000;
 /// The work budget of one timer tick ([`TICK_BUDGET`]), measured from its start.
 pub(super) struct Budget {
     start: u64,
+    limit: u64,
 }
 
 impl Budget {
     pub(super) fn start() -> Self {
-        Self { start: work_done() }
+        Self { start: work_done(), limit: TICK_BUDGET }
+    }
+
+    /// No limit: work a command must see done before it goes on (the pending ends of the lock
+    /// it reads), whatever it costs.
+    pub(super) fn unbounded() -> Self {
+        Self { start: work_done(), limit: u64::MAX }
     }
 
     /// The work done since the tick began.
@@ -124,7 +156,7 @@ impl Budget {
 
     /// The work the tick may still do (0: spent).
     pub(super) fn left(&self) -> u64 {
-        TICK_BUDGET.saturating_sub(self.used())
+        self.limit.saturating_sub(self.used())
     }
 
     /// Whether the tick did all it may.
@@ -333,7 +365,8 @@ fn undo_grant(ctx: &Context, undo: &Undo) {
     let record =
         request.id.as_deref().and_then(|id| RequestRecord::for_caller(ctx, &name, id).ok());
     let stored = record.as_ref().map(|record| record.read(ctx));
-    if matches!(stored, Some(Ok(Some(Record::Cancelled)))) {
+    if matches!(stored, Some(Ok(Some(Record::Cancelled | Record::Released)))) {
+        // Given back already (`RLOCK.CANCEL`, or `RSEM.RELEASE ... REQUEST id`).
         return;
     }
     release_grant(ctx, &name, request, ids, *stamp);

@@ -80,7 +80,7 @@ const SYNTAX: &[(&str, &str)] = &[
     ("rsem.setpermits", "key permits"),
     ("rsem.addpermits", "key delta"),
     ("rsem.acquire", "key permits [LEASE lease-ms [SESSION [LOCKDELAY lockdelay-ms]]] [WAIT timeout-ms] [REQUEST id]"),
-    ("rsem.release", "key <permits | ID id [id ...]>"),
+    ("rsem.release", "key <permits [REQUEST id] | ID id [id ...]>"),
     ("rsem.renew", "key id lease-ms"),
     ("rsem.available", "key"),
     ("rsem.info", "key"),
@@ -200,7 +200,12 @@ fn rsem_release_documents_both_forms() {
     let forms = args.iter().find(|a| a.kind == "oneof").expect("a one-of argument");
     let ids = forms.subargs.iter().find(|a| a.token.as_deref() == Some("ID")).expect("ID form");
     assert!(ids.multiple && ids.kind == "string", "{ids:?}");
-    assert!(forms.subargs.iter().any(|a| a.name == "permits" && a.kind == "integer"), "{forms:?}");
+    let counted = forms.subargs.iter().find(|a| a.kind == "block").expect("the counted form");
+    assert!(
+        counted.subargs.iter().any(|a| a.name == "permits" && a.kind == "integer"),
+        "{forms:?}"
+    );
+    assert!(counted.subargs.iter().any(|a| a.token.as_deref() == Some("REQUEST")), "{forms:?}");
     assert!(summary.contains("ID"), "{summary}");
 }
 

@@ -1,0 +1,194 @@
+//! The module's memory across server events: session bindings, the ends waiting to be applied
+//! and the locks' scheduled checks at `SWAPDB`, `FLUSHALL`, `DEBUG RELOAD` / `DEBUG LOADAOF`
+//! and `MODULE UNLOAD`; the token high-water mark across `MODULE UNLOAD` / `MODULE LOAD`.
+//! Each test failed on the code before its fix.
+
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use rlock_tests_integration::sessions::{session_ends, session_holds};
+use rlock_tests_integration::{
+    client_id, cmd, exists, granted_token, info_field, kill_client, poll, run_str, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn scheduled_checks(con: &mut Connection) -> i64 {
+    info_field(con, "rlock", "rlock_scheduled_checks")
+}
+
+fn acquire_session(con: &mut Connection, key: &str, owner: &str) {
+    assert_eq!(cmd(con, &["RLOCK.ACQUIRE", key, owner, "60000", "SESSION"]), Value::Nil);
+}
+
+/// A connection killed inside a `MULTI` that then swaps its database with one holding a
+/// session hold of the same name and owner (another connection's): the killed connection's
+/// pending end follows its hold to the other database and ends it; the other hold stays bound
+/// to its own, live, connection. (The swap re-bound the other hold under the first database's
+/// number, which cancelled the pending end queued there: the killed connection's hold lasted
+/// its whole lease.)
+#[test]
+fn a_close_then_a_swapdb_in_one_transaction_still_ends_the_closed_connections_hold() {
+    let server = Server::start();
+    let mut first = server.conn();
+    let first_id = client_id(&mut first);
+    acquire_session(&mut first, "l", "o");
+    let mut second = server.conn();
+    cmd(&mut second, &["SELECT", "1"]);
+    let second_id = client_id(&mut second);
+    acquire_session(&mut second, "l", "o");
+    let mut admin = server.conn();
+    assert_eq!(session_holds(&mut admin), 2);
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("CLIENT").arg("KILL").arg("ID").arg(first_id).cmd("SWAPDB").arg(0).arg(1);
+    let _: Value = pipe.query(&mut admin).expect("MULTI");
+    // The first connection's hold is in database 1 now, and ends.
+    let mut db1 = server.conn();
+    cmd(&mut db1, &["SELECT", "1"]);
+    poll("the closed connection's hold to end", LIMIT, || (!exists(&mut db1, "l")).then_some(()));
+    assert_eq!(session_ends(&mut admin), 1);
+    // The second connection's hold, now in database 0, is still held and still bound.
+    assert!(exists(&mut admin, "l"));
+    assert_eq!(session_holds(&mut admin), 1);
+    kill_client(&mut admin, second_id);
+    poll("the second hold to end with its connection", LIMIT, || {
+        (!exists(&mut admin, "l")).then_some(())
+    });
+}
+
+/// Session holds, a pending end and the scheduled checks before a reload, and what is left of
+/// them after it: a reload (`DEBUG RELOAD`, or `DEBUG LOADAOF` with `aof`) fires the flush
+/// event, then loads the same data back. The bindings and checks came back with the data (they
+/// were dropped for good: the holds then ended only with their leases, a leased permit went back
+/// only when a command looked at its semaphore).
+fn the_module_memory_survives(reload: &[&str], aof: bool) {
+    let server = if aof {
+        Server::builder().config("appendonly", "yes").config("appendfsync", "always").start()
+    } else {
+        Server::start()
+    };
+    let mut admin = server.conn();
+    let mut holder = server.conn();
+    let holder_id = client_id(&mut holder);
+    acquire_session(&mut holder, "l", "o");
+    acquire_session(&mut holder, "m", "o");
+    cmd(&mut admin, &["RSEM.SETPERMITS", "s", "1"]);
+    let ids = cmd(&mut admin, &["RSEM.ACQUIRE", "s", "1", "LEASE", "1500"]);
+    assert!(matches!(ids, Value::Array(ref a) if a.len() == 1), "{ids:?}");
+    let checks = scheduled_checks(&mut admin);
+    assert!(checks >= 1, "the permit's reclaim is scheduled");
+    assert_eq!(session_holds(&mut admin), 2);
+    // A pending end too: the close and the reload in one transaction.
+    let mut gone = server.conn();
+    let gone_id = client_id(&mut gone);
+    acquire_session(&mut gone, "g", "o");
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("CLIENT").arg("KILL").arg("ID").arg(gone_id).cmd(reload[0]).arg(reload[1]);
+    let _: Value = pipe.query(&mut admin).expect("MULTI with the reload");
+    assert_eq!(session_holds(&mut admin), 2, "the bindings came back with the data");
+    assert_eq!(scheduled_checks(&mut admin), checks, "the checks came back with the data");
+    poll("the pending end to be applied", LIMIT, || (!exists(&mut admin, "g")).then_some(()));
+    // The bound connection closes: its holds end at once, not with their leases.
+    kill_client(&mut admin, holder_id);
+    poll("the holds to end with their connection", LIMIT, || {
+        (!exists(&mut admin, "l") && !exists(&mut admin, "m")).then_some(())
+    });
+    assert_eq!(session_ends(&mut admin), 3);
+    // The permit's reclaim runs at its lease end, with no command looking at the semaphore.
+    poll("the leased permit to come back", LIMIT, || {
+        (cmd(&mut admin, &["GET", "s"]) == Value::BulkString(b"1".to_vec())).then_some(())
+    });
+    // A real flush still drops them for good.
+    let mut holder = server.conn();
+    let holder_id = client_id(&mut holder);
+    acquire_session(&mut holder, "l", "o");
+    cmd(&mut admin, &["FLUSHALL"]);
+    assert_eq!(session_holds(&mut admin), 0);
+    assert_eq!(cmd(&mut admin, &["RLOCK.ACQUIRE", "l", "o", "60000"]), Value::Nil);
+    kill_client(&mut admin, holder_id);
+    let mut barrier = server.conn();
+    let barrier_id = client_id(&mut barrier);
+    acquire_session(&mut barrier, "barrier", "b");
+    kill_client(&mut admin, barrier_id);
+    poll("the barrier's end", LIMIT, || (!exists(&mut admin, "barrier")).then_some(()));
+    assert!(exists(&mut admin, "l"), "a hold taken after a FLUSHALL is not the flushed binding's");
+}
+
+#[test]
+fn session_bindings_pending_ends_and_checks_survive_a_debug_reload() {
+    the_module_memory_survives(&["DEBUG", "RELOAD"], false);
+}
+
+#[test]
+fn session_bindings_pending_ends_and_checks_survive_a_debug_loadaof() {
+    the_module_memory_survives(&["DEBUG", "LOADAOF"], true);
+}
+
+fn unloadable_server() -> Server {
+    Server::builder().config("enable-module-command", "yes").start()
+}
+
+/// Unloads the module once nothing else keeps it (no timer armed), polled with a bound.
+fn unload(con: &mut Connection) {
+    poll("the module to unload", LIMIT, || {
+        run_str(con, &["MODULE", "UNLOAD", "rlock"]).is_ok().then_some(())
+    });
+}
+
+fn load(con: &mut Connection) {
+    let path = rlock_tests_integration::module_path();
+    assert_eq!(cmd(con, &["MODULE", "LOAD", path.to_str().expect("path")]), Value::Okay);
+}
+
+/// A session hold outlived `MODULE UNLOAD` / `MODULE LOAD` and its connection's close then ended
+/// nothing: the binding lived in the unloaded module's memory. The unload is refused while a
+/// hold is bound (the log says why), and goes through once the hold has ended.
+#[test]
+fn module_unload_is_refused_while_a_session_hold_is_bound() {
+    let server = unloadable_server();
+    let mut admin = server.conn();
+    let mut holder = server.conn();
+    let holder_id = client_id(&mut holder);
+    acquire_session(&mut holder, "l", "o");
+    poll("no module timer armed", LIMIT, || {
+        (info_field(&mut admin, "rlock", "rlock_timers_armed") == 0).then_some(())
+    });
+    let refused = run_str(&mut admin, &["MODULE", "UNLOAD", "rlock"]);
+    assert!(refused.is_err(), "unloaded with a session hold bound: {refused:?}");
+    assert!(server.log().contains("MODULE UNLOAD refused: 1 session hold(s)"), "the log says why");
+    // Still loaded, still bound: the close ends the hold.
+    kill_client(&mut admin, holder_id);
+    poll("the hold to end with its connection", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
+    unload(&mut admin);
+    load(&mut admin);
+    assert_eq!(session_holds(&mut admin), 0);
+}
+
+/// Under `allkeys-lru`, tokens 1, 2, 3 on a lock, its counter evicted, the module unloaded and
+/// loaded again (the documented upgrade path): the next token was 1 again, as the token
+/// high-water mark that covers an evicted counter lived in the unloaded module's memory. A load
+/// into a running server now raises the token floor, as a restart does.
+#[test]
+fn fencing_tokens_never_repeat_across_a_module_reload_after_their_counter_was_evicted() {
+    let server = Server::builder()
+        .config("enable-module-command", "yes")
+        .config("maxmemory-policy", "allkeys-lru")
+        .start();
+    let mut con = server.conn();
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        tokens.push(granted_token(&cmd(&mut con, &["RLOCK.ACQUIRE", "x", "a", "60000", "TOKEN"])));
+        assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "x", "a"]), Value::Int(1));
+    }
+    assert_eq!(tokens, vec![1, 2, 3]);
+    // Evicted for real: a memory limit below what the server uses, one write, the limit lifted.
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory", "1"]);
+    let _ = run_str(&mut con, &["SET", "junk", "x"]);
+    cmd(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(!exists(&mut con, "redisson_lock_token:{x}"), "the counter was evicted");
+    unload(&mut con);
+    load(&mut con);
+    let next = granted_token(&cmd(&mut con, &["RLOCK.ACQUIRE", "x", "a", "60000", "TOKEN"]));
+    assert!(next > 3, "token {next} after 1, 2, 3");
+    assert_eq!(next, info_field(&mut con, "rlock", "rlock_token_floor"));
+}
