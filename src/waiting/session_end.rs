@@ -257,6 +257,12 @@ fn end_reads(
         taken += 1;
     }
     let later = sides.split_off(taken);
+    let last = later.is_empty();
+    with(|s| {
+        s.put_back(later.into_iter().map(|(owner, binding)| {
+            (Hold { lock: lock.clone(), held: Held::Read(owner) }, binding)
+        }));
+    });
     let ending: Vec<Vec<u8>> = sides.iter().map(|(owner, _)| owner.clone()).collect();
     // A delayed side's lock-delay is bounded by its own holds' lease: read before they go.
     let mut delays = Vec::new();
@@ -273,7 +279,7 @@ fn end_reads(
             holds.get(owner).and_then(|h| h.values().copied().max()).filter(|&at| at != i64::MAX);
         delays.extend(delay_until(now, binding.bind.delay_ms, lease_until));
     }
-    let plan = if later.is_empty() {
+    let plan = if last {
         // The last batch: settled with the whole hash and the holds of the readers that stay.
         let state = key.state()?;
         let mut staying = state.clone();
@@ -288,11 +294,6 @@ fn end_reads(
         let others = fields.saturating_sub(1 + dropped) > 0;
         rw_rules::end_reads(&mine, &ending, Rest::Others(others), now)
     };
-    with(|s| {
-        s.put_back(later.into_iter().map(|(owner, binding)| {
-            (Hold { lock: lock.clone(), held: Held::Read(owner) }, binding)
-        }));
-    });
     if plan.effects.is_empty() {
         return Ok(EndOf::Nothing);
     }
