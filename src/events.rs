@@ -162,6 +162,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("latch_releases", get(&STATS.latch_releases).to_string())?
         .field("timers_armed", waiting::timers_armed().to_string())?
         .field("scheduled_checks", waiting::scheduled_checks().to_string())?
+        .field("timer_work", get(&STATS.timer_work).to_string())?
+        .field("timer_ticks_split", get(&STATS.ticks_split).to_string())?
         .build_section()?;
     let times = waiting::listing::wait_times();
     let mut builder = builder.add_section("wait_times");

@@ -162,11 +162,6 @@ impl Dropped {
 /// How many expired bindings a new binding prunes on its way (the rest go at the next cron).
 const PRUNE_ON_BIND: usize = 4;
 
-/// The most holds of closed connections ended in one timer tick: a connection that closes with
-/// more has them ended over several ticks, the server serving its other clients in between
-/// (each end writes, replicates and publishes like a release).
-pub const ENDS_PER_TICK: usize = 1_000;
-
 impl Sessions {
     /// How many holds are bound now.
     #[must_use]
@@ -322,6 +317,29 @@ impl Sessions {
             taken.push(end);
         }
         taken
+    }
+
+    /// Takes the holds of `lock` waiting to be ended that are `like` what they hold (the read
+    /// sides of one lock, its permits: each kind comes together in [`Self::take_ending`]'s
+    /// order), at most `limit` of them, in that order.
+    pub fn take_ending_like(
+        &mut self,
+        lock: &LockName,
+        like: impl Fn(&Held) -> bool,
+        limit: usize,
+    ) -> Vec<(Hold, Binding)> {
+        if self.ending.is_empty() {
+            return Vec::new();
+        }
+        let holds: Vec<Hold> =
+            self.ending_of(lock).filter(|h| like(&h.held)).take(limit).cloned().collect();
+        holds.into_iter().filter_map(|h| self.ending.remove(&h).map(|b| (h, b))).collect()
+    }
+
+    /// Holds taken to be ended and not ended yet (the work budget of the timer tick ran out):
+    /// they wait again, for the next tick.
+    pub fn put_back(&mut self, ends: impl IntoIterator<Item = (Hold, Binding)>) {
+        self.ending.extend(ends);
     }
 
     /// Drops up to `limit` bindings whose lease ended by `now` (they are stale); returns how

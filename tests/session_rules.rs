@@ -357,3 +357,78 @@ fn the_delay_is_bounded_by_its_maximum_and_by_the_lease() {
     let b = Binding { bind: bind(1), until: 10 };
     assert!(!b.stale(10) && b.stale(11));
 }
+
+/// A close ends the read sides of one lock together (issue 34 §12): one plan drops every
+/// listed owner's field and hold keys, then settles the lock once from the readers that stay,
+/// as ending them one after the other would leave it; a batch that leaves the settling to a
+/// later one only frees a lock nothing else holds.
+#[test]
+fn read_sides_ending_together_leave_the_lock_as_ending_them_one_by_one() {
+    let now = 100;
+    let owners = [b"a".to_vec(), b"b".to_vec()];
+    let shared = state(&[("mode", "read"), ("a", "2"), ("b", "1"), ("x", "1")]);
+    let mut all = holds("a", &[900, 950]);
+    all.extend(holds("b", &[990]));
+    all.extend(holds("x", &[400]));
+    let plan = rw_rules::end_reads(&shared, &owners, rw_rules::Rest::Holds(&all), now);
+    assert_eq!(plan.freed, None);
+    assert_eq!(plan.hold_keys().count(), 3, "{plan:?}");
+    for owner in &owners {
+        assert!(plan.effects.contains(&Effect::DropReads { owner: owner.clone() }));
+    }
+    let expiries: Vec<i64> = plan
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ExpireAt(d) => Some(d.unix_ms()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(expiries, vec![400], "the lease of the reader that stays, set once");
+    // One after the other: the same holds dropped, the same lease in the end.
+    let first = rw_rules::end_side(&shared, Mode::Read, b"a", &all, now);
+    let after = state(&[("mode", "read"), ("b", "1"), ("x", "1")]);
+    let second = rw_rules::end_side(&after, Mode::Read, b"b", &all, now);
+    let dropped = first.hold_keys().count() + second.hold_keys().count();
+    assert_eq!(dropped, 3);
+    assert!(second.effects.iter().any(|e| matches!(e, Effect::ExpireAt(d) if d.unix_ms() == 400)));
+
+    // Only they held it: freed (one Delete).
+    let alone = state(&[("mode", "read"), ("a", "2"), ("b", "1")]);
+    let plan = rw_rules::end_reads(&alone, &owners, rw_rules::Rest::Holds(&all), now);
+    assert_eq!((plan.freed, plan.effects.last()), (Some(Mode::Read), Some(&Effect::Delete)));
+
+    // A batch that leaves the settling for later: the lock is freed only when nothing else
+    // holds it, and its lease is left as it is.
+    let mine = state(&[("mode", "read"), ("a", "2"), ("b", "1")]);
+    let plan = rw_rules::end_reads(&mine, &owners, rw_rules::Rest::Others(true), now);
+    assert_eq!(plan.freed, None);
+    assert!(!plan.effects.iter().any(|e| matches!(e, Effect::ExpireAt(_) | Effect::Delete)));
+    let plan = rw_rules::end_reads(&mine, &owners, rw_rules::Rest::Others(false), now);
+    assert_eq!(plan.freed, Some(Mode::Read));
+
+    // Owners that hold no read, a free lock: nothing.
+    let plan =
+        rw_rules::end_reads(&shared, &[b"nobody".to_vec()], rw_rules::Rest::Others(true), now);
+    assert!(plan.effects.is_empty() && plan.reply == Reply::Nil);
+    let free = RwState { pttl: -2, ..RwState::default() };
+    let plan = rw_rules::end_reads(&free, &owners, rw_rules::Rest::Others(false), now);
+    assert!(plan.effects.is_empty());
+}
+
+#[test]
+fn the_ending_readers_fields_are_read_alone() {
+    let readers: [(&[u8], Option<&[u8]>); 3] =
+        [(b"a", Some(b"3")), (b"gone", None), (b"b", Some(b"1"))];
+    let state = RwState::of_readers(Some(b"read"), readers, true, 5_000).expect("valid");
+    assert_eq!(state.readers.len(), 2);
+    assert_eq!((state.reads_of(b"a"), state.reads_of(b"b")), (3, 1));
+    let bad: [(&[u8], Option<&[u8]>); 1] = [(b"a", Some(b"x"))];
+    assert_eq!(RwState::of_readers(Some(b"read"), bad, true, 5_000), Err(LockError::CorruptCount));
+    let none: [(&[u8], Option<&[u8]>); 0] = [];
+    assert_eq!(
+        RwState::of_readers(None, none, true, 5_000),
+        Err(LockError::NotAnRwLock),
+        "a hash without mode"
+    );
+}

@@ -18,7 +18,7 @@ use clap::{value_parser, Args, CommandFactory, Parser};
 use crate::Sizes;
 
 /// The sections, numbered 1 to this.
-pub const SECTIONS: u8 = 12;
+pub const SECTIONS: u8 = 13;
 
 /// The file `make bench` rewrites, and no run without `--write-benchmarks` touches.
 pub const BENCHMARKS: &str = "BENCHMARKS.md";
@@ -41,7 +41,7 @@ pub struct Cli {
     #[arg(long)]
     pub smoke: bool,
 
-    /// Runs only these sections (1 to 12), e.g. `--only 1,4`.
+    /// Runs only these sections (1 to 13), e.g. `--only 1,4`.
     #[arg(long, value_name = "N[,M...]", value_delimiter = ',',
           value_parser = value_parser!(u8).range(1..=i64::from(SECTIONS)))]
     pub only: Vec<u8>,
@@ -130,6 +130,10 @@ pub struct SizeArgs {
     /// Section 10: the idle interval the server's CPU is measured over, in seconds.
     #[arg(long, value_name = "SECONDS", value_parser = value_parser!(u64).range(1..=3_600))]
     pub idle: Option<u64>,
+
+    /// Section 12: clients timing out together (rlock's, then BLPOP's).
+    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..=1_000_000))]
+    pub stall_waiters: Option<u64>,
 }
 
 /// `SHORT,LONG`: two counts from 1 to 1,000,000.
@@ -217,6 +221,7 @@ impl Cli {
             (3, "--herd", sizes.herd.saturating_mul(2)),
             (4, "--queues", sizes.queues.1.max(sizes.queues.0.saturating_mul(2))),
             (11, "--herd", sizes.herd.saturating_mul(2)),
+            (12, "--stall-waiters", sizes.stall_waiters),
         ] {
             if self.runs(section) && connections > room {
                 return Err(Self::error(format!(
@@ -263,6 +268,9 @@ impl Cli {
         }
         if let Some(n) = a.idle {
             s.idle = Duration::from_secs(n);
+        }
+        if let Some(n) = a.stall_waiters {
+            s.stall_waiters = to_usize(n);
         }
         s
     }

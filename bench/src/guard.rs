@@ -1,4 +1,4 @@
-//! Section 12, the stale-master guard's cost: what keeping a lock off a stale master costs each
+//! Section 13, the stale-master guard's cost: what keeping a lock off a stale master costs each
 //! acquire, with one replica. rlock's guard refuses before it writes, from the replica checks
 //! the master makes on its cron: an acquire stays one round trip. Redisson (3.17+, by default:
 //! `checkLockSyncedSlaves`, `slavesSyncTimeout` 1000 ms) writes the grant, then sends `WAIT`
@@ -107,7 +107,7 @@ pub async fn run(sizes: &Sizes) -> (Section, Vec<Target>) {
     }
     let n = (sizes.ops / 20).max(50);
     let mut section = Section::new(
-        "12. Stale-master guard: acquire cost with one replica",
+        "13. Stale-master guard: acquire cost with one replica",
         "One client, one acquire at a time on fresh keys (client-side latency, loopback), a \
          master with one module-less replica. rlock refuses on a stale master before it writes \
          (its cron checks the replicas): one round trip. Redisson-style is Redisson's default \

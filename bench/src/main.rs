@@ -30,6 +30,7 @@ mod report;
 mod rwmix;
 mod scale;
 mod semaphore;
+mod stall;
 mod unrelated;
 mod util;
 mod wait_scale;
@@ -62,6 +63,10 @@ pub struct Sizes {
     idle_rounds: usize,
     /// Section 11: rounds of the latch release (its awaiters: `herd`).
     latch_rounds: usize,
+    /// Section 12: clients timing out together.
+    stall_waiters: usize,
+    /// Section 12: owners, and read holds of each, bound to the connection that closes.
+    stall_reads: (usize, usize),
 }
 
 const FULL: Sizes = Sizes {
@@ -79,6 +84,8 @@ const FULL: Sizes = Sizes {
     idle: Duration::from_secs(10),
     idle_rounds: 3,
     latch_rounds: 5,
+    stall_waiters: 12_000,
+    stall_reads: (40, 1_000),
 };
 
 const SMOKE: Sizes = Sizes {
@@ -96,6 +103,8 @@ const SMOKE: Sizes = Sizes {
     idle: Duration::from_secs(1),
     idle_rounds: 1,
     latch_rounds: 1,
+    stall_waiters: 50,
+    stall_reads: (4, 10),
 };
 
 fn output(cmd: &str, args: &[&str]) -> String {
@@ -178,7 +187,8 @@ async fn run(cli: &Cli) {
     section!("9. cost to unrelated workloads", unrelated::run(sizes));
     section!("10. scale of waiting", wait_scale::run(sizes));
     section!("11. count-down latch release", latch::run(sizes));
-    section!("12. stale-master guard", guard::run(sizes));
+    section!("12. stalls", stall::run(sizes));
+    section!("13. stale-master guard", guard::run(sizes));
 
     print!("{}", report.text());
     if let Some(path) = &cli.targets_tsv {

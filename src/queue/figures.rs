@@ -20,9 +20,8 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     ) -> Vec<&Waiter<H, R>> {
         let Some(queue) = self.queue(db, key) else { return Vec::new() };
         queue
-            .order
-            .iter()
-            .filter_map(|id| self.waiters.get(id))
+            .ids()
+            .filter_map(|id| self.waiters.get(&id))
             .filter(|w| matching(&w.request))
             .take(count)
             .collect()
@@ -38,7 +37,7 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     #[must_use]
     pub fn waiting_for(&self, db: i32, key: &[u8], matching: impl Fn(&R) -> bool) -> usize {
         let Some(queue) = self.queue(db, key) else { return 0 };
-        let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
+        let waiters = queue.line.iter().chain(&queue.aside).filter_map(|id| self.waiters.get(id));
         waiters.filter(|w| matching(&w.request)).count()
     }
 
@@ -47,7 +46,7 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     #[must_use]
     pub fn waiting_sum(&self, db: i32, key: &[u8], value: impl Fn(&R) -> u64) -> u64 {
         let Some(queue) = self.queue(db, key) else { return 0 };
-        let waiters = queue.order.iter().filter_map(|id| self.waiters.get(id));
+        let waiters = queue.line.iter().chain(&queue.aside).filter_map(|id| self.waiters.get(id));
         waiters.fold(0, |sum: u64, w| sum.saturating_add(value(&w.request)))
     }
 

@@ -126,14 +126,59 @@ pub const POLLS_PER_SECOND: usize = 5_000;
 /// A position in the schedule: (time in Unix ms, sequence number for ties).
 type Slot = (i64, u64);
 
+/// One lock's waiters, in two FIFO lists of ids: its line, and those who wait apart from it
+/// ([`Joining::apart`], a latch's awaiters). Ids grow with every enqueue, so the two lists
+/// merged by id are the order of arrival; each head is found without walking the other list
+/// (thousands of awaiters never slow down a look at the line, nor the reverse).
 #[derive(Debug, Default)]
 struct Queue {
-    order: VecDeque<WaiterId>,
+    /// The line's ids (and ids of waiters that left, skipped lazily).
+    line: VecDeque<WaiterId>,
+    /// The ids of the waiters apart from the line (and of some that left).
+    aside: VecDeque<WaiterId>,
     live: usize,
     /// How many of the live waiters wait apart from the line ([`Joining::apart`]).
     apart: usize,
     lease_check: Option<Slot>,
     stats: QueueStats,
+}
+
+impl Queue {
+    fn list_mut(&mut self, apart: bool) -> &mut VecDeque<WaiterId> {
+        if apart {
+            &mut self.aside
+        } else {
+            &mut self.line
+        }
+    }
+
+    /// Every id of the queue (live or not), in order of arrival: the two lists merged.
+    fn ids(&self) -> impl Iterator<Item = WaiterId> + '_ {
+        let (mut line, mut aside) =
+            (self.line.iter().copied().peekable(), self.aside.iter().copied().peekable());
+        std::iter::from_fn(move || match (line.peek().copied(), aside.peek().copied()) {
+            (Some(a), Some(b)) if b < a => aside.next(),
+            (Some(_), _) => line.next(),
+            (None, _) => aside.next(),
+        })
+    }
+}
+
+/// The first live id of `list`, the ids of waiters that left before it dropped; every id
+/// looked at is counted in `walked`.
+fn live_front<H, R>(
+    list: &mut VecDeque<WaiterId>,
+    waiters: &IdMap<WaiterId, Waiter<H, R>>,
+    walked: &mut u64,
+) -> Option<WaiterId> {
+    while let Some(&id) = list.front() {
+        *walked += 1;
+        if waiters.contains_key(&id) {
+            return Some(id);
+        }
+        list.pop_front();
+    }
+    None
 }
 
 /// All queues, the waiter table and the schedule.
@@ -155,6 +200,9 @@ pub struct Queues<H, R> {
     checks: HashMap<LockName, Slot>,
     next_id: WaiterId,
     next_seq: u64,
+    /// Queue entries looked at so far (heads found, ids of waiters that left skipped, lists
+    /// compacted): the queues' share of the work a timer tick is bounded by.
+    walked: u64,
 }
 
 impl<H, R> Default for Queues<H, R> {
@@ -170,6 +218,7 @@ impl<H, R> Default for Queues<H, R> {
             checks: HashMap::new(),
             next_id: 1,
             next_seq: 0,
+            walked: 0,
         }
     }
 }
@@ -203,7 +252,7 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         self.next_id += 1;
         let timeout = timeout_at.map(|at| self.add_event(at, Event::Timeout(id)));
         let queue = self.by_db.entry(lock.db).or_default().entry(lock.key.clone()).or_default();
-        queue.order.push_back(id);
+        queue.list_mut(joining.apart).push_back(id);
         queue.live += 1;
         queue.apart += usize::from(joining.apart);
         queue.stats.waits = queue.stats.waits.saturating_add(1);
@@ -221,6 +270,14 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         let waiter = Waiter { id, lock, request, handle, user, timeout, tag, since, owner, apart };
         self.waiters.insert(id, waiter);
         id
+    }
+
+    /// Queue entries looked at so far (wrapping): heads found, ids of waiters that left
+    /// skipped, lists compacted. Finding a head costs O(1) amortized, however many wait apart
+    /// from the line or in it.
+    #[must_use]
+    pub const fn walked(&self) -> u64 {
+        self.walked
     }
 
     /// How many clients wait, over all locks.
@@ -246,53 +303,46 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
     pub fn head(&mut self, db: i32, key: &[u8]) -> Option<&Waiter<H, R>> {
         let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
         // Ids of waiters that left are skipped (and dropped) here.
-        while let Some(&id) = queue.order.front() {
-            if self.waiters.contains_key(&id) {
-                return self.waiters.get(&id);
-            }
-            queue.order.pop_front();
-        }
-        None
+        let line = live_front(&mut queue.line, &self.waiters, &mut self.walked);
+        let aside = live_front(&mut queue.aside, &self.waiters, &mut self.walked);
+        let id = match (line, aside) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        self.waiters.get(&id)
     }
 
     /// The longest-waiting client of a lock that stands in its line (not [`Joining::apart`]),
-    /// left in its queue: the head, unless waiters apart stand before it (then they are walked
-    /// past, only while some wait apart).
+    /// left in its queue, however many wait apart.
     pub fn in_line_head(&mut self, db: i32, key: &[u8]) -> Option<&Waiter<H, R>> {
-        let apart = self.queue(db, key)?.apart;
-        if apart == 0 {
-            return self.head(db, key);
-        }
-        let queue = self.queue(db, key)?;
-        let id = queue.order.iter().find(|id| self.waiters.get(id).is_some_and(|w| !w.apart))?;
-        self.waiters.get(id)
+        let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
+        let id = live_front(&mut queue.line, &self.waiters, &mut self.walked)?;
+        self.waiters.get(&id)
     }
 
     /// The longest-waiting client of a lock that waits apart from its line
     /// ([`Joining::apart`]), left in its queue; `None` at once when none does.
     pub fn first_apart(&mut self, db: i32, key: &[u8]) -> Option<&Waiter<H, R>> {
-        if self.queue(db, key)?.apart == 0 {
+        let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
+        if queue.apart == 0 {
             return None;
         }
-        if self.head(db, key).is_some_and(|w| w.apart) {
-            return self.head(db, key);
-        }
-        let queue = self.queue(db, key)?;
-        let id = queue.order.iter().find(|id| self.waiters.get(id).is_some_and(|w| w.apart))?;
-        self.waiters.get(id)
+        let id = live_front(&mut queue.aside, &self.waiters, &mut self.walked)?;
+        self.waiters.get(&id)
     }
 
     /// Takes every waiter of a lock that waits apart from its line ([`Joining::apart`]) out
     /// of its queue, in order, each ending as `end` at `now` (an open latch's awaiters,
     /// wherever they stand).
     pub fn take_apart(&mut self, db: i32, key: &[u8], end: End, now: i64) -> Vec<Waiter<H, R>> {
-        let Some(queue) = self.queue(db, key).filter(|q| q.apart > 0) else { return Vec::new() };
-        let ids: Vec<WaiterId> = queue
-            .order
-            .iter()
-            .filter(|id| self.waiters.get(id).is_some_and(|w| w.apart))
-            .copied()
-            .collect();
+        let Some(queue) = self.by_db.get_mut(&db).and_then(|q| q.get_mut(key)) else {
+            return Vec::new();
+        };
+        if queue.apart == 0 {
+            return Vec::new();
+        }
+        let ids = std::mem::take(&mut queue.aside);
+        self.walked += ids.len() as u64;
         ids.into_iter().filter_map(|id| self.remove_as(id, end, Some(now))).collect()
     }
 
@@ -305,13 +355,8 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
 
     /// Takes the longest-waiting client of a lock out of its queue.
     pub fn pop_head(&mut self, db: i32, key: &[u8]) -> Option<Waiter<H, R>> {
-        let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
-        while let Some(id) = queue.order.pop_front() {
-            if self.waiters.contains_key(&id) {
-                return self.remove(id);
-            }
-        }
-        None
+        let id = self.head(db, key)?.id;
+        self.remove(id)
     }
 
     /// Removes a waiter (granted, timed out, or gone), wherever it stands in its queue, as
@@ -358,9 +403,12 @@ impl<H: Copy + Eq + Hash, R> Queues<H, R> {
         queue.live -= 1;
         queue.apart -= usize::from(waiter.apart);
         if queue.live > 0 {
-            if queue.order.len() > 2 * queue.live + 16 {
+            let live = if waiter.apart { queue.apart } else { queue.live - queue.apart };
+            let list = queue.list_mut(waiter.apart);
+            if list.len() > 2 * live + 16 {
+                self.walked += list.len() as u64;
                 let waiters = &self.waiters;
-                queue.order.retain(|id| waiters.contains_key(id));
+                list.retain(|id| waiters.contains_key(id));
             }
             return Some(waiter);
         }

@@ -56,6 +56,7 @@ pub fn block_client<H: BlockHandler>(ctx: &Context) -> Blocked {
 /// callback then gets `outcome`.
 pub fn unblock_client<H: BlockHandler>(bc: Blocked, outcome: Option<H::Outcome>) {
     let unblock = api!(RedisModule_UnblockClient);
+    super::work::add(super::work::UNBLOCK);
     let data = outcome.map_or(ptr::null_mut(), |o| Box::into_raw(Box::new(o)).cast::<c_void>());
     // SAFETY: `bc` came from `block_client::<H>` and the caller unblocks each client exactly
     // once. Ownership of `data` passes to Redis, which hands it back to `free_outcome::<H>`.

@@ -33,6 +33,7 @@ impl Key {
             raw::REDISMODULE_READ
         };
         let open = api!(RedisModule_OpenKey);
+        super::work::add(1);
         // SAFETY: `ctx` is the context of the command being executed and `name` a live string
         // owned by the caller; both outlive the returned key, which is closed in Drop.
         let key = unsafe { open(ctx.get_raw(), name.inner, mode as c_int) };
@@ -83,6 +84,7 @@ impl Key {
             return None;
         }
         let hash_get = api!(RedisModule_HashGet);
+        super::work::add(1);
         let mut value: *mut raw::RedisModuleString = ptr::null_mut();
         // SAFETY: the key is open and is a hash or empty (the caller checked its kind). The
         // variadic arguments are one (field, out-pointer) pair ended by NULL, as HashGet expects
@@ -397,6 +399,7 @@ unsafe extern "C" fn lend_field(
     // SAFETY: `privdata` is the `&mut dyn FnMut` `for_each_field` passed, alive and not
     // otherwise borrowed during the scan.
     let f = unsafe { &mut *privdata.cast::<&mut dyn FnMut(&[u8], &[u8])>() };
+    super::work::add(1);
     // SAFETY: both are NULL or strings lent for this call, which the slices do not outlive.
     let (field, value) = unsafe { (lent_slice(field), lent_slice(value)) };
     // No unwinding across the FFI boundary.

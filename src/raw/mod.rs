@@ -20,6 +20,7 @@
 //! - [`command_info`]: arity, docs, key specs and arguments for `COMMAND INFO` / `COMMAND DOCS`.
 //! - [`defrag`]: no defrag warning at load on servers without the defrag callbacks API.
 //! - [`reply`]: map replies.
+//! - [`work`]: the meter of the work done (keys opened, fields scanned, clients unblocked).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -144,6 +145,7 @@ pub mod info;
 pub mod keys;
 pub mod replication;
 pub mod reply;
+pub mod work;
 
 pub use acl::{KeyUse, User};
 pub use blocking::{block_client, may_block, unblock_client, BlockHandler, Blocked};

@@ -24,6 +24,7 @@ pub fn replicate_to_replicas(ctx: &Context, command: &CStr, args: &[&RedisString
 
 fn propagate(ctx: &Context, command: &CStr, format: &CStr, args: &[&RedisString]) {
     let replicate = api!(RedisModule_Replicate);
+    super::work::add(1);
     let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.inner).collect();
     // SAFETY: the "v" format takes an array of RedisModuleString pointers and its length ("A"
     // only sets a flag); the strings are live for the call and Redis retains what it keeps.

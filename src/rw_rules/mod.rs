@@ -225,23 +225,56 @@ pub fn end_side(state: &RwState, side: Mode, owner: &[u8], holds: &Holds, now: i
             let last = RwState { writer: Some((owner.to_vec(), 1)), ..state.clone() };
             release(&last, Mode::Write, owner, holds, now)
         }
-        Mode::Read => {
-            let reads = state.reads_of(owner);
-            if state.mode.is_none() || reads == 0 {
-                return RwPlan::reply(Reply::Nil);
-            }
-            let mut readers = state.readers.clone();
-            readers.remove(owner);
-            let mut effects = vec![Effect::DropReads { owner: owner.to_vec() }];
-            effects
-                .extend((1..=reads).map(|index| Effect::DropHold { owner: owner.to_vec(), index }));
-            let writer = state.writer.is_some();
-            let (effects, freed) =
-                settle_after(effects, state, readers, writer, holds, now, Mode::Read);
-            let reply = Reply::Int(i64::from(freed.is_some()));
-            RwPlan { effects, reply, freed, settle: true }
-        }
+        Mode::Read => end_reads(state, &[owner.to_vec()], Rest::Holds(holds), now),
     }
+}
+
+/// What the end of some readers' read sides knows of the rest of the lock ([`end_reads`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Rest<'a> {
+    /// The whole hash (`state` has every field) and the read holds of the readers that stay:
+    /// the end settles the lock as a release does (dead readers leave, the lease is recomputed).
+    Holds(&'a Holds),
+    /// Only whether anything else holds the lock (a reader that stays, a writer): `state` has
+    /// the ending readers' fields only, and the settling is left to the last of the batches that
+    /// end one lock's readers (a session's close ends many at once over several timer ticks,
+    /// without reading every hold of the lock at each).
+    Others(bool),
+}
+
+/// A session's end of the read sides of `owners` (every hold of each: its field and every
+/// hold key), in one plan however many end: then, with [`Rest::Holds`], settled as
+/// [`end_side`]'s read end is (the same plan for one owner); with [`Rest::Others`], the lock
+/// is deleted (freed) when nothing else holds it, and otherwise left as it is. Owners without
+/// read holds are passed over; none at all: an empty plan (nil).
+#[must_use]
+pub fn end_reads(state: &RwState, owners: &[Vec<u8>], rest: Rest<'_>, now: i64) -> RwPlan {
+    if state.mode.is_none() {
+        return RwPlan::reply(Reply::Nil);
+    }
+    let mut readers = state.readers.clone();
+    let mut effects = Vec::new();
+    for owner in owners {
+        let Some(reads) = readers.remove(owner) else { continue };
+        effects.push(Effect::DropReads { owner: owner.clone() });
+        effects.extend((1..=reads).map(|index| Effect::DropHold { owner: owner.clone(), index }));
+    }
+    if effects.is_empty() {
+        return RwPlan::reply(Reply::Nil);
+    }
+    let (effects, freed) = match rest {
+        Rest::Holds(holds) => {
+            let writer = state.writer.is_some();
+            settle_after(effects, state, readers, writer, holds, now, Mode::Read)
+        }
+        Rest::Others(true) => (effects, None),
+        Rest::Others(false) => {
+            effects.push(Effect::Delete);
+            (effects, Some(Mode::Read))
+        }
+    };
+    let reply = Reply::Int(i64::from(freed.is_some()));
+    RwPlan { effects, reply, freed, settle: true }
 }
 
 /// `RENEW`: every hold of `owner` gets the lease ending at `deadline` (reply 1); an owner that

@@ -159,6 +159,30 @@ impl RwState {
         Ok(state)
     }
 
+    /// The hash as the end of some readers' read sides sees it, from O(readers) reads: `mode`,
+    /// and each of these readers' read count (`None`: no such field); other readers and the
+    /// writer are not read (`readers` holds these readers only).
+    ///
+    /// # Errors
+    /// As [`Self::of_owner`].
+    pub fn of_readers<'a>(
+        mode: Option<&[u8]>,
+        readers: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+        any_field: bool,
+        pttl: i64,
+    ) -> Result<Self, LockError> {
+        let mut state = Self::of_owner(mode, b"", None, None, any_field, pttl)?;
+        if state.mode.is_none() {
+            return Ok(state);
+        }
+        for (owner, reads) in readers {
+            if let Some(reads) = reads {
+                state.readers.insert(owner.to_vec(), parse_reads(reads)?);
+            }
+        }
+        Ok(state)
+    }
+
     /// `owner`'s read hold count.
     #[must_use]
     pub fn reads_of(&self, owner: &[u8]) -> u64 {

@@ -76,6 +76,37 @@ impl<'a> RwKey<'a> {
         }
     }
 
+    /// The hash as the end of `owners`' read sides sees it ([`RwState::of_readers`]: `mode`
+    /// and these owners' read counts, one field read each, whatever the number of other
+    /// readers), and how many fields the hash has.
+    ///
+    /// # Errors
+    /// As [`Self::state_of`].
+    pub fn state_of_readers(&self, owners: &[Vec<u8>]) -> Result<(RwState, usize), LockError> {
+        match self.key.kind() {
+            KeyKind::Empty => Ok((RwState { pttl: -2, ..RwState::default() }, 0)),
+            KeyKind::String | KeyKind::Other => Err(LockError::WrongType),
+            KeyKind::Hash => {
+                let get = |field: &[u8]| {
+                    self.key.hash_get(&RedisString::create_from_slice(self.ctx.get_raw(), field))
+                };
+                let mode = get(names::MODE_FIELD);
+                let reads: Vec<Option<raw::OwnedString>> = owners.iter().map(|o| get(o)).collect();
+                let fields = self.key.field_count();
+                let state = RwState::of_readers(
+                    mode.as_ref().map(raw::OwnedString::as_bytes),
+                    owners
+                        .iter()
+                        .zip(&reads)
+                        .map(|(o, r)| (o.as_slice(), r.as_ref().map(raw::OwnedString::as_bytes))),
+                    fields > 0,
+                    self.key.pttl(),
+                )?;
+                Ok((state, fields))
+            }
+        }
+    }
+
     /// The deadlines of every read hold of `state`'s readers at `now` (each hold key read; the
     /// caller's ACL user must be allowed to read them).
     ///

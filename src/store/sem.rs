@@ -189,6 +189,8 @@ impl Leases {
     ) -> Result<CallReply<'static>, LockError> {
         let mut argv: Vec<&[u8]> = vec![self.name.as_slice()];
         argv.extend_from_slice(args);
+        // Counted as a key read per argument (a member looked up, added or removed).
+        raw::work::add(u64::try_from(argv.len()).unwrap_or(u64::MAX));
         let options = if write {
             CallOptionsBuilder::new().replicate().errors_as_replies().build()
         } else {

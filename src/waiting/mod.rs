@@ -105,6 +105,11 @@ pub struct Stats {
     pub latch_opens: AtomicU64,
     /// Latch awaiters answered 1 because their latch opened (counted apart from hand-offs).
     pub latch_releases: AtomicU64,
+    /// Work the module's timer ticks did, in units of `raw::work` and queue entries walked.
+    pub timer_work: AtomicU64,
+    /// Timer ticks that stopped at their budget (`timers::TICK_BUDGET`), leaving the rest of
+    /// their work to the next tick.
+    pub ticks_split: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -116,6 +121,8 @@ pub static STATS: Stats = Stats {
     reaps: AtomicU64::new(0),
     latch_opens: AtomicU64::new(0),
     latch_releases: AtomicU64::new(0),
+    timer_work: AtomicU64::new(0),
+    ticks_split: AtomicU64::new(0),
 };
 
 fn bump(counter: &AtomicU64) {
@@ -134,6 +141,8 @@ pub fn reset_stats() {
         &STATS.reaps,
         &STATS.latch_opens,
         &STATS.latch_releases,
+        &STATS.timer_work,
+        &STATS.ticks_split,
     ];
     for counter in counters {
         counter.store(0, Ordering::Relaxed);

@@ -4,6 +4,7 @@
 //! own (`store::module_work`), and neither writes while writes are paused.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis_module::raw::RedisModuleTimerID;
@@ -123,6 +124,61 @@ pub fn defer(ctx: &Context, add: impl FnOnce(&mut Deferred)) {
     }
 }
 
+/// The most work one timer tick does, in units of [`raw::work`] (about one key read each: a key
+/// opened, a hash field scanned, a command propagated; a client unblocked is
+/// [`raw::work::UNBLOCK`]) and queue entries walked: a few ms of the server's time. Past it,
+/// the tick stops after the item at hand and the rest is done at the next tick, 0 ms later,
+/// the server serving its clients in between: 12,000 timeouts due at once, or the ends of a
+/// connection bound to 40,000 read holds, take several ticks instead of one long stall.
+pub const TICK_BUDGET: u64 = 4_000;
+
+/// The work budget of one timer tick ([`TICK_BUDGET`]), measured from its start.
+pub(super) struct Budget {
+    start: u64,
+    limit: u64,
+}
+
+impl Budget {
+    pub(super) fn start() -> Self {
+        Self { start: work_done(), limit: TICK_BUDGET }
+    }
+
+    /// No limit: work a command must see done before it goes on (the pending ends of the lock
+    /// it reads), whatever it costs.
+    pub(super) fn unbounded() -> Self {
+        Self { start: work_done(), limit: u64::MAX }
+    }
+
+    /// The work done since the tick began.
+    pub(super) fn used(&self) -> u64 {
+        work_done().wrapping_sub(self.start)
+    }
+
+    /// The work the tick may still do (0: spent).
+    pub(super) fn left(&self) -> u64 {
+        self.limit.saturating_sub(self.used())
+    }
+
+    /// Whether the tick did all it may.
+    pub(super) fn spent(&self) -> bool {
+        self.left() == 0
+    }
+
+    /// The tick ends: its work counted in `INFO rlock`, and whether it stopped with work left.
+    pub(super) fn end(self, split: bool) {
+        STATS.timer_work.fetch_add(self.used(), Ordering::Relaxed);
+        if split {
+            bump(&STATS.ticks_split);
+        }
+    }
+}
+
+/// The work done so far ([`raw::work`] and the queue entries walked, wrapping).
+fn work_done() -> u64 {
+    let walked = super::QUEUES.with(|q| q.try_borrow().map_or(0, |q| q.walked()));
+    raw::work::done().wrapping_add(walked)
+}
+
 /// How often work that writes is retried while writes are paused (`CLIENT PAUSE`, `FAILOVER`):
 /// a waiter owed a lock is served within this of the pause's end.
 const PAUSE_RETRY: Duration = Duration::from_millis(1);
@@ -148,10 +204,12 @@ fn run_deferred(ctx: &Context, (): ()) {
             }
             return;
         }
+        let budget = Budget::start();
         for undo in &work.rollback {
             undo_grant(ctx, undo);
         }
-        if work.session_ends && super::session_end::end_pending(ctx) {
+        let more_ends = work.session_ends && super::session_end::end_pending(ctx, &budget);
+        if more_ends {
             // More than one tick's worth: the rest at the next tick, other clients served first.
             defer(ctx, |d| d.session_ends = true);
         }
@@ -160,6 +218,7 @@ fn run_deferred(ctx: &Context, (): ()) {
                 settle_lock(ctx, lock);
             }
         }
+        budget.end(more_ends);
     });
     arm(ctx);
 }
@@ -209,15 +268,28 @@ fn run_schedule(ctx: &Context, (): ()) {
         // (retried every PAUSE_RETRY), timeouts still end their waits.
         let paused = raw::writes_paused();
         let mut later = Vec::new();
+        let budget = Budget::start();
+        // The lock a latch awaiter's timeout just settled (see `time_out`).
+        let mut settled = None;
+        let mut split = false;
         while let Some(event) = with_queues(|q| q.pop_due(now)) {
+            if !matches!(event, Event::Timeout(_)) {
+                settled = None;
+            }
             match event {
-                Event::Timeout(id) => time_out(ctx, id, paused),
+                Event::Timeout(id) => time_out(ctx, id, paused, &mut settled),
                 Event::LeaseCheck(lock) if paused => later.push((lock, false)),
                 Event::LeaseCheck(lock) => poll_lock(ctx, &lock, now),
                 Event::Check(lock) if paused => later.push((lock, true)),
                 Event::Check(lock) => check_lock(ctx, &lock, now, true),
             }
+            if budget.spent() && with_queues(|q| q.next_due()).is_some_and(|at| at <= now) {
+                // The rest is due too: at the next tick, 0 ms from now, clients served first.
+                split = true;
+                break;
+            }
         }
+        budget.end(split);
         let retry_at = now.saturating_add(PAUSE_RETRY.as_millis() as i64);
         with_queues(|q| {
             for (lock, own) in &later {
@@ -234,13 +306,24 @@ fn run_schedule(ctx: &Context, (): ()) {
 
 /// A waiter's budget ran out. A free lock goes to its head first (perhaps this waiter), unless
 /// writes are paused.
-fn time_out(ctx: &Context, id: WaiterId, paused: bool) {
-    let Some(lock) = with_queues(|q| q.get(id).map(|w| w.lock.clone())) else {
+///
+/// `settled`: the lock the previous event of this tick settled, if that event was the timeout
+/// of a latch awaiter (else `None`). A latch awaiter that times out right after another of the
+/// same lock does not settle it again: nothing ran in between but an awaiter leaving, which
+/// changes neither the latch nor the lock's line (12,000 awaiters timing out together read
+/// their latch once, not 12,000 times).
+fn time_out(ctx: &Context, id: WaiterId, paused: bool, settled: &mut Option<LockName>) {
+    let Some((lock, apart)) =
+        with_queues(|q| q.get(id).map(|w| (w.lock.clone(), w.request.kind == Kind::Latch)))
+    else {
+        *settled = None;
         return;
     };
-    if !paused {
+    let again = apart && settled.as_ref() == Some(&lock);
+    if !paused && !again {
         settle_lock(ctx, &lock);
     }
+    *settled = (apart && !paused).then(|| lock.clone());
     let Some(waiter) = with_queues(|q| q.remove_as(id, End::TimedOut, Some(raw::now_ms()))) else {
         return; // granted just now
     };
