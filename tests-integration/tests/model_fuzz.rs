@@ -277,7 +277,13 @@ impl Run {
             .cloned()
             .collect::<Vec<_>>()
             .join("\n  ");
-        panic!("{}: {what}\nsteps naming {words:?}:\n  {related}\nlast steps:\n  {trail}", self.at());
+        let file = std::env::temp_dir().join(format!("model_fuzz-{}-{}.log", self.name, self.seed));
+        let _ = std::fs::write(&file, self.trail.join("\n"));
+        panic!(
+            "{}: {what}\nsteps naming {words:?}:\n  {related}\nlast steps:\n  {trail}\n(every step: {})",
+            self.at(),
+            file.display()
+        );
     }
 
     fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
@@ -512,7 +518,7 @@ impl Run {
         let t0 = now_ms(self.start);
         let v = send(&mut self.admin[db], &args);
         let at = Window { lo: t0, hi: now_ms(self.start) };
-        self.trail.push(format!("admin(db {db}): {} -> {}", text(&args), value_text(&v)));
+        self.trail.push(format!("{t0}ms admin(db {db}): {} -> {}", text(&args), value_text(&v)));
         // The admin connections are not clients of the model: give them their database.
         self.model.conn_db.insert(-1 - db as i64, db);
         if let Err(m) = self.model.exec(-1 - db as i64, at, cmd, &v) {
@@ -571,7 +577,7 @@ impl Run {
         let at = Window { lo: t0, hi: now_ms(self.start) };
         let Ok(Value::Array(replies)) = exec else { self.fail(&format!("EXEC: {exec:?}")) };
         let id = self.clients[by].id;
-        self.trail.push(format!("c{by}(id {id}): MULTI"));
+        self.trail.push(format!("{t0}ms c{by}(id {id}): MULTI"));
         for (cmd, r) in cmds.iter().zip(replies) {
             let v = match r {
                 Value::ServerError(e) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),

@@ -816,7 +816,11 @@ impl Model {
                 uniq.sort();
                 uniq.dedup();
                 let live = uniq.iter().all(|id| s.permits.get(id).is_some_and(|p| !p.placeholder));
-                let want = if live {
+                // A permit in its lock-delay is still leased under its id: a release by id may
+                // lift the delay early (as RLOCK.RELEASE of the placeholder owner does) or not.
+                let delayed = uniq.iter().all(|id| s.permits.contains_key(id));
+                let lifted = delayed && !live && v == &Value::Int(uniq.len() as i64);
+                let want = if live || lifted {
                     for id in &uniq {
                         s.permits.remove(id);
                     }
@@ -983,8 +987,8 @@ impl Model {
                             if b.delay > 0 && rw.writer.is_none() {
                                 if let Some(last) = last {
                                     let end = Deadline::after(at, b.delay).min(last);
-                                    let p = Reader { holds: vec![end], bound: None };
-                                    rw.readers.insert(LOCKDELAY_OWNER.into(), p);
+                                    // One more read hold of the placeholder reader.
+                                    rw.readers.entry(LOCKDELAY_OWNER.into()).or_default().holds.push(end);
                                 }
                             }
                         }
