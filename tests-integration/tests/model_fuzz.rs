@@ -156,6 +156,8 @@ struct Run {
     names: Vec<Name>,
     /// Permit ids granted (some since ended), to release or renew.
     ids: BTreeMap<String, Vec<Vec<u8>>>,
+    /// A connection closed in this step.
+    closed: bool,
 }
 
 fn has(features: &[String], f: &str) -> bool {
@@ -246,6 +248,7 @@ impl Run {
             trail: Vec::new(),
             names,
             ids: BTreeMap::new(),
+            closed: false,
         }
     }
 
@@ -543,6 +546,7 @@ impl Run {
     /// new connection, as docs/sessions.md tells clients to do.
     fn kill(&mut self, c: usize) {
         let victim = self.clients[c].id;
+        self.closed = true;
         let db = self.rng.below(2);
         self.admin_cmd(db, &Cmd::Kill { conn: victim });
         self.reconnect(c);
@@ -557,6 +561,7 @@ impl Run {
     /// EXEC` on client `by`.
     fn multi_kill(&mut self, by: usize, c: usize) {
         let victim = self.clients[c].id;
+        self.closed = true;
         let mut cmds = vec![Cmd::Kill { conn: victim }];
         let then = match self.rng.below(4) {
             0 | 1 => self.clients[c].last_request.clone(),
@@ -611,6 +616,7 @@ impl Run {
 
     fn step(&mut self) {
         self.settle();
+        self.closed = false;
         let roll = self.rng.below(100);
         let c = self.rng.below(CLIENTS);
         match roll {
@@ -664,7 +670,23 @@ impl Run {
         self.check_keyspace();
     }
 
+    /// Compares the keyspace with the model's. Right after a connection closed, the module may
+    /// apply its ends at its next tick (a plain read of the keyspace is no rlock command, which
+    /// would see them applied): then the comparison is retried for a moment.
     fn check_keyspace(&mut self) {
+        let until = Instant::now() + Duration::from_millis(300);
+        loop {
+            match self.keyspace_diff() {
+                None => return,
+                Some(_) if self.closed && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Some(what) => self.fail(&what),
+            }
+        }
+    }
+
+    fn keyspace_diff(&mut self) -> Option<String> {
         self.settle();
         let mut keys = Vec::new();
         let mut kinds = Vec::new();
@@ -720,13 +742,14 @@ impl Run {
                     }
                 }
                 names.push(String::new());
-                self.fail(&format!(
+                return Some(format!(
                     "keyspace {}: db {db} differs from the model's:\n  {}",
                     names[..2.min(names.len())].join(" "),
                     diff.join("\n  ")
                 ));
             }
         }
+        None
     }
 }
 
