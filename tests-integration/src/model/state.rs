@@ -142,6 +142,10 @@ pub struct Db {
     pub records: BTreeMap<(String, String), Record>,
     /// Names whose token counter key exists.
     pub counters: BTreeMap<String, ()>,
+    /// Bindings left at a name by a lock `MOVE`d or `RENAME`d away (a binding stays with the
+    /// name): the owner and the binding. A lock of that owner brought back under the name is
+    /// bound again; a fresh grant there resets it.
+    pub ghosts: BTreeMap<String, (String, Bound)>,
 }
 
 /// A command the model knows (what the driver sends).
@@ -514,21 +518,19 @@ impl Model {
                     _ => None,
                 };
                 let want = Value::Int(i64::from(moved.is_some()));
-                if let Some(mut e) = moved {
-                    unbind(&mut e);
-                    self.dbs[*to].keys.insert(name.clone(), e);
+                if let Some(e) = moved {
+                    self.relocate(db, name, *to, name, e);
                 }
                 return same(v, &want);
             }
             Cmd::Rename { from, to } => {
-                let Some(mut e) = self.dbs[db].keys.remove(from) else {
+                let Some(e) = self.dbs[db].keys.remove(from) else {
                     return match v {
                         Err(e) if e.starts_with("ERR no such key") => Ok(()),
                         _ => Err(format!("RENAME of a missing key: expected ERR no such key, got {v:?}")),
                     };
                 };
-                unbind(&mut e);
-                self.dbs[db].keys.insert(to.clone(), e);
+                self.relocate(db, from, db, to, e);
                 return expect_ok(v);
             }
             _ => {}
@@ -569,6 +571,7 @@ impl Model {
                             self.take_token(name, db, t)?;
                         }
                         let bound = session.map(|delay| Bound { conn: c, delay });
+                        self.dbs[db].ghosts.remove(name);
                         let l = Lock { owner: owner.clone(), count: 1, end, bound };
                         self.dbs[db].keys.insert(name.clone(), Entity::Lock(l));
                         let grant = Grant::Lock { owner: owner.clone() };
@@ -897,6 +900,28 @@ impl Model {
         )
     }
 
+    /// A lock moved from `(db, name)` to `(to, to_name)`: its binding stays with the old name
+    /// (a ghost there), and a ghost at the new name binds it again if it is the same owner's.
+    fn relocate(&mut self, db: usize, name: &str, to: usize, to_name: &str, mut e: Entity) {
+        if let Entity::Lock(l) = &mut e {
+            if let Some(b) = l.bound.take() {
+                self.dbs[db].ghosts.insert(name.to_owned(), (l.owner.clone(), b));
+            }
+            // A lock the rename overwrites leaves its binding at the name too.
+            if let Some(Entity::Lock(old)) = self.dbs[to].keys.get(to_name) {
+                if let Some(b) = old.bound {
+                    self.dbs[to].ghosts.insert(to_name.to_owned(), (old.owner.clone(), b));
+                }
+            }
+            if let Some((owner, b)) = self.dbs[to].ghosts.get(to_name) {
+                if *owner == l.owner {
+                    l.bound = Some(*b);
+                }
+            }
+        }
+        self.dbs[to].keys.insert(to_name.to_owned(), e);
+    }
+
     /// The semaphore `name` (created empty when missing).
     fn sem(&mut self, db: usize, name: &str) -> Result<&mut Sem, Mismatch> {
         let e = self.dbs[db].keys.entry(name.to_owned()).or_insert_with(|| Entity::Sem(Sem::default()));
@@ -962,6 +987,21 @@ impl Model {
     pub fn close(&mut self, conn: Conn, at: Window) {
         self.conn_db.remove(&conn);
         for db in &mut self.dbs {
+            // A binding left at a name ends the lock there if it is still the owner's.
+            let ghosts: Vec<(String, String, Bound)> = db
+                .ghosts
+                .iter()
+                .filter(|(_, (_, b))| b.conn == conn)
+                .map(|(n, (o, b))| (n.clone(), o.clone(), *b))
+                .collect();
+            for (name, owner, b) in ghosts {
+                db.ghosts.remove(&name);
+                if let Some(Entity::Lock(l)) = db.keys.get_mut(&name) {
+                    if l.owner == owner && l.bound.is_none() {
+                        l.bound = Some(b);
+                    }
+                }
+            }
             let mut gone = Vec::new();
             for (name, e) in &mut db.keys {
                 match e {
@@ -1118,11 +1158,6 @@ pub fn describe_rw(rw: &Rw) -> String {
     format!("rw {mode}{writer} readers [{}]", readers.join(","))
 }
 
-fn unbind(e: &mut Entity) {
-    if let Entity::Lock(l) = e {
-        l.bound = None;
-    }
-}
 
 /// A read-write release: the reply, the state changed.
 fn rw_release(rw: &mut Rw, owner: &str, write: bool) -> Value {
