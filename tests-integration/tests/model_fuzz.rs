@@ -34,8 +34,9 @@ const FEATURES: [&str; 17] = [
 
 /// Features that only widen another: `renew` (more renewals), `evict` (token counters evicted),
 /// `encoding` (`OBJECT ENCODING` of counts and counters compared), `counted-request` (`REQUEST`
-/// on counted permits, which a client gives back with `RSEM.RELEASE n`).
-const EXTRA: [&str; 4] = ["renew", "evict", "encoding", "counted-request"];
+/// on counted permits, which a client gives back with `RSEM.RELEASE n`), `killswap` (`MULTI;
+/// CLIENT KILL; SWAPDB; EXEC` without `multikill`'s other commands; needs `swapdb`).
+const EXTRA: [&str; 5] = ["renew", "evict", "encoding", "counted-request", "killswap"];
 
 /// The named profiles: each a mix of features (`+evict` and `+encoding` are separate features:
 /// the counter eviction needs `token`, and the encoding check compares `OBJECT ENCODING`).
@@ -563,13 +564,15 @@ impl Run {
         let victim = self.clients[c].id;
         self.closed = true;
         let mut cmds = vec![Cmd::Kill { conn: victim }];
-        let then = match self.rng.below(4) {
+        // `killswap` alone: only `MULTI; CLIENT KILL; SWAPDB 0 1; EXEC` (the queued ends
+        // across the swap, without a command reading the lock in the same transaction).
+        let then = match if self.has("multikill") { self.rng.below(4) } else { 2 } {
             0 | 1 => self.clients[c].last_request.clone(),
             2 if self.has("swapdb") => Some(Cmd::SwapDb),
             _ => Some(self.command()),
         };
         cmds.extend(then);
-        if self.rng.below(3) == 0 {
+        if self.has("multikill") && self.rng.below(3) == 0 {
             cmds.push(self.command());
         }
         let t0 = now_ms(self.start);
@@ -621,7 +624,7 @@ impl Run {
         let c = self.rng.below(CLIENTS);
         match roll {
             0..=4 if self.has("kill") => self.kill(c),
-            5..=9 if self.has("multikill") => {
+            5..=9 if self.has("multikill") || self.has("killswap") => {
                 let by = (c + 1 + self.rng.below(CLIENTS - 1)) % CLIENTS;
                 self.multi_kill(by, c);
             }
