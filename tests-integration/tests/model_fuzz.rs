@@ -419,7 +419,7 @@ impl Run {
                         let ids = self.some_ids(&name);
                         Cmd::SemReleaseIds { name, ids }
                     }
-                    10..=11 if leased => {
+                    10..=11 if leased && renew => {
                         let id = self.some_ids(&name).swap_remove(0);
                         Cmd::SemRenew { name, id, lease: self.lease() }
                     }
