@@ -75,11 +75,22 @@ pub struct Rw {
     pub end: Option<Deadline>,
 }
 
-/// One owner's read side: each hold's lease end.
+/// One owner's read side: each hold's lease end, by index ([`DEAD`]: ended, not released).
 #[derive(Debug, Clone, Default)]
 pub struct Reader {
     pub holds: Vec<Deadline>,
     pub bound: Option<Bound>,
+}
+
+/// A read hold whose lease ended (its index stays until a release drops it).
+pub const DEAD: Deadline = Deadline { lo: -1_000_000_000, hi: -1_000_000_000 };
+
+impl Reader {
+    /// Its holds whose lease has not ended.
+    #[must_use]
+    pub fn live(&self) -> usize {
+        self.holds.iter().filter(|d| **d != DEAD).count()
+    }
 }
 
 /// A leased permit.
@@ -297,8 +308,6 @@ pub struct Model {
     pub dbs: [Db; 2],
     pub conn_db: BTreeMap<Conn, usize>,
     pub tokens: BTreeMap<String, i64>,
-    /// Feature notes for the failure messages: what the last few steps did.
-    pub trail: Vec<String>,
 }
 
 /// A reply that differs from the model's, or a broken invariant.
@@ -351,7 +360,7 @@ impl Model {
                     Entity::Rw(rw) => {
                         out.extend(rw.end);
                         for r in rw.readers.values() {
-                            out.extend(r.holds.iter().copied());
+                            out.extend(r.holds.iter().copied().filter(|d| *d != DEAD));
                         }
                     }
                     Entity::Sem(s) => out.extend(s.permits.values().map(|p| p.end)),
@@ -383,10 +392,16 @@ impl Model {
                             gone.push(name.clone());
                             continue;
                         }
+                        // An ended read hold keeps its place (its index in the hash's count)
+                        // until released: a release drops the newest index, live or not.
                         for r in rw.readers.values_mut() {
-                            r.holds.retain(|d| !d.passed(now));
+                            for d in &mut r.holds {
+                                if d.passed(now) {
+                                    *d = DEAD;
+                                }
+                            }
                         }
-                        rw.readers.retain(|_, r| !r.holds.is_empty());
+                        rw.readers.retain(|_, r| r.live() > 0);
                         if rw.writer.is_none() && rw.readers.is_empty() {
                             gone.push(name.clone());
                         }
@@ -439,6 +454,17 @@ impl Model {
                 .iter()
                 .all(|id| s.permits.get(id).is_some_and(|p| !p.placeholder)),
             _ => false,
+        }
+    }
+
+    /// Whether a cancel has something to give back: the grant in place, or for leased permits
+    /// any of its ids still leased (the others were released or ended).
+    fn cancellable(db: &Db, name: &str, grant: &Grant) -> bool {
+        match (grant, db.keys.get(name)) {
+            (Grant::Leased { ids }, Some(Entity::Sem(s))) => {
+                ids.iter().any(|id| s.permits.get(id).is_some_and(|p| !p.placeholder))
+            }
+            _ => Self::in_place(db, name, grant),
         }
     }
 
@@ -631,7 +657,7 @@ impl Model {
                 let rec = self.dbs[db].records.insert(key, Record::Cancelled { until });
                 let want = match rec {
                     Some(Record::Granted { grant, until, .. })
-                        if !until.passed(at) && Self::in_place(&self.dbs[db], name, &grant) =>
+                        if !until.passed(at) && Self::cancellable(&self.dbs[db], name, &grant) =>
                     {
                         self.give_back(db, name, &grant, id);
                         2
@@ -721,7 +747,7 @@ impl Model {
                         };
                         if r {
                             if let Some(rd) = rw.readers.get_mut(owner) {
-                                for h in &mut rd.holds {
+                                for h in rd.holds.iter_mut().filter(|h| **h != DEAD) {
                                     *h = end;
                                 }
                             }
@@ -1154,7 +1180,7 @@ pub fn hex(b: &[u8]) -> String {
 pub fn describe_rw(rw: &Rw) -> String {
     let mode = if rw.writer.is_some() { "write" } else { "read" };
     let writer = rw.writer.as_ref().map_or(String::new(), |(w, n)| format!(" writer {w}={n}"));
-    let readers: Vec<String> = rw.readers.iter().map(|(o, r)| format!("{o}={}", r.holds.len())).collect();
+    let readers: Vec<String> = rw.readers.iter().map(|(o, r)| format!("{o}={}", r.live())).collect();
     format!("rw {mode}{writer} readers [{}]", readers.join(","))
 }
 
@@ -1177,7 +1203,7 @@ fn rw_release(rw: &mut Rw, owner: &str, write: bool) -> Value {
     } else {
         let Some(r) = rw.readers.get_mut(owner) else { return Value::Nil };
         r.holds.pop();
-        if r.holds.is_empty() {
+        if r.live() == 0 {
             rw.readers.remove(owner);
         }
         if rw.writer.is_none() && rw.readers.is_empty() {
@@ -1185,7 +1211,12 @@ fn rw_release(rw: &mut Rw, owner: &str, write: bool) -> Value {
         } else {
             if rw.writer.is_none() {
                 // The hash's expiry is recomputed from the live read holds.
-                rw.end = rw.readers.values().flat_map(|r| r.holds.iter().copied()).reduce(Deadline::max);
+                rw.end = rw
+                    .readers
+                    .values()
+                    .flat_map(|r| r.holds.iter().copied())
+                    .filter(|d| *d != DEAD)
+                    .reduce(Deadline::max);
             }
             Value::Int(0)
         }
