@@ -33,8 +33,23 @@ use rlock_tests_integration::{fuzz_seed, module_path, run, Rng, Server};
 
 /// Every feature a mix may turn on.
 const FEATURES: [&str; 17] = [
-    "lock", "rw", "sem", "leased", "latch", "request", "cancel", "token", "short", "session",
-    "lockdelay", "kill", "multikill", "swapdb", "rename", "reload", "unload",
+    "lock",
+    "rw",
+    "sem",
+    "leased",
+    "latch",
+    "request",
+    "cancel",
+    "token",
+    "short",
+    "session",
+    "lockdelay",
+    "kill",
+    "multikill",
+    "swapdb",
+    "rename",
+    "reload",
+    "unload",
 ];
 
 /// Features that only widen another: `renew` (more renewals), `evict` (token counters evicted),
@@ -298,7 +313,8 @@ impl Run {
     }
 
     fn fail(&self, what: &str) -> ! {
-        let trail = self.trail.iter().rev().take(60).rev().cloned().collect::<Vec<_>>().join("\n  ");
+        let trail =
+            self.trail.iter().rev().take(60).rev().cloned().collect::<Vec<_>>().join("\n  ");
         // Every earlier step naming the same lock or request, for the longer stories.
         let words: Vec<&str> =
             what.split(' ').take(3).skip(1).map(|w| w.trim_end_matches(':')).collect();
@@ -350,7 +366,9 @@ impl Run {
                 .map(|d| d.hi + AFTER + 1)
                 .max();
             match open {
-                Some(until) => std::thread::sleep(Duration::from_millis((until - now).max(1) as u64)),
+                Some(until) => {
+                    std::thread::sleep(Duration::from_millis((until - now).max(1) as u64))
+                }
                 None => break,
             }
         }
@@ -397,7 +415,9 @@ impl Run {
                         Cmd::Acquire { name, owner, lease, token, request, session }
                     }
                     6..=8 => Cmd::Release { name, owner },
-                    9 if renew || self.rng.below(2) == 0 => Cmd::Renew { name, owner, lease: self.lease() },
+                    9 if renew || self.rng.below(2) == 0 => {
+                        Cmd::Renew { name, owner, lease: self.lease() }
+                    }
                     10 if self.has("cancel") => self.cancel(name),
                     _ => Cmd::ForceRelease { name },
                 }
@@ -431,14 +451,20 @@ impl Run {
                     2..=6 => {
                         let n = [1, 1, 2][self.rng.below(3)];
                         let lease = leased.then(|| self.lease());
-                        let request = if leased || self.has("counted-request") { self.request() } else { None };
+                        let request = if leased || self.has("counted-request") {
+                            self.request()
+                        } else {
+                            None
+                        };
                         let session = if leased { self.session() } else { None };
                         Cmd::SemAcquire { name, n, lease, request, session }
                     }
                     7..=8 if !leased => {
                         // Give back what a client holds (the oldest grant), now and then more.
                         let held = match self.model.dbs[0].keys.get(&name) {
-                            Some(rlock_tests_integration::model::Entity::Sem(s)) => s.held.first().map(|h| h.permits),
+                            Some(rlock_tests_integration::model::Entity::Sem(s)) => {
+                                s.held.first().map(|h| h.permits)
+                            }
                             _ => None,
                         };
                         Cmd::SemRelease { name, n: held.unwrap_or(1) }
@@ -483,7 +509,11 @@ impl Run {
                 _ => None,
             })
             .collect();
-        let id = if ids.is_empty() { "nobody".to_owned() } else { ids[self.rng.below(ids.len())].clone() };
+        let id = if ids.is_empty() {
+            "nobody".to_owned()
+        } else {
+            ids[self.rng.below(ids.len())].clone()
+        };
         Cmd::Cancel { name, id }
     }
 
@@ -537,7 +567,12 @@ impl Run {
         let v = send(&mut self.clients[c].con, &args);
         let at = Window { lo: t0, hi: now_ms(self.start) };
         let id = self.clients[c].id;
-        self.trail.push(format!("{t0}ms c{c}(id {id}, db {}): {} -> {}", self.clients[c].db, text(&args), value_text(&v)));
+        self.trail.push(format!(
+            "{t0}ms c{c}(id {id}, db {}): {} -> {}",
+            self.clients[c].db,
+            text(&args),
+            value_text(&v)
+        ));
         if let Err(m) = self.model.exec(id, at, cmd, &v) {
             self.fail(&format!("{}: {m}", text(&args)));
         }
@@ -636,7 +671,8 @@ impl Run {
         self.trail.push(format!("admin: MODULE UNLOAD rlock -> {}", value_text(&v)));
         if v.is_ok() {
             let path = module_path();
-            let load = run(&mut self.admin[0], &[b"MODULE", b"LOAD", path.to_string_lossy().as_bytes()]);
+            let load =
+                run(&mut self.admin[0], &[b"MODULE", b"LOAD", path.to_string_lossy().as_bytes()]);
             self.trail.push(format!("admin: MODULE LOAD -> {}", value_text(&load)));
             assert!(load.is_ok(), "{}: MODULE LOAD: {load:?}", self.at());
             if bound {
@@ -662,7 +698,8 @@ impl Run {
             }
             12..=13 if self.has("swapdb") => {
                 let to = 1 - self.clients[c].db;
-                run(&mut self.clients[c].con, &[b"SELECT", to.to_string().as_bytes()]).expect("SELECT");
+                run(&mut self.clients[c].con, &[b"SELECT", to.to_string().as_bytes()])
+                    .expect("SELECT");
                 self.trail.push(format!("c{c}: SELECT {to}"));
                 self.clients[c].db = to;
                 self.model.conn_db.insert(self.clients[c].id, to);
@@ -788,7 +825,8 @@ fn profiles() -> Vec<(String, String)> {
     if let Ok(mix) = std::env::var("RLOCK_MODEL_MIX") {
         return vec![("mix".into(), mix)];
     }
-    let chosen = std::env::var("RLOCK_MODEL_PROFILES").unwrap_or_else(|_| DEFAULT_PROFILES.join(","));
+    let chosen =
+        std::env::var("RLOCK_MODEL_PROFILES").unwrap_or_else(|_| DEFAULT_PROFILES.join(","));
     PROFILES
         .iter()
         .filter(|(n, _)| chosen == "every" || chosen.split(',').any(|c| c.trim() == *n))

@@ -22,3 +22,6 @@
 mod state;
 
 pub use state::*;
+
+#[cfg(test)]
+mod tests;

@@ -162,38 +162,120 @@ pub struct Db {
 /// A command the model knows (what the driver sends).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cmd {
-    Acquire { name: String, owner: String, lease: Ms, token: bool, request: Option<String>, session: Option<Ms> },
-    Release { name: String, owner: String },
-    Renew { name: String, owner: String, lease: Ms },
-    ForceRelease { name: String },
-    Cancel { name: String, id: String },
-    RwAcquire { name: String, owner: String, write: bool, lease: Ms, token: bool, request: Option<String>, session: Option<Ms> },
-    RwRelease { name: String, owner: String, write: bool },
-    RwRenew { name: String, owner: String, lease: Ms, side: Option<bool> },
-    RwForceRelease { name: String },
-    SemSet { name: String, n: i64 },
-    SemAdd { name: String, d: i64 },
-    SemAcquire { name: String, n: i64, lease: Option<Ms>, request: Option<String>, session: Option<Ms> },
-    SemRelease { name: String, n: i64 },
-    SemReleaseIds { name: String, ids: Vec<Vec<u8>> },
-    SemRenew { name: String, id: Vec<u8>, lease: Ms },
-    SemAvailable { name: String },
-    LatchSet { name: String, n: i64 },
-    LatchDown { name: String, n: i64 },
-    LatchCount { name: String },
-    LatchDelete { name: String },
+    Acquire {
+        name: String,
+        owner: String,
+        lease: Ms,
+        token: bool,
+        request: Option<String>,
+        session: Option<Ms>,
+    },
+    Release {
+        name: String,
+        owner: String,
+    },
+    Renew {
+        name: String,
+        owner: String,
+        lease: Ms,
+    },
+    ForceRelease {
+        name: String,
+    },
+    Cancel {
+        name: String,
+        id: String,
+    },
+    RwAcquire {
+        name: String,
+        owner: String,
+        write: bool,
+        lease: Ms,
+        token: bool,
+        request: Option<String>,
+        session: Option<Ms>,
+    },
+    RwRelease {
+        name: String,
+        owner: String,
+        write: bool,
+    },
+    RwRenew {
+        name: String,
+        owner: String,
+        lease: Ms,
+        side: Option<bool>,
+    },
+    RwForceRelease {
+        name: String,
+    },
+    SemSet {
+        name: String,
+        n: i64,
+    },
+    SemAdd {
+        name: String,
+        d: i64,
+    },
+    SemAcquire {
+        name: String,
+        n: i64,
+        lease: Option<Ms>,
+        request: Option<String>,
+        session: Option<Ms>,
+    },
+    SemRelease {
+        name: String,
+        n: i64,
+    },
+    SemReleaseIds {
+        name: String,
+        ids: Vec<Vec<u8>>,
+    },
+    SemRenew {
+        name: String,
+        id: Vec<u8>,
+        lease: Ms,
+    },
+    SemAvailable {
+        name: String,
+    },
+    LatchSet {
+        name: String,
+        n: i64,
+    },
+    LatchDown {
+        name: String,
+        n: i64,
+    },
+    LatchCount {
+        name: String,
+    },
+    LatchDelete {
+        name: String,
+    },
     /// `CLIENT KILL ID conn`.
-    Kill { conn: Conn },
+    Kill {
+        conn: Conn,
+    },
     /// `SWAPDB 0 1`.
     SwapDb,
     /// `MOVE name db` (a reentrant lock's one key).
-    Move { name: String, db: usize },
+    Move {
+        name: String,
+        db: usize,
+    },
     /// `RENAME from to` (a reentrant lock's one key).
-    Rename { from: String, to: String },
+    Rename {
+        from: String,
+        to: String,
+    },
     FlushDb,
     DebugReload,
     /// A derived key evicted (under an `allkeys-*` policy): the token counter of `name`.
-    EvictCounter { name: String },
+    EvictCounter {
+        name: String,
+    },
 }
 
 fn session_args(a: &mut Vec<Vec<u8>>, session: Option<Ms>) {
@@ -244,7 +326,9 @@ impl Cmd {
                 a
             }
             Self::Release { name, owner } => vec![s("RLOCK.RELEASE"), s(name), s(owner)],
-            Self::Renew { name, owner, lease } => vec![s("RLOCK.RENEW"), s(name), s(owner), n(*lease)],
+            Self::Renew { name, owner, lease } => {
+                vec![s("RLOCK.RENEW"), s(name), s(owner), n(*lease)]
+            }
             Self::ForceRelease { name } => vec![s("RLOCK.FORCERELEASE"), s(name)],
             Self::Cancel { name, id } => vec![s("RLOCK.CANCEL"), s(name), s(id)],
             Self::RwAcquire { name, owner, write, lease, token, request, session } => {
@@ -258,7 +342,12 @@ impl Cmd {
                 a
             }
             Self::RwRelease { name, owner, write } => {
-                vec![s("RWLOCK.RELEASE"), s(name), s(owner), s(if *write { "WRITE" } else { "READ" })]
+                vec![
+                    s("RWLOCK.RELEASE"),
+                    s(name),
+                    s(owner),
+                    s(if *write { "WRITE" } else { "READ" }),
+                ]
             }
             Self::RwRenew { name, owner, lease, side } => {
                 let mut a = vec![s("RWLOCK.RENEW"), s(name), s(owner), n(*lease)];
@@ -285,7 +374,9 @@ impl Cmd {
                 a.extend(ids.iter().cloned());
                 a
             }
-            Self::SemRenew { name, id, lease } => vec![s("RSEM.RENEW"), s(name), id.clone(), n(*lease)],
+            Self::SemRenew { name, id, lease } => {
+                vec![s("RSEM.RENEW"), s(name), id.clone(), n(*lease)]
+            }
             Self::SemAvailable { name } => vec![s("RSEM.AVAILABLE"), s(name)],
             Self::LatchSet { name, n: c } => vec![s("RLATCH.SETCOUNT"), s(name), n(*c)],
             Self::LatchDown { name, n: c } => vec![s("RLATCH.COUNTDOWN"), s(name), n(*c)],
@@ -450,9 +541,9 @@ impl Model {
                 rw.readers.get(owner).is_some_and(|r| !r.holds.is_empty())
             }
             (Grant::Counted { ended }, _) => !ended,
-            (Grant::Leased { ids }, Some(Entity::Sem(s))) => ids
-                .iter()
-                .all(|id| s.permits.get(id).is_some_and(|p| !p.placeholder)),
+            (Grant::Leased { ids }, Some(Entity::Sem(s))) => {
+                ids.iter().all(|id| s.permits.get(id).is_some_and(|p| !p.placeholder))
+            }
             _ => false,
         }
     }
@@ -486,7 +577,9 @@ impl Model {
                 "request {id} was cancelled: expected `ERR request {id} was cancelled`, got {v:?}"
             )),
             Some(Record::Granted { params: p, reply, grant, until })
-                if p == params && !until.passed(now) && Self::in_place(&self.dbs[db], name, grant) =>
+                if p == params
+                    && !until.passed(now)
+                    && Self::in_place(&self.dbs[db], name, grant) =>
             {
                 if v == reply {
                     Ok(Some(()))
@@ -499,7 +592,16 @@ impl Model {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn record(&mut self, db: usize, name: &str, id: Option<&String>, params: String, reply: &Value, grant: Grant, until: Deadline) {
+    fn record(
+        &mut self,
+        db: usize,
+        name: &str,
+        id: Option<&String>,
+        params: String,
+        reply: &Value,
+        grant: Grant,
+        until: Deadline,
+    ) {
         if let Some(id) = id {
             let r = Record::Granted { params, reply: reply.clone(), grant, until };
             self.dbs[db].records.insert((name.to_owned(), id.clone()), r);
@@ -511,7 +613,13 @@ impl Model {
     ///
     /// # Errors
     /// What differed from the model.
-    pub fn exec(&mut self, c: Conn, at: Window, cmd: &Cmd, v: &Result<Value, String>) -> Result<(), Mismatch> {
+    pub fn exec(
+        &mut self,
+        c: Conn,
+        at: Window,
+        cmd: &Cmd,
+        v: &Result<Value, String>,
+    ) -> Result<(), Mismatch> {
         self.settle(at);
         let db = self.db_of(c);
         match cmd {
@@ -553,7 +661,9 @@ impl Model {
                 let Some(e) = self.dbs[db].keys.remove(from) else {
                     return match v {
                         Err(e) if e.starts_with("ERR no such key") => Ok(()),
-                        _ => Err(format!("RENAME of a missing key: expected ERR no such key, got {v:?}")),
+                        _ => Err(format!(
+                            "RENAME of a missing key: expected ERR no such key, got {v:?}"
+                        )),
                     };
                 };
                 self.relocate(db, from, db, to, e);
@@ -803,7 +913,11 @@ impl Model {
                         let mut got = Vec::new();
                         for id in ids {
                             match id {
-                                Value::BulkString(b) if b.len() == 16 && !s.permits.contains_key(b) => got.push(b.clone()),
+                                Value::BulkString(b)
+                                    if b.len() == 16 && !s.permits.contains_key(b) =>
+                                {
+                                    got.push(b.clone())
+                                }
                                 _ => return Err(format!("expected {n} new permit ids, got {v:?}")),
                             }
                         }
@@ -950,7 +1064,8 @@ impl Model {
 
     /// The semaphore `name` (created empty when missing).
     fn sem(&mut self, db: usize, name: &str) -> Result<&mut Sem, Mismatch> {
-        let e = self.dbs[db].keys.entry(name.to_owned()).or_insert_with(|| Entity::Sem(Sem::default()));
+        let e =
+            self.dbs[db].keys.entry(name.to_owned()).or_insert_with(|| Entity::Sem(Sem::default()));
         match e {
             Entity::Sem(s) => Ok(s),
             other => Err(format!("model: {name} is {other:?}")),
@@ -1035,7 +1150,12 @@ impl Model {
                         if let Some(b) = l.bound.filter(|b| b.conn == conn) {
                             if b.delay > 0 {
                                 let end = Deadline::after(at, b.delay).min(l.end);
-                                *l = Lock { owner: LOCKDELAY_OWNER.into(), count: 1, end, bound: None };
+                                *l = Lock {
+                                    owner: LOCKDELAY_OWNER.into(),
+                                    count: 1,
+                                    end,
+                                    bound: None,
+                                };
                             } else {
                                 gone.push(name.clone());
                             }
@@ -1045,7 +1165,9 @@ impl Model {
                         let ended: Vec<(String, Bound)> = rw
                             .readers
                             .iter()
-                            .filter_map(|(o, r)| r.bound.filter(|b| b.conn == conn).map(|b| (o.clone(), b)))
+                            .filter_map(|(o, r)| {
+                                r.bound.filter(|b| b.conn == conn).map(|b| (o.clone(), b))
+                            })
                             .collect();
                         for (owner, b) in ended {
                             let r = rw.readers.remove(&owner).unwrap_or_default();
@@ -1054,7 +1176,11 @@ impl Model {
                                 if let Some(last) = last {
                                     let end = Deadline::after(at, b.delay).min(last);
                                     // One more read hold of the placeholder reader.
-                                    rw.readers.entry(LOCKDELAY_OWNER.into()).or_default().holds.push(end);
+                                    rw.readers
+                                        .entry(LOCKDELAY_OWNER.into())
+                                        .or_default()
+                                        .holds
+                                        .push(end);
                                 }
                             }
                         }
@@ -1107,7 +1233,9 @@ impl Model {
         self.dbs.iter().any(|db| {
             db.keys.values().any(|e| match e {
                 Entity::Lock(l) => l.bound.is_some(),
-                Entity::Rw(rw) => rw.wbound.is_some() || rw.readers.values().any(|r| r.bound.is_some()),
+                Entity::Rw(rw) => {
+                    rw.wbound.is_some() || rw.readers.values().any(|r| r.bound.is_some())
+                }
                 Entity::Sem(s) => s.permits.values().any(|p| p.bound.is_some()),
                 Entity::Latch(_) => false,
             })
@@ -1135,7 +1263,10 @@ impl Model {
                     let mut live: Vec<String> = s.permits.keys().map(|id| hex(id)).collect();
                     live.sort();
                     if !live.is_empty() {
-                        out.insert(format!("{}:timeout", prefix(&n.name)), format!("leased {}", live.join(",")));
+                        out.insert(
+                            format!("{}:timeout", prefix(&n.name)),
+                            format!("leased {}", live.join(",")),
+                        );
                     }
                 }
                 (_, Some(Entity::Latch(c))) => {
@@ -1143,10 +1274,8 @@ impl Model {
                 }
                 (_, None) => {}
             }
-            if n.kind == Kind::Lock || n.kind == Kind::Rw {
-                if d.counters.contains_key(&n.name) {
-                    out.insert(counter_key(&n.name), "counter int".into());
-                }
+            if matches!(n.kind, Kind::Lock | Kind::Rw) && d.counters.contains_key(&n.name) {
+                out.insert(counter_key(&n.name), "counter int".into());
             }
         }
         out
@@ -1180,10 +1309,10 @@ pub fn hex(b: &[u8]) -> String {
 pub fn describe_rw(rw: &Rw) -> String {
     let mode = if rw.writer.is_some() { "write" } else { "read" };
     let writer = rw.writer.as_ref().map_or(String::new(), |(w, n)| format!(" writer {w}={n}"));
-    let readers: Vec<String> = rw.readers.iter().map(|(o, r)| format!("{o}={}", r.live())).collect();
+    let readers: Vec<String> =
+        rw.readers.iter().map(|(o, r)| format!("{o}={}", r.live())).collect();
     format!("rw {mode}{writer} readers [{}]", readers.join(","))
 }
-
 
 /// A read-write release: the reply, the state changed.
 fn rw_release(rw: &mut Rw, owner: &str, write: bool) -> Value {
