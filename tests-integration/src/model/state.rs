@@ -157,6 +157,27 @@ pub struct Db {
     /// name): the owner and the binding. A lock of that owner brought back under the name is
     /// bound again; a fresh grant there resets it.
     pub ghosts: BTreeMap<String, (String, Bound)>,
+    /// The clients blocked in `RLOCK.ACQUIRE ... WAIT` on each lock, in queue order.
+    pub queues: BTreeMap<String, Vec<Waiting>>,
+}
+
+/// A client blocked in `RLOCK.ACQUIRE ... WAIT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub conn: Conn,
+    pub owner: String,
+    pub lease: Ms,
+    pub session: Option<Ms>,
+    pub timeout: Deadline,
+}
+
+/// What a blocked client must be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// nil: it holds the lock.
+    Granted,
+    /// The busy reply: its wait timed out.
+    TimedOut,
 }
 
 /// A command the model knows (what the driver sends).
@@ -399,6 +420,9 @@ pub struct Model {
     pub dbs: [Db; 2],
     pub conn_db: BTreeMap<Conn, usize>,
     pub tokens: BTreeMap<String, i64>,
+    /// Blocked clients the model has answered, whose replies the driver has not checked yet.
+    /// With when the model answered it (the client reads it and closes soon after).
+    pub answers: Vec<(Conn, Answer, Window)>,
 }
 
 /// A reply that differs from the model's, or a broken invariant.
@@ -463,12 +487,114 @@ impl Model {
                     Record::Cancelled { until } | Record::Granted { until, .. } => out.push(*until),
                 }
             }
+            out.extend(db.queues.values().flatten().map(|w| w.timeout));
         }
         out
     }
 
-    /// Ends everything whose deadline passed before `now` (leases, lock-delays).
+    /// Ends everything whose deadline passed before `now` (leases, lock-delays, waits).
     pub fn settle(&mut self, now: Window) {
+        // What ends here ended at its deadline, maybe well before `now`: a waiter served or
+        // timed out then may have read its answer and closed since.
+        let since = self
+            .deadlines()
+            .into_iter()
+            .filter(|d| d.passed(now))
+            .map(|d| d.lo)
+            .filter(|lo| *lo > now.lo - 10_000)
+            .min()
+            .map_or(now, |lo| Window { lo: lo.min(now.lo), hi: now.hi });
+        self.settle_holds(now);
+        for db in &mut self.dbs {
+            for q in db.queues.values_mut() {
+                for w in q.iter().filter(|w| w.timeout.passed(now)) {
+                    self.answers.push((w.conn, Answer::TimedOut, since));
+                }
+                q.retain(|w| !w.timeout.passed(now));
+            }
+            db.queues.retain(|_, q| !q.is_empty());
+        }
+        self.serve(since);
+    }
+
+    /// Hands every free reentrant lock to its longest waiting client.
+    pub fn serve(&mut self, now: Window) {
+        for db in &mut self.dbs {
+            for (name, q) in &mut db.queues {
+                if q.is_empty() || db.keys.contains_key(name) {
+                    continue;
+                }
+                let w = q.remove(0);
+                let bound = w.session.map(|delay| Bound { conn: w.conn, delay });
+                db.ghosts.remove(name);
+                let l = Lock { owner: w.owner, count: 1, end: Deadline::after(now, w.lease), bound };
+                db.keys.insert(name.clone(), Entity::Lock(l));
+                self.answers.push((w.conn, Answer::Granted, now));
+            }
+            db.queues.retain(|_, q| !q.is_empty());
+        }
+    }
+
+    /// `RLOCK.ACQUIRE name owner lease WAIT timeout [SESSION ...]` sent by a client of its own
+    /// on `c` during `at`: `Some(reply)` when it is answered at once (granted or re-entered,
+    /// nil; `DEADLOCK` as a simple string for that error), `None` when it waits in the queue
+    /// (its answer comes in [`Model::answers`]).
+    pub fn enqueue(&mut self, c: Conn, at: Window, name: &str, w: Waiting) -> Option<Value> {
+        self.settle(at);
+        let db = self.db_of(c);
+        if let Some(Entity::Lock(l)) = self.dbs[db].keys.get(name) {
+            if l.owner != w.owner && self.waits_for(db, &l.owner, &w.owner) {
+                return Some(Value::SimpleString("DEADLOCK".into()));
+            }
+        }
+        let d = &mut self.dbs[db];
+        let queued = d.queues.get(name).is_some_and(|q| !q.is_empty());
+        match d.keys.get_mut(name) {
+            None if !queued => {
+                let bound = w.session.map(|delay| Bound { conn: c, delay });
+                d.ghosts.remove(name);
+                let l = Lock { owner: w.owner, count: 1, end: Deadline::after(at, w.lease), bound };
+                d.keys.insert(name.to_owned(), Entity::Lock(l));
+                Some(Value::Nil)
+            }
+            Some(Entity::Lock(l)) if l.owner == w.owner => {
+                l.count += 1;
+                l.end = Deadline::after(at, w.lease);
+                Some(Value::Nil)
+            }
+            _ => {
+                d.queues.entry(name.to_owned()).or_default().push(w);
+                None
+            }
+        }
+    }
+
+    /// Whether `from` waits, through holders of locks it waits for, for a lock `to` holds (a
+    /// wait of `to` behind `from` would close a cycle: refused with `DEADLOCK`).
+    fn waits_for(&self, db: usize, from: &str, to: &str) -> bool {
+        let d = &self.dbs[db];
+        let mut seen: Vec<String> = Vec::new();
+        let mut todo = vec![from.to_owned()];
+        while let Some(o) = todo.pop() {
+            if o == to {
+                return true;
+            }
+            if seen.contains(&o) {
+                continue;
+            }
+            seen.push(o.clone());
+            for (name, q) in &d.queues {
+                if q.iter().any(|w| w.owner == o) {
+                    if let Some(Entity::Lock(l)) = d.keys.get(name) {
+                        todo.push(l.owner.clone());
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    fn settle_holds(&mut self, now: Window) {
         for db in &mut self.dbs {
             let mut gone = Vec::new();
             for (name, e) in &mut db.keys {
@@ -614,6 +740,18 @@ impl Model {
     /// # Errors
     /// What differed from the model.
     pub fn exec(
+        &mut self,
+        c: Conn,
+        at: Window,
+        cmd: &Cmd,
+        v: &Result<Value, String>,
+    ) -> Result<(), Mismatch> {
+        let r = self.exec_one(c, at, cmd, v);
+        self.serve(at);
+        r
+    }
+
+    fn exec_one(
         &mut self,
         c: Conn,
         at: Window,
@@ -1126,6 +1264,16 @@ impl Model {
     /// it at its next tick, but before any later command reads the lock), a lock-delay taking
     /// its place where one was asked.
     pub fn close(&mut self, conn: Conn, at: Window) {
+        self.close_holds(conn, at);
+        for db in &mut self.dbs {
+            for q in db.queues.values_mut() {
+                q.retain(|w| w.conn != conn);
+            }
+        }
+        self.serve(at);
+    }
+
+    fn close_holds(&mut self, conn: Conn, at: Window) {
         self.conn_db.remove(&conn);
         for db in &mut self.dbs {
             // A binding left at a name ends the lock there if it is still the owner's.
