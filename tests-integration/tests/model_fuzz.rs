@@ -744,7 +744,8 @@ impl Run {
         let conn = call.id;
         self.model.conn_db.insert(conn, 0);
         self.trail.push(format!("{t0}ms w(id {conn}): {}", args.join(" ")));
-        let w = Waiting { conn, owner, lease: LONG, session, timeout: Deadline::after(at, timeout) };
+        let w =
+            Waiting { conn, owner, lease: LONG, session, timeout: Deadline::after(at, timeout) };
         match self.model.enqueue(conn, at, &name, w) {
             Some(want) => {
                 let (reply, ping) = call.join(Duration::from_secs(5), &self.at());
@@ -770,13 +771,18 @@ impl Run {
         // freed the client (its ends are then queued, and applied before any later command).
         let until = Instant::now() + Duration::from_secs(2);
         loop {
-            let list = run(&mut self.admin[0], &[b"CLIENT", b"LIST", b"ID", conn.to_string().as_bytes()]);
+            let list =
+                run(&mut self.admin[0], &[b"CLIENT", b"LIST", b"ID", conn.to_string().as_bytes()]);
             if matches!(&list, Ok(Value::BulkString(b)) if b.is_empty())
                 || matches!(&list, Ok(Value::VerbatimString { text, .. }) if text.is_empty())
             {
                 break;
             }
-            assert!(Instant::now() < until, "{}: waiter {conn} still connected: {list:?}", self.at());
+            assert!(
+                Instant::now() < until,
+                "{}: waiter {conn} still connected: {list:?}",
+                self.at()
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         self.closed = true;

@@ -527,7 +527,8 @@ impl Model {
                 let w = q.remove(0);
                 let bound = w.session.map(|delay| Bound { conn: w.conn, delay });
                 db.ghosts.remove(name);
-                let l = Lock { owner: w.owner, count: 1, end: Deadline::after(now, w.lease), bound };
+                let l =
+                    Lock { owner: w.owner, count: 1, end: Deadline::after(now, w.lease), bound };
                 db.keys.insert(name.clone(), Entity::Lock(l));
                 self.answers.push((w.conn, Answer::Granted, now));
             }
