@@ -58,8 +58,10 @@ const FEATURES: [&str; 18] = [
 /// Features that only widen another: `renew` (more renewals), `evict` (token counters evicted),
 /// `encoding` (`OBJECT ENCODING` of counts and counters compared), `counted-request` (`REQUEST`
 /// on counted permits, which a client gives back with `RSEM.RELEASE n`), `killswap` (`MULTI;
-/// CLIENT KILL; SWAPDB; EXEC` without `multikill`'s other commands; needs `swapdb`).
-const EXTRA: [&str; 5] = ["renew", "evict", "encoding", "counted-request", "killswap"];
+/// CLIENT KILL; SWAPDB; EXEC` without `multikill`'s other commands; needs `swapdb`), `crowd`
+/// (200 readers of their own hold `W0` for the whole run: the dead-reader checks of a lock with
+/// many readers are spaced out; no force-release of `W0`).
+const EXTRA: [&str; 6] = ["renew", "evict", "encoding", "counted-request", "killswap", "crowd"];
 
 /// The named profiles: each a mix of features, most aimed at where two features meet. The
 /// comment names what each found on the code before issue 34's fixes (see the branch report).
@@ -457,6 +459,9 @@ impl Run {
                         Cmd::RwRenew { name, owner, lease: self.lease(), side }
                     }
                     10 if self.has("cancel") => self.cancel(name),
+                    _ if self.has("crowd") && name == RWS[0] => {
+                        Cmd::RwRelease { name, owner, write }
+                    }
                     _ => Cmd::RwForceRelease { name },
                 }
             }
@@ -833,6 +838,20 @@ impl Run {
     fn step(&mut self) {
         self.settle();
         self.closed = false;
+        if self.step == 0 && self.has("crowd") {
+            for i in 0..200 {
+                let cmd = Cmd::RwAcquire {
+                    name: RWS[0].into(),
+                    owner: format!("R{i}"),
+                    write: false,
+                    lease: LONG,
+                    token: false,
+                    request: None,
+                    session: None,
+                };
+                self.admin_cmd(0, &cmd);
+            }
+        }
         let roll = self.rng.below(100);
         let c = self.rng.below(CLIENTS);
         match roll {

@@ -1458,8 +1458,10 @@ pub fn hex(b: &[u8]) -> String {
 pub fn describe_rw(rw: &Rw) -> String {
     let mode = if rw.writer.is_some() { "write" } else { "read" };
     let writer = rw.writer.as_ref().map_or(String::new(), |(w, n)| format!(" writer {w}={n}"));
-    let readers: Vec<String> =
+    let mut readers: Vec<String> =
         rw.readers.iter().map(|(o, r)| format!("{o}={}", r.live())).collect();
+    // Sorted as lines, as the server's snapshot sorts them.
+    readers.sort();
     format!("rw {mode}{writer} readers [{}]", readers.join(","))
 }
 
