@@ -120,15 +120,25 @@ soak: build
 	SOAK_CYCLES=$(SOAK_CYCLES) $(CARGO) test --release -p rlock-tests-integration --test soak -- --nocapture
 
 # The live fuzz runs at full size: FUZZ_STEPS steps of tests/fuzz.rs (RLOCK) and
-# tests/fuzz_kinds.rs (RWLOCK, RSEM), on Redis 7.0 and then on Valkey 8.1 (CI runs the short
-# default length). Each run prints its seed; RLOCK_FUZZ_SEED=<seed> replays one.
+# tests/fuzz_kinds.rs (RWLOCK, RSEM), then tests/model_fuzz.rs (every command and event against
+# the executable model) for MODEL_FUZZ_SECS seconds over MODEL_FUZZ_PROFILES (default: those CI
+# runs; `every` for all), on Redis 7.0 and then on Valkey 8.1 (CI runs the short default
+# length). Each run prints its seed; RLOCK_FUZZ_SEED=<seed> replays one.
 FUZZ_STEPS ?= 50000
+MODEL_FUZZ_SECS ?= 600
+MODEL_FUZZ_PROFILES ?=
+MODEL_FUZZ_ENV = RLOCK_MODEL_SECS=$(MODEL_FUZZ_SECS) \
+	$(if $(MODEL_FUZZ_PROFILES),RLOCK_MODEL_PROFILES=$(MODEL_FUZZ_PROFILES))
 fuzz: build valkey-deps
 	RLOCK_FUZZ_STEPS=$(FUZZ_STEPS) $(CARGO) test --release -p rlock-tests-integration \
 		--test fuzz --test fuzz_kinds -- --nocapture --test-threads=1
+	$(MODEL_FUZZ_ENV) $(CARGO) test --release -p rlock-tests-integration \
+		--test model_fuzz -- --nocapture
 	RLOCK_FUZZ_STEPS=$(FUZZ_STEPS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
 		$(CARGO) test --release -p rlock-tests-integration \
 		--test fuzz --test fuzz_kinds -- --nocapture --test-threads=1
+	$(MODEL_FUZZ_ENV) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
+		$(CARGO) test --release -p rlock-tests-integration --test model_fuzz -- --nocapture
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # the floor module (bench/floor, never installed or shipped) is built with it, for the rows of

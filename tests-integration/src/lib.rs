@@ -22,6 +22,7 @@ pub mod deadlock;
 pub mod docs;
 pub mod fuzz;
 pub mod helpers;
+pub mod model;
 pub mod python;
 pub mod redisson;
 pub mod rng;
