@@ -103,7 +103,7 @@ pub struct Permit {
 }
 
 /// A semaphore: its count key, its leased permits, and the counted grants the run's clients
-/// hold (oldest first; a release gives back the oldest).
+/// hold (oldest first; a release gives back the oldest, as its request when it has one).
 #[derive(Debug, Clone, Default)]
 pub struct Sem {
     pub count: Option<i64>,
@@ -248,6 +248,8 @@ pub enum Cmd {
     SemRelease {
         name: String,
         n: i64,
+        /// `REQUEST id`: the counted grant given back is that request's.
+        request: Option<String>,
     },
     SemReleaseIds {
         name: String,
@@ -389,7 +391,11 @@ impl Cmd {
                 request_args(&mut a, request.as_ref());
                 a
             }
-            Self::SemRelease { name, n: c } => vec![s("RSEM.RELEASE"), s(name), n(*c)],
+            Self::SemRelease { name, n: c, request } => {
+                let mut a = vec![s("RSEM.RELEASE"), s(name), n(*c)];
+                request_args(&mut a, request.as_ref());
+                a
+            }
             Self::SemReleaseIds { name, ids } => {
                 let mut a = vec![s("RSEM.RELEASE"), s(name), s("ID")];
                 a.extend(ids.iter().cloned());
@@ -1074,22 +1080,57 @@ impl Model {
                 };
                 self.record(db, name, request.as_ref(), params, v, grant, end);
             }
-            Cmd::SemRelease { name, n } => {
+            Cmd::SemRelease { name, n, request: None } => {
+                // Counted permits carry no owner: a plain release ends no request's grant (the
+                // client's own bookkeeping drops a grant of its own without a request).
                 let s = self.sem(db, name)?;
                 let c = s.count.unwrap_or(0) + n;
                 s.count = Some(c);
-                let mut ended = Vec::new();
-                if let Some(i) = s.held.iter().position(|h| h.permits == *n) {
-                    let h = s.held.remove(i);
-                    ended.extend(h.request);
+                if let Some(i) = s.held.iter().position(|h| h.permits == *n && h.request.is_none())
+                {
+                    s.held.remove(i);
                 }
-                for id in ended {
-                    if let Some(Record::Granted { grant: Grant::Counted { ended }, .. }) =
-                        self.dbs[db].records.get_mut(&(name.clone(), id))
+                same(&Ok(v.clone()), &Value::Int(c))?;
+            }
+            Cmd::SemRelease { name, n, request: Some(id) } => {
+                // As the request: its grant given back once; the record then says released
+                // (a cancel finds nothing, a retried release gives nothing more).
+                let key = (name.clone(), id.clone());
+                let give = match self.dbs[db].records.get(&key) {
+                    Some(Record::Granted { grant: Grant::Counted { ended }, until, .. })
+                        if !until.passed(at) =>
                     {
-                        *ended = true;
+                        !ended
+                    }
+                    Some(Record::Cancelled { until }) if !until.passed(at) => false,
+                    Some(Record::Granted { until, .. }) if !until.passed(at) => {
+                        return Err(format!("RSEM.RELEASE {name} {n} REQUEST {id}: a record of another grant (not generated)"));
+                    }
+                    _ => {
+                        let until = Deadline::after(at, 60_000);
+                        let (params, reply) = ("released".to_owned(), Value::Nil);
+                        let grant = Grant::Counted { ended: true };
+                        self.dbs[db]
+                            .records
+                            .insert(key.clone(), Record::Granted { params, reply, grant, until });
+                        true
+                    }
+                };
+                if let Some(Record::Granted { grant: Grant::Counted { ended }, .. }) =
+                    self.dbs[db].records.get_mut(&key)
+                {
+                    *ended = true;
+                }
+                let s = self.sem(db, name)?;
+                if give {
+                    s.count = Some(s.count.unwrap_or(0) + n);
+                    if let Some(i) =
+                        s.held.iter().position(|h| h.request.as_deref() == Some(id.as_str()))
+                    {
+                        s.held.remove(i);
                     }
                 }
+                let c = s.count.unwrap_or(0);
                 same(&Ok(v.clone()), &Value::Int(c))?;
             }
             Cmd::SemReleaseIds { name, ids } => {
@@ -1097,12 +1138,10 @@ impl Model {
                 let mut uniq = ids.clone();
                 uniq.sort();
                 uniq.dedup();
+                // A permit in its lock-delay left its id (a placeholder member holds it): a
+                // release by the old id finds nothing.
                 let live = uniq.iter().all(|id| s.permits.get(id).is_some_and(|p| !p.placeholder));
-                // A permit in its lock-delay is still leased under its id: a release by id may
-                // lift the delay early (as RLOCK.RELEASE of the placeholder owner does) or not.
-                let delayed = uniq.iter().all(|id| s.permits.contains_key(id));
-                let lifted = delayed && !live && v == &Value::Int(uniq.len() as i64);
-                let want = if live || lifted {
+                let want = if live {
                     for id in &uniq {
                         s.permits.remove(id);
                     }

@@ -71,10 +71,30 @@ fn a_cancel_of_counted_permits_already_given_back_gives_nothing() {
     };
     ok(&mut m, A, 0, &Cmd::SemSet { name: "p".into(), n: 2 }, Value::Int(1));
     ok(&mut m, A, 1, &sem(None), Value::Int(1));
-    ok(&mut m, A, 2, &Cmd::SemRelease { name: "p".into(), n: 2 }, Value::Int(2));
+    let release = Cmd::SemRelease { name: "p".into(), n: 2, request: Some("c1".into()) };
+    ok(&mut m, A, 2, &release, Value::Int(2));
+    // A retried release gives nothing more; a cancel finds nothing to give back.
+    ok(&mut m, A, 3, &release, Value::Int(2));
     let cancel = Cmd::Cancel { name: "p".into(), id: "c1".into() };
-    assert!(m.clone().exec(A, at(3), &cancel, &Ok(Value::Int(2))).is_err());
-    ok(&mut m, A, 3, &cancel, Value::Int(0));
+    assert!(m.clone().exec(A, at(4), &cancel, &Ok(Value::Int(2))).is_err());
+    ok(&mut m, A, 4, &cancel, Value::Int(0));
+}
+
+#[test]
+fn a_plain_release_of_counted_permits_ends_no_request() {
+    let mut m = Model::default();
+    let sem = Cmd::SemAcquire {
+        name: "p".into(),
+        n: 1,
+        lease: None,
+        request: Some("c1".into()),
+        session: None,
+    };
+    ok(&mut m, A, 0, &Cmd::SemSet { name: "p".into(), n: 1 }, Value::Int(1));
+    ok(&mut m, A, 1, &sem, Value::Int(1));
+    // Permits carry no owner: a plain release is anybody's, the request's grant stays.
+    ok(&mut m, A, 2, &Cmd::SemRelease { name: "p".into(), n: 1, request: None }, Value::Int(1));
+    ok(&mut m, A, 3, &sem, Value::Int(1));
 }
 
 #[test]
