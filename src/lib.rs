@@ -156,7 +156,7 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     // high-water mark went with its memory, and an evicted counter would restart below a
     // token it granted. The floor rises as at a restart, above every token granted before.
     if raw::info::has_served_clients(ctx).unwrap_or(true) {
-        replicas::raise_token_floor(raw::now_ms());
+        replicas::raise_token_floor(next_millisecond());
         ctx.log_notice(&format!(
             "rlock: loaded into a running server: fencing tokens start at the token floor {} \
              (above every token granted before the load)",
@@ -165,6 +165,20 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     }
     store::settings::refresh(ctx, None);
     Ok(())
+}
+
+/// The clock's next millisecond, waited for (at most a few ms): the token floor of a load into
+/// a running server is above every token an instance loaded and unloaded within the current
+/// millisecond granted (its floor was this millisecond's, or an earlier one's).
+fn next_millisecond() -> i64 {
+    let start = raw::now_ms();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_millis(5);
+    let mut now = start;
+    while now <= start && std::time::Instant::now() < give_up {
+        std::hint::spin_loop();
+        now = raw::now_ms();
+    }
+    now.max(start.saturating_add(1))
 }
 
 /// A command name as a C string, at compile time.

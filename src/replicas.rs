@@ -77,10 +77,20 @@ pub fn set_cluster_node_timeout(ms: Option<i64>) {
 /// shortens it), as last read (`store::settings`).
 static CRON_PERIOD: AtomicI64 = AtomicI64::new(100);
 
+/// The longest cron period in force since the last check (ms): a gap that spans a change of
+/// `hz` ran partly at the old period, and is no stall for being longer than the new one.
+static SPAN_PERIOD: AtomicI64 = AtomicI64::new(100);
+
 /// The server's configured `hz` (ticks of its cron per second, 1 to 500).
 pub fn set_hz(hz: Option<i64>) {
     let period = hz.filter(|&hz| hz > 0).map_or(100, |hz| (1000 / hz).max(1));
-    CRON_PERIOD.store(period, Ordering::Relaxed);
+    let old = CRON_PERIOD.swap(period, Ordering::Relaxed);
+    SPAN_PERIOD.fetch_max(old.max(period), Ordering::Relaxed);
+}
+
+/// The longest cron period a gap between two checks may have run at.
+fn longest_period() -> i64 {
+    CRON_PERIOD.load(Ordering::Relaxed).max(SPAN_PERIOD.load(Ordering::Relaxed))
 }
 
 /// The stall threshold in force: `rlock.stall-ms`, and in a cluster at most half the node
@@ -91,7 +101,7 @@ pub fn set_hz(hz: Option<i64>) {
 #[must_use]
 pub fn stall_ms() -> i64 {
     let set = STALL.load(Ordering::Relaxed).min(NODE_TIMEOUT_HALF.load(Ordering::Relaxed));
-    set.max(100).max(2 * CRON_PERIOD.load(Ordering::Relaxed))
+    set.max(100).max(2 * longest_period())
 }
 
 /// Which rule of the guard refused a grant: named in the `NOREPLICAS` reply and in `INFO
@@ -249,7 +259,10 @@ impl Health {
         if required == 0 {
             return Ok(());
         }
-        let fresh = self.checked_at > 0 && now - self.checked_at <= self.valid_ms;
+        // Never shorter than two cron periods: after `hz` went down, the next check comes
+        // one new period after the last.
+        let valid_ms = self.valid_ms.max(2 * longest_period());
+        let fresh = self.checked_at > 0 && now - self.checked_at <= valid_ms;
         if !fresh {
             Err(LockError::NoReplicas(Refused::NoRecentCheck))
         } else if now < self.quarantine_until {
@@ -302,6 +315,8 @@ pub fn record_check(now: i64, links: &[Link]) -> bool {
     let before = HEALTH.get();
     let after = before.checked(now, links, MAX_LAG.load(Ordering::Relaxed), stall_ms());
     HEALTH.set(after);
+    // The next gap runs at the period in force now.
+    SPAN_PERIOD.store(CRON_PERIOD.load(Ordering::Relaxed), Ordering::Relaxed);
     before.may_grant(now, min).is_err() && after.may_grant(now, min).is_ok()
 }
 
@@ -632,7 +647,20 @@ mod tests {
             let h = h.checked(now + threshold + 1, &[UP], 2, threshold);
             assert!(h.quarantine_until > 0, "hz {hz}");
         }
+        // A gap that spans a change of hz ran partly at the old period: no stall, and a check
+        // made at the short period stays valid until the first check at the long one.
+        set_hz(Some(1));
+        SPAN_PERIOD.store(1000, Ordering::Relaxed);
+        let h = Health::NEW.checked(1_000, &[UP], 2, stall_ms());
+        set_hz(Some(500));
+        let h = h.checked(2_000, &[UP], 2, stall_ms());
+        assert_eq!(h.quarantine_until, 0, "hz 1 -> 500: the 1 s gap is the old period's");
+        SPAN_PERIOD.store(2, Ordering::Relaxed);
+        let h = h.checked(2_002, &[UP], 2, stall_ms());
+        set_hz(Some(1));
+        assert_eq!(h.may_grant(2_002 + 999, -1), Ok(()), "hz 500 -> 1: the next check is 1 s away");
         set_hz(Some(10));
+        SPAN_PERIOD.store(100, Ordering::Relaxed);
         STALL.store(STALL_MS, Ordering::Relaxed);
     }
 

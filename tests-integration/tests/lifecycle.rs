@@ -192,3 +192,44 @@ fn fencing_tokens_never_repeat_across_a_module_reload_after_their_counter_was_ev
     assert!(next > 3, "token {next} after 1, 2, 3");
     assert_eq!(next, info_field(&mut con, "rlock", "rlock_token_floor"));
 }
+
+/// Two loads within one millisecond: the second's token floor must still be above every token
+/// the first instance granted (the floor is the load's millisecond × 1,000,000, and the high-water
+/// mark went with the unloaded instance). Each unload + load + acquire goes in one pipeline, so
+/// it runs within the same millisecond as often as the machine allows.
+#[test]
+fn fencing_tokens_never_repeat_across_reloads_within_one_millisecond() {
+    let server = Server::builder()
+        .config("enable-module-command", "yes")
+        .config("maxmemory-policy", "allkeys-lru")
+        .start();
+    let mut con = server.conn();
+    let path = rlock_tests_integration::module_path();
+    let path = path.to_str().expect("path");
+    let mut last = 0;
+    for round in 0..20 {
+        let replies: Vec<Value> = redis::pipe()
+            .cmd("MODULE")
+            .arg("UNLOAD")
+            .arg("rlock")
+            .cmd("MODULE")
+            .arg("LOAD")
+            .arg(path)
+            .cmd("RLOCK.ACQUIRE")
+            .arg("t")
+            .arg("o")
+            .arg(60_000)
+            .arg("TOKEN")
+            .cmd("RLOCK.RELEASE")
+            .arg("t")
+            .arg("o")
+            .cmd("DEL")
+            .arg("redisson_lock_token:{t}")
+            .query(&mut con)
+            .expect("pipeline");
+        assert_eq!(replies[..2], [Value::Okay, Value::Okay], "round {round}");
+        let token = granted_token(&replies[2]);
+        assert!(token > last, "round {round}: token {token} after {last}");
+        last = token;
+    }
+}

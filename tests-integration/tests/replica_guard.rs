@@ -100,6 +100,38 @@ fn the_smallest_stall_setting_keeps_a_healthy_master_granting() {
     assert_eq!(info_text(&mut con, "rlock_guard_refuses"), "none");
 }
 
+/// A change of `hz` on a healthy master: the gap that spans it ran at the old cron period, and
+/// the last check made at a short period stays valid until the first at a long one; neither is
+/// a stall nor a stale check.
+#[test]
+fn changing_hz_keeps_a_healthy_master_granting() {
+    let master = Server::builder().config("hz", "1").start();
+    let mut con = master.conn();
+    let _replica = Server::builder().replica_of(&master).start();
+    wait_replica_online(&master);
+    poll("grants to be allowed", LIMIT, || refusal(&mut con).is_none().then_some(()));
+    assert_eq!(cmd(&mut con, &["CONFIG", "SET", "rlock.stall-ms", "100"]), Value::Okay);
+    for (from, to) in [("1", "500"), ("500", "1"), ("1", "100"), ("100", "1")] {
+        assert_eq!(cmd(&mut con, &["CONFIG", "SET", "hz", from]), Value::Okay);
+        // Two checks at the old period (one second apart at hz 1).
+        std::thread::sleep(Duration::from_millis(2_100));
+        poll("grants to be allowed", LIMIT, || refusal(&mut con).is_none().then_some(()));
+        assert_eq!(cmd(&mut con, &["CONFIG", "SET", "hz", to]), Value::Okay);
+        let mut refused = Vec::new();
+        for i in 0..60 {
+            std::thread::sleep(Duration::from_millis(25));
+            if let Some(e) = refusal(&mut con) {
+                refused.push((i, e));
+            }
+        }
+        assert!(
+            refused.is_empty(),
+            "hz {from} -> {to}: {} of 60 refused: {refused:?}",
+            refused.len()
+        );
+    }
+}
+
 #[test]
 fn a_refusal_names_the_rule_that_refused_in_its_reply_and_in_info() {
     let (_server, mut con) = refusing_master();
