@@ -349,6 +349,29 @@ pub fn read_holds_end(
     Ok(holds.get(owner).and_then(|h| h.values().copied().filter(|&at| at > now).max()))
 }
 
+/// How many of `owner`'s read holds with an index below `below` on the read-write lock `name`
+/// are live (their hold key is there).
+///
+/// # Errors
+/// As [`RwKey::holds`] (each hold key's slot and ACL).
+pub fn live_read_holds_below(
+    ctx: &Context,
+    name: &RedisString,
+    owner: &[u8],
+    below: u64,
+) -> Result<u64, LockError> {
+    let checker = KeyChecker::new(ctx);
+    let mut live = 0;
+    for index in 1..below.min(rw_rules::MAX_READ_HOLDS.saturating_add(1)) {
+        let hold = hold_key(ctx, name, owner, index)?;
+        checker.check(ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
+        if Key::open(ctx, &hold, false).kind() != KeyKind::Empty {
+            live += 1;
+        }
+    }
+    Ok(live)
+}
+
 /// Spacing between two dead-reader checks of one lock, in µs per field and hold key the first
 /// one read (each costs a few µs): a lock's checks take a few % of a core at most, whatever its
 /// number of readers (20,000 readers with a hold each: one check every 4 s at most).

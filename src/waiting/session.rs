@@ -153,8 +153,9 @@ pub fn rw_granted(
                 // A read side's binding lasts as long as the owner's own read holds, not the
                 // whole hash (other readers may keep it longer).
                 let until = plan.grant_until().unwrap_or_else(|| lease_end(ctx, name));
+                let fresh = *count == 1 || reads_all_ended_before(ctx, name, o, *count);
                 let held = Held::Read(o.clone());
-                granted_lasting(ctx, name, held, *count == 1, bind, until, Lasts::AtLeast);
+                granted_lasting(ctx, name, held, fresh, bind, until, Lasts::AtLeast);
             }
             Effect::SetWrites { owner: o, count } if o == owner => {
                 let held = Held::Write(o.clone());
@@ -168,6 +169,19 @@ pub fn rw_granted(
             _ => {}
         }
     }
+}
+
+/// Whether a read grant that made `owner`'s count `count` is in fact a fresh hold of a bound
+/// read side: every one of its earlier holds (indexes below `count`) ended by its lease, the
+/// field lingering until a dead-reader check. Read from their hold keys (their expiry, as the
+/// server sees it), only when the side is bound; a binding made for those holds must not
+/// carry over to this one.
+fn reads_all_ended_before(ctx: &Context, name: &RedisString, owner: &[u8], count: u64) -> bool {
+    let hold = Hold { lock: lock_name(ctx, name), held: Held::Read(owner.to_vec()) };
+    if with(|s| s.get(&hold)).is_none() {
+        return false;
+    }
+    crate::store::rw::live_read_holds_below(ctx, name, owner, count).is_ok_and(|live| live == 0)
 }
 
 fn is_writes_of(effect: &Effect, owner: &[u8]) -> bool {
