@@ -177,14 +177,13 @@ fn a_read_whose_holds_all_expired_is_neither_renewed_nor_replayed() {
         if reads_of_o(&mut con, "rw").is_none() {
             continue;
         }
-        // Its request's retry: a new acquire (a new hold with its own lease), not a replay.
+        // Its request's retry: a new acquire (a new hold with its own lease: the second, or the
+        // first again if a dead-reader check removed the field meanwhile), not a replay (which
+        // writes nothing).
         assert_eq!(cmd(&mut con, &acquire), Value::Nil);
         let holds = cmd(&mut con, &["KEYS", "{rw}:o:rwlock_timeout:*"]);
-        assert_eq!(
-            holds,
-            Value::Array(vec![Value::BulkString(b"{rw}:o:rwlock_timeout:2".to_vec())]),
-            "the retry was granted a hold of its own"
-        );
+        let Value::Array(holds) = holds else { panic!("KEYS: {holds:?}") };
+        assert_eq!(holds.len(), 1, "the retry was granted a hold of its own: {holds:?}");
         break;
     }
 }
