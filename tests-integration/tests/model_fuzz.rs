@@ -105,10 +105,12 @@ const PROFILES: [(&str, &str); 12] = [
 /// The profiles run when `RLOCK_MODEL_PROFILES` is not set (CI): those whose defects are
 /// fixed. Add a profile here once the defects it finds are fixed.
 ///
-/// Not `all` yet: on Valkey 8.1 it once found the model and the server apart on a counted
-/// semaphore whose `REQUEST` grants were released and cancelled across `SWAPDB`s
-/// (`RLOCK_FUZZ_SEED=1795799805145982147 RLOCK_MODEL_PROFILES=all`, step 542: the server 2
-/// permits, the model 4), not analysed yet.
+/// Not `all` yet: on Valkey 8.1 it found the model and the server apart
+/// (`RLOCK_FUZZ_SEED=1795799805145982147 RLOCK_MODEL_PROFILES=all`, step 542): in a `MULTI`,
+/// `CLIENT KILL` of a connection bound to two leased permits, then `RSEM.AVAILABLE`: the server
+/// 2, the model 4. A read-only command never writes, so it shows a closed session's permits
+/// until the tick ends them (docs/sessions.md); the model applies the ends before every
+/// command. The model is to learn that rule.
 const DEFAULT_PROFILES: [&str; 9] = [
     "core",
     "sessions",
