@@ -38,4 +38,4 @@ pub use helpers::*;
 pub use rng::Rng;
 pub use sentinel::{Sentinel, SENTINEL_MASTER};
 pub use server::{module_path, wait_link_up, wait_replica_online, Builder, Server};
-pub use sessions::{session_ends, session_holds, Process};
+pub use sessions::{barrier, session_ends, session_holds, Process};

@@ -2,10 +2,11 @@
 //! process of its own that a test kills as a crashed worker.
 
 use std::process::Child;
+use std::time::Duration;
 
 use redis::Connection;
 
-use crate::info_field;
+use crate::{client_id, cmd, exists, info_field, kill_client, poll, Server};
 
 /// Session holds bound now (`INFO rlock`'s `rlock_session_holds`).
 #[must_use]
@@ -27,4 +28,18 @@ impl Drop for Process {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Closes a fresh session hold on its own lock (`barrier`) and waits until its end was applied:
+/// every close before it was processed by then (ends are applied in the order the closes came).
+///
+/// # Panics
+/// When the end does not come within 10 s.
+pub fn barrier(server: &Server, admin: &mut Connection) {
+    let mut con = server.conn();
+    let id = client_id(&mut con);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "barrier", "b", "60000", "SESSION"]);
+    kill_client(admin, id);
+    let limit = Duration::from_secs(10);
+    poll("the barrier's end", limit, || (!exists(admin, "barrier")).then_some(()));
 }

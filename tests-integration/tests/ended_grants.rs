@@ -7,21 +7,11 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    client_id, cmd, exists, hgetall, info_field, int, kill_client, poll, run, session_ends,
-    wait_blocked, Pending, Server,
+    barrier, client_id, cmd, exists, hgetall, info_field, int, kill_client, poll, run,
+    session_ends, wait_blocked, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-/// Closes a fresh session hold on its own lock and waits until its end was applied: every
-/// close before it was processed by then (ends are applied in the order the closes came).
-fn barrier(server: &Server, admin: &mut Connection) {
-    let mut con = server.conn();
-    let id = client_id(&mut con);
-    cmd(&mut con, &["RLOCK.ACQUIRE", "barrier", "b", "60000", "SESSION"]);
-    kill_client(admin, id);
-    poll("the barrier's end", LIMIT, || (!exists(admin, "barrier")).then_some(()));
-}
 
 fn ids(reply: &Value) -> Vec<Vec<u8>> {
     match reply {

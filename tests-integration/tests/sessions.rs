@@ -12,21 +12,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    client_id, cmd, digest, exists, hgetall, info_field, kill_client, poll, run_str, session_ends,
-    session_holds, wait_blocked, wait_link_up, Pending, Process, Server,
+    barrier, client_id, cmd, digest, exists, hgetall, info_field, kill_client, poll, run_str,
+    session_ends, session_holds, wait_blocked, wait_link_up, Pending, Process, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-/// Closes a fresh session hold on its own lock and waits until its end was applied: every
-/// close before it was processed by then.
-fn barrier(server: &Server, admin: &mut Connection) {
-    let mut con = server.conn();
-    let id = client_id(&mut con);
-    cmd(&mut con, &["RLOCK.ACQUIRE", "barrier", "b", "60000", "SESSION"]);
-    kill_client(admin, id);
-    poll("the barrier's end", LIMIT, || (!exists(admin, "barrier")).then_some(()));
-}
 
 /// A separate process that takes `args` on its own connection and then waits until the server
 /// closes it (killed with SIGKILL by the test, as a crashed worker).
