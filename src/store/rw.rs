@@ -350,26 +350,21 @@ pub fn read_holds_end(
 }
 
 /// How many of `owner`'s read holds with an index below `below` on the read-write lock `name`
-/// are live (their hold key is there).
+/// are live (their hold key is there): [`RwKey::holds`] over those indexes.
 ///
 /// # Errors
-/// As [`RwKey::holds`] (each hold key's slot and ACL).
+/// As [`RwKey::state_of`] and [`RwKey::holds`] (each hold key's slot and ACL).
 pub fn live_read_holds_below(
     ctx: &Context,
     name: &RedisString,
     owner: &[u8],
     below: u64,
 ) -> Result<u64, LockError> {
-    let checker = KeyChecker::new(ctx);
-    let mut live = 0;
-    for index in 1..below.min(rw_rules::MAX_READ_HOLDS.saturating_add(1)) {
-        let hold = hold_key(ctx, name, owner, index)?;
-        checker.check(ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
-        if Key::open(ctx, &hold, false).kind() != KeyKind::Empty {
-            live += 1;
-        }
-    }
-    Ok(live)
+    let key = RwKey::open(ctx, name, false);
+    let mut state = key.state_of(Some(owner))?;
+    state.readers.insert(owner.to_vec(), below.saturating_sub(1));
+    let holds = key.holds(&state, raw::now_ms())?;
+    Ok(holds.get(owner).map_or(0, |h| h.len() as u64))
 }
 
 /// Spacing between two dead-reader checks of one lock, in µs per field and hold key the first
