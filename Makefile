@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
 
 all: build
 
@@ -76,6 +76,15 @@ test-python: build python-deps
 	cd python && python3 -m ruff check src tests bench && python3 -m ruff format --check src tests bench
 	cd python && python3 -m mypy --strict src
 	cd python && RLOCK_PY_LINTED=1 python3 -m pytest -q -p no:cacheprovider
+	$(MAKE) test-python-peer
+
+# redis-py's own lock tests (tests/test_lock.py and tests/test_asyncio/test_lock.py of the
+# installed redis-py version's sdist, downloaded from PyPI once into target/redis-py-peer/) run
+# unchanged against RLockCompat / AsyncRLockCompat with this repository's fixtures; every
+# outcome is checked against python/tests/redis_py_peer/expected_differences.txt (a failure
+# outside it, or a listed test that passes, fails). Ends with a "test result:" line.
+test-python-peer: build python-deps
+	python3 python/tests/redis_py_peer/run.py
 
 # The Python package's benchmark (python/bench/bench.py): redis-py's Lock, python-redis-lock and
 # redis-rlock (this checkout's python/src) on one server with $(MODULE), 1/8/64 processes and

@@ -229,8 +229,8 @@ def test_errors_are_lock_errors(r: redis.Redis) -> None:
         rl.Lock(r, "x").acquire(blocking=False, timeout=1)
     with pytest.raises(ValueError):
         rl.Lock(r, "x").acquire(timeout=-5)
-    with pytest.raises(TypeError):
-        rl.Lock(r, 42)  # type: ignore[arg-type]
+    with pytest.raises(redis.exceptions.DataError):
+        rl.Lock(r, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         rl.Lock(object(), "x")
 

@@ -5,9 +5,10 @@ are session holds) or held as the owner (every hold under the owner's one id).""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Protocol, TypeVar, Union
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from ._fork import ForkGuard
+from ._proto import Name
 
 
 class _Sides(Protocol):
@@ -36,18 +37,18 @@ class Handles(Generic[LockT, RWLockT]):
     def _bind(self, handle: Any) -> None:
         raise NotImplementedError
 
-    def _make(self, cls: Callable[..., _T], name: Union[str, bytes], options: Any) -> _T:
+    def _make(self, cls: Callable[..., _T], name: Name, options: Any) -> _T:
         options.setdefault("response_timeout", self._rt)
         return cls(self._client, name, **options)
 
-    def lock(self, name: Union[str, bytes], **options: Any) -> LockT:
+    def lock(self, name: Name, **options: Any) -> LockT:
         """A ``Lock`` (``Lock``'s options) tied to this session or owner: a session's holds
         are bound to its connection, an owner's are held under its id."""
         lk = self._make(self._lock_class, name, options)
         self._bind(lk)
         return lk
 
-    def rw_lock(self, name: Union[str, bytes], **options: Any) -> RWLockT:
+    def rw_lock(self, name: Name, **options: Any) -> RWLockT:
         """An ``RWLock`` whose read and write sides are tied to this session or owner."""
         rw = self._make(self._rw_lock_class, name, options)
         self._bind(rw.read)
@@ -64,7 +65,7 @@ class SessionHandles(Handles[LockT, RWLockT], Generic[LockT, RWLockT, SemT]):
     def _bind(self, handle: Any) -> None:
         handle._session = self
 
-    def leased_semaphore(self, name: Union[str, bytes], **options: Any) -> SemT:
+    def leased_semaphore(self, name: Name, **options: Any) -> SemT:
         """A ``LeasedSemaphore`` whose permits are bound to this session."""
         sem = self._make(self._leased_semaphore_class, name, options)
         self._bind(sem)

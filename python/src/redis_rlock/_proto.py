@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from redis.exceptions import ResponseError
+from redis.exceptions import DataError, ResponseError
 
 Arg = Union[bytes, str, int]
 
@@ -22,13 +22,42 @@ CANCELLED_S = 60.0
 MAX_LEASED_PERMITS = 10_000
 
 
-def name_bytes(name: Union[str, bytes]) -> bytes:
-    """A lock name as the bytes sent (str is UTF-8)."""
-    if isinstance(name, bytes):
-        return name
-    if isinstance(name, str):
-        return name.encode()
-    raise TypeError(f"lock name must be str or bytes, not {type(name).__name__}")
+#: What a lock (or semaphore, latch) name may be: what redis-py sends as a key.
+Name = Union[str, bytes, bytearray, memoryview, int, float]
+
+
+def encoding_of(client: Any) -> tuple[str, str]:
+    """``client``'s ``encoding`` and ``encoding_errors`` (its redis-py ``Encoder``'s, which
+    encodes its keys and lock tokens); UTF-8, strict, when it has none."""
+    sources: tuple[Any, ...] = (client, getattr(client, "connection_pool", None))
+    for source in sources:
+        try:
+            enc = source.get_encoder()
+            return str(enc.encoding), str(enc.encoding_errors)
+        except Exception:
+            continue
+    return "utf-8", "strict"
+
+
+def encode(value: Any, client: Any, what: str) -> bytes:
+    """``value`` as redis-py's ``Encoder`` sends it: bytes-like as they are, int and float
+    as their ``repr``, str in ``client``'s encoding. A bool, None or any other type is
+    refused at once with redis-py's ``DataError``."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DataError(
+            f"Invalid {what} of type: {type(value).__name__!r}. "
+            "Convert to a bytes, string, int or float first."
+        )
+    if isinstance(value, (int, float)):
+        return repr(value).encode()
+    return value.encode(*encoding_of(client))
+
+
+def name_bytes(name: Any, client: Any = None) -> bytes:
+    """A lock (semaphore, latch) name as the bytes sent: as redis-py encodes a key."""
+    return encode(name, client, "lock name")
 
 
 def new_id() -> bytes:

@@ -2,42 +2,141 @@
 ``AsyncRLockCompat`` for ``redis.asyncio``) keep redis-py's signature, attributes and
 exceptions (``LockError``, ``LockNotOwnedError``) but wait in the server, FIFO, and release
 exactly. Differences: ``timeout=None`` (redis-py: a key that never expires) takes a 30 s lease
-renewed by a watchdog until release; ``sleep`` is accepted and unused (nobody polls)."""
+renewed by a watchdog until release; ``sleep`` is accepted and unused (nobody polls).
+
+Tokens work as redis-py's: ``acquire(token=...)`` (or a fresh uuid1 hex) is the lock object's
+``local.token``; the server stores the hold under ``<token>:<32 hex digits>``, an owner id of
+its own per acquire, so an acquire never re-enters a hold (redis-py's lock is not reentrant:
+a second acquire with the holder's token waits or fails as any other). ``release``, ``extend``,
+``reacquire`` and ``owned`` act on the hold whose owner id carries ``local.token``, whichever
+lock object (or process) took it."""
 
 from __future__ import annotations
 
+import asyncio
+import math
+import re
 import time
 import uuid
 from typing import Any, Optional, Union
 
 import redis.asyncio.lock as alock
 import redis.lock as slock
-from redis.exceptions import LockError, LockNotOwnedError
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from . import _proto as P
+from ._hold import Hold
+from .errors import WrongType
 
 _WATCHDOG_MS = 30_000
+#: a wait at least this long (ms) waits without limit: the server takes at most 2**63 - 1
+_FOREVER_MS = 2**62
 
 
-def _wait(blocking: bool, blocking_timeout: Optional[float]) -> Optional[float]:
+def _wait(blocking: bool, blocking_timeout: Any) -> Optional[float]:
+    """redis-py's (blocking, blocking_timeout) as the engine's wait: 0.0 one try (not blocking,
+    or a timeout of zero or less, as redis-py makes one try), None without limit (None, +inf,
+    or longer than the server can count), else seconds. NaN or a non-number: refused."""
     if not blocking:
         return 0.0
     if blocking_timeout is None:
         return None
+    if isinstance(blocking_timeout, bool) or not isinstance(blocking_timeout, (int, float)):
+        raise TypeError(
+            f"blocking_timeout must be a number of seconds or None, "
+            f"not {type(blocking_timeout).__name__}"
+        )
+    if math.isnan(blocking_timeout):
+        raise ValueError("blocking_timeout must not be NaN")
+    if blocking_timeout * 1000 >= _FOREVER_MS:
+        return None
     return max(0.0, float(blocking_timeout))
 
 
-def _token(token: Union[str, bytes, None]) -> bytes:
+def _encode_token(redis: Any, token: Union[str, bytes, None]) -> bytes:
+    """A token as redis-py's acquire makes it: a fresh uuid1 hex, or the given one encoded
+    with the client's encoder (str, int, float; bytes as they are; anything else: DataError)."""
     if token is None:
         return uuid.uuid1().hex.encode()
-    return token if isinstance(token, bytes) else str(token).encode()
+    return P.encode(token, redis, "lock token")
+
+
+def _owner_for(token: bytes) -> bytes:
+    """A fresh owner id carrying ``token``: ``<token>:<32 hex digits>``."""
+    return token + b":" + uuid.uuid4().hex.encode()
+
+
+def _carries(owner: Any, token: Optional[bytes]) -> bool:
+    """Whether the server's owner id ``owner`` is a hold taken with ``token``."""
+    if token is None or not isinstance(owner, (bytes, str)):
+        return False
+    raw = owner if isinstance(owner, bytes) else owner.encode()
+    return raw == token or re.fullmatch(re.escape(token) + rb":[0-9a-f]{32}", raw) is not None
 
 
 def _lease(timeout: Optional[float]) -> tuple[int, bool]:
-    return (_WATCHDOG_MS, True) if timeout is None else (P.to_ms(timeout, "timeout"), False)
+    """The lease of a grant: ``timeout`` (redis-py: a falsy one, None or 0, never expires;
+    here it takes a watchdog-renewed lease)."""
+    return (_WATCHDOG_MS, True) if not timeout else (P.to_ms(timeout, "timeout"), False)
 
 
-class RLockCompat(slock.Lock):
+def _is_wrongtype(e: BaseException) -> bool:
+    return isinstance(e, WrongType) or (
+        isinstance(e, ResponseError) and str(e).startswith("WRONGTYPE")
+    )
+
+
+def _leased(hold: Hold, sent: float, lease_ms: int) -> None:
+    """The server set ``hold``'s lease to ``lease_ms`` (a renewal sent at ``sent``)."""
+    hold.lease_ms = lease_ms
+    hold.deadline = sent + lease_ms / 1000.0
+
+
+def _not_owned(what: str, name: str) -> LockNotOwnedError:
+    return LockNotOwnedError(f"Cannot {what} a lock that's no longer owned", lock_name=name)
+
+
+class _Common:
+    """State shared by the sync and asyncio drop-ins: the encoded name, and which hold of
+    this thread's (``thread_local``) or the object's state belongs to its token."""
+
+    local: Any
+    redis: Any
+    _key: bytes
+    _lname: str
+
+    def _named(self, redis: Any, name: Any) -> None:
+        self._key = P.name_bytes(name, redis)
+        self._lname = name if isinstance(name, str) else self._key.decode(errors="replace")
+
+    def _store(self, hold: Hold, token: bytes) -> None:
+        # the grant is recorded with its token in one step: never a hold without a token
+        self.local.hold, self.local.token = hold, token
+
+    def _token(self) -> tuple[Any, Optional[bytes]]:
+        """``local.token`` as set (by an acquire, or by hand) and as sent (encoded)."""
+        raw = getattr(self.local, "token", None)
+        return raw, (None if raw is None else P.encode(raw, self.redis, "lock token"))
+
+    def _hold_of(self, token: bytes) -> Optional[Hold]:
+        """The hold this object took with ``token`` (None: a token set by hand, or a hold
+        taken by another object)."""
+        hold = getattr(self.local, "hold", None)
+        if hold is not None and _carries(hold.spec.owner, token):
+            return hold  # type: ignore[no-any-return]
+        return None
+
+    def _forget(self, raw: Any) -> None:
+        if getattr(self.local, "token", None) is raw:
+            self.local.token = None
+            self.local.hold = None
+
+    def _spec(self, token: bytes, timeout: Optional[float]) -> tuple[P.Spec, bool]:
+        lease_ms, watchdog = _lease(timeout)
+        return P.Spec(P.LOCK, self._key, owner=_owner_for(token), lease_ms=lease_ms), watchdog
+
+
+class RLockCompat(_Common, slock.Lock):
     """redis-py's ``Lock`` API on rlock (sync)."""
 
     def __init__(self, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
@@ -45,8 +144,7 @@ class RLockCompat(slock.Lock):
         from ._sync import backend_for
 
         self._be = backend_for(redis, 2.0)
-        self._key = P.name_bytes(name if isinstance(name, (str, bytes)) else bytes(name))
-        self._lname = self._key.decode(errors="replace")
+        self._named(redis, name)
 
     def register_scripts(self) -> None:
         """No Lua scripts: the module's commands do the work."""
@@ -58,84 +156,128 @@ class RLockCompat(slock.Lock):
         blocking_timeout: Optional[float] = None,
         token: Optional[str] = None,
     ) -> bool:
-        """Takes the lock, waiting in the server (FIFO) up to ``blocking_timeout``."""
+        """Takes the lock, waiting in the server (FIFO) up to ``blocking_timeout`` (None,
+        +inf or beyond the server's range: without limit). Never re-enters: a lock held under
+        the same token (by this object or another) is busy, as with redis-py."""
         blocking = self.blocking if blocking is None else blocking
         blocking_timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
-        owner = _token(token)
-        lease_ms, watchdog = _lease(self.timeout)
-        spec = P.Spec(P.LOCK, self._key, owner=owner, lease_ms=lease_ms)
-        hold = self._be.acquire(
-            spec,
-            _wait(blocking, blocking_timeout),
-            watchdog,
-            None,
-            lambda h: setattr(self.local, "hold", h),
-        )
-        if hold is None:
-            return False
-        self.local.token = owner
-        return True
+        wait = _wait(blocking, blocking_timeout)
+        tok = _encode_token(self.redis, token)
+        spec, watchdog = self._spec(tok, self.timeout)
+        hold = self._be.acquire(spec, wait, watchdog, None, lambda h: self._store(h, tok))
+        return hold is not None
 
     def do_acquire(self, token: Union[str, bytes]) -> bool:
-        """One non-blocking try with ``token`` as the owner."""
+        """One non-blocking try with ``token``."""
         return self.acquire(blocking=False, token=token)  # type: ignore[arg-type]
 
+    def _owner(self) -> Any:
+        """The owner id the server stores for the lock now (None when free)."""
+        try:
+            info = P.info_map(self._be.call(self._key, ["RLOCK.INFO", self._key]))
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                return None  # the key holds something else: nobody holds the lock
+            raise
+        return None if info is None else info.get(b"owner")
+
     def locked(self) -> bool:
-        """Whether anybody holds the lock."""
-        return bool(self._be.call(self._key, ["RLOCK.PTTL", self._key]) != -2)
+        """Whether anybody holds the lock (or the key holds another value, which redis-py
+        counts as locked)."""
+        try:
+            return bool(self._be.call(self._key, ["RLOCK.PTTL", self._key]) != -2)
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                return True
+            raise
 
     def owned(self) -> bool:
-        """Whether this lock object's token holds it."""
-        token = getattr(self.local, "token", None)
-        if token is None:
-            return False
-        info = P.info_map(self._be.call(self._key, ["RLOCK.INFO", self._key]))
-        return info is not None and info.get(b"owner") == _token(token)
+        """Whether the lock is held under this lock object's token."""
+        _, token = self._token()
+        return token is not None and _carries(self._owner(), token)
 
     def release(self) -> None:
         """Releases (exactly once, retried after connection errors); ``LockNotOwnedError``
-        when the lock was no longer held (unless ``raise_on_release_error=False``)."""
-        expected = getattr(self.local, "token", None)
-        if expected is None:
+        when the lock was no longer held under this object's token (unless
+        ``raise_on_release_error=False``)."""
+        raw, expected = self._token()
+        if raw is None or expected is None:
             raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
-        hold = getattr(self.local, "hold", None)
-        self.local.token = None
-        self.local.hold = None
+        hold = self._hold_of(expected)
         try:
             if hold is not None:
-                self._be.release(hold)
+                try:
+                    self._be.release(hold)
+                except LockNotOwnedError:
+                    # this object's hold is gone; as in redis-py, the token is the owner: a
+                    # later hold taken with it (by another object) is the one released
+                    self.do_release(expected)
+                except WrongType:
+                    hold.mark_lost()  # the key was overwritten: this hold is gone
+                    hold.done = True
+                    raise
             else:
                 self.do_release(expected)
-        except LockNotOwnedError:
+        except (LockNotOwnedError, WrongType) as e:
+            self._forget(raw)
             if getattr(self, "raise_on_release_error", True):
+                if isinstance(e, WrongType):
+                    raise _not_owned("release", self._lname) from None
                 raise
+            return
+        except BaseException:
+            if hold is not None and hold.done:
+                self._forget(raw)  # sent, or left to the background sender
+            raise
+        self._forget(raw)
 
     def do_release(self, expected_token: Union[str, bytes]) -> None:
-        """``RLOCK.RELEASE`` of ``expected_token`` with a request id."""
-        args: list[P.Arg] = ["RLOCK.RELEASE", self._key, _token(expected_token)]
-        args += ["REQUEST", P.new_id()]
-        reply, _ = self._be.call_until(self._key, args, time.monotonic() + 3 * self._be.rt)
+        """Releases the hold taken with ``expected_token`` (whichever object took it):
+        ``RLOCK.RELEASE`` of its owner id, with a request id."""
+        token = P.encode(expected_token, self.redis, "lock token")
+        owner = self._owner()
+        if not _carries(owner, token):
+            raise _not_owned("release", self._lname)
+        args: list[P.Arg] = ["RLOCK.RELEASE", self._key, owner, "REQUEST", P.new_id()]
+        try:
+            reply, _ = self._be.call_until(self._key, args, time.monotonic() + 3 * self._be.rt)
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                raise _not_owned("release", self._lname) from None
+            raise
         if reply is None:
-            raise LockNotOwnedError(
-                "Cannot release a lock that's no longer owned", lock_name=self._lname
-            )
+            raise _not_owned("release", self._lname)
+
+    def _renew(self, owner: Any, ms: int, replace_ttl: bool) -> Optional[int]:
+        """``RLOCK.RENEW`` of ``owner`` for ``ms`` (added to the lease left, unless
+        ``replace_ttl``): the lease set, None when that owner does not hold the lock."""
+        try:
+            if not replace_ttl:
+                ms += max(0, int(self._be.call(self._key, ["RLOCK.PTTL", self._key])))
+            renewed = self._be.call(self._key, ["RLOCK.RENEW", self._key, owner, ms])
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                return None
+            raise
+        return ms if renewed == 1 else None
 
     def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
-        """Extends the lease (``replace_ttl``: sets it) of this object's hold."""
-        token = _token(self.local.token)
-        sent = time.monotonic()
+        """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
+        token: its own hold, or (that one gone) whichever hold carries the token."""
+        _, token = self._token()
         ms = P.to_ms(additional_time, "additional_time")
-        if not replace_ttl:
-            pttl = int(self._be.call(self._key, ["RLOCK.PTTL", self._key]))
-            ms += max(0, pttl)
-        if self._be.call(self._key, ["RLOCK.RENEW", self._key, token, ms]) != 1:
-            raise LockNotOwnedError(
-                "Cannot extend a lock that's no longer owned", lock_name=self._lname
-            )
-        hold = getattr(self.local, "hold", None)
+        hold = None if token is None else self._hold_of(token)
         if hold is not None:
-            hold.lease_ms = ms
-            hold.deadline = sent + ms / 1000.0
+            sent = time.monotonic()
+            lease = self._renew(hold.spec.owner, ms, replace_ttl)
+            if lease is not None:
+                _leased(hold, sent, lease)
+                return True
+        owner = self._owner()
+        if token is None or not _carries(owner, token):
+            raise _not_owned("extend", self._lname)
+        if self._renew(owner, ms, replace_ttl) is None:
+            raise _not_owned("extend", self._lname)
         return True
 
     def do_reacquire(self) -> bool:  # type: ignore[override]
@@ -144,7 +286,7 @@ class RLockCompat(slock.Lock):
         return self.do_extend(self.timeout, True)
 
 
-class AsyncRLockCompat(alock.Lock):
+class AsyncRLockCompat(_Common, alock.Lock):
     """redis-py's ``redis.asyncio`` ``Lock`` API on rlock."""
 
     def __init__(self, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
@@ -152,8 +294,7 @@ class AsyncRLockCompat(alock.Lock):
         from .aio._engine import backend_for
 
         self._be = backend_for(redis, 2.0)
-        self._key = P.name_bytes(name if isinstance(name, (str, bytes)) else bytes(name))
-        self._lname = self._key.decode(errors="replace")
+        self._named(redis, name)
 
     def register_scripts(self) -> None:
         """No Lua scripts."""
@@ -164,86 +305,139 @@ class AsyncRLockCompat(alock.Lock):
         blocking_timeout: Optional[float] = None,
         token: Union[str, bytes, None] = None,
     ) -> bool:
-        """Takes the lock, waiting in the server (FIFO) up to ``blocking_timeout``."""
+        """Takes the lock, waiting in the server (FIFO) up to ``blocking_timeout`` (None,
+        +inf or beyond the server's range: without limit); never re-enters (see the sync one)."""
         blocking = self.blocking if blocking is None else blocking
         blocking_timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
-        owner = _token(token)
-        lease_ms, watchdog = _lease(self.timeout)
-        spec = P.Spec(P.LOCK, self._key, owner=owner, lease_ms=lease_ms)
-        hold = await self._be.acquire(
-            spec,
-            _wait(blocking, blocking_timeout),
-            watchdog,
-            None,
-            lambda h: setattr(self.local, "hold", h),
-        )
-        if hold is None:
-            return False
-        self.local.token = owner
-        return True
+        wait = _wait(blocking, blocking_timeout)
+        tok = _encode_token(self.redis, token)
+        spec, watchdog = self._spec(tok, self.timeout)
+        hold = await self._be.acquire(spec, wait, watchdog, None, lambda h: self._store(h, tok))
+        return hold is not None
 
     async def do_acquire(self, token: Union[str, bytes]) -> bool:
-        """One non-blocking try with ``token`` as the owner."""
+        """One non-blocking try with ``token``."""
         return await self.acquire(blocking=False, token=token)
 
+    async def _owner(self) -> Any:
+        try:
+            info = P.info_map(await self._be.call(self._key, ["RLOCK.INFO", self._key]))
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                return None
+            raise
+        return None if info is None else info.get(b"owner")
+
     async def locked(self) -> bool:
-        """Whether anybody holds the lock."""
-        return bool(await self._be.call(self._key, ["RLOCK.PTTL", self._key]) != -2)
+        """Whether anybody holds the lock (or the key holds another value)."""
+        try:
+            return bool(await self._be.call(self._key, ["RLOCK.PTTL", self._key]) != -2)
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                return True
+            raise
 
     async def owned(self) -> bool:
-        """Whether this lock object's token holds it."""
-        token = getattr(self.local, "token", None)
-        if token is None:
-            return False
-        info = P.info_map(await self._be.call(self._key, ["RLOCK.INFO", self._key]))
-        return info is not None and info.get(b"owner") == _token(token)
+        """Whether the lock is held under this lock object's token."""
+        _, token = self._token()
+        return token is not None and _carries(await self._owner(), token)
 
-    def release(self) -> Any:
-        """Releases (in a shielded task: a cancelled release still completes)."""
-        expected = getattr(self.local, "token", None)
-        if expected is None:
+    async def release(self) -> None:
+        """Releases, as redis-py 8.1's: the token is cleared only once the release is done
+        (or found the lock not owned). A release cancelled before it ran leaves the hold
+        and token as they were (release again); one cancelled while running goes on in a
+        shielded task, and a ``release()`` again waits for that one's outcome."""
+        raw, expected = self._token()
+        if raw is None or expected is None:
             raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
-        hold = getattr(self.local, "hold", None)
-        self.local.token = None
-        self.local.hold = None
+        hold: Any = self._hold_of(expected)
+        pending = getattr(self.local, "releasing", None)
+        if pending is not None and pending[0] is raw and pending[1] is hold:
+            task = pending[2]
+        else:
+            task = self._be.background(self._release(hold, expected))
+            self.local.releasing = (raw, hold, task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            raise  # the release goes on; the token stays for a release() again
+        except (LockNotOwnedError, WrongType) as e:
+            self._done_releasing(raw)
+            if getattr(self, "raise_on_release_error", True):
+                if isinstance(e, WrongType):
+                    raise _not_owned("release", self._lname) from None
+                raise
+            return
+        except BaseException:
+            self.local.releasing = None  # nothing changed (an error reply): release again
+            raise
+        self._done_releasing(raw)
 
-        async def run() -> None:
-            try:
-                if hold is not None:
-                    await self._be.release(hold)
-                else:
-                    await self.do_release(expected)
-            except LockNotOwnedError:
-                if getattr(self, "raise_on_release_error", True):
-                    raise
+    async def _release(self, hold: Any, token: bytes) -> None:
+        if hold is None:
+            await self.do_release(token)
+            return
+        try:
+            await self._be.release(hold)
+        except LockNotOwnedError:
+            # this object's hold is gone: a later hold taken with the token (as the sync one)
+            await self.do_release(token)
+        except WrongType:
+            hold.mark_lost()  # the key was overwritten: this hold is gone
+            hold.done = True
+            hold.stop()
+            raise
 
-        return run()
+    def _done_releasing(self, raw: Any) -> None:
+        self.local.releasing = None
+        self._forget(raw)
 
-    async def do_release(self, expected_token: bytes) -> None:
-        """``RLOCK.RELEASE`` of ``expected_token`` with a request id."""
-        args: list[P.Arg] = ["RLOCK.RELEASE", self._key, _token(expected_token)]
-        args += ["REQUEST", P.new_id()]
-        reply, _ = await self._be.call_until(self._key, args, time.monotonic() + 3 * self._be.rt)
+    async def do_release(self, expected_token: Union[str, bytes]) -> None:
+        """Releases the hold taken with ``expected_token`` (whichever object took it)."""
+        token = P.encode(expected_token, self.redis, "lock token")
+        owner = await self._owner()
+        if not _carries(owner, token):
+            raise _not_owned("release", self._lname)
+        args: list[P.Arg] = ["RLOCK.RELEASE", self._key, owner, "REQUEST", P.new_id()]
+        try:
+            until = time.monotonic() + 3 * self._be.rt
+            reply, _ = await self._be.call_until(self._key, args, until)
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                raise _not_owned("release", self._lname) from None
+            raise
         if reply is None:
-            raise LockNotOwnedError(
-                "Cannot release a lock that's no longer owned", lock_name=self._lname
-            )
+            raise _not_owned("release", self._lname)
+
+    async def _renew(self, owner: Any, ms: int, replace_ttl: bool) -> Optional[int]:
+        """As the sync one's: the lease set, None when ``owner`` does not hold the lock."""
+        try:
+            if not replace_ttl:
+                ms += max(0, int(await self._be.call(self._key, ["RLOCK.PTTL", self._key])))
+            renewed = await self._be.call(self._key, ["RLOCK.RENEW", self._key, owner, ms])
+        except ResponseError as e:
+            if _is_wrongtype(e):
+                return None
+            raise
+        return ms if renewed == 1 else None
 
     async def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
-        """Extends the lease (``replace_ttl``: sets it)."""
-        token = _token(self.local.token)
-        sent = time.monotonic()
+        """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
+        token: its own hold, or (that one gone) whichever hold carries the token."""
+        _, token = self._token()
         ms = P.to_ms(additional_time, "additional_time")
-        if not replace_ttl:
-            ms += max(0, int(await self._be.call(self._key, ["RLOCK.PTTL", self._key])))
-        if await self._be.call(self._key, ["RLOCK.RENEW", self._key, token, ms]) != 1:
-            raise LockNotOwnedError(
-                "Cannot extend a lock that's no longer owned", lock_name=self._lname
-            )
-        hold = getattr(self.local, "hold", None)
+        hold = None if token is None else self._hold_of(token)
         if hold is not None:
-            hold.lease_ms = ms
-            hold.deadline = sent + ms / 1000.0
+            sent = time.monotonic()
+            lease = await self._renew(hold.spec.owner, ms, replace_ttl)
+            if lease is not None:
+                _leased(hold, sent, lease)
+                return True
+        owner = await self._owner()
+        if token is None or not _carries(owner, token):
+            raise _not_owned("extend", self._lname)
+        if await self._renew(owner, ms, replace_ttl) is None:
+            raise _not_owned("extend", self._lname)
         return True
 
     async def do_reacquire(self) -> bool:  # type: ignore[override]

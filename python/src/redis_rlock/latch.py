@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from redis.exceptions import ResponseError
 
@@ -25,10 +25,8 @@ class CountDownLatch:
     the pool opens a fresh one for its next user.
     """
 
-    def __init__(
-        self, client: Any, name: Union[str, bytes], *, response_timeout: float = 2.0
-    ) -> None:
-        self.name = P.name_bytes(name)
+    def __init__(self, client: Any, name: P.Name, *, response_timeout: float = 2.0) -> None:
+        self.name = P.name_bytes(name, client)
         self._be: SyncBackend = backend_for(client, response_timeout)
 
     def _cmd(self, *args: P.Arg) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from . import _proto as P
 from ._fork import inherited
@@ -35,7 +35,7 @@ class _Base:
     def __init__(
         self,
         client: Any,
-        name: Union[str, bytes],
+        name: P.Name,
         *,
         lease: Optional[float] = None,
         blocking: bool = True,
@@ -45,7 +45,7 @@ class _Base:
         watchdog_timeout: float = 30.0,
         response_timeout: float = 2.0,
     ) -> None:
-        self.name = P.name_bytes(name)
+        self.name = P.name_bytes(name, client)
         self._be: SyncBackend = backend_for(client, response_timeout)
         self._lease_ms = None if lease is None else P.to_ms(lease, "lease")
         self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
@@ -225,9 +225,9 @@ class RWLock:
     Redisson thread: holding write, the thread takes read at once (releasing write then
     downgrades); holding read, a write acquire raises :class:`UpgradeRefused`."""
 
-    def __init__(self, client: Any, name: Union[str, bytes], **options: Any) -> None:
+    def __init__(self, client: Any, name: P.Name, **options: Any) -> None:
         self._client = client
-        self.name = P.name_bytes(name)
+        self.name = P.name_bytes(name, client)
         self._local = threading.local()
         self.read = _Side(self, P.READ, **options)
         self.write = _Side(self, P.WRITE, **options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from redis.exceptions import ResponseError
 
@@ -21,10 +21,8 @@ class CountDownLatch:
     (``task.cancel()``, ``asyncio.wait_for``/``asyncio.timeout`` running out) at any await
     closes that connection, which ends the server's wait at once and leaves the pool sound."""
 
-    def __init__(
-        self, client: Any, name: Union[str, bytes], *, response_timeout: float = 2.0
-    ) -> None:
-        self.name = P.name_bytes(name)
+    def __init__(self, client: Any, name: P.Name, *, response_timeout: float = 2.0) -> None:
+        self.name = P.name_bytes(name, client)
         self._be: AsyncBackend = backend_for(client, response_timeout)
 
     async def _cmd(self, *args: P.Arg) -> Any:

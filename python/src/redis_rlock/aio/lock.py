@@ -14,7 +14,7 @@ import itertools
 import weakref
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from .. import _proto as P
 from .._fork import inherited
@@ -50,7 +50,7 @@ class _Base:
     def __init__(
         self,
         client: Any,
-        name: Union[str, bytes],
+        name: P.Name,
         *,
         lease: Optional[float] = None,
         blocking: bool = True,
@@ -60,7 +60,7 @@ class _Base:
         watchdog_timeout: float = 30.0,
         response_timeout: float = 2.0,
     ) -> None:
-        self.name = P.name_bytes(name)
+        self.name = P.name_bytes(name, client)
         self._be: AsyncBackend = backend_for(client, response_timeout)
         self._lease_ms = None if lease is None else P.to_ms(lease, "lease")
         self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
@@ -229,9 +229,9 @@ class RWLock:
     task, the sides act as one Redisson thread (write then read: at once; read then write:
     :class:`UpgradeRefused`)."""
 
-    def __init__(self, client: Any, name: Union[str, bytes], **options: Any) -> None:
+    def __init__(self, client: Any, name: P.Name, **options: Any) -> None:
         self._client = client
-        self.name = P.name_bytes(name)
+        self.name = P.name_bytes(name, client)
         self._id = next(_serial)
         self.read = _Side(self, P.READ, **options)
         self.write = _Side(self, P.WRITE, **options)

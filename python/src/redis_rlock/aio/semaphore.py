@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from redis.exceptions import ResponseError
 
@@ -19,13 +19,13 @@ class _SemBase:
     def __init__(
         self,
         client: Any,
-        name: Union[str, bytes],
+        name: P.Name,
         *,
         blocking: bool = True,
         timeout: float = -1,
         response_timeout: float = 2.0,
     ) -> None:
-        self.name = P.name_bytes(name)
+        self.name = P.name_bytes(name, client)
         self._be: AsyncBackend = backend_for(client, response_timeout)
         P.wait_budget(blocking, timeout)
         self._blocking, self._timeout = blocking, timeout
@@ -124,7 +124,7 @@ class LeasedSemaphore(_SemBase):
     def __init__(
         self,
         client: Any,
-        name: Union[str, bytes],
+        name: P.Name,
         *,
         lease: Optional[float] = None,
         on_lost: Optional[LostCallback] = None,
