@@ -189,3 +189,16 @@ def test_a_token_handed_to_another_object_releases_and_extends_the_hold(r: redis
     assert not r.exists("k")
     with pytest.raises(LockNotOwnedError):
         holder.release()
+
+
+def test_a_timeout_of_zero_takes_a_renewed_lease_as_none_does(r: redis.Redis) -> None:
+    lock = r.lock("k", timeout=0, lock_class=rl.RLockCompat)  # redis-py: never expires
+    assert lock.acquire(blocking=False)
+    assert 0 < int(r.execute_command("RLOCK.PTTL", "k")) <= 30_000  # the watchdog's lease
+    with pytest.raises(LockError):
+        lock.extend(5)  # as with timeout=None: no lease of its own to extend
+    with pytest.raises(LockError):
+        lock.reacquire()
+    assert lock.owned()
+    lock.release()
+    assert not r.exists("k")

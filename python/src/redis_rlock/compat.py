@@ -264,6 +264,8 @@ class RLockCompat(_Common, slock.Lock):
     def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
         """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
         token: its own hold, or (that one gone) whichever hold carries the token."""
+        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
         _, token = self._token()
         ms = P.to_ms(additional_time, "additional_time")
         hold = None if token is None else self._hold_of(token)
@@ -282,8 +284,7 @@ class RLockCompat(_Common, slock.Lock):
 
     def do_reacquire(self) -> bool:  # type: ignore[override]
         """Resets the lease to ``timeout``."""
-        assert self.timeout is not None
-        return self.do_extend(self.timeout, True)
+        return self.do_extend(self.timeout or 0, True)
 
 
 class AsyncRLockCompat(_Common, alock.Lock):
@@ -424,6 +425,8 @@ class AsyncRLockCompat(_Common, alock.Lock):
     async def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
         """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
         token: its own hold, or (that one gone) whichever hold carries the token."""
+        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
         _, token = self._token()
         ms = P.to_ms(additional_time, "additional_time")
         hold = None if token is None else self._hold_of(token)
@@ -442,5 +445,4 @@ class AsyncRLockCompat(_Common, alock.Lock):
 
     async def do_reacquire(self) -> bool:  # type: ignore[override]
         """Resets the lease to ``timeout``."""
-        assert self.timeout is not None
-        return await self.do_extend(self.timeout, True)
+        return await self.do_extend(self.timeout or 0, True)
