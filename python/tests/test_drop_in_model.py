@@ -37,6 +37,8 @@ def _step(lk: Any, op: str, arg: Any, r: redis.Redis, key: str) -> Any:
             return lk.release()
         if op == "extend":
             return lk.extend(5)
+        if op == "extend_replace":
+            return lk.extend(5, replace_ttl=True)
         if op == "reacquire":
             return lk.reacquire()
         if op == "owned":
@@ -64,6 +66,8 @@ async def _astep(lk: Any, op: str, arg: Any, r: aredis.Redis, key: str) -> Any:
             return await lk.release()
         if op == "extend":
             return await lk.extend(5)
+        if op == "extend_replace":
+            return await lk.extend(5, replace_ttl=True)
         if op == "reacquire":
             return await lk.reacquire()
         if op == "owned":
@@ -84,7 +88,8 @@ async def _astep(lk: Any, op: str, arg: Any, r: aredis.Redis, key: str) -> Any:
 
 def _script(rng: random.Random) -> list[tuple[str, int, Any]]:
     """A random sequence of (operation, lock object, argument)."""
-    ops = ["acquire"] * 4 + ["release"] * 3 + ["extend", "reacquire", "owned", "locked"]
+    ops = ["acquire"] * 4 + ["release"] * 3 + ["extend", "extend_replace", "reacquire"]
+    ops += ["owned", "locked"]
     ops += ["set_token", "do_release", "delete"]
     return [(rng.choice(ops), rng.randrange(OBJECTS), rng.choice(TOKENS)) for _ in range(STEPS)]
 
