@@ -842,7 +842,8 @@ impl Run {
     /// learn that its session closed (then it is no violation).
     async fn violation(&mut self, v: Violation) {
         if v.session {
-            let until = Instant::now() + SESSION_GRACE;
+            let start = Instant::now();
+            let until = start + SESSION_GRACE;
             loop {
                 let learned = self
                     .beliefs
@@ -852,7 +853,11 @@ impl Run {
                     self.count("session guard learned late");
                     self.note(
                         &v.keys,
-                        format!("(a session guard learned its loss late: {})", v.text),
+                        format!(
+                            "(a session guard learned its loss {:?} late: {})",
+                            start.elapsed(),
+                            v.text
+                        ),
                     );
                     return;
                 }
