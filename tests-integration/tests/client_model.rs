@@ -346,22 +346,34 @@ impl Run {
     /// owner taking the same lock with another lease (kept, released at once, or dropped).
     async fn owner_nested_move(&mut self) {
         let o = self.rng.below(self.owners.len());
-        let name = if self.rng.below(2) == 0 { L0 } else { L1 };
-        let target = lock_target(MAIN, name);
-        let outer_lease = LEASES[self.rng.below(LEASES.len())];
-        let outer = self.owners[o].lock(name);
-        let label = format!("o{o}.nested-outer:{name}.try_acquire(0, {})", lease_text(outer_lease));
-        let fut: Acquire = Box::pin(async move {
-            Ok(Got::Guard(Held::Lock(outer.try_acquire(Duration::ZERO, outer_lease).await?)))
-        });
-        self.acquire(label, Some(target.clone()), false, fut, Mode::Inline).await;
-        let inner_lease = LEASES[self.rng.below(LEASES.len())];
-        let inner = self.owners[o].lock(name);
-        let label = format!("o{o}.nested-inner:{name}.try_acquire(0, {})", lease_text(inner_lease));
-        let fut: Acquire = Box::pin(async move {
-            Ok(Got::Guard(Held::Lock(inner.try_acquire(Duration::ZERO, inner_lease).await?)))
-        });
-        self.acquire(label, Some(target), false, fut, Mode::Inline).await;
+        // A lock, or a read-write lock's read side (two read holds of one owner: one lease key
+        // each, and a renewal of the owner's reads renews them all).
+        let (name, read) = match self.rng.below(3) {
+            0 => (L0, false),
+            1 => (L1, false),
+            _ => (RW, true),
+        };
+        let target = if read {
+            Target::Read { server: MAIN, key: name.to_owned() }
+        } else {
+            lock_target(MAIN, name)
+        };
+        let handle = |owner: &Owner| {
+            if read {
+                owner.rw_lock(name).read().clone()
+            } else {
+                owner.lock(name)
+            }
+        };
+        for part in ["outer", "inner"] {
+            let lease = LEASES[self.rng.below(LEASES.len())];
+            let lock = handle(&self.owners[o]);
+            let label = format!("o{o}.nested-{part}:{name}.try_acquire(0, {})", lease_text(lease));
+            let fut: Acquire = Box::pin(async move {
+                Ok(Got::Guard(Held::Lock(lock.try_acquire(Duration::ZERO, lease).await?)))
+            });
+            self.acquire(label, Some(target.clone()), false, fut, Mode::Inline).await;
+        }
         if self.rng.below(2) == 0 {
             if let Some(i) = self.beliefs.len().checked_sub(1) {
                 let label = self.beliefs[i].id;
