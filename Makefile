@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz bench bench-servers bench-smoke lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke lint fmt docs clean
 
 all: build
 
@@ -132,7 +132,8 @@ soak: build
 # tests/fuzz_kinds.rs (RWLOCK, RSEM), then tests/model_fuzz.rs (every command and event against
 # the executable model) for MODEL_FUZZ_SECS seconds over MODEL_FUZZ_PROFILES (default: those CI
 # runs; `every` for all), on Redis 7.0 and then on Valkey 8.1 (CI runs the short default
-# length). Each run prints its seed; RLOCK_FUZZ_SEED=<seed> replays one.
+# length), then the Rust client's model-based test (client-fuzz). Each run prints its seed;
+# RLOCK_FUZZ_SEED=<seed> replays one.
 FUZZ_STEPS ?= 50000
 MODEL_FUZZ_SECS ?= 600
 MODEL_FUZZ_PROFILES ?=
@@ -148,6 +149,19 @@ fuzz: build valkey-deps
 		--test fuzz --test fuzz_kinds -- --nocapture --test-threads=1
 	$(MODEL_FUZZ_ENV) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
 		$(CARGO) test --release -p rlock-tests-integration --test model_fuzz -- --nocapture
+	$(MAKE) client-fuzz
+
+# The Rust client's model-based test (tests-integration/tests/client_model.rs) at full size:
+# CLIENT_FUZZ_SECS seconds of random steps over every kind, owners, sessions, MultiLock and
+# RedLock, cancellation, CLIENT KILL and SIGSTOP, each belief checked against the servers, on
+# Redis 7.0 and then on Valkey 8.1 (CI runs 15 s). It prints its seed;
+# RLOCK_CLIENT_MODEL_SEED=<seed> replays one. Also run by `make fuzz`.
+CLIENT_FUZZ_SECS ?= 600
+client-fuzz: build valkey-deps
+	RLOCK_CLIENT_MODEL_SECS=$(CLIENT_FUZZ_SECS) $(CARGO) test --release -p rlock-tests-integration \
+		--test client_model -- --nocapture
+	RLOCK_CLIENT_MODEL_SECS=$(CLIENT_FUZZ_SECS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
+		$(CARGO) test --release -p rlock-tests-integration --test client_model -- --nocapture
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # the floor module (bench/floor, never installed or shipped) is built with it, for the rows of

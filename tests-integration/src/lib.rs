@@ -11,12 +11,14 @@
 
 //!
 //! The harness: [`server`] (one process), [`cluster`] (a Redis Cluster), [`sentinel`]
-//! (Sentinels), [`helpers`] (commands, polling, INFO fields), [`redisson`] (Redisson's
+//! (Sentinels), [`client_model`] (the Rust client's model-based test: beliefs and their checks),
+//! [`helpers`] (commands, polling, INFO fields), [`redisson`] (Redisson's
 //! read-write lock scripts), [`python`] (the Python package run from a test), [`rng`] (a seeded
 //! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share),
 //! [`deadlock`] (reading a `DEADLOCK` reply's cycle, what a refused wait leaves), [`sessions`]
 //! (session counters, a process to kill).
 
+pub mod client_model;
 pub mod cluster;
 pub mod deadlock;
 pub mod docs;
