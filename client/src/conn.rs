@@ -101,18 +101,20 @@ impl Direct {
         client: redis::Client,
         response_timeout: Duration,
     ) -> redis::RedisResult<Self> {
+        // A reconnect is bounded like a command (a stalled server accepts the connection and
+        // answers nothing): a command that follows a timeout takes at most twice as long.
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_connection_timeout(Some(response_timeout.min(Duration::from_secs(1))))
             .set_response_timeout(Some(response_timeout));
-        let direct = Self {
+        let first = config.clone().set_connection_timeout(Some(Duration::from_secs(2)));
+        let con = client.get_multiplexed_async_connection_with_config(&first).await?;
+        Ok(Self {
             client,
             config,
-            current: Mutex::new(None),
-            made: AtomicU64::new(0),
+            current: Mutex::new(Some((0, con))),
+            made: AtomicU64::new(1),
             connecting: tokio::sync::Mutex::new(()),
-        };
-        direct.connection().await?;
-        Ok(direct)
+        })
     }
 
     fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
