@@ -40,6 +40,9 @@ pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 /// One session's connection and the holds granted through it.
 pub(crate) struct Binding {
     conn: Mutex<Option<MultiplexedConnection>>,
+    /// The server the session is bound to (its checks go there, whatever the client's shared
+    /// connection names now).
+    server: redis::Client,
     /// `LOCKDELAY` in ms (0: none sent).
     lock_delay_ms: u64,
     /// The server's id of the connection (`CLIENT ID`), if the user may ask.
@@ -121,6 +124,7 @@ impl Binding {
         };
         let binding = Arc::new(Self {
             conn: Mutex::new(Some(conn)),
+            server: client.clone(),
             lock_delay_ms: u64::try_from(lock_delay.as_millis()).unwrap_or(u64::MAX),
             client_id,
             closing: AtomicBool::new(false),
@@ -156,6 +160,11 @@ impl Binding {
     /// The server's id of the session's connection, when the user may ask (`CLIENT ID`).
     pub(crate) const fn client_id(&self) -> Option<i64> {
         self.client_id
+    }
+
+    /// The server the session is bound to.
+    pub(crate) const fn server(&self) -> &redis::Client {
+        &self.server
     }
 
     /// Adds `SESSION [LOCKDELAY ms]` to an acquire.

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -257,11 +258,18 @@ impl Request {
                 () = tokio::time::sleep_until(check) => {}
             }
             if !self.still_waits().await {
-                let late = tokio::time::timeout(resume::REPLY_GRACE, &mut answer).await;
+                let late = tokio::time::timeout(self.reply_grace(), &mut answer).await;
                 return late.ok().map(|ended| ended.unwrap_or_else(stopped));
             }
             check = Instant::now() + resume::CHECK_EVERY;
         }
+    }
+
+    /// How long an answer the server has sent may take to arrive: [`resume::REPLY_GRACE`], plus
+    /// the replica / AOF acknowledgement that runs before it is reported.
+    fn reply_grace(&self) -> Duration {
+        let ack = self.shared.options.response_timeout().unwrap_or_default();
+        resume::REPLY_GRACE.saturating_add(ack)
     }
 
     /// Whether the server still has the request waiting, as far as can be told: the same
@@ -338,14 +346,15 @@ impl Request {
     }
 
     /// The answer of a session's wait; from [`resume::CHECK_AFTER`] on, every
-    /// [`resume::CHECK_EVERY`], the session's connection is checked from the shared one. A
-    /// session is its connection, so a wait on it is never sent again: when the server no longer
-    /// lists the connection (`CLIENT LIST ID`), or granted the request (its record exists) and
-    /// no answer came within [`resume::REPLY_GRACE`], the connection is dead (silently: nothing
-    /// else would tell), and the session is closed: its server end is killed (`CLIENT KILL ID`:
-    /// the server ends its holds, which it would otherwise keep for a connection a proxy keeps
-    /// open), its guards are lost, and this wait ends with [`Error::SessionClosed`] (the request
-    /// stays armed: dropped, it is cancelled, which gives back a grant the kill did not end).
+    /// [`resume::CHECK_EVERY`], the session's connection is checked from another connection to
+    /// its server. A session is its connection, so a wait on it is never sent again: when the
+    /// server no longer lists the connection (`CLIENT LIST ID`), or granted the request (its
+    /// record exists) and no answer came within [`Self::reply_grace`], the connection is dead
+    /// (silently: nothing else would tell), and the session is closed: its server end is killed
+    /// (`CLIENT KILL ID`: the server ends its holds, which it would otherwise keep for a
+    /// connection a proxy keeps open), its guards are lost, and this wait ends with
+    /// [`Error::SessionClosed`] (the request stays armed: dropped, it is cancelled, which gives
+    /// back a grant the kill did not end).
     async fn watched_session(
         &self,
         binding: &Arc<Binding>,
@@ -365,15 +374,16 @@ impl Request {
                     return Ended::Unknown(Error::SessionClosed);
                 }
                 Seen::Granted => {
-                    if let Ok(ended) = tokio::time::timeout(resume::REPLY_GRACE, &mut answer).await
-                    {
+                    if let Ok(ended) = tokio::time::timeout(self.reply_grace(), &mut answer).await {
                         return ended.unwrap_or_else(stopped);
                     }
                     if let Some(id) = binding.client_id() {
                         let mut kill = redis::cmd("CLIENT");
                         kill.arg("KILL").arg("ID").arg(id);
-                        let mut conn = self.shared.conn.clone();
-                        let killing = kill.query_async::<Value>(&mut conn);
+                        let killing = async {
+                            let mut con = self.session_server(binding).await?;
+                            Ok::<_, Error>(kill.query_async::<Value>(&mut con).await?)
+                        };
                         let _ = tokio::time::timeout(resume::CHECK_TIMEOUT, killing).await;
                     }
                     binding.close();
@@ -383,11 +393,12 @@ impl Request {
         }
     }
 
-    /// What the server shows of a session's waiting request, asked on the shared connection:
-    /// its record (written when it is granted) and the session's connection. No answer, or a
-    /// refusal (an ACL user without `CLIENT`): as far as can be told, it still waits.
+    /// What the session's server shows of its waiting request, asked on a connection of its
+    /// own: its record (written when it is granted) and the session's connection. No answer,
+    /// or a refusal (an ACL user without `CLIENT`): as far as can be told, it still waits.
     async fn session_seen(&self, binding: &Binding) -> Seen {
-        let mut conn = self.shared.conn.clone();
+        let connecting = tokio::time::timeout(resume::CHECK_TIMEOUT, self.session_server(binding));
+        let Ok(Ok(mut conn)) = connecting.await else { return Seen::Waiting };
         if let Some(id) = binding.client_id() {
             let mut list = redis::cmd("CLIENT");
             list.arg("LIST").arg("ID").arg(id);
@@ -407,6 +418,13 @@ impl Request {
             Ok(Ok(1)) => Seen::Granted,
             _ => Seen::Waiting,
         }
+    }
+
+    /// A connection of its own to the session's server, for a check (the shared connection
+    /// may name another server now: the Sentinels' new master, where the session's connection
+    /// id is some other client's).
+    async fn session_server(&self, binding: &Binding) -> Result<MultiplexedConnection> {
+        crate::conn::dedicated(binding.server(), Some(resume::CHECK_TIMEOUT)).await
     }
 
     /// The acquire command (`TOKEN` when the client asks for fencing tokens; `SESSION [LOCKDELAY
