@@ -44,15 +44,31 @@ async fn clients(server: &Server, proxy: &Proxy) -> (LockClient, LockClient) {
 async fn granted_into_a_dead_connection<T: Send + 'static>(
     server: &Server,
     proxy: &Proxy,
+    waits_on: (&str, &str),
+    wait: impl Future<Output = T> + Send + 'static,
+    hand_over: impl Future<Output = ()>,
+) -> T {
+    dead_wait_granted(server, proxy, waits_on, wait, hand_over, false).await
+}
+
+/// As [`granted_into_a_dead_connection`]; with `healed_first`, the network heals before the
+/// hand-over (the dead wait stays queued in the server meanwhile, its connection open there).
+async fn dead_wait_granted<T: Send + 'static>(
+    server: &Server,
+    proxy: &Proxy,
     (family, key): (&str, &str),
     wait: impl Future<Output = T> + Send + 'static,
     hand_over: impl Future<Output = ()>,
+    healed_first: bool,
 ) -> T {
     let waiting = tokio::spawn(wait);
     wait_for("the wait to be queued", Duration::from_secs(10), || {
         (waiters(server, family, key) == 1).then_some(())
     });
     proxy.cut();
+    if healed_first {
+        proxy.heal();
+    }
     hand_over.await;
     wait_for("the server to grant the dead wait", Duration::from_secs(5), || {
         (waiters(server, family, key) == 0).then_some(())
@@ -192,4 +208,26 @@ async fn a_session_whose_wait_died_silently_ends_with_session_closed_and_leaves_
     });
     let free = direct.lock("sk").try_acquire(Duration::from_secs(2), None).await;
     free.expect("nothing left held by the dead session").release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_wait_still_queued_after_the_network_healed_gets_the_lock_when_it_is_granted() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let (through, direct) = clients(&server, &proxy).await;
+    let holder = direct.lock("q").acquire(None).await.expect("the holder's grant");
+    let lock = through.lock("q");
+    let waiting = async move { lock.acquire(None).await };
+    let released = async {
+        // Past the first checks, which find the dead wait still queued and let it wait.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        holder.release().await.expect("the holder's release");
+    };
+    let guard = dead_wait_granted(&server, &proxy, ("RLOCK", "q"), waiting, released, true)
+        .await
+        .expect("the waiter's grant");
+    assert!(!guard.is_lost());
+    guard.release().await.expect("the waiter's release");
+    let free = direct.lock("q").try_acquire(Duration::ZERO, None).await.expect("free after it");
+    free.release().await.expect("release");
 }
