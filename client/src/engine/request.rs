@@ -3,7 +3,9 @@
 //! without the caller taking its grant (the future dropped at any await, the deadline passed,
 //! a lost reply, a failed replica acknowledgement) cancels it exactly with `RLOCK.CANCEL key id`
 //! through the client's releaser: the server then gives back what the request got, or refuses
-//! it if it arrives later, so nothing stays held and no permit is lost.
+//! it if it arrives later, so nothing stays held and no permit is lost. The same id lets a wait
+//! be sent again after a failover, a lost connection or one that died silently
+//! ([`crate::engine::resume`]): the server replays a grant it made meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
