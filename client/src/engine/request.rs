@@ -379,9 +379,7 @@ impl Request {
                     if let Ok(ended) = tokio::time::timeout(self.reply_grace(), &mut answer).await {
                         return ended.unwrap_or_else(stopped);
                     }
-                    if let Some(id) = binding.client_id() {
-                        let mut kill = redis::cmd("CLIENT");
-                        kill.arg("KILL").arg("ID").arg(id);
+                    if let Some(kill) = binding.kill_command() {
                         let killing = async {
                             let mut con = self.session_server(binding).await?;
                             Ok::<_, Error>(kill.query_async::<Value>(&mut con).await?)
@@ -406,8 +404,10 @@ impl Request {
             list.arg("LIST").arg("ID").arg(id);
             let listed = tokio::time::timeout(resume::CHECK_TIMEOUT, list.query_async(&mut conn));
             let gone = match listed.await {
-                Ok(Ok(Value::BulkString(line))) => line.is_empty(),
-                Ok(Ok(Value::VerbatimString { text, .. })) => text.is_empty(),
+                Ok(Ok(Value::BulkString(line))) => {
+                    !binding.listed_in(&String::from_utf8_lossy(&line))
+                }
+                Ok(Ok(Value::VerbatimString { text, .. })) => !binding.listed_in(&text),
                 _ => false,
             };
             if gone {
