@@ -231,3 +231,22 @@ async fn a_dead_wait_still_queued_after_the_network_healed_gets_the_lock_when_it
     let free = direct.lock("q").try_acquire(Duration::ZERO, None).await.expect("free after it");
     free.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_cut_silently_is_lost_and_its_holds_end_on_the_server_once_healed() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let (through, direct) = clients(&server, &proxy).await;
+    let session = through.session().await.expect("a session");
+    let guard = session.lock("idle").acquire(Some(Duration::from_secs(60))).await.expect("held");
+    proxy.cut();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the keepalive's loss, within two periods");
+    assert!(session.is_closed());
+    proxy.heal();
+    // The server kept the connection (the proxy holds it open) and so the hold: the client
+    // ends it there, long before the 60 s lease.
+    let free = direct.lock("idle").try_acquire(Duration::from_secs(10), None).await;
+    free.expect("the dead session's hold ended on the server").release().await.expect("release");
+}

@@ -8,7 +8,9 @@
 //!   a restart, a reset), so the close is seen at once, without RESP3 push messages.
 //! - **Keepalive**: while no session command is in flight, a `PING` every `keepalive`; one not
 //!   answered within `keepalive` closes the session (a server that stopped answering, a cut
-//!   network): noticed within two periods. A command in flight (a blocked `WAIT`) would delay
+//!   network): noticed within two periods. The connection is then also ended on the server
+//!   (`CLIENT KILL ID .. ADDR ..`, tried every second for a minute): one that died silently
+//!   stays open there, with the session's holds, until their leases end. A command in flight (a blocked `WAIT`) would delay
 //!   the `PONG`, so no ping runs then and a ping that overlapped one is not held against the
 //!   connection.
 //! - **Close** (any of the above, or the session dropped): the connection is closed (its driver
@@ -270,6 +272,27 @@ impl Binding {
     }
 }
 
+/// How long a session closed by its keepalive keeps trying to end its connection on the server.
+const KILL_TRIES: u32 = 60;
+
+/// Ends a session's connection on the server after its keepalive went unanswered: a connection
+/// that died silently (a cut link, a proxy that stops forwarding) stays open on the server's
+/// side, with the session's holds, until their leases end. Tried every second (the network may
+/// still be cut) until the server answers, at most [`KILL_TRIES`] times.
+async fn kill_on_server(server: redis::Client, kill: redis::Cmd) {
+    for _ in 0..KILL_TRIES {
+        let attempt = async {
+            let mut con = crate::conn::dedicated(&server, Some(Duration::from_secs(1))).await?;
+            Ok::<_, Error>(kill.query_async::<Value>(&mut con).await?)
+        };
+        match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+            Ok(Ok(_)) => return,
+            Ok(Err(Error::Redis(e))) if crate::error::from_server(&e) => return,
+            _ => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
 /// The value of `name=` in a `CLIENT INFO` / `CLIENT LIST` line.
 fn info_field(line: &str, name: &str) -> Option<String> {
     line.split_ascii_whitespace()
@@ -319,7 +342,11 @@ async fn keepalive_loop(binding: Weak<Binding>, period: Duration) {
         let overlapped = live.started.load(Ordering::SeqCst) != before
             || live.in_flight.load(Ordering::SeqCst) > 0;
         if !answered && !overlapped {
+            let kill = live.kill_command().map(|kill| (live.server.clone(), kill));
             live.close();
+            if let Some((server, kill)) = kill {
+                tokio::spawn(kill_on_server(server, kill));
+            }
             return;
         }
     }
