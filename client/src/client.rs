@@ -57,11 +57,9 @@ impl LockClient {
     /// When the server cannot be reached.
     pub async fn with_options(client: redis::Client, options: Options) -> Result<Self> {
         // The shared connection also runs `WAIT` for replica acknowledgements: give it room.
-        let mut config = redis::aio::ConnectionManagerConfig::new();
-        if let Some(timeout) = options.response_timeout() {
-            config = config.set_response_timeout(Some(timeout));
-        }
-        let mut conn = Conn::Single(client.get_connection_manager_with_config(config).await?);
+        let timeout = options.response_timeout().unwrap_or(Duration::from_millis(500));
+        let direct = crate::conn::Direct::open(client.clone(), timeout).await?;
+        let mut conn = Conn::Single(Arc::new(direct));
         check_module(&mut conn).await?;
         let route = Route::Single(client.clone());
         Ok(Self::from_parts(Target::Single(client), conn, options, route))

@@ -1,10 +1,11 @@
 //! Where commands go: one server, a master found through Sentinel, or a Redis Cluster routed
 //! by hash slot.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route as SlotRoute, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
@@ -16,7 +17,7 @@ use crate::error::{Error, Result};
 /// The shared connection of a client.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Single(ConnectionManager),
+    Single(Arc<Direct>),
     Sentinel(Arc<Sentinel>),
     Cluster(ClusterConnection),
 }
@@ -24,7 +25,14 @@ pub(crate) enum Conn {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Single(d) => Box::pin(async move {
+                let (generation, mut con) = d.connection().await?;
+                let reply = con.req_packed_command(cmd).await;
+                if let Err(e) = &reply {
+                    d.check(generation, e);
+                }
+                reply
+            }),
             Self::Sentinel(s) => Box::pin(async move {
                 let mut con = s.connection().await?;
                 let reply = con.req_packed_command(cmd).await;
@@ -42,7 +50,14 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Single(d) => Box::pin(async move {
+                let (generation, mut con) = d.connection().await?;
+                let reply = con.req_packed_commands(pipeline, offset, count).await;
+                if let Err(e) = &reply {
+                    d.check(generation, e);
+                }
+                reply
+            }),
             Self::Sentinel(s) => Box::pin(async move {
                 let mut con = s.connection().await?;
                 let reply = con.req_packed_commands(pipeline, offset, count).await;
@@ -58,9 +73,75 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Single(c) => c.get_db(),
+            Self::Single(d) => d.client.get_connection_info().redis_settings().db(),
             Self::Sentinel(s) => s.template.redis_settings().db(),
             Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The connection to one server, replaced after any error that leaves it in doubt: a broken
+/// connection, and also a timeout. A connection that died without a word (a host gone, a cut
+/// link: no reset, and a proxy's kernel answers TCP keepalive) only ever times out, and redis-rs's
+/// `ConnectionManager` reconnects only after a reset or a close: it would stay dead for good.
+pub(crate) struct Direct {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+    /// The connection in use and its number (a failure forgets only the one it happened on).
+    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+    made: AtomicU64,
+    /// One connect at a time.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl Direct {
+    /// Connects to the server of `client` (checked at once: a client that cannot reach its
+    /// server fails to open), each command answered within `response_timeout`.
+    pub(crate) async fn open(
+        client: redis::Client,
+        response_timeout: Duration,
+    ) -> redis::RedisResult<Self> {
+        // A reconnect is bounded like a command (a stalled server accepts the connection and
+        // answers nothing): a command that follows a timeout takes at most twice as long.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(response_timeout.min(Duration::from_secs(1))))
+            .set_response_timeout(Some(response_timeout));
+        let first = config.clone().set_connection_timeout(Some(Duration::from_secs(2)));
+        let con = client.get_multiplexed_async_connection_with_config(&first).await?;
+        Ok(Self {
+            client,
+            config,
+            current: Mutex::new(Some((0, con))),
+            made: AtomicU64::new(1),
+            connecting: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    async fn connection(&self) -> redis::RedisResult<(u64, MultiplexedConnection)> {
+        if let Some(current) = self.cached() {
+            return Ok(current);
+        }
+        let _turn = self.connecting.lock().await;
+        if let Some(current) = self.cached() {
+            return Ok(current);
+        }
+        let con = self.client.get_multiplexed_async_connection_with_config(&self.config).await?;
+        let made = (self.made.fetch_add(1, Ordering::Relaxed), con);
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(made.clone());
+        Ok(made)
+    }
+
+    /// Forgets connection `generation` after an error that leaves it in doubt.
+    fn check(&self, generation: u64, e: &redis::RedisError) {
+        if crate::engine::redis_uncertain(e) {
+            let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+            if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+                *current = None;
+            }
         }
     }
 }

@@ -5,16 +5,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::resume::{self, resumable, RETRY_FIRST, RETRY_MAX};
 use crate::engine::waiting::{redirection, MAX_REDIRECTS};
-use crate::engine::{bound, redis_uncertain, uncertain, wait_ms, within, GRACE};
+use crate::engine::{bound, uncertain, wait_ms, within, GRACE};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
-/// The first pause before a wait is sent again (after a lost connection, or a server that
-/// would not block); it doubles up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(50);
-/// The longest pause between two attempts of one wait.
-const RETRY_MAX: Duration = Duration::from_secs(1);
 /// A timeout reply (`0`) this close to the deadline is the deadline (the server's timer ticks
 /// in milliseconds); one earlier means the server would not block (a replica).
 const EARLY: Duration = Duration::from_millis(5);
@@ -69,20 +65,6 @@ impl std::fmt::Debug for Latch {
 /// A count or amount as the server takes it: 1 to `i64::MAX`.
 fn checked(value: u64) -> Result<i64> {
     i64::try_from(value).ok().filter(|n| *n > 0).ok_or(Error::InvalidCount { value })
-}
-
-/// Whether a failed attempt of a wait may be sent again: the connection failed or timed out
-/// (killed, a restart, a stall), or the server is not (yet) the one to wait on (a demoted
-/// master, a cluster reconfiguring, a server loading its data).
-fn retryable(e: &Error) -> bool {
-    let Error::Redis(e) = e else { return false };
-    redis_uncertain(e)
-        || e.code().is_some_and(|code| {
-            matches!(
-                code,
-                "READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING" | "CLUSTERDOWN" | "TRYAGAIN"
-            )
-        })
 }
 
 impl Latch {
@@ -224,8 +206,8 @@ impl Latch {
                     continue;
                 }
                 // Answered `0` with time left: the server would not block (a replica).
-                Ok(false) => self.forget_master(),
-                Err(e) if retryable(&e) => self.forget_master(),
+                Ok(false) => resume::forget_master(&self.shared),
+                Err(e) if resumable(&e) => resume::forget_master(&self.shared),
                 Err(e) => return Err(e),
             }
             // A wait that lasted was a working one: the next attempt goes out at once.
@@ -235,14 +217,6 @@ impl Latch {
             let left = deadline.map_or(pause, |d| d.saturating_duration_since(Instant::now()));
             tokio::time::sleep(pause.min(left)).await;
             pause = pause.saturating_mul(2).min(RETRY_MAX);
-        }
-    }
-
-    /// After a failure that may mean the master changed, a Sentinel client asks the Sentinels
-    /// again on its next command.
-    fn forget_master(&self) {
-        if let crate::conn::Target::Sentinel(sentinel) = &self.shared.target {
-            sentinel.forget();
         }
     }
 
@@ -293,22 +267,5 @@ mod tests {
         for bad in [0, i64::MAX.unsigned_abs() + 1, u64::MAX] {
             assert!(matches!(checked(bad), Err(Error::InvalidCount { value }) if value == bad));
         }
-    }
-
-    #[test]
-    fn only_lost_connections_and_moving_servers_are_retried() {
-        let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
-        assert!(retryable(&Error::Redis(io)));
-        let parse = |text: &str| match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
-            Ok(redis::Value::ServerError(e)) => Error::Redis(e.into()),
-            other => panic!("not an error reply: {other:?}"),
-        };
-        assert!(retryable(&parse("READONLY the server became a replica")));
-        assert!(retryable(&parse("UNBLOCKED force unblock")));
-        assert!(retryable(&parse("LOADING loading the dataset")));
-        assert!(!retryable(&parse("WRONGTYPE Operation against a key")));
-        assert!(!retryable(&parse("ERR the latch's count is not an integer")));
-        assert!(!retryable(&parse("NOPERM no permissions")));
-        assert!(!retryable(&Error::NoModule));
     }
 }

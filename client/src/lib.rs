@@ -70,7 +70,17 @@
 //!   lost. A zero lease is refused ([`Error::ZeroLease`]) before anything is sent.
 //! - **Waiting** is server-side: `... WAIT` on a dedicated connection; the server queues
 //!   waiters FIFO and hands the lock (or permits) to one of them when it is free. No pub/sub,
-//!   no retry loop.
+//!   no polling.
+//! - **A wait survives its connection.** A failover (the old master's `broken pipe`,
+//!   `UNBLOCKED`, `READONLY`, ...) or a lost connection is no answer: the wait is sent again,
+//!   with the same request id and the time left, to the master or node that serves the lock
+//!   now (pauses of 50 ms doubling to 1 s; without a deadline until granted: drop the future to
+//!   stop); the id hands over a grant made meanwhile. A connection that died silently (a host
+//!   gone, a cut link: no reset, keepalive answered by a proxy) is noticed from another one:
+//!   from 5 s into a wait, every 5 s, the same acquire without `WAIT` asks whether the server
+//!   still has it waiting; when it does not and no answer came, the wait is sent again. A
+//!   [`Session`]'s wait is never sent again: its connection found dead that way is killed on
+//!   the server, the session closed, and the wait fails with [`Error::SessionClosed`].
 //! - **Latches** ([`Latch`]) are awaited in the server too, on a connection of each wait's
 //!   own (closed when the wait is dropped); a wait holds nothing, so after a lost connection
 //!   it is sent again, and a timed wait returns `Ok(false)` by its timeout plus half a second.

@@ -64,7 +64,10 @@ impl SessionOptions {
 ///   Renewals (the watchdog, re-entries) and releases use the client's shared connections, as
 ///   for any lock: they keep the binding, and never wait behind a blocked `WAIT`.
 /// - When the connection closes or fails, or stops answering the keepalive
-///   ([`SessionOptions::keepalive`]), every guard taken through the session is lost at once
+///   ([`SessionOptions::keepalive`]; the connection is then also killed on the server, where a
+///   connection that died silently stays open with its holds), or a wait on it is found dead
+///   (its grant made and no answer: see the crate docs), every guard taken through the session
+///   is lost at once
 ///   (`is_lost`, `lost()`), [`Session::closed`] resolves, and every later acquire through it
 ///   fails with [`Error::SessionClosed`]. A session never reconnects: a new connection would be
 ///   a new binding. Open a new session.

@@ -16,7 +16,8 @@
 //! read-write lock scripts), [`python`] (the Python package run from a test), [`rng`] (a seeded
 //! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share),
 //! [`deadlock`] (reading a `DEADLOCK` reply's cycle, what a refused wait leaves), [`sessions`]
-//! (session counters, a process to kill).
+//! (session counters, a process to kill), [`proxy`] (a TCP proxy that stops forwarding
+//! silently and heals).
 
 pub mod client_model;
 pub mod cluster;
@@ -25,6 +26,7 @@ pub mod docs;
 pub mod fuzz;
 pub mod helpers;
 pub mod model;
+pub mod proxy;
 pub mod python;
 pub mod redisson;
 pub mod rng;
@@ -37,6 +39,7 @@ pub use cluster::Cluster;
 pub use deadlock::{closes_a_cycle, deadlock_links, wait_state, Link, DEADLOCK_PREFIX};
 pub use fuzz::{all_keys, assert_replica_matches, fuzz_steps, BlockedCall};
 pub use helpers::*;
+pub use proxy::Proxy;
 pub use rng::Rng;
 pub use sentinel::{Sentinel, SENTINEL_MASTER};
 pub use server::{module_path, wait_link_up, wait_replica_online, Builder, Server};

@@ -8,7 +8,9 @@
 //!   a restart, a reset), so the close is seen at once, without RESP3 push messages.
 //! - **Keepalive**: while no session command is in flight, a `PING` every `keepalive`; one not
 //!   answered within `keepalive` closes the session (a server that stopped answering, a cut
-//!   network): noticed within two periods. A command in flight (a blocked `WAIT`) would delay
+//!   network): noticed within two periods. The connection is then also ended on the server
+//!   (`CLIENT KILL ID .. ADDR ..`, tried every second for a minute): one that died silently
+//!   stays open there, with the session's holds, until their leases end. A command in flight (a blocked `WAIT`) would delay
 //!   the `PONG`, so no ping runs then and a ping that overlapped one is not held against the
 //!   connection.
 //! - **Close** (any of the above, or the session dropped): the connection is closed (its driver
@@ -40,6 +42,11 @@ pub(crate) const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 /// One session's connection and the holds granted through it.
 pub(crate) struct Binding {
     conn: Mutex<Option<MultiplexedConnection>>,
+    /// The server the session is bound to (its checks go there, whatever the client's shared
+    /// connection names now).
+    server: redis::Client,
+    /// The connection's address as the server sees it (`CLIENT INFO`'s `addr`), if known.
+    client_addr: Option<String>,
     /// `LOCKDELAY` in ms (0: none sent).
     lock_delay_ms: u64,
     /// The server's id of the connection (`CLIENT ID`), if the user may ask.
@@ -119,8 +126,25 @@ impl Binding {
                 return Err(e.into());
             }
         };
+        // Its address as the server sees it: with the id, it names this connection alone (ids
+        // start again after a restart), for a check or a kill from another connection.
+        let client_addr = match client_id {
+            None => None,
+            Some(_) => {
+                match redis::cmd("CLIENT").arg("INFO").query_async::<String>(&mut conn).await {
+                    Ok(info) => info_field(&info, "addr"),
+                    Err(e) if crate::error::from_server(&e) => None, // Redis before 6.2, or ACL
+                    Err(e) => {
+                        driver.abort();
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
         let binding = Arc::new(Self {
             conn: Mutex::new(Some(conn)),
+            server: client.clone(),
+            client_addr,
             lock_delay_ms: u64::try_from(lock_delay.as_millis()).unwrap_or(u64::MAX),
             client_id,
             closing: AtomicBool::new(false),
@@ -156,6 +180,33 @@ impl Binding {
     /// The server's id of the session's connection, when the user may ask (`CLIENT ID`).
     pub(crate) const fn client_id(&self) -> Option<i64> {
         self.client_id
+    }
+
+    /// The server the session is bound to.
+    pub(crate) const fn server(&self) -> &redis::Client {
+        &self.server
+    }
+
+    /// Whether a `CLIENT LIST ID <id>` line names the session's connection (its id, and its
+    /// address when known: after a restart, another client may have the id).
+    pub(crate) fn listed_in(&self, line: &str) -> bool {
+        let Some(id) = self.client_id else { return false };
+        info_field(line, "id").is_some_and(|listed| listed == id.to_string())
+            && self
+                .client_addr
+                .as_ref()
+                .is_none_or(|a| info_field(line, "addr").as_ref() == Some(a))
+    }
+
+    /// `CLIENT KILL ID <id> [ADDR <addr>]`: ends the session's connection on the server, and
+    /// no other (`None` without an id).
+    pub(crate) fn kill_command(&self) -> Option<redis::Cmd> {
+        let mut kill = redis::cmd("CLIENT");
+        kill.arg("KILL").arg("ID").arg(self.client_id?);
+        if let Some(addr) = &self.client_addr {
+            kill.arg("ADDR").arg(addr);
+        }
+        Some(kill)
     }
 
     /// Adds `SESSION [LOCKDELAY ms]` to an acquire.
@@ -221,6 +272,34 @@ impl Binding {
     }
 }
 
+/// How long a session closed by its keepalive keeps trying to end its connection on the server.
+const KILL_TRIES: u32 = 60;
+
+/// Ends a session's connection on the server after its keepalive went unanswered: a connection
+/// that died silently (a cut link, a proxy that stops forwarding) stays open on the server's
+/// side, with the session's holds, until their leases end. Tried every second (the network may
+/// still be cut) until the server answers, at most [`KILL_TRIES`] times.
+async fn kill_on_server(server: redis::Client, kill: redis::Cmd) {
+    for _ in 0..KILL_TRIES {
+        let attempt = async {
+            let mut con = crate::conn::dedicated(&server, Some(Duration::from_secs(1))).await?;
+            Ok::<_, Error>(kill.query_async::<Value>(&mut con).await?)
+        };
+        match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+            Ok(Ok(_)) => return,
+            Ok(Err(Error::Redis(e))) if crate::error::from_server(&e) => return,
+            _ => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+/// The value of `name=` in a `CLIENT INFO` / `CLIENT LIST` line.
+fn info_field(line: &str, name: &str) -> Option<String> {
+    line.split_ascii_whitespace()
+        .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
+        .map(str::to_owned)
+}
+
 /// A connection's driver: it runs until the socket closes (one type for every stream kind).
 type Driver = BoxFuture<'static, ()>;
 
@@ -263,8 +342,27 @@ async fn keepalive_loop(binding: Weak<Binding>, period: Duration) {
         let overlapped = live.started.load(Ordering::SeqCst) != before
             || live.in_flight.load(Ordering::SeqCst) > 0;
         if !answered && !overlapped {
+            let kill = live.kill_command().map(|kill| (live.server.clone(), kill));
             live.close();
+            if let Some((server, kill)) = kill {
+                tokio::spawn(kill_on_server(server, kill));
+            }
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::info_field;
+
+    #[test]
+    fn client_info_fields_are_read_by_exact_name() {
+        let line = "id=7 addr=127.0.0.1:5000 laddr=127.0.0.1:6379 fd=8 name= db=0\n";
+        assert_eq!(info_field(line, "id").as_deref(), Some("7"));
+        assert_eq!(info_field(line, "addr").as_deref(), Some("127.0.0.1:5000"));
+        assert_eq!(info_field(line, "laddr").as_deref(), Some("127.0.0.1:6379"));
+        assert_eq!(info_field(line, "name").as_deref(), Some(""));
+        assert_eq!(info_field(line, "user"), None);
     }
 }

@@ -253,6 +253,23 @@ impl Kind {
     }
 }
 
+/// The server's record of the request `id` on `key` (written when it is granted):
+/// `rlock_request:{<key>}:<id>`, or `rlock_request:<key>:<id>` when the key has a brace.
+pub(crate) fn record(key: &[u8], id: &str) -> Vec<u8> {
+    let braced = key.contains(&b'{');
+    let mut out = b"rlock_request:".to_vec();
+    if !braced {
+        out.push(b'{');
+    }
+    out.extend_from_slice(key);
+    if !braced {
+        out.push(b'}');
+    }
+    out.push(b':');
+    out.extend_from_slice(id.as_bytes());
+    out
+}
+
 /// `RLOCK.CANCEL key request`: undoes whatever the request got, whatever its kind.
 pub(crate) fn cancel(key: &[u8], request: &str) -> Cmd {
     let mut cmd = redis::cmd("RLOCK.CANCEL");
@@ -280,6 +297,12 @@ mod tests {
                 _ => "<cursor>".to_owned(),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_request_s_record_key_follows_the_server_s_prefix_rule() {
+        assert_eq!(record(b"job", "r1"), b"rlock_request:{job}:r1");
+        assert_eq!(record(b"a{7}b", "r1"), b"rlock_request:a{7}b:r1");
     }
 
     #[test]

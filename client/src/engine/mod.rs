@@ -6,6 +6,8 @@
 //! - [`request`]: one acquire request (`REQUEST id`): a try, a server-side wait, and exact
 //!   cancellation (`RLOCK.CANCEL`) of whatever it got when no caller takes it.
 //! - [`waiting`]: the server-side wait on a dedicated connection, in a task.
+//! - [`resume`]: a wait sent again after a failover or a lost connection, and the check from
+//!   another connection that notices a wait whose connection died silently.
 //! - [`hold`]: one server grant and its guards: one deadline, the watchdog, the loss signal,
 //!   release and drop (the guards, their release and drop in `hold::guards`).
 //! - [`watchdog`]: a hold's renewal while a watchdog guard lives.
@@ -19,6 +21,7 @@ pub(crate) mod hold;
 pub(crate) mod kind;
 pub(crate) mod outcome;
 pub(crate) mod request;
+pub(crate) mod resume;
 pub(crate) mod waiting;
 pub(crate) mod watchdog;
 

@@ -3,11 +3,14 @@
 //! without the caller taking its grant (the future dropped at any await, the deadline passed,
 //! a lost reply, a failed replica acknowledgement) cancels it exactly with `RLOCK.CANCEL key id`
 //! through the client's releaser: the server then gives back what the request got, or refuses
-//! it if it arrives later, so nothing stays held and no permit is lost.
+//! it if it arrives later, so nothing stays held and no permit is lost. The same id lets a wait
+//! be sent again after a failover, a lost connection or one that died silently
+//! ([`crate::engine::resume`]): the server replays a grant it made meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -16,7 +19,9 @@ use crate::engine::binding::Binding;
 use crate::engine::hold::Hold;
 use crate::engine::kind::{self, Answer, Grant, Kind};
 use crate::engine::outcome::{acknowledged, Ended};
-use crate::engine::{bound, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE, SETTLE};
+use crate::engine::{
+    bound, resume, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE, SETTLE,
+};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
@@ -179,30 +184,111 @@ impl Request {
 
     /// A server-side wait until `deadline` on a dedicated connection to the key's node, in a
     /// task; the connection's response timeout and this call are bounded by the deadline plus
-    /// the grace.
+    /// the grace. The wait is sent again, with the same id and the time left, where the key is
+    /// served now when its connection fails or the server stops being the one to wait on (a
+    /// failover), and when the check from another connection finds the request no longer
+    /// waiting in the server while no answer came (a connection that died silently): the same
+    /// id replays a grant made meanwhile (on the new master too, when it was replicated), so
+    /// nothing is granted twice and nothing is left behind.
     ///
     /// # Errors
     /// As [`Self::run`].
     pub(crate) async fn wait(&mut self, deadline: Option<Instant>) -> Result<Option<Grant>> {
         let now = Instant::now();
-        let budget = wait_ms(deadline, now);
-        let cmd = self.command(Some(budget));
         let ack = self.shared.options.response_timeout().unwrap_or_default();
         let bound = bound(deadline, now).map(|b| crate::engine::hold::after(b, ack));
-        // The connection's own timeout is a backstop that frees the task: the call's bound
-        // comes first, so the caller always sees a passed deadline as `TimedOut`.
-        let response_timeout =
-            bound.map(|b| b.saturating_duration_since(now).saturating_add(GRACE));
         if let Some(binding) = self.session.clone() {
+            let cmd = self.command(Some(wait_ms(deadline, now)));
             return self.on_session(&binding, cmd, bound, true).await;
         }
         (self.armed, self.sent, self.waited) = (true, now, true);
-        let (reply, answer) = oneshot::channel();
-        let (shared, key) = (Arc::clone(&self.shared), Arc::clone(&self.key));
-        tokio::spawn(waiting::wait(shared, key, self.kind, cmd, response_timeout, reply));
-        let answer = async { answer.await.map_err(|_| stopped()) };
-        let ended = within(bound, answer).await.unwrap_or_else(Ended::Unknown);
+        let waits = async { Ok(self.waits(deadline, bound).await) };
+        let ended = within(bound, waits).await.unwrap_or_else(Ended::Unknown);
         self.settle(ended).await
+    }
+
+    /// Server-side waits, one after the other, until one ends with an answer or an error that
+    /// is not a failover's or a lost connection's (or the deadline passed).
+    async fn waits(&self, deadline: Option<Instant>, bound: Option<Instant>) -> Ended {
+        let mut pause = resume::RETRY_FIRST;
+        loop {
+            let started = Instant::now();
+            let cmd = self.command(Some(wait_ms(deadline, started)));
+            // The connection's own timeout is a backstop that frees the task: the call's bound
+            // comes first, so the caller always sees a passed deadline as `TimedOut`.
+            let response_timeout =
+                bound.map(|b| b.saturating_duration_since(started).saturating_add(GRACE));
+            let (reply, answer) = oneshot::channel();
+            let (shared, key) = (Arc::clone(&self.shared), Arc::clone(&self.key));
+            tokio::spawn(waiting::wait(shared, key, self.kind, cmd, response_timeout, reply));
+            let Some(ended) = self.watched(answer).await else {
+                // No longer waiting in the server and no answer: its connection is dead (the
+                // answer's receiver is dropped, so the task ends and closes it). Sent again.
+                pause = resume::RETRY_FIRST;
+                continue;
+            };
+            let e = match ended {
+                Ended::Unknown(e) | Ended::Refused(e)
+                    if resume::resumable(&e) || resume::already_waiting(&e) =>
+                {
+                    e
+                }
+                other => return other,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                return Ended::Unknown(e); // may hold something: cancelled when dropped
+            }
+            resume::forget_master(&self.shared);
+            let (this, next) = resume::next_pause(pause, started.elapsed());
+            let left = deadline.map_or(this, |d| d.saturating_duration_since(now));
+            tokio::time::sleep(this.min(left)).await;
+            pause = next;
+        }
+    }
+
+    /// The answer of one wait attempt; `None` when, while it gave none, the check from another
+    /// connection ([`Self::still_waits`], from [`resume::CHECK_AFTER`] on, every
+    /// [`resume::CHECK_EVERY`]) found the request no longer waiting and no answer came within
+    /// [`resume::REPLY_GRACE`] after.
+    async fn watched(&self, mut answer: oneshot::Receiver<Ended>) -> Option<Ended> {
+        let stopped = |_| Ended::Unknown(stopped());
+        let mut check = Instant::now() + resume::CHECK_AFTER;
+        loop {
+            tokio::select! {
+                ended = &mut answer => return Some(ended.unwrap_or_else(stopped)),
+                () = tokio::time::sleep_until(check) => {}
+            }
+            if !self.still_waits().await {
+                let late = tokio::time::timeout(self.reply_grace(), &mut answer).await;
+                return late.ok().map(|ended| ended.unwrap_or_else(stopped));
+            }
+            check = Instant::now() + resume::CHECK_EVERY;
+        }
+    }
+
+    /// How long an answer the server has sent may take to arrive: [`resume::REPLY_GRACE`], plus
+    /// the replica / AOF acknowledgement that runs before it is reported.
+    fn reply_grace(&self) -> Duration {
+        let ack = self.shared.options.response_timeout().unwrap_or_default();
+        resume::REPLY_GRACE.saturating_add(ack)
+    }
+
+    /// Whether the server still has the request waiting, as far as can be told: the same
+    /// acquire without `WAIT`, same id, on the shared connection. `ERR ... is already waiting`:
+    /// it waits. A grant (a replay of the one made meanwhile, or a new one: the id makes it the
+    /// same request's, which a later attempt replays and a cancellation undoes) or busy (it
+    /// waits nowhere): it does not. No answer, or another refusal: as far as can be told, it
+    /// does (the wait's own answer decides).
+    async fn still_waits(&self) -> bool {
+        let cmd = self.command(None);
+        let mut conn = self.shared.conn.clone();
+        let reply =
+            tokio::time::timeout(resume::CHECK_TIMEOUT, cmd.query_async::<Value>(&mut conn));
+        match reply.await {
+            Ok(Ok(reply)) => self.kind.answer(&reply).is_err(),
+            Ok(Err(_)) | Err(_) => true,
+        }
     }
 
     /// A try (`waited: false`) or a wait on the session's connection, in a task that keeps it
@@ -225,7 +311,7 @@ impl Request {
         };
         (self.armed, self.sent, self.waited) = (true, Instant::now(), waited);
         let (reply, answer) = oneshot::channel();
-        let (shared, kind, binding) = (Arc::clone(&self.shared), self.kind, Arc::clone(binding));
+        let (shared, kind, bound_to) = (Arc::clone(&self.shared), self.kind, Arc::clone(binding));
         tokio::spawn(async move {
             let _in_flight = in_flight;
             let run = async {
@@ -241,7 +327,7 @@ impl Request {
                         Err(e) => Ended::Unknown(e),
                     },
                     Err(e) if crate::engine::redis_uncertain(&e) && !e.is_timeout() => {
-                        binding.close(); // the connection failed: so did the session
+                        bound_to.close(); // the connection failed: so did the session
                         Ended::Unknown(Error::SessionClosed)
                     }
                     Err(e) if crate::engine::redis_uncertain(&e) => Ended::Unknown(e.into()),
@@ -251,9 +337,96 @@ impl Request {
             let ended = within(bound, run).await.unwrap_or_else(Ended::Unknown);
             let _ = reply.send(ended);
         });
-        let answer = async { answer.await.map_err(|_| stopped()) };
+        let answer = async {
+            match waited {
+                true => Ok(self.watched_session(binding, answer).await),
+                false => answer.await.map_err(|_| stopped()),
+            }
+        };
         let ended = within(bound, answer).await.unwrap_or_else(Ended::Unknown);
         self.settle(ended).await
+    }
+
+    /// The answer of a session's wait; from [`resume::CHECK_AFTER`] on, every
+    /// [`resume::CHECK_EVERY`], the session's connection is checked from another connection to
+    /// its server. A session is its connection, so a wait on it is never sent again: when the
+    /// server no longer lists the connection (`CLIENT LIST ID`), or granted the request (its
+    /// record exists) and no answer came within [`Self::reply_grace`], the connection is dead
+    /// (silently: nothing else would tell), and the session is closed: its server end is killed
+    /// (`CLIENT KILL ID`: the server ends its holds, which it would otherwise keep for a
+    /// connection a proxy keeps open), its guards are lost, and this wait ends with
+    /// [`Error::SessionClosed`] (the request stays armed: dropped, it is cancelled, which gives
+    /// back a grant the kill did not end).
+    async fn watched_session(
+        &self,
+        binding: &Arc<Binding>,
+        mut answer: oneshot::Receiver<Ended>,
+    ) -> Ended {
+        let stopped = |_| Ended::Unknown(stopped());
+        let mut check = Instant::now() + resume::CHECK_AFTER;
+        loop {
+            tokio::select! {
+                ended = &mut answer => return ended.unwrap_or_else(stopped),
+                () = tokio::time::sleep_until(check) => {}
+            }
+            match self.session_seen(binding).await {
+                Seen::Waiting => check = Instant::now() + resume::CHECK_EVERY,
+                Seen::Gone => {
+                    binding.close();
+                    return Ended::Unknown(Error::SessionClosed);
+                }
+                Seen::Granted => {
+                    if let Ok(ended) = tokio::time::timeout(self.reply_grace(), &mut answer).await {
+                        return ended.unwrap_or_else(stopped);
+                    }
+                    if let Some(kill) = binding.kill_command() {
+                        let killing = async {
+                            let mut con = self.session_server(binding).await?;
+                            Ok::<_, Error>(kill.query_async::<Value>(&mut con).await?)
+                        };
+                        let _ = tokio::time::timeout(resume::CHECK_TIMEOUT, killing).await;
+                    }
+                    binding.close();
+                    return Ended::Unknown(Error::SessionClosed);
+                }
+            }
+        }
+    }
+
+    /// What the session's server shows of its waiting request, asked on a connection of its
+    /// own: its record (written when it is granted) and the session's connection. No answer,
+    /// or a refusal (an ACL user without `CLIENT`): as far as can be told, it still waits.
+    async fn session_seen(&self, binding: &Binding) -> Seen {
+        let connecting = tokio::time::timeout(resume::CHECK_TIMEOUT, self.session_server(binding));
+        let Ok(Ok(mut conn)) = connecting.await else { return Seen::Waiting };
+        if let Some(id) = binding.client_id() {
+            let mut list = redis::cmd("CLIENT");
+            list.arg("LIST").arg("ID").arg(id);
+            let listed = tokio::time::timeout(resume::CHECK_TIMEOUT, list.query_async(&mut conn));
+            let gone = match listed.await {
+                Ok(Ok(Value::BulkString(line))) => {
+                    !binding.listed_in(&String::from_utf8_lossy(&line))
+                }
+                Ok(Ok(Value::VerbatimString { text, .. })) => !binding.listed_in(&text),
+                _ => false,
+            };
+            if gone {
+                return Seen::Gone;
+            }
+        }
+        let exists = redis::cmd("EXISTS").arg(kind::record(&self.key, &self.id)).clone();
+        let granted = tokio::time::timeout(resume::CHECK_TIMEOUT, exists.query_async(&mut conn));
+        match granted.await {
+            Ok(Ok(1)) => Seen::Granted,
+            _ => Seen::Waiting,
+        }
+    }
+
+    /// A connection of its own to the session's server, for a check (the shared connection
+    /// may name another server now: the Sentinels' new master, where the session's connection
+    /// id is some other client's).
+    async fn session_server(&self, binding: &Binding) -> Result<MultiplexedConnection> {
+        crate::conn::dedicated(binding.server(), Some(resume::CHECK_TIMEOUT)).await
     }
 
     /// The acquire command (`TOKEN` when the client asks for fencing tokens; `SESSION [LOCKDELAY
@@ -325,6 +498,16 @@ impl Drop for Request {
             self.shared.releaser.submit(Arc::clone(&self.key), self.cancel_cmd(), until, None);
         }
     }
+}
+
+/// What the check of a session's wait saw.
+enum Seen {
+    /// Nothing says otherwise.
+    Waiting,
+    /// The server no longer has the session's connection.
+    Gone,
+    /// The server granted the request.
+    Granted,
 }
 
 /// The waiting task went away without an answer (its runtime is shutting down).
