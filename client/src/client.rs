@@ -54,8 +54,12 @@ impl LockClient {
     /// Uses an existing `redis::Client` with the given options.
     ///
     /// # Errors
-    /// When the server cannot be reached.
+    /// [`Error::ZeroLease`] for a zero [`Options::watchdog_timeout`], [`Error::InvalidArgument`]
+    /// for a watchdog, replica or AOF timeout beyond [`crate::MAX_DURATION`] (both before
+    /// connecting, as for [`LockClient::cluster`] and [`LockClient::sentinel`]); an error when
+    /// the server cannot be reached.
     pub async fn with_options(client: redis::Client, options: Options) -> Result<Self> {
+        options.check()?;
         // The shared connection also runs `WAIT` for replica acknowledgements: give it room.
         let mut config = redis::aio::ConnectionManagerConfig::new();
         if let Some(timeout) = options.response_timeout() {
@@ -75,6 +79,7 @@ impl LockClient {
     /// # Errors
     /// When the addresses are invalid or the cluster cannot be reached.
     pub async fn cluster<T: IntoConnectionInfo>(nodes: Vec<T>, options: Options) -> Result<Self> {
+        options.check()?;
         let infos = nodes
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -128,6 +133,7 @@ impl LockClient {
         master: M,
         options: Options,
     ) -> Result<Self> {
+        options.check()?;
         let sentinels = sentinels
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -231,8 +237,8 @@ impl LockClient {
     /// Opens a [`Session`] with the given options.
     ///
     /// # Errors
-    /// As [`LockClient::session`]; [`Error::Redis`] for a `lock_delay` above 60 s or a zero
-    /// `keepalive` (nothing is opened).
+    /// As [`LockClient::session`]; [`Error::InvalidArgument`] for a `lock_delay` above 60 s or a
+    /// zero `keepalive` (nothing is opened).
     pub async fn session_with(&self, options: SessionOptions) -> Result<Session> {
         Session::open(&self.shared, &options).await
     }

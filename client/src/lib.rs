@@ -119,3 +119,10 @@ pub use redlock::RedLock;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 pub use session::{Session, SessionOptions};
+
+/// The longest lease, wait or timeout the client takes (2^60 ms, some 36 million years): far
+/// beyond any use, and short enough that no clock arithmetic of the client or the server
+/// overflows (a MultiLock takes its locks with twice the lease first). A lease or timeout
+/// beyond it is refused with [`Error::InvalidArgument`] before anything is sent; a wait beyond
+/// it (`try_acquire`) waits without limit.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_millis(1 << 60);
