@@ -50,7 +50,8 @@ impl MultiLock {
         }
         for (i, a) in self.locks.iter().enumerate() {
             let same = |b: &Lock| {
-                std::sync::Arc::ptr_eq(a.chain().shared(), b.chain().shared()) && a.name() == b.name()
+                std::sync::Arc::ptr_eq(a.chain().shared(), b.chain().shared())
+                    && a.name() == b.name()
             };
             if self.locks[i + 1..].iter().any(same) {
                 return invalid("was given one lock of one client twice: it would wait for itself");

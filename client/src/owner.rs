@@ -64,8 +64,11 @@ pub struct Owner {
     /// The owner's chain per lock name and side, while any handle or guard keeps it: every
     /// handle of one name shares it, so the owner's holds of one lock are one hold on the
     /// client as on the server.
-    chains: Arc<Mutex<HashMap<(Arc<[u8]>, Kind), Weak<Chain>>>>,
+    chains: Arc<Mutex<Chains>>,
 }
+
+/// An owner's chains, by lock name and side.
+type Chains = HashMap<(Arc<[u8]>, Kind), Weak<Chain>>;
 
 impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

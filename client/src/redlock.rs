@@ -96,7 +96,8 @@ impl RedLock {
         if self.node_timeout.is_zero() {
             return invalid("node timeout must be above zero: no node could answer".to_owned());
         }
-        for (what, value) in [("node timeout", self.node_timeout), ("retry delay", self.retry_delay)]
+        for (what, value) in
+            [("node timeout", self.node_timeout), ("retry delay", self.retry_delay)]
         {
             if value > crate::MAX_DURATION {
                 return Err(crate::engine::too_long(&format!("a RedLock's {what}"), value));

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use rlock_client::{
-    Error, LockClient, MultiLock, Options, RedLock, SessionOptions, MAX_DURATION,
-};
+use rlock_client::{Error, LockClient, MultiLock, Options, RedLock, SessionOptions, MAX_DURATION};
 use rlock_tests_integration::{hgetall, module_calls, poll, Server};
 
 /// A lease or timeout past the longest the client takes.

@@ -260,7 +260,8 @@ async fn a_timed_out_acquire_ending_with_the_last_handle_never_freezes_the_runti
     redis::cmd("RLOCK.ACQUIRE").arg("l").arg("someone").arg(60_000).exec(&mut con).expect("hold");
     let client = LockClient::open(server.url()).await.expect("client");
     let lock = client.lock("l");
-    let waiter = tokio::spawn(async move { lock.try_acquire(Duration::from_millis(800), LEASE).await });
+    let waiter =
+        tokio::spawn(async move { lock.try_acquire(Duration::from_millis(800), LEASE).await });
     let started = Instant::now();
     while blocked_clients(&mut con) == 0 {
         assert!(started.elapsed() < RELEASED, "the acquire never waited in the server");

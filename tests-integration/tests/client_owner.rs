@@ -109,7 +109,7 @@ async fn an_owner_s_guards_are_never_promised_more_than_the_server_holds() {
         match rng.below(6) {
             0..=2 => {
                 let k = rng.below(keys.len());
-                let lock = match handles.iter().filter(|(hk, _)| *hk == k).last() {
+                let lock = match handles.iter().rfind(|(hk, _)| *hk == k) {
                     Some((_, lock)) if rng.below(2) == 0 => lock.clone(),
                     _ => fresh_handle(&owner, keys[k], &mut handles, k),
                 };

@@ -57,7 +57,7 @@ pub(crate) fn wait_ms(deadline: Option<Instant>, now: Instant) -> u64 {
 /// Milliseconds of a duration, rounded up (a lease sent is never shorter than the one the
 /// client counts with), at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
 }
 
