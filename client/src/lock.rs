@@ -129,7 +129,8 @@ impl Lock {
     }
 
     /// How many live guards of this handle hold the lock (0: not held by this handle, or its
-    /// hold was lost).
+    /// hold was lost); for an [`crate::Owner`]'s handle, of all the owner's handles of this
+    /// name and side (they share one hold).
     ///
     /// # Errors
     /// [`crate::Error::Redis`] when Redis fails (`WRONGTYPE` on a key of another type, as

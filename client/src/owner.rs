@@ -25,13 +25,18 @@ use crate::shared::Shared;
 /// no common owner to follow and is never refused (its waits end with their timeouts).
 ///
 /// The consequences, as for a Redisson thread:
-/// - Two handles of one name from one owner **re-enter each other's hold on the server**
-///   (`RLOCK` count 2): each guard still gives back only its own count, and an acquire of one
-///   handle that is cancelled (dropped, timed out, not acknowledged) gives back exactly the
-///   count it got (`RLOCK.CANCEL`). A read-write lock's sides follow Redisson's rules for one
-///   owner across all its handles: holding write it takes read at once (releasing the write
-///   then downgrades); holding read, asking to write is the upgrade the server refuses
-///   ([`crate::Error::UpgradeRefused`]).
+/// - The owner's holds of one lock are **one hold**, on the client as on the server: every
+///   handle of one name (and side) it makes shares it, so an acquire through another handle
+///   while the owner holds the lock re-enters that hold as a handle's own re-entry does
+///   (count 1 on the server; each guard gives back only itself, the last one releases the
+///   hold). No lease the client sends (a nested acquire's shorter one, a renewal) ever ends
+///   the hold before what any live guard of it was promised ([`crate::LockGuard::valid_until`]).
+///   A read-write lock's sides follow Redisson's rules for one owner across all its handles:
+///   holding write it takes read at once (releasing the write then downgrades); holding read,
+///   asking to write is the upgrade the server refuses ([`crate::Error::UpgradeRefused`]).
+/// - A [`crate::MultiLock`] or [`crate::RedLock`] over the owner's handles takes fresh owner
+///   ids (`<owner>:<n>`), never the owner's: it never re-enters the owner's hold, and its stale
+///   guard never releases the owner's later one.
 /// - The server cannot tell two holds of one owner on one lock apart. A guard whose hold is
 ///   **known lost** (its deadline passed unconfirmed, or the server said it is gone) therefore
 ///   sends nothing when released or dropped (a hold still there ends with its lease). But a

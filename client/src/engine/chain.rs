@@ -11,9 +11,13 @@
 //!
 //! A chain with a *fixed* owner (an [`crate::Owner`]'s handle) stores every hold, on either
 //! side, under that owner id itself, as a Redisson thread does: the server sees all the
-//! owner's holds and waits as one party (its wait-for graph, re-entry across handles). The
-//! server cannot tell two holds of it on one lock apart, so a hold of it known lost sends
-//! nothing when released ([`Hold::share_owner`]).
+//! owner's holds and waits as one party (its wait-for graph). The owner makes one chain per
+//! name and side for all its handles (while any handle or guard keeps it), so its holds of one
+//! lock are one [`Hold`] on the client as on the server: a nested acquire through another
+//! handle re-enters it, and no lease sent for it ends it before any live guard's deadline. A
+//! MultiLock or RedLock grant over such a handle takes a fresh owner id
+//! ([`Chain::fresh_owner`]). The server cannot tell a later hold of the owner from an earlier
+//! one, so a hold of it known lost sends nothing when released ([`Hold::share_owner`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
