@@ -126,7 +126,8 @@ impl Binding {
         };
         let binding = Arc::new(Self {
             conn: Mutex::new(Some(conn)),
-            lock_delay_ms: u64::try_from(lock_delay.as_millis()).unwrap_or(u64::MAX),
+            // Rounded up: never a shorter delay than asked (at most 60 s, checked above).
+            lock_delay_ms: if lock_delay.is_zero() { 0 } else { crate::engine::millis(lock_delay) },
             client_id,
             closing: AtomicBool::new(false),
             closed: watch::channel(false).0,
