@@ -88,10 +88,11 @@ async fn an_owner_s_nested_acquire_with_a_shorter_lease_never_shortens_its_hold(
     assert!(hgetall(&mut server.conn(), b"rw").is_empty(), "nothing left behind");
 }
 
-/// A random walk of one owner over two locks: guards taken through new handles or clones of
-/// old ones, with the watchdog (900 ms) or leases from 50 ms to 1.5 s, released, dropped, time
-/// passing. After every step each live guard's `valid_until` is covered by the server's lease,
-/// and the lock is the owner's. `RLOCK_OWNER_STEPS` sets the walk's length (default 40).
+/// A random walk of one owner over two locks and a read-write lock's read side: guards taken
+/// through new handles or clones of old ones, with the watchdog (900 ms) or leases from 50 ms to 1.5 s, released, dropped, time
+/// passing. After every step each live guard's `valid_until` is covered by the server's lease
+/// (for a read guard, the lock's and every read hold's of the owner), and the lock is the
+/// owner's. `RLOCK_OWNER_STEPS` sets the walk's length (default 40).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_s_guards_are_never_promised_more_than_the_server_holds() {
     let server = Server::start();
@@ -101,7 +102,7 @@ async fn an_owner_s_guards_are_never_promised_more_than_the_server_holds() {
     let seed = fuzz_seed();
     let mut rng = Rng(seed);
     let steps = std::env::var("RLOCK_OWNER_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
-    let keys = ["a", "b"];
+    let keys = ["a", "b", READ];
     let mut handles: Vec<(usize, rlock_client::Lock)> = Vec::new();
     let mut guards: Vec<(usize, LockGuard)> = Vec::new();
     for step in 0..steps {
@@ -134,10 +135,16 @@ async fn an_owner_s_guards_are_never_promised_more_than_the_server_holds() {
         }
         for (k, guard) in &guards {
             assert_promise_kept(&server, keys[*k], guard, &what);
+            if keys[*k] == READ {
+                for hold in read_holds(&server, owner.id()) {
+                    assert_promise_kept(&server, &hold, guard, &format!("{what}, {hold}"));
+                }
+            }
             if guard.valid_until().is_some_and(|v| v > tokio::time::Instant::now()) {
                 let holders = hgetall(&mut server.conn(), keys[*k].as_bytes());
+                let owners: Vec<_> = holders.iter().filter(|(f, _)| f != b"mode").collect();
                 assert!(
-                    holders.len() == 1 && holders[0].0 == owner.id().as_bytes(),
+                    owners.len() == 1 && owners[0].0 == owner.id().as_bytes(),
                     "{what}: {} is held by {holders:?}",
                     keys[*k]
                 );
@@ -152,14 +159,24 @@ async fn an_owner_s_guards_are_never_promised_more_than_the_server_holds() {
     }
 }
 
-/// A new handle of `owner` on `key` (index `k`), remembered for later clones.
+/// The read-write lock whose read side the random walk takes.
+const READ: &str = "rw";
+
+/// The read hold keys of `owner` on [`READ`] (`{rw}:<owner>:rwlock_timeout:<n>`).
+fn read_holds(server: &Server, owner: &str) -> Vec<String> {
+    let pattern = format!("{{{READ}}}:{owner}:rwlock_timeout:*");
+    redis::cmd("KEYS").arg(pattern).query(&mut server.conn()).expect("KEYS")
+}
+
+/// A new handle of `owner` on `key` (index `k`; [`READ`]: its read side), remembered for later
+/// clones.
 fn fresh_handle(
     owner: &Owner,
     key: &str,
     handles: &mut Vec<(usize, rlock_client::Lock)>,
     k: usize,
 ) -> rlock_client::Lock {
-    let lock = owner.lock(key);
+    let lock = if key == READ { owner.rw_lock(key).read().clone() } else { owner.lock(key) };
     handles.push((k, lock.clone()));
     lock
 }
