@@ -54,8 +54,12 @@ impl LockClient {
     /// Uses an existing `redis::Client` with the given options.
     ///
     /// # Errors
-    /// When the server cannot be reached.
+    /// [`Error::ZeroLease`] for a zero [`Options::watchdog_timeout`], [`Error::InvalidArgument`]
+    /// for a watchdog, replica or AOF timeout beyond [`crate::MAX_DURATION`] (both before
+    /// connecting, as for [`LockClient::cluster`] and [`LockClient::sentinel`]); an error when
+    /// the server cannot be reached.
     pub async fn with_options(client: redis::Client, options: Options) -> Result<Self> {
+        options.check()?;
         // The shared connection also runs `WAIT` for replica acknowledgements: give it room.
         let timeout = options.response_timeout().unwrap_or(Duration::from_millis(500));
         let direct = crate::conn::Direct::open(client.clone(), timeout).await?;
@@ -73,6 +77,7 @@ impl LockClient {
     /// # Errors
     /// When the addresses are invalid or the cluster cannot be reached.
     pub async fn cluster<T: IntoConnectionInfo>(nodes: Vec<T>, options: Options) -> Result<Self> {
+        options.check()?;
         let infos = nodes
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -126,6 +131,7 @@ impl LockClient {
         master: M,
         options: Options,
     ) -> Result<Self> {
+        options.check()?;
         let sentinels = sentinels
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -229,8 +235,8 @@ impl LockClient {
     /// Opens a [`Session`] with the given options.
     ///
     /// # Errors
-    /// As [`LockClient::session`]; [`Error::Redis`] for a `lock_delay` above 60 s or a zero
-    /// `keepalive` (nothing is opened).
+    /// As [`LockClient::session`]; [`Error::InvalidArgument`] for a `lock_delay` above 60 s or a
+    /// zero `keepalive` (nothing is opened).
     pub async fn session_with(&self, options: SessionOptions) -> Result<Session> {
         Session::open(&self.shared, &options).await
     }

@@ -45,6 +45,13 @@ pub enum Error {
         /// The count or amount given.
         value: u64,
     },
+    /// An argument refused before anything is sent (the message names it and says why): a
+    /// lease, wait or timeout too long for the clock arithmetic of the client or the server
+    /// (beyond [`crate::MAX_DURATION`]), a zero where it means nothing (a keepalive, a
+    /// RedLock's node timeout), a permit count outside what the server takes, a
+    /// [`crate::MultiLock`] or [`crate::RedLock`] with no lock, a [`crate::MultiLock`] given a
+    /// read-write lock's side or the same lock twice.
+    InvalidArgument(String),
     /// The [`crate::Session`] this lock, read-write lock or semaphore was made from is closed
     /// (its connection closed or failed, or the session was dropped): its holds ended, and it
     /// takes no more. Open a new session ([`crate::LockClient::session`]).
@@ -94,6 +101,7 @@ impl fmt::Display for Error {
                 f,
                 "a latch count or amount must be 1 to 9223372036854775807, not {value}"
             ),
+            Self::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Self::SessionClosed => {
                 f.write_str("the session's connection is closed: its holds ended; open a new session")
             }

@@ -12,7 +12,7 @@ use crate::engine::chain::refresh_after_wait;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
-use crate::engine::{bound, millis};
+use crate::engine::{bound, checked_lease, millis};
 use crate::error::{Error, Result};
 use crate::semaphore::Semaphore;
 
@@ -47,6 +47,9 @@ impl fmt::Debug for LeasedSemaphore {
             .finish()
     }
 }
+
+/// The most leased permits one grant takes (the server's `MAX_LEASED`).
+const MAX_LEASED: u64 = 10_000;
 
 impl LeasedSemaphore {
     pub(crate) const fn new(
@@ -92,14 +95,17 @@ impl LeasedSemaphore {
     /// while the guard lives.
     ///
     /// # Errors
-    /// [`Error::ZeroLease`] for `Some(Duration::ZERO)`; [`Error::TimedOut`] when the server did
+    /// [`Error::ZeroLease`] for `Some(Duration::ZERO)`; [`Error::InvalidArgument`] for a lease
+    /// beyond [`crate::MAX_DURATION`] or a count outside 1 to 10,000 (nothing sent);
+    /// [`Error::TimedOut`] when the server did
     /// not answer in time (the request is cancelled: nothing stays leased); [`Error::Redis`]
     /// when Redis fails or refuses.
     pub async fn acquire(&self, permits: u64, lease: Option<Duration>) -> Result<PermitGuard> {
         self.take(permits, None, lease).await
     }
 
-    /// As [`Self::acquire`], waiting at most `wait` (`Duration::ZERO`: one try). Returns by
+    /// As [`Self::acquire`], waiting at most `wait` (`Duration::ZERO`: one try; beyond
+    /// [`crate::MAX_DURATION`]: without limit). Returns by
     /// `wait` plus half a second whatever the server does.
     ///
     /// # Errors
@@ -111,8 +117,7 @@ impl LeasedSemaphore {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<PermitGuard> {
-        let deadline = Instant::now().checked_add(wait);
-        self.take(permits, deadline, lease).await
+        self.take(permits, crate::engine::deadline_after(wait), lease).await
     }
 
     async fn take(
@@ -121,11 +126,10 @@ impl LeasedSemaphore {
         deadline: Option<Instant>,
         lease: Option<Duration>,
     ) -> Result<PermitGuard> {
+        crate::semaphore::checked_permits("the permits asked for", permits, 1, MAX_LEASED)?;
         let watchdog = lease.is_none().then_some(self.watchdog_timeout);
-        let lease = lease.unwrap_or(self.watchdog_timeout);
-        if lease.is_zero() {
-            return Err(Error::ZeroLease);
-        }
+        let lease = checked_lease("a lease", lease.unwrap_or(self.watchdog_timeout))?;
+        let watchdog = watchdog.map(|_| lease);
         let bound = bound(deadline, Instant::now());
         let (shared, key) = (self.sem.shared(), self.sem.key());
         let kind = Kind::Leased(permits);

@@ -43,7 +43,8 @@
 //!   owner of the other side's live hold (write → read re-entry and downgrade). An [`Owner`]
 //!   ([`LockClient::owner`]) is one id for one unit of work, like a Redisson thread: every
 //!   hold of its handles is stored under exactly that id, so the server refuses a wait that
-//!   would close a cycle ([`Error::Deadlock`]).
+//!   would close a cycle ([`Error::Deadlock`]); its handles of one name share one hold, so a
+//!   nested acquire with a shorter lease never cuts short what an outer guard was promised.
 //! - **Re-entry joins a hold only after the server confirmed that exact hold on that exact
 //!   side** (`RLOCK.RENEW`, `RWLOCK.RENEW ... READ|WRITE`): a guard that outlived its grant never
 //!   releases, renews or re-enters a later hold, nor lives on through the same owner's hold on
@@ -68,6 +69,11 @@
 //!   and renewed every third of it (never below what is confirmed) until released; a failed
 //!   renewal is retried after 50 ms, doubling; a renewal that finds the hold gone marks it
 //!   lost. A zero lease is refused ([`Error::ZeroLease`]) before anything is sent.
+//! - **Bad arguments** fail at once with a clear error, nothing sent, never a panic
+//!   ([`Error::ZeroLease`], [`Error::InvalidArgument`], [`Error::InvalidCount`]): a lease or
+//!   timeout beyond [`MAX_DURATION`], a zero keepalive, a permit count the server would
+//!   refuse, an empty or self-defeating [`MultiLock`] / [`RedLock`]; [`Options`] are checked
+//!   when the client is made. A `wait` beyond [`MAX_DURATION`] waits without limit.
 //! - **Waiting** is server-side: `... WAIT` on a dedicated connection; the server queues
 //!   waiters FIFO and hands the lock (or permits) to one of them when it is free. No pub/sub,
 //!   no polling.
@@ -96,9 +102,12 @@
 //!   the release goes to the client's background releaser, a thread of its own with its own
 //!   connections, which sends it where the lock is served now (the master the Sentinels name
 //!   now, any reachable cluster node and the slot map) and retries it until the hold's lease
-//!   would have ended anyway. Dropping the last handle of a client waits (at most 5 s) for the
-//!   releases still pending, so a guard dropped at the end of `main`, outside any runtime or
-//!   while a runtime shuts down is released all the same.
+//!   would have ended anyway. **No library work blocks the caller's runtime**: dropping the
+//!   last handle of a client with releases pending waits for them (at most 5 s) only outside
+//!   any runtime; inside one it leaves a task that waits asynchronously, or, when the runtime
+//!   shuts down first, in its drop (the same 5 s at most). So a guard dropped at the end of
+//!   `main` (synchronous or async), or while a runtime shuts down, is released all the same,
+//!   and a stalled server never freezes a running runtime.
 
 mod client;
 mod conn;
@@ -129,3 +138,10 @@ pub use redlock::RedLock;
 pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 pub use session::{Session, SessionOptions};
+
+/// The longest lease, wait or timeout the client takes (2^60 ms, some 36 million years): far
+/// beyond any use, and short enough that no clock arithmetic of the client or the server
+/// overflows (a MultiLock takes its locks with twice the lease first). A lease or timeout
+/// beyond it is refused with [`Error::InvalidArgument`] before anything is sent; a wait beyond
+/// it (`try_acquire`) waits without limit.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_millis(1 << 60);

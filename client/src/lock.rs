@@ -50,6 +50,11 @@ impl Lock {
         Self { chain: Chain::new(shared, name, Kind::Lock, owner, session) }
     }
 
+    /// A handle on an existing chain (an [`crate::Owner`]'s handles of one name share one).
+    pub(crate) const fn from_chain(chain: Arc<Chain>) -> Self {
+        Self { chain }
+    }
+
     /// The two sides of a read-write lock (see [`Chain::pair`]).
     pub(crate) fn rw_pair(
         shared: &Arc<Shared>,
@@ -85,7 +90,8 @@ impl Lock {
     /// Takes the lock, waiting as long as it takes. `lease: None` uses the watchdog.
     ///
     /// # Errors
-    /// [`crate::Error::ZeroLease`] for `Some(Duration::ZERO)`; [`crate::Error::TimedOut`] when
+    /// [`crate::Error::ZeroLease`] for `Some(Duration::ZERO)`, [`crate::Error::InvalidArgument`]
+    /// for a lease beyond [`crate::MAX_DURATION`] (nothing sent); [`crate::Error::TimedOut`] when
     /// the server did not answer in time (the attempt is then cancelled: nothing stays held);
     /// [`crate::Error::UpgradeRefused`] for a read-write lock's write side asked while the
     /// owner reads; [`crate::Error::Redis`] when Redis fails or refuses (`WRONGTYPE`, ...).
@@ -93,8 +99,8 @@ impl Lock {
         self.acquire_within(None, lease).await
     }
 
-    /// Takes the lock, waiting at most `wait` (`Duration::ZERO`: one try; a `wait` too large to
-    /// add to now waits without limit). Returns by `wait` plus half a second whatever the
+    /// Takes the lock, waiting at most `wait` (`Duration::ZERO`: one try; a `wait` beyond
+    /// [`crate::MAX_DURATION`] waits without limit). Returns by `wait` plus half a second whatever the
     /// server does. `lease: None` uses the watchdog.
     ///
     /// # Errors
@@ -102,7 +108,7 @@ impl Lock {
     /// time (the attempt is then cancelled: nothing stays held); otherwise as
     /// [`Lock::acquire`].
     pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<LockGuard> {
-        self.acquire_within(Instant::now().checked_add(wait), lease).await
+        self.acquire_within(crate::engine::deadline_after(wait), lease).await
     }
 
     async fn acquire_within(
@@ -123,7 +129,8 @@ impl Lock {
     }
 
     /// How many live guards of this handle hold the lock (0: not held by this handle, or its
-    /// hold was lost).
+    /// hold was lost); for an [`crate::Owner`]'s handle, of all the owner's handles of this
+    /// name and side (they share one hold).
     ///
     /// # Errors
     /// [`crate::Error::Redis`] when Redis fails (`WRONGTYPE` on a key of another type, as

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
-use crate::engine::{bound, millis, uncertain, SETTLE};
+use crate::engine::{bound, checked_lease, millis, uncertain, SETTLE};
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 
@@ -29,21 +29,43 @@ pub struct MultiLock {
 }
 
 impl MultiLock {
-    /// `locks`: one handle per server, e.g. `clients.iter().map(|c| c.lock("name"))`.
-    ///
-    /// # Panics
-    /// When `locks` is empty.
+    /// `locks`: one handle per server, e.g. `clients.iter().map(|c| c.lock("name"))` (an
+    /// [`crate::Owner`]'s handles too: the grants still take fresh owner ids, never the
+    /// owner's). Never panics: an empty list, a read-write lock's side, or one lock of one
+    /// client given twice (it would wait for itself) makes every acquire fail with
+    /// [`Error::InvalidArgument`] before anything is sent.
     #[must_use]
-    pub fn new(locks: Vec<Lock>) -> Self {
-        assert!(!locks.is_empty(), "a MultiLock needs at least one lock");
+    pub const fn new(locks: Vec<Lock>) -> Self {
         Self { locks }
+    }
+
+    /// The arguments' check (see [`MultiLock::new`]).
+    fn check(&self) -> Result<()> {
+        let invalid = |why: &str| Err(Error::InvalidArgument(format!("a MultiLock {why}")));
+        if self.locks.is_empty() {
+            return invalid("needs at least one lock");
+        }
+        if self.locks.iter().any(|l| l.chain().kind() != Kind::Lock) {
+            return invalid("takes reentrant locks, not the sides of a read-write lock");
+        }
+        for (i, a) in self.locks.iter().enumerate() {
+            let same = |b: &Lock| {
+                std::sync::Arc::ptr_eq(a.chain().shared(), b.chain().shared())
+                    && a.name() == b.name()
+            };
+            if self.locks[i + 1..].iter().any(same) {
+                return invalid("was given one lock of one client twice: it would wait for itself");
+            }
+        }
+        Ok(())
     }
 
     /// Takes every lock, waiting as long as it takes. `lease: None` uses the watchdog.
     ///
     /// # Errors
-    /// [`Error::ZeroLease`] for a zero lease; [`Error::Redis`] when a server fails (every lock
-    /// taken is given back first).
+    /// [`Error::ZeroLease`] for a zero lease, [`Error::InvalidArgument`] for a lease beyond
+    /// [`crate::MAX_DURATION`] or bad locks (see [`MultiLock::new`]; nothing sent);
+    /// [`Error::Redis`] when a server fails (every lock taken is given back first).
     pub async fn acquire(&self, lease: Option<Duration>) -> Result<MultiGuard> {
         self.acquire_within(None, lease).await
     }
@@ -54,20 +76,18 @@ impl MultiLock {
     /// [`Error::TimedOut`] when `wait` passes first, or a server did not answer in time;
     /// otherwise as [`MultiLock::acquire`].
     pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
-        self.acquire_within(Instant::now().checked_add(wait), lease).await
+        self.acquire_within(crate::engine::deadline_after(wait), lease).await
     }
 
     async fn acquire_within(
         &self,
         deadline: Option<Instant>,
-        lease: Option<Duration>,
+        lease_given: Option<Duration>,
     ) -> Result<MultiGuard> {
+        self.check()?;
         let watchdog_timeout = self.locks[0].chain().shared().options.watchdog_timeout;
-        let watchdog = lease.is_none().then_some(watchdog_timeout);
-        let lease = lease.unwrap_or(watchdog_timeout);
-        if lease.is_zero() {
-            return Err(Error::ZeroLease);
-        }
+        let lease = checked_lease("a lease", lease_given.unwrap_or(watchdog_timeout))?;
+        let watchdog = lease_given.is_none().then_some(lease);
         // Each lock is first taken with a longer lease, so the first ones cannot lapse while
         // the last ones are taken; the real lease is set on all of them at the end.
         let taking = lease.saturating_mul(2);
@@ -149,10 +169,11 @@ impl MultiLock {
     }
 }
 
-/// A request for `lock`'s name on its server under a fresh owner id of its handle.
+/// A request for `lock`'s name on its server under a fresh owner id of its handle (never an
+/// [`crate::Owner`]'s own id: see [`crate::engine::chain::Chain::fresh_owner`]).
 pub(crate) fn request(lock: &Lock, lease: Duration) -> Request {
     let chain = lock.chain();
-    Request::new(chain.shared(), chain.key(), Kind::Lock, chain.next_owner(), millis(lease))
+    Request::new(chain.shared(), chain.key(), Kind::Lock, chain.fresh_owner(), millis(lease))
         .session(chain.session())
 }
 

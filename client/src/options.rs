@@ -7,7 +7,8 @@ use std::time::Duration;
 #[non_exhaustive]
 pub struct Options {
     /// The lease used when none is given, renewed every third of it (Redisson's
-    /// `lockWatchdogTimeout`). Default 30 s.
+    /// `lockWatchdogTimeout`). Default 30 s. Zero, or beyond [`crate::MAX_DURATION`], is
+    /// refused when the client is made.
     pub watchdog_timeout: Duration,
     /// Replicas that must acknowledge a grant before it is reported acquired, and how long to
     /// wait for them. Default: none.
@@ -76,6 +77,26 @@ impl Options {
     pub const fn aof_ack(mut self, local: bool, replicas: u32, timeout: Duration) -> Self {
         self.aof_ack = Some(AofAck { local, replicas, timeout });
         self
+    }
+
+    /// Refuses settings that mean nothing or overflow: a zero watchdog timeout
+    /// ([`crate::Error::ZeroLease`]: every lease it gives would end as it starts), a watchdog,
+    /// replica or AOF timeout beyond [`crate::MAX_DURATION`] ([`crate::Error::InvalidArgument`]).
+    pub(crate) fn check(&self) -> crate::error::Result<()> {
+        if self.watchdog_timeout.is_zero() {
+            return Err(crate::error::Error::ZeroLease);
+        }
+        let timeouts = [
+            ("the watchdog timeout", Some(self.watchdog_timeout)),
+            ("the replica acknowledgement's timeout", self.replica_ack.map(|(_, t)| t)),
+            ("the AOF acknowledgement's timeout", self.aof_ack.map(|a| a.timeout)),
+        ];
+        for (what, value) in timeouts {
+            if let Some(value) = value.filter(|v| *v > crate::MAX_DURATION) {
+                return Err(crate::engine::too_long(what, value));
+            }
+        }
+        Ok(())
     }
 
     /// How long a command on the shared connection may take: room for `WAIT` and `WAITAOF`.

@@ -1,10 +1,13 @@
 //! [`Owner`]: one owner id for one unit of work (a task, a request handler), shared by every
 //! lock it takes, as a Redisson thread's `UUID:threadId` is.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::engine::binding::Binding;
+use crate::engine::chain::Chain;
+use crate::engine::kind::Kind;
 use crate::lock::Lock;
 use crate::rwlock::RwLock;
 use crate::shared::Shared;
@@ -22,13 +25,18 @@ use crate::shared::Shared;
 /// no common owner to follow and is never refused (its waits end with their timeouts).
 ///
 /// The consequences, as for a Redisson thread:
-/// - Two handles of one name from one owner **re-enter each other's hold on the server**
-///   (`RLOCK` count 2): each guard still gives back only its own count, and an acquire of one
-///   handle that is cancelled (dropped, timed out, not acknowledged) gives back exactly the
-///   count it got (`RLOCK.CANCEL`). A read-write lock's sides follow Redisson's rules for one
-///   owner across all its handles: holding write it takes read at once (releasing the write
-///   then downgrades); holding read, asking to write is the upgrade the server refuses
-///   ([`crate::Error::UpgradeRefused`]).
+/// - The owner's holds of one lock are **one hold**, on the client as on the server: every
+///   handle of one name (and side) it makes shares it, so an acquire through another handle
+///   while the owner holds the lock re-enters that hold as a handle's own re-entry does
+///   (count 1 on the server; each guard gives back only itself, the last one releases the
+///   hold). No lease the client sends (a nested acquire's shorter one, a renewal) ever ends
+///   the hold before what any live guard of it was promised ([`crate::LockGuard::valid_until`]).
+///   A read-write lock's sides follow Redisson's rules for one owner across all its handles:
+///   holding write it takes read at once (releasing the write then downgrades); holding read,
+///   asking to write is the upgrade the server refuses ([`crate::Error::UpgradeRefused`]).
+/// - A [`crate::MultiLock`] or [`crate::RedLock`] over the owner's handles takes fresh owner
+///   ids (`<owner>:<n>`), never the owner's: it never re-enters the owner's hold, and its stale
+///   guard never releases the owner's later one.
 /// - The server cannot tell two holds of one owner on one lock apart. A guard whose hold is
 ///   **known lost** (its deadline passed unconfirmed, or the server said it is gone) therefore
 ///   sends nothing when released or dropped (a hold still there ends with its lease). But a
@@ -58,7 +66,14 @@ pub struct Owner {
     shared: Arc<Shared>,
     id: Arc<str>,
     session: Option<Arc<Binding>>,
+    /// The owner's chain per lock name and side, while any handle or guard keeps it: every
+    /// handle of one name shares it, so the owner's holds of one lock are one hold on the
+    /// client as on the server.
+    chains: Arc<Mutex<Chains>>,
 }
+
+/// An owner's chains, by lock name and side.
+type Chains = HashMap<(Arc<[u8]>, Kind), Weak<Chain>>;
 
 impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -74,7 +89,25 @@ impl Owner {
     /// collides with a hold's `<client-uuid>:<n>:<hold>`), its holds bound to `session`.
     pub(crate) fn new(shared: &Arc<Shared>, session: Option<Arc<Binding>>) -> Self {
         let n = shared.next_handle.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self { shared: Arc::clone(shared), id: Arc::from(format!("{}:{n}", shared.id)), session }
+        let id = Arc::from(format!("{}:{n}", shared.id));
+        Self { shared: Arc::clone(shared), id, session, chains: Arc::default() }
+    }
+
+    /// The owner's chain of `kind` on `name`: the live one, or a new one.
+    fn chain(&self, name: &[u8], kind: Kind) -> Arc<Chain> {
+        let mut chains = self.chains.lock().unwrap_or_else(PoisonError::into_inner);
+        let key: (Arc<[u8]>, Kind) = (name.into(), kind);
+        if let Some(chain) = chains.get(&key).and_then(Weak::upgrade) {
+            return chain;
+        }
+        // Forget chains nobody keeps: the map stays within twice the chains alive.
+        if chains.len() >= 16 && chains.len().is_power_of_two() {
+            chains.retain(|_, chain| chain.strong_count() > 0);
+        }
+        let owner = (Arc::clone(&self.id), true);
+        let chain = Chain::new(&self.shared, &key.0, kind, owner, self.session.clone());
+        chains.insert(key, Arc::downgrade(&chain));
+        chain
     }
 
     /// The owner id the server stores every hold of this owner under (`<client-uuid>:<n>`).
@@ -87,19 +120,15 @@ impl Owner {
     /// any [`Lock`]; across handles, on the server).
     #[must_use]
     pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
-        let owner = (Arc::clone(&self.id), true);
-        Lock::new(&self.shared, &name.as_ref().into(), owner, self.session.clone())
+        Lock::from_chain(self.chain(name.as_ref(), Kind::Lock))
     }
 
-    /// A read-write lock named `name`, both sides held as this owner.
+    /// A read-write lock named `name`, both sides held as this owner (the handles of one side
+    /// of one name share their hold, as [`Owner::lock`]'s do).
     #[must_use]
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
-        let (read, write) = Lock::rw_pair(
-            &self.shared,
-            &name.as_ref().into(),
-            (&self.id, true),
-            self.session.as_ref(),
-        );
-        RwLock::new(read, write)
+        let name = name.as_ref();
+        let read = Lock::from_chain(self.chain(name, Kind::Read));
+        RwLock::new(read, Lock::from_chain(self.chain(name, Kind::Write)))
     }
 }

@@ -48,14 +48,13 @@ fn jitter(max: Duration) -> Duration {
 }
 
 impl RedLock {
-    /// The lock `name` on each of `clients` (one per independent master).
-    ///
-    /// # Panics
-    /// When `clients` is empty.
+    /// The lock `name` on each of `clients` (one per independent master). Never panics: no
+    /// client, or one client given twice (its one server would count as two of the majority),
+    /// makes every acquire fail with [`Error::InvalidArgument`] before anything is sent.
     #[must_use]
     pub fn new(clients: &[LockClient], name: impl AsRef<[u8]>) -> Self {
-        assert!(!clients.is_empty(), "a RedLock needs at least one server");
-        let owner = format!("{}:redlock:{}", clients[0].id(), uuid::Uuid::new_v4().simple());
+        let first = clients.first().map_or("", LockClient::id);
+        let owner = format!("{first}:redlock:{}", uuid::Uuid::new_v4().simple());
         let locks = clients.iter().map(|c| c.lock_as(name.as_ref(), owner.clone())).collect();
         Self {
             locks,
@@ -65,6 +64,8 @@ impl RedLock {
     }
 
     /// How long one node may take to answer (default 50 ms); keep it small against the lease.
+    /// Zero, or beyond [`crate::MAX_DURATION`], makes every acquire fail with
+    /// [`Error::InvalidArgument`].
     #[must_use]
     pub const fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
@@ -72,10 +73,37 @@ impl RedLock {
     }
 
     /// The most a failed attempt waits before the next (a random part of it; default 50 ms).
+    /// Beyond [`crate::MAX_DURATION`], every acquire fails with [`Error::InvalidArgument`].
     #[must_use]
     pub const fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
+    }
+
+    /// The arguments' check (see [`RedLock::new`], [`RedLock::node_timeout`],
+    /// [`RedLock::retry_delay`]).
+    fn check(&self) -> Result<()> {
+        let invalid = |why: String| Err(Error::InvalidArgument(format!("a RedLock {why}")));
+        if self.locks.is_empty() {
+            return invalid("needs at least one server".to_owned());
+        }
+        for (i, a) in self.locks.iter().enumerate() {
+            let same = |b: &Lock| std::sync::Arc::ptr_eq(a.chain().shared(), b.chain().shared());
+            if self.locks[i + 1..].iter().any(same) {
+                return invalid("was given one client twice: its server would count twice".into());
+            }
+        }
+        if self.node_timeout.is_zero() {
+            return invalid("node timeout must be above zero: no node could answer".to_owned());
+        }
+        for (what, value) in
+            [("node timeout", self.node_timeout), ("retry delay", self.retry_delay)]
+        {
+            if value > crate::MAX_DURATION {
+                return Err(crate::engine::too_long(&format!("a RedLock's {what}"), value));
+            }
+        }
+        Ok(())
     }
 
     /// A majority of nodes.
@@ -89,20 +117,21 @@ impl RedLock {
     /// granted it and reports a loss when fewer than a majority still hold it.
     ///
     /// # Errors
-    /// [`Error::ZeroLease`] for a zero lease; [`Error::TimedOut`] when no attempt within `wait`
+    /// [`Error::ZeroLease`] for a zero lease; [`Error::InvalidArgument`] for a lease beyond
+    /// [`crate::MAX_DURATION`] or bad arguments (see [`RedLock::new`]: nothing sent);
+    /// [`Error::TimedOut`] when no attempt within `wait`
     /// reached a majority with time left (every grant of a failed attempt is given back).
     pub async fn try_acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<MultiGuard> {
-        let deadline = Instant::now().checked_add(wait);
+        self.check()?;
+        let deadline = crate::engine::deadline_after(wait);
         let watchdog_timeout = self.locks[0].chain().shared().options.watchdog_timeout;
         let watchdog = lease.is_none().then_some(watchdog_timeout);
-        let lease = lease.unwrap_or(watchdog_timeout);
-        if lease.is_zero() {
-            return Err(Error::ZeroLease);
-        }
+        let lease = crate::engine::checked_lease("a lease", lease.unwrap_or(watchdog_timeout))?;
+        let watchdog = watchdog.map(|_| lease);
         let settle = self.node_timeout.max(Duration::from_millis(100));
         loop {
             let started = Instant::now();
-            let owner = self.locks[0].chain().next_owner();
+            let owner = self.locks[0].chain().fresh_owner();
             let mut requests: Vec<(usize, Request)> = self
                 .locks
                 .iter()

@@ -20,10 +20,16 @@
 //! idempotent (a release carrying `REQUEST id`, an `RLOCK.CANCEL`, a leased `RSEM.RELEASE key
 //! ID ..`): a retry may reach a server that already ran the first send.
 //!
-//! When the releaser is dropped (the last `LockClient` clone, handle and guard are gone), it
-//! waits (at most [`FLUSH_MAX`]) for the jobs still running, so a guard dropped at the end of
-//! `main`, outside any runtime, is released before the process exits; with nothing pending it
-//! does not block at all. The thread then ends once its last job ends.
+//! When the releaser is dropped (the last `LockClient` clone, handle and guard are gone) with
+//! jobs still pending, the thread goes on with them (it ends once its last job ends), and:
+//! - outside any tokio runtime (a plain thread, the end of a synchronous `main`), the drop
+//!   waits for them, at most [`FLUSH_MAX`], so they are done before the process can exit;
+//! - inside a runtime (a user's task, the library's own, `block_on`), it never blocks: it
+//!   leaves a task on that runtime that waits for them asynchronously, and that task, if the
+//!   runtime shuts down first (the end of an async `main`), waits for them in its drop (the
+//!   rest of [`FLUSH_MAX`]), when nothing else of that runtime runs any more.
+//!
+//! With nothing pending the drop never waits.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -150,17 +156,68 @@ impl Releaser {
 
     /// Blocks (bounded by `max`) until every job submitted so far ended.
     pub(crate) fn flush(&self, max: Duration) {
-        let count = self.pending.count.lock().unwrap_or_else(PoisonError::into_inner);
-        let waited = self.pending.ended.wait_timeout_while(count, max, |n| *n > 0);
+        self.pending.wait(max);
+    }
+}
+
+impl Pending {
+    fn count(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks (bounded by `max`) until no job is pending.
+    fn wait(&self, max: Duration) {
+        let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let waited = self.ended.wait_timeout_while(count, max, |n| *n > 0);
         drop(waited.unwrap_or_else(PoisonError::into_inner));
     }
 }
 
 impl Drop for Releaser {
-    /// Waits (at most [`FLUSH_MAX`]) for the jobs still pending; then closing the queue lets
-    /// the thread end after its last job.
+    /// With jobs pending: waits for them (at most [`FLUSH_MAX`]) outside any runtime; inside
+    /// one, hands the wait to a task of that runtime (see the module's doc) and returns at
+    /// once. Closing the queue then lets the thread end after its last job.
     fn drop(&mut self) {
-        self.flush(FLUSH_MAX);
+        if self.pending.count() == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.flush(FLUSH_MAX);
+            return;
+        };
+        let until = Instant::now() + FLUSH_MAX;
+        let flush = ShutdownFlush(Some((Arc::clone(&self.pending), until)));
+        // Spawned on a runtime that is shutting down, the task is dropped at once: its drop
+        // then waits, as at the end of `main`.
+        drop(runtime.spawn(flush.run()));
+    }
+}
+
+/// The wait for pending jobs a releaser dropped inside a runtime leaves behind: done
+/// asynchronously while the runtime runs; in its drop (blocking, at most until `until`) when the
+/// runtime shuts down first.
+struct ShutdownFlush(Option<(Arc<Pending>, Instant)>);
+
+impl ShutdownFlush {
+    /// How often the asynchronous wait looks at the count.
+    const POLL: Duration = Duration::from_millis(20);
+
+    async fn run(mut self) {
+        while let Some((pending, until)) = &self.0 {
+            if pending.count() == 0 || Instant::now() >= *until {
+                self.0 = None;
+                return;
+            }
+            tokio::time::sleep(Self::POLL).await;
+        }
+    }
+}
+
+impl Drop for ShutdownFlush {
+    fn drop(&mut self) {
+        if let Some((pending, until)) = self.0.take() {
+            pending.wait(until.saturating_duration_since(Instant::now()));
+        }
     }
 }
 

@@ -45,6 +45,17 @@ impl std::fmt::Debug for Semaphore {
     }
 }
 
+/// The most permits one count takes (the server's integers are `i64`).
+const MAX_PERMITS: u64 = i64::MAX.unsigned_abs();
+
+/// Refuses a permit count outside `least..=most` before anything is sent.
+pub(crate) fn checked_permits(what: &str, n: u64, least: u64, most: u64) -> Result<()> {
+    if (least..=most).contains(&n) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!("{what} must be {least} to {most}, not {n}")))
+}
+
 impl Semaphore {
     pub(crate) const fn new(shared: Arc<Shared>, name: Arc<[u8]>) -> Self {
         Self { shared, name }
@@ -71,8 +82,10 @@ impl Semaphore {
     /// Sets the permits if the semaphore does not exist yet; `true` when it was set.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] for more than `i64::MAX` permits (nothing sent);
     /// [`Error::Redis`] when Redis fails.
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool> {
+        checked_permits("the permits set", permits, 0, MAX_PERMITS)?;
         let set: i64 = redis::cmd("RSEM.SETPERMITS")
             .arg(&*self.name)
             .arg(permits)
@@ -102,8 +115,10 @@ impl Semaphore {
     /// Gives `permits` back; returns the count left after the server served its waiters.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] for a count outside 1 to `i64::MAX` (nothing sent);
     /// [`Error::Redis`] when Redis fails.
     pub async fn release(&self, permits: u64) -> Result<i64> {
+        checked_permits("the permits released", permits, 1, MAX_PERMITS)?;
         let mut command = redis::cmd("RSEM.RELEASE");
         command.arg(&*self.name).arg(permits);
         Ok(command.query_async(&mut self.conn()).await?)
@@ -112,6 +127,7 @@ impl Semaphore {
     /// Takes `permits`, waiting in the server as long as it takes.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] for a count outside 1 to `i64::MAX` (nothing sent);
     /// [`Error::TimedOut`] when the server did not answer in time (the request is cancelled:
     /// no permit is taken); [`Error::Redis`] when Redis fails or refuses.
     pub async fn acquire(&self, permits: u64) -> Result<()> {
@@ -121,14 +137,15 @@ impl Semaphore {
         }
     }
 
-    /// Takes `permits`, waiting in the server at most `wait` (`Duration::ZERO`: one try);
-    /// `false` when the wait ended first (nothing is taken then). Returns by `wait` plus half a
-    /// second whatever the server does.
+    /// Takes `permits`, waiting in the server at most `wait` (`Duration::ZERO`: one try; beyond
+    /// [`crate::MAX_DURATION`]: without limit); `false` when the wait ended first (nothing is
+    /// taken then). Returns by `wait` plus half a second whatever the server does.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] for a count outside 1 to `i64::MAX` (nothing sent);
     /// [`Error::Redis`] when Redis fails or refuses.
     pub async fn try_acquire(&self, permits: u64, wait: Duration) -> Result<bool> {
-        match self.take(permits, Instant::now().checked_add(wait)).await {
+        match self.take(permits, crate::engine::deadline_after(wait)).await {
             Err(Error::TimedOut) => Ok(false),
             taken => taken,
         }
@@ -138,6 +155,7 @@ impl Semaphore {
     /// of the grant (a dropped future, the deadline, a lost reply) cancels it exactly
     /// (`RLOCK.CANCEL`: the server gives back what the request got, or refuses it later).
     async fn take(&self, permits: u64, deadline: Option<Instant>) -> Result<bool> {
+        checked_permits("the permits asked for", permits, 1, MAX_PERMITS)?;
         let owner = Arc::from("");
         let mut request = Request::new(&self.shared, &self.name, Kind::Counted(permits), owner, 0);
         let granted = request.run(deadline, bound(deadline, Instant::now())).await?.is_some();

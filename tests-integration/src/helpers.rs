@@ -337,3 +337,30 @@ pub fn int(value: &Value) -> i64 {
         other => panic!("not an integer: {other:?}"),
     }
 }
+
+/// How many rlock commands (`RLOCK.*`, `RWLOCK.*`, `RSEM.*`, `RLATCH.*`) the server ran so far
+/// (`INFO commandstats`): a call that must send nothing leaves it unchanged.
+#[must_use]
+pub fn module_calls(con: &mut Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    info.lines()
+        .filter(|l| {
+            ["cmdstat_rlock.", "cmdstat_rwlock.", "cmdstat_rsem.", "cmdstat_rlatch."]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<i64>().ok())
+        .sum()
+}
+
+/// The remaining lease of `key` as the server reports it (`PTTL`), and when it ends at the
+/// latest on this process's clock: the reply's lease added to the moment the reply arrived
+/// (the server read its clock before that), plus the millisecond `PTTL` may have cut off.
+/// `None` when the key has no lease (missing, or no expiry).
+#[must_use]
+pub fn lease_end(con: &mut Connection, key: &str) -> Option<Instant> {
+    let pttl = int(&cmd(con, &["PTTL", key]));
+    let replied = Instant::now();
+    let ms = u64::try_from(pttl).ok()?;
+    Some(replied + Duration::from_millis(ms + 1))
+}

@@ -109,8 +109,8 @@ async fn a_wait_near_the_clock_s_end_never_panics() {
 }
 
 /// `Options` built from the user's numbers (`Duration::MAX` acknowledgement timeouts) never
-/// panic: opening the client and acquiring answer with a result (a typed error is fine), and
-/// nothing stays held.
+/// panic: opening the client refuses them at once (`InvalidArgument`), and the longest timeout
+/// taken (`MAX_DURATION`) acquires without a panic, leaving nothing held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duration_max_acknowledgement_timeouts_never_panic() {
     let server = Server::start();
@@ -119,8 +119,9 @@ async fn duration_max_acknowledgement_timeouts_never_panic() {
     let opened =
         tokio::spawn(async move { LockClient::with_options(redis, options).await.map(|_| ()) })
             .await;
-    assert!(opened.is_ok(), "LockClient::with_options(replica_ack(0, Duration::MAX)) panicked");
-    let options = Options::default().replica_ack(0, Duration::MAX);
+    let refused = matches!(opened, Ok(Err(Error::InvalidArgument(_))));
+    assert!(refused, "replica_ack(0, Duration::MAX) must be refused, not {opened:?}");
+    let options = Options::default().replica_ack(0, rlock_client::MAX_DURATION);
     let me = LockClient::with_options(server.client(), options).await.expect("client");
     let lock = me.lock("ack-max");
     let took = tokio::spawn(async move {
@@ -142,7 +143,7 @@ async fn huge_numbers_are_answered_and_leave_nothing_held() {
     let me = client(&server).await;
     let lock = me.lock("huge");
     let r = lock.acquire(Some(Duration::MAX)).await;
-    assert!(matches!(r, Err(Error::Redis(_))), "a lease beyond the server's range: {r:?}");
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "a lease beyond the longest: {r:?}");
     let near = Duration::from_millis(i64::MAX as u64);
     if let Ok(guard) = lock.try_acquire(Duration::ZERO, Some(near)).await {
         assert!(!guard.is_lost(), "a granted i64::MAX ms lease is valid");

@@ -130,9 +130,9 @@ async fn plain_handles_are_never_refused_they_wait() {
     t2_waits.abort();
 }
 
-/// Two handles of one owner re-enter each other's hold on the server (count 2 under the
-/// owner's id, no suffix), as two `RLock` objects of one Redisson thread do; each guard gives
-/// back its own count. The sides of read-write locks of one owner: write then read re-enters
+/// Two handles of one owner share one hold (count 1 on the server under the owner's id, no
+/// suffix), as the re-entries of one handle do: each guard gives back only itself, the last
+/// one releases the hold (so no handle's lease can cut another's guard short). The sides of read-write locks of one owner: write then read re-enters
 /// at once (also across handles), releasing the write downgrades, and read then write is the
 /// upgrade the server refuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,9 +146,10 @@ async fn two_handles_of_one_owner_reenter_each_other_s_hold() {
     let g1 = first.acquire(LEASE).await.expect("first");
     let g2 = second.try_acquire(Duration::ZERO, LEASE).await.expect("a re-entry, granted at once");
     assert_eq!((g1.owner(), g2.owner()), (owner.id(), owner.id()));
-    assert_eq!(fields(&mut con, "x"), count(&owner, 2));
+    assert_eq!(fields(&mut con, "x"), count(&owner, 1), "one hold");
     g2.release().await.expect("release the re-entry");
-    assert_eq!(fields(&mut con, "x"), count(&owner, 1), "one count given back");
+    assert_eq!(fields(&mut con, "x"), count(&owner, 1), "still held for the first guard");
+    assert!(!g1.is_lost());
     g1.release().await.expect("release");
     assert_eq!(cmd(&mut con, &["EXISTS", "x"]), Value::Int(0));
 
@@ -169,8 +170,9 @@ async fn two_handles_of_one_owner_reenter_each_other_s_hold() {
     assert_eq!(cmd(&mut con, &["EXISTS", "cfg"]), Value::Int(0));
 }
 
-/// Exact cancellation of a re-entry grant: the owner holds `x` (count 1); an acquire of `x` by
-/// another handle of that owner is granted at once as a re-entry (count 2) but not reported
+/// Exact cancellation of a re-entry grant: the owner holds `x` (count 1, taken outside this
+/// client); an acquire of `x` by a handle of that owner is granted at once as a re-entry on the
+/// server (count 2) but not reported
 /// (the replica acknowledgement fails: no replica), so it is cancelled: `RLOCK.CANCEL` gives
 /// back exactly that one count, and the first hold stays whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +196,7 @@ async fn cancelling_a_reentry_grant_gives_back_one_count() {
     // runs first once it resumes, the owner's first hold is what remains.
     let client = client(&server).await;
     let owner = client.owner();
-    let first = owner.lock("y").acquire(LEASE).await.expect("first");
+    cmd(&mut con, &["RLOCK.ACQUIRE", "y", owner.id(), "60000"]);
     server.pause();
     let stalled = owner.lock("y").try_acquire(Duration::from_millis(300), LEASE).await;
     server.resume();
@@ -211,12 +213,12 @@ async fn cancelling_a_reentry_grant_gives_back_one_count() {
             .then_some(())
     });
     assert_eq!(fields(&mut con, "y"), count(&owner, 1));
-    first.release().await.expect("release");
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "y", owner.id()]), Value::Int(1));
     assert_eq!(cmd(&mut con, &["EXISTS", "y"]), Value::Int(0));
 }
 
-/// An owner's holds renewed by the watchdog: two handles' watchdogs renew the one server hold
-/// (count 2) well past the watchdog lease; releasing one leaves the other renewed.
+/// An owner's hold renewed by the watchdog: two handles' guards share the one server hold
+/// (count 1), renewed well past the watchdog lease; releasing one leaves the other renewed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_s_holds_are_renewed_by_the_watchdog() {
     let server = Server::start();
@@ -227,10 +229,10 @@ async fn an_owner_s_holds_are_renewed_by_the_watchdog() {
     let owner = client.owner();
     let g1 = owner.lock("w").acquire(None).await.expect("first");
     let g2 = owner.lock("w").acquire(None).await.expect("re-entry");
-    assert_eq!(fields(&mut con, "w"), count(&owner, 2));
+    assert_eq!(fields(&mut con, "w"), count(&owner, 1));
     sleep(lease * 3).await; // three leases: only renewals keep it
     assert!(!g1.is_lost() && !g2.is_lost());
-    assert_eq!(fields(&mut con, "w"), count(&owner, 2), "renewed, not expired");
+    assert_eq!(fields(&mut con, "w"), count(&owner, 1), "renewed, not expired");
     g1.release().await.expect("release");
     sleep(lease * 3).await;
     assert!(!g2.is_lost(), "the other handle's watchdog goes on");
@@ -283,7 +285,7 @@ async fn a_session_s_owner_holds_session_locks_under_its_one_id() {
     let owner = session.owner();
     let g1 = owner.lock("s").acquire(LEASE).await.expect("first");
     let g2 = owner.lock("s").acquire(LEASE).await.expect("re-entry");
-    assert_eq!(fields(&mut con, "s"), count(&owner, 2));
+    assert_eq!(fields(&mut con, "s"), count(&owner, 1), "one hold");
     session.close();
     poll("the session's holds to end", LIMIT, || {
         (cmd(&mut con, &["EXISTS", "s"]) == Value::Int(0)).then_some(())

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rlock_client::{Error, LockClient, MultiLock, Options};
 use rlock_tests_integration::{
-    hgetall, is_master, poll, wait_link_up, Cluster, Sentinel, Server, SENTINEL_MASTER,
+    blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Sentinel, Server,
+    SENTINEL_MASTER,
 };
 use tokio::time::{sleep, Instant};
 
@@ -192,6 +193,92 @@ async fn i11_a_multiguard_dropped_while_a_server_stalls_returns_at_once() {
     for (i, s) in servers.iter().enumerate() {
         until_released(s, "m", &format!("the release on server {i}"));
     }
+}
+
+// ---- dropping the last handle never freezes the caller's runtime ------------------------------
+
+/// How long a task of the runtime may go without running while the client's last handle drops
+/// (a frozen runtime, waiting for a stalled server's releases, stops it for seconds).
+const NO_FREEZE: Duration = Duration::from_millis(400);
+
+/// Runs a task ticking every 10 ms on the current runtime for `window`, and returns the longest
+/// time it went without running.
+async fn longest_pause_within(window: Duration) -> Duration {
+    let longest = std::sync::Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let ticker = {
+        let longest = std::sync::Arc::clone(&longest);
+        tokio::spawn(async move {
+            let mut last = Instant::now();
+            loop {
+                sleep(Duration::from_millis(10)).await;
+                let gap = last.elapsed();
+                last = Instant::now();
+                let mut longest = longest.lock().expect("lock");
+                *longest = (*longest).max(gap);
+            }
+        })
+    };
+    sleep(window).await;
+    sleep(Duration::from_millis(30)).await; // the ticker runs once more after a freeze
+    ticker.abort();
+    let longest = *longest.lock().expect("lock");
+    longest
+}
+
+/// The last handle of a client with a release pending on a stalled server, dropped in a
+/// `current_thread` runtime: the drop returns at once, the runtime runs on (another client's
+/// watchdog keeps its lock), and the release is done once the server resumes.
+#[tokio::test]
+async fn dropping_the_last_handle_with_a_release_pending_never_freezes_the_runtime() {
+    let (stalled, healthy) = (Server::start(), Server::start());
+    let options = Options::default().watchdog_timeout(Duration::from_millis(600));
+    let one = LockClient::open(stalled.url()).await.expect("client");
+    let two = LockClient::with_options(healthy.client(), options).await.expect("client");
+    let dropped = one.lock("l").acquire(LEASE).await.expect("acquire");
+    let kept = two.lock("w").acquire(None).await.expect("watchdog guard (600 ms)");
+    stalled.pause();
+    drop(dropped); // its release waits for the server
+    let took = timed_drop(one); // the last handle
+    let longest = longest_pause_within(Duration::from_millis(1_200)).await;
+    stalled.resume();
+    assert!(took < AT_ONCE, "dropping the last handle took {took:?}");
+    assert!(longest < NO_FREEZE, "the runtime stood still for {longest:?}");
+    assert!(!kept.is_lost(), "the other client's watchdog kept renewing");
+    until_released(&stalled, "l", "the release after the stall");
+    kept.release().await.expect("release");
+}
+
+/// Nothing dropped by the caller while anything is pending: an acquire waiting in the server,
+/// the server stalled, the client's handles given up; the acquire times out and its own tasks
+/// (the caller's future, the library's waiting task) end with the last handle of the client,
+/// its cancellation pending. The runtime never stands still, and the cancellation is done once
+/// the server resumes.
+#[tokio::test]
+async fn a_timed_out_acquire_ending_with_the_last_handle_never_freezes_the_runtime() {
+    let server = Server::start();
+    let mut con = server.conn();
+    redis::cmd("RLOCK.ACQUIRE").arg("l").arg("someone").arg(60_000).exec(&mut con).expect("hold");
+    let client = LockClient::open(server.url()).await.expect("client");
+    let lock = client.lock("l");
+    let waiter =
+        tokio::spawn(async move { lock.try_acquire(Duration::from_millis(800), LEASE).await });
+    let started = Instant::now();
+    while blocked_clients(&mut con) == 0 {
+        assert!(started.elapsed() < RELEASED, "the acquire never waited in the server");
+        sleep(Duration::from_millis(10)).await;
+    }
+    server.pause();
+    drop(client); // the waiting acquire's task and future hold the last handles
+    let longest = longest_pause_within(Duration::from_millis(2_500)).await;
+    server.resume();
+    let outcome = waiter.await.expect("the acquire's task");
+    assert!(matches!(outcome, Err(Error::TimedOut)), "{outcome:?}");
+    assert!(longest < NO_FREEZE, "the runtime stood still for {longest:?}");
+    poll("the acquire's cancellation", RELEASED, || {
+        let holders = hgetall(&mut server.conn(), b"l");
+        (holders == vec![(b"someone".to_vec(), b"1".to_vec())] && blocked_clients(&mut con) == 0)
+            .then_some(())
+    });
 }
 
 // ---- item 6: permit guards dropped where no runtime runs again --------------------------------

@@ -213,7 +213,7 @@ async fn the_lock_delay_is_passed_through() {
     // A lock-delay above the module's 60 s is refused before anything is sent.
     let refused =
         client.session_with(SessionOptions::default().lock_delay(Duration::from_secs(61)));
-    assert!(matches!(refused.await, Err(Error::Redis(_))));
+    assert!(matches!(refused.await, Err(Error::InvalidArgument(_))));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

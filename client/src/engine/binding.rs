@@ -80,19 +80,24 @@ impl Binding {
     /// credentials), with `lock_delay` on every acquire and a ping every `keepalive`.
     ///
     /// # Errors
-    /// [`Error::SessionUnsupported`] for an address kind the session cannot open (TLS);
-    /// [`Error::Redis`] when the server cannot be reached, or `lock_delay` is above 60 s or
-    /// `keepalive` is zero.
+    /// [`Error::InvalidArgument`] when `lock_delay` is above 60 s or `keepalive` is zero or
+    /// beyond [`crate::MAX_DURATION`] (nothing opened); [`Error::SessionUnsupported`] for an
+    /// address kind the session cannot open (TLS); [`Error::Redis`] when the server cannot be
+    /// reached.
     pub(crate) async fn open(
         client: &redis::Client,
         lock_delay: Duration,
         keepalive: Duration,
     ) -> Result<Arc<Self>> {
-        if lock_delay > MAX_LOCK_DELAY || keepalive.is_zero() {
-            return Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "a session's lock_delay must be at most 60 s and its keepalive above zero",
-            ))));
+        if lock_delay > MAX_LOCK_DELAY {
+            let why = format!("a session's lock_delay must be at most 60 s, not {lock_delay:?}");
+            return Err(Error::InvalidArgument(why));
+        }
+        if keepalive.is_zero() {
+            return Err(Error::InvalidArgument("a session's keepalive must be above zero".into()));
+        }
+        if keepalive > crate::MAX_DURATION {
+            return Err(crate::engine::too_long("a session's keepalive", keepalive));
         }
         let info = client.get_connection_info();
         let config = AsyncConnectionConfig::new().set_response_timeout(None);
@@ -145,7 +150,8 @@ impl Binding {
             conn: Mutex::new(Some(conn)),
             server: client.clone(),
             client_addr,
-            lock_delay_ms: u64::try_from(lock_delay.as_millis()).unwrap_or(u64::MAX),
+            // Rounded up: never a shorter delay than asked (at most 60 s, checked above).
+            lock_delay_ms: if lock_delay.is_zero() { 0 } else { crate::engine::millis(lock_delay) },
             client_id,
             closing: AtomicBool::new(false),
             closed: watch::channel(false).0,

@@ -11,9 +11,13 @@
 //!
 //! A chain with a *fixed* owner (an [`crate::Owner`]'s handle) stores every hold, on either
 //! side, under that owner id itself, as a Redisson thread does: the server sees all the
-//! owner's holds and waits as one party (its wait-for graph, re-entry across handles). The
-//! server cannot tell two holds of it on one lock apart, so a hold of it known lost sends
-//! nothing when released ([`Hold::share_owner`]).
+//! owner's holds and waits as one party (its wait-for graph). The owner makes one chain per
+//! name and side for all its handles (while any handle or guard keeps it), so its holds of one
+//! lock are one [`Hold`] on the client as on the server: a nested acquire through another
+//! handle re-enters it, and no lease sent for it ends it before any live guard's deadline. A
+//! MultiLock or RedLock grant over such a handle takes a fresh owner id
+//! ([`Chain::fresh_owner`]). The server cannot tell a later hold of the owner from an earlier
+//! one, so a hold of it known lost sends nothing when released ([`Hold::share_owner`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -25,7 +29,7 @@ use crate::engine::binding::Binding;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
-use crate::engine::{bound, millis, within};
+use crate::engine::{bound, checked_lease, millis, within};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
@@ -126,6 +130,19 @@ impl Chain {
         Arc::from(format!("{}:{n}", self.owner))
     }
 
+    /// An owner id no hold of this client had before, for a grant that must never join
+    /// another (a MultiLock's or RedLock's): `<owner>:<n>`, an [`crate::Owner`]'s handle's
+    /// included (its own id would re-enter the owner's hold on the server, and a stale guard of
+    /// the grant would then release the owner's later hold).
+    pub(crate) fn fresh_owner(&self) -> Arc<str> {
+        if !self.fixed {
+            return self.next_owner();
+        }
+        // The client's counter: unique even across chains of the owner made at other times.
+        let n = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
+        Arc::from(format!("{}:{n}", self.owner))
+    }
+
     /// The current hold, if a re-entry may still join it.
     pub(crate) fn live(&self) -> Option<Hold> {
         let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
@@ -142,20 +159,18 @@ impl Chain {
     /// hold once the server confirms it, else takes a new one. `lease: None` uses the watchdog.
     ///
     /// # Errors
-    /// [`Error::ZeroLease`] for a zero lease (nothing sent); [`Error::TimedOut`] when the
+    /// [`Error::ZeroLease`] for a zero lease, [`Error::InvalidArgument`] for one beyond
+    /// [`crate::MAX_DURATION`] (nothing sent); [`Error::TimedOut`] when the
     /// deadline passes first or the server did not answer in time (the request is cancelled:
     /// nothing stays held); [`Error::Redis`] when Redis fails or refuses.
     pub(crate) async fn acquire(
         &self,
         deadline: Option<Instant>,
-        lease: Option<Duration>,
+        lease_given: Option<Duration>,
     ) -> Result<Member> {
         let options = &self.shared.options;
-        let watchdog = lease.is_none().then_some(options.watchdog_timeout);
-        let lease = lease.unwrap_or(options.watchdog_timeout);
-        if lease.is_zero() {
-            return Err(Error::ZeroLease);
-        }
+        let lease = checked_lease("a lease", lease_given.unwrap_or(options.watchdog_timeout))?;
+        let watchdog = lease_given.is_none().then_some(lease);
         let bound = bound(deadline, Instant::now());
         let _turn = match bound {
             None => self.turn.lock().await,
@@ -166,8 +181,7 @@ impl Chain {
         if let Some(member) = self.reenter(lease, watchdog, bound).await? {
             return Ok(member);
         }
-        let owner = match self.sibling_owner() {
-            _ if self.fixed => self.next_owner(),
+        let owner = match self.sibling_owner().filter(|_| !self.fixed) {
             Some(owner) if within(bound, self.stale_write_held(&owner)).await? => self.next_owner(),
             Some(owner) => owner,
             None => self.next_owner(),

@@ -92,6 +92,15 @@ struct Inner {
 struct State {
     /// The hold's one deadline (see the module's doc).
     until: Instant,
+    /// The latest deadline any lease-setting command for the hold asked for (send time +
+    /// lease): every later one asks at least as much, so none sent after it can shorten what
+    /// it may have set (a renewal in flight while a re-entry computes its own).
+    asked: Instant,
+    /// Lease-setting commands in flight: ticket and the deadline each asked for. A command
+    /// sent while others are in flight may be run before them: what it confirms is capped by
+    /// the least of theirs.
+    in_flight: Vec<(u64, Instant)>,
+    tickets: u64,
     /// Live guards.
     guards: usize,
     /// Live guards that asked for the watchdog, and the watchdog's task while any does.
@@ -129,6 +138,9 @@ impl Hold {
     ) -> Self {
         let state = State {
             until,
+            asked: until,
+            in_flight: Vec::new(),
+            tickets: 0,
             guards: 0,
             watchdogs: 0,
             renewal: None,
@@ -252,24 +264,42 @@ impl Hold {
         crate::engine::kind::Kind::renewed(&replies)
     }
 
-    /// Renews the hold for at least `lease`, never below what is confirmed already; pushes the
-    /// deadline to the send time plus that when confirmed, marks the hold lost when the server
-    /// says it is gone.
+    /// Renews the hold for at least `lease`, never below what is confirmed already nor below
+    /// what a renewal sent before asked for (so no guard's deadline is ever shortened on the
+    /// server); pushes the deadline to the send time plus that when confirmed (capped by the
+    /// renewals in flight meanwhile, which the server may run after it), marks the hold lost
+    /// when the server says it is gone.
     ///
     /// # Errors
     /// When Redis fails (nothing is concluded then).
     pub(crate) async fn renew(&self, lease: Duration) -> Result<bool> {
-        let Some(until) = self.until() else { return Ok(false) };
+        if self.until().is_none() {
+            return Ok(false);
+        }
         let sent = Instant::now();
-        let needed = lease.max(until.saturating_duration_since(sent));
-        let renewed = self.renew_on_server(millis(needed)).await?;
-        if renewed {
+        let (ticket, needed_ms, confirms) = {
             let mut state = self.state();
-            state.until = state.until.max(after(sent, needed));
+            let floor = state.until.max(state.asked);
+            let needed_ms = millis(lease.max(floor.saturating_duration_since(sent)));
+            let asked = after(sent, Duration::from_millis(needed_ms));
+            let cap = state.in_flight.iter().map(|(_, at)| *at).min();
+            state.asked = state.asked.max(asked);
+            state.tickets += 1;
+            let ticket = state.tickets;
+            state.in_flight.push((ticket, asked));
+            (ticket, needed_ms, cap.map_or(asked, |cap| cap.min(asked)))
+        };
+        let in_flight = InFlight { hold: self, ticket };
+        let renewed = self.renew_on_server(needed_ms).await;
+        drop(in_flight);
+        if renewed? {
+            let mut state = self.state();
+            state.until = state.until.max(confirms);
+            Ok(true)
         } else {
             self.lose();
+            Ok(false)
         }
-        Ok(renewed)
     }
 
     /// Sets the lease to exactly `lease` (it may shorten it: MultiLock's real lease after
@@ -279,13 +309,29 @@ impl Hold {
     /// When Redis fails.
     pub(crate) async fn reset_lease(&self, lease: Duration) -> Result<bool> {
         let sent = Instant::now();
-        let renewed = self.renew_on_server(millis(lease)).await?;
+        let lease_ms = millis(lease);
+        let renewed = self.renew_on_server(lease_ms).await?;
         if renewed {
-            self.state().until = after(sent, lease);
+            let mut state = self.state();
+            state.until = after(sent, Duration::from_millis(lease_ms));
+            state.asked = state.until;
         } else {
             self.lose();
         }
         Ok(renewed)
+    }
+}
+
+/// A lease-setting command of a hold in flight: leaves the hold's list when it ends (or is
+/// dropped).
+struct InFlight<'a> {
+    hold: &'a Hold,
+    ticket: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.hold.state().in_flight.retain(|(ticket, _)| *ticket != self.ticket);
     }
 }
 

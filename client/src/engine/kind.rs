@@ -9,7 +9,7 @@ use redis::{Cmd, RedisError, Value};
 use crate::error::{Error, Result};
 
 /// What a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     /// A reentrant lock (`RLOCK.*`).
     Lock,

@@ -57,9 +57,44 @@ pub(crate) fn wait_ms(deadline: Option<Instant>, now: Instant) -> u64 {
     deadline.map_or(0, |d| millis(d.saturating_duration_since(now)))
 }
 
-/// Milliseconds of a duration, at least 1.
+/// Milliseconds of a duration, rounded up (a lease sent is never shorter than the one the
+/// client counts with), at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+/// A lease as it is sent and counted with: refused when zero ([`Error::ZeroLease`]) or beyond
+/// [`crate::MAX_DURATION`] ([`Error::InvalidArgument`]), else rounded up to whole milliseconds
+/// (the server's unit), so the client's deadline (send time + lease) is the server's.
+///
+/// # Errors
+/// As above; nothing is sent.
+pub(crate) fn checked_lease(what: &str, lease: Duration) -> crate::error::Result<Duration> {
+    if lease.is_zero() {
+        return Err(Error::ZeroLease);
+    }
+    if lease > crate::MAX_DURATION {
+        return Err(too_long(what, lease));
+    }
+    Ok(Duration::from_millis(millis(lease)))
+}
+
+/// [`Error::InvalidArgument`] for a duration beyond [`crate::MAX_DURATION`].
+pub(crate) fn too_long(what: &str, value: Duration) -> Error {
+    Error::InvalidArgument(format!(
+        "{what} of {value:?} is longer than the longest the client takes ({:?})",
+        crate::MAX_DURATION
+    ))
+}
+
+/// The deadline of a wait of `wait` from now; `None` (no limit) for a wait beyond
+/// [`crate::MAX_DURATION`] or too far to add to the clock.
+pub(crate) fn deadline_after(wait: Duration) -> Option<Instant> {
+    if wait > crate::MAX_DURATION {
+        return None;
+    }
+    Instant::now().checked_add(wait)
 }
 
 /// Whether an error leaves the outcome of a command unknown (it may have run, or still run).
@@ -113,6 +148,21 @@ mod tests {
         assert_eq!(wait_ms(Some(now + Duration::from_micros(10)), now), 1);
         assert_eq!(wait_ms(Some(now + Duration::from_millis(1_500)), now), 1_500);
         assert_eq!(millis(Duration::MAX), u64::MAX);
+        assert_eq!(millis(Duration::from_micros(1_999)), 2, "rounded up, never down");
+        assert_eq!(millis(Duration::from_millis(7)), 7);
+    }
+
+    #[test]
+    fn leases_are_refused_when_zero_or_too_long_and_rounded_up_to_milliseconds() {
+        assert!(matches!(checked_lease("lease", Duration::ZERO), Err(Error::ZeroLease)));
+        let over = crate::MAX_DURATION + Duration::from_millis(1);
+        assert!(matches!(checked_lease("lease", over), Err(Error::InvalidArgument(_))));
+        assert!(matches!(checked_lease("lease", Duration::MAX), Err(Error::InvalidArgument(_))));
+        let ok = checked_lease("lease", Duration::from_micros(1_500)).ok();
+        assert_eq!(ok, Some(Duration::from_millis(2)));
+        assert!(checked_lease("lease", crate::MAX_DURATION).is_ok());
+        assert_eq!(deadline_after(Duration::MAX), None);
+        assert!(deadline_after(crate::MAX_DURATION).is_some());
     }
 
     #[test]

@@ -1,0 +1,211 @@
+//! An [`Owner`]'s holds of one lock are one hold, on the client as on the server: no lease the
+//! client sends (a nested acquire through another handle of the owner, a renewal) ends it
+//! before what any live guard of it was promised (`valid_until`), and a MultiLock over an
+//! owner's handle takes grants of its own (fresh owner ids), so its stale guard never acts on
+//! the owner's later hold.
+
+use std::time::Duration;
+
+use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options, Owner};
+use rlock_tests_integration::{fuzz_seed, hgetall, lease_end, poll, Rng, Server};
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(10);
+/// The nested acquires' lease: far shorter than the outer guard's watchdog lease (30 s).
+const SHORT: Duration = Duration::from_millis(200);
+
+async fn client(server: &Server) -> LockClient {
+    LockClient::open(server.url()).await.expect("client")
+}
+
+/// Fails unless the server's lease of `key` lasts at least until `guard`'s `valid_until` (a
+/// guard already lost promises nothing).
+fn assert_promise_kept(server: &Server, key: &str, guard: &LockGuard, what: &str) {
+    let Some(promised) = guard.valid_until() else { return };
+    let ends = lease_end(&mut server.conn(), key);
+    // A promise that ran out by now (the guard lost at its deadline) is no longer owed.
+    let owed = promised > tokio::time::Instant::now();
+    assert!(
+        !owed || ends.is_some_and(|ends| ends >= promised.into_std()),
+        "{what}: the guard is valid for {:?} more, the server's lease of {key} ends in {:?}",
+        promised.saturating_duration_since(tokio::time::Instant::now()),
+        ends.map(|e| e.saturating_duration_since(std::time::Instant::now())),
+    );
+}
+
+/// Past the nested acquire's lease, nobody else can take `key`: the owner still holds it.
+async fn assert_still_held(other: &LockClient, key: &str, outer: &LockGuard, what: &str) {
+    let taken = other.lock(key).try_acquire(SHORT * 3, Some(Duration::from_secs(5))).await;
+    assert!(matches!(taken, Err(Error::TimedOut)), "{what}: another client got it: {taken:?}");
+    assert!(!outer.is_lost(), "{what}: the outer guard is lost");
+}
+
+/// The outer guard (watchdog, 30 s) of an owner, then nested work of the same unit with a
+/// short lease through another handle of the owner: released, kept, through a MultiLock over
+/// the owner's handle, and the read side of a read-write lock whose first (shorter) guard is
+/// released before the second. Each time the server's lease still covers every live guard's
+/// `valid_until`, and another client cannot take the lock once the short lease passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_nested_acquire_with_a_shorter_lease_never_shortens_its_hold() {
+    let server = Server::start();
+    let (client, other) = (client(&server).await, client(&server).await);
+
+    let owner = client.owner();
+    let outer = owner.lock("released").acquire(None).await.expect("outer");
+    let inner = owner.lock("released").try_acquire(Duration::ZERO, Some(SHORT)).await;
+    inner.expect("the owner's re-entry").release().await.expect("release the nested guard");
+    assert_promise_kept(&server, "released", &outer, "nested guard released");
+    assert_still_held(&other, "released", &outer, "nested guard released").await;
+    outer.release().await.expect("release");
+
+    let outer = owner.lock("kept").acquire(None).await.expect("outer");
+    let inner = owner.lock("kept").try_acquire(Duration::ZERO, Some(SHORT)).await.expect("inner");
+    assert_promise_kept(&server, "kept", &outer, "nested guard kept");
+    assert_promise_kept(&server, "kept", &inner, "nested guard kept (its own promise)");
+    assert_still_held(&other, "kept", &outer, "nested guard kept").await;
+    assert!(!inner.is_lost(), "the nested guard shares the outer hold's deadline");
+    inner.release().await.expect("release the nested guard");
+    outer.release().await.expect("release");
+
+    let outer = owner.lock("multi").acquire(None).await.expect("outer");
+    let multi = MultiLock::new(vec![owner.lock("multi")]);
+    let nested = multi.try_acquire(Duration::ZERO, Some(SHORT)).await;
+    assert!(matches!(nested, Err(Error::TimedOut)), "a MultiLock never re-enters: {nested:?}");
+    assert_promise_kept(&server, "multi", &outer, "a MultiLock over the owner's handle");
+    assert_still_held(&other, "multi", &outer, "a MultiLock over the owner's handle").await;
+    outer.release().await.expect("release");
+
+    // Read holds: the server gives back an owner's newest read hold first, so a shorter first
+    // guard released before a longer second one must not take the longer lease with it.
+    let first = owner.rw_lock("rw").read().acquire(Some(SHORT)).await.expect("first read");
+    let second = owner.rw_lock("rw").read().acquire(None).await.expect("second read (watchdog)");
+    first.release().await.expect("release the first read");
+    let writer = other.rw_lock("rw");
+    let taken = writer.write().try_acquire(SHORT * 3, Some(Duration::from_secs(5))).await;
+    assert!(matches!(taken, Err(Error::TimedOut)), "a writer got in: {taken:?}");
+    assert!(!second.is_lost(), "the second read guard is lost");
+    second.release().await.expect("release the second read");
+    assert!(hgetall(&mut server.conn(), b"rw").is_empty(), "nothing left behind");
+}
+
+/// A random walk of one owner over two locks and a read-write lock's read side: guards taken
+/// through new handles or clones of old ones, with the watchdog (900 ms) or leases from 50 ms to 1.5 s, released, dropped, time
+/// passing. After every step each live guard's `valid_until` is covered by the server's lease
+/// (for a read guard, the lock's and every read hold's of the owner), and the lock is the
+/// owner's. `RLOCK_OWNER_STEPS` sets the walk's length (default 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_guards_are_never_promised_more_than_the_server_holds() {
+    let server = Server::start();
+    let options = Options::default().watchdog_timeout(Duration::from_millis(900));
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let owner = client.owner();
+    let seed = fuzz_seed();
+    let mut rng = Rng(seed);
+    let steps = std::env::var("RLOCK_OWNER_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
+    let keys = ["a", "b", READ];
+    let mut handles: Vec<(usize, rlock_client::Lock)> = Vec::new();
+    let mut guards: Vec<(usize, LockGuard)> = Vec::new();
+    for step in 0..steps {
+        let what = format!("seed {seed}, step {step}");
+        match rng.below(6) {
+            0..=2 => {
+                let k = rng.below(keys.len());
+                let lock = match handles.iter().rfind(|(hk, _)| *hk == k) {
+                    Some((_, lock)) if rng.below(2) == 0 => lock.clone(),
+                    _ => fresh_handle(&owner, keys[k], &mut handles, k),
+                };
+                let lease = match rng.below(3) {
+                    0 => None,
+                    _ => Some(Duration::from_millis(50 + rng.below(1_450) as u64)),
+                };
+                let guard = lock.try_acquire(Duration::ZERO, lease).await;
+                guards.push((k, guard.unwrap_or_else(|e| panic!("{what}: acquire: {e:?}"))));
+            }
+            3 if !guards.is_empty() => {
+                let (_, guard) = guards.swap_remove(rng.below(guards.len()));
+                let lost = guard.is_lost();
+                match guard.release().await {
+                    Ok(()) => {}
+                    Err(Error::NotHeld) if lost => {}
+                    other => panic!("{what}: release: {other:?}"),
+                }
+            }
+            4 if !guards.is_empty() => drop(guards.swap_remove(rng.below(guards.len()))),
+            _ => tokio::time::sleep(Duration::from_millis(rng.below(250) as u64)).await,
+        }
+        for (k, guard) in &guards {
+            assert_promise_kept(&server, keys[*k], guard, &what);
+            if keys[*k] == READ {
+                for hold in read_holds(&server, owner.id()) {
+                    assert_promise_kept(&server, &hold, guard, &format!("{what}, {hold}"));
+                }
+            }
+            if guard.valid_until().is_some_and(|v| v > tokio::time::Instant::now()) {
+                let holders = hgetall(&mut server.conn(), keys[*k].as_bytes());
+                let owners: Vec<_> = holders.iter().filter(|(f, _)| f != b"mode").collect();
+                assert!(
+                    owners.len() == 1 && owners[0].0 == owner.id().as_bytes(),
+                    "{what}: {} is held by {holders:?}",
+                    keys[*k]
+                );
+            }
+        }
+    }
+    drop(guards);
+    for key in keys {
+        poll("everything released", LIMIT, || {
+            hgetall(&mut server.conn(), key.as_bytes()).is_empty().then_some(())
+        });
+    }
+}
+
+/// The read-write lock whose read side the random walk takes.
+const READ: &str = "rw";
+
+/// The read hold keys of `owner` on [`READ`] (`{rw}:<owner>:rwlock_timeout:<n>`).
+fn read_holds(server: &Server, owner: &str) -> Vec<String> {
+    let pattern = format!("{{{READ}}}:{owner}:rwlock_timeout:*");
+    redis::cmd("KEYS").arg(pattern).query(&mut server.conn()).expect("KEYS")
+}
+
+/// A new handle of `owner` on `key` (index `k`; [`READ`]: its read side), remembered for later
+/// clones.
+fn fresh_handle(
+    owner: &Owner,
+    key: &str,
+    handles: &mut Vec<(usize, rlock_client::Lock)>,
+    k: usize,
+) -> rlock_client::Lock {
+    let lock = if key == READ { owner.rw_lock(key).read().clone() } else { owner.lock(key) };
+    handles.push((k, lock.clone()));
+    lock
+}
+
+/// A MultiLock over an owner's handle takes its grant under an owner id of its own: its guard,
+/// stale (its lease ended), releases nothing of the owner's later hold of the same lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_multi_guard_over_an_owner_s_handle_never_releases_the_owner_s_later_hold() {
+    let server = Server::start();
+    let (client, other) = (client(&server).await, client(&server).await);
+    let owner = client.owner();
+    let multi = MultiLock::new(vec![owner.lock("k")]);
+    let stale = multi.try_acquire(Duration::ZERO, Some(Duration::from_millis(300))).await;
+    let stale = stale.expect("the MultiLock's grant");
+    let holders = hgetall(&mut server.conn(), b"k");
+    assert!(
+        holders.len() == 1 && holders[0].0 != owner.id().as_bytes(),
+        "the grant must not be under the owner's own id {}: {holders:?}",
+        owner.id()
+    );
+    timeout(LIMIT, stale.lost()).await.expect("lost at its lease's end");
+    poll("the lease to end", LIMIT, || hgetall(&mut server.conn(), b"k").is_empty().then_some(()));
+    let later = owner.lock("k").acquire(None).await.expect("the owner's later hold");
+    let released = stale.release().await;
+    assert!(matches!(released, Err(Error::NotHeld)), "the stale guard released: {released:?}");
+    let holders = hgetall(&mut server.conn(), b"k");
+    assert_eq!(holders, vec![(owner.id().as_bytes().to_vec(), b"1".to_vec())]);
+    let taken = other.lock("k").try_acquire(Duration::ZERO, Some(Duration::from_secs(5))).await;
+    assert!(matches!(taken, Err(Error::TimedOut)), "another client got it: {taken:?}");
+    assert!(!later.is_lost());
+    later.release().await.expect("release");
+}
