@@ -99,7 +99,15 @@ async def test_an_async_untimed_wait_on_a_silently_dead_connection_is_served_whe
     lock.acquire()
     sem = ra.Semaphore(via, "sem", response_timeout=RT)
     alock = ra.Lock(via, "lock", response_timeout=RT)
-    tasks = [asyncio.ensure_future(sem.acquire()), asyncio.ensure_future(alock.acquire())]
+    checked = asyncio.Event()
+
+    async def take(obj: Any) -> bool:
+        got = bool(await obj.acquire())
+        await checked.wait()
+        await obj.release()
+        return got
+
+    tasks = [asyncio.ensure_future(take(sem)), asyncio.ensure_future(take(alock))]
     end = asyncio.get_running_loop().time() + 5
     while blocked_clients(r) < 2:
         assert asyncio.get_running_loop().time() < end, "the waiters did not block"
@@ -108,10 +116,13 @@ async def test_an_async_untimed_wait_on_a_silently_dead_connection_is_served_whe
     holder.release()
     lock.release()
     proxy.heal()
+    end = asyncio.get_running_loop().time() + SERVED
+    while not (lock.locked() and holder.available() == 0 and r.exists("sem")):
+        assert asyncio.get_running_loop().time() < end, "the waits were not served"
+        await asyncio.sleep(0.05)
+    checked.set()
     assert await asyncio.wait_for(asyncio.gather(*tasks), SERVED) == [True, True]
-    await sem.release()
-    await alock.release()
-    assert holder.available() == 1 and not lock.locked()
+    assert holder.available() == 1 and not lock.locked()  # nothing lost
     await via.aclose()
 
 
