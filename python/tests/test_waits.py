@@ -193,3 +193,41 @@ def test_at_maxclients_releases_go_through_and_every_waiter_is_served_in_order()
         assert order == list(range(20))
     finally:
         server.close()
+
+
+def test_an_untimed_wait_follows_its_lock_through_a_cluster_failover(request: Any) -> None:
+    from _ha import key_on, replica_of
+    from _servers import cluster_of
+    from redis.cluster import RedisCluster
+
+    gen = cluster_of(request, 1)
+    nodes = next(gen)
+    try:
+        master = nodes[0]
+        rc = RedisCluster(host="127.0.0.1", port=master.port)
+        key = key_on(master, master.port, "fo")
+        holder = rl.Lock(rc, key, lease=60)
+        assert holder.acquire()
+        out: list[Any] = []
+
+        def wait() -> None:
+            try:
+                out.append(rl.Lock(rc, key, lease=60).acquire())
+            except BaseException as e:  # recorded: the test says what ended the wait
+                out.append(e)
+
+        t = threading.Thread(target=wait, daemon=True)
+        t.start()
+        poll("the waiter to block", 5, lambda: blocked_clients(master.client()) == 1)
+        master.client().execute_command("WAIT", 1, 5000)
+        replica = replica_of(nodes, master)
+        replica.client().execute_command("CLUSTER", "FAILOVER")
+        poll("the promotion", 30, lambda: replica.client().info("replication")["role"] == "master")
+        poll("the waiter on the new master", 30, lambda: blocked_clients(replica.client()) == 1)
+        assert out == []
+        rc.delete(key)  # the holder's grant ends on the new master
+        t.join(SERVED)
+        assert out == [True]
+        rc.close()
+    finally:
+        gen.close()

@@ -327,6 +327,10 @@ class AsyncBackend:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False
                         return None
+                    if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
+                        # a failover ended the wait (UNBLOCKED at a demotion): asked again with
+                        # the same id, where the key is served now, within the deadline
+                        e = Stalled(str(e))
                     if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
                         # this master grants nothing until its replicas are in sync (a promoted
                         # master waiting for one, a master that lost them): asked again, backing
