@@ -103,8 +103,9 @@ class AsyncBackend:
         if pair is None:
             pair = self._waits[name] = (self._new_pool(kwargs, cls), W.AsyncGate(cap))
             try:  # a connection for short commands before the first wait (see ``_waits``)
-                await pool.release(await pool.get_connection())
-            except Exception as e:
+                conn = await asyncio.wait_for(pool.get_connection(), self.rt)
+                await pool.release(conn)
+            except (Exception, asyncio.TimeoutError) as e:
                 log.debug("redis_rlock: no connection for short commands yet: %s", e)
         return pair
 
@@ -169,7 +170,10 @@ class AsyncBackend:
         wait: Optional[Wait],
     ) -> Any:
         W.prefer_connected(pool)
-        conn: Any = await pool.get_connection()
+        try:  # a new connection's handshake has no socket timeout here: bounded
+            conn: Any = await asyncio.wait_for(pool.get_connection(), self.rt)
+        except asyncio.TimeoutError:
+            raise Stalled(f"no connection for {args[0]!r} within {self.rt:.3f} s") from None
         read: Optional[asyncio.Future[Any]] = None
         try:
             if asking:
