@@ -231,3 +231,31 @@ def test_an_untimed_wait_follows_its_lock_through_a_cluster_failover(request: An
         rc.close()
     finally:
         gen.close()
+
+
+def test_a_session_wait_on_a_silently_dead_connection_closes_the_session_holding_nothing(
+    server: Server, r: redis.Redis, proxy: Proxy
+) -> None:
+    via = redis.Redis(port=proxy.port, socket_timeout=10)
+    holder = rl.Lock(r, "slock")
+    holder.acquire()
+    session = rl.Session(via, response_timeout=RT, keepalive=30)
+    out: list[Any] = []
+
+    def wait() -> None:
+        try:
+            out.append(session.lock("slock").acquire())
+        except BaseException as e:  # recorded: the test says what ended the wait
+            out.append(e)
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    poll("the waiter to block", 5, lambda: blocked_clients(r) == 1)
+    proxy.cut()
+    holder.release()  # granted to the session's wait, whose reply the cut network swallows
+    proxy.heal()
+    t.join(SERVED)
+    assert len(out) == 1 and isinstance(out[0], rl.SessionClosed), out
+    assert session.closed.is_set()
+    poll("nothing held", SERVED, lambda: not rl.Lock(r, "slock").locked())
+    via.close()

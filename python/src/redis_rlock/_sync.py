@@ -5,6 +5,8 @@ threads are ``_sync_threads``'s)."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -73,8 +75,11 @@ class Wait:
 class SessionLink(Protocol):
     """What the engine needs of a session: its connection, and a record of its holds."""
 
-    def call(self, args: list[P.Arg], extra: float) -> Any:
-        """One command on the session's connection (raises SessionClosed once closed)."""
+    def call(
+        self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
+    ) -> Any:
+        """One command on the session's connection (raises SessionClosed once closed);
+        ``silent``: a wait's check (True: the connection is dead)."""
 
     def adopt(self, hold: Hold) -> None:
         """Records a hold granted through the session (raises SessionClosed once closed)."""
@@ -339,7 +344,12 @@ class SyncBackend:
                         spec.acquire(rid, wait_ms),
                         (wait_ms or 0) / 1000.0 if end is not None else 1e9,
                     )
-                    if session is not None:
+                    if session is not None and wait_ms is not None:
+                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
+                        reply = session.call(
+                            args, extra, functools.partial(self._answered, spec, probe)
+                        )
+                    elif session is not None:
                         reply = session.call(args, extra)
                     elif wait_ms is None:
                         reply = self.call(spec.key, args, extra)
@@ -408,6 +418,16 @@ class SyncBackend:
         finally:
             if need_cancel and not handed:
                 self.cancel(spec, rid)
+
+    def _answered(self, spec: P.Spec, probe: list[P.Arg]) -> bool:
+        """Whether the server answered a session's wait (its acquire sent again without
+        ``WAIT`` and ``SESSION``, same id, from another connection) while its connection is
+        silent: anything but ``already waiting`` (a grant the acquire's cancel gives back)."""
+        try:
+            self.call(spec.key, probe)
+        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
+            return False
+        return True
 
     def cancel(self, spec: P.Spec, rid: bytes) -> None:
         """``RLOCK.CANCEL key rid``, retried in the background until answered or the grant's
