@@ -259,3 +259,28 @@ def test_a_session_wait_on_a_silently_dead_connection_closes_the_session_holding
     assert session.closed.is_set()
     poll("nothing held", SERVED, lambda: not rl.Lock(r, "slock").locked())
     via.close()
+
+
+async def test_an_async_session_wait_on_a_silently_dead_connection_closes_the_session(
+    server: Server, r: redis.Redis, proxy: Proxy
+) -> None:
+    via = aredis.Redis(port=proxy.port, socket_timeout=10)
+    holder = rl.Lock(r, "aslock")
+    holder.acquire()
+    session = ra.Session(via, response_timeout=RT, keepalive=30)
+    task = asyncio.ensure_future(session.lock("aslock").acquire())
+    end = asyncio.get_running_loop().time() + 5
+    while blocked_clients(r) < 1:
+        assert asyncio.get_running_loop().time() < end, "the waiter did not block"
+        await asyncio.sleep(0.01)
+    proxy.cut()
+    holder.release()
+    proxy.heal()
+    with pytest.raises(rl.SessionClosed):
+        await asyncio.wait_for(task, SERVED)
+    assert session.closed.is_set()
+    end = asyncio.get_running_loop().time() + SERVED
+    while rl.Lock(r, "aslock").locked():
+        assert asyncio.get_running_loop().time() < end, "the grant was not given back"
+        await asyncio.sleep(0.05)
+    await via.aclose()

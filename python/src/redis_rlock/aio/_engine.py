@@ -6,6 +6,8 @@ watch them, are ``_hold``'s."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import itertools
 import math
 import time
@@ -47,8 +49,14 @@ def backend_for(client: Any, response_timeout: float) -> AsyncBackend:
 class AsyncSessionLink(Protocol):
     """What the engine needs of an asyncio session: its connection, a record of its holds."""
 
-    async def call(self, args: list[P.Arg], extra: float) -> Any:
-        """One command on the session's connection (raises SessionClosed once closed)."""
+    async def call(
+        self,
+        args: list[P.Arg],
+        extra: float,
+        silent: Optional[Callable[[], Awaitable[bool]]] = None,
+    ) -> Any:
+        """One command on the session's connection (raises SessionClosed once closed);
+        ``silent``: a wait's check (True: the connection is dead)."""
 
     def adopt(self, hold: AsyncHold) -> None:
         """Records a hold granted through the session (raises SessionClosed once closed)."""
@@ -276,6 +284,14 @@ class AsyncBackend:
             log.warning("redis_rlock: gave up on %r for %r: %s", args[0], key, e)
             return None
 
+    async def _answered(self, spec: P.Spec, probe: list[P.Arg]) -> bool:
+        """As the sync engine's: the server answered a session's wait elsewhere."""
+        try:
+            await self.call(spec.key, probe)
+        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
+            return False
+        return True
+
     async def cancel(self, spec: P.Spec, rid: bytes) -> None:
         """``RLOCK.CANCEL key rid`` in a shielded task, awaited a bounded time."""
         horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
@@ -318,7 +334,11 @@ class AsyncBackend:
                 extra = (wait_ms or 0) / 1000.0 if end is not None else 1e9
                 waiting = None
                 try:
-                    if session is not None:
+                    if session is not None and wait_ms is not None:
+                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
+                        check = functools.partial(self._answered, spec, probe)
+                        reply = await session.call(spec.acquire(rid, wait_ms), extra, check)
+                    elif session is not None:
                         reply = await session.call(spec.acquire(rid, wait_ms), extra)
                     elif wait_ms is None:
                         reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
