@@ -43,11 +43,17 @@ def is_maxclients(err: BaseException) -> bool:
 def prefer_connected(pool: Any) -> None:
     """Puts a redis-py pool's open connections first in line: a connection whose connect was
     refused goes back to the pool unconnected, and would be connected again (refused again at
-    ``maxclients``) before an open one is used."""
+    ``maxclients``) before an open one is used. (An asyncio pool is used by one thread: no
+    lock; nothing here awaits.)"""
     avail = getattr(pool, "_available_connections", None)
-    if avail and getattr(avail[-1], "_sock", True) is None:
-        with pool._lock:
-            avail.sort(key=lambda c: getattr(c, "_sock", None) is not None)
+    if not avail or getattr(avail[-1], "is_connected", True):
+        return
+    lock = getattr(pool, "_lock", None)
+    if isinstance(lock, asyncio.Lock) or lock is None:
+        avail.sort(key=lambda c: bool(getattr(c, "is_connected", False)))
+        return
+    with lock:
+        avail.sort(key=lambda c: bool(getattr(c, "is_connected", False)))
 
 
 class Gate:
