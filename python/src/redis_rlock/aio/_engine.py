@@ -111,9 +111,8 @@ class AsyncBackend:
         if pair is None:
             pair = self._waits[name] = (self._new_pool(kwargs, cls), W.AsyncGate(cap))
             try:  # a connection for short commands before the first wait (see ``_waits``)
-                conn = await asyncio.wait_for(pool.get_connection(), self.rt)
-                await pool.release(conn)
-            except (Exception, asyncio.TimeoutError) as e:
+                await pool.release(await _connection(pool, self.rt, "a first command"))
+            except Exception as e:
                 log.debug("redis_rlock: no connection for short commands yet: %s", e)
         return pair
 
@@ -178,10 +177,7 @@ class AsyncBackend:
         wait: Optional[Wait],
     ) -> Any:
         W.prefer_connected(pool)
-        try:  # a new connection's handshake has no socket timeout here: bounded
-            conn: Any = await asyncio.wait_for(pool.get_connection(), self.rt)
-        except asyncio.TimeoutError:
-            raise Stalled(f"no connection for {args[0]!r} within {self.rt:.3f} s") from None
+        conn: Any = await _connection(pool, self.rt, args[0])
         read: Optional[asyncio.Future[Any]] = None
         try:
             if asking:
@@ -499,6 +495,33 @@ class _Silent(Exception):
     def __init__(self, reply: Any) -> None:
         super().__init__("silent connection")
         self.reply = reply
+
+
+async def _connection(pool: Any, timeout: float, what: P.Arg) -> Any:
+    """A connection of ``pool`` within ``timeout`` (a new connection's handshake has no socket
+    timeout under asyncio), else :class:`Stalled`. Not ``asyncio.wait_for``: before Python
+    3.12 it can swallow a cancellation that lands as the connection is ready. A connection
+    that comes after its caller was cancelled goes back to the pool."""
+    get = asyncio.ensure_future(pool.get_connection())
+    try:
+        done, _ = await asyncio.wait({get}, timeout=timeout)
+    except BaseException:
+        get.add_done_callback(lambda f: _give_back(pool, f))
+        raise
+    if not done:
+        get.cancel()  # redis-py gives a connection it was connecting back to the pool
+        raise Stalled(f"no connection for {what!r} within {timeout:.3f} s")
+    return get.result()
+
+
+_GIVING_BACK: set[asyncio.Task[Any]] = set()
+
+
+def _give_back(pool: Any, fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        task = asyncio.ensure_future(pool.release(fut.result()))
+        _GIVING_BACK.add(task)
+        task.add_done_callback(_GIVING_BACK.discard)
 
 
 async def _drop(conn: Any) -> None:
