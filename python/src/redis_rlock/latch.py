@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from . import _proto as P
 from ._conn import is_transient, log
-from ._sync import SyncBackend, Wait, backend_for
+from ._sync import SyncBackend, backend_for
 from .errors import translate
 
 
@@ -96,7 +96,7 @@ class CountDownLatch:
                 return False
             args, extra = P.latch_await(self.name, end, now)
             try:
-                if self._be.call(self.name, args, extra, Wait(end, None)) == 1:
+                if self._be.call(self.name, args, extra) == 1:
                     return True
                 # 0: its time (or its slice) ran out, or a server that does not block (a
                 # replica) or CLIENT UNBLOCK ended it early: sent again while time is left, at

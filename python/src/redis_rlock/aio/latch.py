@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 from .. import _proto as P
 from .._conn import is_transient, log
 from ..errors import translate
-from ._engine import AsyncBackend, Wait, backend_for
+from ._engine import AsyncBackend, backend_for
 
 
 class CountDownLatch:
@@ -82,7 +82,7 @@ class CountDownLatch:
                 return False
             args, extra = P.latch_await(self.name, end, now)
             try:
-                if await self._be.call(self.name, args, extra, Wait(end, None)) == 1:
+                if await self._be.call(self.name, args, extra) == 1:
                     return True
                 # 0: its time (or its slice) ran out, or a server that does not block (a
                 # replica) or CLIENT UNBLOCK ended it early: sent again while time is left, at
