@@ -312,3 +312,20 @@ async def test_async_waits_keep_to_the_pool_cap(server: Server) -> None:
     await asyncio.wait_for(asyncio.gather(*tasks), 30)
     assert sorted(served) == list(range(6))
     await capped.aclose()
+
+
+def test_an_interrupt_in_a_wait_connection_s_handshake_leaves_no_unread_reply(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _servers import raise_once_here
+
+    sem = rl.Semaphore(r, "hs")
+    sem.try_set_permits(1)
+    raise_once_here(monkeypatch, redis.connection.Connection, "read_response", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        sem.acquire(timeout=5)  # its first wait opens a connection: interrupted in its handshake
+    for _ in range(3):
+        assert sem.acquire(timeout=5) is True
+        assert sem.available() == 0
+        sem.release()
+    assert sem.available() == 1

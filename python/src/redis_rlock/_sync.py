@@ -149,7 +149,7 @@ class SyncBackend:
             # the first wait on this server opens a connection for short commands first: the
             # releases that end waits must not meet a server full of waiting connections
             try:
-                pool.release(pool.get_connection())
+                pool.release(W.get_connection(pool))
             except Exception as e:
                 log.debug("redis_rlock: no connection for short commands yet: %s", e)
         return pair
@@ -226,7 +226,7 @@ class SyncBackend:
         wait: Optional[Wait],
     ) -> Any:
         W.prefer_connected(pool)
-        conn: Any = pool.get_connection()
+        conn: Any = W.get_connection(pool)
         try:
             if asking:
                 conn.send_command("ASKING")

@@ -56,6 +56,25 @@ def prefer_connected(pool: Any) -> None:
         avail.sort(key=lambda c: bool(getattr(c, "is_connected", False)))
 
 
+def get_connection(pool: Any) -> Any:
+    """``pool.get_connection()``, except that a connection interrupted in its handshake
+    (``KeyboardInterrupt`` in redis-py's ``on_connect``, which then keeps the socket, its
+    handshake's replies unread, and puts it back in the pool) is disconnected: its next user
+    would read those replies as its own."""
+    before = {id(c) for c in list(getattr(pool, "_available_connections", [])) if _open(c)}
+    try:
+        return pool.get_connection()
+    except BaseException:
+        for c in list(getattr(pool, "_available_connections", [])):
+            if id(c) not in before and _open(c):
+                c.disconnect()
+        raise
+
+
+def _open(conn: Any) -> bool:
+    return bool(getattr(conn, "is_connected", False))
+
+
 class Gate:
     """FIFO admission of waits to at most ``cap`` connections (sync)."""
 
