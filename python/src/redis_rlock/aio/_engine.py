@@ -502,14 +502,16 @@ async def _connection(pool: Any, timeout: float, what: P.Arg) -> Any:
     timeout under asyncio), else :class:`Stalled`. Not ``asyncio.wait_for``: before Python
     3.12 it can swallow a cancellation that lands as the connection is ready. A connection
     that comes after its caller was cancelled goes back to the pool."""
+    before = {id(c) for c in list(getattr(pool, "_available_connections", [])) if _open(c)}
     get = asyncio.ensure_future(pool.get_connection())
     try:
         done, _ = await asyncio.wait({get}, timeout=timeout)
     except BaseException:
-        get.add_done_callback(lambda f: _give_back(pool, f))
+        get.add_done_callback(lambda f: _give_back(pool, f, before))
         raise
     if not done:
-        get.cancel()  # redis-py gives a connection it was connecting back to the pool
+        get.add_done_callback(lambda f: _give_back(pool, f, before))
+        get.cancel()
         raise Stalled(f"no connection for {what!r} within {timeout:.3f} s")
     return get.result()
 
@@ -517,11 +519,26 @@ async def _connection(pool: Any, timeout: float, what: P.Arg) -> Any:
 _GIVING_BACK: set[asyncio.Task[Any]] = set()
 
 
-def _give_back(pool: Any, fut: asyncio.Future[Any]) -> None:
+def _open(conn: Any) -> bool:
+    return bool(getattr(conn, "is_connected", False))
+
+
+def _give_back(pool: Any, fut: asyncio.Future[Any], before: set[int]) -> None:
+    """A connection that came after its caller left goes back to the pool; one cancelled in
+    its handshake (redis-py keeps its socket, the handshake's replies unread, and puts it
+    back in the pool) is disconnected: its next user would read those replies."""
     if not fut.cancelled() and fut.exception() is None:
-        task = asyncio.ensure_future(pool.release(fut.result()))
-        _GIVING_BACK.add(task)
-        task.add_done_callback(_GIVING_BACK.discard)
+        work: Any = pool.release(fut.result())
+    else:
+        stale = [
+            c
+            for c in list(getattr(pool, "_available_connections", []))
+            if id(c) not in before and _open(c)
+        ]
+        work = asyncio.gather(*(c.disconnect(nowait=True) for c in stale), return_exceptions=True)
+    task = asyncio.ensure_future(work)
+    _GIVING_BACK.add(task)
+    task.add_done_callback(_GIVING_BACK.discard)
 
 
 async def _drop(conn: Any) -> None:
