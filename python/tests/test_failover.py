@@ -1,7 +1,8 @@
 """Sentinel failover (sync and asyncio): a master, its replica and a Sentinel; a manual
 ``SENTINEL FAILOVER`` promotes the replica while the package holds and waits. A hold taken
 before is renewed and released on the new master, or reported lost truthfully; a wait in
-progress ends typed and leaves nothing held by nobody; releases reach the new master."""
+progress follows the lock to the new master (served there) and leaves nothing held by nobody;
+releases reach the new master."""
 
 from __future__ import annotations
 
@@ -94,11 +95,14 @@ def test_sync_holds_and_a_wait_across_a_failover(group: Group) -> None:
     def wait() -> None:
         try:
             out["got"] = waiter.acquire(timeout=LIMIT)
-            out["hold"] = waiter.hold if out["got"] else None
-            if out["got"]:
-                waiter.release()
-        except BaseException as e:  # recorded, then checked to be typed
+        except BaseException as e:  # recorded: the wait must follow the lock, not raise
             out["got"] = e
+            return
+        if out["got"]:
+            try:
+                waiter.release()
+            except rl.LockLost:  # the new master, without replicas, may refuse renewals
+                pass
 
     t = threading.Thread(target=wait)
     t.start()
@@ -121,7 +125,7 @@ def test_sync_holds_and_a_wait_across_a_failover(group: Group) -> None:
         poll("the release on the new master", LIMIT, lambda h=h: _gone(new, h))  # type: ignore[misc]
     t.join(LIMIT)
     got = out["got"]
-    assert got is True or got is False or isinstance(got, rl.LockError), repr(got)
+    assert got is True, repr(got)  # the wait followed the lock to the new master
     poll("nothing held", LIMIT, lambda: not new.exists("held") and not new.exists("leased"))
     # a fresh acquire and release after the failover reach the new master
     after = rl.Lock(master, "after", lease=10)
@@ -154,11 +158,14 @@ async def test_async_holds_and_a_wait_across_a_failover(group: Group) -> None:
     async def wait() -> Any:
         try:
             got = await waiter.acquire(timeout=LIMIT)
-            if got:
-                await waiter.release()
-            return got
-        except rl.LockError as e:
+        except rl.LockError as e:  # recorded: the wait must follow the lock, not raise
             return e
+        if got:
+            try:
+                await waiter.release()
+            except rl.LockLost:  # the new master, without replicas, may refuse renewals
+                pass
+        return got
 
     task = asyncio.ensure_future(wait())
     end = time.monotonic() + 5
@@ -183,7 +190,7 @@ async def test_async_holds_and_a_wait_across_a_failover(group: Group) -> None:
             assert time.monotonic() < end, "the release did not reach the new master"
             await asyncio.sleep(0.05)
     got = await asyncio.wait_for(task, LIMIT)
-    assert got is True or got is False or isinstance(got, rl.LockError), repr(got)
+    assert got is True, repr(got)  # the wait followed the lock to the new master
     end = time.monotonic() + LIMIT
     while new.exists("aheld") or new.exists("aleased"):
         assert time.monotonic() < end, "something is still held"

@@ -5,6 +5,8 @@ threads are ``_sync_threads``'s)."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -20,6 +22,7 @@ from redis.exceptions import AskError, MovedError, ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
+from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner
 from ._hold import Hold, LostCallback
@@ -55,13 +58,28 @@ class _Addressed:
     def __init__(self, src: Any, host: str, port: int) -> None:
         self.connection_kwargs = dict(src.connection_kwargs, host=host, port=port)
         self.connection_class = src.connection_class
+        self.max_connections = getattr(src, "max_connections", 1)
+
+
+class Wait:
+    """What a call that waits in the server needs: its deadline (for a connection too), and
+    the same acquire without ``WAIT`` to check on it from another connection (None: no check).
+    ``probed`` is set when that check's answer replaced the reply of a silent connection."""
+
+    def __init__(self, until: Optional[float], probe: Optional[list[P.Arg]]) -> None:
+        self.until, self.probe = until, probe
+        self.probed = False
+        self.sent: Callable[[], None] = lambda: None
 
 
 class SessionLink(Protocol):
     """What the engine needs of a session: its connection, and a record of its holds."""
 
-    def call(self, args: list[P.Arg], extra: float) -> Any:
-        """One command on the session's connection (raises SessionClosed once closed)."""
+    def call(
+        self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
+    ) -> Any:
+        """One command on the session's connection (raises SessionClosed once closed);
+        ``silent``: a wait's check (True: the connection is dead)."""
 
     def adopt(self, hold: Hold) -> None:
         """Records a hold granted through the session (raises SessionClosed once closed)."""
@@ -77,6 +95,7 @@ class SyncBackend:
         self.uuid = uuid.uuid4().hex
         self._n = itertools.count(1)
         self._pools: dict[str, Any] = {}
+        self._waits: dict[str, tuple[Any, W.Gate]] = {}
         self._lock = threading.Lock()
         self.watchdog = Watchdog(self)
         self.releaser = Releaser(self)
@@ -90,11 +109,19 @@ class SyncBackend:
         self.uuid = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._pools = {}
+        self._waits = {}
         self.watchdog = Watchdog(self)
         self.releaser = Releaser(self)
 
     # -- connections -------------------------------------------------------------------------
-    def _pool(self, key: bytes, at: Optional[tuple[str, int]] = None) -> Any:
+    def _pool(self, key: bytes, at: Optional[tuple[str, int]] = None, wait: bool = False) -> Any:
+        """The package's pool for ``key``'s server (or a redirection's target ``at``): the
+        one of short commands, or with ``wait`` that of server-side waits (see ``_waits``)."""
+        return self._pools_for(key, at, wait)[0]
+
+    def _pools_for(
+        self, key: bytes, at: Optional[tuple[str, int]], wait: bool
+    ) -> tuple[Any, Optional[W.Gate]]:
         if self.cluster and at is not None:
             # a redirection's target: its own pool, on any known node's connection settings
             node = self.client.get_node(host=at[0], port=at[1]) or self.client.get_default_node()
@@ -111,38 +138,55 @@ class SyncBackend:
         with self._lock:
             pool = self._pools.get(name)
             if pool is None:
-                kw = clone_kwargs(src.connection_kwargs, self.rt)
-                if isinstance(src, SentinelConnectionPool):
-                    kw.pop("connection_class", None)
-                    sentinel_pool: Any = SentinelConnectionPool
-                    pool = sentinel_pool(
-                        src.service_name,
-                        src.sentinel_manager,
-                        connection_class=src.connection_class,
-                        is_master=True,
-                        check_connection=False,
-                        **kw,
-                    )
-                else:
-                    pool = redis.ConnectionPool(connection_class=src.connection_class, **kw)
-                self._pools[name] = pool
-            return pool
+                pool = self._pools[name] = self._new_pool(src)
+            if not wait:
+                return pool, None
+            pair = self._waits.get(name)
+            if pair is None:
+                cap = int(getattr(src, "max_connections", 1) or 1)
+                pair = self._waits[name] = (self._new_pool(src), W.Gate(cap))
+        if not pool._available_connections and not pool._in_use_connections:
+            # the first wait on this server opens a connection for short commands first: the
+            # releases that end waits must not meet a server full of waiting connections
+            try:
+                pool.release(W.get_connection(pool))
+            except Exception as e:
+                log.debug("redis_rlock: no connection for short commands yet: %s", e)
+        return pair
 
-    def call(self, key: bytes, args: list[P.Arg], extra: float = 0.0) -> Any:
+    def _new_pool(self, src: Any) -> Any:
+        kw = clone_kwargs(src.connection_kwargs, self.rt)
+        if isinstance(src, SentinelConnectionPool):
+            kw.pop("connection_class", None)
+            sentinel_pool: Any = SentinelConnectionPool
+            return sentinel_pool(
+                src.service_name,
+                src.sentinel_manager,
+                connection_class=src.connection_class,
+                is_master=True,
+                check_connection=False,
+                **kw,
+            )
+        return redis.ConnectionPool(connection_class=src.connection_class, **kw)
+
+    def call(
+        self, key: bytes, args: list[P.Arg], extra: float = 0.0, wait: Optional[Wait] = None
+    ) -> Any:
         """Sends one command and reads its reply within ``extra`` + the response timeout;
         raises :class:`Stalled` (connection closed) when no reply came by then. In a cluster,
         a ``MOVED`` or ``ASK`` reply (the command did not run) sends it again where the key is
-        served now (``ASKING`` first for an ``ASK``), as redis-py's cluster client does."""
+        served now (``ASKING`` first for an ``ASK``), as redis-py's cluster client does. With
+        ``wait`` (a command that waits in the server) it runs on a connection for waits."""
         at: Optional[tuple[str, int]] = None
         asking = False
         for _ in range(P.MAX_REDIRECTS):
             try:
-                return self._call_at(key, args, extra, at, asking)
+                return self._call_at(key, args, extra, at, asking, wait)
             except AskError as e:
                 if not self.cluster:
                     raise
                 at, asking = (e.host, e.port), not isinstance(e, MovedError)
-        return self._call_at(key, args, extra, at, asking)
+        return self._call_at(key, args, extra, at, asking, wait)
 
     def _call_at(
         self,
@@ -151,17 +195,60 @@ class SyncBackend:
         extra: float,
         at: Optional[tuple[str, int]],
         asking: bool,
+        wait: Optional[Wait] = None,
     ) -> Any:
-        pool = self._pool(key, at)
-        conn: Any = pool.get_connection()
+        if wait is None:
+            return self._call_on(self._pool(key, at), key, args, extra, asking, None)
+        pool, gate = self._pools_for(key, at, True)
+        assert gate is not None
+        front = False
+        while True:
+            ticket = gate.enter(wait.until, front)
+            if ticket is None:
+                raise Stalled(f"no connection for {args[0]!r} before its deadline")
+            wait.sent = lambda t=ticket: gate.sent(t)  # type: ignore[misc]
+            try:
+                return self._call_on(pool, key, args, extra, asking, wait)
+            except Exception as e:
+                if not W.is_maxclients(e) or not gate.lower():
+                    raise
+                front = True  # served as the waits holding connections end, first in line
+            finally:
+                gate.leave(ticket)
+
+    def _call_on(
+        self,
+        pool: Any,
+        key: bytes,
+        args: list[P.Arg],
+        extra: float,
+        asking: bool,
+        wait: Optional[Wait],
+    ) -> Any:
+        W.prefer_connected(pool)
+        conn: Any = W.get_connection(pool)
         try:
             if asking:
                 conn.send_command("ASKING")
                 conn.read_response()
             conn.send_command(*args)
+            if wait is not None:
+                wait.sent()
             end = time.monotonic() + extra + self.rt
+            probe_at = math.inf
+            if wait is not None and wait.probe is not None:
+                probe_at = time.monotonic() + W.probe_every(self.rt)
             while not conn.can_read(timeout=max(0.0, min(end - time.monotonic(), 1.0))):
-                if time.monotonic() >= end:
+                now = time.monotonic()
+                if now >= probe_at:
+                    assert wait is not None and wait.probe is not None
+                    found, reply = self._probe(key, wait.probe, conn)
+                    if found:
+                        conn.disconnect()  # silent: its reply (if it ever comes) is dropped
+                        wait.probed = True
+                        return reply
+                    probe_at = time.monotonic() + W.probe_every(self.rt)
+                if now >= end:
                     raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
             return conn.read_response()
         except BaseException as e:
@@ -172,6 +259,20 @@ class SyncBackend:
             raise
         finally:
             pool.release(conn)
+
+    def _probe(self, key: bytes, probe: list[P.Arg], conn: Any) -> tuple[bool, Any]:
+        """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
+        while the server still queues it, or its connection answers within the response
+        timeout after all; (True, reply) when that connection is silent: the acquire's answer
+        now (the grant, replayed, or not granted: the request is spent)."""
+        try:
+            reply = self.call(key, probe)
+        except Exception:  # "already waiting": the server still queues it; else: no answer
+            return False, None
+        if conn.can_read(timeout=self.rt):
+            return False, None  # the reply was on its way: read it
+        log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
+        return True, reply
 
     def _refresh_topology(self) -> None:
         try:
@@ -225,9 +326,11 @@ class SyncBackend:
         )  # one try: transient errors retried briefly
         need_cancel = handed = False
         backoff, attempts = 0.02, 0
+        waiting: Optional[Wait] = None
         try:
             while True:
                 now = time.monotonic()
+                waiting = None
                 if wait == 0.0:
                     wait_ms: Optional[int] = None
                 elif end is None:
@@ -241,14 +344,26 @@ class SyncBackend:
                         spec.acquire(rid, wait_ms),
                         (wait_ms or 0) / 1000.0 if end is not None else 1e9,
                     )
-                    if session is not None:
+                    if session is not None and wait_ms is not None:
+                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
+                        reply = session.call(
+                            args, extra, functools.partial(self._answered, spec, probe)
+                        )
+                    elif session is not None:
                         reply = session.call(args, extra)
-                    else:
+                    elif wait_ms is None:
                         reply = self.call(spec.key, args, extra)
+                    else:
+                        waiting = Wait(end, spec.acquire(rid, None))
+                        reply = self.call(spec.key, args, extra, waiting)
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False
                         return None
+                    if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
+                        # a failover ended the wait (UNBLOCKED at a demotion): asked again with
+                        # the same id, where the key is served now, within the deadline
+                        e = Stalled(str(e))
                     if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
                         # this master grants nothing until its replicas are in sync (a promoted
                         # master waiting for one, a master that lost them): asked again, backing
@@ -276,6 +391,17 @@ class SyncBackend:
                     backoff = min(backoff * 2, 1.0)
                     continue
                 ok, token, ids, again = spec.granted(reply)
+                if (
+                    not ok
+                    and waiting is not None
+                    and waiting.probed
+                    and (end is None or time.monotonic() < end)
+                ):
+                    # the wait's connection died silently and the server no longer queues it
+                    # (a restart, a failover, a connection the server closed): a new request
+                    # with what is left of the deadline
+                    rid = P.new_id()
+                    continue
                 if not ok:
                     need_cancel = False
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
@@ -292,6 +418,16 @@ class SyncBackend:
         finally:
             if need_cancel and not handed:
                 self.cancel(spec, rid)
+
+    def _answered(self, spec: P.Spec, probe: list[P.Arg]) -> bool:
+        """Whether the server answered a session's wait (its acquire sent again without
+        ``WAIT`` and ``SESSION``, same id, from another connection) while its connection is
+        silent: anything but ``already waiting`` (a grant the acquire's cancel gives back)."""
+        try:
+            self.call(spec.key, probe)
+        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
+            return False
+        return True
 
     def cancel(self, spec: P.Spec, rid: bytes) -> None:
         """``RLOCK.CANCEL key rid``, retried in the background until answered or the grant's

@@ -16,12 +16,13 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from . import _proto as P
+from . import _waits as W
 from ._conn import log
 from ._fork import ForkGuard
 from ._handles import SessionHandles
@@ -190,17 +191,23 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         return f"<redis_rlock.Session id={self.client_id} {state}>"
 
     # -- the engine's side -------------------------------------------------------------------
-    def call(self, args: list[P.Arg], extra: float) -> Any:
+    def call(
+        self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
+    ) -> Any:
         """One command on the session's connection, its reply awaited within ``extra`` + the
         response timeout. Error replies are raised as they are; any other failure closes the
         session (:class:`SessionClosed`). An interrupt (KeyboardInterrupt) leaves the reply to
-        be read before the next command."""
+        be read before the next command. ``silent`` (a wait's check, see ``_waits``), asked
+        every few response timeouts while no reply came, True when the server answered the
+        wait elsewhere: the connection is dead, the session closes (its server side killed)."""
         if self._forked():
             raise SessionClosed("the session belongs to the process that forked this one")
         with self._mutex:
-            return self._raw(args, extra)
+            return self._raw(args, extra, silent)
 
-    def _raw(self, args: list[P.Arg], extra: float) -> Any:
+    def _raw(
+        self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
+    ) -> Any:
         if self._closed.is_set():
             raise SessionClosed("the session is closed")
         conn = self._conn
@@ -215,11 +222,17 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             conn.send_command(*args)
             sent = True
             end = time.monotonic() + extra + self._rt
+            check_at = time.monotonic() + W.probe_every(self._rt) if silent else math.inf
             while not conn.can_read(timeout=max(0.0, min(end - time.monotonic(), 1.0))):
                 if self._closed.is_set():
                     raise SessionClosed("the session is closed")
                 if time.monotonic() >= end:
                     raise SessionClosed(f"no reply to {args[0]!r} in time: the session closed")
+                if silent is not None and time.monotonic() >= check_at:
+                    if silent() and not conn.can_read(timeout=self._rt):
+                        self._kill_server_side()
+                        raise SessionClosed("the session's connection went silent in a wait")
+                    check_at = time.monotonic() + W.probe_every(self._rt)
             return conn.read_response()
         except ResponseError:
             raise
@@ -234,6 +247,16 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             elif sent:
                 self._pending += 1  # interrupted: its reply is still to come
             raise
+
+    def _kill_server_side(self) -> None:
+        """Ends the server's side of a connection that went silent (its holds end with it);
+        without the right (ACL) they end with their leases, no longer renewed."""
+        if self.client_id is None:
+            return
+        try:
+            self._be.call(b"", ["CLIENT", "KILL", "ID", self.client_id])
+        except Exception as e:
+            log.info("redis_rlock: a silent session's connection stays on the server: %s", e)
 
     def _drain(self) -> None:
         """Reads the replies of interrupted commands (their requests were cancelled, which

@@ -6,6 +6,8 @@ watch them, are ``_hold``'s."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import itertools
 import math
 import time
@@ -19,6 +21,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import AskError, MovedError, ResponseError
 
 from .. import _proto as P
+from .. import _waits as W
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from .._fork import ForkGuard, check_owner
 from .._hold import LostCallback
@@ -46,8 +49,14 @@ def backend_for(client: Any, response_timeout: float) -> AsyncBackend:
 class AsyncSessionLink(Protocol):
     """What the engine needs of an asyncio session: its connection, a record of its holds."""
 
-    async def call(self, args: list[P.Arg], extra: float) -> Any:
-        """One command on the session's connection (raises SessionClosed once closed)."""
+    async def call(
+        self,
+        args: list[P.Arg],
+        extra: float,
+        silent: Optional[Callable[[], Awaitable[bool]]] = None,
+    ) -> Any:
+        """One command on the session's connection (raises SessionClosed once closed);
+        ``silent``: a wait's check (True: the connection is dead)."""
 
     def adopt(self, hold: AsyncHold) -> None:
         """Records a hold granted through the session (raises SessionClosed once closed)."""
@@ -63,16 +72,21 @@ class AsyncBackend:
         self.uuid = uuid.uuid4().hex
         self._n = itertools.count(1)
         self._pools: dict[str, Any] = {}
+        self._waits: dict[str, tuple[Any, W.AsyncGate]] = {}
         self._bg: set[asyncio.Task[Any]] = set()
         self._fork = ForkGuard()
 
     def new_owner(self) -> bytes:
         """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
         if self._fork.forked():
-            self.uuid, self._pools = uuid.uuid4().hex, {}
+            self.uuid, self._pools, self._waits = uuid.uuid4().hex, {}, {}
         return f"{self.uuid}:{next(self._n)}".encode()
 
-    async def _pool(self, key: bytes, at: Optional[tuple[str, int]] = None) -> Any:
+    async def _pool(
+        self, key: bytes, at: Optional[tuple[str, int]] = None, wait: bool = False
+    ) -> Any:
+        """The package's pool for ``key``'s server: of short commands, or with ``wait`` the
+        pool and gate of server-side waits (see ``_waits``)."""
         if self.cluster:
             await self.client.initialize()
             node = self.client.get_node_from_key(key)
@@ -83,37 +97,50 @@ class AsyncBackend:
             name = f"{host}:{port}"
             kwargs = dict(node.connection_kwargs, host=host, port=port)
             cls = node.connection_class
+            cap = int(getattr(node, "max_connections", 1) or 1)
         else:
             src = self.client.connection_pool
             name, kwargs, cls = "", src.connection_kwargs, src.connection_class
+            cap = int(getattr(src, "max_connections", 1) or 1)
         pool = self._pools.get(name)
         if pool is None:
-            kw = clone_kwargs(kwargs, self.rt, read_timeout=False)
-            kw.pop("connection_class", None)
-            if not self.cluster and isinstance(self.client.connection_pool, SentinelConnectionPool):
-                src = self.client.connection_pool
-                sentinel_pool: Any = SentinelConnectionPool
-                pool = sentinel_pool(
-                    src.service_name, src.sentinel_manager, connection_class=cls, **kw
-                )
-            else:
-                pool = aredis.ConnectionPool(connection_class=cls, **kw)
-            self._pools[name] = pool
-        return pool
+            pool = self._pools[name] = self._new_pool(kwargs, cls)
+        if not wait:
+            return pool
+        pair = self._waits.get(name)
+        if pair is None:
+            pair = self._waits[name] = (self._new_pool(kwargs, cls), W.AsyncGate(cap))
+            try:  # a connection for short commands before the first wait (see ``_waits``)
+                await pool.release(await _connection(pool, self.rt, "a first command"))
+            except Exception as e:
+                log.debug("redis_rlock: no connection for short commands yet: %s", e)
+        return pair
 
-    async def call(self, key: bytes, args: list[P.Arg], extra: float = 0.0) -> Any:
+    def _new_pool(self, kwargs: dict[str, Any], cls: Any) -> Any:
+        kw = clone_kwargs(kwargs, self.rt, read_timeout=False)
+        kw.pop("connection_class", None)
+        if not self.cluster and isinstance(self.client.connection_pool, SentinelConnectionPool):
+            src = self.client.connection_pool
+            sentinel_pool: Any = SentinelConnectionPool
+            return sentinel_pool(src.service_name, src.sentinel_manager, connection_class=cls, **kw)
+        return aredis.ConnectionPool(connection_class=cls, **kw)
+
+    async def call(
+        self, key: bytes, args: list[P.Arg], extra: float = 0.0, wait: Optional[Wait] = None
+    ) -> Any:
         """One command, its reply awaited within ``extra`` + the response timeout; in a
-        cluster, sent again where a ``MOVED`` or ``ASK`` reply points (as the sync engine)."""
+        cluster, sent again where a ``MOVED`` or ``ASK`` reply points (as the sync engine).
+        With ``wait`` (a command that waits in the server) on a connection for waits."""
         at: Optional[tuple[str, int]] = None
         asking = False
         for _ in range(P.MAX_REDIRECTS):
             try:
-                return await self._call_at(key, args, extra, at, asking)
+                return await self._call_at(key, args, extra, at, asking, wait)
             except AskError as e:
                 if not self.cluster:
                     raise
                 at, asking = (e.host, e.port), not isinstance(e, MovedError)
-        return await self._call_at(key, args, extra, at, asking)
+        return await self._call_at(key, args, extra, at, asking, wait)
 
     async def _call_at(
         self,
@@ -122,9 +149,36 @@ class AsyncBackend:
         extra: float,
         at: Optional[tuple[str, int]],
         asking: bool,
+        wait: Optional[Wait] = None,
     ) -> Any:
-        pool = await self._pool(key, at)
-        conn: Any = await pool.get_connection()
+        if wait is None:
+            return await self._call_on(await self._pool(key, at), key, args, extra, asking, None)
+        pool, gate = await self._pool(key, at, True)
+        front = False
+        while True:
+            if not await gate.enter(wait.until, front):
+                raise Stalled(f"no connection for {args[0]!r} before its deadline")
+            try:
+                return await self._call_on(pool, key, args, extra, asking, wait)
+            except Exception as e:
+                if not W.is_maxclients(e) or not gate.lower():
+                    raise
+                front = True  # served as the waits holding connections end, first in line
+            finally:
+                gate.leave()
+
+    async def _call_on(
+        self,
+        pool: Any,
+        key: bytes,
+        args: list[P.Arg],
+        extra: float,
+        asking: bool,
+        wait: Optional[Wait],
+    ) -> Any:
+        W.prefer_connected(pool)
+        conn: Any = await _connection(pool, self.rt, args[0])
+        read: Optional[asyncio.Future[Any]] = None
         try:
             if asking:
                 await conn.send_command("ASKING")
@@ -133,16 +187,33 @@ class AsyncBackend:
                 except asyncio.TimeoutError:
                     raise Stalled(f"no reply to 'ASKING' within {self.rt:.3f} s") from None
             await conn.send_command(*args)
-            try:
-                return await asyncio.wait_for(conn.read_response(), extra + self.rt)
-            except asyncio.TimeoutError:
-                raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s") from None
+            if wait is None or wait.probe is None:
+                try:
+                    return await asyncio.wait_for(conn.read_response(), extra + self.rt)
+                except asyncio.TimeoutError:
+                    msg = f"no reply to {args[0]!r} within {extra + self.rt:.3f} s"
+                    raise Stalled(msg) from None
+            end = time.monotonic() + extra + self.rt
+            read = asyncio.ensure_future(conn.read_response())
+            while True:
+                step = min(W.probe_every(self.rt), end - time.monotonic())
+                done, _ = await asyncio.wait({read}, timeout=max(0.0, step))
+                if done:
+                    return read.result()
+                if time.monotonic() >= end:
+                    raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
+                found, reply = await self._probe(key, wait.probe, read)
+                if read.done():
+                    return read.result()
+                if found:
+                    raise _Silent(reply)
+        except _Silent as e:
+            wait.probed = True  # type: ignore[union-attr]
+            await _drop(conn)  # silent: its reply (if it ever comes) is dropped
+            return e.reply
         except BaseException as e:
             if must_drop(e):
-                try:
-                    await conn.disconnect(nowait=True)
-                except BaseException:
-                    pass
+                await _drop(conn)
             if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
                 try:
                     await self.client.nodes_manager.initialize()
@@ -150,7 +221,24 @@ class AsyncBackend:
                     log.debug("redis_rlock: cluster refresh failed: %s", err)
             raise
         finally:
+            if read is not None and not read.done():
+                read.cancel()
             await pool.release(conn)
+
+    async def _probe(
+        self, key: bytes, probe: list[P.Arg], read: asyncio.Future[Any]
+    ) -> tuple[bool, Any]:
+        """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
+        silent and the server answered its acquire (again, same request id) itself."""
+        try:
+            reply = await self.call(key, probe)
+        except Exception:  # "already waiting": the server still queues it; else: no answer
+            return False, None
+        await asyncio.wait({read}, timeout=self.rt)
+        if read.done():
+            return False, None
+        log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
+        return True, reply
 
     async def call_until(
         self, key: bytes, args: list[P.Arg], until: Optional[float]
@@ -192,6 +280,14 @@ class AsyncBackend:
             log.warning("redis_rlock: gave up on %r for %r: %s", args[0], key, e)
             return None
 
+    async def _answered(self, spec: P.Spec, probe: list[P.Arg]) -> bool:
+        """As the sync engine's: the server answered a session's wait elsewhere."""
+        try:
+            await self.call(spec.key, probe)
+        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
+            return False
+        return True
+
     async def cancel(self, spec: P.Spec, rid: bytes) -> None:
         """``RLOCK.CANCEL key rid`` in a shielded task, awaited a bounded time."""
         horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
@@ -232,15 +328,29 @@ class AsyncBackend:
                 need_cancel = True
                 attempts += 1
                 extra = (wait_ms or 0) / 1000.0 if end is not None else 1e9
+                waiting = None
                 try:
-                    if session is not None:
+                    if session is not None and wait_ms is not None:
+                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
+                        check = functools.partial(self._answered, spec, probe)
+                        reply = await session.call(spec.acquire(rid, wait_ms), extra, check)
+                    elif session is not None:
                         reply = await session.call(spec.acquire(rid, wait_ms), extra)
-                    else:
+                    elif wait_ms is None:
                         reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
+                    else:
+                        waiting = Wait(end, spec.acquire(rid, None))
+                        reply = await self.call(
+                            spec.key, spec.acquire(rid, wait_ms), extra, waiting
+                        )
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
                         need_cancel = False
                         return None
+                    if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
+                        # a failover ended the wait (UNBLOCKED at a demotion): asked again with
+                        # the same id, where the key is served now, within the deadline
+                        e = Stalled(str(e))
                     if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
                         # this master grants nothing until its replicas are in sync (a promoted
                         # master waiting for one, a master that lost them): asked again, backing
@@ -268,6 +378,15 @@ class AsyncBackend:
                     backoff = min(backoff * 2, 1.0)
                     continue
                 ok, token, ids, again = spec.granted(reply)
+                if (
+                    not ok
+                    and waiting is not None
+                    and waiting.probed
+                    and (end is None or time.monotonic() < end)
+                ):
+                    # as the sync engine: a silent wait the server no longer queues, asked anew
+                    rid = P.new_id()
+                    continue
                 if not ok:
                     need_cancel = False
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
@@ -362,6 +481,71 @@ class AsyncBackend:
             hold.mark_lost()
             hold.done = True
             raise hold.lost_error()
+
+
+class Wait:
+    """As the sync engine's ``Wait``: a call's deadline and its check (see ``_waits``)."""
+
+    def __init__(self, until: Optional[float], probe: Optional[list[P.Arg]]) -> None:
+        self.until, self.probe = until, probe
+        self.probed = False
+
+
+class _Silent(Exception):
+    def __init__(self, reply: Any) -> None:
+        super().__init__("silent connection")
+        self.reply = reply
+
+
+async def _connection(pool: Any, timeout: float, what: P.Arg) -> Any:
+    """A connection of ``pool`` within ``timeout`` (a new connection's handshake has no socket
+    timeout under asyncio), else :class:`Stalled`. Not ``asyncio.wait_for``: before Python
+    3.12 it can swallow a cancellation that lands as the connection is ready. A connection
+    that comes after its caller was cancelled goes back to the pool."""
+    before = {id(c) for c in list(getattr(pool, "_available_connections", [])) if _open(c)}
+    get = asyncio.ensure_future(pool.get_connection())
+    try:
+        done, _ = await asyncio.wait({get}, timeout=timeout)
+    except BaseException:
+        get.add_done_callback(lambda f: _give_back(pool, f, before))
+        raise
+    if not done:
+        get.add_done_callback(lambda f: _give_back(pool, f, before))
+        get.cancel()
+        raise Stalled(f"no connection for {what!r} within {timeout:.3f} s")
+    return get.result()
+
+
+_GIVING_BACK: set[asyncio.Task[Any]] = set()
+
+
+def _open(conn: Any) -> bool:
+    return bool(getattr(conn, "is_connected", False))
+
+
+def _give_back(pool: Any, fut: asyncio.Future[Any], before: set[int]) -> None:
+    """A connection that came after its caller left goes back to the pool; one cancelled in
+    its handshake (redis-py keeps its socket, the handshake's replies unread, and puts it
+    back in the pool) is disconnected: its next user would read those replies."""
+    if not fut.cancelled() and fut.exception() is None:
+        work: Any = pool.release(fut.result())
+    else:
+        stale = [
+            c
+            for c in list(getattr(pool, "_available_connections", []))
+            if id(c) not in before and _open(c)
+        ]
+        work = asyncio.gather(*(c.disconnect(nowait=True) for c in stale), return_exceptions=True)
+    task = asyncio.ensure_future(work)
+    _GIVING_BACK.add(task)
+    task.add_done_callback(_GIVING_BACK.discard)
+
+
+async def _drop(conn: Any) -> None:
+    try:
+        await conn.disconnect(nowait=True)
+    except BaseException:
+        pass
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

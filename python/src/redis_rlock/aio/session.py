@@ -11,14 +11,16 @@ session's next command, so the session stays usable.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
+from .. import _waits as W
 from .._conn import log
 from .._fork import ForkGuard
 from .._handles import SessionHandles
@@ -185,15 +187,25 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         return f"<redis_rlock.aio.Session id={self.client_id} {state}>"
 
     # -- the engine's side -------------------------------------------------------------------
-    async def call(self, args: list[P.Arg], extra: float) -> Any:
+    async def call(
+        self,
+        args: list[P.Arg],
+        extra: float,
+        silent: Optional[Callable[[], Awaitable[bool]]] = None,
+    ) -> Any:
         """One command on the session's connection (see the sync ``Session.call``)."""
         if self._forked():
             raise SessionClosed("the session belongs to the process that forked this one")
         async with self._mutex:
             await self._open()
-            return await self._raw(args, extra)
+            return await self._raw(args, extra, silent)
 
-    async def _raw(self, args: list[P.Arg], extra: float) -> Any:
+    async def _raw(
+        self,
+        args: list[P.Arg],
+        extra: float,
+        silent: Optional[Callable[[], Awaitable[bool]]] = None,
+    ) -> Any:
         if self._is_closed or self._conn is None:
             raise SessionClosed("the session is closed")
         conn = self._conn
@@ -207,12 +219,22 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             await conn.send_command(*args)
             reader = asyncio.ensure_future(conn.read_response())
             self._reader = reader
-            try:
-                reply = await asyncio.wait_for(asyncio.shield(reader), extra + self._rt)
-            except asyncio.TimeoutError:
-                raise SessionClosed(
-                    f"no reply to {args[0]!r} in time: the session closed"
-                ) from None
+            end = time.monotonic() + extra + self._rt
+            while True:
+                step = end - time.monotonic()
+                if silent is not None:
+                    step = min(step, W.probe_every(self._rt))
+                done, _ = await asyncio.wait({reader}, timeout=max(0.0, step))
+                if done:
+                    reply = reader.result()
+                    break
+                if time.monotonic() >= end:
+                    raise SessionClosed(f"no reply to {args[0]!r} in time: the session closed")
+                if silent is not None and await silent():
+                    await asyncio.wait({reader}, timeout=self._rt)
+                    if not reader.done():
+                        await self._kill_server_side()
+                        raise SessionClosed("the session's connection went silent in a wait")
             self._reader = None
             return reply
         except ResponseError:
@@ -227,6 +249,15 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             if isinstance(e, SessionClosed):
                 raise
             raise SessionClosed(f"the session's connection failed: {e}") from e
+
+    async def _kill_server_side(self) -> None:
+        """As the sync session's: ends the server's side of a silent connection."""
+        if self.client_id is None:
+            return
+        try:
+            await self._be.call(b"", ["CLIENT", "KILL", "ID", self.client_id])
+        except Exception as e:
+            log.info("redis_rlock: a silent session's connection stays on the server: %s", e)
 
     async def _drain(self) -> None:
         """Waits for the reply of a cancelled command (bounded)."""

@@ -1,0 +1,85 @@
+"""A TCP proxy for the tests: forwards a loopback port to a server until ``cut()``, after which
+every connection open then (and any opened before ``heal()``) is a black hole: bytes are read
+and dropped both ways, nothing is closed or reset (a host gone, a cut link). ``heal()`` lets new
+connections through again; the cut ones stay dead, as after a link whose state was lost."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+
+
+class Proxy:
+    def __init__(self, target_port: int) -> None:
+        self._target = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listener, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._cut = False
+        self._socks: list[socket.socket] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="test-proxy", daemon=True)
+        self._thread.start()
+
+    def cut(self) -> None:
+        """Stops forwarding silently, on every connection open now and new ones."""
+        with self._lock:
+            self._cut = True
+            for s in self._socks:
+                try:
+                    self._sel.get_key(s).data[1] = True  # this pair is dead for good
+                except KeyError:
+                    pass
+
+    def heal(self) -> None:
+        """New connections are forwarded again (the cut ones stay dead)."""
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(5)
+        for s in [self._listener, *self._socks]:
+            s.close()
+
+    def _run(self) -> None:
+        while not self._stop:
+            for key, _ in self._sel.select(0.05):
+                if key.data is None:
+                    self._accept()
+                    continue
+                sock: socket.socket = key.fileobj  # type: ignore[assignment]
+                peer, dead = key.data
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    with self._lock:
+                        if dead:  # nothing is passed on, not even a close
+                            self._sel.unregister(sock)
+                            continue
+                        for s in (sock, peer):  # a real close is passed on while forwarding
+                            if s in self._socks:
+                                self._sel.unregister(s)
+                                self._socks.remove(s)
+                                s.close()
+                    continue
+                if not dead:
+                    try:
+                        peer.sendall(data)
+                    except OSError:
+                        pass
+
+    def _accept(self) -> None:
+        client, _ = self._listener.accept()
+        server = socket.create_connection(("127.0.0.1", self._target))
+        with self._lock:
+            # one shared flag per pair: [peer, dead]
+            a, b = [server, self._cut], [client, self._cut]
+            self._sel.register(client, selectors.EVENT_READ, a)
+            self._sel.register(server, selectors.EVENT_READ, b)
+            self._socks += [client, server]
