@@ -90,6 +90,8 @@ class SyncBackend:
         self.uuid = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._pools = {}
+        self.watchdog.finalizer.detach()
+        self.releaser.finalizer.detach()
         self.watchdog = Watchdog(self)
         self.releaser = Releaser(self)
 
@@ -223,7 +225,8 @@ class SyncBackend:
         retry_end = (
             t0 + self.rt if wait == 0.0 else end
         )  # one try: transient errors retried briefly
-        need_cancel = handed = False
+        need_cancel = False
+        hold: Optional[Hold] = None
         backoff, attempts = 0.02, 0
         try:
             while True:
@@ -270,6 +273,8 @@ class SyncBackend:
                     if retry_end is not None and now >= retry_end:
                         if wait == 0.0:
                             raise
+                        self.cancel(spec, rid)  # an attempt may have queued, or been granted
+                        need_cancel = False
                         return None
                     step = backoff if retry_end is None else min(backoff, retry_end - now)
                     time.sleep(max(step, 0.0))
@@ -286,12 +291,17 @@ class SyncBackend:
                 if session is not None:
                     session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
                 store(hold)
-                handed = True
                 self.watchdog.schedule(hold)
                 return hold
-        finally:
-            if need_cancel and not handed:
+        except BaseException:
+            # Whatever ends the call with an exception, wherever it lands (an error, a
+            # KeyboardInterrupt between any two lines, after the grant was stored too): the
+            # caller is told nothing was taken, so the grant, if any, is cancelled exactly.
+            if need_cancel:
+                if hold is not None:
+                    hold.done = True  # a stored guard of a cancelled grant says "not held"
                 self.cancel(spec, rid)
+            raise
 
     def cancel(self, spec: P.Spec, rid: bytes) -> None:
         """``RLOCK.CANCEL key rid``, retried in the background until answered or the grant's
@@ -334,48 +344,69 @@ class SyncBackend:
         return True
 
     def release(self, hold: Hold) -> None:
-        """Gives ``hold`` back (its last count): a release with a request id, retried after
-        connection errors (so it is never done twice), bounded by the hold's deadline."""
+        """Gives ``hold`` back (its last count): a release with a request id fixed for the hold
+        (:meth:`Hold.release_args`), retried after connection errors (so it is never done
+        twice), bounded by the hold's deadline.
+
+        Safe against an exception landing anywhere in it (a KeyboardInterrupt between any two
+        lines): before ``hold.done`` is set nothing changed (the caller still holds it); from
+        then on, unless the server answered (or refused) the release, it goes on in the
+        background: the release is idempotent, so sending it twice does no harm."""
         check_owner(hold)
-        was_lost = hold.is_lost()
-        hold.done = True
-        if was_lost:
-            raise hold.lost_error()
-        spec = hold.spec
-        if spec.kind == P.COUNTED and time.monotonic() < hold.sent_at + P.REQUEST_RECORD_S - 5:
-            args = P.cancel_args(spec.key, hold.rid)  # exact and idempotent while the record lives
-        else:
-            args = spec.release(P.new_id(), hold.ids)
-        if spec.kind == P.COUNTED and args[0] == "RSEM.RELEASE":
-            self.call(spec.key, args)  # counted permits carry no owner: never sent twice
-            return
-        until = min(hold.deadline, time.monotonic() + 3 * self.rt)
-        try:
-            reply, attempts = self.call_until(spec.key, args, until)
-        except ResponseError as e:
-            hold.done = False  # an error reply changed nothing: the caller still holds it
-            self.watchdog.schedule(hold)
-            raise translate(e, spec.key.decode(errors="replace")) from None
-        except Exception as e:
-            if not is_transient(e):
-                raise
-            log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-            self.releaser.submit(spec.key, args, max(0.0, hold.deadline - time.monotonic()))
-            return
-        except BaseException:
-            # KeyboardInterrupt / SystemExit mid-release: the release is idempotent (its own
-            # request id, or the CANCEL of the grant's), so it goes on in the background
-            self.releaser.submit(spec.key, args, max(0.0, hold.deadline - time.monotonic()))
-            raise
-        if spec.kind == P.COUNTED:
-            if reply == 0 and attempts == 1:  # record gone (evicted): give back by count
-                self.call(spec.key, spec.release(b"", None))
-            return
-        if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
-            hold.done = False
-            hold.mark_lost()
+        if hold.is_lost():
             hold.done = True
             raise hold.lost_error()
+        spec = hold.spec
+        args = hold.release_args()
+        settled = False
+        try:
+            hold.done = True
+            until = min(hold.deadline, time.monotonic() + 3 * self.rt)
+            try:
+                reply, attempts = self.call_until(spec.key, args, until)
+            except ResponseError as e:
+                settled = True
+                hold.done = False  # an error reply changed nothing: the caller still holds it
+                self.watchdog.schedule(hold)
+                raise translate(e, spec.key.decode(errors="replace")) from None
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
+                self.release_later(hold, args)
+                settled = True
+                return
+            settled = True
+            if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
+                hold.done = False
+                hold.mark_lost()
+                hold.done = True
+                raise hold.lost_error()
+        except BaseException:
+            if not settled and hold.done:
+                # KeyboardInterrupt / SystemExit / an unexpected error mid-release: the
+                # release was decided; it goes on in the background
+                self.release_later(hold, args)
+            raise
+
+    def release_later(self, hold: Hold, args: Optional[list[P.Arg]] = None) -> None:
+        """Sends ``hold``'s (idempotent) release in the background, until answered or its
+        lease would have ended (counted permits: while the server remembers the release)."""
+        if args is None:
+            args = hold.release_args()
+        horizon = hold.deadline - time.monotonic()
+        if hold.spec.kind == P.COUNTED:
+            horizon = P.REQUEST_RECORD_S - 10
+        self.releaser.submit(hold.spec.key, args, max(0.0, min(horizon, P.REQUEST_RECORD_S)))
+
+    def abandon(self, hold: Hold) -> None:
+        """Undoes a grant its caller will never know of (an exception landed after it was
+        recorded): ``RLOCK.CANCEL`` of its request, exact and idempotent, in the background
+        (queued first), then the hold is marked done."""
+        spec = hold.spec
+        horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S - 10
+        self.releaser.submit(spec.key, P.cancel_args(spec.key, hold.rid), horizon + self.rt)
+        hold.done = True
 
 
 def flush_all(timeout: float = 5.0) -> bool:

@@ -333,13 +333,7 @@ class AsyncBackend:
 
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
-        if spec.kind == P.COUNTED and time.monotonic() < hold.sent_at + P.REQUEST_RECORD_S - 5:
-            args = P.cancel_args(spec.key, hold.rid)
-        else:
-            args = spec.release(P.new_id(), hold.ids)
-        if spec.kind == P.COUNTED and args[0] == "RSEM.RELEASE":
-            await self.call(spec.key, args)
-            return
+        args = hold.release_args()  # idempotent: the same request id every time
         until = min(hold.deadline, time.monotonic() + 3 * self.rt)
         try:
             reply, attempts = await self.call_until(spec.key, args, until)
@@ -351,11 +345,10 @@ class AsyncBackend:
             if not is_transient(e):
                 raise
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-            self.background(self._cleanup(spec.key, args, hold.deadline - time.monotonic()))
-            return
-        if spec.kind == P.COUNTED:
-            if reply == 0 and attempts == 1:
-                await self.call(spec.key, spec.release(b"", None))
+            horizon = hold.deadline - time.monotonic()
+            if spec.kind == P.COUNTED:
+                horizon = P.REQUEST_RECORD_S - 10  # while the server remembers the release
+            self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
             return
         if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
             hold.done = False

@@ -1,0 +1,261 @@
+"""A net for asynchronous exceptions: a KeyboardInterrupt raised at every line, in turn, that
+the package's code runs for a ``with`` block (entry, re-entry, exit) of a lock, both sides of
+a read-write lock, counted and leased semaphores, and a guard's own release. After each
+interrupted run, what the caller may believe is checked against the server: a guard that
+says held is held; nothing else stays held (bounded poll); permits are conserved.
+
+The interrupt is injected with ``sys.settrace`` on the test's thread only (deterministic:
+one run per line event, until a run ends before the k-th event), so the watchdog's and the
+releaser's threads are never interrupted."""
+
+from __future__ import annotations
+
+import dis
+import os
+import sys
+import threading
+from types import FrameType
+from typing import Any, Callable, Optional
+
+import redis
+from _servers import Server, poll
+
+import redis_rlock as rl
+from redis_rlock import Hold
+
+PKG = os.path.dirname(rl.__file__) + os.sep
+PERMITS = 3
+
+
+_WITH_EXITS: dict[Any, frozenset[int]] = {}
+
+
+def _with_exits(code: Any) -> frozenset[int]:
+    """Offsets where no real signal lands, though a line event fires there: where a ``with``
+    block's normal exit begins (three ``LOAD_CONST None`` and the call of ``__exit__``, on the
+    ``with`` line: ``__exit__`` has not run yet) and the ``NOP`` of a ``try:`` line (outside
+    the enclosing ``try``'s range in CPython 3.11). The interpreter looks for signals only at
+    calls and jumps; the next line event stands for the same moment."""
+    got = _WITH_EXITS.get(code)
+    if got is None:
+        ins = list(dis.get_instructions(code))
+        exits = [
+            i
+            for i in range(len(ins) - 3)
+            if all(x.opname == "LOAD_CONST" and x.argval is None for x in ins[i : i + 3])
+            and ins[i + 3].opname in ("PRECALL", "CALL")
+        ]
+        # a ``return`` inside the block: the exit begins with a SWAP (its line: the ``with``)
+        got = frozenset(
+            [ins[i].offset for i in exits]
+            + [ins[i - 1].offset for i in exits if i and ins[i - 1].opname == "SWAP"]
+            + [x.offset for x in ins if x.opname == "NOP"]
+        )
+        _WITH_EXITS[code] = got
+    return got
+
+
+def run_interrupted_at(k: int, body: Callable[[], None]) -> Optional[str]:
+    """Runs ``body``, raising KeyboardInterrupt at the ``k``-th line event of the package's
+    code on this thread (once). Returns where it fired (None: the body ended first)."""
+    seen = [0]
+    fired: list[str] = []
+
+    def local(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if event == "line" and not fired and frame.f_lasti not in _with_exits(frame.f_code):
+            seen[0] += 1
+            if seen[0] == k:
+                code = frame.f_code
+                fired.append(
+                    f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}"
+                )
+                raise KeyboardInterrupt
+        return local
+
+    def global_(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if fired or not frame.f_code.co_filename.startswith(PKG):
+            return None
+        return local
+
+    sys.settrace(global_)
+    try:
+        body()
+    except KeyboardInterrupt:
+        assert fired, "a KeyboardInterrupt the test did not raise"
+    finally:
+        sys.settrace(None)
+    return fired[0] if fired else None
+
+
+def sweep(scenario: Callable[[], Callable[[], None]], check: Callable[[], None]) -> int:
+    """Runs ``scenario()``'s body interrupted at line 1, 2, ... until a run completes without
+    an interrupt; ``check()`` after each run. Returns how many runs were interrupted."""
+    k = 0
+    assert threading.current_thread() is threading.main_thread()
+    while True:
+        k += 1
+        fired = run_interrupted_at(k, scenario())
+        try:
+            check()
+        except AssertionError as e:
+            raise AssertionError(f"interrupted at line event {k}, {fired}: {e}") from None
+        if not fired:
+            assert k > 20, f"only {k - 1} lines traced: the net caught nothing"
+            return k - 1
+
+
+def _free(r: redis.Redis, key: str) -> Callable[[], bool]:
+    return lambda: r.execute_command("RLOCK.PTTL", key) == -2
+
+
+def test_lock_with_blocks_interrupted_anywhere_leave_nothing_held(r: redis.Redis) -> None:
+    cur: list[rl.Lock] = []
+
+    def scenario() -> Callable[[], None]:
+        lk = rl.Lock(r, "ki:lock", response_timeout=0.5)
+        cur[:] = [lk]
+
+        def body() -> None:
+            with lk, lk:  # a re-entry, and its exit
+                pass
+
+        return body
+
+    def check() -> None:
+        lk = cur[0]
+        if lk.owned():  # the caller believes it holds it: the server must agree
+            assert r.execute_command("RLOCK.PTTL", "ki:lock") > 0
+            while lk.owned():
+                lk.release()
+        poll("the lock free after an interrupted run", 3.0, _free(r, "ki:lock"))
+
+    assert sweep(scenario, check) > 0
+
+
+def test_read_write_with_blocks_interrupted_anywhere_leave_nothing_held(
+    r: redis.Redis,
+) -> None:
+    cur: list[rl.RWLock] = []
+
+    def scenario() -> Callable[[], None]:
+        rw = rl.RWLock(r, "ki:rw", response_timeout=0.5)
+        cur[:] = [rw]
+
+        def body() -> None:
+            with rw.write, rw.read:  # write then read: one owner's re-entry
+                pass
+            with rw.read:
+                pass
+
+        return body
+
+    def check() -> None:
+        rw = cur[0]
+        for side in (rw.read, rw.write):
+            if side.owned():
+                assert r.execute_command("RLOCK.PTTL", "ki:rw") > 0
+        for side in (rw.read, rw.write):
+            while side.owned():
+                side.release()
+        poll("the read-write lock free after an interrupted run", 3.0, _free(r, "ki:rw"))
+
+    assert sweep(scenario, check) > 0
+
+
+def _semaphore_net(
+    r: redis.Redis, key: str, make: Callable[[], Any], take: Callable[[Any], Hold]
+) -> None:
+    guards: list[Hold] = []
+
+    def scenario() -> Callable[[], None]:
+        sem = make()
+        guards.clear()
+
+        def body() -> None:
+            with sem as g:  # ``with`` entry and exit
+                guards.append(g)
+            g2 = take(sem)  # a guard of two permits, released through itself
+            guards.append(g2)
+            g2.release()
+
+        return body
+
+    def available() -> int:
+        return int(r.execute_command("RSEM.AVAILABLE", key))
+
+    def check() -> None:
+        believed = [g for g in guards if not g.done and not g.is_lost()]
+        held = sum(g.permits for g in believed)
+        # the guards the caller still has are held; every other permit comes back
+        poll(
+            f"{PERMITS - held} permits available ({held} believed held)",
+            3.0,
+            lambda: available() == PERMITS - held,
+        )
+        for g in believed:
+            g.release()
+        poll("every permit back", 3.0, lambda: available() == PERMITS)
+
+    r.execute_command("RSEM.SETPERMITS", key, PERMITS)
+    assert sweep(scenario, check) > 0
+
+
+def test_counted_semaphore_interrupted_anywhere_conserves_permits(r: redis.Redis) -> None:
+    _semaphore_net(
+        r,
+        "ki:sem",
+        lambda: rl.Semaphore(r, "ki:sem", response_timeout=0.5),
+        lambda sem: sem.permits(2),
+    )
+
+
+def test_leased_semaphore_interrupted_anywhere_conserves_permits(r: redis.Redis) -> None:
+    _semaphore_net(
+        r,
+        "ki:leased",
+        lambda: rl.LeasedSemaphore(r, "ki:leased", response_timeout=0.5),
+        lambda sem: sem.acquire(2),
+    )
+
+
+def test_a_real_signal_at_random_moments_loses_no_permit(server: Server) -> None:
+    """SIGALRM at random moments while the main thread takes and gives back permits: the
+    handler raises KeyboardInterrupt wherever the thread is; afterwards every permit the
+    thread does not believe it holds comes back."""
+    import random
+    import signal
+    import time
+
+    r = server.client()
+    r.execute_command("RSEM.SETPERMITS", "ki:alarm", PERMITS)
+    sem = rl.Semaphore(r, "ki:alarm", response_timeout=0.5)
+    rng = random.Random()
+    guards: list[Hold] = []
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    interrupts = 0
+    try:
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0001, 0.003))
+            try:
+                while True:
+                    with sem as g:
+                        guards.append(g)
+            except KeyboardInterrupt:
+                interrupts += 1
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert interrupts > 10
+    believed = [g for g in guards if not g.done]
+    held = sum(g.permits for g in believed)
+    poll(
+        f"{PERMITS - held} permits available after {interrupts} interrupts",
+        5.0,
+        lambda: int(r.execute_command("RSEM.AVAILABLE", "ki:alarm")) == PERMITS - held,
+    )
