@@ -37,6 +37,7 @@ def backend_for(client: Any, response_timeout: float) -> SyncBackend:
     """The engine of a redis-py client (one per client and response timeout, cached)."""
     if not isinstance(client, (redis.Redis, RedisCluster)):
         raise TypeError("client must be a redis.Redis or redis.cluster.RedisCluster")
+    response_timeout = P.check_period(response_timeout, "response_timeout")
     key = (id(client), response_timeout)
     with _REGISTRY_LOCK:
         be = _BACKENDS.get(key)
@@ -45,8 +46,26 @@ def backend_for(client: Any, response_timeout: float) -> SyncBackend:
             _BACKENDS[key] = be
             _ALL.add(be)
             # the user's client keeps its engine alive
-            client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
+            if "_redis_rlock_backends" not in client.__dict__:
+                client.__dict__["_redis_rlock_backends"] = []
+                _close_with(client)
+            client.__dict__["_redis_rlock_backends"].append(be)
         return be
+
+
+def _close_with(client: Any) -> None:
+    """Makes the client's ``close()`` (and so ``with client``) close the package's own pools
+    of that client too (their connections are the client's, opened for it)."""
+    real = client.close
+
+    def close(*args: Any, **kwargs: Any) -> None:
+        try:
+            real(*args, **kwargs)
+        finally:
+            for be in list(client.__dict__.get("_redis_rlock_backends", ())):
+                be.close()
+
+    client.close = close
 
 
 class _Addressed:
@@ -84,6 +103,17 @@ class SyncBackend:
     def new_owner(self) -> bytes:
         """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
         return f"{self.uuid}:{next(self._n)}".encode()
+
+    def close(self) -> None:
+        """Disconnects the package's pools of this client (done by the client's ``close()``);
+        a later call opens new connections."""
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            try:
+                pool.disconnect()
+            except Exception as e:
+                log.debug("redis_rlock: closing a pool: %s", e)
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's threads and jobs (their holds are not ours)."""

@@ -34,13 +34,32 @@ def backend_for(client: Any, response_timeout: float) -> AsyncBackend:
     """The engine of a redis.asyncio client (one per client and response timeout)."""
     if not isinstance(client, (aredis.Redis, RedisCluster)):
         raise TypeError("client must be a redis.asyncio.Redis or redis.asyncio.RedisCluster")
+    response_timeout = P.check_period(response_timeout, "response_timeout")
     key = (id(client), response_timeout)
     be = _BACKENDS.get(key)
     if be is None or be.client is not client:
         be = AsyncBackend(client, response_timeout)
         _BACKENDS[key] = be
-        client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
+        if "_redis_rlock_backends" not in client.__dict__:
+            client.__dict__["_redis_rlock_backends"] = []
+            _close_with(client)
+        client.__dict__["_redis_rlock_backends"].append(be)
     return be
+
+
+def _close_with(client: Any) -> None:
+    """Makes the client's ``aclose()`` (and so ``async with client``) close the package's own
+    pools of that client too: their connections are the client's, opened for it."""
+    real = client.aclose
+
+    async def aclose(*args: Any, **kwargs: Any) -> None:
+        try:
+            await real(*args, **kwargs)
+        finally:
+            for be in list(client.__dict__.get("_redis_rlock_backends", ())):
+                await be.aclose()
+
+    client.aclose = aclose
 
 
 class AsyncSessionLink(Protocol):
@@ -65,6 +84,16 @@ class AsyncBackend:
         self._pools: dict[str, Any] = {}
         self._bg: set[asyncio.Task[Any]] = set()
         self._fork = ForkGuard()
+
+    async def aclose(self) -> None:
+        """Closes the package's pools of this client (done by the client's ``aclose()``): their
+        connections are closed; a later call opens new ones."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            try:
+                await pool.aclose()
+            except Exception as e:
+                log.debug("redis_rlock: closing a pool: %s", e)
 
     def new_owner(self) -> bytes:
         """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
