@@ -259,3 +259,108 @@ def test_a_real_signal_at_random_moments_loses_no_permit(server: Server) -> None
         5.0,
         lambda: int(r.execute_command("RSEM.AVAILABLE", "ki:alarm")) == PERMITS - held,
     )
+
+
+# -- asyncio: a cancellation at every await ------------------------------------------------
+
+
+async def cancelled_after(k: int, body: Callable[[], Any]) -> bool:
+    """Runs ``body()`` as a task and cancels it after ``k`` turns of the event loop (wherever
+    it waits then). Returns whether it was cancelled before the body ended (a cancellation
+    that lands as a reply arrives may be absorbed by ``asyncio.wait_for`` in Python 3.11: the
+    body then goes on, holding what it got, which the checks allow)."""
+    import asyncio
+
+    task = asyncio.ensure_future(body())
+    loop = asyncio.get_running_loop()
+    turns = [0]
+    asked: list[bool] = []
+
+    def tick() -> None:
+        turns[0] += 1
+        if task.done():
+            return
+        if turns[0] >= k:
+            asked.append(True)
+            task.cancel()
+        else:
+            loop.call_soon(tick)
+
+    loop.call_soon(tick)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return bool(asked)
+
+
+async def _async_sweep(body: Callable[[], Any], check: Callable[[], Any]) -> int:
+    k = 0
+    while True:
+        k += 1
+        cancelled = await cancelled_after(k, body)
+        try:
+            await check()
+        except AssertionError as e:
+            raise AssertionError(f"cancelled after {k} loop turns: {e}") from None
+        if not cancelled:
+            assert k > 5, f"only {k - 1} loop turns: the net caught nothing"
+            return k - 1
+
+
+async def test_async_with_blocks_cancelled_at_every_await_leave_nothing_held(
+    server: Server,
+) -> None:
+    import redis.asyncio as aredis
+    from _servers import apoll
+
+    import redis_rlock.aio as ra
+
+    ar = aredis.Redis(port=server.port)
+    await ar.execute_command("RSEM.SETPERMITS", "kc:sem", PERMITS)
+    await ar.execute_command("RSEM.SETPERMITS", "kc:leased", PERMITS)
+    objs: dict[str, Any] = {}
+    guards: list[Any] = []
+
+    async def body() -> None:
+        lk = objs["lock"] = ra.Lock(ar, "kc:lock", response_timeout=0.5)
+        rw = objs["rw"] = ra.RWLock(ar, "kc:rw", response_timeout=0.5)
+        sem = ra.Semaphore(ar, "kc:sem", response_timeout=0.5)
+        ls = ra.LeasedSemaphore(ar, "kc:leased", response_timeout=0.5)
+        async with lk, lk:
+            pass
+        async with rw.write, rw.read:
+            pass
+        async with sem as g:
+            guards.append(g)
+        async with ls as g2:
+            guards.append(g2)
+        g3 = await sem.permits(2)
+        guards.append(g3)
+        await g3.release()
+
+    async def free(key: str) -> bool:
+        return bool(await ar.execute_command("RLOCK.PTTL", key) == -2)
+
+    async def check() -> None:
+        # a cancelled task's holds went with it (its context): nothing is believed held
+        assert not [g for g in guards if not g.done and not g.is_lost()]
+        await apoll("the lock free", 3.0, lambda: free("kc:lock"))
+        await apoll("the read-write lock free", 3.0, lambda: free("kc:rw"))
+        for key in ("kc:sem", "kc:leased"):
+            await apoll(
+                f"every permit of {key} back",
+                3.0,
+                lambda: _available(ar, key),
+            )
+        guards.clear()
+
+    async def _available(c: Any, key: str) -> bool:
+        return bool(int(await c.execute_command("RSEM.AVAILABLE", key)) == PERMITS)
+
+    try:
+        n = await _async_sweep(body, check)
+        print(f"{n} cancelled runs")
+        assert n > 20
+    finally:
+        await ar.aclose()

@@ -115,8 +115,8 @@ class _SemBase:
 class Semaphore(_SemBase):
     """Counted permits. ``acquire``/``release`` are ``threading.Semaphore``-like (permits have
     no owner); ``permits(n)`` and ``with sem:`` give a guard whose release gives back exactly
-    what its acquire took (``RLOCK.CANCEL`` of its request while the server keeps the record,
-    60 s; after that ``RSEM.RELEASE key n``, sent once)."""
+    what its acquire took (``RSEM.RELEASE key n REQUEST <its acquire's id>``: idempotent, so
+    a retry or a background resend never gives back twice)."""
 
     def acquire(self, permits: int = 1, blocking: bool = True, timeout: float = -1) -> bool:
         """Takes ``permits``, waiting in the server (FIFO, no barging) up to ``timeout``."""
