@@ -351,7 +351,7 @@ async def test_async_with_blocks_cancelled_at_every_await_leave_nothing_held(
             await apoll(
                 f"every permit of {key} back",
                 3.0,
-                lambda: _available(ar, key),
+                lambda key=key: _available(ar, key),  # type: ignore[misc]
             )
         guards.clear()
 
