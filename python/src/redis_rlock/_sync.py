@@ -21,10 +21,10 @@ from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
-from ._fork import check_owner
+from ._fork import check_owner, inherited
 from ._hold import Hold, LostCallback
 from ._sync_threads import Releaser, Watchdog
-from .errors import translate
+from .errors import RLockError, translate
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], SyncBackend] = (
     weakref.WeakValueDictionary()
@@ -66,6 +66,27 @@ def _close_with(client: Any) -> None:
                 be.close()
 
     client.close = close
+
+
+def _whole_handshake(inner: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
+    """A connection's handshake (``HELLO``, ``AUTH``, ``SELECT``, ``CLIENT SETINFO`` ...: redis-py's
+    own, or the client's ``redis_connect_func``) that leaves the connection closed when anything
+    interrupts it. redis-py closes it only after a ``RedisError``: a KeyboardInterrupt between a
+    handshake command and its reply left a connected socket with replies still to come, which
+    the pool handed out again, so the next command read a stale reply (an acquire's grant read
+    as a refusal: a counted permit lost for good)."""
+
+    def handshake(conn: Any) -> None:
+        try:
+            if inner is None:
+                conn.on_connect()
+            else:
+                inner(conn)
+        except BaseException:
+            conn.disconnect()
+            raise
+
+    return handshake
 
 
 class _Addressed:
@@ -144,6 +165,7 @@ class SyncBackend:
             pool = self._pools.get(name)
             if pool is None:
                 kw = clone_kwargs(src.connection_kwargs, self.rt)
+                kw["redis_connect_func"] = _whole_handshake(kw.get("redis_connect_func"))
                 if isinstance(src, SentinelConnectionPool):
                     kw.pop("connection_class", None)
                     sentinel_pool: Any = SentinelConnectionPool
@@ -379,17 +401,18 @@ class SyncBackend:
         twice), bounded by the hold's deadline.
 
         Safe against an exception landing anywhere in it (a KeyboardInterrupt between any two
-        lines): before ``hold.done`` is set nothing changed (the caller still holds it); from
-        then on, unless the server answered (or refused) the release, it goes on in the
-        background: the release is idempotent, so sending it twice does no harm."""
-        check_owner(hold)
-        if hold.is_lost():
-            hold.done = True
-            raise hold.lost_error()
-        spec = hold.spec
-        args = hold.release_args()
+        lines): unless the server answered (or refused) the release, or the hold was found
+        lost, it goes on in the background: the release is idempotent, so sending it twice
+        does no harm."""
         settled = False
         try:
+            check_owner(hold)
+            if hold.is_lost():
+                settled = True
+                hold.done = True
+                raise hold.lost_error()
+            spec = hold.spec
+            args = hold.release_args()
             hold.done = True
             until = min(hold.deadline, time.monotonic() + 3 * self.rt)
             try:
@@ -412,11 +435,13 @@ class SyncBackend:
                 hold.mark_lost()
                 hold.done = True
                 raise hold.lost_error()
-        except BaseException:
-            if not settled and hold.done:
+        except BaseException as e:
+            if not settled and not isinstance(e, RLockError) and not inherited(hold):
                 # KeyboardInterrupt / SystemExit / an unexpected error mid-release: the
-                # release was decided; it goes on in the background
-                self.release_later(hold, args)
+                # release was decided (by the call); it goes on in the background (queued
+                # first, then the hold marked done)
+                self.release_later(hold)
+                hold.done = True
             raise
 
     def release_later(self, hold: Hold, args: Optional[list[P.Arg]] = None) -> None:

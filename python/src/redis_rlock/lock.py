@@ -18,7 +18,7 @@ from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold, LossSignal, LostCallback
 from ._sync import SyncBackend, backend_for
-from .errors import LockTimeout, NotHeld, SessionClosed, UpgradeRefused
+from .errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
 
 _DEFAULT: Any = object()
 
@@ -195,6 +195,15 @@ class _Base:
         except NotHeld:
             if exc is None:
                 raise
+        except BaseException as err:
+            if not isinstance(err, RLockError):
+                # an interrupt before the release began: the last count's release goes on
+                # in the background (a re-entry's count is left to the outer block)
+                hold = self._current()
+                if hold is not None and hold.count == 1:
+                    self._be.release_later(hold)
+                    hold.done = True
+            raise
 
 
 class Lock(_Base):

@@ -12,7 +12,7 @@ from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold, LostCallback
 from ._sync import SyncBackend, backend_for
-from .errors import LockTimeout, NotHeld, translate
+from .errors import LockTimeout, NotHeld, RLockError, translate
 
 
 class _SemBase:
@@ -109,7 +109,18 @@ class _SemBase:
         e: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        self._exit(e)
+        try:
+            self._exit(e)
+        except BaseException as err:
+            if not isinstance(err, RLockError):
+                # an interrupt before the release began: it goes on in the background
+                st = self._stack()
+                if st and not st[-1].done:
+                    self._be.release_later(st[-1])
+                    st[-1].done = True
+                if st and st[-1].done:
+                    st.pop()
+            raise
 
 
 class Semaphore(_SemBase):
