@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from . import _proto as P
 from ._conn import log
 from ._fork import current_pid
 from ._proto import Spec
@@ -49,6 +50,21 @@ class Hold:
         self._lost = threading.Event()
         self._mutex = threading.Lock()
         self.engine: Any = None  # set by the engine that granted it
+        self._release_args: Optional[list[P.Arg]] = None
+
+    def release_args(self) -> list[P.Arg]:
+        """The release command of this hold, the same every time it is asked for (its request
+        id is fixed), so that sending it again, after an interrupt or a lost reply, is never a
+        second release: a lock's ``REQUEST`` release, leased permits' ids, counted permits'
+        ``RSEM.RELEASE key n REQUEST <the acquire's id>``."""
+        args = self._release_args
+        if args is None:
+            if self.spec.kind == P.COUNTED:
+                args = ["RSEM.RELEASE", self.spec.key, self.spec.permits, "REQUEST", self.rid]
+            else:
+                args = self.spec.release(P.new_id(), self._ids)
+            self._release_args = args
+        return args
 
     def release(self) -> None:
         """Gives the grant back now (whatever re-entry count a lock object keeps)."""

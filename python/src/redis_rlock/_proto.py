@@ -78,6 +78,24 @@ def to_ms(seconds: float, what: str) -> int:
     return max(1, ms)
 
 
+#: The longest response timeout (and session keepalive) accepted, in seconds: one day.
+MAX_PERIOD_S = 86400.0
+
+
+def check_period(seconds: float, what: str) -> float:
+    """A response timeout or keepalive period: a positive, finite number of seconds, at most
+    a day; refused at once (zero would wait forever for a reply, a negative, NaN or infinite
+    one fail later with raw socket errors, a huge one kills the thread that sleeps on it)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_PERIOD_S:
+        raise ValueError(
+            f"{what} must be a positive number of seconds, at most {MAX_PERIOD_S:g}, "
+            f"got {seconds!r}"
+        )
+    return float(seconds)
+
+
 def check_permits(permits: int, leased: bool) -> int:
     """Validates a permit count (a positive int; at most 10,000 for leased permits)."""
     if isinstance(permits, bool) or not isinstance(permits, int) or permits <= 0:

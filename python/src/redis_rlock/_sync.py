@@ -24,10 +24,10 @@ from redis.sentinel import SentinelConnectionPool
 from . import _proto as P
 from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
-from ._fork import check_owner
+from ._fork import check_owner, inherited
 from ._hold import Hold, LostCallback
 from ._sync_threads import Releaser, Watchdog
-from .errors import translate
+from .errors import RLockError, translate
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], SyncBackend] = (
     weakref.WeakValueDictionary()
@@ -40,6 +40,7 @@ def backend_for(client: Any, response_timeout: float) -> SyncBackend:
     """The engine of a redis-py client (one per client and response timeout, cached)."""
     if not isinstance(client, (redis.Redis, RedisCluster)):
         raise TypeError("client must be a redis.Redis or redis.cluster.RedisCluster")
+    response_timeout = P.check_period(response_timeout, "response_timeout")
     key = (id(client), response_timeout)
     with _REGISTRY_LOCK:
         be = _BACKENDS.get(key)
@@ -48,8 +49,47 @@ def backend_for(client: Any, response_timeout: float) -> SyncBackend:
             _BACKENDS[key] = be
             _ALL.add(be)
             # the user's client keeps its engine alive
-            client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
+            if "_redis_rlock_backends" not in client.__dict__:
+                client.__dict__["_redis_rlock_backends"] = []
+                _close_with(client)
+            client.__dict__["_redis_rlock_backends"].append(be)
         return be
+
+
+def _close_with(client: Any) -> None:
+    """Makes the client's ``close()`` (and so ``with client``) close the package's own pools
+    of that client too (their connections are the client's, opened for it)."""
+    real = client.close
+
+    def close(*args: Any, **kwargs: Any) -> None:
+        try:
+            real(*args, **kwargs)
+        finally:
+            for be in list(client.__dict__.get("_redis_rlock_backends", ())):
+                be.close()
+
+    client.close = close
+
+
+def _whole_handshake(inner: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
+    """A connection's handshake (``HELLO``, ``AUTH``, ``SELECT``, ``CLIENT SETINFO`` ...: redis-py's
+    own, or the client's ``redis_connect_func``) that leaves the connection closed when anything
+    interrupts it. redis-py closes it only after a ``RedisError``: a KeyboardInterrupt between a
+    handshake command and its reply left a connected socket with replies still to come, which
+    the pool handed out again, so the next command read a stale reply (an acquire's grant read
+    as a refusal: a counted permit lost for good)."""
+
+    def handshake(conn: Any) -> None:
+        try:
+            if inner is None:
+                conn.on_connect()
+            else:
+                inner(conn)
+        except BaseException:
+            conn.disconnect()
+            raise
+
+    return handshake
 
 
 class _Addressed:
@@ -104,12 +144,25 @@ class SyncBackend:
         """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
         return f"{self.uuid}:{next(self._n)}".encode()
 
+    def close(self) -> None:
+        """Disconnects the package's pools of this client (done by the client's ``close()``);
+        a later call opens new connections."""
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            try:
+                pool.disconnect()
+            except Exception as e:
+                log.debug("redis_rlock: closing a pool: %s", e)
+
     def after_fork(self) -> None:
         """In a forked child: forget the parent's threads and jobs (their holds are not ours)."""
         self.uuid = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._pools = {}
         self._waits = {}
+        self.watchdog.finalizer.detach()
+        self.releaser.finalizer.detach()
         self.watchdog = Watchdog(self)
         self.releaser = Releaser(self)
 
@@ -156,6 +209,7 @@ class SyncBackend:
 
     def _new_pool(self, src: Any) -> Any:
         kw = clone_kwargs(src.connection_kwargs, self.rt)
+        kw["redis_connect_func"] = _whole_handshake(kw.get("redis_connect_func"))
         if isinstance(src, SentinelConnectionPool):
             kw.pop("connection_class", None)
             sentinel_pool: Any = SentinelConnectionPool
@@ -324,7 +378,8 @@ class SyncBackend:
         retry_end = (
             t0 + self.rt if wait == 0.0 else end
         )  # one try: transient errors retried briefly
-        need_cancel = handed = False
+        need_cancel = False
+        hold: Optional[Hold] = None
         backoff, attempts = 0.02, 0
         waiting: Optional[Wait] = None
         try:
@@ -385,6 +440,8 @@ class SyncBackend:
                     if retry_end is not None and now >= retry_end:
                         if wait == 0.0:
                             raise
+                        self.cancel(spec, rid)  # an attempt may have queued, or been granted
+                        need_cancel = False
                         return None
                     step = backoff if retry_end is None else min(backoff, retry_end - now)
                     time.sleep(max(step, 0.0))
@@ -412,12 +469,17 @@ class SyncBackend:
                 if session is not None:
                     session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
                 store(hold)
-                handed = True
                 self.watchdog.schedule(hold)
                 return hold
-        finally:
-            if need_cancel and not handed:
+        except BaseException:
+            # Whatever ends the call with an exception, wherever it lands (an error, a
+            # KeyboardInterrupt between any two lines, after the grant was stored too): the
+            # caller is told nothing was taken, so the grant, if any, is cancelled exactly.
+            if need_cancel:
+                if hold is not None:
+                    hold.done = True  # a stored guard of a cancelled grant says "not held"
                 self.cancel(spec, rid)
+            raise
 
     def _answered(self, spec: P.Spec, probe: list[P.Arg]) -> bool:
         """Whether the server answered a session's wait (its acquire sent again without
@@ -470,48 +532,72 @@ class SyncBackend:
         return True
 
     def release(self, hold: Hold) -> None:
-        """Gives ``hold`` back (its last count): a release with a request id, retried after
-        connection errors (so it is never done twice), bounded by the hold's deadline."""
-        check_owner(hold)
-        was_lost = hold.is_lost()
-        hold.done = True
-        if was_lost:
-            raise hold.lost_error()
-        spec = hold.spec
-        if spec.kind == P.COUNTED and time.monotonic() < hold.sent_at + P.REQUEST_RECORD_S - 5:
-            args = P.cancel_args(spec.key, hold.rid)  # exact and idempotent while the record lives
-        else:
-            args = spec.release(P.new_id(), hold.ids)
-        if spec.kind == P.COUNTED and args[0] == "RSEM.RELEASE":
-            self.call(spec.key, args)  # counted permits carry no owner: never sent twice
-            return
-        until = min(hold.deadline, time.monotonic() + 3 * self.rt)
+        """Gives ``hold`` back (its last count): a release with a request id fixed for the hold
+        (:meth:`Hold.release_args`), retried after connection errors (so it is never done
+        twice), bounded by the hold's deadline.
+
+        Safe against an exception landing anywhere in it (a KeyboardInterrupt between any two
+        lines): unless the server answered (or refused) the release, or the hold was found
+        lost, it goes on in the background: the release is idempotent, so sending it twice
+        does no harm."""
+        settled = False
         try:
-            reply, attempts = self.call_until(spec.key, args, until)
-        except ResponseError as e:
-            hold.done = False  # an error reply changed nothing: the caller still holds it
-            self.watchdog.schedule(hold)
-            raise translate(e, spec.key.decode(errors="replace")) from None
-        except Exception as e:
-            if not is_transient(e):
-                raise
-            log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-            self.releaser.submit(spec.key, args, max(0.0, hold.deadline - time.monotonic()))
-            return
-        except BaseException:
-            # KeyboardInterrupt / SystemExit mid-release: the release is idempotent (its own
-            # request id, or the CANCEL of the grant's), so it goes on in the background
-            self.releaser.submit(spec.key, args, max(0.0, hold.deadline - time.monotonic()))
-            raise
-        if spec.kind == P.COUNTED:
-            if reply == 0 and attempts == 1:  # record gone (evicted): give back by count
-                self.call(spec.key, spec.release(b"", None))
-            return
-        if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
-            hold.done = False
-            hold.mark_lost()
+            check_owner(hold)
+            if hold.is_lost():
+                settled = True
+                hold.done = True
+                raise hold.lost_error()
+            spec = hold.spec
+            args = hold.release_args()
             hold.done = True
-            raise hold.lost_error()
+            until = min(hold.deadline, time.monotonic() + 3 * self.rt)
+            try:
+                reply, attempts = self.call_until(spec.key, args, until)
+            except ResponseError as e:
+                settled = True
+                hold.done = False  # an error reply changed nothing: the caller still holds it
+                self.watchdog.schedule(hold)
+                raise translate(e, spec.key.decode(errors="replace")) from None
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
+                self.release_later(hold, args)
+                settled = True
+                return
+            settled = True
+            if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
+                hold.done = False
+                hold.mark_lost()
+                hold.done = True
+                raise hold.lost_error()
+        except BaseException as e:
+            if not settled and not isinstance(e, RLockError) and not inherited(hold):
+                # KeyboardInterrupt / SystemExit / an unexpected error mid-release: the
+                # release was decided (by the call); it goes on in the background (queued
+                # first, then the hold marked done)
+                self.release_later(hold)
+                hold.done = True
+            raise
+
+    def release_later(self, hold: Hold, args: Optional[list[P.Arg]] = None) -> None:
+        """Sends ``hold``'s (idempotent) release in the background, until answered or its
+        lease would have ended (counted permits: while the server remembers the release)."""
+        if args is None:
+            args = hold.release_args()
+        horizon = hold.deadline - time.monotonic()
+        if hold.spec.kind == P.COUNTED:
+            horizon = P.REQUEST_RECORD_S - 10
+        self.releaser.submit(hold.spec.key, args, max(0.0, min(horizon, P.REQUEST_RECORD_S)))
+
+    def abandon(self, hold: Hold) -> None:
+        """Undoes a grant its caller will never know of (an exception landed after it was
+        recorded): ``RLOCK.CANCEL`` of its request, exact and idempotent, in the background
+        (queued first), then the hold is marked done."""
+        spec = hold.spec
+        horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S - 10
+        self.releaser.submit(spec.key, P.cancel_args(spec.key, hold.rid), horizon + self.rt)
+        hold.done = True
 
 
 def flush_all(timeout: float = 5.0) -> bool:

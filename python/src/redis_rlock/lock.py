@@ -9,6 +9,7 @@ thread-local state goes with it), so the watchdog stops and the lease ends on th
 
 from __future__ import annotations
 
+import functools
 import threading
 from types import TracebackType
 from typing import Any, Optional
@@ -86,32 +87,47 @@ class _Base:
         session = self._session
         if session is not None and session.closed.is_set():
             raise SessionClosed("the session is closed", lock_name=self._lock_name())
-        hold = self._current()
-        if hold is not None:
-            return self._be.reenter(hold, lease_ms or self._watchdog_ms, wait)
-        spec = P.Spec(
-            self._kind,
-            self.name,
-            owner=self._owner(),
-            lease_ms=lease_ms or self._watchdog_ms,
-            token=self._fencing and self._kind != P.READ,
-            session=session is not None,
-            lock_delay_ms=0 if session is None else session.lock_delay_ms,
-        )
-        got = self._be.acquire(
-            spec,
-            wait,
-            lease_ms is None,
-            self._on_lost,
-            lambda h: setattr(self._local, self._slot(), h),
-            session,
-        )
-        return got is not None
+        prev = self._current()
+        count = 0 if prev is None else prev.count
+        try:
+            if prev is not None:
+                return self._be.reenter(prev, lease_ms or self._watchdog_ms, wait)
+            spec = P.Spec(
+                self._kind,
+                self.name,
+                owner=self._owner(),
+                lease_ms=lease_ms or self._watchdog_ms,
+                token=self._fencing and self._kind != P.READ,
+                session=session is not None,
+                lock_delay_ms=0 if session is None else session.lock_delay_ms,
+            )
+            store = functools.partial(setattr, self._local, self._slot())
+            return (
+                self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
+                is not None
+            )
+        except BaseException:
+            self._undo(prev, count)
+            raise
+
+    def _undo(self, prev: Optional[Hold], count: int) -> None:
+        """An acquire (or ``with``) that ends with an exception, wherever it landed (a
+        KeyboardInterrupt between any two lines), leaves the thread holding what it held
+        before: a re-entry's count is taken back, a grant made meanwhile is cancelled."""
+        cur = self._current()
+        if cur is None:
+            return
+        if cur is prev:
+            if cur.count > count:
+                cur.count = count
+        else:
+            self._be.abandon(cur)
 
     def release(self) -> None:
         """Drops one count of this thread's hold; the last one releases it on the server.
         Raises :class:`NotHeld` when the thread holds nothing, :class:`LockLost` when the hold
-        had ended (nothing is sent then)."""
+        had ended (nothing is sent then). An interrupt landing in it leaves the hold either
+        this thread's (not released yet) or released (in the background if need be)."""
         hold = self._current()
         if hold is None:
             raise NotHeld("this thread does not hold the lock", lock_name=self._lock_name())
@@ -119,13 +135,9 @@ class _Base:
             hold.check()
             hold.count -= 1
             return
-        setattr(self._local, self._slot(), None)
-        try:
-            self._be.release(hold)
-        except RLockError:
-            if not hold.done:  # refused by the server (an error reply): still this thread's
-                setattr(self._local, self._slot(), hold)
-            raise
+        # the engine marks the hold done (no longer this thread's) as it releases it; an error
+        # reply (nothing changed) leaves it this thread's
+        self._be.release(hold)
 
     def locked(self) -> bool:
         """Whether anybody holds the lock now (any owner, any process)."""
@@ -162,9 +174,15 @@ class _Base:
         return self.name.decode(errors="replace")
 
     def __enter__(self) -> _Base:
-        if not self.acquire(self._blocking, self._timeout):
-            raise LockTimeout("could not take the lock in time", lock_name=self._lock_name())
-        return self
+        prev = self._current()
+        count = 0 if prev is None else prev.count
+        try:
+            if not self.acquire(self._blocking, self._timeout):
+                raise LockTimeout("could not take the lock in time", lock_name=self._lock_name())
+            return self
+        except BaseException:
+            self._undo(prev, count)  # the block never runs: nothing taken stays taken
+            raise
 
     def __exit__(
         self,
@@ -177,6 +195,15 @@ class _Base:
         except NotHeld:
             if exc is None:
                 raise
+        except BaseException as err:
+            if not isinstance(err, RLockError):
+                # an interrupt before the release began: the last count's release goes on
+                # in the background (a re-entry's count is left to the outer block)
+                hold = self._current()
+                if hold is not None and hold.count == 1:
+                    self._be.release_later(hold)
+                    hold.done = True
+            raise
 
 
 class Lock(_Base):

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold, LostCallback
 from ._sync import SyncBackend, backend_for
-from .errors import LockTimeout, NotHeld, translate
+from .errors import LockTimeout, NotHeld, RLockError, translate
 
 
 class _SemBase:
@@ -68,23 +68,40 @@ class _SemBase:
         st = self._stack()
         if not st:
             raise NotHeld("this thread holds no permits of this semaphore")
-        hold = st.pop()
+        hold = st[-1]
         try:
-            hold.release()
+            if not hold.done:  # (released already through the guard: nothing to send)
+                hold.release()
         except NotHeld:
             if exc is None:
                 raise
+        finally:
+            # off the stack once released (or being released in the background); an error
+            # reply (nothing changed) or an interrupt before the release leaves it held here
+            if (hold.done or inherited(hold)) and st and st[-1] is hold:
+                st.pop()
 
-    def _take_one(self) -> Optional[Hold]:
-        """One permit for ``with``, waiting as the constructor's ``blocking``/``timeout`` say."""
+    def _take_one(self, store: Callable[[Hold], None]) -> Optional[Hold]:
+        """One permit for ``with``, waiting as the constructor's ``blocking``/``timeout`` say;
+        its guard is handed to ``store`` as it is granted."""
         raise NotImplementedError
 
     def __enter__(self) -> Hold:
-        hold = self._take_one()
-        if hold is None:
-            raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
-        self._stack().append(hold)
-        return hold
+        st = self._stack()
+        depth = len(st)
+        try:
+            hold = self._take_one(st.append)
+            if hold is None:
+                raise LockTimeout("no permit in time", lock_name=self.name.decode(errors="replace"))
+            return hold
+        except BaseException:
+            # the block never runs, so ``__exit__`` never will: a grant stored meanwhile (an
+            # interrupt landed after it) is cancelled
+            for h in st[depth:]:
+                if not h.done:
+                    self._be.abandon(h)
+            del st[depth:]
+            raise
 
     def __exit__(
         self,
@@ -92,14 +109,25 @@ class _SemBase:
         e: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        self._exit(e)
+        try:
+            self._exit(e)
+        except BaseException as err:
+            if not isinstance(err, RLockError):
+                # an interrupt before the release began: it goes on in the background
+                st = self._stack()
+                if st and not st[-1].done:
+                    self._be.release_later(st[-1])
+                    st[-1].done = True
+                if st and st[-1].done:
+                    st.pop()
+            raise
 
 
 class Semaphore(_SemBase):
     """Counted permits. ``acquire``/``release`` are ``threading.Semaphore``-like (permits have
     no owner); ``permits(n)`` and ``with sem:`` give a guard whose release gives back exactly
-    what its acquire took (``RLOCK.CANCEL`` of its request while the server keeps the record,
-    60 s; after that ``RSEM.RELEASE key n``, sent once)."""
+    what its acquire took (``RSEM.RELEASE key n REQUEST <its acquire's id>``: idempotent, so
+    a retry or a background resend never gives back twice)."""
 
     def acquire(self, permits: int = 1, blocking: bool = True, timeout: float = -1) -> bool:
         """Takes ``permits``, waiting in the server (FIFO, no barging) up to ``timeout``."""
@@ -117,8 +145,11 @@ class Semaphore(_SemBase):
         lost reply (counted permits carry no owner: a retry could give back twice)."""
         return int(self._cmd("RSEM.RELEASE", self.name, P.check_permits(permits, False)))
 
-    def _take_one(self) -> Optional[Hold]:
-        return self.permits(1, self._blocking, self._timeout)
+    def _take_one(self, store: Callable[[Hold], None]) -> Optional[Hold]:
+        spec = P.Spec(P.COUNTED, self.name, permits=1)
+        return self._be.acquire(
+            spec, P.wait_budget(self._blocking, self._timeout), False, None, store
+        )
 
 
 class LeasedSemaphore(_SemBase):
@@ -152,6 +183,16 @@ class LeasedSemaphore(_SemBase):
         lease: Optional[float] = None,
     ) -> Optional[Hold]:
         """Takes ``permits`` leased permits: their guard (``ids``), or None when not in time."""
+        return self._acquire(permits, blocking, timeout, lease, _noop)
+
+    def _acquire(
+        self,
+        permits: int,
+        blocking: bool,
+        timeout: float,
+        lease: Optional[float],
+        store: Callable[[Hold], None],
+    ) -> Optional[Hold]:
         lease = self._lease if lease is None else lease
         lease_ms = None if lease is None else P.to_ms(lease, "lease")
         session = self._session
@@ -164,10 +205,10 @@ class LeasedSemaphore(_SemBase):
             lock_delay_ms=0 if session is None else session.lock_delay_ms,
         )
         wait = P.wait_budget(blocking, timeout)
-        return self._be.acquire(spec, wait, lease_ms is None, self._on_lost, _noop, session)
+        return self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
 
-    def _take_one(self) -> Optional[Hold]:
-        return self.acquire(1, self._blocking, self._timeout)
+    def _take_one(self, store: Callable[[Hold], None]) -> Optional[Hold]:
+        return self._acquire(1, self._blocking, self._timeout, None, store)
 
 
 def _noop(_: Hold) -> None:

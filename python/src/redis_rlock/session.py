@@ -47,12 +47,8 @@ def lock_delay_ms(lock_delay: float) -> int:
 
 
 def check_keepalive(keepalive: float) -> float:
-    """A keepalive period: a positive, finite number of seconds."""
-    if isinstance(keepalive, bool) or not isinstance(keepalive, (int, float)):
-        raise TypeError("keepalive must be a number of seconds")
-    if not math.isfinite(keepalive) or keepalive <= 0:
-        raise ValueError(f"keepalive must be a positive number of seconds, got {keepalive!r}")
-    return float(keepalive)
+    """A keepalive period: a positive, finite number of seconds, at most a day."""
+    return P.check_period(keepalive, "keepalive")
 
 
 class ClosedSignal:
@@ -105,7 +101,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         self._delay_ms = lock_delay_ms(lock_delay)
         self._keepalive = check_keepalive(keepalive)
         self._client = client
-        self._rt = float(response_timeout)
+        self._rt = P.check_period(response_timeout, "response_timeout")
         self._be: SyncBackend = backend_for(client, response_timeout)
         self._pool = self._be._pool(b"")
         # A connection of its own, never the pool's: once closed it can never be handed to
@@ -304,7 +300,18 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
 
 def _watch(ref: weakref.ref[Session]) -> None:
     """The watcher thread: sleeps on the idle connection's socket (a close is seen at once),
-    pings every ``keepalive``; ends with the session."""
+    pings every ``keepalive``; ends with the session. Should it fail unexpectedly, it closes
+    the session rather than leave it unwatched (its holds would be believed past their end)."""
+    try:
+        _watch_loop(ref)
+    except BaseException as e:
+        session = ref()
+        if session is not None:
+            log.warning("redis_rlock: session watcher failed, the session is closed: %r", e)
+            session.close()
+
+
+def _watch_loop(ref: weakref.ref[Session]) -> None:
     while True:
         session = ref()
         if session is None or session._closed.is_set():

@@ -37,13 +37,32 @@ def backend_for(client: Any, response_timeout: float) -> AsyncBackend:
     """The engine of a redis.asyncio client (one per client and response timeout)."""
     if not isinstance(client, (aredis.Redis, RedisCluster)):
         raise TypeError("client must be a redis.asyncio.Redis or redis.asyncio.RedisCluster")
+    response_timeout = P.check_period(response_timeout, "response_timeout")
     key = (id(client), response_timeout)
     be = _BACKENDS.get(key)
     if be is None or be.client is not client:
         be = AsyncBackend(client, response_timeout)
         _BACKENDS[key] = be
-        client.__dict__.setdefault("_redis_rlock_backends", []).append(be)
+        if "_redis_rlock_backends" not in client.__dict__:
+            client.__dict__["_redis_rlock_backends"] = []
+            _close_with(client)
+        client.__dict__["_redis_rlock_backends"].append(be)
     return be
+
+
+def _close_with(client: Any) -> None:
+    """Makes the client's ``aclose()`` (and so ``async with client``) close the package's own
+    pools of that client too: their connections are the client's, opened for it."""
+    real = client.aclose
+
+    async def aclose(*args: Any, **kwargs: Any) -> None:
+        try:
+            await real(*args, **kwargs)
+        finally:
+            for be in list(client.__dict__.get("_redis_rlock_backends", ())):
+                await be.aclose()
+
+    client.aclose = aclose
 
 
 class AsyncSessionLink(Protocol):
@@ -75,6 +94,16 @@ class AsyncBackend:
         self._waits: dict[str, tuple[Any, W.AsyncGate]] = {}
         self._bg: set[asyncio.Task[Any]] = set()
         self._fork = ForkGuard()
+
+    async def aclose(self) -> None:
+        """Closes the package's pools of this client (done by the client's ``aclose()``): their
+        connections are closed; a later call opens new ones."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            try:
+                await pool.aclose()
+            except Exception as e:
+                log.debug("redis_rlock: closing a pool: %s", e)
 
     def new_owner(self) -> bytes:
         """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
@@ -452,13 +481,7 @@ class AsyncBackend:
 
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
-        if spec.kind == P.COUNTED and time.monotonic() < hold.sent_at + P.REQUEST_RECORD_S - 5:
-            args = P.cancel_args(spec.key, hold.rid)
-        else:
-            args = spec.release(P.new_id(), hold.ids)
-        if spec.kind == P.COUNTED and args[0] == "RSEM.RELEASE":
-            await self.call(spec.key, args)
-            return
+        args = hold.release_args()  # idempotent: the same request id every time
         until = min(hold.deadline, time.monotonic() + 3 * self.rt)
         try:
             reply, attempts = await self.call_until(spec.key, args, until)
@@ -470,11 +493,10 @@ class AsyncBackend:
             if not is_transient(e):
                 raise
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-            self.background(self._cleanup(spec.key, args, hold.deadline - time.monotonic()))
-            return
-        if spec.kind == P.COUNTED:
-            if reply == 0 and attempts == 1:
-                await self.call(spec.key, spec.release(b"", None))
+            horizon = hold.deadline - time.monotonic()
+            if spec.kind == P.COUNTED:
+                horizon = P.REQUEST_RECORD_S - 10  # while the server remembers the release
+            self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
             return
         if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
             hold.done = False

@@ -79,7 +79,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         self._delay_ms = lock_delay_ms(lock_delay)
         self._keepalive = check_keepalive(keepalive)
         self._client = client
-        self._rt = float(response_timeout)
+        self._rt = P.check_period(response_timeout, "response_timeout")
         self._be: AsyncBackend = backend_for(client, response_timeout)
         self._pool: Any = None
         self._conn: Any = None

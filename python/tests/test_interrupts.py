@@ -1,0 +1,379 @@
+"""A net for asynchronous exceptions: a KeyboardInterrupt raised at every line, in turn, that
+the package's code runs for a ``with`` block (entry, re-entry, exit) of a lock, both sides of
+a read-write lock, counted and leased semaphores, and a guard's own release. After each
+interrupted run, what the caller may believe is checked against the server: a guard that
+says held is held; nothing else stays held (bounded poll); permits are conserved.
+
+The interrupt is injected with ``sys.settrace`` on the test's thread only (deterministic:
+one run per line event, until a run ends before the k-th event), so the watchdog's and the
+releaser's threads are never interrupted."""
+
+from __future__ import annotations
+
+import dis
+import os
+import sys
+import threading
+from types import FrameType
+from typing import Any, Callable, Optional
+
+import pytest
+import redis
+from _servers import Server, poll
+
+import redis_rlock as rl
+from redis_rlock import Hold
+
+PKG = os.path.dirname(rl.__file__) + os.sep
+PERMITS = 3
+
+
+_WITH_EXITS: dict[Any, frozenset[int]] = {}
+
+
+def _with_exits(code: Any) -> frozenset[int]:
+    """Offsets where no real signal lands, though a line event fires there: where a ``with``
+    block's normal exit begins (three ``LOAD_CONST None`` and the call of ``__exit__``, on the
+    ``with`` line: ``__exit__`` has not run yet) and the ``NOP`` of a ``try:`` line (outside
+    the enclosing ``try``'s range in CPython 3.11). The interpreter looks for signals only at
+    calls and jumps; the next line event stands for the same moment."""
+    got = _WITH_EXITS.get(code)
+    if got is None:
+        ins = list(dis.get_instructions(code))
+        exits = [
+            i
+            for i in range(len(ins) - 3)
+            if all(x.opname == "LOAD_CONST" and x.argval is None for x in ins[i : i + 3])
+            and ins[i + 3].opname in ("PRECALL", "CALL")
+        ]
+        # a ``return`` inside the block: the exit begins with a SWAP (its line: the ``with``)
+        got = frozenset(
+            [ins[i].offset for i in exits]
+            + [ins[i - 1].offset for i in exits if i and ins[i - 1].opname == "SWAP"]
+            + [x.offset for x in ins if x.opname == "NOP"]
+        )
+        _WITH_EXITS[code] = got
+    return got
+
+
+def run_interrupted_at(k: int, body: Callable[[], None]) -> Optional[str]:
+    """Runs ``body``, raising KeyboardInterrupt at the ``k``-th line event of the package's
+    code on this thread (once). Returns where it fired (None: the body ended first)."""
+    seen = [0]
+    fired: list[str] = []
+
+    def local(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if event == "line" and not fired and frame.f_lasti not in _with_exits(frame.f_code):
+            seen[0] += 1
+            if seen[0] == k:
+                code = frame.f_code
+                fired.append(
+                    f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}"
+                )
+                raise KeyboardInterrupt
+        return local
+
+    def global_(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if fired or not frame.f_code.co_filename.startswith(PKG):
+            return None
+        return local
+
+    sys.settrace(global_)
+    try:
+        body()
+    except KeyboardInterrupt:
+        assert fired, "a KeyboardInterrupt the test did not raise"
+    finally:
+        sys.settrace(None)
+    return fired[0] if fired else None
+
+
+def sweep(scenario: Callable[[], Callable[[], None]], check: Callable[[], None]) -> int:
+    """Runs ``scenario()``'s body interrupted at line 1, 2, ... until a run completes without
+    an interrupt; ``check()`` after each run. Returns how many runs were interrupted."""
+    k = 0
+    assert threading.current_thread() is threading.main_thread()
+    while True:
+        k += 1
+        fired = run_interrupted_at(k, scenario())
+        try:
+            check()
+        except AssertionError as e:
+            raise AssertionError(f"interrupted at line event {k}, {fired}: {e}") from None
+        if not fired:
+            assert k > 20, f"only {k - 1} lines traced: the net caught nothing"
+            return k - 1
+
+
+def _free(r: redis.Redis, key: str) -> Callable[[], bool]:
+    return lambda: r.execute_command("RLOCK.PTTL", key) == -2
+
+
+def test_lock_with_blocks_interrupted_anywhere_leave_nothing_held(r: redis.Redis) -> None:
+    cur: list[rl.Lock] = []
+
+    def scenario() -> Callable[[], None]:
+        lk = rl.Lock(r, "ki:lock", response_timeout=0.5)
+        cur[:] = [lk]
+
+        def body() -> None:
+            with lk, lk:  # a re-entry, and its exit
+                pass
+
+        return body
+
+    def check() -> None:
+        lk = cur[0]
+        if lk.owned():  # the caller believes it holds it: the server must agree
+            assert r.execute_command("RLOCK.PTTL", "ki:lock") > 0
+            while lk.owned():
+                lk.release()
+        poll("the lock free after an interrupted run", 3.0, _free(r, "ki:lock"))
+
+    assert sweep(scenario, check) > 0
+
+
+def test_read_write_with_blocks_interrupted_anywhere_leave_nothing_held(
+    r: redis.Redis,
+) -> None:
+    cur: list[rl.RWLock] = []
+
+    def scenario() -> Callable[[], None]:
+        rw = rl.RWLock(r, "ki:rw", response_timeout=0.5)
+        cur[:] = [rw]
+
+        def body() -> None:
+            with rw.write, rw.read:  # write then read: one owner's re-entry
+                pass
+            with rw.read:
+                pass
+
+        return body
+
+    def check() -> None:
+        rw = cur[0]
+        for side in (rw.read, rw.write):
+            if side.owned():
+                assert r.execute_command("RLOCK.PTTL", "ki:rw") > 0
+        for side in (rw.read, rw.write):
+            while side.owned():
+                side.release()
+        poll("the read-write lock free after an interrupted run", 3.0, _free(r, "ki:rw"))
+
+    assert sweep(scenario, check) > 0
+
+
+def _semaphore_net(
+    r: redis.Redis, key: str, make: Callable[[], Any], take: Callable[[Any], Hold]
+) -> None:
+    guards: list[Hold] = []
+
+    def scenario() -> Callable[[], None]:
+        sem = make()
+        guards.clear()
+
+        def body() -> None:
+            with sem as g:  # ``with`` entry and exit
+                guards.append(g)
+            g2 = take(sem)  # a guard of two permits, released through itself
+            guards.append(g2)
+            g2.release()
+
+        return body
+
+    def available() -> int:
+        return int(r.execute_command("RSEM.AVAILABLE", key))
+
+    def check() -> None:
+        believed = [g for g in guards if not g.done and not g.is_lost()]
+        held = sum(g.permits for g in believed)
+        # the guards the caller still has are held; every other permit comes back
+        poll(
+            f"{PERMITS - held} permits available ({held} believed held)",
+            3.0,
+            lambda: available() == PERMITS - held,
+        )
+        for g in believed:
+            g.release()
+        poll("every permit back", 3.0, lambda: available() == PERMITS)
+
+    r.execute_command("RSEM.SETPERMITS", key, PERMITS)
+    assert sweep(scenario, check) > 0
+
+
+def test_counted_semaphore_interrupted_anywhere_conserves_permits(r: redis.Redis) -> None:
+    _semaphore_net(
+        r,
+        "ki:sem",
+        lambda: rl.Semaphore(r, "ki:sem", response_timeout=0.5),
+        lambda sem: sem.permits(2),
+    )
+
+
+def test_leased_semaphore_interrupted_anywhere_conserves_permits(r: redis.Redis) -> None:
+    _semaphore_net(
+        r,
+        "ki:leased",
+        lambda: rl.LeasedSemaphore(r, "ki:leased", response_timeout=0.5),
+        lambda sem: sem.acquire(2),
+    )
+
+
+@pytest.mark.skipif(
+    not os.environ.get("RLOCK_PY_SIGNAL_NET"),
+    reason="set RLOCK_PY_SIGNAL_NET=1: a real signal can land inside redis-py's pool lock",
+)
+def test_a_real_signal_at_random_moments_loses_no_permit(server: Server) -> None:
+    """SIGALRM at random moments while the main thread takes and gives back permits: the
+    handler raises KeyboardInterrupt wherever the thread is; afterwards every permit the
+    thread does not believe it holds comes back.
+
+    Opt-in: about one run in ten (under load) the signal lands between redis-py's pool
+    ``with self._lock:`` acquiring its lock and entering the block (CPython's ``with`` is not
+    signal-safe there, bpo-29988): the main thread keeps the pool's RLock for good, and the
+    background sender, on the same pool, never sends the cleanup it was given."""
+    import random
+    import signal
+    import time
+
+    r = server.client()
+    r.execute_command("RSEM.SETPERMITS", "ki:alarm", PERMITS)
+    sem = rl.Semaphore(r, "ki:alarm", response_timeout=0.5)
+    rng = random.Random()
+    guards: list[Hold] = []
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    interrupts = 0
+    try:
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0001, 0.003))
+            # bounded: an interrupt landing in a ``__del__`` or a weakref callback (a collection
+            # on this thread) is printed and dropped by the interpreter, never raised here
+            round_end = time.monotonic() + 0.1
+            try:
+                while time.monotonic() < round_end:
+                    with sem as g:
+                        guards.append(g)
+            except KeyboardInterrupt:
+                interrupts += 1
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert interrupts > 10
+    believed = [g for g in guards if not g.done]
+    held = sum(g.permits for g in believed)
+    poll(
+        f"{PERMITS - held} permits available after {interrupts} interrupts",
+        5.0,
+        lambda: int(r.execute_command("RSEM.AVAILABLE", "ki:alarm")) == PERMITS - held,
+    )
+
+
+# -- asyncio: a cancellation at every await ------------------------------------------------
+
+
+async def cancelled_after(k: int, body: Callable[[], Any]) -> bool:
+    """Runs ``body()`` as a task and cancels it after ``k`` turns of the event loop (wherever
+    it waits then). Returns whether it was cancelled before the body ended (a cancellation
+    that lands as a reply arrives may be absorbed by ``asyncio.wait_for`` in Python 3.11: the
+    body then goes on, holding what it got, which the checks allow)."""
+    import asyncio
+
+    task = asyncio.ensure_future(body())
+    loop = asyncio.get_running_loop()
+    turns = [0]
+    asked: list[bool] = []
+
+    def tick() -> None:
+        turns[0] += 1
+        if task.done():
+            return
+        if turns[0] >= k:
+            asked.append(True)
+            task.cancel()
+        else:
+            loop.call_soon(tick)
+
+    loop.call_soon(tick)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return bool(asked)
+
+
+async def _async_sweep(body: Callable[[], Any], check: Callable[[], Any]) -> int:
+    k = 0
+    while True:
+        k += 1
+        cancelled = await cancelled_after(k, body)
+        try:
+            await check()
+        except AssertionError as e:
+            raise AssertionError(f"cancelled after {k} loop turns: {e}") from None
+        if not cancelled:
+            assert k > 5, f"only {k - 1} loop turns: the net caught nothing"
+            return k - 1
+
+
+async def test_async_with_blocks_cancelled_at_every_await_leave_nothing_held(
+    server: Server,
+) -> None:
+    import redis.asyncio as aredis
+    from _servers import apoll
+
+    import redis_rlock.aio as ra
+
+    ar = aredis.Redis(port=server.port)
+    await ar.execute_command("RSEM.SETPERMITS", "kc:sem", PERMITS)
+    await ar.execute_command("RSEM.SETPERMITS", "kc:leased", PERMITS)
+    objs: dict[str, Any] = {}
+    guards: list[Any] = []
+
+    async def body() -> None:
+        lk = objs["lock"] = ra.Lock(ar, "kc:lock", response_timeout=0.5)
+        rw = objs["rw"] = ra.RWLock(ar, "kc:rw", response_timeout=0.5)
+        sem = ra.Semaphore(ar, "kc:sem", response_timeout=0.5)
+        ls = ra.LeasedSemaphore(ar, "kc:leased", response_timeout=0.5)
+        async with lk, lk:
+            pass
+        async with rw.write, rw.read:
+            pass
+        async with sem as g:
+            guards.append(g)
+        async with ls as g2:
+            guards.append(g2)
+        g3 = await sem.permits(2)
+        guards.append(g3)
+        await g3.release()
+
+    async def free(key: str) -> bool:
+        return bool(await ar.execute_command("RLOCK.PTTL", key) == -2)
+
+    async def check() -> None:
+        # a cancelled task's holds went with it (its context): nothing is believed held
+        assert not [g for g in guards if not g.done and not g.is_lost()]
+        await apoll("the lock free", 3.0, lambda: free("kc:lock"))
+        await apoll("the read-write lock free", 3.0, lambda: free("kc:rw"))
+        for key in ("kc:sem", "kc:leased"):
+            await apoll(
+                f"every permit of {key} back",
+                3.0,
+                lambda key=key: _available(ar, key),  # type: ignore[misc]
+            )
+        guards.clear()
+
+    async def _available(c: Any, key: str) -> bool:
+        return bool(int(await c.execute_command("RSEM.AVAILABLE", key)) == PERMITS)
+
+    try:
+        n = await _async_sweep(body, check)
+        print(f"{n} cancelled runs")
+        assert n > 20
+    finally:
+        await ar.aclose()

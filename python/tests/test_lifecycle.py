@@ -1,0 +1,145 @@
+"""What the package opens for a client ends with it: threads and connections after the
+client's close and collection, the package's connections at ``close()`` / ``aclose()``; and
+periods it would sleep or wait on (response timeouts, session keepalives) are refused at once
+when out of range."""
+
+from __future__ import annotations
+
+import gc
+import math
+import threading
+import warnings
+from typing import Any, Callable
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from _servers import Server, apoll, poll
+
+import redis_rlock as rl
+import redis_rlock.aio as ra
+
+
+def _connections(probe: redis.Redis) -> int:
+    return len(probe.client_list())
+
+
+def test_clients_closed_and_collected_leave_no_thread_nor_connection(server: Server) -> None:
+    probe = server.client()
+    probe.execute_command("RSEM.SETPERMITS", "lc:sem", 3)
+    threads0, conns0 = threading.active_count(), _connections(probe)
+    for i in range(40):
+        c = server.client()
+        with rl.Lock(c, f"lc:lock{i}"):
+            pass
+        with rl.Semaphore(c, "lc:sem"):
+            pass
+        c.close()
+        del c
+    gc.collect()
+    poll(
+        "no thread and no connection left of 40 closed, collected clients",
+        3.0,
+        lambda: (
+            gc.collect() >= 0
+            and threading.active_count() <= threads0
+            and _connections(probe) <= conns0
+        ),
+    )
+
+
+def test_close_closes_the_packages_connections(server: Server) -> None:
+    probe = server.client()
+    conns0 = _connections(probe)
+    c = server.client()
+    with rl.Lock(c, "lc:close"):
+        pass
+    assert _connections(probe) > conns0
+    c.close()
+    poll("the package's connection closed by close()", 2.0, lambda: _connections(probe) <= conns0)
+    with rl.Lock(c, "lc:close"):  # the client stays usable, as redis-py's
+        pass
+
+
+async def test_aclose_closes_the_packages_connections(server: Server) -> None:
+    probe = server.client()
+    conns0 = _connections(probe)
+    c = aredis.Redis(port=server.port)
+    async with ra.Lock(c, "lc:aclose"):
+        pass
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        await c.aclose()
+        await apoll(
+            "the package's connection closed by aclose()",
+            2.0,
+            lambda: _connections(probe) <= conns0,
+        )
+        del c
+        gc.collect()
+    ours = f"port={server.port}"  # earlier tests' garbage may be collected here too
+    assert not [
+        w for w in caught if issubclass(w.category, ResourceWarning) and ours in str(w.message)
+    ]
+
+
+BAD_PERIODS: list[Any] = [0, 0.0, -1, -0.5, math.nan, math.inf, 1e300, True, "2", None]
+
+
+def _makers(r: redis.Redis) -> list[Callable[[Any], Any]]:
+    return [
+        lambda rt: rl.Lock(r, "lc:bad", response_timeout=rt),
+        lambda rt: rl.RWLock(r, "lc:bad", response_timeout=rt),
+        lambda rt: rl.Semaphore(r, "lc:bad", response_timeout=rt),
+        lambda rt: rl.LeasedSemaphore(r, "lc:bad", response_timeout=rt),
+        lambda rt: rl.CountDownLatch(r, "lc:bad", response_timeout=rt),
+        lambda rt: rl.Owner(r, response_timeout=rt),
+        lambda rt: rl.Session(r, response_timeout=rt),
+    ]
+
+
+@pytest.mark.parametrize("rt", BAD_PERIODS, ids=repr)
+def test_a_response_timeout_out_of_range_is_refused_at_once(r: redis.Redis, rt: Any) -> None:
+    threads0 = threading.active_count()
+    for make in _makers(r):
+        with pytest.raises((ValueError, TypeError), match="response_timeout"):
+            make(rt)
+    assert threading.active_count() <= threads0
+
+
+@pytest.mark.parametrize("rt", BAD_PERIODS, ids=repr)
+async def test_an_async_response_timeout_out_of_range_is_refused_at_once(
+    ar: aredis.Redis, rt: Any
+) -> None:
+    for make in (
+        lambda: ra.Lock(ar, "lc:bad", response_timeout=rt),
+        lambda: ra.Semaphore(ar, "lc:bad", response_timeout=rt),
+        lambda: ra.Session(ar, response_timeout=rt),
+    ):
+        with pytest.raises((ValueError, TypeError), match="response_timeout"):
+            make()
+
+
+@pytest.mark.parametrize("keepalive", BAD_PERIODS, ids=repr)
+def test_a_session_keepalive_out_of_range_is_refused_at_once(
+    r: redis.Redis, keepalive: Any
+) -> None:
+    with pytest.raises((ValueError, TypeError), match="keepalive"):
+        rl.Session(r, keepalive=keepalive)
+
+
+def test_a_session_with_a_long_keepalive_still_sees_client_kill(r: redis.Redis) -> None:
+    s = rl.Session(r, keepalive=3600.0)
+    lk = s.lock("lc:sess")
+    assert lk.acquire()
+    hold = lk.hold
+    r.execute_command("CLIENT", "KILL", "ID", s.client_id)
+    poll("the session closed after CLIENT KILL", 3.0, lambda: s.closed.is_set())
+    assert hold.is_lost()
+    s.close()
+
+
+def test_a_response_timeout_in_range_works(r: redis.Redis) -> None:
+    lk = rl.Lock(r, "lc:ok", response_timeout=0.05)
+    assert lk.acquire(timeout=1)
+    lk.release()
