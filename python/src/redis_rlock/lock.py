@@ -97,6 +97,7 @@ class _Base:
             token=self._fencing and self._kind != P.READ,
             session=session is not None,
             lock_delay_ms=0 if session is None else session.lock_delay_ms,
+            peers=None if self._owner_id is None else self._owner_id.peers,
         )
         got = self._be.acquire(
             spec,
