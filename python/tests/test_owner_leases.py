@@ -99,3 +99,22 @@ async def test_an_asyncio_owners_nested_shorter_lease_never_shortens_its_outer_h
     assert not await other.acquire(blocking=False)
     await outer.release()
     assert r.exists("k") == 0
+
+
+def test_an_owners_read_release_never_leaves_another_read_guard_a_shorter_lease_key(
+    r: redis.Redis,
+) -> None:
+    # the server drops the owner's last read lease key on a release, whichever guard released
+    owner = rl.Owner(r)
+    first = owner.rw_lock("k").read
+    assert first.acquire(lease=0.4)
+    second = owner.rw_lock("k").read
+    assert second.acquire(lease=5.0)
+    first.release()
+    _lease_covers(r, "k", second.hold)
+    keys = r.keys("{k}:*:rwlock_timeout:*")
+    assert len(keys) == 1
+    left_ms = (second.hold.valid_until - time.monotonic()) * 1000
+    assert r.pttl(keys[0]) >= left_ms - TOL_MS
+    second.release()
+    assert r.exists("k") == 0

@@ -17,10 +17,19 @@ if TYPE_CHECKING:
 
 
 class Peers:
-    """The live holds of one owner (sync and asyncio alike), by key."""
+    """The live holds of one owner (sync and asyncio alike), by key.
+
+    Read holds need one more step: the server keeps an owner's read holds as lease keys
+    ``...:rwlock_timeout:1..n`` and a release drops the last one, whichever guard released, so a
+    guard's own lease key may go and leave it with another's shorter one. A read release while
+    other read holds of the owner live is therefore preceded by a renewal of the owner's reads
+    (``RWLOCK.RENEW ... READ`` sets every one of those keys) to the longest promise of them."""
 
     def __init__(self) -> None:
         self._holds: dict[bytes, weakref.WeakSet[Hold]] = {}
+        #: leases sent by acquires not answered yet (their hold does not exist yet), by key: the
+        #: latest end each may give; kept until that end passes
+        self._pending: dict[bytes, float] = {}
         self._mutex = threading.Lock()
 
     def track(self, hold: Hold) -> None:
@@ -28,10 +37,20 @@ class Peers:
         with self._mutex:
             self._holds.setdefault(hold.spec.key, weakref.WeakSet()).add(hold)
 
+    def sending(self, key: bytes, now: float, lease_ms: int) -> None:
+        """An acquire for ``key`` sends ``lease_ms`` now: a renewal of another hold sent before
+        its grant is known must not be shorter (it would set the new hold's lease too)."""
+        with self._mutex:
+            self._pending[key] = max(self._pending.get(key, now), now + lease_ms / 1000.0)
+
     def _live(self, key: bytes) -> list[Hold]:
         with self._mutex:
             holds = list(self._holds.get(key, ()))
         return [h for h in holds if not (h.done or inherited(h) or h._lost.is_set())]
+
+    def other_reads(self, hold: Hold) -> bool:
+        """Whether another live read hold of this owner shares ``hold``'s key."""
+        return any(h is not hold and h.spec.kind == "read" for h in self._live(hold.spec.key))
 
     def confirmed_until(self, key: bytes) -> float:
         """The latest deadline a live hold of this owner on ``key`` has (-inf: none): the
@@ -44,6 +63,12 @@ class Peers:
         must be at least this long, or it would end one of them early on the server."""
         now = time.monotonic() if now is None else now
         until = max((h.promised for h in self._live(key)), default=now)
+        with self._mutex:
+            pending = self._pending.get(key)
+            if pending is not None and pending <= now:
+                del self._pending[key]
+            elif pending is not None:
+                until = max(until, pending)
         if until == float("inf"):
             return 0  # a hold without a lease: nothing a lease could shorten
         return max(0, math.ceil((until - now) * 1000))

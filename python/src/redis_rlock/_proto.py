@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -146,8 +147,12 @@ class Spec:
     def sent_lease_ms(self, now: Optional[float] = None) -> int:
         """The lease an acquire sends: the hold's own, or longer when another live hold of the
         owner on this key was promised more (the server's lease is one for all of them)."""
-        floor = 0 if self.peers is None else int(self.peers.floor_ms(self.key, now))
-        return max(self.lease_ms, floor)
+        if self.peers is None:
+            return self.lease_ms
+        now = time.monotonic() if now is None else now
+        lease = max(self.lease_ms, int(self.peers.floor_ms(self.key, now)))
+        self.peers.sending(self.key, now, lease)
+        return lease
 
     def acquire(self, rid: bytes, wait_ms: Optional[int]) -> list[Arg]:
         """The acquire command; ``wait_ms`` None: no WAIT (one try), 0: WAIT without limit."""
