@@ -14,6 +14,7 @@ import asyncio
 import os
 import random
 import signal
+import sys
 import time
 from typing import Any, Optional
 
@@ -44,21 +45,43 @@ def _model() -> Model:
     return Model(list(LOCK_KEYS), dict(COUNTED), dict(LEASED))
 
 
+_PKG = os.path.dirname(rl.__file__)
+
+
 class _Interrupt:
-    """KeyboardInterrupt at a random moment of the next call (RLOCK_PY_MODEL_INTERRUPTS)."""
+    """KeyboardInterrupt at a random moment of the next call (RLOCK_PY_MODEL_INTERRUPTS): at
+    a random bytecode of the package's own code run by this thread (a trace function raising
+    there, as a signal handler may between any two bytecodes), or from a real SIGALRM."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.armed = False
+        self.left = 0
+
+    def _trace(self, frame: Any, event: str, arg: Any) -> Any:
+        if not frame.f_code.co_filename.startswith(_PKG):
+            return None
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.left -= 1
+            if self.left == 0:
+                sys.settrace(None)
+                raise KeyboardInterrupt
+        return self._trace
 
     def __enter__(self) -> _Interrupt:
-        if INTERRUPTS and self.rng.random() < 0.3:
+        if INTERRUPTS and self.rng.random() < 0.6:
             self.armed = True
-            signal.setitimer(signal.ITIMER_REAL, self.rng.uniform(0.00005, 0.004))
+            if self.rng.random() < 0.8:
+                self.left = self.rng.randint(1, 3000)
+                sys.settrace(self._trace)
+            else:
+                signal.setitimer(signal.ITIMER_REAL, self.rng.uniform(0.00002, 0.0015))
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.armed:
+            sys.settrace(None)
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 
@@ -284,7 +307,8 @@ class _SyncRun:
             if n % 60 == 0:
                 self.quiesce()
         self.quiesce()
-        print(f"sync model: {n} steps")
+        hits = sum("KeyboardInterrupt" in line for line in self.m.steps)
+        print(f"sync model: {n} steps, {hits} KeyboardInterrupts")
 
 
 def test_sync_clients_keep_every_promise_against_the_model(server: Server) -> None:

@@ -138,8 +138,7 @@ class Hold:
             lease_ms = max(lease_ms, math.ceil((self.promised - sent_at) * 1000))
         if self.spec.peers is not None:
             lease_ms = max(lease_ms, self.spec.peers.floor_ms(self.spec.key, sent_at))
-        with self._mutex:
-            self.promised = max(self.promised, sent_at + lease_ms / 1000.0)
+        self.promised = max(self.promised, sent_at + lease_ms / 1000.0)
         return lease_ms
 
     def extend(self, sent_at: float, lease_ms: int) -> None:

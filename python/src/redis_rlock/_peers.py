@@ -5,7 +5,6 @@ owner, so that what the client sends is never shorter than what any of them was 
 from __future__ import annotations
 
 import math
-import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Optional
@@ -26,27 +25,35 @@ class Peers:
     (``RWLOCK.RENEW ... READ`` sets every one of those keys) to the longest promise of them."""
 
     def __init__(self) -> None:
-        self._holds: dict[bytes, weakref.WeakSet[Hold]] = {}
+        # no lock: a KeyboardInterrupt between a lock's acquire and its ``with`` body would
+        # leave it held for good; these dict operations are each atomic under the GIL
+        self._holds: dict[bytes, dict[int, weakref.ref[Hold]]] = {}
         #: leases sent by acquires not answered yet (their hold does not exist yet), by key: the
         #: latest end each may give; kept until that end passes
         self._pending: dict[bytes, float] = {}
-        self._mutex = threading.Lock()
 
     def track(self, hold: Hold) -> None:
         """Records ``hold`` (a hold granted, or about to be, under this owner)."""
-        with self._mutex:
-            self._holds.setdefault(hold.spec.key, weakref.WeakSet()).add(hold)
+        self._holds.setdefault(hold.spec.key, {})[id(hold)] = weakref.ref(hold)
 
     def sending(self, key: bytes, now: float, lease_ms: int) -> None:
         """An acquire for ``key`` sends ``lease_ms`` now: a renewal of another hold sent before
         its grant is known must not be shorter (it would set the new hold's lease too)."""
-        with self._mutex:
-            self._pending[key] = max(self._pending.get(key, now), now + lease_ms / 1000.0)
+        self._pending[key] = max(self._pending.get(key, now), now + lease_ms / 1000.0)
 
     def _live(self, key: bytes) -> list[Hold]:
-        with self._mutex:
-            holds = list(self._holds.get(key, ()))
-        return [h for h in holds if not (h.done or inherited(h) or h._lost.is_set())]
+        refs = self._holds.get(key)
+        if refs is None:
+            return []
+        live = []
+        for i, ref in refs.copy().items():
+            h = ref()
+            if h is None:
+                if refs.get(i) is ref:
+                    refs.pop(i, None)
+            elif not (h.done or inherited(h) or h._lost.is_set()):
+                live.append(h)
+        return live
 
     def other_reads(self, hold: Hold) -> bool:
         """Whether another live read hold of this owner shares ``hold``'s key."""
@@ -63,12 +70,9 @@ class Peers:
         must be at least this long, or it would end one of them early on the server."""
         now = time.monotonic() if now is None else now
         until = max((h.promised for h in self._live(key)), default=now)
-        with self._mutex:
-            pending = self._pending.get(key)
-            if pending is not None and pending <= now:
-                del self._pending[key]
-            elif pending is not None:
-                until = max(until, pending)
+        pending = self._pending.get(key)
+        if pending is not None:
+            until = max(until, pending)
         if until == float("inf"):
             return 0  # a hold without a lease: nothing a lease could shorten
         return max(0, math.ceil((until - now) * 1000))
