@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from ._fork import ForkGuard
+from ._peers import Peers
 from ._proto import Name
 
 
@@ -80,6 +81,8 @@ class OwnerId:
         self._new_owner = new_owner
         self._fork = ForkGuard()
         self._id: bytes = new_owner()
+        #: the owner's live holds, by key (one server hold per key: see ``_peers``)
+        self.peers = Peers()
 
     @property
     def id(self) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -47,9 +48,17 @@ class Hold:
         self.count = 1
         self.done = False
         self.deadline = sent_at + lease_ms / 1000.0 if lease_ms else float("inf")
+        if spec.peers is not None:
+            # one server hold with the owner's other live holds of this key: it lasts as long
+            # as the longest of them was confirmed (no lease sent for it is ever shorter)
+            self.deadline = max(self.deadline, spec.peers.confirmed_until(spec.key))
+        #: the latest end a lease sent for this hold may give it (a renewal in flight included)
+        self.promised = self.deadline
         self._lost = threading.Event()
         self._mutex = threading.Lock()
         self.engine: Any = None  # set by the engine that granted it
+        if spec.peers is not None:
+            spec.peers.track(self)
         self._release_args: Optional[list[P.Arg]] = None
 
     def release_args(self) -> list[P.Arg]:
@@ -135,6 +144,19 @@ class Hold:
         )
 
     # -- engine side ----------------------------------------------------------------------
+    def renewal_lease_ms(self, lease_ms: int, sent_at: float) -> int:
+        """The lease a renewal sent at ``sent_at`` asks for: ``lease_ms``, or longer when this
+        hold, or one of the owner's other live holds of this key, was promised more (the
+        renewal sets the lease of all of them: a watchdog's period, or a re-entry with a
+        shorter lease, must not end what a longer re-entry promised); recorded as promised
+        before it is sent."""
+        if self.promised != float("inf"):
+            lease_ms = max(lease_ms, math.ceil((self.promised - sent_at) * 1000))
+        if self.spec.peers is not None:
+            lease_ms = max(lease_ms, self.spec.peers.floor_ms(self.spec.key, sent_at))
+        self.promised = max(self.promised, sent_at + lease_ms / 1000.0)
+        return lease_ms
+
     def extend(self, sent_at: float, lease_ms: int) -> None:
         """A renewal sent at ``sent_at`` for ``lease_ms`` was confirmed."""
         with self._mutex:

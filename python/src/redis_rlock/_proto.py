@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from redis.exceptions import DataError, ResponseError
@@ -186,14 +187,27 @@ class Spec:
     #: a session's acquire: ``SESSION`` (and ``LOCKDELAY lock_delay_ms`` when above 0)
     session: bool = False
     lock_delay_ms: int = 0
+    #: an owner's holds of this key (``_peers.Peers``; None: a hold of its own): the lease sent
+    #: is never shorter than what any live one of them was promised
+    peers: Any = field(default=None, compare=False, repr=False)
+
+    def sent_lease_ms(self, now: Optional[float] = None) -> int:
+        """The lease an acquire sends: the hold's own, or longer when another live hold of the
+        owner on this key was promised more (the server's lease is one for all of them)."""
+        if self.peers is None:
+            return self.lease_ms
+        now = time.monotonic() if now is None else now
+        lease = max(self.lease_ms, int(self.peers.floor_ms(self.key, now)))
+        self.peers.sending(self.key, now, lease)
+        return lease
 
     def acquire(self, rid: bytes, wait_ms: Optional[int]) -> list[Arg]:
         """The acquire command; ``wait_ms`` None: no WAIT (one try), 0: WAIT without limit."""
         if self.kind == LOCK:
-            args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, self.lease_ms]
+            args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, self.sent_lease_ms()]
         elif self.kind in (READ, WRITE):
             mode = "READ" if self.kind == READ else "WRITE"
-            args = ["RWLOCK.ACQUIRE", self.key, self.owner, mode, self.lease_ms]
+            args = ["RWLOCK.ACQUIRE", self.key, self.owner, mode, self.sent_lease_ms()]
         elif self.kind == LEASED:
             args = ["RSEM.ACQUIRE", self.key, self.permits, "LEASE", self.lease_ms]
         else:

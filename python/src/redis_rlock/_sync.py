@@ -502,6 +502,7 @@ class SyncBackend:
     def renew(self, hold: Hold, lease_ms: int, until: Optional[float]) -> bool:
         """Renews every part of ``hold`` for ``lease_ms``; True when the server confirmed."""
         sent = time.monotonic()
+        lease_ms = hold.renewal_lease_ms(lease_ms, sent)
         for cmd in hold.spec.renew(lease_ms, hold.ids):
             reply, _ = self.call_until(hold.spec.key, cmd, until)
             if reply != 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from types import TracebackType
 from typing import Any, Optional
 
@@ -100,6 +101,7 @@ class _Base:
                 token=self._fencing and self._kind != P.READ,
                 session=session is not None,
                 lock_delay_ms=0 if session is None else session.lock_delay_ms,
+                peers=None if self._owner_id is None else self._owner_id.peers,
             )
             store = functools.partial(setattr, self._local, self._slot())
             return (
@@ -223,6 +225,16 @@ class _Side(_Base):
     def _slot(self) -> str:
         return self._kind
 
+    def release(self) -> None:
+        hold = self._current()
+        if hold is not None and hold.count == 1 and not hold.is_lost() and _other_reads(hold):
+            # the server drops the owner's last read lease key, not necessarily this hold's:
+            # first every key of the owner's reads as long as the longest promise (an error
+            # here raises with nothing released: the hold stays this thread's)
+            until = time.monotonic() + self._be.rt
+            self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+        super().release()
+
     def locked(self) -> bool:
         """Whether anybody holds the read-write lock now (either side)."""
         return bool(self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
@@ -244,6 +256,12 @@ class _Side(_Base):
         if self._kind == P.READ and other is not None:
             return other.spec.owner  # write -> read re-entry: the server grants it at once
         return super()._owner()
+
+
+def _other_reads(hold: Hold) -> bool:
+    """A read hold of an Owner whose other live read holds share its key."""
+    peers = hold.spec.peers
+    return hold.spec.kind == P.READ and peers is not None and bool(peers.other_reads(hold))
 
 
 class RWLock:

@@ -436,6 +436,7 @@ class AsyncBackend:
     async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
         """Renews every part of ``hold``; True when the server confirmed."""
         sent = time.monotonic()
+        lease_ms = hold.renewal_lease_ms(lease_ms, sent)
         for cmd in hold.spec.renew(lease_ms, hold.ids):
             reply, _ = await self.call_until(hold.spec.key, cmd, until)
             if reply != 1:

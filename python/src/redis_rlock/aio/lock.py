@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import weakref
 from contextvars import ContextVar
 from types import TracebackType
@@ -113,6 +114,7 @@ class _Base:
             token=self._fencing and self._kind != P.READ,
             session=session is not None,
             lock_delay_ms=0 if session is None else session.lock_delay_ms,
+            peers=None if self._owner_id is None else self._owner_id.peers,
         )
         holds = _task_holds()
         key = self._key()
@@ -209,6 +211,15 @@ class _Side(_Base):
         super().__init__(parent._client, parent.name, **kw)
         self._id = parent._id
 
+    async def release(self) -> None:
+        hold = self._current()
+        if hold is not None and hold.count == 1 and not hold.is_lost() and _other_reads(hold):
+            # as the sync side's: every lease key of the owner's reads as long as the longest
+            # promise first (the server drops the owner's last key, not this hold's)
+            until = time.monotonic() + self._be.rt
+            await self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+        await super().release()
+
     def _owner(self) -> bytes:
         other_kind = P.WRITE if self._kind == P.READ else P.READ
         other = _task_holds().get(self._key(other_kind))
@@ -222,6 +233,12 @@ class _Side(_Base):
         if self._kind == P.READ and other is not None:
             return other.spec.owner
         return super()._owner()
+
+
+def _other_reads(hold: AsyncHold) -> bool:
+    """A read hold of an Owner whose other live read holds share its key."""
+    peers = hold.spec.peers
+    return hold.spec.kind == P.READ and peers is not None and bool(peers.other_reads(hold))
 
 
 class RWLock:
