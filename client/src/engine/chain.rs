@@ -17,7 +17,9 @@
 //! handle re-enters it, and no lease sent for it ends it before any live guard's deadline. A
 //! MultiLock or RedLock grant over such a handle takes a fresh owner id
 //! ([`Chain::fresh_owner`]). The server cannot tell a later hold of the owner from an earlier
-//! one, so a hold of it known lost sends nothing when released ([`Hold::share_owner`]).
+//! one, so a hold of it known lost sends nothing when released ([`Hold::share_owner`]); the
+//! owner's next hold on that side takes over whatever count of it the server still has
+//! ([`Chain::adopt`]), so that count never stays held by nobody.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
