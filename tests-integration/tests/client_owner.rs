@@ -209,3 +209,36 @@ async fn a_stale_multi_guard_over_an_owner_s_handle_never_releases_the_owner_s_l
     assert!(!later.is_lost());
     later.release().await.expect("release");
 }
+
+/// The write field of `owner` on `key`, as the server counts it (`None`: not held).
+fn write_count(server: &Server, key: &str, owner: &str) -> Option<String> {
+    let field = format!("{owner}:write");
+    redis::cmd("HGET").arg(key).arg(field).query(&mut server.conn()).expect("HGET")
+}
+
+/// An owner's write hold its guard found lost at its deadline can still be on the server (a
+/// read hold of the same owner, with a longer lease, keeps the key). The owner's next write
+/// acquire must not stack a second count on it that nobody will ever release: once every guard
+/// is gone, nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_new_write_hold_over_a_stale_one_leaves_nothing_held_once_released() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let owner = client.owner();
+    let rw = owner.rw_lock("k");
+    let short = Duration::from_millis(300);
+    let stale = rw.write().try_acquire(Duration::ZERO, Some(short)).await.expect("first write");
+    let read = rw.read().acquire(Some(Duration::from_secs(20))).await.expect("read under write");
+    timeout(LIMIT, stale.lost()).await.expect("the write guard lost at its deadline");
+    let again = rw.write().try_acquire(Duration::ZERO, Some(short)).await.expect("second write");
+    assert!(!again.is_lost(), "the new write guard holds");
+    let count = write_count(&server, "k", owner.id());
+    assert_eq!(count.as_deref(), Some("1"), "one hold of the owner on the write side, one count");
+    assert_promise_kept(&server, "k", &read, "the read hold under the new write hold");
+    again.release().await.expect("release the new write hold");
+    drop(stale);
+    read.release().await.expect("release the read hold");
+    poll("the owner's write field gone", Duration::from_secs(3), || {
+        write_count(&server, "k", owner.id()).is_none().then_some(())
+    });
+}

@@ -17,7 +17,9 @@
 //! handle re-enters it, and no lease sent for it ends it before any live guard's deadline. A
 //! MultiLock or RedLock grant over such a handle takes a fresh owner id
 //! ([`Chain::fresh_owner`]). The server cannot tell a later hold of the owner from an earlier
-//! one, so a hold of it known lost sends nothing when released ([`Hold::share_owner`]).
+//! one, so a hold of it known lost sends nothing when released ([`Hold::share_owner`]); the
+//! owner's next hold on that side takes over whatever count of it the server still has
+//! ([`Chain::adopt`]), so that count never stays held by nobody.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -181,6 +183,9 @@ impl Chain {
         if let Some(member) = self.reenter(lease, watchdog, bound).await? {
             return Ok(member);
         }
+        if let Some(member) = self.adopt(lease, watchdog, bound).await? {
+            return Ok(member);
+        }
         let owner = match self.sibling_owner().filter(|_| !self.fixed) {
             Some(owner) if within(bound, self.stale_write_held(&owner)).await? => self.next_owner(),
             Some(owner) => owner,
@@ -244,6 +249,40 @@ impl Chain {
             return Ok(None);
         }
         Ok(hold.join(watchdog)) // `None`: its last guard left meanwhile: take a new hold
+    }
+
+    /// A fixed owner's new hold over its orphaned one ([`Hold::orphaned`]: known lost, no
+    /// release sent, while the server may still count it, e.g. a write field whose key the
+    /// owner's longer read hold keeps, or a hold whose lease outlasted a stalled client's
+    /// deadline): when the server confirms the owner's hold on this side, the new hold takes
+    /// that one count over with a renewal for `lease`, instead of a request the server would
+    /// count a second time (the stale guards never release, so that count would stay held by
+    /// nobody). `None`: nothing to take over (a new request follows).
+    async fn adopt(
+        &self,
+        lease: Duration,
+        watchdog: Option<Duration>,
+        bound: Option<Instant>,
+    ) -> Result<Option<Member>> {
+        if !self.fixed || self.session.is_some() {
+            return Ok(None);
+        }
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let Some(stale) = current.filter(|h| h.owner() == Some(&self.owner) && h.orphaned()) else {
+            return Ok(None);
+        };
+        let holder = Holder::Owner(Arc::clone(&self.owner));
+        let (key, kind, token) = (&self.key, self.kind, stale.token());
+        let hold = Hold::new(&self.shared, key, kind, holder, token, Instant::now());
+        hold.share_owner();
+        // Dropped before it joins: the count stays the stale hold's, taken over next time.
+        if !within(bound, hold.renew(lease)).await? {
+            return Ok(None);
+        }
+        stale.supersede();
+        let Some(member) = hold.join(watchdog) else { return Ok(None) };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(hold);
+        Ok(Some(member))
     }
 
     /// This handle's live guards that the server confirms (0 when it holds nothing); errors as

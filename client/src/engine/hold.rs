@@ -114,6 +114,8 @@ struct State {
     /// Its owner id is shared with other holds (an [`crate::Owner`]'s): once known lost, it
     /// sends no release (the server could not tell it from a later hold of that owner).
     shared_owner: bool,
+    /// A release of it was sent (or handed to the releaser).
+    release_sent: bool,
 }
 
 impl std::fmt::Debug for Hold {
@@ -147,6 +149,7 @@ impl Hold {
             ended: false,
             superseded: false,
             shared_owner: false,
+            release_sent: false,
         };
         Self(Arc::new(Inner {
             shared: Arc::clone(shared),

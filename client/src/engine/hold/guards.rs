@@ -26,6 +26,22 @@ impl Hold {
         superseded || (shared_owner && self.is_lost())
     }
 
+    /// Whether this hold of a shared owner id (an [`crate::Owner`]'s) is known lost and no
+    /// release of it was or ever will be sent: whatever count of its owner the server may still
+    /// have on its side is this hold's, and no live guard relies on it (its guards were told it
+    /// is lost). A later hold of the owner takes that count over instead of stacking another
+    /// one on it that nobody would release.
+    pub(crate) fn orphaned(&self) -> bool {
+        let lost = self.is_lost();
+        let state = self.state();
+        state.shared_owner && (lost || state.superseded) && !state.release_sent
+    }
+
+    /// Records that a release of the hold goes out.
+    fn release_goes_out(&self) {
+        self.state().release_sent = true;
+    }
+
     /// A new guard on the hold; `watchdog`: its lease, renewed while the guard lives. `None`
     /// when the hold's guards are all gone (it was released).
     pub(crate) fn join(&self, watchdog: Option<Duration>) -> Option<Member> {
@@ -55,6 +71,7 @@ impl Hold {
         let Some(cmd) = self.0.kind.release(&self.0.key, &self.0.holder, &latch) else {
             return Ok(());
         };
+        self.release_goes_out();
         let mut pending = PendingRelease { hold: self, cmd: Some(cmd.clone()) };
         let mut retried = false;
         let mut retries = RELEASE_RETRIES;
@@ -115,6 +132,7 @@ impl Hold {
         let latch = uuid::Uuid::new_v4().simple().to_string();
         let cmd = cmd.or_else(|| self.0.kind.release(&self.0.key, &self.0.holder, &latch));
         let Some(cmd) = cmd else { return };
+        self.release_goes_out();
         // Worth trying as long as the hold may last; at least a few seconds, but never past
         // the deadline of an owner's hold (a later hold of that owner would be released).
         let (until, shared_owner) = {
