@@ -83,3 +83,61 @@ class Proxy:
             self._sel.register(client, selectors.EVENT_READ, a)
             self._sel.register(server, selectors.EVENT_READ, b)
             self._socks += [client, server]
+
+
+class SlowProxy:
+    """A TCP proxy that passes every byte on ``delay`` seconds after it arrived, both ways (a
+    distant server: a slow link, not a dead one). A thread per direction per connection."""
+
+    def __init__(self, target_port: int, delay: float) -> None:
+        self._target, self._delay = target_port, delay
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="slow-proxy", daemon=True).start()
+
+    def close(self) -> None:
+        for s in [self._listener, *self._socks]:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self._target))
+            self._socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        import queue
+        import time
+
+        q: queue.Queue[tuple[float, bytes]] = queue.Queue()
+
+        def out() -> None:
+            while True:
+                at, data = q.get()
+                time.sleep(max(0.0, at - time.monotonic()))
+                try:
+                    if not data:
+                        dst.shutdown(socket.SHUT_WR)
+                        return
+                    dst.sendall(data)
+                except OSError:
+                    return
+
+        threading.Thread(target=out, daemon=True).start()
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            q.put((time.monotonic() + self._delay, data))
+            if not data:
+                return

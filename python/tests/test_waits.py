@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
 import redis
 import redis.asyncio as aredis
-from _proxy import Proxy
-from _servers import Server, blocked_clients, poll
+from _proxy import Proxy, SlowProxy
+from _servers import Server, blocked_clients, info, poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
@@ -329,3 +330,67 @@ def test_an_interrupt_in_a_wait_connection_s_handshake_leaves_no_unread_reply(
         assert sem.available() == 0
         sem.release()
     assert sem.available() == 1
+
+
+@pytest.mark.parametrize("kind", ["lock", "counted"])
+def test_a_wait_told_not_granted_holds_nothing_though_its_check_reached_a_free_lock(
+    server: Server, r: redis.Redis, kind: str
+) -> None:
+    """Over a slow link (200 ms each way) a timed wait's check (its acquire again without
+    ``WAIT``, same request id) can reach the server after the wait timed out there and after
+    the holder let go: the check is granted while the wait's own answer, "not granted", is
+    still on its way and is the one the caller gets. Whatever the check got is given back."""
+    proxy = SlowProxy(server.port, 0.2)
+    try:
+        slow = redis.Redis(port=proxy.port, socket_timeout=10)
+        for i in range(3):
+            name = f"slow-{kind}-{i}"
+            holder: Any
+            waiter: Any
+            if kind == "lock":
+                holder = rl.Lock(r, name)
+                assert holder.acquire(timeout=0)
+                waiter = rl.Lock(slow, name, response_timeout=0.5)
+            else:
+                holder = rl.Semaphore(r, name)
+                assert holder.try_set_permits(1)
+                assert holder.acquire(timeout=0)
+                waiter = rl.Semaphore(slow, name, response_timeout=0.5)
+            res: dict[str, Any] = {}
+
+            def wait(w: Any = waiter, res: dict[str, Any] = res) -> None:
+                res["ok"] = w.acquire(timeout=2.7)
+                if res["ok"]:
+                    w.release()
+                res["done"] = True
+
+            t = threading.Thread(target=wait)
+            t.start()
+            # the holder lets go right after the server timed the wait out (its answer still
+            # on the slow link), before the wait's check reaches the server
+            cmd = "RLOCK.INFO" if kind == "lock" else "RSEM.INFO"
+            seen = False
+            end = time.monotonic() + 6
+            while time.monotonic() < end:
+                waiters = int(str(info(r, name, cmd).get("waiters", 0) or 0))
+                seen = seen or waiters > 0
+                if seen and waiters == 0:
+                    break
+                time.sleep(0.002)
+            holder.release()
+            t.join(15)
+            assert res.get("done"), "the waiter never returned"
+            if kind == "lock":
+                poll(
+                    f"{name} free after the waiter was told {res['ok']}",
+                    5,
+                    lambda n=name: r.exists(n) == 0,
+                )
+            else:
+                poll(
+                    f"{name}'s permit back after the waiter was told {res['ok']}",
+                    5,
+                    lambda n=name: int(r.execute_command("RSEM.AVAILABLE", n)) == 1,
+                )
+    finally:
+        proxy.close()

@@ -104,11 +104,15 @@ class _Addressed:
 class Wait:
     """What a call that waits in the server needs: its deadline (for a connection too), and
     the same acquire without ``WAIT`` to check on it from another connection (None: no check).
-    ``probed`` is set when that check's answer replaced the reply of a silent connection."""
+    ``probed`` is set when that check's answer replaced the reply of a silent connection;
+    ``answered`` when a check was answered otherwise than "already waiting": the server no
+    longer queued the request then, so the check itself may have been granted (a grant under
+    the request's id that only a cancellation gives back when the acquire ends without one)."""
 
     def __init__(self, until: Optional[float], probe: Optional[list[P.Arg]]) -> None:
         self.until, self.probe = until, probe
         self.probed = False
+        self.answered = False
         self.sent: Callable[[], None] = lambda: None
 
 
@@ -296,7 +300,7 @@ class SyncBackend:
                 now = time.monotonic()
                 if now >= probe_at:
                     assert wait is not None and wait.probe is not None
-                    found, reply = self._probe(key, wait.probe, conn)
+                    found, reply = self._probe(key, wait, conn)
                     if found:
                         conn.disconnect()  # silent: its reply (if it ever comes) is dropped
                         wait.probed = True
@@ -314,15 +318,17 @@ class SyncBackend:
         finally:
             pool.release(conn)
 
-    def _probe(self, key: bytes, probe: list[P.Arg], conn: Any) -> tuple[bool, Any]:
+    def _probe(self, key: bytes, wait: Wait, conn: Any) -> tuple[bool, Any]:
         """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
         while the server still queues it, or its connection answers within the response
         timeout after all; (True, reply) when that connection is silent: the acquire's answer
         now (the grant, replayed, or not granted: the request is spent)."""
         try:
-            reply = self.call(key, probe)
+            assert wait.probe is not None
+            reply = self.call(key, wait.probe)
         except Exception:  # "already waiting": the server still queues it; else: no answer
             return False, None
+        wait.answered = True  # granted, perhaps: the acquire cancels it unless it takes it
         if conn.can_read(timeout=self.rt):
             return False, None  # the reply was on its way: read it
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
@@ -401,8 +407,9 @@ class SyncBackend:
                     )
                     if session is not None and wait_ms is not None:
                         probe = dataclasses.replace(spec, session=False).acquire(rid, None)
+                        waiting = Wait(end, probe)
                         reply = session.call(
-                            args, extra, functools.partial(self._answered, spec, probe)
+                            args, extra, functools.partial(self._answered, spec, waiting)
                         )
                     elif session is not None:
                         reply = session.call(args, extra)
@@ -433,7 +440,8 @@ class SyncBackend:
                         continue
                     if not is_transient(e):
                         if isinstance(e, ResponseError):
-                            need_cancel = False  # an error reply changed nothing
+                            # an error reply changed nothing, unless a check was answered
+                            need_cancel = waiting is not None and waiting.answered
                             raise translate(e, spec.key.decode(errors="replace")) from None
                         raise
                     now = time.monotonic()
@@ -461,6 +469,12 @@ class SyncBackend:
                     continue
                 if not ok:
                     need_cancel = False
+                    if waiting is not None and waiting.answered:
+                        # a check of this wait, sent while the server no longer queued it, may
+                        # have been granted under its id after the answer "not granted": given
+                        # back exactly, and any next attempt is a new request
+                        self.cancel(spec, rid)
+                        rid = P.new_id()
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
                     return None
@@ -481,14 +495,16 @@ class SyncBackend:
                 self.cancel(spec, rid)
             raise
 
-    def _answered(self, spec: P.Spec, probe: list[P.Arg]) -> bool:
+    def _answered(self, spec: P.Spec, wait: Wait) -> bool:
         """Whether the server answered a session's wait (its acquire sent again without
         ``WAIT`` and ``SESSION``, same id, from another connection) while its connection is
         silent: anything but ``already waiting`` (a grant the acquire's cancel gives back)."""
         try:
-            self.call(spec.key, probe)
+            assert wait.probe is not None
+            self.call(spec.key, wait.probe)
         except Exception:  # "already waiting": still queued; else: no answer, no conclusion
             return False
+        wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
     def cancel(self, spec: P.Spec, rid: bytes) -> None:

@@ -231,7 +231,7 @@ class AsyncBackend:
                     return read.result()
                 if time.monotonic() >= end:
                     raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
-                found, reply = await self._probe(key, wait.probe, read)
+                found, reply = await self._probe(key, wait, read)
                 if read.done():
                     return read.result()
                 if found:
@@ -254,15 +254,15 @@ class AsyncBackend:
                 read.cancel()
             await pool.release(conn)
 
-    async def _probe(
-        self, key: bytes, probe: list[P.Arg], read: asyncio.Future[Any]
-    ) -> tuple[bool, Any]:
+    async def _probe(self, key: bytes, wait: Wait, read: asyncio.Future[Any]) -> tuple[bool, Any]:
         """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
         silent and the server answered its acquire (again, same request id) itself."""
         try:
-            reply = await self.call(key, probe)
+            assert wait.probe is not None
+            reply = await self.call(key, wait.probe)
         except Exception:  # "already waiting": the server still queues it; else: no answer
             return False, None
+        wait.answered = True  # granted, perhaps: the acquire cancels it unless it takes it
         await asyncio.wait({read}, timeout=self.rt)
         if read.done():
             return False, None
@@ -309,12 +309,14 @@ class AsyncBackend:
             log.warning("redis_rlock: gave up on %r for %r: %s", args[0], key, e)
             return None
 
-    async def _answered(self, spec: P.Spec, probe: list[P.Arg]) -> bool:
+    async def _answered(self, spec: P.Spec, wait: Wait) -> bool:
         """As the sync engine's: the server answered a session's wait elsewhere."""
         try:
-            await self.call(spec.key, probe)
+            assert wait.probe is not None
+            await self.call(spec.key, wait.probe)
         except Exception:  # "already waiting": still queued; else: no answer, no conclusion
             return False
+        wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
     async def cancel(self, spec: P.Spec, rid: bytes) -> None:
@@ -361,7 +363,8 @@ class AsyncBackend:
                 try:
                     if session is not None and wait_ms is not None:
                         probe = dataclasses.replace(spec, session=False).acquire(rid, None)
-                        check = functools.partial(self._answered, spec, probe)
+                        waiting = Wait(end, probe)
+                        check = functools.partial(self._answered, spec, waiting)
                         reply = await session.call(spec.acquire(rid, wait_ms), extra, check)
                     elif session is not None:
                         reply = await session.call(spec.acquire(rid, wait_ms), extra)
@@ -394,7 +397,8 @@ class AsyncBackend:
                         continue
                     if not is_transient(e):
                         if isinstance(e, ResponseError):
-                            need_cancel = False
+                            # an error reply changed nothing, unless a check was answered
+                            need_cancel = waiting is not None and waiting.answered
                             raise translate(e, spec.key.decode(errors="replace")) from None
                         raise
                     now = time.monotonic()
@@ -418,6 +422,12 @@ class AsyncBackend:
                     continue
                 if not ok:
                     need_cancel = False
+                    if waiting is not None and waiting.answered:
+                        # a check of this wait, sent while the server no longer queued it, may
+                        # have been granted under its id after the answer "not granted": given
+                        # back exactly, and any next attempt is a new request
+                        await self.cancel(spec, rid)
+                        rid = P.new_id()
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
                     return None
@@ -512,6 +522,7 @@ class Wait:
     def __init__(self, until: Optional[float], probe: Optional[list[P.Arg]]) -> None:
         self.until, self.probe = until, probe
         self.probed = False
+        self.answered = False
 
 
 class _Silent(Exception):
