@@ -7,6 +7,7 @@
 //! be sent again after a failover, a lost connection or one that died silently
 //! ([`crate::engine::resume`]): the server replays a grant it made meanwhile.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,11 @@ pub(crate) struct Request {
     waited: bool,
     /// A session's binding: the acquire carries `SESSION` and runs on its connection.
     session: Option<Arc<Binding>>,
+    /// A check of a wait ([`Self::still_waits`]) was answered otherwise than "already
+    /// waiting": the server no longer queued the request then, so the check itself may have
+    /// been granted under the request's id. An answer "not granted" (or a refusal) that comes
+    /// after it cancels the request instead of disarming it.
+    checked: AtomicBool,
 }
 
 impl std::fmt::Debug for Request {
@@ -74,6 +80,7 @@ impl Request {
             sent: Instant::now(),
             waited: false,
             session: None,
+            checked: AtomicBool::new(false),
         }
     }
 
@@ -286,7 +293,13 @@ impl Request {
         let reply =
             tokio::time::timeout(resume::CHECK_TIMEOUT, cmd.query_async::<Value>(&mut conn));
         match reply.await {
-            Ok(Ok(reply)) => self.kind.answer(&reply).is_err(),
+            Ok(Ok(reply)) => {
+                let waits = self.kind.answer(&reply).is_err();
+                if !waits {
+                    self.checked.store(true, Ordering::Relaxed);
+                }
+                waits
+            }
             Ok(Err(_)) | Err(_) => true,
         }
     }
@@ -445,6 +458,16 @@ impl Request {
     async fn settle(&mut self, ended: Ended) -> Result<Option<Grant>> {
         match ended {
             Ended::Answer(Answer::Granted(grant)) => Ok(Some(grant)),
+            // A check answered while the request was not queued may have been granted: given
+            // back exactly rather than left to nobody.
+            Ended::Answer(Answer::Busy) if self.checked.load(Ordering::Relaxed) => {
+                self.cancel(SETTLE).await;
+                Ok(None)
+            }
+            Ended::Refused(e) if self.checked.load(Ordering::Relaxed) => {
+                self.cancel(SETTLE).await;
+                Err(e)
+            }
             Ended::Answer(Answer::Busy) => {
                 self.armed = false;
                 Ok(None)
