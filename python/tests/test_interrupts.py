@@ -88,14 +88,73 @@ def run_interrupted_at(k: int, body: Callable[[], None]) -> Optional[str]:
     return fired[0] if fired else None
 
 
-def sweep(scenario: Callable[[], Callable[[], None]], check: Callable[[], None]) -> int:
+_QUIET_RETURNS: dict[Any, frozenset[int]] = {}
+
+
+def quiet_return(frame: FrameType) -> bool:
+    """Whether ``frame`` is about to return at a moment no signal handler runs (CPython 3.11
+    looks for signals at a function's start, backward jumps and right after calls): a
+    ``RETURN_VALUE`` that does not follow a call. (An exception raised there by a trace
+    function would leave the frame's own ``try``, popped before a ``return``.) One that
+    follows a call stands for the moment right after it: ``return f()`` can be interrupted
+    after ``f`` returned, outside any ``try`` of the frame's."""
+    code = frame.f_code
+    got = _QUIET_RETURNS.get(code)
+    if got is None:
+        ins = list(dis.get_instructions(code))
+        got = frozenset(
+            x.offset
+            for i, x in enumerate(ins)
+            if x.opname == "RETURN_VALUE" and not (i and ins[i - 1].opname.startswith("CALL"))
+        )
+        _QUIET_RETURNS[code] = got
+    return frame.f_lasti in got
+
+
+def run_interrupted_at_opcode(k: int, body: Callable[[], None], module: str) -> Optional[str]:
+    """Runs ``body``, raising KeyboardInterrupt at the ``k``-th bytecode run in the frames of
+    the package's ``module`` (a file name) on this thread (once), as a signal handler may
+    between any two bytecodes. Returns where it fired (None: the body ended first)."""
+    seen = [0]
+    fired: list[str] = []
+
+    def local(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if event == "opcode" and not fired and not quiet_return(frame):
+            seen[0] += 1
+            if seen[0] == k:
+                op = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+                fired.append(f"{module}:{frame.f_lineno} {frame.f_code.co_name} {op}")
+                raise KeyboardInterrupt
+        return local
+
+    def global_(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if fired or frame.f_code.co_filename != PKG + module:
+            return None
+        frame.f_trace_opcodes = True
+        return local
+
+    sys.settrace(global_)
+    try:
+        body()
+    except KeyboardInterrupt:
+        assert fired, "a KeyboardInterrupt the test did not raise"
+    finally:
+        sys.settrace(None)
+    return fired[0] if fired else None
+
+
+def sweep(
+    scenario: Callable[[], Callable[[], None]],
+    check: Callable[[], None],
+    run: Callable[[int, Callable[[], None]], Optional[str]] = run_interrupted_at,
+) -> int:
     """Runs ``scenario()``'s body interrupted at line 1, 2, ... until a run completes without
     an interrupt; ``check()`` after each run. Returns how many runs were interrupted."""
     k = 0
     assert threading.current_thread() is threading.main_thread()
     while True:
         k += 1
-        fired = run_interrupted_at(k, scenario())
+        fired = run(k, scenario())
         try:
             check()
         except AssertionError as e:
@@ -217,6 +276,55 @@ def test_leased_semaphore_interrupted_anywhere_conserves_permits(r: redis.Redis)
         lambda: rl.LeasedSemaphore(r, "ki:leased", response_timeout=0.5),
         lambda sem: sem.acquire(2),
     )
+
+
+@pytest.mark.parametrize(
+    "kind, take",
+    [
+        ("counted", lambda sem: sem.permits(2)),
+        ("counted", lambda sem: sem.acquire(2) and None),
+        ("leased", lambda sem: sem.acquire(2)),
+    ],
+    ids=["counted-permits", "counted-acquire", "leased-acquire"],
+)
+def test_semaphore_call_interrupted_at_any_bytecode_of_its_own_frames_gives_permits_back(
+    r: redis.Redis, kind: str, take: Callable[[Any], Optional[Hold]]
+) -> None:
+    """A KeyboardInterrupt at every bytecode of the semaphore's own frames (between the
+    engine's grant and the return to the caller, too): a call that raised leaves every
+    permit available; one that returned a guard holds exactly its permits."""
+    key = f"ki:op:{kind}"
+    r.execute_command("RSEM.SETPERMITS", key, PERMITS)
+    got: list[Optional[Hold]] = []
+
+    def scenario() -> Callable[[], None]:
+        cls = rl.Semaphore if kind == "counted" else rl.LeasedSemaphore
+        sem = cls(r, key, response_timeout=0.5)
+        got.clear()
+        return lambda: got.append(take(sem))
+
+    def check() -> None:
+        guard = got[0] if got else None
+        held = 2 if got and (guard is None or not guard.done) else 0
+        poll(
+            f"{PERMITS - held} permits available",
+            3.0,
+            lambda: int(r.execute_command("RSEM.AVAILABLE", key)) == PERMITS - held,
+        )
+        if guard is not None:
+            guard.release()
+        elif got:
+            r.execute_command("RSEM.RELEASE", key, 2)  # ``acquire``'s permits have no guard
+        poll(
+            "every permit back",
+            3.0,
+            lambda: int(r.execute_command("RSEM.AVAILABLE", key)) == PERMITS,
+        )
+
+    def run(k: int, body: Callable[[], None]) -> Optional[str]:
+        return run_interrupted_at_opcode(k, body, "semaphore.py")
+
+    assert sweep(scenario, check, run) > 20
 
 
 @pytest.mark.skipif(

@@ -131,14 +131,32 @@ class Semaphore(_SemBase):
 
     def acquire(self, permits: int = 1, blocking: bool = True, timeout: float = -1) -> bool:
         """Takes ``permits``, waiting in the server (FIFO, no barging) up to ``timeout``."""
-        return self.permits(permits, blocking, timeout) is not None
+        got: list[Hold] = []
+        try:
+            self._take(permits, blocking, timeout, got.append)
+            taken = bool(got)  # (no call right before the ``return``: see ``_abandon``)
+            return taken
+        except BaseException:
+            _abandon(self._be, got)
+            raise
 
     def permits(
         self, permits: int = 1, blocking: bool = True, timeout: float = -1
     ) -> Optional[Hold]:
         """Takes ``permits`` and returns their guard (None when not taken in time)."""
+        got: list[Hold] = []
+        try:
+            self._take(permits, blocking, timeout, got.append)
+            return got[0] if got else None
+        except BaseException:
+            _abandon(self._be, got)
+            raise
+
+    def _take(
+        self, permits: int, blocking: bool, timeout: float, store: Callable[[Hold], None]
+    ) -> None:
         spec = P.Spec(P.COUNTED, self.name, permits=P.check_permits(permits, False))
-        return self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, _noop)
+        self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, store)
 
     def release(self, permits: int = 1) -> int:
         """Gives back ``permits`` (anyone may); returns the count left. Not retried after a
@@ -183,7 +201,13 @@ class LeasedSemaphore(_SemBase):
         lease: Optional[float] = None,
     ) -> Optional[Hold]:
         """Takes ``permits`` leased permits: their guard (``ids``), or None when not in time."""
-        return self._acquire(permits, blocking, timeout, lease, _noop)
+        got: list[Hold] = []
+        try:
+            self._acquire(permits, blocking, timeout, lease, got.append)
+            return got[0] if got else None
+        except BaseException:
+            _abandon(self._be, got)
+            raise
 
     def _acquire(
         self,
@@ -211,5 +235,13 @@ class LeasedSemaphore(_SemBase):
         return self._acquire(1, self._blocking, self._timeout, None, store)
 
 
-def _noop(_: Hold) -> None:
-    return None
+def _abandon(be: Any, got: list[Hold]) -> None:
+    """A call that hands its guard back (``permits``, ``acquire``) and ends with an exception
+    (a KeyboardInterrupt between the grant and the return, in any frame of the package): the
+    caller never sees the guard, so the grant is cancelled exactly (``RLOCK.CANCEL`` of its
+    request id: idempotent, also when the engine cancelled it already). A signal handler
+    runs only at a function's start, backward jumps and right after a call: these calls end
+    with a ``return`` of no call of its own, so a signal after their last call lands in the
+    ``try``."""
+    for h in got:
+        be.abandon(h)
