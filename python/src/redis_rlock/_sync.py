@@ -261,18 +261,22 @@ class SyncBackend:
         assert gate is not None
         front = False
         while True:
-            ticket = gate.enter(wait.until, front)
-            if ticket is None:
-                raise Stalled(f"no connection for {args[0]!r} before its deadline")
-            wait.sent = lambda t=ticket: gate.sent(t)  # type: ignore[misc]
+            # the ticket lands in ``tickets`` inside ``enter``: an interrupt anywhere here (also
+            # right after ``enter`` returned) still gives its slot and place in line back
+            tickets: list[object] = []
             try:
+                if gate.enter(wait.until, front, tickets) is None:
+                    raise Stalled(f"no connection for {args[0]!r} before its deadline")
+                ticket = tickets[0]
+                wait.sent = lambda t=ticket: gate.sent(t)  # type: ignore[misc]
                 return self._call_on(pool, key, args, extra, asking, wait)
             except Exception as e:
                 if not W.is_maxclients(e) or not gate.lower():
                     raise
                 front = True  # served as the waits holding connections end, first in line
             finally:
-                gate.leave(ticket)
+                for t in tickets:
+                    gate.leave(t)
 
     def _call_on(
         self,

@@ -80,31 +80,37 @@ class Gate:
 
     def __init__(self, cap: int) -> None:
         self.full_cap = self.cap = max(1, cap)
-        self.busy = 0
+        self._in: set[object] = set()
         self._shrunk_at = 0.0
         self._queue: deque[object] = deque()
         self._cv = threading.Condition()
 
-    def enter(self, until: Optional[float], front: bool = False) -> Optional[object]:
+    def enter(
+        self, until: Optional[float], front: bool = False, out: Optional[list[object]] = None
+    ) -> Optional[object]:
         """Waits for a connection slot until ``until`` (monotonic; None: no limit); returns a
         ticket (None: none before ``until``) which stays first in line until :meth:`sent`
-        (the next wait is sent after this one, never before), and is given to :meth:`leave`."""
+        (the next wait is sent after this one, never before), and is given to :meth:`leave`.
+        The ticket is put in ``out`` before anything else: a caller interrupted anywhere
+        (a signal after this call returned, before its result was stored) still finds it there
+        and leaves with it, so no slot and no place in line is ever kept by nobody."""
         me = object()
+        if out is not None:
+            out.append(me)
         with self._cv:
             (self._queue.appendleft if front else self._queue.append)(me)
-            ok = False
             try:
-                while self._queue[0] is not me or self.busy >= self._regrown():
+                while self._queue[0] is not me or len(self._in) >= self._regrown():
                     left = None if until is None else until - time.monotonic()
                     if left is not None and left <= 0:
                         return None
                     self._cv.wait(REGROW_S if left is None else min(left, REGROW_S))
-                self.busy += 1
-                ok = True
+                self._in.add(me)  # one step: admitted (leave() gives the slot back)
                 return me
             finally:
-                if not ok:
-                    self._queue.remove(me)
+                if me not in self._in:
+                    if me in self._queue:
+                        self._queue.remove(me)
                     self._cv.notify_all()
 
     def sent(self, ticket: object) -> None:
@@ -115,11 +121,16 @@ class Gate:
                 self._cv.notify_all()
 
     def leave(self, ticket: object) -> None:
+        """Gives back ``ticket``'s slot and place in line, whichever it has (idempotent)."""
         with self._cv:
             if ticket in self._queue:
                 self._queue.remove(ticket)
-            self.busy -= 1
+            self._in.discard(ticket)
             self._cv.notify_all()
+
+    @property
+    def busy(self) -> int:
+        return len(self._in)
 
     def _regrown(self) -> int:
         if self.cap < self.full_cap and time.monotonic() - self._shrunk_at >= REGROW_S:
@@ -133,7 +144,7 @@ class Gate:
         with self._cv:
             if self.busy <= 1:
                 return False
-            self.cap = self.busy - 1
+            self.cap = len(self._in) - 1
             self._shrunk_at = time.monotonic()
             return True
 
