@@ -152,7 +152,7 @@ class SyncBackend:
         """Disconnects the package's pools of this client (done by the client's ``close()``);
         a later call opens new connections."""
         with self._lock:
-            pools = list(self._pools.values())
+            pools = [*self._pools.values(), *(pool for pool, _ in self._waits.values())]
         for pool in pools:
             try:
                 pool.disconnect()

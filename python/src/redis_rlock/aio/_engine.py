@@ -98,7 +98,8 @@ class AsyncBackend:
     async def aclose(self) -> None:
         """Closes the package's pools of this client (done by the client's ``aclose()``): their
         connections are closed; a later call opens new ones."""
-        pools, self._pools = list(self._pools.values()), {}
+        pools = [*self._pools.values(), *(pool for pool, _ in self._waits.values())]
+        self._pools, self._waits = {}, {}
         for pool in pools:
             try:
                 await pool.aclose()
