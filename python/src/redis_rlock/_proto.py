@@ -171,7 +171,25 @@ def wait_budget(blocking: bool, timeout: float) -> Optional[float]:
         return None
     if timeout < 0:
         raise ValueError("timeout value must be a non-negative number (or -1)")
+    if timeout * 1000 > MAX_WAIT_MS:
+        # as threading.Lock.acquire refuses a timeout beyond what it can wait
+        raise OverflowError(f"timeout value is too large: {timeout!r} (use -1 for no limit)")
     return float(timeout)
+
+
+#: The longest timed wait sent, in milliseconds (2**53: about 285,000 years; the server's
+#: own limit is 2**63 - 1).
+MAX_WAIT_MS = 2**53
+
+
+def check_delta(delta: int) -> int:
+    """Validates a permit delta for ``add_permits``: an int in the module's signed 64-bit
+    range, refused before anything is sent."""
+    if isinstance(delta, bool) or not isinstance(delta, int):
+        raise TypeError("delta must be an integer")
+    if not -(2**63) <= delta < 2**63:
+        raise ValueError(f"delta must fit in a signed 64-bit integer, got {delta!r}")
+    return delta
 
 
 @dataclass(frozen=True)

@@ -43,14 +43,13 @@ class _SemBase:
 
     def try_set_permits(self, permits: int) -> bool:
         """Creates the semaphore with ``permits`` (0 allowed) if it does not exist."""
-        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 0:
-            raise ValueError("permits must be a non-negative integer")
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 0 <= permits < 2**63:
+            raise ValueError(f"permits must be a non-negative 64-bit integer, got {permits!r}")
         return bool(self._cmd("RSEM.SETPERMITS", self.name, permits) == 1)
 
     def add_permits(self, delta: int) -> int:
         """Adds ``delta`` permits (may be negative); returns the new count."""
-        if isinstance(delta, bool) or not isinstance(delta, int):
-            raise TypeError("delta must be an integer")
+        P.check_delta(delta)
         return int(self._cmd("RSEM.ADDPERMITS", self.name, delta))
 
     def available(self) -> int:

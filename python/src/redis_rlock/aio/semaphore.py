@@ -39,14 +39,13 @@ class _SemBase:
 
     async def try_set_permits(self, permits: int) -> bool:
         """Creates the semaphore with ``permits`` if it does not exist."""
-        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 0:
-            raise ValueError("permits must be a non-negative integer")
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 0 <= permits < 2**63:
+            raise ValueError(f"permits must be a non-negative 64-bit integer, got {permits!r}")
         return bool(await self._cmd("RSEM.SETPERMITS", self.name, permits) == 1)
 
     async def add_permits(self, delta: int) -> int:
         """Adds ``delta`` permits; returns the new count."""
-        if isinstance(delta, bool) or not isinstance(delta, int):
-            raise TypeError("delta must be an integer")
+        P.check_delta(delta)
         return int(await self._cmd("RSEM.ADDPERMITS", self.name, delta))
 
     async def available(self) -> int:
