@@ -34,6 +34,9 @@ use crate::shared::Shared;
 ///   A read-write lock's sides follow Redisson's rules for one owner across all its handles:
 ///   holding write it takes read at once (releasing the write then downgrades); holding read,
 ///   asking to write is the upgrade the server refuses ([`crate::Error::UpgradeRefused`]).
+///   The server keeps the write hold as long as the lock's key, which the owner's read holds
+///   keep: so a write guard stays valid (and releases its hold when it goes) as long as a read
+///   hold the owner took under it is confirmed, even past the write's own lease.
 /// - A [`crate::MultiLock`] or [`crate::RedLock`] over the owner's handles takes fresh owner
 ///   ids (`<owner>:<n>`), never the owner's: it never re-enters the owner's hold, and its stale
 ///   guard never releases the owner's later one.
@@ -128,7 +131,8 @@ impl Owner {
     #[must_use]
     pub fn rw_lock(&self, name: impl AsRef<[u8]>) -> RwLock {
         let name = name.as_ref();
-        let read = Lock::from_chain(self.chain(name, Kind::Read));
-        RwLock::new(read, Lock::from_chain(self.chain(name, Kind::Write)))
+        let (read, write) = (self.chain(name, Kind::Read), self.chain(name, Kind::Write));
+        Chain::link(&read, &write);
+        RwLock::new(Lock::from_chain(read), Lock::from_chain(write))
     }
 }

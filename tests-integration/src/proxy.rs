@@ -6,12 +6,18 @@
 //! kernel still answers TCP keepalive probes, so keepalive notices nothing), and a close by one
 //! side is not passed on. After [`Proxy::heal`], new connections forward normally; the dead ones
 //! stay dead (their streams lost bytes). Dropping the proxy closes every socket.
+//!
+//! A slow link ([`Proxy::delay`]): every connection accepted from then on gets the server's
+//! bytes that much later (in order; the client's bytes go through at once), as over a link
+//! whose answers lag.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 /// A connection's cut generation when it was accepted during a cut: dead from the start.
 const BORN_DEAD: u64 = u64::MAX;
@@ -23,6 +29,8 @@ struct State {
     /// Cuts so far: a connection accepted under an earlier count is dead.
     cuts: AtomicU64,
     stopped: AtomicBool,
+    /// How long the server's bytes are held back on connections accepted now (ms).
+    delay_ms: AtomicU64,
     /// Every socket, to close them all on drop.
     sockets: Mutex<Vec<TcpStream>>,
 }
@@ -69,8 +77,13 @@ impl Proxy {
                     accepting.sockets.lock().expect("sockets").extend([c3, s3]);
                 }
                 let (up, down) = (Arc::clone(&accepting), Arc::clone(&accepting));
+                let lag = Duration::from_millis(accepting.delay_ms.load(Ordering::SeqCst));
                 thread::spawn(move || pump(client, server, born, &up));
-                thread::spawn(move || pump(s2, c2, born, &down));
+                if lag.is_zero() {
+                    thread::spawn(move || pump(s2, c2, born, &down));
+                } else {
+                    thread::spawn(move || pump_late(s2, c2, lag, born, &down));
+                }
             }
         });
         Self { port, state }
@@ -98,6 +111,14 @@ impl Proxy {
     /// New connections forward again (the dead ones stay dead).
     pub fn heal(&self) {
         self.state.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// A slow link for every connection accepted from now on: the server's bytes reach the
+    /// client `lag` after they came (in order); the client's reach the server at once.
+    /// Connections open now keep their pace. `Duration::ZERO` ends it for new connections.
+    pub fn delay(&self, lag: Duration) {
+        let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
+        self.state.delay_ms.store(ms, Ordering::SeqCst);
     }
 }
 
@@ -127,4 +148,33 @@ fn pump(mut from: TcpStream, mut to: TcpStream, born: u64, state: &State) {
     if state.alive(born) || state.stopped.load(Ordering::SeqCst) {
         let _ = to.shutdown(Shutdown::Both);
     }
+}
+
+/// As [`pump`], each chunk passed on `lag` after it was read (in order, by a writer thread).
+fn pump_late(mut from: TcpStream, mut to: TcpStream, lag: Duration, born: u64, state: &Arc<State>) {
+    let (late, due) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let writing = Arc::clone(state);
+    let writer = thread::spawn(move || {
+        for (at, bytes) in due {
+            thread::sleep(at.saturating_duration_since(Instant::now()));
+            if writing.alive(born) && to.write_all(&bytes).is_err() {
+                return;
+            }
+        }
+        if writing.alive(born) || writing.stopped.load(Ordering::SeqCst) {
+            let _ = to.shutdown(Shutdown::Both);
+        }
+    });
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if late.send((Instant::now() + lag, buf[..n].to_vec())).is_err() {
+            break;
+        }
+    }
+    drop(late);
+    let _ = writer.join();
 }

@@ -216,10 +216,10 @@ fn write_count(server: &Server, key: &str, owner: &str) -> Option<String> {
     redis::cmd("HGET").arg(key).arg(field).query(&mut server.conn()).expect("HGET")
 }
 
-/// An owner's write hold its guard found lost at its deadline can still be on the server (a
-/// read hold of the same owner, with a longer lease, keeps the key). The owner's next write
-/// acquire must not stack a second count on it that nobody will ever release: once every guard
-/// is gone, nothing stays held.
+/// An owner's write hold past its own lease is still on the server (a read hold of the same
+/// owner, with a longer lease, keeps the key), and its guard knows it (it is not lost). The
+/// owner's next write acquire must not stack a second count on it that nobody will ever
+/// release: it re-enters it, and once every guard is gone, nothing stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_s_new_write_hold_over_a_stale_one_leaves_nothing_held_once_released() {
     let server = Server::start();
@@ -229,7 +229,8 @@ async fn an_owner_s_new_write_hold_over_a_stale_one_leaves_nothing_held_once_rel
     let short = Duration::from_millis(300);
     let stale = rw.write().try_acquire(Duration::ZERO, Some(short)).await.expect("first write");
     let read = rw.read().acquire(Some(Duration::from_secs(20))).await.expect("read under write");
-    timeout(LIMIT, stale.lost()).await.expect("the write guard lost at its deadline");
+    tokio::time::sleep(short * 2).await; // past the first write's own lease
+    assert!(!stale.is_lost(), "the read hold keeps the first write hold on the server");
     let again = rw.write().try_acquire(Duration::ZERO, Some(short)).await.expect("second write");
     assert!(!again.is_lost(), "the new write guard holds");
     let count = write_count(&server, "k", owner.id());
@@ -241,4 +242,49 @@ async fn an_owner_s_new_write_hold_over_a_stale_one_leaves_nothing_held_once_rel
     poll("the owner's write field gone", Duration::from_secs(3), || {
         write_count(&server, "k", owner.id()).is_none().then_some(())
     });
+}
+
+/// An owner's write hold lives on the server as long as the key, and the same owner's read hold
+/// (taken under the write with a longer lease, or renewed by its watchdog) keeps the key: past
+/// the write's own lease its field is still there. So its guard still holds (its lease is the
+/// key's, never promised past what the server has), and when it goes, released or dropped, the
+/// field goes: nothing stays held by nobody while the read hold lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_write_hold_kept_by_its_read_hold_ends_when_its_guard_goes() {
+    let server = Server::start();
+    let options = Options::default().watchdog_timeout(Duration::from_millis(900));
+    let redis = redis::Client::open(server.url()).expect("url");
+    let client = LockClient::with_options(redis, options).await.expect("client");
+    let other = self::client(&server).await;
+    let owner = client.owner();
+    let short = Duration::from_millis(300);
+    for (key, read_lease, released) in [
+        ("long-read", Some(Duration::from_secs(20)), true),
+        ("long-read-dropped", Some(Duration::from_secs(20)), false),
+        ("watchdog-read", None, true),
+    ] {
+        let rw = owner.rw_lock(key);
+        let write = rw.write().try_acquire(Duration::ZERO, Some(short)).await.expect("write");
+        let read = rw.read().acquire(read_lease).await.expect("read under the write");
+        // Past the write's own lease (and two of the read watchdog's renewals).
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(write_count(&server, key, owner.id()).as_deref(), Some("1"), "{key}");
+        assert!(!write.is_lost(), "{key}: the write hold is still on the server");
+        assert_promise_kept(&server, key, &write, key);
+        if released {
+            write.release().await.expect("the write guard's release");
+        } else {
+            drop(write);
+        }
+        poll("the owner's write field gone", Duration::from_secs(3), || {
+            write_count(&server, key, owner.id()).is_none().then_some(())
+        });
+        let reader = other.rw_lock(key).read().try_acquire(Duration::ZERO, Some(short)).await;
+        reader
+            .expect("another reader joins the owner's read hold")
+            .release()
+            .await
+            .expect("release");
+        read.release().await.expect("the read guard's release");
+    }
 }

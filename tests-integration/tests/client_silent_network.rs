@@ -10,7 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::Value;
-use rlock_client::{Error, LockClient};
+use rlock_client::{Error, LockClient, Options};
 use rlock_tests_integration::{cmd, poll, Proxy, Server};
 
 /// How long after the network heals the wait must have returned: the check's first run (5 s
@@ -249,4 +249,48 @@ async fn an_idle_session_cut_silently_is_lost_and_its_holds_end_on_the_server_on
     // ends it there, long before the 60 s lease.
     let free = direct.lock("idle").try_acquire(Duration::from_secs(10), None).await;
     free.expect("the dead session's hold ended on the server").release().await.expect("release");
+}
+
+/// A wait that lasts past the check (5 s in) over a slow link (its answers lag 1 s), with an AOF
+/// acknowledgement whose time the wait's answer is given: the server times the wait out (busy,
+/// 4.6 s in: queued 1 s in, waiting 3.6 s), the holder lets go at once, and the check, sent
+/// before the lagging "busy" arrives, is granted under the request's id. The caller is told
+/// "not acquired", so the client must give that grant back: the lock must be free within a
+/// bound, not held by the request's owner for its whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_timed_out_while_its_check_was_granted_leaves_nothing_held() {
+    let server = Server::builder().config("appendonly", "yes").start();
+    let proxy = Proxy::start(server.port());
+    let options = Options::default().aof_ack(true, 0, Duration::from_secs(3));
+    let client = redis::Client::open(proxy.url()).expect("the proxy's url");
+    let through = LockClient::with_options(client, options).await.expect("a client");
+    let direct = LockClient::open(server.url()).await.expect("a direct client");
+    // The shared connection (the check's) is open: only the wait's own connection lags.
+    assert!(!through.lock("other").is_locked().await.expect("is_locked"));
+    proxy.delay(Duration::from_millis(1000));
+    let holder = direct.lock("slow").acquire(Some(Duration::from_secs(60))).await.expect("held");
+    let lock = through.lock("slow");
+    let started = tokio::time::Instant::now();
+    // Queued 1 s in (the wait's connection's handshake lags), timed out 3.6 s later, before
+    // the check (5 s in) asks again; its "busy" arrives 1 s after that.
+    let waiting = tokio::spawn(async move {
+        lock.try_acquire(Duration::from_millis(3600), Some(Duration::from_secs(60))).await
+    });
+    wait_for("the wait to be queued", Duration::from_secs(4), || {
+        (waiters(&server, "RLOCK", "slow") == 1).then_some(())
+    });
+    wait_for("the server to time the wait out", Duration::from_secs(6), || {
+        (waiters(&server, "RLOCK", "slow") == 0).then_some(())
+    });
+    assert!(started.elapsed() < Duration::from_secs(5), "the holder lets go before the check");
+    holder.release().await.expect("the holder's release");
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the acquire returned")
+        .expect("the waiting task");
+    assert!(matches!(got, Err(Error::TimedOut)), "not acquired: {got:?}");
+    wait_for("the lock held by nobody to be given back", Duration::from_secs(5), || {
+        let held = cmd(&mut server.conn(), &["EXISTS", "slow"]);
+        (held == Value::Int(0)).then_some(())
+    });
 }

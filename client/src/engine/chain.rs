@@ -22,7 +22,7 @@
 //! ([`Chain::adopt`]), so that count never stays held by nobody.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -50,7 +50,7 @@ pub(crate) struct Chain {
     /// One acquire of the handle at a time: concurrent ones re-enter instead of racing.
     turn: tokio::sync::Mutex<()>,
     /// The other side of a read-write lock.
-    sibling: OnceLock<Weak<Chain>>,
+    sibling: Mutex<Weak<Chain>>,
     /// The session its holds are bound to (`SESSION`), if any.
     session: Option<Arc<Binding>>,
 }
@@ -74,7 +74,7 @@ impl Chain {
             current: Mutex::new(None),
             drawn: AtomicU64::new(0),
             turn: tokio::sync::Mutex::new(()),
-            sibling: OnceLock::new(),
+            sibling: Mutex::new(Weak::new()),
             session,
         })
     }
@@ -92,9 +92,19 @@ impl Chain {
         };
         let read = Self::new(shared, key, Kind::Read, side("r"), session.cloned());
         let write = Self::new(shared, key, Kind::Write, side("w"), session.cloned());
-        let _ = read.sibling.set(Arc::downgrade(&write));
-        let _ = write.sibling.set(Arc::downgrade(&read));
+        Self::link(&read, &write);
         (read, write)
+    }
+
+    /// Makes `read` and `write` the two sides of one read-write lock.
+    pub(crate) fn link(read: &Arc<Self>, write: &Arc<Self>) {
+        *read.sibling.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(write);
+        *write.sibling.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(read);
+    }
+
+    /// The other side of a read-write lock, while something keeps it.
+    fn sibling(&self) -> Option<Arc<Self>> {
+        self.sibling.lock().unwrap_or_else(PoisonError::into_inner).upgrade()
     }
 
     /// The client's shared parts.
@@ -153,8 +163,19 @@ impl Chain {
 
     /// The owner of the other side's live hold.
     fn sibling_owner(&self) -> Option<Arc<str>> {
-        let sibling = self.sibling.get()?.upgrade()?;
-        sibling.live()?.owner().cloned()
+        self.sibling()?.live()?.owner().cloned()
+    }
+
+    /// A fixed owner's read hold taken (or re-entered) while the owner holds the write side:
+    /// the read hold's leases keep the write field on the server ([`Hold::cover`]).
+    fn cover_write(&self, read: &Hold) {
+        if !self.fixed || self.kind != Kind::Read {
+            return;
+        }
+        let write = self.sibling().and_then(|write| write.live());
+        if let Some(write) = write.filter(|w| w.owner() == read.owner()) {
+            read.cover(&write);
+        }
     }
 
     /// Takes the lock (or side) by `deadline` (`None`: as long as it takes): re-enters the live
@@ -181,9 +202,11 @@ impl Chain {
                 .map_err(|_| Error::TimedOut)?,
         };
         if let Some(member) = self.reenter(lease, watchdog, bound).await? {
+            self.cover_write(member.hold());
             return Ok(member);
         }
         if let Some(member) = self.adopt(lease, watchdog, bound).await? {
+            self.cover_write(member.hold());
             return Ok(member);
         }
         let owner = match self.sibling_owner().filter(|_| !self.fixed) {
@@ -206,6 +229,7 @@ impl Chain {
         refresh_after_wait(&hold, &request, lease, bound).await;
         let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
         request.taken();
+        self.cover_write(&hold);
         let previous =
             self.current.lock().unwrap_or_else(PoisonError::into_inner).replace(hold.clone());
         if let Some(previous) = previous.filter(|p| p.owner() == Some(&owner)) {

@@ -116,6 +116,9 @@ struct State {
     shared_owner: bool,
     /// A release of it was sent (or handed to the releaser).
     release_sent: bool,
+    /// A read hold of an [`crate::Owner`] that also holds the write side: that write hold,
+    /// whose field the server keeps as long as the key, which this hold's lease keeps.
+    covers: Option<WeakHold>,
 }
 
 impl std::fmt::Debug for Hold {
@@ -150,6 +153,7 @@ impl Hold {
             superseded: false,
             shared_owner: false,
             release_sent: false,
+            covers: None,
         };
         Self(Arc::new(Inner {
             shared: Arc::clone(shared),
@@ -228,6 +232,40 @@ impl Hold {
         self.state().shared_owner = true;
     }
 
+    /// This read hold's owner holds the write side too (`write`, live): the server keeps the
+    /// write field as long as the key, and every lease this hold gets confirmed keeps the key
+    /// (a read-write lock's expiry covers every hold on it, a read release never shortens it
+    /// while a writer holds). So whatever this hold is confirmed until, from now on, the write
+    /// hold is too: its guard is not told lost (and so not kept from releasing) while its field
+    /// is still on the server.
+    pub(crate) fn cover(&self, write: &Hold) {
+        self.state().covers = Some(write.downgrade());
+        if let Some(until) = self.until() {
+            write.outlast(until);
+        }
+    }
+
+    /// Passes a confirmation of this (read) hold until `until` on to the write hold it covers.
+    fn confirm_covered(&self, until: Instant) {
+        let covered = self.state().covers.as_ref().and_then(WeakHold::upgrade_live);
+        if let Some(write) = covered {
+            write.outlast(until);
+        }
+    }
+
+    /// The server keeps this write hold at least until `until` (a read hold of its owner on its
+    /// key was confirmed until then): its deadline moves there, if it is still confirmed now
+    /// (then its field was on the server when that read hold's command ran).
+    fn outlast(&self, until: Instant) {
+        if *self.0.lost.borrow() {
+            return;
+        }
+        let mut state = self.state();
+        if state.until > Instant::now() {
+            state.until = state.until.max(until);
+        }
+    }
+
     /// A later hold took this one's owner on the same side: this one must never release.
     pub(crate) fn supersede(&self) {
         self.state().superseded = true;
@@ -298,6 +336,8 @@ impl Hold {
         if renewed? {
             let mut state = self.state();
             state.until = state.until.max(confirms);
+            drop(state);
+            self.confirm_covered(confirms);
             Ok(true)
         } else {
             self.lose();
