@@ -185,9 +185,13 @@ class AsyncBackend:
             return await self._call_on(await self._pool(key, at), key, args, extra, asking, None)
         pool, gate = await self._pool(key, at, True)
         front = False
+        attempt = None if wait.spec is None else functools.partial(self._try, key, wait)
         while True:
-            if not await gate.enter(wait.until, front):
+            entry = await gate.enter(wait.until, front, wait.key, attempt)
+            if entry == "late":
                 raise Stalled(f"no connection for {args[0]!r} before its deadline")
+            if entry == "tried":
+                return wait.tried  # granted by a try (a cancellation after: the id cancelled)
             try:
                 return await self._call_on(pool, key, args, extra, asking, wait)
             except Exception as e:
@@ -254,6 +258,22 @@ class AsyncBackend:
             if read is not None and not read.done():
                 read.cancel()
             await pool.release(conn)
+
+    async def _try(self, key: bytes, wait: Wait) -> bool:
+        """As the sync engine's ``_try``: a queued wait's acquire without ``WAIT``, same id."""
+        assert wait.spec is not None
+        try:
+            reply = await self.call(key, wait.spec.acquire(wait.rid, None))
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            wait.answered = True  # perhaps granted: the acquire cancels it unless it takes it
+            log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
+            return False
+        if not wait.spec.granted(reply)[0]:
+            return False
+        wait.tried = reply
+        return True
 
     async def _probe(self, key: bytes, wait: Wait, read: asyncio.Future[Any]) -> tuple[bool, Any]:
         """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
@@ -372,7 +392,7 @@ class AsyncBackend:
                     elif wait_ms is None:
                         reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
                     else:
-                        waiting = Wait(end, spec.acquire(rid, None))
+                        waiting = Wait(end, spec.acquire(rid, None), spec, rid)
                         reply = await self.call(
                             spec.key, spec.acquire(rid, wait_ms), extra, waiting
                         )
@@ -518,12 +538,22 @@ class AsyncBackend:
 
 
 class Wait:
-    """As the sync engine's ``Wait``: a call's deadline and its check (see ``_waits``)."""
+    """As the sync engine's ``Wait``: a call's deadline, its check, and the tries of an
+    acquire's wait queued for a connection (see ``_waits``)."""
 
-    def __init__(self, until: Optional[float], probe: Optional[list[P.Arg]]) -> None:
+    def __init__(
+        self,
+        until: Optional[float],
+        probe: Optional[list[P.Arg]],
+        spec: Optional[P.Spec] = None,
+        rid: bytes = b"",
+    ) -> None:
         self.until, self.probe = until, probe
         self.probed = False
         self.answered = False
+        self.spec, self.rid = spec, rid
+        self.key = None if spec is None else W.line_key(spec)
+        self.tried: Any = None
 
 
 class _Silent(Exception):
