@@ -577,3 +577,44 @@ async def test_async_holder_takes_a_free_lock_and_re_enters_while_the_line_is_fu
         await holder.release()
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
     await capped.aclose()
+
+
+def test_waits_queued_behind_a_full_line_take_their_freed_lock_in_arrival_order(
+    server: Server, r: redis.Redis
+) -> None:
+    """A pool of one connection, held by a wait for a lock nobody lets go during the test: waits
+    for another lock queue behind it for a connection. When that lock is let go they take it by
+    their tries, one after another in arrival order: no later one passes an earlier one."""
+    monitor = server.client()
+    capped = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=1)
+    )
+    blocker = rl.Lock(r, "blocker")
+    assert blocker.acquire(timeout=0)
+    threads = _fill_the_line(capped, monitor, "blocker", 1)
+    holder = rl.Lock(r, "k")
+    assert holder.acquire(timeout=0)
+    be = rl._sync.backend_for(capped, 2.0)
+    order: list[int] = []
+
+    def wait(i: int) -> None:
+        lock = rl.Lock(capped, "k")
+        if lock.acquire(timeout=8):
+            order.append(i)
+            time.sleep(0.05)  # held a moment: a later wait's try would find it free if it ran
+            lock.release()
+
+    waits = []
+    try:
+        for i in range(5):
+            waits.append(threading.Thread(target=wait, args=(i,), daemon=True))
+            waits[-1].start()
+            poll("the wait in line", 5, lambda i=i: _in_line(be, monitor) == i + 2)  # type: ignore[misc]
+        holder.release()
+        for t in waits:
+            t.join(12)
+        assert order == list(range(5))
+    finally:
+        blocker.release()
+        for t in threads:
+            t.join(10)

@@ -202,11 +202,12 @@ class Gate:
                 self._cv.notify_all()
 
     def leave(self, ticket: object) -> None:
-        """Gives back ``ticket``'s slot and place in line, whichever it has (idempotent)."""
+        """Gives back ``ticket``'s slot, place in line and try, whichever it has (idempotent)."""
         with self._cv:
             if isinstance(ticket, _Ticket) and ticket in self._queue:
                 self._queue.remove(ticket)
             self._in.discard(ticket)
+            self._trying.discard(ticket)
             self._cv.notify_all()
 
     @property
