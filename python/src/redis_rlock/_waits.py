@@ -25,7 +25,7 @@ id); a try whose answer was lost may have been granted under that id: the wait, 
 replays that grant, and an acquire that ends without one cancels the id. Order is kept: a
 queued wait is tried only when no wait queued ahead of it is for the same key (a re-entry
 excepted: the server grants it whoever waits), and the server itself lets no try jump the
-waits it queues; at most the line's cap of tries run at once."""
+waits it queues; at most :data:`TRIES_AT_ONCE` tries run at once."""
 
 from __future__ import annotations
 
@@ -44,6 +44,11 @@ REGROW_S = 1.0
 #: many seconds, doubling up to :data:`TRY_MAX_S`.
 TRY_FIRST_S = 0.05
 TRY_MAX_S = 1.0
+#: At most this many tries of queued waits run at once per server (and never more than the
+#: line's cap): each takes a short-command connection for a moment, so renewals, releases
+#: and cancels still find one at once, or after a try's round trip at the server's
+#: ``maxclients``.
+TRIES_AT_ONCE = 2
 #: What :meth:`Gate.enter` returns when a try was granted (the caller has the reply).
 TRIED = object()
 
@@ -152,8 +157,8 @@ class Gate:
 
         While queued, ``attempt`` (the wait's acquire without ``WAIT``: True when granted) is
         called outside the gate's lock, at once and then at growing intervals, whenever no
-        wait queued ahead has the same ``key`` (None: always) and fewer than the cap of tries
-        run; :data:`TRIED` is returned when one was granted."""
+        wait queued ahead has the same ``key`` (None: always) and fewer than
+        :data:`TRIES_AT_ONCE` tries run; :data:`TRIED` is returned when one was granted."""
         me = _Ticket(key)
         if out is not None:
             out.append(me)
@@ -192,7 +197,8 @@ class Gate:
                 self._cv.notify_all()
 
     def _may_try(self, me: _Ticket) -> bool:
-        return len(self._trying) < self.full_cap and _first_of_key(self._queue, me)
+        busy = len(self._trying) >= min(self.full_cap, TRIES_AT_ONCE)
+        return not busy and _first_of_key(self._queue, me)
 
     def sent(self, ticket: object) -> None:
         """The wait of ``ticket`` was sent: the next in line may go."""
@@ -288,7 +294,8 @@ class AsyncGate:
             self._wake()
 
     def _may_try(self, me: _Ticket) -> bool:
-        return self._trying < self.full_cap and _first_of_key(self._queue, me)
+        busy = self._trying >= min(self.full_cap, TRIES_AT_ONCE)
+        return not busy and _first_of_key(self._queue, me)
 
     def _wake(self) -> None:
         for t in self._queue:
