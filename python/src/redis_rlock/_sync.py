@@ -339,16 +339,17 @@ class SyncBackend:
 
     def _try(self, key: bytes, wait: Wait) -> bool:
         """The acquire of a wait queued for a connection, without ``WAIT`` (same request id), on
-        a short-command connection: True when granted (the reply in ``wait.tried``). A try whose
-        answer was lost may have been granted: the wait is marked ``answered`` (the acquire
-        cancels its id unless it ends holding it) and stays in line. An error reply other
-        than a transient one is the acquire's answer (raised)."""
+        a short-command connection: True when granted (the reply in ``wait.tried``). A try that
+        failed otherwise than by an error reply (a lost answer, a connection refused or broken
+        at ``maxclients``, whatever redis-py raised then) may have been granted: the wait is
+        marked ``answered`` (the acquire cancels its id unless it ends holding it) and stays in
+        line. An error reply other than a transient one is the acquire's answer (raised)."""
         assert wait.spec is not None
         try:
             reply = self.call(key, wait.spec.acquire(wait.rid, None))
         except Exception as e:
-            if not is_transient(e):
-                raise
+            if isinstance(e, ResponseError) and not is_transient(e):
+                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
             wait.answered = True
             log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
             return False

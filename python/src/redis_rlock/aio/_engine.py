@@ -265,8 +265,8 @@ class AsyncBackend:
         try:
             reply = await self.call(key, wait.spec.acquire(wait.rid, None))
         except Exception as e:
-            if not is_transient(e):
-                raise
+            if isinstance(e, ResponseError) and not is_transient(e):
+                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
             wait.answered = True  # perhaps granted: the acquire cancels it unless it takes it
             log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
             return False
