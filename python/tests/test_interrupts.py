@@ -394,6 +394,7 @@ def test_acquires_granted_by_their_try_while_the_line_is_full_interrupted_anywhe
     finally:
         blocker.release()
         t.join(10)
+        capped.close()
     assert not t.is_alive()
 
 

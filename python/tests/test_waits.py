@@ -463,6 +463,7 @@ def test_a_holder_takes_free_locks_at_once_while_the_line_is_full_of_waits_for_i
         holder.release()
         for t in threads:
             t.join(10)
+        capped.close()
     assert not any(t.is_alive() for t in threads), "the waits were not all served"
     assert r.exists("held") == 0
 
@@ -491,6 +492,7 @@ def test_an_owner_re_enters_through_a_second_handle_while_the_line_is_full(
         first.release()
         for t in threads:
             t.join(10)
+        capped.close()
     assert not any(t.is_alive() for t in threads), "the waits were not all served"
 
 
@@ -528,6 +530,7 @@ def test_compat_locks_on_a_pool_of_one_take_a_free_lock_while_the_wait_holds_the
     finally:
         held.release()
         t.join(10)
+        capped.close()
     assert got == [True]
 
 
@@ -618,3 +621,4 @@ def test_waits_queued_behind_a_full_line_take_their_freed_lock_in_arrival_order(
         blocker.release()
         for t in threads:
             t.join(10)
+        capped.close()

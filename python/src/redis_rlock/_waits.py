@@ -245,6 +245,8 @@ class AsyncGate:
         self.busy = 0
         self._shrunk_at = 0.0
         self._queue: deque[_Ticket] = deque()
+        #: admitted, their wait not sent yet: a later wait for the same key tries after it
+        self._unsent: deque[_Ticket] = deque()
         self._trying = 0
 
     async def enter(
@@ -253,17 +255,22 @@ class AsyncGate:
         front: bool = False,
         key: Optional[bytes] = None,
         attempt: Optional[Callable[[], Awaitable[bool]]] = None,
+        out: Optional[list[_Ticket]] = None,
     ) -> Literal["admitted", "late", "tried"]:
-        """As :meth:`Gate.enter`: ``"admitted"`` (a slot taken: :meth:`leave` gives it back),
+        """As :meth:`Gate.enter`: ``"admitted"`` (a slot taken: :meth:`leave` gives it back;
+        the ticket, put in ``out``, is given to :meth:`sent` once the wait was sent),
         ``"late"`` (none before ``until``) or ``"tried"`` (``attempt`` was granted)."""
         loop = asyncio.get_running_loop()
         me = _Ticket(key, loop.create_future())
+        if out is not None:
+            out.append(me)
         (self._queue.appendleft if front else self._queue.append)(me)
         try_at, step = time.monotonic(), TRY_FIRST_S
         try:
             while True:
                 if self._queue[0] is me and self.busy < self._regrown():
                     self.busy += 1
+                    self._unsent.append(me)
                     return "admitted"
                 now = time.monotonic()
                 left = None if until is None else until - now
@@ -295,7 +302,9 @@ class AsyncGate:
 
     def _may_try(self, me: _Ticket) -> bool:
         busy = self._trying >= min(self.full_cap, TRIES_AT_ONCE)
-        return not busy and _first_of_key(self._queue, me)
+        if busy or (me.key is not None and any(t.key == me.key for t in self._unsent)):
+            return False
+        return _first_of_key(self._queue, me)
 
     def _wake(self) -> None:
         for t in self._queue:
@@ -308,7 +317,16 @@ class AsyncGate:
             self._shrunk_at = time.monotonic()
         return self.cap
 
-    def leave(self) -> None:
+    def sent(self, ticket: _Ticket) -> None:
+        """The admitted wait of ``ticket`` was sent: later waits for its key may be tried."""
+        if ticket in self._unsent:
+            self._unsent.remove(ticket)
+            self._wake()
+
+    def leave(self, ticket: Optional[_Ticket] = None) -> None:
+        """Gives back an admitted wait's slot (and ``ticket``'s mark, if not sent)."""
+        if ticket is not None and ticket in self._unsent:
+            self._unsent.remove(ticket)
         self.busy -= 1
         self._wake()
 

@@ -187,11 +187,13 @@ class AsyncBackend:
         front = False
         attempt = None if wait.spec is None else functools.partial(self._try, key, wait)
         while True:
-            entry = await gate.enter(wait.until, front, wait.key, attempt)
+            tickets: list[Any] = []
+            entry = await gate.enter(wait.until, front, wait.key, attempt, tickets)
             if entry == "late":
                 raise Stalled(f"no connection for {args[0]!r} before its deadline")
             if entry == "tried":
                 return wait.tried  # granted by a try (a cancellation after: the id cancelled)
+            wait.sent = functools.partial(gate.sent, tickets[0])
             try:
                 return await self._call_on(pool, key, args, extra, asking, wait)
             except Exception as e:
@@ -199,7 +201,7 @@ class AsyncBackend:
                     raise
                 front = True  # served as the waits holding connections end, first in line
             finally:
-                gate.leave()
+                gate.leave(tickets[0])
 
     async def _call_on(
         self,
@@ -221,6 +223,8 @@ class AsyncBackend:
                 except asyncio.TimeoutError:
                     raise Stalled(f"no reply to 'ASKING' within {self.rt:.3f} s") from None
             await conn.send_command(*args)
+            if wait is not None:
+                wait.sent()
             if wait is None or wait.probe is None:
                 try:
                     return await asyncio.wait_for(conn.read_response(), extra + self.rt)
@@ -554,6 +558,7 @@ class Wait:
         self.spec, self.rid = spec, rid
         self.key = None if spec is None else W.line_key(spec)
         self.tried: Any = None
+        self.sent: Callable[[], None] = lambda: None
 
 
 class _Silent(Exception):
