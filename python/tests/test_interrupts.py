@@ -327,6 +327,77 @@ def test_semaphore_call_interrupted_at_any_bytecode_of_its_own_frames_gives_perm
     assert sweep(scenario, check, run) > 20
 
 
+def test_acquires_granted_by_their_try_while_the_line_is_full_interrupted_anywhere(
+    server: Server, r: redis.Redis
+) -> None:
+    """The line of waits full (a pool of one connection; its wait blocked on a lock held
+    throughout): a free lock's ``with`` and a guard of two free permits are granted by their
+    try (the acquire without ``WAIT``). A KeyboardInterrupt at every line of the package: what
+    the caller believes held is held, nothing else stays held, and the line keeps no place,
+    slot or try of an interrupted acquire."""
+    capped = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=1)
+    )
+    blocker = rl.Lock(r, "ki:blocker")
+    assert blocker.acquire(timeout=0)
+
+    def block() -> None:
+        lk = rl.Lock(capped, "ki:blocker", response_timeout=0.5)
+        if lk.acquire(timeout=120):
+            lk.release()
+
+    t = threading.Thread(target=block, daemon=True)
+    t.start()
+    be = rl._sync.backend_for(capped, 0.5)
+    poll("the line full", 5.0, lambda: be._waits[""][1].busy == 1)
+    gate = be._waits[""][1]
+    r.execute_command("RSEM.SETPERMITS", "ki:tsem", PERMITS)
+    cur: list[Any] = []
+    guards: list[Hold] = []
+
+    def scenario() -> Callable[[], None]:
+        lk = rl.Lock(capped, "ki:tried", response_timeout=0.5)
+        sem = rl.Semaphore(capped, "ki:tsem", response_timeout=0.5)
+        cur[:] = [lk]
+        guards.clear()
+
+        def body() -> None:
+            with lk:
+                pass
+            g = sem.permits(2)
+            assert g is not None
+            guards.append(g)
+            g.release()
+
+        return body
+
+    def available() -> int:
+        return int(r.execute_command("RSEM.AVAILABLE", "ki:tsem"))
+
+    def check() -> None:
+        lk = cur[0]
+        if lk.owned():
+            assert r.execute_command("RLOCK.PTTL", "ki:tried") > 0
+            while lk.owned():
+                lk.release()
+        poll("the lock free after an interrupted run", 3.0, _free(r, "ki:tried"))
+        held = sum(g.permits for g in guards if not g.done and not g.is_lost())
+        poll(f"{PERMITS - held} permits available", 3.0, lambda: available() == PERMITS - held)
+        for g in guards:
+            if not g.done and not g.is_lost():
+                g.release()
+        poll("every permit back", 3.0, lambda: available() == PERMITS)
+        assert gate.busy == 1 and not gate._queue and not gate._trying, "the line kept a place"
+
+    try:
+        assert sweep(scenario, check) > 20
+    finally:
+        blocker.release()
+        t.join(10)
+        capped.close()
+    assert not t.is_alive()
+
+
 @pytest.mark.skipif(
     not os.environ.get("RLOCK_PY_SIGNAL_NET"),
     reason="set RLOCK_PY_SIGNAL_NET=1: a real signal can land inside redis-py's pool lock",
@@ -485,3 +556,66 @@ async def test_async_with_blocks_cancelled_at_every_await_leave_nothing_held(
         assert n > 20
     finally:
         await ar.aclose()
+
+
+async def test_async_acquires_granted_by_their_try_while_the_line_is_full_cancelled_anywhere(
+    server: Server, r: redis.Redis
+) -> None:
+    """asyncio, the line of waits full (a pool of one connection; its wait blocked on a lock
+    held throughout): a free lock's ``async with`` and a guard of two free permits, granted by
+    their try, cancelled at every await: nothing believed held stays unheld or the other way
+    round, and the line keeps no place, slot or try of a cancelled acquire."""
+    import asyncio
+
+    import redis.asyncio as aredis
+    from _servers import apoll
+
+    import redis_rlock.aio as ra
+    from redis_rlock.aio import _engine
+
+    capped = aredis.Redis(
+        connection_pool=aredis.BlockingConnectionPool(port=server.port, max_connections=1)
+    )
+    blocker = rl.Lock(r, "kc:blocker")
+    assert blocker.acquire(timeout=0)
+
+    async def block() -> None:
+        lk = ra.Lock(capped, "kc:blocker", response_timeout=0.5)
+        if await lk.acquire(timeout=120):
+            await lk.release()
+
+    blocked = asyncio.ensure_future(block())
+    be = _engine.backend_for(capped, 0.5)
+    await apoll("the line full", 5.0, lambda: "" in be._waits and be._waits[""][1].busy == 1)
+    gate = be._waits[""][1]
+    r.execute_command("RSEM.SETPERMITS", "kc:tsem", PERMITS)
+    guards: list[Any] = []
+    locks: list[Any] = []
+
+    async def body() -> None:
+        lk = ra.Lock(capped, "kc:tried", response_timeout=0.5)
+        sem = ra.Semaphore(capped, "kc:tsem", response_timeout=0.5)
+        locks[:] = [lk]
+        async with lk:
+            pass
+        g = await sem.permits(2)
+        guards.append(g)
+        await g.release()
+
+    async def check() -> None:
+        assert not [g for g in guards if not g.done and not g.is_lost()]
+        await apoll("the lock free", 3.0, lambda: r.execute_command("RLOCK.PTTL", "kc:tried") == -2)
+        await apoll(
+            "every permit back",
+            3.0,
+            lambda: int(r.execute_command("RSEM.AVAILABLE", "kc:tsem")) == PERMITS,
+        )
+        assert gate.busy == 1 and not gate._queue and not gate._trying, "the line kept a place"
+        guards.clear()
+
+    try:
+        assert await _async_sweep(body, check) > 20
+    finally:
+        blocker.release()
+        await asyncio.wait_for(blocked, 10)
+        await capped.aclose()

@@ -394,3 +394,231 @@ def test_a_wait_told_not_granted_holds_nothing_though_its_check_reached_a_free_l
                 )
     finally:
         proxy.close()
+
+
+def _fill_the_line(
+    capped: redis.Redis, monitor: redis.Redis, name: str, cap: int, queued: int = 0
+) -> list[threading.Thread]:
+    """``cap`` untimed waits for ``name`` blocked in the server (every connection the line
+    allows) and ``queued`` more in line for a connection; they end once ``name`` is free."""
+
+    def wait() -> None:
+        lock = rl.Lock(capped, name)
+        if lock.acquire():
+            lock.release()
+
+    threads = [threading.Thread(target=wait, daemon=True) for _ in range(cap + queued)]
+    for t in threads:
+        t.start()
+    poll("the line full of waits", 5, lambda: blocked_clients(monitor) == cap)
+    be = rl._sync.backend_for(capped, 2.0)
+    poll("the queued waits in line", 5, lambda: _in_line(be, monitor) == cap + queued)
+    return threads
+
+
+def _free_things(capped: redis.Redis, r: redis.Redis) -> list[tuple[str, Any]]:
+    """(name, lock-like object) of every kind that waits, each free."""
+    sem = rl.Semaphore(r, "free-sem")
+    sem.try_set_permits(1)
+    leased = rl.LeasedSemaphore(r, "free-leased")
+    leased.try_set_permits(1)
+    return [
+        ("lock", rl.Lock(capped, "free-lock")),
+        ("write", rl.RWLock(capped, "free-rw").write),
+        ("read", rl.RWLock(capped, "free-rw2").read),
+        ("counted", rl.Semaphore(capped, "free-sem")),
+        ("leased", rl.LeasedSemaphore(capped, "free-leased")),
+    ]
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+def test_a_holder_takes_free_locks_at_once_while_the_line_is_full_of_waits_for_its_own(
+    server: Server, r: redis.Redis, cap: int
+) -> None:
+    """The line of waits is full of untimed waits for a lock this thread holds: its own
+    acquires of free locks and permits (which need no wait) are granted at once, as with
+    redis-py's own lock on a capped pool; they are not queued behind waits only its release
+    ends. A lock held briefly by another is taken soon after it is let go."""
+    monitor = server.client()
+    capped = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=cap)
+    )
+    holder = rl.Lock(capped, "held")
+    assert holder.acquire(timeout=0)
+    threads = _fill_the_line(capped, monitor, "held", cap, queued=2)
+    try:
+        for kind, obj in _free_things(capped, r):
+            t0 = time.monotonic()
+            got = obj.acquire(timeout=3)
+            took = time.monotonic() - t0
+            assert got, f"{kind}: a free one was not granted while the line was full"
+            assert took < 1.5, f"{kind}: granted only after {took:.2f} s"
+            (got if kind == "leased" else obj).release()
+        other = rl.Lock(r, "briefly-held")
+        assert other.acquire(timeout=0, lease=0.3)
+        t0 = time.monotonic()
+        assert rl.Lock(capped, "briefly-held").acquire(timeout=5, lease=1)
+        assert time.monotonic() - t0 < 2.5  # its lease's end, then a try within a second
+    finally:
+        holder.release()
+        for t in threads:
+            t.join(10)
+        capped.close()
+    assert not any(t.is_alive() for t in threads), "the waits were not all served"
+    assert r.exists("held") == 0
+
+
+def test_an_owner_re_enters_through_a_second_handle_while_the_line_is_full(
+    server: Server, r: redis.Redis
+) -> None:
+    """An owner holds a lock while the line is full of untimed waits for it (and more are
+    queued for a connection): a second handle of the same owner re-enters at once."""
+    monitor = server.client()
+    capped = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=2)
+    )
+    owner = rl.Owner(capped)
+    first = owner.lock("owned")
+    assert first.acquire(timeout=0)
+    threads = _fill_the_line(capped, monitor, "owned", 2, queued=2)
+    try:
+        second = owner.lock("owned")
+        t0 = time.monotonic()
+        assert second.acquire(timeout=3), "the owner's re-entry was not granted"
+        assert time.monotonic() - t0 < 1.5
+        second.release()
+        assert r.exists("owned") == 1  # the first handle still holds it
+    finally:
+        first.release()
+        for t in threads:
+            t.join(10)
+        capped.close()
+    assert not any(t.is_alive() for t in threads), "the waits were not all served"
+
+
+def test_compat_locks_on_a_pool_of_one_take_a_free_lock_while_the_wait_holds_the_connection(
+    server: Server, r: redis.Redis
+) -> None:
+    """The drop-in on ``BlockingConnectionPool(max_connections=1)``: one thread waits (no
+    timeout) for the lock this thread holds, so its wait holds the one connection waits may
+    use; this thread's blocking acquire of a free lock is granted at once (redis-py's own
+    lock does the same)."""
+    from redis_rlock.compat import RLockCompat
+
+    monitor = server.client()
+    capped = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=1)
+    )
+    held = capped.lock("c-held", lock_class=RLockCompat)
+    assert held.acquire(blocking=True, blocking_timeout=5)
+    got: list[bool] = []
+
+    def wait() -> None:
+        lock = capped.lock("c-held", lock_class=RLockCompat)
+        got.append(bool(lock.acquire(blocking=True, blocking_timeout=None)))
+        lock.release()
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    poll("the compat wait blocked", 5, lambda: blocked_clients(monitor) == 1)
+    try:
+        free = capped.lock("c-free", lock_class=RLockCompat)
+        t0 = time.monotonic()
+        assert free.acquire(blocking=True, blocking_timeout=3), "the free lock was not granted"
+        assert time.monotonic() - t0 < 1.5
+        free.release()
+    finally:
+        held.release()
+        t.join(10)
+        capped.close()
+    assert got == [True]
+
+
+async def test_async_holder_takes_a_free_lock_and_re_enters_while_the_line_is_full(
+    server: Server, r: redis.Redis
+) -> None:
+    """asyncio: the line full of untimed waits for a lock the task holds (one more queued for
+    a connection): free locks and permits, and the owner's re-entry through a second handle,
+    are granted at once."""
+    monitor = server.client()
+    capped = aredis.Redis(
+        connection_pool=aredis.BlockingConnectionPool(port=server.port, max_connections=2)
+    )
+    owner = ra.Owner(capped)
+    holder = owner.lock("a-held")
+    assert await holder.acquire(timeout=0)
+
+    async def wait() -> None:
+        lock = ra.Lock(capped, "a-held")
+        if await lock.acquire():
+            await lock.release()
+
+    tasks = [asyncio.ensure_future(wait()) for _ in range(3)]
+    end = asyncio.get_running_loop().time() + 5
+    while blocked_clients(monitor) < 2:
+        assert asyncio.get_running_loop().time() < end, "no waiter blocked"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    sem = rl.Semaphore(r, "a-free-sem")
+    sem.try_set_permits(1)
+    try:
+        things: list[tuple[str, Any]] = [
+            ("lock", ra.Lock(capped, "a-free")),
+            ("write", ra.RWLock(capped, "a-free-rw").write),
+            ("counted", ra.Semaphore(capped, "a-free-sem")),
+            ("re-entry", owner.lock("a-held")),
+        ]
+        for kind, obj in things:
+            t0 = time.monotonic()
+            got = await obj.acquire(timeout=3)
+            took = time.monotonic() - t0
+            assert got, f"{kind}: not granted while the line was full"
+            assert took < 1.5, f"{kind}: granted only after {took:.2f} s"
+            await obj.release()
+        assert r.exists("a-held") == 1
+    finally:
+        await holder.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    await capped.aclose()
+
+
+def test_waits_queued_behind_a_full_line_take_their_freed_lock_in_arrival_order(
+    server: Server, r: redis.Redis
+) -> None:
+    """A pool of one connection, held by a wait for a lock nobody lets go during the test: waits
+    for another lock queue behind it for a connection. When that lock is let go they take it by
+    their tries, one after another in arrival order: no later one passes an earlier one."""
+    monitor = server.client()
+    capped = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=1)
+    )
+    blocker = rl.Lock(r, "blocker")
+    assert blocker.acquire(timeout=0)
+    threads = _fill_the_line(capped, monitor, "blocker", 1)
+    holder = rl.Lock(r, "k")
+    assert holder.acquire(timeout=0)
+    be = rl._sync.backend_for(capped, 2.0)
+    order: list[int] = []
+
+    def wait(i: int) -> None:
+        lock = rl.Lock(capped, "k")
+        if lock.acquire(timeout=8):
+            order.append(i)
+            time.sleep(0.05)  # held a moment: a later wait's try would find it free if it ran
+            lock.release()
+
+    waits = []
+    try:
+        for i in range(5):
+            waits.append(threading.Thread(target=wait, args=(i,), daemon=True))
+            waits[-1].start()
+            poll("the wait in line", 5, lambda i=i: _in_line(be, monitor) == i + 2)  # type: ignore[misc]
+        holder.release()
+        for t in waits:
+            t.join(12)
+        assert order == list(range(5))
+    finally:
+        blocker.release()
+        for t in threads:
+            t.join(10)
+        capped.close()

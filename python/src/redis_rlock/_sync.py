@@ -107,13 +107,25 @@ class Wait:
     ``probed`` is set when that check's answer replaced the reply of a silent connection;
     ``answered`` when a check was answered otherwise than "already waiting": the server no
     longer queued the request then, so the check itself may have been granted (a grant under
-    the request's id that only a cancellation gives back when the acquire ends without one)."""
+    the request's id that only a cancellation gives back when the acquire ends without one);
+    so is a try (below) whose answer was lost."""
 
-    def __init__(self, until: Optional[float], probe: Optional[list[P.Arg]]) -> None:
+    def __init__(
+        self,
+        until: Optional[float],
+        probe: Optional[list[P.Arg]],
+        spec: Optional[P.Spec] = None,
+        rid: bytes = b"",
+    ) -> None:
         self.until, self.probe = until, probe
         self.probed = False
         self.answered = False
         self.sent: Callable[[], None] = lambda: None
+        #: an acquire's wait queued for a connection is tried without ``WAIT`` (``spec``'s,
+        #: same request id as ``probe``; see ``_waits``): its place in line, the granted reply
+        self.spec, self.rid = spec, rid
+        self.key = None if spec is None else W.line_key(spec)
+        self.tried: Any = None
 
 
 class SessionLink(Protocol):
@@ -264,10 +276,13 @@ class SyncBackend:
             # the ticket lands in ``tickets`` inside ``enter``: an interrupt anywhere here (also
             # right after ``enter`` returned) still gives its slot and place in line back
             tickets: list[object] = []
+            attempt = None if wait.spec is None else functools.partial(self._try, key, wait)
             try:
-                if gate.enter(wait.until, front, tickets) is None:
+                ticket = gate.enter(wait.until, front, tickets, wait.key, attempt)
+                if ticket is None:
                     raise Stalled(f"no connection for {args[0]!r} before its deadline")
-                ticket = tickets[0]
+                if ticket is W.TRIED:
+                    return wait.tried  # granted by a try (an interrupt after: the id cancelled)
                 wait.sent = lambda t=ticket: gate.sent(t)  # type: ignore[misc]
                 return self._call_on(pool, key, args, extra, asking, wait)
             except Exception as e:
@@ -321,6 +336,27 @@ class SyncBackend:
             raise
         finally:
             pool.release(conn)
+
+    def _try(self, key: bytes, wait: Wait) -> bool:
+        """The acquire of a wait queued for a connection, without ``WAIT`` (same request id), on
+        a short-command connection: True when granted (the reply in ``wait.tried``). A try that
+        failed otherwise than by an error reply (a lost answer, a connection refused or broken
+        at ``maxclients``, whatever redis-py raised then) may have been granted: the wait is
+        marked ``answered`` (the acquire cancels its id unless it ends holding it) and stays in
+        line. An error reply other than a transient one is the acquire's answer (raised)."""
+        assert wait.spec is not None
+        try:
+            reply = self.call(key, wait.spec.acquire(wait.rid, None))
+        except Exception as e:
+            if isinstance(e, ResponseError) and not is_transient(e):
+                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
+            wait.answered = True
+            log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
+            return False
+        if not wait.spec.granted(reply)[0]:
+            return False
+        wait.tried = reply
+        return True
 
     def _probe(self, key: bytes, wait: Wait, conn: Any) -> tuple[bool, Any]:
         """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
@@ -420,7 +456,7 @@ class SyncBackend:
                     elif wait_ms is None:
                         reply = self.call(spec.key, args, extra)
                     else:
-                        waiting = Wait(end, spec.acquire(rid, None))
+                        waiting = Wait(end, spec.acquire(rid, None), spec, rid)
                         reply = self.call(spec.key, args, extra, waiting)
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):

@@ -185,9 +185,15 @@ class AsyncBackend:
             return await self._call_on(await self._pool(key, at), key, args, extra, asking, None)
         pool, gate = await self._pool(key, at, True)
         front = False
+        attempt = None if wait.spec is None else functools.partial(self._try, key, wait)
         while True:
-            if not await gate.enter(wait.until, front):
+            tickets: list[Any] = []
+            entry = await gate.enter(wait.until, front, wait.key, attempt, tickets)
+            if entry == "late":
                 raise Stalled(f"no connection for {args[0]!r} before its deadline")
+            if entry == "tried":
+                return wait.tried  # granted by a try (a cancellation after: the id cancelled)
+            wait.sent = functools.partial(gate.sent, tickets[0])
             try:
                 return await self._call_on(pool, key, args, extra, asking, wait)
             except Exception as e:
@@ -195,7 +201,7 @@ class AsyncBackend:
                     raise
                 front = True  # served as the waits holding connections end, first in line
             finally:
-                gate.leave()
+                gate.leave(tickets[0])
 
     async def _call_on(
         self,
@@ -217,6 +223,8 @@ class AsyncBackend:
                 except asyncio.TimeoutError:
                     raise Stalled(f"no reply to 'ASKING' within {self.rt:.3f} s") from None
             await conn.send_command(*args)
+            if wait is not None:
+                wait.sent()
             if wait is None or wait.probe is None:
                 try:
                     return await asyncio.wait_for(conn.read_response(), extra + self.rt)
@@ -254,6 +262,22 @@ class AsyncBackend:
             if read is not None and not read.done():
                 read.cancel()
             await pool.release(conn)
+
+    async def _try(self, key: bytes, wait: Wait) -> bool:
+        """As the sync engine's ``_try``: a queued wait's acquire without ``WAIT``, same id."""
+        assert wait.spec is not None
+        try:
+            reply = await self.call(key, wait.spec.acquire(wait.rid, None))
+        except Exception as e:
+            if isinstance(e, ResponseError) and not is_transient(e):
+                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
+            wait.answered = True  # perhaps granted: the acquire cancels it unless it takes it
+            log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
+            return False
+        if not wait.spec.granted(reply)[0]:
+            return False
+        wait.tried = reply
+        return True
 
     async def _probe(self, key: bytes, wait: Wait, read: asyncio.Future[Any]) -> tuple[bool, Any]:
         """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
@@ -372,7 +396,7 @@ class AsyncBackend:
                     elif wait_ms is None:
                         reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
                     else:
-                        waiting = Wait(end, spec.acquire(rid, None))
+                        waiting = Wait(end, spec.acquire(rid, None), spec, rid)
                         reply = await self.call(
                             spec.key, spec.acquire(rid, wait_ms), extra, waiting
                         )
@@ -518,12 +542,23 @@ class AsyncBackend:
 
 
 class Wait:
-    """As the sync engine's ``Wait``: a call's deadline and its check (see ``_waits``)."""
+    """As the sync engine's ``Wait``: a call's deadline, its check, and the tries of an
+    acquire's wait queued for a connection (see ``_waits``)."""
 
-    def __init__(self, until: Optional[float], probe: Optional[list[P.Arg]]) -> None:
+    def __init__(
+        self,
+        until: Optional[float],
+        probe: Optional[list[P.Arg]],
+        spec: Optional[P.Spec] = None,
+        rid: bytes = b"",
+    ) -> None:
         self.until, self.probe = until, probe
         self.probed = False
         self.answered = False
+        self.spec, self.rid = spec, rid
+        self.key = None if spec is None else W.line_key(spec)
+        self.tried: Any = None
+        self.sent: Callable[[], None] = lambda: None
 
 
 class _Silent(Exception):
