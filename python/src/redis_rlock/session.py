@@ -23,7 +23,7 @@ from redis.exceptions import ResponseError
 
 from . import _proto as P
 from . import _waits as W
-from ._conn import log
+from ._conn import Stalled, log
 from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
@@ -204,8 +204,13 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         wait elsewhere: the connection is dead, the session closes (its server side killed)."""
         if self._forked():
             raise SessionClosed("the session belongs to the process that forked this one")
-        with self._mutex:
+        turn = turn_within(extra, self._rt)
+        if not self._mutex.acquire(timeout=-1 if turn is None else turn):
+            raise Stalled(f"the session's connection stayed busy for {args[0]!r}")
+        try:
             return self._raw(args, extra, silent)
+        finally:
+            self._mutex.release()
 
     def _raw(
         self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
@@ -302,6 +307,16 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             log.info("redis_rlock: session closed: %s", e)
         finally:
             self._mutex.release()
+
+
+def turn_within(extra: float, rt: float) -> Optional[float]:
+    """How long a command may wait for the session's connection while another acquire of the
+    session holds it: its wait (``extra``; None: no limit), a one-try the response timeout.
+    Past it the command raises :class:`Stalled`, nothing sent: an acquire ends at its
+    deadline, not behind another's wait."""
+    if extra >= 1e9:  # the engine's "no limit"
+        return None
+    return extra if extra > 0 else rt
 
 
 def _watch(ref: weakref.ref[Session]) -> None:
