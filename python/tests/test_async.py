@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import time
 
@@ -87,6 +88,36 @@ async def test_lease_loss_and_watchdog(ar: aredis.Redis) -> None:
     assert await wd.lost.wait(5)
     with pytest.raises(LockNotOwnedError):
         await wd.release()
+
+
+@pytest.mark.parametrize("via", ["lock", "owner", "session_opened_meanwhile"])
+async def test_a_hold_whose_task_ended_without_release_stops_being_renewed(
+    ar: aredis.Redis, via: str
+) -> None:
+    # the task's holds live in its context; what the package starts from inside the task (the
+    # hold's watchdog, a session's watcher) must not keep a copy of that context, or the hold
+    # nobody can release any more is renewed for as long as that runs
+    session = ra.Session(ar)
+    lock = (
+        ra.Owner(ar).lock("ended", watchdog_timeout=1)
+        if via == "owner"
+        else ra.Lock(ar, "ended", watchdog_timeout=1)
+    )
+
+    async def forget() -> None:
+        assert await lock.acquire()
+        if via == "session_opened_meanwhile":
+            await session.open()
+
+    await asyncio.create_task(forget())
+    assert await ar.exists("ended")
+    await apoll("the unrenewed lease to end", 5, lambda: _gone(ar, "ended"))
+    await session.close()
+
+
+async def _gone(ar: aredis.Redis, name: str) -> bool:
+    gc.collect()
+    return not await ar.exists(name)
 
 
 @pytest.mark.parametrize("contended", [True, False])

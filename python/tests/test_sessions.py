@@ -185,3 +185,83 @@ async def test_async_client_kill_marks_every_hold_lost(r: redis.Redis, ar: aredi
     await apoll("the holds to end", 5, lambda: not r.exists("l") and not session_holds(r))
     assert await ra.LeasedSemaphore(ar, "s").available() == 2
     await s.close()
+
+
+def test_threads_taking_one_session_lock_in_turn_are_each_served_at_once(
+    r: redis.Redis,
+) -> None:
+    # a grant is recorded with the session as soon as it came, never behind the session's
+    # next acquire, which may be a wait for the very lock just granted (a wait that can then
+    # only end with its timeout, an untimed one never)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # thread switches everywhere, as on a busy machine
+    try:
+        with rl.Session(r) as session:
+            for _ in range(3):
+                holder = session.lock("turns")
+                assert holder.acquire()
+                took: list[float] = []
+
+                def take(took: list[float] = took) -> None:
+                    lock = session.lock("turns")
+                    assert lock.acquire(timeout=10)
+                    took.append(time.monotonic())
+                    lock.release()
+
+                threads = [threading.Thread(target=take) for _ in range(3)]
+                for t in threads:
+                    t.start()
+                poll("the first waiter's wait", PROMPT, lambda: blocked_clients(r) == 1)
+                released = time.monotonic()
+                holder.release()
+                for t in threads:
+                    t.join(15)
+                assert len(took) == 3
+                assert max(took) - released < PROMPT, [round(t - released, 2) for t in took]
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def test_a_timed_acquire_queued_behind_the_sessions_wait_ends_at_its_deadline(
+    r: redis.Redis,
+) -> None:
+    busy = rl.Lock(r, "busy")
+    assert busy.acquire()
+    with rl.Session(r) as session:
+        waiter = threading.Thread(target=session.lock("busy").acquire, daemon=True)
+        waiter.start()  # holds the session's connection: an untimed wait
+        poll("the session's wait", PROMPT, lambda: blocked_clients(r) == 1)
+        took: list[Any] = []
+
+        def timed() -> None:
+            t0 = time.monotonic()
+            took.append(session.lock("free").acquire(timeout=0.5))
+            took.append(time.monotonic() - t0)
+
+        behind = threading.Thread(target=timed, daemon=True)
+        behind.start()
+        behind.join(5)
+        assert took and took[0] is False and took[1] < 0.5 + PROMPT, took
+        assert not r.exists("free")
+        busy.release()
+        waiter.join(5)
+
+
+async def test_async_a_timed_acquire_queued_behind_the_sessions_wait_ends_at_its_deadline(
+    ar: aredis.Redis,
+) -> None:
+    busy = ra.Lock(ar, "busy")
+    assert await busy.acquire()
+    async with ra.Session(ar) as session:
+        waiter = asyncio.ensure_future(session.lock("busy").acquire())
+        await apoll("the session's wait", PROMPT, lambda: _blocked(ar))
+        t0 = time.monotonic()
+        got = await asyncio.wait_for(session.lock("free").acquire(timeout=0.5), 5)
+        assert got is False and time.monotonic() - t0 < 0.5 + PROMPT
+        assert not await ar.exists("free")
+        await busy.release()
+        assert await asyncio.wait_for(waiter, 5)
+
+
+async def _blocked(ar: aredis.Redis) -> bool:
+    return int((await ar.info("clients"))["blocked_clients"]) == 1

@@ -23,7 +23,7 @@ from redis.exceptions import ResponseError
 
 from . import _proto as P
 from . import _waits as W
-from ._conn import log
+from ._conn import Stalled, log
 from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
@@ -111,6 +111,9 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         self._closed = threading.Event()  # closing: no command, no new hold from now on
         self._ended = threading.Event()  # closed, every hold lost (``closed``)
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
+        # guards ``_holds`` only, never held across I/O: a grant is recorded at once, not
+        # behind the session's next command (a wait, perhaps for the lock just granted)
+        self._holds_lock = threading.Lock()
         self._pending = 0  # replies of interrupted commands, read before the next command
         self._fork = ForkGuard()  # a forked child never uses the parent's socket
         try:
@@ -145,6 +148,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         self._ended.set()
         # Its holds are the parent's: the child's copies of them act on nothing (their pid).
         self._holds = weakref.WeakSet()
+        self._holds_lock = threading.Lock()  # perhaps held by a parent's thread at the fork
         return True
 
     @property
@@ -163,7 +167,9 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             conn.disconnect()
         except Exception as e:
             log.debug("redis_rlock: session disconnect: %s", e)
-        for hold in list(self._holds):
+        with self._holds_lock:
+            holds = list(self._holds)
+        for hold in holds:
             hold.mark_lost()
         self._ended.set()  # only now: whoever ``closed`` wakes finds every hold lost
 
@@ -198,8 +204,13 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         wait elsewhere: the connection is dead, the session closes (its server side killed)."""
         if self._forked():
             raise SessionClosed("the session belongs to the process that forked this one")
-        with self._mutex:
+        turn = turn_within(extra, self._rt)
+        if not self._mutex.acquire(timeout=-1 if turn is None else turn):
+            raise Stalled(f"the session's connection stayed busy for {args[0]!r}")
+        try:
             return self._raw(args, extra, silent)
+        finally:
+            self._mutex.release()
 
     def _raw(
         self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
@@ -271,12 +282,12 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         if self._forked():
             hold.mark_lost()
             raise SessionClosed("the session belongs to the process that forked this one")
-        with self._mutex:
+        with self._holds_lock:  # not ``_mutex``: the session's next acquire may hold it
             if not self._closed.is_set():
                 self._holds.add(hold)
-            # ``close()`` takes no mutex (a waiting acquire may hold it for long): it sets the
-            # flag, then marks the holds it finds lost. Asked again after the add, a close
-            # that came meanwhile, and may have missed this hold, is seen here.
+            # ``close()`` sets the flag, then marks the holds it finds lost. Asked again
+            # after the add, a close that came meanwhile, and may have missed this hold, is
+            # seen here.
             if self._closed.is_set():
                 hold.mark_lost()
                 raise SessionClosed("the session closed before its grant was recorded")
@@ -296,6 +307,16 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             log.info("redis_rlock: session closed: %s", e)
         finally:
             self._mutex.release()
+
+
+def turn_within(extra: float, rt: float) -> Optional[float]:
+    """How long a command may wait for the session's connection while another acquire of the
+    session holds it: its wait (``extra``; None: no limit), a one-try the response timeout.
+    Past it the command raises :class:`Stalled`, nothing sent: an acquire ends at its
+    deadline, not behind another's wait."""
+    if extra >= 1e9:  # the engine's "no limit"
+        return None
+    return extra if extra > 0 else rt
 
 
 def _watch(ref: weakref.ref[Session]) -> None:

@@ -1,10 +1,9 @@
 """asyncio locks: :class:`Lock` and :class:`RWLock`, the sync API with ``await``.
 
-Ownership is **per task**: a ``ContextVar`` holds the task's holds, tagged with the task that
-made them, so a child task (which inherits a copy of its parent's context) starts with nothing
-rather than "re-entering" its parent's hold (never ``threading.local``: every task of a loop
-shares its thread). A task that ends without releasing drops its holds with its context: the
-watchdog task stops and the lease ends on the server.
+Ownership is **per task**: the task's holds are kept by task (weakly, never in its context),
+so a child task starts with nothing rather than "re-entering" its parent's hold (never
+``threading.local``: every task of a loop shares its thread). A task that ends without
+releasing drops its holds: the watchdog task stops and the lease ends on the server.
 """
 
 from __future__ import annotations
@@ -26,18 +25,34 @@ from ._hold import AsyncHold, AsyncLossSignal
 
 _DEFAULT: Any = object()
 _serial = itertools.count(1)
-_TaskHolds = tuple[Optional["weakref.ref[asyncio.Task[Any]]"], dict[tuple[int, str], AsyncHold]]
-_holds: ContextVar[Optional[_TaskHolds]] = ContextVar("redis_rlock_holds", default=None)
+_Holds = dict[tuple[int, str], AsyncHold]
+#: each task's holds, by task. Not in a ContextVar: every context copied while the task runs
+#: (a socket's reader registered with the loop as the package opens a connection, a task the
+#: caller starts) would share the dict and keep the holds alive after the task ended, and the
+#: watchdog renewing them for good. A task that ends drops its dict (its done callback).
+_by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], _Holds] = weakref.WeakKeyDictionary()
+#: holds taken outside any task (a loop callback): kept in its context
+_untasked: ContextVar[Optional[_Holds]] = ContextVar("redis_rlock_untasked_holds", default=None)
 
 
-def _task_holds() -> dict[tuple[int, str], AsyncHold]:
+def _task_holds() -> _Holds:
     task = asyncio.current_task()
-    cur = _holds.get()
-    if cur is not None and (cur[0]() if cur[0] is not None else None) is task:
-        return cur[1]
-    fresh: dict[tuple[int, str], AsyncHold] = {}
-    _holds.set((weakref.ref(task) if task is not None else None, fresh))
-    return fresh
+    if task is None:
+        holds = _untasked.get()
+        if holds is None:
+            holds = {}
+            _untasked.set(holds)
+        return holds
+    holds = _by_task.get(task)
+    if holds is None:
+        holds = _by_task[task] = {}
+        task.add_done_callback(_drop_holds)
+    return holds
+
+
+def _drop_holds(task: asyncio.Task[Any]) -> None:
+    """A task that ended holds nothing: its holds, nobody's any more, go (unrenewed)."""
+    _by_task.pop(task, None)
 
 
 class _Base:

@@ -21,11 +21,11 @@ from redis.exceptions import ResponseError
 
 from .. import _proto as P
 from .. import _waits as W
-from .._conn import log
+from .._conn import Stalled, log
 from .._fork import ForkGuard
 from .._handles import SessionHandles
 from ..errors import SessionClosed
-from ..session import check_keepalive, lock_delay_ms
+from ..session import check_keepalive, lock_delay_ms, turn_within
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold
 from .lock import Lock, RWLock
@@ -196,9 +196,12 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         """One command on the session's connection (see the sync ``Session.call``)."""
         if self._forked():
             raise SessionClosed("the session belongs to the process that forked this one")
-        async with self._mutex:
+        await _take(self._mutex, turn_within(extra, self._rt), args[0])
+        try:
             await self._open()
             return await self._raw(args, extra, silent)
+        finally:
+            self._mutex.release()
 
     async def _raw(
         self,
@@ -277,6 +280,31 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             hold.mark_lost()
             raise SessionClosed("the session closed before its grant was recorded")
         self._holds.add(hold)
+
+
+async def _take(mutex: asyncio.Lock, within: Optional[float], what: P.Arg) -> None:
+    """Takes ``mutex`` within ``within`` seconds (None: no limit), else :class:`Stalled`. Not
+    ``asyncio.wait_for``, which may lose a lock taken as it times out: a lock that comes after
+    its caller left (timed out, cancelled) is given back."""
+    if within is None:
+        await mutex.acquire()
+        return
+    taking = asyncio.ensure_future(mutex.acquire())
+    try:
+        done, _ = await asyncio.wait({taking}, timeout=within)
+    except BaseException:
+        taking.add_done_callback(lambda f: _give_back(mutex, f))
+        taking.cancel()
+        raise
+    if not done:
+        taking.add_done_callback(lambda f: _give_back(mutex, f))
+        taking.cancel()
+        raise Stalled(f"the session's connection stayed busy for {what!r}")
+
+
+def _give_back(mutex: asyncio.Lock, taking: asyncio.Future[Any]) -> None:
+    if not taking.cancelled() and taking.exception() is None:
+        mutex.release()
 
 
 async def _watch(ref: weakref.ref[Session]) -> None:
