@@ -207,3 +207,26 @@ def test_a_timeout_of_zero_takes_a_renewed_lease_as_none_does(r: redis.Redis) ->
     assert lock.owned()
     lock.release()
     assert not r.exists("k")
+
+
+@pytest.mark.parametrize("cls", [RedisPyLock, rl.RLockCompat])
+def test_extend_by_zero_checks_ownership_as_redis_py_does(r: redis.Redis, cls: Any) -> None:
+    lock = r.lock("k", timeout=10, lock_class=cls)
+    assert lock.acquire(blocking=False)
+    assert lock.extend(0) is True
+    assert int(r.pttl("k") if cls is RedisPyLock else r.execute_command("RLOCK.PTTL", "k")) > 0
+    lock.release()
+    with pytest.raises(LockError):
+        lock.extend(0)
+    with pytest.raises(LockError):
+        r.lock("k", timeout=10, lock_class=cls).extend(0)
+
+
+@pytest.mark.parametrize("cls", [AsyncRedisPyLock, ra.AsyncRLockCompat])
+async def test_async_extend_by_zero_checks_ownership_as_redis_py_does(
+    ar: aredis.Redis, cls: Any
+) -> None:
+    lock = ar.lock("k", timeout=10, lock_class=cls)
+    assert await lock.acquire(blocking=False)
+    assert await lock.extend(0) is True
+    await lock.release()

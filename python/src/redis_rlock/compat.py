@@ -92,6 +92,19 @@ def _leased(hold: Hold, sent: float, lease_ms: int) -> None:
     hold.deadline = sent + lease_ms / 1000.0
 
 
+def _extend_ms(additional_time: float, replace_ttl: bool) -> int:
+    """``extend``'s time in whole ms: as redis-py, 0 added to the lease left is allowed (a
+    check that the lock is still owned); a lease set to 0, or below, is refused."""
+    if (
+        not replace_ttl
+        and not isinstance(additional_time, bool)
+        and isinstance(additional_time, (int, float))
+        and additional_time == 0
+    ):
+        return 0
+    return P.to_ms(additional_time, "additional_time")
+
+
 def _not_owned(what: str, name: str) -> LockNotOwnedError:
     return LockNotOwnedError(f"Cannot {what} a lock that's no longer owned", lock_name=name)
 
@@ -254,6 +267,8 @@ class RLockCompat(_Common, slock.Lock):
         try:
             if not replace_ttl:
                 ms += max(0, int(self._be.call(self._key, ["RLOCK.PTTL", self._key])))
+                if ms <= 0:  # extend(0) of a lease that just ended: nothing to keep
+                    return None
             renewed = self._be.call(self._key, ["RLOCK.RENEW", self._key, owner, ms])
         except ResponseError as e:
             if _is_wrongtype(e):
@@ -267,7 +282,7 @@ class RLockCompat(_Common, slock.Lock):
         if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
             raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
         _, token = self._token()
-        ms = P.to_ms(additional_time, "additional_time")
+        ms = _extend_ms(additional_time, replace_ttl)
         hold = None if token is None else self._hold_of(token)
         if hold is not None:
             sent = time.monotonic()
@@ -415,6 +430,8 @@ class AsyncRLockCompat(_Common, alock.Lock):
         try:
             if not replace_ttl:
                 ms += max(0, int(await self._be.call(self._key, ["RLOCK.PTTL", self._key])))
+                if ms <= 0:  # extend(0) of a lease that just ended: nothing to keep
+                    return None
             renewed = await self._be.call(self._key, ["RLOCK.RENEW", self._key, owner, ms])
         except ResponseError as e:
             if _is_wrongtype(e):
@@ -428,7 +445,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
         if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
             raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
         _, token = self._token()
-        ms = P.to_ms(additional_time, "additional_time")
+        ms = _extend_ms(additional_time, replace_ttl)
         hold = None if token is None else self._hold_of(token)
         if hold is not None:
             sent = time.monotonic()
