@@ -161,19 +161,20 @@ impl Request {
 
     /// One non-blocking acquire on the shared connection, its answer awaited until `bound`
     /// (then the connection's own response timeout), then the acknowledgement, awaited until
-    /// `bound` plus [`Self::ack_time`].
+    /// `bound` plus [`Self::ack_time`] (a session's try: both, in one task, until then).
     ///
     /// # Errors
     /// As [`Self::run`]; an unanswered try is [`Error::TimedOut`].
     pub(crate) async fn try_once(&mut self, bound: Option<Instant>) -> Result<Option<Grant>> {
         let cmd = self.command(None);
+        let acked = bound.map(|b| crate::engine::hold::after(b, self.ack_time()));
         if let Some(binding) = self.session.clone() {
-            return self.on_session(&binding, cmd, bound, false).await;
+            // The try and its acknowledgement run in one task on the session's connection.
+            return self.on_session(&binding, cmd, acked, false).await;
         }
         (self.armed, self.sent, self.waited) = (true, Instant::now(), false);
         let mut conn = self.shared.conn.clone();
         let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
-        let acked = bound.map(|b| crate::engine::hold::after(b, self.ack_time()));
         let ended = match reply {
             Err(e) if uncertain(&e) => Ended::Unknown(Error::TimedOut),
             Err(e) => Ended::Refused(e),
