@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rlock_client::{Error, LockClient, Options};
-use rlock_tests_integration::{cmd, wait_blocked, Server};
+use rlock_tests_integration::{cmd, exists, int, poll, wait_blocked, Server};
 use tokio::time::{sleep, timeout, Instant};
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -85,4 +85,50 @@ async fn permits_a_replica_did_not_acknowledge_are_given_back_and_reported() {
     let taken = leased.acquire(1, Some(Duration::from_secs(60))).await;
     assert!(matches!(taken, Err(Error::NotReplicated { wanted: 1, acknowledged: 0 })), "{taken:?}");
     assert_eq!(leased.available().await.expect("available"), 2, "the leased permit came back");
+}
+
+/// A grant whose replica acknowledgement never comes back (the server stalls while its `WAIT`
+/// blocks) ends the call by its bound: the try's 0.5 s plus the acknowledgement's time (its
+/// timeout and 1 s), not that plus the 2 s the grant's cancellation may be waited for; the
+/// grant is given back once the server answers again. For a lock, counted and leased permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_acknowledgement_stalls_still_returns_by_the_call_s_bound() {
+    let server = Server::start(); // no replica: the acknowledgement's WAIT blocks
+    let ack = Duration::from_millis(300);
+    let options = Options::default().replica_ack(1, ack);
+    let client = LockClient::with_options(server.client(), options).await.expect("client");
+    let bound = Duration::from_millis(500) + ack + Duration::from_secs(1);
+    let slack = Duration::from_millis(400);
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "counted", "5"]);
+    cmd(&mut con, &["RSEM.SETPERMITS", "leased", "5"]);
+    let mut problems = Vec::new();
+    for kind in ["lock", "counted", "leased"] {
+        let c = client.clone();
+        let call = tokio::spawn(async move {
+            let started = Instant::now();
+            let taken = match kind {
+                "lock" => c.lock("lock").try_acquire(Duration::ZERO, None).await.map(drop),
+                "counted" => c.semaphore(kind).try_acquire(1, Duration::ZERO).await.map(drop),
+                _ => c.leased_semaphore(kind).try_acquire(1, Duration::ZERO, None).await.map(drop),
+            };
+            (taken, started.elapsed())
+        });
+        wait_blocked(&mut con, 1);
+        server.pause();
+        let joined = timeout(LIMIT, call).await;
+        server.resume();
+        let (taken, took) = joined.expect("the call returns").expect("the task");
+        if taken.is_ok() || took > bound + slack {
+            problems.push(format!("{kind}: {taken:?} after {took:?} (bound {bound:?})"));
+        }
+        poll(&format!("{kind}: the grant given back"), LIMIT, || {
+            let back = match kind {
+                "lock" => !exists(&mut con, "lock"),
+                _ => int(&cmd(&mut con, &["RSEM.AVAILABLE", kind])) == 5,
+            };
+            back.then_some(())
+        });
+    }
+    assert!(problems.is_empty(), "calls past their bound:\n{}", problems.join("\n"));
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use redis::Value;
 use rlock_client::{Error, LockClient, Options, SessionOptions};
 use rlock_tests_integration::{
-    cmd, exists, hgetall, info_field, kill_client, poll, session_holds, wait_blocked, Cluster,
-    Process, Server,
+    cmd, exists, hgetall, info_field, kill_client, poll, session_holds, wait_blocked,
+    wait_replica_online, Cluster, Process, Server,
 };
 use tokio::time::{timeout, Instant};
 
@@ -322,4 +322,33 @@ async fn a_session_over_a_unix_socket_binds_its_holds_and_ends_them_when_dropped
     assert!(guard.is_lost(), "a dropped session's guards are lost at once");
     poll("the hold's end", LIMIT, || (!exists(&mut admin, "l")).then_some(()));
     assert_eq!(session_holds(&mut admin), 0);
+}
+
+/// A session's try with replica acknowledgement is given the acknowledgement's time beyond the
+/// 0.5 s of a zero wait, as any other try: a replica that acknowledges after 0.8 s (within the
+/// 2 s asked for) hands the lock over, through the session as through the client. Before, the
+/// session's try gave up after 0.5 s (`TimedOut`) and cancelled a grant that was on its way to
+/// being acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_try_waits_for_a_slow_acknowledgement_as_any_try_does() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_replica_online(&master);
+    let options = Options::default().replica_ack(1, Duration::from_secs(2));
+    let client = LockClient::with_options(master.client(), options).await.expect("client");
+    let session = client.session().await.expect("session");
+    let mut problems = Vec::new();
+    for through_session in [false, true] {
+        let name = format!("slow-ack-{through_session}");
+        replica.pause();
+        let lock = if through_session { session.lock(&name) } else { client.lock(&name) };
+        let taking = tokio::spawn(async move { lock.try_acquire(Duration::ZERO, LEASE).await });
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        replica.resume();
+        match timeout(LIMIT, taking).await.expect("the try returns").expect("the task") {
+            Ok(guard) => guard.release().await.expect("release"),
+            Err(e) => problems.push(format!("through the session {through_session}: {e:?}")),
+        }
+    }
+    assert!(problems.is_empty(), "tries that gave up on a slow acknowledgement: {problems:?}");
 }

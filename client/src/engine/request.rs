@@ -160,14 +160,17 @@ impl Request {
     }
 
     /// One non-blocking acquire on the shared connection, its answer awaited until `bound`
-    /// (then the connection's own response timeout), then the acknowledgement.
+    /// (then the connection's own response timeout), then the acknowledgement, awaited until
+    /// `bound` plus [`Self::ack_time`] (a session's try: both, in one task, until then).
     ///
     /// # Errors
     /// As [`Self::run`]; an unanswered try is [`Error::TimedOut`].
     pub(crate) async fn try_once(&mut self, bound: Option<Instant>) -> Result<Option<Grant>> {
         let cmd = self.command(None);
+        let acked = bound.map(|b| crate::engine::hold::after(b, self.ack_time()));
         if let Some(binding) = self.session.clone() {
-            return self.on_session(&binding, cmd, bound, false).await;
+            // The try and its acknowledgement run in one task on the session's connection.
+            return self.on_session(&binding, cmd, acked, false).await;
         }
         (self.armed, self.sent, self.waited) = (true, Instant::now(), false);
         let mut conn = self.shared.conn.clone();
@@ -177,7 +180,7 @@ impl Request {
             Err(e) => Ended::Refused(e),
             Ok(reply) => match self.kind.answer(&reply) {
                 Ok(Answer::Granted(grant)) => {
-                    match acknowledged(&self.shared.options, &mut conn).await {
+                    match within(acked, acknowledged(&self.shared.options, &mut conn)).await {
                         Ok(()) => Ended::Answer(Answer::Granted(grant)),
                         Err(e) => Ended::Unacked(e),
                     }
@@ -186,7 +189,13 @@ impl Request {
                 Err(e) => Ended::Unknown(e),
             },
         };
-        self.settle(ended).await
+        self.settle(ended, acked).await
+    }
+
+    /// How long a grant's replica / AOF acknowledgement may take, beyond a call's bound (its
+    /// timeouts and 1 s; nothing without acknowledgement).
+    fn ack_time(&self) -> Duration {
+        self.shared.options.response_timeout().unwrap_or_default()
     }
 
     /// A server-side wait until `deadline` on a dedicated connection to the key's node, in a
@@ -202,7 +211,7 @@ impl Request {
     /// As [`Self::run`].
     pub(crate) async fn wait(&mut self, deadline: Option<Instant>) -> Result<Option<Grant>> {
         let now = Instant::now();
-        let ack = self.shared.options.response_timeout().unwrap_or_default();
+        let ack = self.ack_time();
         let bound = bound(deadline, now).map(|b| crate::engine::hold::after(b, ack));
         if let Some(binding) = self.session.clone() {
             let cmd = self.command(Some(wait_ms(deadline, now)));
@@ -211,7 +220,7 @@ impl Request {
         (self.armed, self.sent, self.waited) = (true, now, true);
         let waits = async { Ok(self.waits(deadline, bound).await) };
         let ended = within(bound, waits).await.unwrap_or_else(Ended::Unknown);
-        self.settle(ended).await
+        self.settle(ended, bound).await
     }
 
     /// Server-side waits, one after the other, until one ends with an answer or an error that
@@ -277,8 +286,7 @@ impl Request {
     /// How long an answer the server has sent may take to arrive: [`resume::REPLY_GRACE`], plus
     /// the replica / AOF acknowledgement that runs before it is reported.
     fn reply_grace(&self) -> Duration {
-        let ack = self.shared.options.response_timeout().unwrap_or_default();
-        resume::REPLY_GRACE.saturating_add(ack)
+        resume::REPLY_GRACE.saturating_add(self.ack_time())
     }
 
     /// Whether the server still has the request waiting, as far as can be told: the same
@@ -357,7 +365,7 @@ impl Request {
             }
         };
         let ended = within(bound, answer).await.unwrap_or_else(Ended::Unknown);
-        self.settle(ended).await
+        self.settle(ended, bound).await
     }
 
     /// The answer of a session's wait; from [`resume::CHECK_AFTER`] on, every
@@ -454,18 +462,22 @@ impl Request {
         cmd
     }
 
-    /// Turns how a command ended into the call's result, settling what nobody will take.
-    async fn settle(&mut self, ended: Ended) -> Result<Option<Grant>> {
+    /// Turns how a command ended into the call's result, settling what nobody will take: a
+    /// cancellation is waited for at most [`SETTLE`], and never past the call's `bound` (the
+    /// releaser goes on with it).
+    async fn settle(&mut self, ended: Ended, bound: Option<Instant>) -> Result<Option<Grant>> {
+        let settle =
+            bound.map_or(SETTLE, |b| b.saturating_duration_since(Instant::now()).min(SETTLE));
         match ended {
             Ended::Answer(Answer::Granted(grant)) => Ok(Some(grant)),
             // A check answered while the request was not queued may have been granted: given
             // back exactly rather than left to nobody.
             Ended::Answer(Answer::Busy) if self.checked.load(Ordering::Relaxed) => {
-                self.cancel(SETTLE).await;
+                self.cancel(settle).await;
                 Ok(None)
             }
             Ended::Refused(e) if self.checked.load(Ordering::Relaxed) => {
-                self.cancel(SETTLE).await;
+                self.cancel(settle).await;
                 Err(e)
             }
             Ended::Answer(Answer::Busy) => {
@@ -479,7 +491,7 @@ impl Request {
             // Still armed: the caller returns the error and drops the request, which cancels it.
             Ended::Unknown(e) => Err(e),
             Ended::Unacked(e) => {
-                self.cancel(SETTLE).await;
+                self.cancel(settle).await;
                 Err(e)
             }
         }
