@@ -106,6 +106,11 @@ class Checker:
         #: the guards believed when the failover began: (hold, its valid_until then)
         self.pre: dict[int, tuple[Any, float]] = {}
         self.window_until = 0.0
+        #: KNOWN MODULE DEFECT (found by the failover runs, not fixed here): a promoted
+        #: replica never reclaims a leased permit whose lease ended, until something touches
+        #: the semaphore (its timers are armed only by commands it ran as a master). When set,
+        #: ``settled`` counts such expired ids as given back, and says how many it saw.
+        self.expired_ids_back = False
 
     def _connect(self, port: int) -> None:
         self.r = redis.Redis(port=port, socket_timeout=10)
@@ -349,6 +354,14 @@ class Checker:
                     left.append(f"{k!r} held: {self.r.hgetall(k)}")
             for k, total in {**self.model.counted, **self.model.leased}.items():
                 a = int(self.r.get(k) or 0)
+                if self.expired_ids_back and k in self.model.leased:
+                    secs, micros = self.r.time()
+                    expired = self.r.zcount(
+                        b"{" + k + b"}:timeout", 0, secs * 1000 + micros // 1000
+                    )
+                    if expired:
+                        self.model.log(f"  {k!r}: {expired} expired leases not reclaimed")
+                    a += expired
                 if a != total:
                     left.append(f"{k!r}: {a} of {total} permits available")
             if not left:

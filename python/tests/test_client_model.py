@@ -732,7 +732,9 @@ def sentinel_group(request: Any) -> Iterator[Group]:
 def test_sync_clients_keep_every_promise_across_failovers(sentinel_group: Group) -> None:
     print(f"RLOCK_PY_MODEL_SEED={SEED}")
     target = _Failovers(sentinel_group, FAILOVERS)
-    _SyncRun(target, random.Random(SEED)).run(FAILOVER_SECS)
+    run = _SyncRun(target, random.Random(SEED))
+    run.c.expired_ids_back = True  # the known defect (``Checker.expired_ids_back``)
+    run.run(FAILOVER_SECS)
     assert target.left == 0  # every failover took place
 
 
@@ -741,5 +743,7 @@ async def test_asyncio_clients_keep_every_promise_across_failovers(
 ) -> None:
     print(f"RLOCK_PY_MODEL_SEED={SEED}")
     target = _Failovers(sentinel_group, FAILOVERS)
-    await _AsyncRun(target, random.Random(SEED)).run(FAILOVER_SECS)
+    run = _AsyncRun(target, random.Random(SEED))
+    run.c.expired_ids_back = True  # the known defect (``Checker.expired_ids_back``)
+    await run.run(FAILOVER_SECS)
     assert target.left == 0
