@@ -113,6 +113,7 @@ class Checker:
         self.expired_ids_back = False
 
     def _connect(self, port: int) -> None:
+        self.port = port
         self.r = redis.Redis(port=port, socket_timeout=10)
         self.r.client_setname("model-checker")
         self.me = int(self.r.client_id())

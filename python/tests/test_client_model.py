@@ -412,6 +412,8 @@ class _SyncRun:
         s = self.session
         if s is None or s.closed.is_set() or s.client_id is None or self.c.suspended:
             return
+        if getattr(s._conn, "port", None) != self.c.port:
+            return  # on the old master: it ends with the demotion (client ids are per server)
         mine = [g for g in self.m.guards if g.hold.spec.session and not g.hold.done]
         self.m.log(f"CLIENT KILL of the session's connection: {len(mine)} session guards")
         try:
@@ -509,6 +511,8 @@ class _AsyncRun:
         s = self.session
         if s is None or s.closed.is_set() or s.client_id is None or self.c.suspended:
             return
+        if getattr(s._conn, "port", None) != self.c.port:
+            return  # on the old master: it ends with the demotion (client ids are per server)
         mine = [g for g in self.m.guards if g.hold.spec.session and not g.hold.done]
         self.m.log(f"CLIENT KILL of the session's connection: {len(mine)} session guards")
         try:
