@@ -180,7 +180,7 @@ py-model-fuzz: build python-deps
 	cd python && $(PY_MODEL_FUZZ_ENV) PYTHONPATH=$$PWD/src python3 -m pytest -q -s -p no:cacheprovider \
 		tests/test_client_model.py
 	cd python && $(PY_MODEL_FUZZ_ENV) RLOCK_PY_MODEL_INTERRUPTS=1 PYTHONPATH=$$PWD/src \
-		python3 -m pytest -q -s -p no:cacheprovider tests/test_client_model.py -k sync
+		python3 -m pytest -q -s -p no:cacheprovider tests/test_client_model.py -k "sync and not asyncio"
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # the floor module (bench/floor, never installed or shipped) is built with it, for the rows of

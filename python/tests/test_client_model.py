@@ -478,14 +478,20 @@ class _SyncRun:
         print(f"sync model: {n} steps, {hits} KeyboardInterrupts, {_events(self.m)}")
 
 
-def test_sync_clients_keep_every_promise_against_the_model(server: Server) -> None:
+def _sync_run(target: Target, secs: float, defect_ok: bool = False) -> None:
     print(f"RLOCK_PY_MODEL_SEED={SEED}")
     old = signal.signal(signal.SIGALRM, _raise_interrupt)
     try:
-        _SyncRun(_One(server), random.Random(SEED)).run(SECS)
+        run = _SyncRun(target, random.Random(SEED))
+        run.c.expired_ids_back = defect_ok
+        run.run(secs)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_sync_clients_keep_every_promise_against_the_model(server: Server) -> None:
+    _sync_run(_One(server), SECS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,11 +740,9 @@ def sentinel_group(request: Any) -> Iterator[Group]:
 
 
 def test_sync_clients_keep_every_promise_across_failovers(sentinel_group: Group) -> None:
-    print(f"RLOCK_PY_MODEL_SEED={SEED}")
     target = _Failovers(sentinel_group, FAILOVERS)
-    run = _SyncRun(target, random.Random(SEED))
-    run.c.expired_ids_back = True  # the known defect (``Checker.expired_ids_back``)
-    run.run(FAILOVER_SECS)
+    # the known defect: ``Checker.expired_ids_back``
+    _sync_run(target, FAILOVER_SECS, defect_ok=True)
     assert target.left == 0  # every failover took place
 
 
