@@ -118,3 +118,46 @@ def test_an_owners_read_release_never_leaves_another_read_guard_a_shorter_lease_
     assert r.pttl(keys[0]) >= left_ms - TOL_MS
     second.release()
     assert r.exists("k") == 0
+
+
+def test_an_owners_read_release_refused_by_a_stale_master_raises_the_packages_error(
+    r: redis.Redis,
+) -> None:
+    # the renewal before the release is refused (NOREPLICAS, as an old master's after a
+    # failover): the package's NoReplicas, nothing released, not redis-py's ResponseError
+    owner = rl.Owner(r)
+    first = owner.rw_lock("k", lease=30).read
+    second = owner.rw_lock("k", lease=30).read
+    assert first.acquire() and second.acquire()
+    r.config_set("rlock.min-replicas", 1)
+    try:
+        with pytest.raises(rl.NoReplicas):
+            first.release()
+        assert first.owned() and r.hlen("k") == 2  # mode and the owner's field: still held
+    finally:
+        r.config_set("rlock.min-replicas", -1)
+    first.release()
+    second.release()
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_owners_read_release_refused_by_a_stale_master_raises_the_packages_error(
+    server: Server,
+) -> None:
+    r = aredis.Redis(port=server.port, socket_timeout=10)
+    c = server.client()
+    owner = ra.Owner(r)
+    first = owner.rw_lock("k", lease=30).read
+    second = owner.rw_lock("k", lease=30).read
+    assert await first.acquire() and await second.acquire()
+    c.config_set("rlock.min-replicas", 1)
+    try:
+        with pytest.raises(rl.NoReplicas):
+            await first.release()
+        assert first.owned() and c.hlen("k") == 2
+    finally:
+        c.config_set("rlock.min-replicas", -1)
+    await first.release()
+    await second.release()
+    assert c.exists("k") == 0
+    await r.aclose()

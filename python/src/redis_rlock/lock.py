@@ -15,11 +15,20 @@ import time
 from types import TracebackType
 from typing import Any, Optional
 
+from redis.exceptions import ResponseError
+
 from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold, LossSignal, LostCallback
 from ._sync import SyncBackend, backend_for
-from .errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
+from .errors import (
+    LockTimeout,
+    NotHeld,
+    RLockError,
+    SessionClosed,
+    UpgradeRefused,
+    translate,
+)
 
 _DEFAULT: Any = object()
 
@@ -232,7 +241,10 @@ class _Side(_Base):
             # first every key of the owner's reads as long as the longest promise (an error
             # here raises with nothing released: the hold stays this thread's)
             until = time.monotonic() + self._be.rt
-            self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+            try:
+                self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+            except ResponseError as e:  # NOREPLICAS from an old master, ...: the package's
+                raise translate(e, self._lock_name()) from None
         super().release()
 
     def locked(self) -> bool:

@@ -17,10 +17,19 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Optional
 
+from redis.exceptions import ResponseError
+
 from .. import _proto as P
 from .._fork import inherited
 from .._hold import LostCallback
-from ..errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
+from ..errors import (
+    LockTimeout,
+    NotHeld,
+    RLockError,
+    SessionClosed,
+    UpgradeRefused,
+    translate,
+)
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold, AsyncLossSignal
 
@@ -217,7 +226,10 @@ class _Side(_Base):
             # as the sync side's: every lease key of the owner's reads as long as the longest
             # promise first (the server drops the owner's last key, not this hold's)
             until = time.monotonic() + self._be.rt
-            await self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+            try:
+                await self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+            except ResponseError as e:  # NOREPLICAS from an old master, ...: the package's
+                raise translate(e, self._lock_name()) from None
         await super().release()
 
     def _owner(self) -> bytes:
