@@ -240,11 +240,21 @@ class _Side(_Base):
             # the server drops the owner's last read lease key, not necessarily this hold's:
             # first every key of the owner's reads as long as the longest promise (an error
             # here raises with nothing released: the hold stays this thread's)
-            until = time.monotonic() + self._be.rt
-            try:
-                self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
-            except ResponseError as e:  # NOREPLICAS from an old master, ...: the package's
-                raise translate(e, self._lock_name()) from None
+            until = min(hold.deadline, time.monotonic() + self._be.rt)
+            backoff = 0.02
+            while True:
+                try:
+                    self._be.renew(hold, hold.lease_ms, until)
+                    break
+                except ResponseError as e:
+                    # NOREPLICAS: an old master after a failover (the connection was dropped:
+                    # asked again, a Sentinel client reaches the new one) or a master without
+                    # its replicas; the package's error once the time is up
+                    left = until - time.monotonic()
+                    if not P.is_noreplicas(e) or left <= 0:
+                        raise translate(e, self._lock_name()) from None
+                    time.sleep(min(backoff, left))
+                    backoff *= 2
         super().release()
 
     def locked(self) -> bool:
