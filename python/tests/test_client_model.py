@@ -109,6 +109,7 @@ class _Failovers:
         self.error: Optional[BaseException] = None
         self.new = g.replica
         self.next_at = time.monotonic() + 0.5
+        self.promoted_at = 0.0
 
     def master(self) -> Server:
         return self.cur
@@ -133,7 +134,7 @@ class _Failovers:
             if self.error is not None:
                 raise self.error
             self.cur = self.new
-            c.retarget(self.cur.port, WINDOW)
+            c.retarget(self.cur.port, WINDOW, self.promoted_at)
             m.log(f"promoted: port {self.cur.port} is the master, the checker reads it")
             self.next_at = time.monotonic() + rng.uniform(0.3, 1.5)
         elif self.left > 0 and time.monotonic() >= self.next_at:
@@ -171,6 +172,7 @@ class _Failovers:
                 return port == new.port == int(addr[1]) and is_master(new)
 
             poll("the promotion", LIMIT, promoted)
+            self.promoted_at = time.monotonic()
         except BaseException as e:
             self.error = e
 
