@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke lint fmt docs clean
 
 all: build
 
@@ -160,6 +160,7 @@ fuzz: build valkey-deps
 	$(MODEL_FUZZ_ENV) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
 		$(CARGO) test --release -p rlock-tests-integration --test model_fuzz -- --nocapture
 	$(MAKE) client-fuzz
+	$(MAKE) py-model-fuzz
 
 # The Rust client's model-based test (tests-integration/tests/client_model.rs) at full size:
 # CLIENT_FUZZ_SECS seconds of random steps over every kind, owners, sessions, MultiLock and
@@ -172,6 +173,24 @@ client-fuzz: build valkey-deps
 		--test client_model -- --nocapture
 	RLOCK_CLIENT_MODEL_SECS=$(CLIENT_FUZZ_SECS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
 		$(CARGO) test --release -p rlock-tests-integration --test client_model -- --nocapture
+
+# The Python client's model-based test (python/tests/test_client_model.py) at full size:
+# PY_MODEL_FUZZ_SECS seconds of random steps per run (sync and asyncio, on one server and on a
+# Sentinel group with PY_MODEL_FUZZ_FAILOVERS failovers each), over every kind, owners,
+# sessions, cancellation, CLIENT KILL and SIGSTOP, each belief checked against the server; then
+# the sync run again with KeyboardInterrupts at random bytecodes. CI runs 7 s (4 s and 2
+# failovers on the Sentinel group). It prints its seed; RLOCK_PY_MODEL_SEED=<seed> replays one
+# (the asyncio runs only roughly: their tasks interleave with the servers' timing). Also run by
+# `make fuzz`.
+PY_MODEL_FUZZ_SECS ?= 300
+PY_MODEL_FUZZ_FAILOVERS ?= 40
+PY_MODEL_FUZZ_ENV = RLOCK_PY_MODEL_SECS=$(PY_MODEL_FUZZ_SECS) \
+	RLOCK_PY_MODEL_FAILOVER_SECS=$(PY_MODEL_FUZZ_SECS) RLOCK_PY_MODEL_FAILOVERS=$(PY_MODEL_FUZZ_FAILOVERS)
+py-model-fuzz: build python-deps
+	cd python && $(PY_MODEL_FUZZ_ENV) PYTHONPATH=$$PWD/src python3 -m pytest -q -s -p no:cacheprovider \
+		tests/test_client_model.py
+	cd python && $(PY_MODEL_FUZZ_ENV) RLOCK_PY_MODEL_INTERRUPTS=1 PYTHONPATH=$$PWD/src \
+		python3 -m pytest -q -s -p no:cacheprovider tests/test_client_model.py -k "sync and not asyncio"
 
 # Every comparison of BENCHMARKS.md in one run, on servers it starts itself (a few minutes);
 # the floor module (bench/floor, never installed or shipped) is built with it, for the rows of

@@ -13,6 +13,18 @@ A :class:`Guard` is something the caller was told it holds (a lock side's hold, 
   first seen so (a grant left held by nobody);
 - more permits out than the semaphore has, and at a quiet point, fewer available than it has;
 - a latch that opened before it was counted down to zero.
+
+Across a Sentinel failover (``begin_failover`` .. ``retarget``) the checker reads nothing while
+the promotion is under way (it cannot tell which master has the last word), then reads the new
+master. What the caller may believe there: every guard that said held when the failover began
+(its grant or renewal was replicated before ``SENTINEL FAILOVER`` was sent) still says held
+only while the new master holds it for its owner with a lease ending no earlier than the
+guard's ``valid_until`` of that moment, or it is lost. A grant or renewal the old master
+confirmed after the failover began may be gone with it (replication is asynchronous and the
+package has no replica acknowledgement, docs/safety.md): for ``window`` seconds after the
+promotion such guards are not held to it, unless asked for ``RACE_S`` after the promotion was
+seen (the old master grants nothing by then: its replica guard); after that every rule above
+applies on the new master again (they are renewed there, or lost).
 """
 
 from __future__ import annotations
@@ -28,6 +40,11 @@ import redis
 TOL_MS = 25
 #: a guard whose validity ends within this many seconds is not checked (it may lapse mid-read)
 EDGE_S = 0.05
+#: what happens "at once" on the server has happened within this many seconds
+PROMPT = 0.5
+#: after a promotion, how long an old master may still grant (its replica guard looks at its
+#: replicas on the cron, 10 times a second)
+RACE_S = 0.3
 
 
 @dataclass
@@ -84,12 +101,44 @@ class Checker:
     """Reads the server (one connection of its own, named so CLIENT KILL spares it)."""
 
     def __init__(self, port: int, model: Model, settle: float) -> None:
-        self.r = redis.Redis(port=port, socket_timeout=10)
-        self.r.client_setname("model-checker")
-        self.me = int(self.r.client_id())
+        self._connect(port)
         self.model = model
         self.settle = settle
         self.orphan_since: dict[tuple[bytes, bytes], float] = {}
+        #: a failover under way: nothing is read
+        self.suspended = False
+        #: the guards believed when the failover began: (hold, its valid_until then)
+        self.pre: dict[int, tuple[Any, float]] = {}
+        self.window_until = 0.0
+        self.promoted_at = 0.0
+        #: KNOWN MODULE DEFECT (found by the failover runs, not fixed here): a promoted
+        #: replica never reclaims a leased permit whose lease ended, until something touches
+        #: the semaphore (its timers are armed only by commands it ran as a master). When set,
+        #: ``settled`` counts such expired ids as given back, and says how many it saw.
+        self.expired_ids_back = False
+
+    def _connect(self, port: int) -> None:
+        self.port = port
+        self.r = redis.Redis(port=port, socket_timeout=10)
+        self.r.client_setname("model-checker")
+        self.me = int(self.r.client_id())
+
+    def begin_failover(self) -> None:
+        """A failover starts now: what each believed guard was promised is what the new master
+        must keep; nothing is read until :meth:`retarget`."""
+        now = time.monotonic()
+        self.pre = {id(g.hold): (g.hold, g.hold.valid_until) for g in self.model.guards}
+        self.pre = {k: v for k, v in self.pre.items() if not v[0].done and v[1] > now}
+        self.suspended = True
+
+    def retarget(self, port: int, window: float, promoted_at: float) -> None:
+        """The promotion was seen at ``promoted_at``: read the new master at ``port`` from now
+        on."""
+        self.r.close()
+        self._connect(port)
+        self.suspended = False
+        self.window_until = time.monotonic() + window
+        self.promoted_at = promoted_at
 
     def fail(self, what: str) -> None:
         self.model.log(f"VIOLATION: {what}")
@@ -100,12 +149,35 @@ class Checker:
         held for ``grace`` s more before their session notices."""
         self.model.session_grace_until = time.monotonic() + grace
 
+    def session_gone(self, guards: list[Guard]) -> None:
+        """A session's connection was killed: the server ends every hold taken through it at
+        once (polled for ``PROMPT`` s, the time the kill takes to be applied)."""
+        end = time.monotonic() + PROMPT
+        while True:
+            left = []
+            for g in guards:
+                if g.kind in ("lock", "read", "write"):
+                    if self.r.hexists(g.key, g.field()):
+                        left.append(f"{g.label}: {g.field()!r} in {g.key!r}")
+                elif g.kind == "leased":
+                    for pid in g.hold.ids:
+                        if self.r.zscore(b"{" + g.key + b"}:timeout", pid) is not None:
+                            left.append(f"{g.label}: permit {pid.hex()}")
+            if not left:
+                self.model.log(f"  the server ended the session's {len(guards)} holds")
+                return
+            if time.monotonic() > end:
+                self.fail(f"the session's connection was killed, the server still has {left}")
+            time.sleep(0.005)
+
     def kill_clients(self, grace: float) -> int:
-        """CLIENT KILL of every connection but the checker's: the package's pools, sessions."""
+        """CLIENT KILL of every connection but the checker's, the replicas' and the Sentinels':
+        the package's pools, sessions."""
         self.cut(grace)
         n = 0
         for c in self.r.client_list():
-            if int(c["id"]) != self.me:
+            spared = "S" in c["flags"] or "M" in c["flags"] or c["name"].startswith("sentinel")
+            if int(c["id"]) != self.me and not spared:
                 try:
                     n += int(self.r.execute_command("CLIENT", "KILL", "ID", c["id"]))
                 except redis.ResponseError:
@@ -114,6 +186,8 @@ class Checker:
 
     # -- (a), (b), (c) at any step -------------------------------------------------------------
     def check(self) -> None:
+        if self.suspended:
+            return
         m = self.model
         now = time.monotonic()
         believed = [
@@ -124,6 +198,23 @@ class Checker:
         # each guard's promise as it stands before the server is read: a renewal confirmed
         # later was sent later, and may have reached the server after the read
         until = {id(g): g.hold.valid_until for g in believed}
+        if now < self.window_until:
+            # just after a failover: what each guard was promised when it began (a later
+            # confirmation may have come from the old master alone); none for newer guards
+            # A grant asked for once the promotion was seen (and the old master's replica
+            # guard had RACE_S to notice its replica gone) came from the new master.
+            kept = []
+            for g in believed:
+                pre = self.pre.get(id(g.hold))
+                if pre is not None and pre[0] is g.hold:
+                    until[id(g)] = min(until[id(g)], pre[1])
+                    if until[id(g)] > now + EDGE_S:
+                        kept.append(g)
+                elif g.hold.sent_at > self.promoted_at + RACE_S:
+                    kept.append(g)
+            believed = kept
+        elif self.pre:
+            self.pre = {}
         pipe = self.r.pipeline(transaction=True)
         pipe.time()
         for k in m.lock_keys:
@@ -275,6 +366,14 @@ class Checker:
                     left.append(f"{k!r} held: {self.r.hgetall(k)}")
             for k, total in {**self.model.counted, **self.model.leased}.items():
                 a = int(self.r.get(k) or 0)
+                if self.expired_ids_back and k in self.model.leased:
+                    secs, micros = self.r.time()
+                    expired = self.r.zcount(
+                        b"{" + k + b"}:timeout", 0, secs * 1000 + micros // 1000
+                    )
+                    if expired:
+                        self.model.log(f"  {k!r}: {expired} expired leases not reclaimed")
+                    a += expired
                 if a != total:
                     left.append(f"{k!r}: {a} of {total} permits available")
             if not left:

@@ -1,12 +1,20 @@
 """Model-based: a seeded random run over every kind (Lock, RWLock's sides, a counted Semaphore,
 a LeasedSemaphore, a CountDownLatch, session holds), Owners (several handles of one owner,
 re-entered with other leases), timeouts, asyncio tasks cancelled at random points, CLIENT KILL
-of the package's connections and short SIGSTOPs of the server, sync and asyncio; after every
-step what the caller may believe is checked against the server (``_model.Checker``).
+of the package's connections, a session's own connection killed, and short SIGSTOPs of the
+server, sync and asyncio; after every step what the caller may believe is checked against the
+server (``_model.Checker``). The failover variants run the same steps on a Sentinel group
+(master, replica, Sentinel; the package on ``Sentinel.master_for``) with ``SENTINEL FAILOVER``s
+while holds and waits are live; the checker follows the promotion (what the caller may believe
+across it: ``_model``'s docstring). Counted permits are left out there: they have no owner, id
+or lease, so a grant or release the old master confirmed after its last replication is gone
+with it, and nothing can ever tell (use leased permits across failovers).
 
 ``RLOCK_PY_MODEL_SECS`` (default 7 s per test), ``RLOCK_PY_MODEL_SEED`` (default random,
-printed); ``RLOCK_PY_MODEL_INTERRUPTS=1`` also raises KeyboardInterrupt at random moments in
-the sync run's acquires and releases (a signal handler can run between any two bytecodes)."""
+printed); ``RLOCK_PY_MODEL_FAILOVER_SECS`` (default 4 s) and ``RLOCK_PY_MODEL_FAILOVERS``
+(default 2 per test; the run goes on until they are done); ``RLOCK_PY_MODEL_INTERRUPTS=1``
+also raises KeyboardInterrupt at random moments in the sync run's acquires and releases (a
+signal handler can run between any two bytecodes)."""
 
 from __future__ import annotations
 
@@ -15,13 +23,19 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Optional
 
+import pytest
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.sentinel as asentinel
+from _ha import Group, group, is_master
 from _model import Checker, Guard, Model
-from _servers import Server
+from _servers import Server, poll
+from redis.sentinel import Sentinel
 from test_interrupts import quiet_return
 
 import redis_rlock as rl
@@ -30,6 +44,8 @@ import redis_rlock.aio as ra
 SECS = float(os.environ.get("RLOCK_PY_MODEL_SECS", "7"))
 SEED = int(os.environ.get("RLOCK_PY_MODEL_SEED", str(random.randrange(1 << 30))))
 INTERRUPTS = os.environ.get("RLOCK_PY_MODEL_INTERRUPTS") == "1"
+FAILOVER_SECS = float(os.environ.get("RLOCK_PY_MODEL_FAILOVER_SECS", "4"))
+FAILOVERS = int(os.environ.get("RLOCK_PY_MODEL_FAILOVERS", "2"))
 RT = 0.5  # the package's response timeout here
 WATCHDOG = 1.5  # watchdog lease of every lock here (renewed every 0.5 s)
 LEASES = [None, None, 0.4, 1.0, 2.5]
@@ -40,10 +56,134 @@ LOCK_KEYS = [b"m:lock", b"m:lock2", b"m:rw"]
 COUNTED = {b"m:sem": 3}
 LEASED = {b"m:lsem": 3}
 LATCH = 4
+#: after a promotion, guards granted or renewed since the failover began are held to the new
+#: master only after this long: the longest fixed lease (nothing renews it) and a reply
+WINDOW = max(x for x in LEASES if x) + RT
+LIMIT = 40.0  # the bound of one failover
 
 
-def _model() -> Model:
-    return Model(list(LOCK_KEYS), dict(COUNTED), dict(LEASED))
+def _model(counted: bool) -> Model:
+    return Model(list(LOCK_KEYS), dict(COUNTED) if counted else {}, dict(LEASED))
+
+
+class _One:
+    """The plain runs' one server."""
+
+    counted = True
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def master(self) -> Server:
+        return self.server
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.server.port, socket_timeout=10)
+
+    def aclient(self) -> aredis.Redis:
+        return aredis.Redis(port=self.server.port, socket_timeout=10)
+
+    def tick(self, c: Checker, m: Model, rng: random.Random) -> None:
+        pass
+
+    def finish(self, c: Checker, m: Model) -> None:
+        pass
+
+    def more(self) -> bool:
+        return False
+
+
+class _Failovers:
+    """A Sentinel group whose master is swapped with its replica (``SENTINEL FAILOVER``)
+    ``budget`` times, from ``tick`` (called at every step of a run): a failover runs in a
+    thread while the run goes on; when the Sentinel names the new master, the checker reads
+    it."""
+
+    counted = False  # see the module's docstring
+
+    def __init__(self, g: Group, budget: int) -> None:
+        self.g = g
+        self.cur = g.master
+        self.left = budget
+        self.thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+        self.new = g.replica
+        self.next_at = time.monotonic() + 0.5
+        self.promoted_at = 0.0
+
+    def master(self) -> Server:
+        return self.cur
+
+    def client(self) -> redis.Redis:
+        s = Sentinel([("127.0.0.1", self.g.sentinel.port)], socket_timeout=10)
+        return s.master_for("mymaster", socket_timeout=10)
+
+    def aclient(self) -> aredis.Redis:
+        s = asentinel.Sentinel([("127.0.0.1", self.g.sentinel.port)], socket_timeout=10)
+        return s.master_for("mymaster", socket_timeout=10)
+
+    def more(self) -> bool:
+        return self.left > 0 or self.thread is not None
+
+    def tick(self, c: Checker, m: Model, rng: random.Random) -> None:
+        if self.thread is not None:
+            if self.thread.is_alive():
+                return
+            self.thread.join()
+            self.thread = None
+            if self.error is not None:
+                raise self.error
+            self.cur = self.new
+            c.retarget(self.cur.port, WINDOW, self.promoted_at)
+            m.log(f"promoted: port {self.cur.port} is the master, the checker reads it")
+            self.next_at = time.monotonic() + rng.uniform(0.3, 1.5)
+        elif self.left > 0 and time.monotonic() >= self.next_at:
+            self.left -= 1
+            old = self.cur
+            self.new = self.g.replica if old is self.g.master else self.g.master
+            c.begin_failover()
+            # what the master wrote until now (every grant and renewal confirmed before the
+            # snapshot of promises) reaches the replica before the failover is asked for
+            offset = int(c.r.info("replication")["master_repl_offset"])
+            m.log(f"SENTINEL FAILOVER {old.port} -> {self.new.port}: {len(c.pre)} guards live")
+            self.thread = threading.Thread(target=self._run, args=(self.new, offset), daemon=True)
+            self.thread.start()
+
+    def _run(self, new: Server, offset: int) -> None:
+        try:
+            r = new.client()
+            s = self.g.s
+            poll(
+                "the replica to have what the master wrote",
+                LIMIT,
+                lambda: int(r.info("replication")["slave_repl_offset"]) >= offset,
+            )
+            # refused (NOGOODSLAVE) until the Sentinel has had a reply to INFO from the replica
+            poll(
+                "the sentinel to accept a failover",
+                LIMIT,
+                lambda: s.execute_command("SENTINEL", "FAILOVER", "mymaster") is not None,
+                step=0.1,
+            )
+
+            def promoted() -> bool:
+                port = int(s.sentinel_masters()["mymaster"]["port"])
+                addr = s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+                return port == new.port == int(addr[1]) and is_master(new)
+
+            poll("the promotion", LIMIT, promoted)
+            self.promoted_at = time.monotonic()
+        except BaseException as e:
+            self.error = e
+
+    def finish(self, c: Checker, m: Model) -> None:
+        """Waits for a failover under way (bounded by its polls)."""
+        while self.thread is not None:
+            time.sleep(0.02)
+            self.tick(c, m, random.Random(0))
+
+
+Target = Any  # _One | _Failovers
 
 
 _PKG = os.path.dirname(rl.__file__)
@@ -95,12 +235,12 @@ def _raise_interrupt(*_: Any) -> None:
 # sync: one thread drives every kind; objects are per thread, so it plays every party
 # ---------------------------------------------------------------------------------------------
 class _SyncRun:
-    def __init__(self, server: Server, rng: random.Random) -> None:
-        self.server = server
+    def __init__(self, target: Target, rng: random.Random) -> None:
+        self.target = target
         self.rng = rng
-        self.r = redis.Redis(port=server.port, socket_timeout=10)
-        self.m = _model()
-        self.c = Checker(server.port, self.m, SETTLE)
+        self.r = target.client()
+        self.m = _model(target.counted)
+        self.c = Checker(target.master().port, self.m, SETTLE)
         opts: dict[str, Any] = {"response_timeout": RT, "watchdog_timeout": WATCHDOG}
         self.opts = opts
         self.owners = [rl.Owner(self.r, response_timeout=RT) for _ in range(2)]
@@ -194,7 +334,7 @@ class _SyncRun:
         rng = self.rng
         timeout = rng.choice([0, 0.05, 0.3])
         n = rng.randint(1, 2)
-        leased = rng.random() < 0.5
+        leased = rng.random() < 0.5 or not self.target.counted
         label = f"{'leased' if leased else 'counted'} {n}"
         self.m.log(f"acquire {label} timeout={timeout}")
         hold = None
@@ -248,23 +388,49 @@ class _SyncRun:
     def step_chaos(self) -> None:
         rng = self.rng
         x = rng.random()
-        if x < 0.5:
+        if x < 0.3:
             n = self.c.kill_clients(GRACE)
             self.m.log(f"CLIENT KILL: {n} connections")
+        elif x < 0.5:
+            self.kill_session()
         elif x < 0.7:
+            if self.c.suspended:
+                return  # not the old master while a failover is under way
             pause = rng.uniform(0.1, 0.6)
             self.m.log(f"SIGSTOP for {pause:.2f} s")
-            self.server.pause()
+            server = self.target.master()
+            server.pause()
             time.sleep(pause)
-            self.server.resume()
+            server.resume()
             self.c.cut(GRACE)
         else:
             t = rng.uniform(0.05, 1.2)
             self.m.log(f"sleep {t:.2f} s (leases run, watchdogs renew)")
             time.sleep(t)
 
+    def kill_session(self) -> None:
+        """CLIENT KILL of the session's own connection: its holds end on the server at once,
+        its guards are lost (within two keepalives) and it refuses acquires."""
+        s = self.session
+        if s is None or s.closed.is_set() or s.client_id is None or self.c.suspended:
+            return
+        if getattr(s._conn, "port", None) != self.c.port:
+            return  # on the old master: it ends with the demotion (client ids are per server)
+        mine = [g for g in self.m.guards if g.hold.spec.session and not g.hold.done]
+        self.m.log(f"CLIENT KILL of the session's connection: {len(mine)} session guards")
+        try:
+            self.c.r.execute_command("CLIENT", "KILL", "ID", s.client_id)
+        except redis.ResponseError:
+            return  # gone already (a failover, an earlier kill)
+        self.c.session_gone(mine)
+        poll("the session to close", GRACE, lambda: s.closed.is_set())
+        lost = [g.label for g in mine if not (g.hold.done or g.hold.is_lost())]
+        if lost:
+            self.c.fail(f"the session closed, these guards still say held: {lost}")
+
     def quiesce(self) -> None:
         """Releases everything the caller holds, closes the session; then: settled."""
+        self.target.finish(self.c, self.m)
         self.m.log("quiesce: release everything")
         for obj, g in self.locks:
             while not g.hold.done and not g.hold.is_lost():
@@ -301,7 +467,8 @@ class _SyncRun:
         weights = [w for _, w in steps]
         end = time.monotonic() + secs
         n = 0
-        while time.monotonic() < end:
+        while time.monotonic() < end or self.target.more():
+            self.target.tick(self.c, self.m, self.rng)
             self.rng.choices(fns, weights)[0]()
             self.m.drop_done()
             self.c.check()
@@ -310,29 +477,35 @@ class _SyncRun:
                 self.quiesce()
         self.quiesce()
         hits = sum("KeyboardInterrupt" in line for line in self.m.steps)
-        print(f"sync model: {n} steps, {hits} KeyboardInterrupts")
+        print(f"sync model: {n} steps, {hits} KeyboardInterrupts, {_events(self.m)}")
 
 
-def test_sync_clients_keep_every_promise_against_the_model(server: Server) -> None:
+def _sync_run(target: Target, secs: float, defect_ok: bool = False) -> None:
     print(f"RLOCK_PY_MODEL_SEED={SEED}")
     old = signal.signal(signal.SIGALRM, _raise_interrupt)
     try:
-        _SyncRun(server, random.Random(SEED)).run(SECS)
+        run = _SyncRun(target, random.Random(SEED))
+        run.c.expired_ids_back = defect_ok
+        run.run(secs)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_sync_clients_keep_every_promise_against_the_model(server: Server) -> None:
+    _sync_run(_One(server), SECS)
 
 
 # ---------------------------------------------------------------------------------------------
 # asyncio: worker tasks (each its own party), cancelled at random points
 # ---------------------------------------------------------------------------------------------
 class _AsyncRun:
-    def __init__(self, server: Server, rng: random.Random) -> None:
-        self.server = server
+    def __init__(self, target: Target, rng: random.Random) -> None:
+        self.target = target
         self.rng = rng
-        self.r = aredis.Redis(port=server.port, socket_timeout=10)
-        self.m = _model()
-        self.c = Checker(server.port, self.m, SETTLE)
+        self.r = target.aclient()
+        self.m = _model(target.counted)
+        self.c = Checker(target.master().port, self.m, SETTLE)
         self.opts: dict[str, Any] = {"response_timeout": RT, "watchdog_timeout": WATCHDOG}
         self.sem = ra.Semaphore(self.r, "m:sem", response_timeout=RT)
         self.lsem = ra.LeasedSemaphore(self.r, "m:lsem", lease=2.5, response_timeout=RT)
@@ -340,6 +513,29 @@ class _AsyncRun:
         self.session: Optional[ra.Session] = None
         self.counted_down = 0
         self.n = 0
+
+    async def kill_session(self) -> None:
+        """As the sync run's: the session's own connection killed."""
+        s = self.session
+        if s is None or s.closed.is_set() or s.client_id is None or self.c.suspended:
+            return
+        if getattr(s._conn, "port", None) != self.c.port:
+            return  # on the old master: it ends with the demotion (client ids are per server)
+        mine = [g for g in self.m.guards if g.hold.spec.session and not g.hold.done]
+        self.m.log(f"CLIENT KILL of the session's connection: {len(mine)} session guards")
+        try:
+            self.c.r.execute_command("CLIENT", "KILL", "ID", s.client_id)
+        except redis.ResponseError:
+            return
+        self.c.session_gone(mine)
+        end = time.monotonic() + GRACE
+        while not s.closed.is_set():
+            if time.monotonic() > end:
+                self.c.fail(f"the session did not close within {GRACE} s of its connection")
+            await asyncio.sleep(0.01)
+        lost = [g.label for g in mine if not (g.hold.done or g.hold.is_lost())]
+        if lost:
+            self.c.fail(f"the session closed, these guards still say held: {lost}")
 
     async def _lock(self, tag: str) -> None:
         rng = self.rng
@@ -401,7 +597,7 @@ class _AsyncRun:
     async def _permits(self, tag: str) -> None:
         rng = self.rng
         n = rng.randint(1, 2)
-        leased = rng.random() < 0.5
+        leased = rng.random() < 0.5 or not self.target.counted
         timeout = rng.choice([0, 0.05, 0.3, -1])
         label = f"{tag} {'leased' if leased else 'counted'} {n}"
         self.m.log(f"acquire {label} timeout={timeout}")
@@ -454,6 +650,7 @@ class _AsyncRun:
         steps = 0
         while time.monotonic() < end:
             steps += 1
+            self.target.tick(self.c, self.m, rng)
             if len(tasks) < 8:
                 tasks.append(asyncio.create_task(self._worker()))
             await asyncio.sleep(rng.uniform(0, 0.03))
@@ -464,16 +661,22 @@ class _AsyncRun:
             x = rng.random()
             if x < 0.03:
                 self.m.log(f"CLIENT KILL: {self.c.kill_clients(GRACE)} connections")
-            elif x < 0.045:
+            elif x < 0.045 and not self.c.suspended:
                 pause = rng.uniform(0.1, 0.6)
                 self.m.log(f"SIGSTOP for {pause:.2f} s")
-                self.server.pause()
+                server = self.target.master()
+                server.pause()
                 await asyncio.sleep(pause)
-                self.server.resume()
+                server.resume()
                 self.c.cut(GRACE)
+            elif x < 0.055:
+                await self.kill_session()
             tasks = [t for t in tasks if not t.done() or _reraise(t)]
             self.m.drop_done()
             self.c.check()
+        while self.target.more() and self.c.suspended:  # the promotion ends with tasks live
+            await asyncio.sleep(0.02)
+            self.target.tick(self.c, self.m, rng)
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -499,10 +702,25 @@ class _AsyncRun:
         await self.latch.try_set_count(LATCH)
         end = time.monotonic() + secs
         steps = 0
-        while time.monotonic() < end:
+        while time.monotonic() < end or self.target.more():
             steps += await self._round(min(2.5, max(0.5, end - time.monotonic())))
-        print(f"asyncio model: {steps} steps")
+        print(f"asyncio model: {steps} steps, {_events(self.m)}")
         await self.r.aclose()
+
+
+def _events(m: Model) -> str:
+    """How many of the rarer events a run saw (a net that never fired them tested nothing)."""
+    n = {
+        k: sum(k in line for line in m.steps)
+        for k in (
+            "SENTINEL FAILOVER",
+            "promoted",
+            "CLIENT KILL:",
+            "session's connection",
+            "SIGSTOP",
+        )
+    }
+    return ", ".join(f"{v} x {k.rstrip(':')}" for k, v in n.items())
 
 
 def _reraise(t: asyncio.Task[None]) -> bool:
@@ -514,4 +732,28 @@ def _reraise(t: asyncio.Task[None]) -> bool:
 
 async def test_asyncio_clients_keep_every_promise_against_the_model(server: Server) -> None:
     print(f"RLOCK_PY_MODEL_SEED={SEED}")
-    await _AsyncRun(server, random.Random(SEED)).run(SECS)
+    await _AsyncRun(_One(server), random.Random(SEED)).run(SECS)
+
+
+@pytest.fixture
+def sentinel_group(request: Any) -> Iterator[Group]:
+    """A Sentinel group that fails over only when asked (a SIGSTOP here is far shorter)."""
+    yield from group(request, 5000)
+
+
+def test_sync_clients_keep_every_promise_across_failovers(sentinel_group: Group) -> None:
+    target = _Failovers(sentinel_group, FAILOVERS)
+    # the known defect: ``Checker.expired_ids_back``
+    _sync_run(target, FAILOVER_SECS, defect_ok=True)
+    assert target.left == 0  # every failover took place
+
+
+async def test_asyncio_clients_keep_every_promise_across_failovers(
+    sentinel_group: Group,
+) -> None:
+    print(f"RLOCK_PY_MODEL_SEED={SEED}")
+    target = _Failovers(sentinel_group, FAILOVERS)
+    run = _AsyncRun(target, random.Random(SEED))
+    run.c.expired_ids_back = True  # the known defect (``Checker.expired_ids_back``)
+    await run.run(FAILOVER_SECS)
+    assert target.left == 0

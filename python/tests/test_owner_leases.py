@@ -5,6 +5,7 @@ any live guard of the hold was promised)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -118,3 +119,91 @@ def test_an_owners_read_release_never_leaves_another_read_guard_a_shorter_lease_
     assert r.pttl(keys[0]) >= left_ms - TOL_MS
     second.release()
     assert r.exists("k") == 0
+
+
+def test_an_owners_read_release_refused_by_a_stale_master_raises_the_packages_error(
+    r: redis.Redis,
+) -> None:
+    # the renewal before the release is refused (NOREPLICAS, as an old master's after a
+    # failover): the package's NoReplicas, nothing released, not redis-py's ResponseError
+    owner = rl.Owner(r, response_timeout=0.3)
+    first = owner.rw_lock("k", lease=30).read
+    second = owner.rw_lock("k", lease=30).read
+    assert first.acquire() and second.acquire()
+    r.config_set("rlock.min-replicas", 1)
+    try:
+        with pytest.raises(rl.NoReplicas):
+            first.release()
+        assert first.owned() and r.hlen("k") == 2  # mode and the owner's field: still held
+    finally:
+        r.config_set("rlock.min-replicas", -1)
+    first.release()
+    second.release()
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_owners_read_release_refused_by_a_stale_master_raises_the_packages_error(
+    server: Server,
+) -> None:
+    r = aredis.Redis(port=server.port, socket_timeout=10)
+    c = server.client()
+    owner = ra.Owner(r, response_timeout=0.3)
+    first = owner.rw_lock("k", lease=30).read
+    second = owner.rw_lock("k", lease=30).read
+    assert await first.acquire() and await second.acquire()
+    c.config_set("rlock.min-replicas", 1)
+    try:
+        with pytest.raises(rl.NoReplicas):
+            await first.release()
+        assert first.owned() and c.hlen("k") == 2
+    finally:
+        c.config_set("rlock.min-replicas", -1)
+    await first.release()
+    await second.release()
+    assert c.exists("k") == 0
+    await r.aclose()
+
+
+def test_an_owners_read_release_asks_a_refused_renewal_again_within_its_response_timeout(
+    r: redis.Redis,
+) -> None:
+    # a refusal that ends within the response timeout (an old master's, then the new one's
+    # answer after a failover; here the setting lowered 0.1 s later): the release goes through
+    owner = rl.Owner(r, response_timeout=2.0)
+    first = owner.rw_lock("k", lease=30).read
+    second = owner.rw_lock("k", lease=30).read
+    assert first.acquire() and second.acquire()
+    r.config_set("rlock.min-replicas", 1)
+    timer = threading.Timer(0.1, lambda: r.config_set("rlock.min-replicas", -1))
+    timer.start()
+    try:
+        first.release()
+    finally:
+        timer.join()
+        r.config_set("rlock.min-replicas", -1)
+    assert not first.owned() and second.owned()
+    second.release()
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_owners_read_release_asks_a_refused_renewal_again(
+    server: Server,
+) -> None:
+    r = aredis.Redis(port=server.port, socket_timeout=10)
+    c = server.client()
+    owner = ra.Owner(r, response_timeout=2.0)
+    first = owner.rw_lock("k", lease=30).read
+    second = owner.rw_lock("k", lease=30).read
+    assert await first.acquire() and await second.acquire()
+    c.config_set("rlock.min-replicas", 1)
+    timer = threading.Timer(0.1, lambda: server.client().config_set("rlock.min-replicas", -1))
+    timer.start()
+    try:
+        await first.release()
+    finally:
+        timer.join()
+        c.config_set("rlock.min-replicas", -1)
+    assert not first.owned() and second.owned()
+    await second.release()
+    assert c.exists("k") == 0
+    await r.aclose()

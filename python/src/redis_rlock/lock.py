@@ -15,11 +15,20 @@ import time
 from types import TracebackType
 from typing import Any, Optional
 
+from redis.exceptions import ResponseError
+
 from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold, LossSignal, LostCallback
 from ._sync import SyncBackend, backend_for
-from .errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
+from .errors import (
+    LockTimeout,
+    NotHeld,
+    RLockError,
+    SessionClosed,
+    UpgradeRefused,
+    translate,
+)
 
 _DEFAULT: Any = object()
 
@@ -231,8 +240,21 @@ class _Side(_Base):
             # the server drops the owner's last read lease key, not necessarily this hold's:
             # first every key of the owner's reads as long as the longest promise (an error
             # here raises with nothing released: the hold stays this thread's)
-            until = time.monotonic() + self._be.rt
-            self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+            until = min(hold.deadline, time.monotonic() + self._be.rt)
+            backoff = 0.02
+            while True:
+                try:
+                    self._be.renew(hold, hold.lease_ms, until)
+                    break
+                except ResponseError as e:
+                    # NOREPLICAS: an old master after a failover (the connection was dropped:
+                    # asked again, a Sentinel client reaches the new one) or a master without
+                    # its replicas; the package's error once the time is up
+                    left = until - time.monotonic()
+                    if not P.is_noreplicas(e) or left <= 0:
+                        raise translate(e, self._lock_name()) from None
+                    time.sleep(min(backoff, left))
+                    backoff *= 2
         super().release()
 
     def locked(self) -> bool:

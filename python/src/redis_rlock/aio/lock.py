@@ -16,10 +16,19 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Optional
 
+from redis.exceptions import ResponseError
+
 from .. import _proto as P
 from .._fork import inherited
 from .._hold import LostCallback
-from ..errors import LockTimeout, NotHeld, RLockError, SessionClosed, UpgradeRefused
+from ..errors import (
+    LockTimeout,
+    NotHeld,
+    RLockError,
+    SessionClosed,
+    UpgradeRefused,
+    translate,
+)
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold, AsyncLossSignal
 
@@ -231,8 +240,19 @@ class _Side(_Base):
         if hold is not None and hold.count == 1 and not hold.is_lost() and _other_reads(hold):
             # as the sync side's: every lease key of the owner's reads as long as the longest
             # promise first (the server drops the owner's last key, not this hold's)
-            until = time.monotonic() + self._be.rt
-            await self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
+            until = min(hold.deadline, time.monotonic() + self._be.rt)
+            backoff = 0.02
+            while True:
+                try:
+                    await self._be.renew(hold, hold.lease_ms, until)
+                    break
+                except ResponseError as e:
+                    # as the sync side's: NOREPLICAS asked again until the time is up
+                    left = until - time.monotonic()
+                    if not P.is_noreplicas(e) or left <= 0:
+                        raise translate(e, self._lock_name()) from None
+                    await asyncio.sleep(min(backoff, left))
+                    backoff *= 2
         await super().release()
 
     def _owner(self) -> bytes:
