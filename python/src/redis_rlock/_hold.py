@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 from . import _proto as P
@@ -57,9 +58,13 @@ class Hold:
         self._lost = threading.Event()
         self._mutex = threading.Lock()
         self.engine: Any = None  # set by the engine that granted it
+        #: other holds of this owner on this key that this one's confirmations keep (a plain
+        #: read-write lock's write hold the read hold was taken under: see :meth:`cover`)
+        self._covers: list[weakref.ref[Hold]] = []
         if spec.peers is not None:
             spec.peers.track(self)
         self._release_args: Optional[list[P.Arg]] = None
+        self._keep_kin(self.deadline)
 
     def release_args(self) -> list[P.Arg]:
         """The release command of this hold, the same every time it is asked for (its request
@@ -159,9 +164,61 @@ class Hold:
 
     def extend(self, sent_at: float, lease_ms: int) -> None:
         """A renewal sent at ``sent_at`` for ``lease_ms`` was confirmed."""
+        until = sent_at + lease_ms / 1000.0
         with self._mutex:
             if not self._lost.is_set():
-                self.deadline = max(self.deadline, sent_at + lease_ms / 1000.0)
+                self.deadline = max(self.deadline, until)
+        self._keep_kin(until)  # the server confirmed the owner's hold: the key lives so long
+
+    # -- an owner's holds of one key: one server hold ---------------------------------------
+    # A lock hold and a read-write lock's write hold have no lease of their own on the server:
+    # the owner's field lives as long as the key, and every hold of that owner on the key
+    # (a nested hold with a longer lease, a read hold taken under the write, a watchdog's)
+    # keeps the key as long as its confirmed lease (an acquire or renewal sets the key's
+    # expiry to at least its lease; a read release never shortens it while a writer holds).
+    # So such a hold is valid as long as any hold of its owner on the key is confirmed:
+    # counted lost at its own lease's end instead, it would send no release (a hold known
+    # lost is mute), and its count would stay on the server, held by nobody, as long as the
+    # other hold kept the key (a watchdog read under a write: for good).
+
+    def cover(self, other: Hold) -> None:
+        """``other`` (a write hold) is held by this hold's owner on this key, and this hold
+        was taken under it: this hold's confirmations keep it from now on (an Owner's holds
+        of one key find each other through its peers; this links a plain read-write lock's
+        read hold to the write hold of the same thread or task it re-entered)."""
+        if other is self or other.spec.key != self.spec.key or other.owner != self.owner:
+            return
+        if any(ref() is other for ref in self._covers):
+            return
+        self._covers.append(weakref.ref(other))
+        other.outlast(self.deadline)
+
+    def _keep_kin(self, until: float) -> None:
+        """This hold was confirmed until ``until``: so is the key, and with it every hold of
+        its owner on that key whose field lives as long as the key."""
+        kin: list[Hold] = []
+        if self.spec.peers is not None:
+            kin.extend(self.spec.peers.holds(self.spec.key))
+        for ref in self._covers:
+            h = ref()
+            if h is not None:
+                kin.append(h)
+        for h in kin:
+            if h is not self and h.owner == self.owner:
+                h.outlast(until)
+
+    def outlast(self, until: float) -> None:
+        """The server keeps this hold's key until ``until`` (another hold of its owner on the
+        key was confirmed until then): a lock or write hold still confirmed now (so its field
+        was on the server when that hold's command ran, and stays as long as the key) is valid
+        until then too, and no lease sent for the key from now on is shorter."""
+        if self.spec.kind not in (P.LOCK, P.WRITE):
+            return
+        with self._mutex:
+            if self._lost.is_set() or self.done or time.monotonic() >= self.deadline:
+                return
+            self.deadline = max(self.deadline, until)
+            self.promised = max(self.promised, until)
 
     def mark_lost(self) -> None:
         """Sets the loss signal (once) and calls the callback, if any."""

@@ -55,6 +55,10 @@ class Peers:
                 live.append(h)
         return live
 
+    def holds(self, key: bytes) -> list[Hold]:
+        """The live holds of this owner on ``key``."""
+        return self._live(key)
+
     def other_reads(self, hold: Hold) -> bool:
         """Whether another live read hold of this owner shares ``hold``'s key."""
         return any(h is not hold and h.spec.kind == "read" for h in self._live(hold.spec.key))

@@ -9,7 +9,6 @@ thread-local state goes with it), so the watchdog stops and the lease ends on th
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from types import TracebackType
@@ -103,14 +102,17 @@ class _Base:
                 lock_delay_ms=0 if session is None else session.lock_delay_ms,
                 peers=None if self._owner_id is None else self._owner_id.peers,
             )
-            store = functools.partial(setattr, self._local, self._slot())
             return (
-                self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
+                self._be.acquire(spec, wait, lease_ms is None, self._on_lost, self._store, session)
                 is not None
             )
         except BaseException:
             self._undo(prev, count)
             raise
+
+    def _store(self, hold: Hold) -> None:
+        """Makes ``hold`` (just granted) this thread's."""
+        setattr(self._local, self._slot(), hold)
 
     def _undo(self, prev: Optional[Hold], count: int) -> None:
         """An acquire (or ``with``) that ends with an exception, wherever it landed (a
@@ -234,6 +236,14 @@ class _Side(_Base):
             until = time.monotonic() + self._be.rt
             self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
         super().release()
+
+    def _store(self, hold: Hold) -> None:
+        super()._store(hold)
+        write = self._other() if self._kind == P.READ else None
+        if write is not None:
+            # write -> read re-entry under one owner id: the read hold keeps the key, so the
+            # write hold's field, as long as it is confirmed (an Owner's: through its peers)
+            hold.cover(write)
 
     def locked(self) -> bool:
         """Whether anybody holds the read-write lock now (either side)."""

@@ -121,11 +121,15 @@ class _Base:
 
         def store(h: AsyncHold) -> None:
             holds[key] = h
+            self._stored(h, holds)
 
         return (
             await self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
             is not None
         )
+
+    def _stored(self, hold: AsyncHold, holds: dict[tuple[int, str], AsyncHold]) -> None:
+        """``hold`` (just granted) was made this task's."""
 
     async def release(self) -> None:
         """Drops one count of this task's hold; the last one releases it on the server (in a
@@ -219,6 +223,12 @@ class _Side(_Base):
             until = time.monotonic() + self._be.rt
             await self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
         await super().release()
+
+    def _stored(self, hold: AsyncHold, holds: dict[tuple[int, str], AsyncHold]) -> None:
+        write = holds.get(self._key(P.WRITE)) if self._kind == P.READ else None
+        if write is not None and not (write.done or write.is_lost() or inherited(write)):
+            # as the sync side's: the read hold keeps the key, so the write hold's field
+            hold.cover(write)
 
     def _owner(self) -> bytes:
         other_kind = P.WRITE if self._kind == P.READ else P.READ
