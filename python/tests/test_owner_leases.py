@@ -12,10 +12,11 @@ from typing import Any, Optional
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server, apoll, poll
+from _servers import Server, apoll, poll, raise_once_here
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
+from redis_rlock import _proto as P
 
 #: slack for the server's PTTL against a guard's valid_until (ms rounding, two clocks)
 TOL_MS = 25
@@ -207,4 +208,49 @@ def test_an_owners_lock_hold_kept_by_a_longer_nested_one_releases_its_count(
     short.release()
     assert r.hget("k", owner.id) == b"1"
     long.release()
+    assert r.exists("k") == 0
+
+
+# A read acquire under the write, interrupted (or cancelled) after the server granted it: its
+# cancel gives the read back, but its grant had already set the key's expiry to its lease, which
+# the give-back never shortens while the owner holds the write. The write guard learns that from
+# the cancel's reply ("granted, given back"): still valid, its release still goes out.
+
+
+@pytest.mark.parametrize("handles", ["owner", "plain"])
+def test_a_write_hold_outliving_its_lease_by_a_cancelled_read_grant_is_still_released(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, handles: str
+) -> None:
+    rw = rl.Owner(r).rw_lock("k") if handles == "owner" else rl.RWLock(r, "k")
+    assert rw.write.acquire(blocking=False, lease=SHORT)
+    who = rw.write.hold.owner
+    raise_once_here(monkeypatch, P.Spec, "granted", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):  # the reply read, before the caller is told
+        rw.read.acquire(blocking=False, lease=20.0)
+    assert not rw.read.owned()
+    poll("the cancelled read given back", 3.0, lambda: r.hget("k", who) is None)
+    time.sleep(2 * SHORT)  # past the write's own lease: the read's grant kept the key
+    assert _write_count(r, "k", who) == b"1"
+    _lease_covers(r, "k", rw.write.hold)
+    rw.write.release()
+    assert r.exists("k") == 0
+
+
+@pytest.mark.parametrize("handles", ["owner", "plain"])
+async def test_an_asyncio_write_hold_outliving_its_lease_by_a_cancelled_read_grant_is_released(
+    ar: aredis.Redis, r: redis.Redis, monkeypatch: pytest.MonkeyPatch, handles: str
+) -> None:
+    rw = ra.Owner(ar).rw_lock("k") if handles == "owner" else ra.RWLock(ar, "k")
+    assert await rw.write.acquire(blocking=False, lease=SHORT)
+    who = rw.write.hold.owner
+    # a cancellation landing at the reply's await, after the server ran the acquire
+    raise_once_here(monkeypatch, P.Spec, "granted", asyncio.CancelledError())
+    with pytest.raises(asyncio.CancelledError):
+        await rw.read.acquire(blocking=False, lease=20.0)
+    assert not rw.read.owned()
+    await apoll("the cancelled read given back", 3.0, lambda: r.hget("k", who) is None)
+    await asyncio.sleep(2 * SHORT)
+    assert _write_count(r, "k", who) == b"1"
+    _lease_covers(r, "k", rw.write.hold)
+    await rw.write.release()
     assert r.exists("k") == 0

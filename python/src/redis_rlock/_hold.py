@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import weakref
 from typing import Any, Callable, Optional
 
 from . import _proto as P
@@ -58,13 +57,10 @@ class Hold:
         self._lost = threading.Event()
         self._mutex = threading.Lock()
         self.engine: Any = None  # set by the engine that granted it
-        #: other holds of this owner on this key that this one's confirmations keep (a plain
-        #: read-write lock's write hold the read hold was taken under: see :meth:`cover`)
-        self._covers: list[weakref.ref[Hold]] = []
         if spec.peers is not None:
             spec.peers.track(self)
         self._release_args: Optional[list[P.Arg]] = None
-        self._keep_kin(self.deadline)
+        self._keep_kin(self.deadline)  # a grant: the key lives at least that long
 
     def release_args(self) -> list[P.Arg]:
         """The release command of this hold, the same every time it is asked for (its request
@@ -181,31 +177,10 @@ class Hold:
     # lost is mute), and its count would stay on the server, held by nobody, as long as the
     # other hold kept the key (a watchdog read under a write: for good).
 
-    def cover(self, other: Hold) -> None:
-        """``other`` (a write hold) is held by this hold's owner on this key, and this hold
-        was taken under it: this hold's confirmations keep it from now on (an Owner's holds
-        of one key find each other through its peers; this links a plain read-write lock's
-        read hold to the write hold of the same thread or task it re-entered)."""
-        if other is self or other.spec.key != self.spec.key or other.owner != self.owner:
-            return
-        if any(ref() is other for ref in self._covers):
-            return
-        self._covers.append(weakref.ref(other))
-        other.outlast(self.deadline)
-
     def _keep_kin(self, until: float) -> None:
         """This hold was confirmed until ``until``: so is the key, and with it every hold of
         its owner on that key whose field lives as long as the key."""
-        kin: list[Hold] = []
-        if self.spec.peers is not None:
-            kin.extend(self.spec.peers.holds(self.spec.key))
-        for ref in self._covers:
-            h = ref()
-            if h is not None:
-                kin.append(h)
-        for h in kin:
-            if h is not self and h.owner == self.owner:
-                h.outlast(until)
+        keep_kin(self.spec, until, self)
 
     def outlast(self, until: float) -> None:
         """The server keeps this hold's key until ``until`` (another hold of its owner on the
@@ -254,6 +229,31 @@ class Hold:
     def __repr__(self) -> str:
         state = "lost" if self._lost.is_set() else "released" if self.done else "held"
         return f"<Hold {self.spec.kind} {self.spec.key!r} {state} count={self.count}>"
+
+
+def keep_kin(spec: Spec, until: float, skip: Optional[Hold] = None) -> None:
+    """A hold of ``spec``'s owner on its key was confirmed until ``until`` (so the key lives
+    that long): the owner's lock and write holds on that key still confirmed (an Owner's
+    peers, or the write hold a plain read-write lock's read was taken under: ``spec.under``)
+    are valid until then too (:meth:`Hold.outlast`)."""
+    kin: list[Optional[Hold]] = []
+    if spec.peers is not None:
+        kin.extend(spec.peers.holds(spec.key))
+    kin.append(spec.under() if spec.under is not None else None)
+    for h in kin:
+        if h is not None and h is not skip and h.owner == spec.owner and h.spec.key == spec.key:
+            h.outlast(until)
+
+
+def kept_by_cancel(spec: Spec, t0: float, reply: Any) -> None:
+    """``RLOCK.CANCEL`` of an acquire of ``spec`` sent from ``t0`` on replied ``reply``: 2 says
+    the acquire had been granted (and was given back now). Its grant set the key's expiry to
+    at least its lease, which giving it back never shortens while the owner holds the key
+    otherwise (a write or lock count's release leaves the expiry, a read release never
+    shortens a writer's): so the owner's other holds there that are still confirmed are
+    valid that long, and their guards still release them (not told lost at their own end)."""
+    if reply == 2 and spec.kind in (P.LOCK, P.READ, P.WRITE) and spec.lease_ms:
+        keep_kin(spec, t0 + spec.lease_ms / 1000.0)
 
 
 class LossSignal:

@@ -9,8 +9,10 @@ thread-local state goes with it), so the watchdog stops and the lease ends on th
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+import weakref
 from types import TracebackType
 from typing import Any, Optional
 
@@ -101,18 +103,20 @@ class _Base:
                 session=session is not None,
                 lock_delay_ms=0 if session is None else session.lock_delay_ms,
                 peers=None if self._owner_id is None else self._owner_id.peers,
+                under=self._under(),
             )
+            store = functools.partial(setattr, self._local, self._slot())
             return (
-                self._be.acquire(spec, wait, lease_ms is None, self._on_lost, self._store, session)
+                self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
                 is not None
             )
         except BaseException:
             self._undo(prev, count)
             raise
 
-    def _store(self, hold: Hold) -> None:
-        """Makes ``hold`` (just granted) this thread's."""
-        setattr(self._local, self._slot(), hold)
+    def _under(self) -> Optional[weakref.ref[Hold]]:
+        """The write hold a read acquire re-enters under the same owner id (see ``_Side``)."""
+        return None
 
     def _undo(self, prev: Optional[Hold], count: int) -> None:
         """An acquire (or ``with``) that ends with an exception, wherever it landed (a
@@ -237,14 +241,6 @@ class _Side(_Base):
             self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
         super().release()
 
-    def _store(self, hold: Hold) -> None:
-        super()._store(hold)
-        write = self._other() if self._kind == P.READ else None
-        if write is not None:
-            # write -> read re-entry under one owner id: the read hold keeps the key, so the
-            # write hold's field, as long as it is confirmed (an Owner's: through its peers)
-            hold.cover(write)
-
     def locked(self) -> bool:
         """Whether anybody holds the read-write lock now (either side)."""
         return bool(self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
@@ -255,6 +251,12 @@ class _Side(_Base):
         if hold is None or hold.done or inherited(hold) or hold.is_lost():
             return None
         return hold
+
+    def _under(self) -> Optional[weakref.ref[Hold]]:
+        # write -> read re-entry under one owner id: the read hold keeps the key, so the write
+        # hold's field, as long as the write is confirmed (an Owner's find it in its peers)
+        other = self._other() if self._kind == P.READ else None
+        return None if other is None else weakref.ref(other)
 
     def _owner(self) -> bytes:
         other = self._other()

@@ -82,6 +82,10 @@ class _Base:
             return None
         return hold
 
+    def _under(self) -> Optional[weakref.ref[AsyncHold]]:
+        """The write hold a read acquire re-enters under the same owner id (see ``_Side``)."""
+        return None
+
     def _owner(self) -> bytes:
         if self._owner_id is not None:
             return bytes(self._owner_id.id)
@@ -115,21 +119,18 @@ class _Base:
             session=session is not None,
             lock_delay_ms=0 if session is None else session.lock_delay_ms,
             peers=None if self._owner_id is None else self._owner_id.peers,
+            under=self._under(),
         )
         holds = _task_holds()
         key = self._key()
 
         def store(h: AsyncHold) -> None:
             holds[key] = h
-            self._stored(h, holds)
 
         return (
             await self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
             is not None
         )
-
-    def _stored(self, hold: AsyncHold, holds: dict[tuple[int, str], AsyncHold]) -> None:
-        """``hold`` (just granted) was made this task's."""
 
     async def release(self) -> None:
         """Drops one count of this task's hold; the last one releases it on the server (in a
@@ -224,11 +225,14 @@ class _Side(_Base):
             await self._be.renew(hold, hold.lease_ms, min(hold.deadline, until))
         await super().release()
 
-    def _stored(self, hold: AsyncHold, holds: dict[tuple[int, str], AsyncHold]) -> None:
-        write = holds.get(self._key(P.WRITE)) if self._kind == P.READ else None
-        if write is not None and not (write.done or write.is_lost() or inherited(write)):
-            # as the sync side's: the read hold keeps the key, so the write hold's field
-            hold.cover(write)
+    def _under(self) -> Optional[weakref.ref[AsyncHold]]:
+        # as the sync side's: the read hold keeps the key, so the write hold's field
+        if self._kind != P.READ:
+            return None
+        write = _task_holds().get(self._key(P.WRITE))
+        if write is None or write.done or write.is_lost() or inherited(write):
+            return None
+        return weakref.ref(write)
 
     def _owner(self) -> bytes:
         other_kind = P.WRITE if self._kind == P.READ else P.READ
