@@ -209,7 +209,7 @@ class Spec:
     #: is never shorter than what any live one of them was promised
     peers: Any = field(default=None, compare=False, repr=False)
     #: a read acquire of a plain read-write lock under the write hold of the same thread or
-    #: task (its owner): a weak reference to that write hold (``Hold.cover``)
+    #: task (its owner): a weak reference to that write hold (``_hold.keep_kin``)
     under: Any = field(default=None, compare=False, repr=False)
 
     def sent_lease_ms(self, now: Optional[float] = None) -> int:
