@@ -5,17 +5,19 @@ any live guard of the hold was promised)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server
+from _servers import Server, apoll, poll, raise_once_here
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
+from redis_rlock import _proto as P
 
 #: slack for the server's PTTL against a guard's valid_until (ms rounding, two clocks)
 TOL_MS = 25
@@ -207,3 +209,137 @@ async def test_an_asyncio_owners_read_release_asks_a_refused_renewal_again(
     await second.release()
     assert c.exists("k") == 0
     await r.aclose()
+
+
+# -- an owner's write (or lock) hold has no lease of its own on the server -----------------------
+# Its field lives as long as the key, and a hold of the same owner on that key (a read hold taken
+# under the write, with a longer lease or a watchdog; a nested lock hold with a longer lease)
+# keeps the key: past its own lease the field is still there. So its guard still holds (never
+# promised past what the server has), and when it goes its release goes out: nothing stays held
+# by nobody while the other hold lives on.
+
+#: the write's own lease; the watchdog read's period (renewed every third of it)
+SHORT, WATCHDOG = 0.3, 0.6
+
+
+def _write_count(r: redis.Redis, key: str, owner: bytes) -> Optional[bytes]:
+    return r.hget(key, owner + b":write")  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    "handles,read_lease",
+    [("one owner handle", 20.0), ("two owner handles", None), ("plain", 20.0), ("plain", None)],
+)
+def test_a_write_hold_kept_by_its_owners_read_hold_ends_when_its_guard_goes(
+    r: redis.Redis, handles: str, read_lease: Optional[float]
+) -> None:
+    if handles == "plain":  # no Owner: the read side re-enters under the write's owner id
+        write_rw = read_rw = rl.RWLock(r, "k", watchdog_timeout=WATCHDOG)
+    else:
+        owner = rl.Owner(r)
+        write_rw = owner.rw_lock("k", watchdog_timeout=WATCHDOG)
+        read_rw = write_rw
+        if handles == "two owner handles":
+            read_rw = owner.rw_lock("k", watchdog_timeout=WATCHDOG)
+    write, read = write_rw.write, read_rw.read
+    assert write.acquire(blocking=False, lease=SHORT)
+    assert read.acquire(lease=read_lease)
+    who = write.hold.owner
+    time.sleep(2 * SHORT + 0.1)  # past the write's own lease (and the read watchdog's renewals)
+    assert _write_count(r, "k", who) == b"1"
+    assert not write.hold.is_lost(), "the write hold is still on the server"
+    _lease_covers(r, "k", write.hold)
+    write.release()  # downgrades to read
+    poll("the owner's write field gone", 3.0, lambda: _write_count(r, "k", who) is None)
+    other = rl.RWLock(r, "k").read
+    assert other.acquire(blocking=False, lease=SHORT), "another reader joins the owner's read"
+    other.release()
+    read.release()
+    assert r.exists("k") == 0
+
+
+@pytest.mark.parametrize("handles,read_lease", [("owner", None), ("plain", 20.0)])
+async def test_an_asyncio_write_hold_kept_by_its_owners_read_hold_ends_when_its_guard_goes(
+    ar: aredis.Redis, r: redis.Redis, handles: str, read_lease: Optional[float]
+) -> None:
+    if handles == "plain":
+        rw = ra.RWLock(ar, "k", watchdog_timeout=WATCHDOG)
+    else:
+        rw = ra.Owner(ar).rw_lock("k", watchdog_timeout=WATCHDOG)
+    assert await rw.write.acquire(blocking=False, lease=SHORT)
+    assert await rw.read.acquire(lease=read_lease)
+    who = rw.write.hold.owner
+    await asyncio.sleep(2 * SHORT + 0.1)  # past the write's own lease
+    assert _write_count(r, "k", who) == b"1"
+    assert not rw.write.hold.is_lost(), "the write hold is still on the server"
+    _lease_covers(r, "k", rw.write.hold)
+    async with rw.write:  # a re-entry (the hold is confirmed), then its last count released
+        pass
+    await rw.write.release()
+    await apoll("the owner's write field gone", 3.0, lambda: _write_count(r, "k", who) is None)
+    other = ra.RWLock(ar, "k").read
+    assert await other.acquire(blocking=False, lease=SHORT), "another reader joins"
+    await other.release()
+    await rw.read.release()
+    assert r.exists("k") == 0
+
+
+def test_an_owners_lock_hold_kept_by_a_longer_nested_one_releases_its_count(
+    r: redis.Redis,
+) -> None:
+    owner = rl.Owner(r)
+    short, long = owner.lock("k"), owner.lock("k")
+    assert short.acquire(blocking=False, lease=SHORT)
+    assert long.acquire(blocking=False, lease=20.0)
+    time.sleep(2 * SHORT)  # past the short hold's own lease: the longer one keeps the key
+    assert r.hget("k", owner.id) == b"2"
+    _lease_covers(r, "k", short.hold)
+    short.release()
+    assert r.hget("k", owner.id) == b"1"
+    long.release()
+    assert r.exists("k") == 0
+
+
+# A read acquire under the write, interrupted (or cancelled) after the server granted it: its
+# cancel gives the read back, but its grant had already set the key's expiry to its lease, which
+# the give-back never shortens while the owner holds the write. The write guard learns that from
+# the cancel's reply ("granted, given back"): still valid, its release still goes out.
+
+
+@pytest.mark.parametrize("handles", ["owner", "plain"])
+def test_a_write_hold_outliving_its_lease_by_a_cancelled_read_grant_is_still_released(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, handles: str
+) -> None:
+    rw = rl.Owner(r).rw_lock("k") if handles == "owner" else rl.RWLock(r, "k")
+    assert rw.write.acquire(blocking=False, lease=SHORT)
+    who = rw.write.hold.owner
+    raise_once_here(monkeypatch, P.Spec, "granted", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):  # the reply read, before the caller is told
+        rw.read.acquire(blocking=False, lease=20.0)
+    assert not rw.read.owned()
+    poll("the cancelled read given back", 3.0, lambda: r.hget("k", who) is None)
+    time.sleep(2 * SHORT)  # past the write's own lease: the read's grant kept the key
+    assert _write_count(r, "k", who) == b"1"
+    _lease_covers(r, "k", rw.write.hold)
+    rw.write.release()
+    assert r.exists("k") == 0
+
+
+@pytest.mark.parametrize("handles", ["owner", "plain"])
+async def test_an_asyncio_write_hold_outliving_its_lease_by_a_cancelled_read_grant_is_released(
+    ar: aredis.Redis, r: redis.Redis, monkeypatch: pytest.MonkeyPatch, handles: str
+) -> None:
+    rw = ra.Owner(ar).rw_lock("k") if handles == "owner" else ra.RWLock(ar, "k")
+    assert await rw.write.acquire(blocking=False, lease=SHORT)
+    who = rw.write.hold.owner
+    # a cancellation landing at the reply's await, after the server ran the acquire
+    raise_once_here(monkeypatch, P.Spec, "granted", asyncio.CancelledError())
+    with pytest.raises(asyncio.CancelledError):
+        await rw.read.acquire(blocking=False, lease=20.0)
+    assert not rw.read.owned()
+    await apoll("the cancelled read given back", 3.0, lambda: r.hget("k", who) is None)
+    await asyncio.sleep(2 * SHORT)
+    assert _write_count(r, "k", who) == b"1"
+    _lease_covers(r, "k", rw.write.hold)
+    await rw.write.release()
+    assert r.exists("k") == 0

@@ -60,6 +60,7 @@ class Hold:
         if spec.peers is not None:
             spec.peers.track(self)
         self._release_args: Optional[list[P.Arg]] = None
+        self._keep_kin(self.deadline)  # a grant: the key lives at least that long
 
     def release_args(self) -> list[P.Arg]:
         """The release command of this hold, the same every time it is asked for (its request
@@ -159,9 +160,40 @@ class Hold:
 
     def extend(self, sent_at: float, lease_ms: int) -> None:
         """A renewal sent at ``sent_at`` for ``lease_ms`` was confirmed."""
+        until = sent_at + lease_ms / 1000.0
         with self._mutex:
             if not self._lost.is_set():
-                self.deadline = max(self.deadline, sent_at + lease_ms / 1000.0)
+                self.deadline = max(self.deadline, until)
+        self._keep_kin(until)  # the server confirmed the owner's hold: the key lives so long
+
+    # -- an owner's holds of one key: one server hold ---------------------------------------
+    # A lock hold and a read-write lock's write hold have no lease of their own on the server:
+    # the owner's field lives as long as the key, and every hold of that owner on the key
+    # (a nested hold with a longer lease, a read hold taken under the write, a watchdog's)
+    # keeps the key as long as its confirmed lease (an acquire or renewal sets the key's
+    # expiry to at least its lease; a read release never shortens it while a writer holds).
+    # So such a hold is valid as long as any hold of its owner on the key is confirmed:
+    # counted lost at its own lease's end instead, it would send no release (a hold known
+    # lost is mute), and its count would stay on the server, held by nobody, as long as the
+    # other hold kept the key (a watchdog read under a write: for good).
+
+    def _keep_kin(self, until: float) -> None:
+        """This hold was confirmed until ``until``: so is the key, and with it every hold of
+        its owner on that key whose field lives as long as the key."""
+        keep_kin(self.spec, until, self)
+
+    def outlast(self, until: float) -> None:
+        """The server keeps this hold's key until ``until`` (another hold of its owner on the
+        key was confirmed until then): a lock or write hold still confirmed now (so its field
+        was on the server when that hold's command ran, and stays as long as the key) is valid
+        until then too, and no lease sent for the key from now on is shorter."""
+        if self.spec.kind not in (P.LOCK, P.WRITE):
+            return
+        with self._mutex:
+            if self._lost.is_set() or self.done or time.monotonic() >= self.deadline:
+                return
+            self.deadline = max(self.deadline, until)
+            self.promised = max(self.promised, until)
 
     def mark_lost(self) -> None:
         """Sets the loss signal (once) and calls the callback, if any."""
@@ -197,6 +229,31 @@ class Hold:
     def __repr__(self) -> str:
         state = "lost" if self._lost.is_set() else "released" if self.done else "held"
         return f"<Hold {self.spec.kind} {self.spec.key!r} {state} count={self.count}>"
+
+
+def keep_kin(spec: Spec, until: float, skip: Optional[Hold] = None) -> None:
+    """A hold of ``spec``'s owner on its key was confirmed until ``until`` (so the key lives
+    that long): the owner's lock and write holds on that key still confirmed (an Owner's
+    peers, or the write hold a plain read-write lock's read was taken under: ``spec.under``)
+    are valid until then too (:meth:`Hold.outlast`)."""
+    kin: list[Optional[Hold]] = []
+    if spec.peers is not None:
+        kin.extend(spec.peers.holds(spec.key))
+    kin.append(spec.under() if spec.under is not None else None)
+    for h in kin:
+        if h is not None and h is not skip and h.owner == spec.owner and h.spec.key == spec.key:
+            h.outlast(until)
+
+
+def kept_by_cancel(spec: Spec, t0: float, reply: Any) -> None:
+    """``RLOCK.CANCEL`` of an acquire of ``spec`` sent from ``t0`` on replied ``reply``: 2 says
+    the acquire had been granted (and was given back now). Its grant set the key's expiry to
+    at least its lease, which giving it back never shortens while the owner holds the key
+    otherwise (a write or lock count's release leaves the expiry, a read release never
+    shortens a writer's): so the owner's other holds there that are still confirmed are
+    valid that long, and their guards still release them (not told lost at their own end)."""
+    if reply == 2 and spec.kind in (P.LOCK, P.READ, P.WRITE) and spec.lease_ms:
+        keep_kin(spec, t0 + spec.lease_ms / 1000.0)
 
 
 class LossSignal:

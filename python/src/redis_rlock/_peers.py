@@ -55,9 +55,9 @@ class Peers:
                 live.append(h)
         return live
 
-    def holds(self, key: bytes) -> bool:
-        """Whether a live hold of this owner holds ``key`` (an acquire of it is a re-entry)."""
-        return bool(self._live(key))
+    def holds(self, key: bytes) -> list[Hold]:
+        """The live holds of this owner on ``key``."""
+        return self._live(key)
 
     def other_reads(self, hold: Hold) -> bool:
         """Whether another live read hold of this owner shares ``hold``'s key."""

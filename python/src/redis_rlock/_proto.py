@@ -208,6 +208,9 @@ class Spec:
     #: an owner's holds of this key (``_peers.Peers``; None: a hold of its own): the lease sent
     #: is never shorter than what any live one of them was promised
     peers: Any = field(default=None, compare=False, repr=False)
+    #: a read acquire of a plain read-write lock under the write hold of the same thread or
+    #: task (its owner): a weak reference to that write hold (``_hold.keep_kin``)
+    under: Any = field(default=None, compare=False, repr=False)
 
     def sent_lease_ms(self, now: Optional[float] = None) -> int:
         """The lease an acquire sends: the hold's own, or longer when another live hold of the

@@ -25,7 +25,7 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner, inherited
-from ._hold import Hold, LostCallback
+from ._hold import Hold, LostCallback, kept_by_cancel
 from ._sync_threads import Releaser, Watchdog
 from .errors import RLockError, translate
 
@@ -488,7 +488,7 @@ class SyncBackend:
                     if retry_end is not None and now >= retry_end:
                         if wait == 0.0:
                             raise
-                        self.cancel(spec, rid)  # an attempt may have queued, or been granted
+                        self.cancel(spec, rid, t0)  # an attempt may have queued, or been granted
                         need_cancel = False
                         return None
                     step = backoff if retry_end is None else min(backoff, retry_end - now)
@@ -513,7 +513,7 @@ class SyncBackend:
                         # a check of this wait, sent while the server no longer queued it, may
                         # have been granted under its id after the answer "not granted": given
                         # back exactly, and any next attempt is a new request
-                        self.cancel(spec, rid)
+                        self.cancel(spec, rid, t0)
                         rid = P.new_id()
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
@@ -532,7 +532,7 @@ class SyncBackend:
             if need_cancel:
                 if hold is not None:
                     hold.done = True  # a stored guard of a cancelled grant says "not held"
-                self.cancel(spec, rid)
+                self.cancel(spec, rid, t0)
             raise
 
     def _answered(self, spec: P.Spec, wait: Wait) -> bool:
@@ -547,11 +547,13 @@ class SyncBackend:
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
-    def cancel(self, spec: P.Spec, rid: bytes) -> None:
-        """``RLOCK.CANCEL key rid``, retried in the background until answered or the grant's
-        lease would have ended; waits for it a bounded time (two response timeouts)."""
+    def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
+        """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
+        until answered or the grant's lease would have ended; waits for it a bounded time (two
+        response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
-        job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt)
+        then = functools.partial(kept_by_cancel, spec, t0)
+        job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt, then)
         job.wait(2 * self.rt)
 
     # -- re-entry / renewal / release -----------------------------------------------------------

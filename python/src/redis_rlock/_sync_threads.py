@@ -10,7 +10,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _proto as P
 from ._conn import is_transient, log
@@ -138,8 +138,16 @@ class Job:
     """One command of the releaser's, tried until ``until`` (monotonic); ``done`` is set once
     it was answered or given up on (``reply`` or ``error``)."""
 
-    def __init__(self, key: bytes, args: list[P.Arg], until: float) -> None:
+    def __init__(
+        self,
+        key: bytes,
+        args: list[P.Arg],
+        until: float,
+        then: Optional[Callable[[Any], None]] = None,
+    ) -> None:
         self.key, self.args, self.until = key, args, until
+        #: called with the reply, once answered (in the releaser's thread)
+        self.then = then
         self.done = threading.Event()
         self.reply: Any = None
         self.error: Optional[BaseException] = None
@@ -163,9 +171,16 @@ class Releaser:
         self.pending = 0
         self.finalizer = weakref.finalize(self, self._q.put, None)  # detached after a fork
 
-    def submit(self, key: bytes, args: list[P.Arg], horizon: float) -> Job:
-        """Queues ``args`` for ``key``, to be tried for ``horizon`` seconds."""
-        job = Job(key, args, time.monotonic() + horizon)
+    def submit(
+        self,
+        key: bytes,
+        args: list[P.Arg],
+        horizon: float,
+        then: Optional[Callable[[Any], None]] = None,
+    ) -> Job:
+        """Queues ``args`` for ``key``, to be tried for ``horizon`` seconds (``then``: called
+        with the reply once answered)."""
+        job = Job(key, args, time.monotonic() + horizon, then)
         job.be = self._be
         with self._lock:
             self._q.put(job)  # first: once queued, it is sent whatever lands next
@@ -209,6 +224,8 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.Queue[Optional[Job]]) -> 
             return
         try:
             job.reply, _ = job.be.call_until(job.key, job.args, job.until)
+            if job.then is not None:
+                job.then(job.reply)
         except BaseException as e:
             job.error = e
             log.warning("redis_rlock: gave up on %r for %r: %s", job.args[0], job.key, e)

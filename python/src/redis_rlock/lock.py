@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import weakref
 from types import TracebackType
 from typing import Any, Optional
 
@@ -111,6 +112,7 @@ class _Base:
                 session=session is not None,
                 lock_delay_ms=0 if session is None else session.lock_delay_ms,
                 peers=None if self._owner_id is None else self._owner_id.peers,
+                under=self._under(),
             )
             store = functools.partial(setattr, self._local, self._slot())
             return (
@@ -120,6 +122,10 @@ class _Base:
         except BaseException:
             self._undo(prev, count)
             raise
+
+    def _under(self) -> Optional[weakref.ref[Hold]]:
+        """The write hold a read acquire re-enters under the same owner id (see ``_Side``)."""
+        return None
 
     def _undo(self, prev: Optional[Hold], count: int) -> None:
         """An acquire (or ``with``) that ends with an exception, wherever it landed (a
@@ -267,6 +273,12 @@ class _Side(_Base):
         if hold is None or hold.done or inherited(hold) or hold.is_lost():
             return None
         return hold
+
+    def _under(self) -> Optional[weakref.ref[Hold]]:
+        # write -> read re-entry under one owner id: the read hold keeps the key, so the write
+        # hold's field, as long as the write is confirmed (an Owner's find it in its peers)
+        other = self._other() if self._kind == P.READ else None
+        return None if other is None else weakref.ref(other)
 
     def _owner(self) -> bytes:
         other = self._other()

@@ -24,7 +24,7 @@ from .. import _proto as P
 from .. import _waits as W
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from .._fork import ForkGuard, check_owner
-from .._hold import LostCallback
+from .._hold import LostCallback, kept_by_cancel
 from ..errors import translate
 from ._hold import AsyncHold, watch
 
@@ -344,10 +344,12 @@ class AsyncBackend:
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
-    async def cancel(self, spec: P.Spec, rid: bytes) -> None:
-        """``RLOCK.CANCEL key rid`` in a shielded task, awaited a bounded time."""
+    async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
+        """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
+        awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
         horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
         task = self.background(self._cleanup(spec.key, P.cancel_args(spec.key, rid), horizon))
+        task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0))
         try:
             await asyncio.wait_for(asyncio.shield(task), 2 * self.rt)
         except asyncio.TimeoutError:
@@ -451,7 +453,7 @@ class AsyncBackend:
                         # a check of this wait, sent while the server no longer queued it, may
                         # have been granted under its id after the answer "not granted": given
                         # back exactly, and any next attempt is a new request
-                        await self.cancel(spec, rid)
+                        await self.cancel(spec, rid, t0)
                         rid = P.new_id()
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
@@ -466,7 +468,7 @@ class AsyncBackend:
                 return hold
         finally:
             if need_cancel and not handed:
-                await self.cancel(spec, rid)
+                await self.cancel(spec, rid, t0)
 
     async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
         """Renews every part of ``hold``; True when the server confirmed."""
@@ -616,6 +618,11 @@ async def _drop(conn: Any) -> None:
         await conn.disconnect(nowait=True)
     except BaseException:
         pass
+
+
+def _kept_by_cancel(spec: P.Spec, t0: float, task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        kept_by_cancel(spec, t0, task.result())
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

@@ -106,6 +106,10 @@ class _Base:
             return None
         return hold
 
+    def _under(self) -> Optional[weakref.ref[AsyncHold]]:
+        """The write hold a read acquire re-enters under the same owner id (see ``_Side``)."""
+        return None
+
     def _owner(self) -> bytes:
         if self._owner_id is not None:
             return bytes(self._owner_id.id)
@@ -139,6 +143,7 @@ class _Base:
             session=session is not None,
             lock_delay_ms=0 if session is None else session.lock_delay_ms,
             peers=None if self._owner_id is None else self._owner_id.peers,
+            under=self._under(),
         )
         holds = _task_holds()
         key = self._key()
@@ -254,6 +259,15 @@ class _Side(_Base):
                     await asyncio.sleep(min(backoff, left))
                     backoff *= 2
         await super().release()
+
+    def _under(self) -> Optional[weakref.ref[AsyncHold]]:
+        # as the sync side's: the read hold keeps the key, so the write hold's field
+        if self._kind != P.READ:
+            return None
+        write = _task_holds().get(self._key(P.WRITE))
+        if write is None or write.done or write.is_lost() or inherited(write):
+            return None
+        return weakref.ref(write)
 
     def _owner(self) -> bytes:
         other_kind = P.WRITE if self._kind == P.READ else P.READ
