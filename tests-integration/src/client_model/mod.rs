@@ -8,11 +8,13 @@
 
 pub mod belief;
 pub mod check;
+pub mod group;
 pub mod journal;
 pub mod view;
 
 pub use belief::{Belief, Claim, Held, Target};
 pub use check::{exclusion, Exempt, Violation, TOLERANCE_MS};
+pub use group::{model_failovers, Group};
 pub use journal::Journal;
 
 /// `RLOCK_CLIENT_MODEL_SECS`, else `default`.
