@@ -24,7 +24,25 @@
 //! A session guard whose session's connection was closed is given a moment to learn of it
 //! before a contradiction counts (the server ends the holds first).
 //!
-//! Environment: `RLOCK_CLIENT_MODEL_SECS` (default 15), `RLOCK_CLIENT_MODEL_SEED` (replay: the
+//! Across failovers (`what_a_caller_believes_holds_across_sentinel_failovers`: server 0 is a
+//! Sentinel group, a master and its replica, failed over with `SENTINEL FAILOVER` while guards,
+//! watchdogs, and timed and untimed waits are live; every check reads the master the Sentinel
+//! names now). What the caller may believe there, with the group's client asking the replica to
+//! acknowledge each grant (`Options::replica_ack(1, ..)`; without it replication is
+//! asynchronous and a grant made just before a failover may be gone on the new master, as
+//! docs/clients.md says):
+//! - a guard that says held is held on the new master, for its owner, with a lease no shorter
+//!   than its `valid_until` (or the guard says lost);
+//! - a timed wait returns by its deadline (plus [`DEADLINE_SLACK`]), wherever it is served;
+//!   an untimed one follows to the new master and is granted there once nobody holds;
+//! - counted permits are conserved, and after a settle nothing is held that no guard knows of
+//!   (a release or cancellation sent while the old master still answers, before the Sentinel
+//!   demotes it, must reach the new master);
+//! - the run's own writes (the checker gives counted permits back) are made to reach the
+//!   replica before each failover (a fence and `WAIT`), so a failover never undoes them.
+//!
+//! Environment: `RLOCK_CLIENT_MODEL_SECS` (default 15), `RLOCK_CLIENT_MODEL_FAILOVERS` (the
+//! failover run's failovers, evenly spread; default 2, or one per 30 s in longer runs), `RLOCK_CLIENT_MODEL_SEED` (replay: the
 //! seed is printed and named in every failure; timing makes a replay close, not exact),
 //! `RLOCK_CLIENT_MODEL_SKIP` (moves left out, comma-separated: see [`MOVES`]; `owners` also
 //! leaves out every owner's handle),
