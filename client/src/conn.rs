@@ -147,6 +147,10 @@ impl Direct {
 }
 
 /// Error codes from a server that is no longer (or not yet) the master to use.
+/// How long [`Target::refresh`] may ask the Sentinels (unreachable ones delay a release no
+/// longer than this; the cached master is kept then).
+const REFRESH_MAX: Duration = Duration::from_millis(500);
+
 fn master_changed(code: &str) -> bool {
     matches!(code, "READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING")
 }
@@ -350,6 +354,16 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// For a Sentinel group, asks the Sentinels (at most [`REFRESH_MAX`]) whether the cached
+    /// master is still theirs, and forgets it if not ([`Sentinel::refresh`]); nothing for
+    /// other targets. Before a command that must reach the current master and that an old
+    /// master would answer without an error (a release).
+    pub(crate) async fn refresh(&self) {
+        if let Self::Sentinel(sentinel) = self {
+            let _ = tokio::time::timeout(REFRESH_MAX, sentinel.refresh()).await;
+        }
+    }
+
     pub(crate) const fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
     }

@@ -144,6 +144,23 @@ async fn a_sentinel_guard_dropped_before_the_old_master_is_demoted_is_released_o
     until_released(&replica, "l", "the release on the new master");
 }
 
+/// The same window for an explicit `release()` (on the client's shared connection, which no
+/// error has moved off the old master yet): it asks the Sentinels first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_guard_released_before_the_old_master_is_demoted_is_released_on_the_new_one() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_link_up(&mut replica.conn());
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let client = sentinel_client(&sentinel).await;
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
+    fail_over(&sentinel, &replica);
+    assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
+    guard.release().await.expect("release");
+    assert!(!held_on(&replica, "l"), "the release reached the new master");
+}
+
 // ---- item 10: a cluster whose first seed node is down -----------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
