@@ -164,8 +164,10 @@ fuzz: build valkey-deps
 
 # The Rust client's model-based test (tests-integration/tests/client_model.rs) at full size:
 # CLIENT_FUZZ_SECS seconds of random steps over every kind, owners, sessions, MultiLock and
-# RedLock, cancellation, CLIENT KILL and SIGSTOP, each belief checked against the servers, on
-# Redis 7.0 and then on Valkey 8.1 (CI runs 15 s). It prints its seed;
+# RedLock, cancellation, CLIENT KILL and SIGSTOP, each belief checked against the servers, and
+# the same with server 0 a Sentinel group failed over (one failover per 30 s;
+# RLOCK_CLIENT_MODEL_FAILOVERS=n sets it), on Redis 7.0 and then on Valkey 8.1 (CI runs 15 s
+# and 2 failovers). It prints its seed;
 # RLOCK_CLIENT_MODEL_SEED=<seed> replays one. Also run by `make fuzz`.
 CLIENT_FUZZ_SECS ?= 600
 client-fuzz: build valkey-deps

@@ -147,6 +147,10 @@ impl Direct {
 }
 
 /// Error codes from a server that is no longer (or not yet) the master to use.
+/// How long [`Target::refresh`] may ask the Sentinels (unreachable ones delay a release no
+/// longer than this; the cached master is kept then).
+const REFRESH_MAX: Duration = Duration::from_millis(500);
+
 fn master_changed(code: &str) -> bool {
     matches!(code, "READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING")
 }
@@ -248,6 +252,23 @@ impl Sentinel {
         Ok(client)
     }
 
+    /// Asks the Sentinels which master they name now and forgets the cached one if it is
+    /// another (the next command then connects to the new one). An old master keeps answering
+    /// as a master until the Sentinels demote it (seconds after a failover), so a command that
+    /// must reach the current master, and gets no error to tell it otherwise (a release, a
+    /// cancellation), asks first. When no Sentinel answers the cache is kept.
+    pub(crate) async fn refresh(&self) {
+        let Some(cached) = self.current_client() else { return };
+        for sentinel in &self.sentinels {
+            if let Ok(addr) = self.ask_address(sentinel).await {
+                if *cached.get_connection_info().addr() != addr {
+                    self.forget();
+                }
+                return;
+            }
+        }
+    }
+
     /// A connection to the current master, asking the Sentinels when none is known.
     pub(crate) async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
         Ok(self.master().await?.1)
@@ -283,11 +304,8 @@ impl Sentinel {
         }))
     }
 
-    /// Asks one Sentinel for the master, connects, and checks that it says it is the master.
-    async fn ask(
-        &self,
-        sentinel: &ConnectionInfo,
-    ) -> redis::RedisResult<(redis::Client, MultiplexedConnection)> {
+    /// Asks one Sentinel for the master's address.
+    async fn ask_address(&self, sentinel: &ConnectionInfo) -> redis::RedisResult<ConnectionAddr> {
         let quick = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(Duration::from_secs(1)));
@@ -299,9 +317,17 @@ impl Sentinel {
             .arg(&self.master)
             .query_async(&mut asking)
             .await?;
-        let client = redis::Client::open(
-            self.template.clone().set_addr(ConnectionAddr::Tcp(host.clone(), port)),
-        )?;
+        Ok(ConnectionAddr::Tcp(host, port))
+    }
+
+    /// Asks one Sentinel for the master, connects, and checks that it says it is the master.
+    async fn ask(
+        &self,
+        sentinel: &ConnectionInfo,
+    ) -> redis::RedisResult<(redis::Client, MultiplexedConnection)> {
+        let addr = self.ask_address(sentinel).await?;
+        let at = addr.to_string();
+        let client = redis::Client::open(self.template.clone().set_addr(addr))?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(self.response_timeout));
@@ -312,7 +338,7 @@ impl Sentinel {
             _ => Err(redis::RedisError::from((
                 redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
                 "the address Sentinel gave is not a master (yet)",
-                format!("{host}:{port}"),
+                at,
             ))),
         }
     }
@@ -328,6 +354,16 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// For a Sentinel group, asks the Sentinels (at most [`REFRESH_MAX`]) whether the cached
+    /// master is still theirs, and forgets it if not ([`Sentinel::refresh`]); nothing for
+    /// other targets. Before a command that must reach the current master and that an old
+    /// master would answer without an error (a release).
+    pub(crate) async fn refresh(&self) {
+        if let Self::Sentinel(sentinel) = self {
+            let _ = tokio::time::timeout(REFRESH_MAX, sentinel.refresh()).await;
+        }
+    }
+
     pub(crate) const fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
     }

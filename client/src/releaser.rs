@@ -365,7 +365,12 @@ impl Conns {
                 Ok(Con::Single(slot.insert(con).clone()))
             }
             Route::Sentinel(sentinel) => {
-                let connecting = sentinel.connection();
+                // A master the Sentinels replaced still answers (a release, a cancellation)
+                // until they demote it: ask them first, so a job never ends on an old master.
+                let connecting = async {
+                    sentinel.refresh().await;
+                    sentinel.connection().await
+                };
                 let con = tokio::time::timeout(RESOLVE, connecting)
                     .await
                     .map_err(|_| timed_out("asking the Sentinels took too long"))??;

@@ -96,6 +96,17 @@ async fn i9_sentinel_a_guard_dropped_after_a_failover_is_released_on_the_new_mas
     until_released(&master, "before", "the first dropped guard's release");
     let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
     poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
+    fail_over(&sentinel, &replica);
+    poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
+    assert!(held_on(&replica, "l"), "the new master has the hold");
+    let took = timed_drop(guard);
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    until_released(&replica, "l", "the release on the new master");
+}
+
+/// A manual failover of the Sentinel's master to `replica`, returning once the Sentinel names
+/// it and it answers as a master (the old master is demoted seconds later).
+fn fail_over(sentinel: &Sentinel, replica: &Server) {
     poll("the sentinel to know the replica", FAILOVER_LIMIT, || {
         let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
         let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
@@ -106,13 +117,48 @@ async fn i9_sentinel_a_guard_dropped_after_a_failover_is_released_on_the_new_mas
         redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
     });
     poll("the promotion", FAILOVER_LIMIT, || {
-        (sentinel.master_port() == replica.port() && is_master(&replica)).then_some(())
+        (sentinel.master_port() == replica.port() && is_master(replica)).then_some(())
     });
-    poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
-    assert!(held_on(&replica, "l"), "the new master has the hold");
+}
+
+/// The old master keeps answering as a master for seconds after `SENTINEL FAILOVER` (until the
+/// Sentinel demotes it) and would release there; the releaser asks the Sentinels first, so a
+/// guard dropped in that window is released on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_guard_dropped_before_the_old_master_is_demoted_is_released_on_the_new_one() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_link_up(&mut replica.conn());
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let client = sentinel_client(&sentinel).await;
+    // The releaser's connection to the old master, made before the failover.
+    let before = client.lock("before").acquire(LEASE).await.expect("acquire");
+    drop(before);
+    until_released(&master, "before", "the first dropped guard's release");
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
+    fail_over(&sentinel, &replica);
+    assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
     let took = timed_drop(guard);
     assert!(took < AT_ONCE, "the drop took {took:?}");
     until_released(&replica, "l", "the release on the new master");
+}
+
+/// The same window for an explicit `release()` (on the client's shared connection, which no
+/// error has moved off the old master yet): it asks the Sentinels first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_guard_released_before_the_old_master_is_demoted_is_released_on_the_new_one() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_link_up(&mut replica.conn());
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let client = sentinel_client(&sentinel).await;
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
+    fail_over(&sentinel, &replica);
+    assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
+    guard.release().await.expect("release");
+    assert!(!held_on(&replica, "l"), "the release reached the new master");
 }
 
 // ---- item 10: a cluster whose first seed node is down -----------------------------------------

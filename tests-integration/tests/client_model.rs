@@ -24,7 +24,25 @@
 //! A session guard whose session's connection was closed is given a moment to learn of it
 //! before a contradiction counts (the server ends the holds first).
 //!
-//! Environment: `RLOCK_CLIENT_MODEL_SECS` (default 15), `RLOCK_CLIENT_MODEL_SEED` (replay: the
+//! Across failovers (`what_a_caller_believes_holds_across_sentinel_failovers`: server 0 is a
+//! Sentinel group, a master and its replica, failed over with `SENTINEL FAILOVER` while guards,
+//! watchdogs, and timed and untimed waits are live; every check reads the master the Sentinel
+//! names now). What the caller may believe there, with the group's client asking the replica to
+//! acknowledge each grant (`Options::replica_ack(1, ..)`; without it replication is
+//! asynchronous and a grant made just before a failover may be gone on the new master, as
+//! docs/clients.md says):
+//! - a guard that says held is held on the new master, for its owner, with a lease no shorter
+//!   than its `valid_until` (or the guard says lost);
+//! - a timed wait returns by its deadline (plus [`DEADLINE_SLACK`]), wherever it is served;
+//!   an untimed one follows to the new master and is granted there once nobody holds;
+//! - counted permits are conserved, and after a settle nothing is held that no guard knows of
+//!   (a release or cancellation sent while the old master still answers, before the Sentinel
+//!   demotes it, must reach the new master);
+//! - the run's own writes (the checker gives counted permits back) are made to reach the
+//!   replica before each failover (a fence and `WAIT`), so a failover never undoes them.
+//!
+//! Environment: `RLOCK_CLIENT_MODEL_SECS` (default 15), `RLOCK_CLIENT_MODEL_FAILOVERS` (the
+//! failover run's failovers, evenly spread; default 2, or one per 30 s in longer runs), `RLOCK_CLIENT_MODEL_SEED` (replay: the
 //! seed is printed and named in every failure; timing makes a replay close, not exact),
 //! `RLOCK_CLIENT_MODEL_SKIP` (moves left out, comma-separated: see [`MOVES`]; `owners` also
 //! leaves out every owner's handle),
@@ -43,9 +61,10 @@ use rlock_client::{
     Error, LeasedSemaphore, Lock, LockClient, MultiLock, Options, Owner, RedLock, Session,
 };
 use rlock_tests_integration::client_model::{
-    check, model_secs, model_seed, view, Belief, Exempt, Held, Journal, Target, Violation,
+    check, model_failovers, model_secs, model_seed, view, Belief, Exempt, Group, Held, Journal,
+    Target, Violation,
 };
-use rlock_tests_integration::{blocked_clients, Rng, Server};
+use rlock_tests_integration::{blocked_clients, Rng, Server, SENTINEL_MASTER};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -76,6 +95,11 @@ const DRAIN: Duration = Duration::from_secs(25);
 /// How long a session guard may take to learn that its session's connection closed.
 const SESSION_GRACE: Duration = Duration::from_secs(3);
 const MAX_PENDING: usize = 6;
+/// How long past its deadline a timed wait may still be running (the replica acknowledgement
+/// of a grant made at the deadline, a stall, a retry's pause, a failover's switch).
+const DEADLINE_SLACK: Duration = Duration::from_secs(5);
+/// The Sentinel group's client: a grant is reported only once the replica has it.
+const REPLICA_ACK: (u32, Duration) = (1, Duration::from_secs(2));
 /// Seconds between settles.
 const SETTLE_EVERY: Duration = Duration::from_secs(7);
 
@@ -130,6 +154,8 @@ struct Handle {
 
 struct Pending {
     label: String,
+    /// When a timed wait must have returned by (its deadline and [`DEADLINE_SLACK`]).
+    due: Option<Instant>,
     target: Option<Target>,
     session: bool,
     task: JoinHandle<Result<Got, Error>>,
@@ -179,6 +205,11 @@ struct Run {
     /// Owners' handles among the handles (`RLOCK_CLIENT_MODEL_SKIP=owners`: none).
     with_owners: bool,
     stats: BTreeMap<String, usize>,
+    /// The wait of the acquire [`Run::pick_mode`] chose last (a pending one's deadline).
+    last_wait: Option<Duration>,
+    /// Server [`MAIN`] as a Sentinel group, failed over `failovers` times in the run.
+    group: Option<Group>,
+    failovers: usize,
 }
 
 impl Run {
@@ -203,6 +234,12 @@ impl Run {
     }
 
     fn pick_mode(&mut self, untimed_ok: bool) -> (Mode, Option<Duration>) {
+        let (mode, wait) = self.pick_mode_wait(untimed_ok);
+        self.last_wait = wait;
+        (mode, wait)
+    }
+
+    fn pick_mode_wait(&mut self, untimed_ok: bool) -> (Mode, Option<Duration>) {
         match self.rng.below(10) {
             0..=3 => (Mode::Inline, Some(Duration::ZERO)),
             4..=5 => (Mode::Inline, Some(Duration::from_millis(self.rng.below(300) as u64))),
@@ -257,8 +294,9 @@ impl Run {
             Mode::Pending => {
                 let keys = target.as_ref().map(Target::keys).unwrap_or_default();
                 self.note(&keys, format!("{label}: started, left waiting"));
+                let due = self.last_wait.map(|w| Instant::now() + w + DEADLINE_SLACK);
                 let task = tokio::spawn(fut);
-                self.pending.push(Pending { label, target, session, task });
+                self.pending.push(Pending { label, due, target, session, task });
             }
         }
     }
@@ -778,10 +816,47 @@ impl Run {
                 let p = self.pending.swap_remove(i);
                 let got = p.task.await.expect("acquire task");
                 self.got(&p.label, p.target, p.session, got);
+            } else if self.pending[i].due.is_some_and(|due| Instant::now() > due) {
+                let p = self.pending.swap_remove(i);
+                p.task.abort();
+                let keys = p.target.as_ref().map(Target::keys).unwrap_or_default();
+                let text = format!(
+                    "{} still waits {DEADLINE_SLACK:?} past its deadline (aborted now: {:?})",
+                    p.label,
+                    p.task.await.map(|got| got.map(|_| "granted"))
+                );
+                self.violation(Violation { beliefs: Vec::new(), keys, session: p.session, text })
+                    .await;
             } else {
                 i += 1;
             }
         }
+    }
+
+    /// Fails server [`MAIN`] (a Sentinel group) over to its replica while guards, watchdogs
+    /// and waits are live, then checks against the new master.
+    async fn failover_move(&mut self) {
+        let Some(mut group) = self.group.take() else { return };
+        if let Some(stall) = self.stall.take() {
+            tokio::task::block_in_place(|| stall.join().expect("stall"));
+        }
+        let old = group.master().port();
+        self.note(&[], format!("failover of server {MAIN} (master port {old}) begins"));
+        let took = group.failover(&mut self.cons[MAIN]).await;
+        self.servers[MAIN] = group.master();
+        let con = self.servers[MAIN].conn();
+        con.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        self.cons[MAIN] = con;
+        self.failovers += 1;
+        self.count("failover");
+        self.note(
+            &[],
+            format!(
+                "failover of server {MAIN} done in {took:?}: master port {old} -> {}",
+                self.servers[MAIN].port()
+            ),
+        );
+        self.group = Some(group);
     }
 
     /// Every belief against the servers and against each other.
@@ -1025,8 +1100,30 @@ async fn client(server: &Server) -> LockClient {
     LockClient::with_options(server.client(), options).await.expect("client")
 }
 
+async fn sentinel_client(group: &Group) -> LockClient {
+    let (replicas, ack) = REPLICA_ACK;
+    let options = Options::default().watchdog_timeout(WATCHDOG).replica_ack(replicas, ack);
+    LockClient::sentinel(vec![group.sentinel_url()], SENTINEL_MASTER, "redis://127.0.0.1/", options)
+        .await
+        .expect("a Sentinel client")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_caller_believes_of_every_kind_the_servers_hold() {
+    run_model(false).await;
+}
+
+/// The same run with server [`MAIN`] a Sentinel group (a master, its replica, a Sentinel)
+/// failed over `RLOCK_CLIENT_MODEL_FAILOVERS` times (default 2, evenly spread) while guards,
+/// watchdogs and (timed and untimed) waits are live. Its client asks for each grant to be
+/// acknowledged by the replica (`Options::replica_ack`), so what a caller may believe is the
+/// same as without failovers, checked against the master the Sentinel names now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_caller_believes_holds_across_sentinel_failovers() {
+    run_model(true).await;
+}
+
+async fn run_model(with_group: bool) {
     let seed = model_seed();
     let secs = model_secs(15);
     let skip = std::env::var("RLOCK_CLIENT_MODEL_SKIP").unwrap_or_default();
@@ -1036,7 +1133,14 @@ async fn what_a_caller_believes_of_every_kind_the_servers_hold() {
         "seed {seed} (replay with RLOCK_CLIENT_MODEL_SEED={seed}), {secs} s, moves {:?}",
         moves.iter().map(|(m, _)| *m).collect::<Vec<_>>()
     );
-    let servers: Vec<Arc<Server>> = (0..3).map(|_| Arc::new(Server::start())).collect();
+    let group = with_group.then(Group::start);
+    let failovers = if with_group { model_failovers(2.max(secs as usize / 30)) } else { 0 };
+    let servers: Vec<Arc<Server>> = (0..3)
+        .map(|i| match &group {
+            Some(group) if i == MAIN => group.master(),
+            _ => Arc::new(Server::start()),
+        })
+        .collect();
     let mut cons: Vec<Connection> = servers.iter().map(|s| s.conn()).collect();
     for con in &mut cons {
         con.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
@@ -1050,8 +1154,11 @@ async fn what_a_caller_believes_of_every_kind_the_servers_hold() {
         assert_eq!(set, 1);
     }
     let mut clients = Vec::new();
-    for server in &servers {
-        clients.push(client(server).await);
+    for (i, server) in servers.iter().enumerate() {
+        clients.push(match &group {
+            Some(group) if i == MAIN => sentinel_client(group).await,
+            _ => client(server).await,
+        });
     }
     let owners: Vec<Owner> = (0..2).map(|_| clients[MAIN].owner()).collect();
     let mut handles = Vec::new();
@@ -1112,11 +1219,27 @@ async fn what_a_caller_believes_of_every_kind_the_servers_hold() {
         moves,
         with_owners,
         stats: BTreeMap::new(),
+        last_wait: None,
+        group,
+        failovers: 0,
     };
-    let end = Instant::now() + Duration::from_secs(secs);
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    // The k-th failover is due at k/(n+1) of the run.
+    let failover_due = |done: usize| {
+        start
+            + Duration::from_secs(secs) * u32::try_from(done + 1).expect("failovers")
+                / u32::try_from(failovers + 1).expect("failovers")
+    };
     let mut last_settle = Instant::now();
-    while Instant::now() < end {
+    while Instant::now() < end || run.failovers < failovers {
         run.step += 1;
+        if run.failovers < failovers && Instant::now() >= failover_due(run.failovers) {
+            run.failover_move().await;
+            run.collect().await;
+            run.check().await;
+            continue;
+        }
         match run.pick_move() {
             "lock" => run.lock_move().await,
             "owner-nested" => run.owner_nested_move().await,
@@ -1150,6 +1273,7 @@ async fn what_a_caller_believes_of_every_kind_the_servers_hold() {
     let path = std::env::temp_dir().join(format!("client_model-{seed}.txt"));
     let _ = std::fs::write(&path, run.journal.all());
     eprintln!("seed {seed}: {} steps (every one in {}), {:?}", run.step, path.display(), run.stats);
+    assert_eq!(run.failovers, failovers, "every failover of the run was done");
     if !run.violations.is_empty() {
         let found = std::mem::take(&mut run.violations);
         run.fail(&found);

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 use rlock_client::{Error, LockClient, Options};
-use rlock_tests_integration::{is_master, poll, wait_link_up, Sentinel, Server, SENTINEL_MASTER};
+use rlock_tests_integration::{
+    is_master, poll, wait_link_up, wait_replica_online, Sentinel, Server, SENTINEL_MASTER,
+};
 
 const NAMES: [&str; 3] = ["L0", "L1", "L2"];
 const WORKERS: usize = 6;
@@ -452,6 +454,44 @@ fn a_master_that_stalled_refuses_what_it_read_meanwhile_and_waits_out_a_quaranti
 }
 
 // ---- the client ---------------------------------------------------------------------------------
+
+/// With `replica_ack`, a renewal the replica did not acknowledge (a failover could undo it:
+/// the new master would have the older lease) pushes no deadline; acknowledged ones do again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_ack_a_renewal_the_replica_did_not_acknowledge_pushes_no_deadline() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_link_up(&mut replica.conn());
+    wait_replica_online(&master);
+    // A 3 s lease renewed every second; the master counts a replica in sync for 2 s after its
+    // last acknowledgement, so it accepts renewals for a while after the replica stops.
+    let options = Options::default()
+        .watchdog_timeout(Duration::from_secs(3))
+        .replica_ack(1, Duration::from_secs(1));
+    let client = LockClient::with_options(master.client(), options).await.expect("client");
+    let guard = client.lock("l").acquire(None).await.expect("acquire");
+    let first = guard.valid_until().expect("valid");
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let pushed = guard.valid_until().expect("valid");
+    assert!(pushed > first, "acknowledged renewals push the deadline");
+    replica.pause();
+    let frozen = guard.valid_until().expect("valid");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let unacknowledged = guard.valid_until();
+    replica.resume();
+    assert_eq!(
+        unacknowledged,
+        Some(frozen),
+        "a renewal while the replica was stopped (accepted by the master, not acknowledged) \
+         pushed the deadline"
+    );
+    tokio::task::block_in_place(|| {
+        poll("an acknowledged renewal to push the deadline again", Duration::from_secs(10), || {
+            guard.valid_until().filter(|u| *u > frozen)
+        })
+    });
+    guard.release().await.expect("release");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_counts_its_hold_lost_at_its_lease_end_on_its_own_clock() {

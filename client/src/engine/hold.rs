@@ -295,14 +295,25 @@ impl Hold {
     }
 
     /// The side-checked renewal of exactly this hold to `lease_ms`: `Ok(true)` when the server
-    /// confirmed it (every permit id, for leased permits).
+    /// confirmed it (every permit id, for leased permits) and, with [`Options::replica_ack`] /
+    /// [`Options::aof_ack`], the replicas acknowledged it as they did the grant: a renewal a
+    /// failover could undo (made on a master whose replica was just promoted) extends no
+    /// deadline (an `Err`: nothing concluded, the watchdog tries again).
+    ///
+    /// [`Options::replica_ack`]: crate::Options::replica_ack
+    /// [`Options::aof_ack`]: crate::Options::aof_ack
     async fn renew_on_server(&self, lease_ms: u64) -> Result<bool> {
         let mut pipe = redis::pipe();
         for cmd in self.0.kind.renew(&self.0.key, &self.0.holder, lease_ms) {
             pipe.add_command(cmd);
         }
-        let replies: Vec<Value> = pipe.query_async(&mut self.0.shared.conn.clone()).await?;
-        crate::engine::kind::Kind::renewed(&replies)
+        let mut conn = self.0.shared.conn.clone();
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let renewed = crate::engine::kind::Kind::renewed(&replies)?;
+        if renewed {
+            crate::engine::outcome::acknowledged(&self.0.shared.options, &mut conn).await?;
+        }
+        Ok(renewed)
     }
 
     /// Renews the hold for at least `lease`, never below what is confirmed already nor below

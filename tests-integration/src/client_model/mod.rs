@@ -1,18 +1,21 @@
 //! The model-based test of the Rust client (`tests/client_model.rs`): what a caller may believe
 //! ([`belief`]: its live guards and where their holds are), what the servers hold ([`view`]),
 //! the checks of the one against the other ([`check`]), and the run's transcript
-//! ([`journal`]).
+//! ([`journal`]), and the Sentinel group that one run fails over ([`group`]).
 //!
 //! Environment: `RLOCK_CLIENT_MODEL_SECS` (the run's length), `RLOCK_CLIENT_MODEL_SEED` (replay
-//! a run: the seed is printed and named in every failure).
+//! a run: the seed is printed and named in every failure), `RLOCK_CLIENT_MODEL_FAILOVERS` (the
+//! failovers of the Sentinel [`group`] run).
 
 pub mod belief;
 pub mod check;
+pub mod group;
 pub mod journal;
 pub mod view;
 
 pub use belief::{Belief, Claim, Held, Target};
 pub use check::{exclusion, Exempt, Violation, TOLERANCE_MS};
+pub use group::{model_failovers, Group};
 pub use journal::Journal;
 
 /// `RLOCK_CLIENT_MODEL_SECS`, else `default`.

@@ -73,6 +73,9 @@ impl Hold {
         };
         self.release_goes_out();
         let mut pending = PendingRelease { hold: self, cmd: Some(cmd.clone()) };
+        // An old master answers a release (as a master) until the Sentinels demote it, seconds
+        // after a failover: a Sentinel client asks them first where its master is.
+        self.0.shared.target.refresh().await;
         let mut retried = false;
         let mut retries = RELEASE_RETRIES;
         loop {
