@@ -97,9 +97,17 @@ def _waiter_maker(c: redis.Redis, probe: redis.Redis, kind: str, name: str) -> C
 
 def _wait_and_release(kind: str, lock: Any, results: list[str]) -> None:
     try:
-        got = lock.acquire(blocking_timeout=5) if kind == "drop-in" else lock.acquire(timeout=5)
-        if got:
-            lock.release()
+        if kind == "semaphore":
+            # the permit's guard: its release carries a request id, sent again after a dropped
+            # connection (``Semaphore.release(n)``, ownerless, is never retried: see its doc)
+            guard = lock.permits(timeout=5)
+            if guard is not None:
+                guard.release()
+            got = guard is not None
+        else:
+            got = lock.acquire(blocking_timeout=5) if kind == "drop-in" else lock.acquire(timeout=5)
+            if got:
+                lock.release()
         results.append("served" if got else "timed out")
     except Exception as e:  # what a close() under the wait raised
         results.append(f"{type(e).__name__}: {e}")
