@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import gc
 import math
+import random
 import threading
+import time
 import warnings
 from typing import Any, Callable
 
@@ -81,6 +83,84 @@ async def test_aclose_closes_the_packages_connections(server: Server) -> None:
     assert not [
         w for w in caught if issubclass(w.category, ResourceWarning) and ours in str(w.message)
     ]
+
+
+def _waiter_maker(c: redis.Redis, probe: redis.Redis, kind: str, name: str) -> Callable[[], Any]:
+    """A maker of the ``kind`` of sync lock under test, whose ``acquire`` waits in the server."""
+    if kind == "semaphore":
+        probe.execute_command("RSEM.SETPERMITS", name, 1)
+        return lambda: rl.Semaphore(c, name)
+    if kind == "drop-in":
+        return lambda: c.lock(name, lock_class=rl.RLockCompat, blocking_timeout=5)
+    return lambda: rl.Lock(c, name)
+
+
+def _wait_and_release(kind: str, lock: Any, results: list[str]) -> None:
+    try:
+        if kind == "semaphore":
+            # the permit's guard: its release carries a request id, sent again after a dropped
+            # connection (``Semaphore.release(n)``, ownerless, is never retried: see its doc)
+            guard = lock.permits(timeout=5)
+            if guard is not None:
+                guard.release()
+            got = guard is not None
+        else:
+            got = lock.acquire(blocking_timeout=5) if kind == "drop-in" else lock.acquire(timeout=5)
+            if got:
+                lock.release()
+        results.append("served" if got else "timed out")
+    except Exception as e:  # what a close() under the wait raised
+        results.append(f"{type(e).__name__}: {e}")
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "drop-in"])
+def test_waits_pending_at_close_carry_on_and_are_served(server: Server, kind: str) -> None:
+    """``close()`` of the client while acquires of its locks wait in the server: the waits go
+    on (on new connections, as redis-py's own commands after ``close()`` and as waits after
+    ``aclose()``), and each is served once the holder releases, in rounds where the release
+    comes just before or after the close (a grant sent into a connection the close drops is
+    replayed under the same request id); in the end nothing is held, no permit is lost, and
+    nothing waits in the server."""
+    probe = server.client()
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    for rnd in range(6):
+        c = server.client()
+        name = f"lc:closewait:{kind}:{rnd}"
+        make = _waiter_maker(c, probe, kind, name)
+        holder = make()
+        assert holder.acquire()
+        results: list[str] = []
+        threads = [
+            threading.Thread(target=_wait_and_release, args=(kind, make(), results))
+            for _ in range(3)
+        ]
+        for t in threads:
+            t.start()
+        poll(
+            "3 waits blocked in the server",
+            3.0,
+            lambda: probe.info("clients")["blocked_clients"] >= 3,
+        )
+        release_first, gap = rng.random() < 0.5, rng.uniform(0.0, 0.002)
+        if release_first:
+            holder.release()
+            time.sleep(gap)
+            c.close()
+        else:
+            c.close()
+            time.sleep(gap)
+            holder.release()
+        for t in threads:
+            t.join(10.0)
+        what = f"seed {seed} round {rnd} release_first={release_first} gap={gap:.4f}"
+        assert sorted(results) == ["served"] * 3, (what, results)
+        if kind == "semaphore":
+            assert probe.get(name) == b"1", (what, "the permit not back")
+        else:
+            assert probe.exists(name) == 0, (what, "the lock still held")
+        poll("no wait left in the server", 2.0, lambda: probe.info()["blocked_clients"] == 0)
+        c.close()
 
 
 BAD_PERIODS: list[Any] = [0, 0.0, -1, -0.5, math.nan, math.inf, 1e300, True, "2", None]

@@ -622,3 +622,31 @@ def test_waits_queued_behind_a_full_line_take_their_freed_lock_in_arrival_order(
         for t in threads:
             t.join(10)
         capped.close()
+
+
+def test_the_servers_request_replies_are_recognised_as_redis_py_reads_them(
+    server: Server,
+) -> None:
+    """The module's ``ERR request <id> is already waiting`` (a wait sent again before the
+    server saw its old connection go: retried) and ``ERR request <id> was cancelled`` (a grant
+    rolled back when its connection went before the reply was read: asked again under a new
+    id) are recognised as redis-py raises them: it strips the ``ERR `` of an error reply."""
+    from redis_rlock import _proto as P
+    from redis_rlock._conn import is_transient
+
+    r = server.client()
+    r.execute_command("RLOCK.ACQUIRE", "w:req", "o:holder", 30000)
+    waiter = server.client()
+    conn = waiter.connection_pool.get_connection()
+    conn.send_command("RLOCK.ACQUIRE", "w:req", "o:w", 30000, "WAIT", 5000, "REQUEST", "rq1")
+    poll("the wait queued", 3.0, lambda: blocked_clients(r) >= 1)
+    with pytest.raises(redis.ResponseError) as waiting:
+        r.execute_command("RLOCK.ACQUIRE", "w:req", "o:w", 30000, "REQUEST", "rq1")
+    assert P.is_waiting_reply(waiting.value) and is_transient(waiting.value), waiting.value
+    assert not P.is_cancelled_reply(waiting.value)
+    assert r.execute_command("RLOCK.CANCEL", "w:req", "rq1") is not None
+    with pytest.raises(redis.ResponseError) as cancelled:
+        r.execute_command("RLOCK.ACQUIRE", "w:req", "o:w", 30000, "REQUEST", "rq1")
+    assert P.is_cancelled_reply(cancelled.value), cancelled.value
+    assert not P.is_waiting_reply(cancelled.value) and not is_transient(cancelled.value)
+    conn.disconnect()

@@ -18,7 +18,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._proto import is_noreplicas
+from ._proto import is_noreplicas, is_waiting_reply
 
 log = logging.getLogger("redis_rlock")
 
@@ -76,9 +76,9 @@ def is_transient(err: BaseException) -> bool:
         return True
     if isinstance(err, ResponseError):
         msg = str(err)
-        return msg.startswith(("LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN")) or (
-            msg.startswith("ERR request") and msg.endswith("is already waiting")
-        )
+        return msg.startswith(
+            ("LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN")
+        ) or is_waiting_reply(err)
     return False
 
 

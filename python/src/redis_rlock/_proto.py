@@ -298,7 +298,21 @@ def is_retriable_reply(err: ResponseError) -> bool:
     msg = str(err)
     return msg.startswith(
         ("LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK", "MASTERDOWN")
-    ) or ("is already waiting" in msg and msg.startswith("ERR request"))
+    ) or is_waiting_reply(err)
+
+
+def _request_reply(err: ResponseError, ending: str) -> bool:
+    """Whether ``err`` is the module's ``ERR request <id> <ending>`` (redis-py strips the
+    ``ERR `` of an error reply: both spellings are matched)."""
+    msg = str(err)
+    msg = msg[4:] if msg.startswith("ERR ") else msg
+    return msg.startswith("request ") and msg.endswith(ending)
+
+
+def is_waiting_reply(err: ResponseError) -> bool:
+    """``ERR request <id> is already waiting``: the request still waits in the server (a wait
+    sent again before the server saw its old connection go)."""
+    return _request_reply(err, " is already waiting")
 
 
 def is_noreplicas(err: ResponseError) -> bool:
@@ -309,8 +323,7 @@ def is_noreplicas(err: ResponseError) -> bool:
 
 def is_cancelled_reply(err: ResponseError) -> bool:
     """``ERR request <id> was cancelled``: the request holds nothing and never will."""
-    msg = str(err)
-    return msg.startswith("ERR request") and msg.endswith("was cancelled")
+    return _request_reply(err, " was cancelled")
 
 
 def is_unblocked(err: ResponseError) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Protocol
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
@@ -153,6 +154,8 @@ class SyncBackend:
         self._pools: dict[str, Any] = {}
         self._waits: dict[str, tuple[Any, W.Gate]] = {}
         self._lock = threading.Lock()
+        #: how many times :meth:`close` ran: a call it overlapped lost its connection to it
+        self.closes = 0
         self.watchdog = Watchdog(self)
         self.releaser = Releaser(self)
 
@@ -162,8 +165,12 @@ class SyncBackend:
 
     def close(self) -> None:
         """Disconnects the package's pools of this client (done by the client's ``close()``);
-        a later call opens new connections."""
+        a later call opens new connections. A call in flight on one of them (a wait in the
+        server) lost its connection: it goes on as after any dropped connection (a wait is sent
+        again, same request id, with the time it has left), as redis-py's own commands
+        reconnect after ``close()`` and as waits go on after ``aclose()`` in asyncio."""
         with self._lock:
+            self.closes += 1  # before any disconnect: a call failing from here on sees it
             pools = [*self._pools.values(), *(pool for pool, _ in self._waits.values())]
         for pool in pools:
             try:
@@ -294,6 +301,30 @@ class SyncBackend:
                     gate.leave(t)
 
     def _call_on(
+        self,
+        pool: Any,
+        key: bytes,
+        args: list[P.Arg],
+        extra: float,
+        asking: bool,
+        wait: Optional[Wait],
+    ) -> Any:
+        closes = self.closes
+        try:
+            return self._call_conn(pool, key, args, extra, asking, wait)
+        except Exception as e:
+            if self.closes == closes or isinstance(e, ResponseError):
+                raise
+            # :meth:`close` disconnected the connection under the call: redis-py then fails
+            # with whatever its parser met (``ValueError: I/O operation on closed file``, an
+            # ``AttributeError`` on the parser's dropped buffer, a protocol error): a dropped
+            # connection, which the caller sends again on a new one (an acquire, with the same
+            # request id: a grant made into the closed connection is replayed, never lost)
+            raise RedisConnectionError(
+                f"connection closed by the client's close() during {args[0]!r}"
+            ) from e
+
+    def _call_conn(
         self,
         pool: Any,
         key: bytes,
@@ -460,7 +491,13 @@ class SyncBackend:
                         reply = self.call(spec.key, args, extra, waiting)
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
+                        # the request holds nothing and never will: the server rolled back a
+                        # grant made into a connection that went (closed, dropped) before its
+                        # reply was read; asked again, a new request, with the time left
                         need_cancel = False
+                        if wait != 0.0 and (end is None or time.monotonic() < end):
+                            rid = P.new_id()
+                            continue
                         return None
                     if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
                         # a failover ended the wait (UNBLOCKED at a demotion): asked again with

@@ -404,7 +404,13 @@ class AsyncBackend:
                         )
                 except Exception as e:
                     if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
+                        # the request holds nothing and never will: the server rolled back a
+                        # grant made into a connection that went (closed, dropped) before its
+                        # reply was read; asked again, a new request, with the time left
                         need_cancel = False
+                        if wait != 0.0 and (end is None or time.monotonic() < end):
+                            rid = P.new_id()
+                            continue
                         return None
                     if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
                         # a failover ended the wait (UNBLOCKED at a demotion): asked again with
