@@ -496,6 +496,93 @@ def test_an_owner_re_enters_through_a_second_handle_while_the_line_is_full(
     assert not any(t.is_alive() for t in threads), "the waits were not all served"
 
 
+@pytest.mark.parametrize("cap", [1, 2])
+def test_a_thread_takes_the_read_side_under_its_write_while_the_line_is_full_of_waits_for_it(
+    server: Server, cap: int
+) -> None:
+    """A plain read-write lock's write held by this thread while the line is full of untimed
+    writer waits for it, and a reader queued behind them for a connection: the thread's read
+    under its write (a re-entry the server grants whoever waits) is granted at once, not held
+    back behind the queued reader, which only the thread's own release lets go."""
+    monitor = server.client()
+    capped = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=cap)
+    )
+    rw = rl.RWLock(capped, "rw-held")
+    assert rw.write.acquire(blocking=False)
+
+    def wait(side: str) -> None:
+        other = getattr(rl.RWLock(capped, "rw-held"), side)
+        if other.acquire():
+            other.release()
+
+    threads = [threading.Thread(target=wait, args=("write",), daemon=True) for _ in range(cap)]
+    threads.append(threading.Thread(target=wait, args=("read",), daemon=True))
+    be = rl._sync.backend_for(capped, 2.0)
+    try:
+        for t in threads[:cap]:
+            t.start()
+        poll("the line full of waits", 5, lambda: blocked_clients(monitor) == cap)
+        threads[cap].start()
+        poll("a reader in line", 5, lambda: _in_line(be, monitor) == cap + 1)
+        t0 = time.monotonic()
+        got = rw.read.acquire(timeout=3)
+        took = time.monotonic() - t0
+        assert got, "the thread's read under its write was not granted"
+        assert took < 1.5, f"granted only after {took:.2f} s"
+        rw.read.release()
+    finally:
+        rw.write.release()
+        for t in threads:
+            t.join(10)
+        capped.close()
+        monitor.close()
+    assert not any(t.is_alive() for t in threads), "the waits were not all served"
+
+
+async def test_a_task_takes_the_read_side_under_its_write_while_the_line_is_full_of_waits_for_it(
+    server: Server, r: redis.Redis
+) -> None:
+    """asyncio: as the sync test above (the task's write; one writer wait in the server, a
+    reader queued for the only connection)."""
+    monitor = server.client()
+    capped = aredis.Redis(
+        connection_pool=aredis.BlockingConnectionPool(port=server.port, max_connections=1)
+    )
+    rw = ra.RWLock(capped, "a-rw-held")
+    assert await rw.write.acquire(blocking=False)
+
+    async def wait(side: str) -> None:
+        other = getattr(ra.RWLock(capped, "a-rw-held"), side)
+        if await other.acquire():
+            await other.release()
+
+    loop = asyncio.get_running_loop()
+    tasks = [asyncio.ensure_future(wait("write"))]
+    try:
+        end = loop.time() + 5
+        while blocked_clients(monitor) < 1:
+            assert loop.time() < end, "no waiter blocked"
+            await asyncio.sleep(0.01)
+        tasks.append(asyncio.ensure_future(wait("read")))
+        gate = ra._engine.backend_for(capped, 2.0)._waits[""][1]
+        while len(gate._queue) < 1:  # the reader queued for the connection
+            assert loop.time() < end, "no reader in line"
+            await asyncio.sleep(0.01)
+        t0 = time.monotonic()
+        got = await rw.read.acquire(timeout=3)
+        took = time.monotonic() - t0
+        assert got, "the task's read under its write was not granted"
+        assert took < 1.5, f"granted only after {took:.2f} s"
+        await rw.read.release()
+    finally:
+        await rw.write.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        await capped.aclose()
+        monitor.close()
+    assert r.exists("a-rw-held") == 0
+
+
 def test_compat_locks_on_a_pool_of_one_take_a_free_lock_while_the_wait_holds_the_connection(
     server: Server, r: redis.Redis
 ) -> None:

@@ -55,10 +55,15 @@ TRIED = object()
 
 def line_key(spec: Any) -> Optional[bytes]:
     """The key whose earlier queued waits a queued wait lets go first (its tries wait until
-    none is ahead); None for a re-entry (an owner's acquire of a key one of its holds holds):
+    none is ahead); None for a re-entry (an owner's acquire of a key one of its holds holds,
+    or a plain read-write lock's read under the thread's or task's write, ``spec.under``):
     the server grants it whoever waits, so it is tried at once."""
     peers = getattr(spec, "peers", None)
     if peers is not None and peers.holds(spec.key):
+        return None
+    under = getattr(spec, "under", None)
+    write = None if under is None else under()
+    if write is not None and not write.done and not write.is_lost():
         return None
     return bytes(spec.key)
 
