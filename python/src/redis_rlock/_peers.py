@@ -73,7 +73,14 @@ class Peers:
         promised or may be promised by a renewal in flight (0: none): a lease sent for ``key``
         must be at least this long, or it would end one of them early on the server."""
         now = time.monotonic() if now is None else now
-        until = max((h.promised for h in self._live(key)), default=now)
+        live = self._live(key)
+        until = max((h.promised for h in live), default=now)
+        # A live watchdog hold's renewals ask its full lease whenever they are sent: a lease
+        # sent for the key now that is shorter could reach the server after one of them (another
+        # connection, a stall) and end the key before what that renewal promised.
+        for h in live:
+            if h.watchdog and h.lease_ms:
+                until = max(until, now + h.lease_ms / 1000.0)
         pending = self._pending.get(key)
         if pending is not None:
             until = max(until, pending)
