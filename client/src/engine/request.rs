@@ -295,6 +295,11 @@ impl Request {
     /// same request's, which a later attempt replays and a cancellation undoes) or busy (it
     /// waits nowhere): it does not. No answer, or another refusal: as far as can be told, it
     /// does (the wait's own answer decides).
+    ///
+    /// A check that got no answer, or another refusal, may still have been granted under the
+    /// request's id (sent, then the reply lost or late): like an answered one it marks the
+    /// request checked, so that a wait then answered busy or refused cancels it (exact, and
+    /// nothing when nothing was granted). Only "already waiting" proves the check took nothing.
     async fn still_waits(&self) -> bool {
         let cmd = self.command(None);
         let mut conn = self.shared.conn.clone();
@@ -308,7 +313,11 @@ impl Request {
                 }
                 waits
             }
-            Ok(Err(_)) | Err(_) => true,
+            Ok(Err(e)) if e.to_string().contains("is already waiting") => true,
+            Ok(Err(_)) | Err(_) => {
+                self.checked.store(true, Ordering::Relaxed);
+                true
+            }
         }
     }
 

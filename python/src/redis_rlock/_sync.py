@@ -394,12 +394,16 @@ class SyncBackend:
         while the server still queues it, or its connection answers within the response
         timeout after all; (True, reply) when that connection is silent: the acquire's answer
         now (the grant, replayed, or not granted: the request is spent)."""
+        # Granted, perhaps, from the moment it is sent: the acquire cancels the id unless it
+        # takes the grant (a "not granted" answer of the wait itself may come first).
+        before, wait.answered = wait.answered, True
         try:
             assert wait.probe is not None
             reply = self.call(key, wait.probe)
-        except Exception:  # "already waiting": the server still queues it; else: no answer
+        except Exception as e:  # "already waiting": the server still queues it; else: no answer
+            if isinstance(e, ResponseError) and P.is_waiting_reply(e):
+                wait.answered = before  # the server queued it then: the check took nothing
             return False, None
-        wait.answered = True  # granted, perhaps: the acquire cancels it unless it takes it
         if conn.can_read(timeout=self.rt):
             return False, None  # the reply was on its way: read it
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)

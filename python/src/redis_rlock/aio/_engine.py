@@ -282,12 +282,15 @@ class AsyncBackend:
     async def _probe(self, key: bytes, wait: Wait, read: asyncio.Future[Any]) -> tuple[bool, Any]:
         """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
         silent and the server answered its acquire (again, same request id) itself."""
+        # Granted, perhaps, from the moment it is sent (see the sync engine's).
+        before, wait.answered = wait.answered, True
         try:
             assert wait.probe is not None
             reply = await self.call(key, wait.probe)
-        except Exception:  # "already waiting": the server still queues it; else: no answer
+        except Exception as e:  # "already waiting": the server still queues it; else: no answer
+            if isinstance(e, ResponseError) and P.is_waiting_reply(e):
+                wait.answered = before  # the server queued it then: the check took nothing
             return False, None
-        wait.answered = True  # granted, perhaps: the acquire cancels it unless it takes it
         await asyncio.wait({read}, timeout=self.rt)
         if read.done():
             return False, None
