@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use rlock_client::{Error, LockClient, MultiLock, Options};
+use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options};
 use rlock_tests_integration::{
     blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Sentinel, Server,
     SENTINEL_MASTER,
@@ -84,24 +84,46 @@ async fn i9_sentinel_a_guard_dropped_after_a_connection_error_is_released() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i9_sentinel_a_guard_dropped_after_a_failover_is_released_on_the_new_master() {
-    let master = Server::start();
-    let replica = Server::builder().replica_of(&master).start();
-    wait_link_up(&mut replica.conn());
-    let sentinel = Sentinel::start(&master, 1, 30_000);
-    let client = sentinel_client(&sentinel).await;
+    let (master, replica, sentinel, client) = sentinel_group().await;
     // One guard dropped before the failover: the releaser knows (and keeps a connection to)
     // the old master.
-    let before = client.lock("before").acquire(LEASE).await.expect("acquire");
-    drop(before);
-    until_released(&master, "before", "the first dropped guard's release");
-    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
-    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
-    fail_over(&sentinel, &replica);
+    releaser_knows(&client, &master).await;
+    let guard = held_then_failed_over(&client, &sentinel, &replica).await;
     poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
     assert!(held_on(&replica, "l"), "the new master has the hold");
     let took = timed_drop(guard);
     assert!(took < AT_ONCE, "the drop took {took:?}");
     until_released(&replica, "l", "the release on the new master");
+}
+
+/// A master, its replica (link up), one Sentinel and a client that follows it.
+async fn sentinel_group() -> (Server, Server, Sentinel, LockClient) {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_link_up(&mut replica.conn());
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let client = sentinel_client(&sentinel).await;
+    (master, replica, sentinel, client)
+}
+
+/// A guard dropped and released on `master`: the client's releaser now knows (and keeps a
+/// connection to) that master.
+async fn releaser_knows(client: &LockClient, master: &Server) {
+    let before = client.lock("before").acquire(LEASE).await.expect("acquire");
+    drop(before);
+    until_released(master, "before", "the first dropped guard's release");
+}
+
+/// `l` held and replicated to `replica`, then a manual failover to it.
+async fn held_then_failed_over(
+    client: &LockClient,
+    sentinel: &Sentinel,
+    replica: &Server,
+) -> LockGuard {
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(replica, "l").then_some(()));
+    fail_over(sentinel, replica);
+    guard
 }
 
 /// A manual failover of the Sentinel's master to `replica`, returning once the Sentinel names
@@ -126,18 +148,10 @@ fn fail_over(sentinel: &Sentinel, replica: &Server) {
 /// guard dropped in that window is released on the new master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_guard_dropped_before_the_old_master_is_demoted_is_released_on_the_new_one() {
-    let master = Server::start();
-    let replica = Server::builder().replica_of(&master).start();
-    wait_link_up(&mut replica.conn());
-    let sentinel = Sentinel::start(&master, 1, 30_000);
-    let client = sentinel_client(&sentinel).await;
+    let (master, replica, sentinel, client) = sentinel_group().await;
     // The releaser's connection to the old master, made before the failover.
-    let before = client.lock("before").acquire(LEASE).await.expect("acquire");
-    drop(before);
-    until_released(&master, "before", "the first dropped guard's release");
-    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
-    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
-    fail_over(&sentinel, &replica);
+    releaser_knows(&client, &master).await;
+    let guard = held_then_failed_over(&client, &sentinel, &replica).await;
     assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
     let took = timed_drop(guard);
     assert!(took < AT_ONCE, "the drop took {took:?}");
@@ -148,14 +162,8 @@ async fn a_sentinel_guard_dropped_before_the_old_master_is_demoted_is_released_o
 /// error has moved off the old master yet): it asks the Sentinels first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_guard_released_before_the_old_master_is_demoted_is_released_on_the_new_one() {
-    let master = Server::start();
-    let replica = Server::builder().replica_of(&master).start();
-    wait_link_up(&mut replica.conn());
-    let sentinel = Sentinel::start(&master, 1, 30_000);
-    let client = sentinel_client(&sentinel).await;
-    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
-    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(&replica, "l").then_some(()));
-    fail_over(&sentinel, &replica);
+    let (master, replica, sentinel, client) = sentinel_group().await;
+    let guard = held_then_failed_over(&client, &sentinel, &replica).await;
     assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
     guard.release().await.expect("release");
     assert!(!held_on(&replica, "l"), "the release reached the new master");
