@@ -55,7 +55,10 @@ class Hold:
         #: the latest end a lease sent for this hold may give it (a renewal in flight included)
         self.promised = self.deadline
         self._lost = threading.Event()
-        self._mutex = threading.Lock()
+        # no lock: a KeyboardInterrupt of the caller's thread inside ``with lock:`` could leave
+        # it held and freeze the watchdog thread (bpo-29988); the loss is claimed once through
+        # ``dict.setdefault`` (atomic in CPython)
+        self._claims: dict[str, object] = {}
         self.engine: Any = None  # set by the engine that granted it
         if spec.peers is not None:
             spec.peers.track(self)
@@ -159,16 +162,18 @@ class Hold:
 
     def extend(self, sent_at: float, lease_ms: int) -> None:
         """A renewal sent at ``sent_at`` for ``lease_ms`` was confirmed."""
-        with self._mutex:
-            if not self._lost.is_set():
-                self.deadline = max(self.deadline, sent_at + lease_ms / 1000.0)
+        # (two renewals confirmed at once may leave the earlier end: shorter is safe)
+        if not self._lost.is_set():
+            self.deadline = max(self.deadline, sent_at + lease_ms / 1000.0)
 
     def mark_lost(self) -> None:
         """Sets the loss signal (once) and calls the callback, if any."""
-        with self._mutex:
-            if self._lost.is_set() or self.done:
-                return
-            self._lost.set()
+        if self._lost.is_set() or self.done:
+            return
+        me = object()
+        if self._claims.setdefault("lost", me) is not me:
+            return  # another thread marks it
+        self._lost.set()
         cb = self._on_lost
         if cb is not None:
             try:
