@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import threading
 import time
 from typing import Any, Callable, Optional
 
 from . import _proto as P
 from ._conn import log
+from ._flag import Flag
 from ._fork import current_pid
 from ._proto import Spec
 from .errors import LockLost
@@ -54,10 +54,9 @@ class Hold:
             self.deadline = max(self.deadline, spec.peers.confirmed_until(spec.key))
         #: the latest end a lease sent for this hold may give it (a renewal in flight included)
         self.promised = self.deadline
-        self._lost = threading.Event()
-        # no lock: a KeyboardInterrupt of the caller's thread inside ``with lock:`` could leave
-        # it held and freeze the watchdog thread (bpo-29988); the loss is claimed once through
-        # ``dict.setdefault`` (atomic in CPython)
+        self._lost = Flag()  # set by the watchdog, waited for by the caller: no shared lock
+        # no lock the watchdog shares with the caller's threads (a KeyboardInterrupt may leave
+        # one held): the loss's callback is claimed once through ``dict.setdefault`` (atomic)
         self._claims: dict[str, object] = {}
         self.engine: Any = None  # set by the engine that granted it
         if spec.peers is not None:
@@ -170,10 +169,10 @@ class Hold:
         """Sets the loss signal (once) and calls the callback, if any."""
         if self._lost.is_set() or self.done:
             return
+        self._lost.set()  # first: whatever lands next, the hold reads lost
         me = object()
         if self._claims.setdefault("lost", me) is not me:
-            return  # another thread marks it
-        self._lost.set()
+            return  # another thread calls the callback
         cb = self._on_lost
         if cb is not None:
             try:

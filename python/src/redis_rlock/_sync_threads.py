@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from . import _proto as P
 from ._conn import is_transient, log
+from ._flag import Flag
 from ._fork import inherited
 from ._hold import Hold
 
@@ -32,8 +33,14 @@ _BACKGROUND = threading.local()
 
 
 def on_background_thread() -> bool:
-    """Whether this thread is a watchdog's or a releaser's."""
+    """Whether this thread is one of the package's own (a watchdog, a releaser, a session's
+    watcher)."""
     return bool(getattr(_BACKGROUND, "on", False))
+
+
+def mark_background() -> None:
+    """Marks this thread as one of the package's own: its calls use pools of their own."""
+    _BACKGROUND.on = True
 
 
 def _start(target: Any, args: tuple[Any, ...], name: str) -> threading.Thread:
@@ -108,7 +115,7 @@ def _watch_loop(
 ) -> None:
     """The watchdog thread: takes entries from the inbox, pops them as they fall due; ends
     once its watchdog was collected, or after :data:`IDLE_S` with nothing scheduled."""
-    _BACKGROUND.on = True
+    mark_background()
     heap: list[tuple[float, int, weakref.ref[Hold], float]] = []
     seq = itertools.count()
     while True:
@@ -149,29 +156,23 @@ def _watch_loop(
 
 
 class Job:
-    """One command of the releaser's, tried until ``until`` (monotonic); ``finished`` is set
-    once it was answered or given up on (``reply`` or ``error``)."""
+    """One command of the releaser's, tried until ``until`` (monotonic); ``done`` is set once
+    it was answered or given up on (``reply`` or ``error``)."""
 
     def __init__(self, key: bytes, args: list[P.Arg], until: float) -> None:
         self.key, self.args, self.until = key, args, until
-        self.finished = False
-        # held until the job ended (a plain lock, not an Event: a waiter interrupted inside
-        # ``Event.wait`` could leave the Event's lock held, and the sender's ``set`` block)
-        self._running = threading.Lock()
-        self._running.acquire()
+        self.done = Flag()  # not an Event: see ``_flag``
         self.reply: Any = None
         self.error: Optional[BaseException] = None
         self.be: Any = None  # the engine that sends it (kept alive until it was sent)
 
-    def end(self) -> None:
-        self.finished = True
-        self._running.release()
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
 
     def wait(self, timeout: float) -> bool:
         """Waits (at most ``timeout`` s) until the job ended; returns whether it did."""
-        if not self.finished and self._running.acquire(timeout=max(0.0, timeout)):
-            self._running.release()
-        return self.finished
+        return self.done.wait(timeout)
 
 
 class Releaser:
@@ -217,7 +218,7 @@ class Releaser:
 def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]]) -> None:
     """The releaser thread: sends jobs as they come; ends once its releaser was collected,
     or after :data:`IDLE_S` with nothing queued."""
-    _BACKGROUND.on = True
+    mark_background()
     while True:
         try:
             job = q.get(timeout=IDLE_S)
@@ -243,5 +244,5 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
             if rl is not None:
                 rl._jobs.pop(job, None)
             job.be = None
-            job.end()
+            job.done.set()
             del rl

@@ -76,14 +76,21 @@ def _open(conn: Any) -> bool:
 
 
 class Gate:
-    """FIFO admission of waits to at most ``cap`` connections (sync)."""
+    """FIFO admission of waits to at most ``cap`` connections (sync).
+
+    No lock: a KeyboardInterrupt landing in a caller's thread right after it took one (in
+    ``threading.Condition.__enter__``, outside the ``with`` that releases it) would leave it
+    held, and every later wait of every thread blocked for good. The line is a deque, the
+    slots a set, each changed in one atomic step; only the head of the line takes a slot. A
+    waiter sleeps on a lock of its own, which every change of the line or the slots releases
+    (and at most :data:`REGROW_S` in any case)."""
 
     def __init__(self, cap: int) -> None:
         self.full_cap = self.cap = max(1, cap)
         self._in: set[object] = set()
         self._shrunk_at = 0.0
         self._queue: deque[object] = deque()
-        self._cv = threading.Condition()
+        self._sleepers: dict[threading.Lock, None] = {}
 
     def enter(
         self, until: Optional[float], front: bool = False, out: Optional[list[object]] = None
@@ -97,36 +104,48 @@ class Gate:
         me = object()
         if out is not None:
             out.append(me)
-        with self._cv:
-            (self._queue.appendleft if front else self._queue.append)(me)
+        (self._queue.appendleft if front else self._queue.append)(me)
+        sleeper = threading.Lock()
+        sleeper.acquire()
+        self._sleepers[sleeper] = None  # before the line is read: a change from now on wakes it
+        try:
+            while True:
+                if self._queue[0] is me and len(self._in) < self._regrown():
+                    self._in.add(me)  # one step: admitted (leave() gives the slot back)
+                    return me
+                left = None if until is None else until - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                sleeper.acquire(timeout=REGROW_S if left is None else min(left, REGROW_S))
+        finally:
+            self._sleepers.pop(sleeper, None)
+            if me not in self._in:
+                self._drop(me)
+                self._wake()
+
+    def _drop(self, ticket: object) -> None:
+        try:
+            self._queue.remove(ticket)
+        except ValueError:
+            pass  # not in line (any more)
+
+    def _wake(self) -> None:
+        for sleeper in self._sleepers.copy():
             try:
-                while self._queue[0] is not me or len(self._in) >= self._regrown():
-                    left = None if until is None else until - time.monotonic()
-                    if left is not None and left <= 0:
-                        return None
-                    self._cv.wait(REGROW_S if left is None else min(left, REGROW_S))
-                self._in.add(me)  # one step: admitted (leave() gives the slot back)
-                return me
-            finally:
-                if me not in self._in:
-                    if me in self._queue:
-                        self._queue.remove(me)
-                    self._cv.notify_all()
+                sleeper.release()
+            except RuntimeError:
+                pass  # woken already
 
     def sent(self, ticket: object) -> None:
         """The wait of ``ticket`` was sent: the next in line may go."""
-        with self._cv:
-            if ticket in self._queue:
-                self._queue.remove(ticket)
-                self._cv.notify_all()
+        self._drop(ticket)
+        self._wake()
 
     def leave(self, ticket: object) -> None:
         """Gives back ``ticket``'s slot and place in line, whichever it has (idempotent)."""
-        with self._cv:
-            if ticket in self._queue:
-                self._queue.remove(ticket)
-            self._in.discard(ticket)
-            self._cv.notify_all()
+        self._drop(ticket)
+        self._in.discard(ticket)
+        self._wake()
 
     @property
     def busy(self) -> int:
@@ -134,19 +153,19 @@ class Gate:
 
     def _regrown(self) -> int:
         if self.cap < self.full_cap and time.monotonic() - self._shrunk_at >= REGROW_S:
-            self.cap += 1
             self._shrunk_at = time.monotonic()
+            self.cap = min(self.full_cap, self.cap + 1)
         return self.cap
 
     def lower(self) -> bool:
         """Called by a slot holder the server refused a connection: lowers the cap to the
         other holders' connections; False when there are none (nobody to wait for)."""
-        with self._cv:
-            if self.busy <= 1:
-                return False
-            self.cap = len(self._in) - 1
-            self._shrunk_at = time.monotonic()
-            return True
+        busy = len(self._in)
+        if busy <= 1:
+            return False
+        self.cap = busy - 1
+        self._shrunk_at = time.monotonic()
+        return True
 
 
 class AsyncGate:
