@@ -5,8 +5,9 @@ of the package's connections and short SIGSTOPs of the server, sync and asyncio;
 step what the caller may believe is checked against the server (``_model.Checker``).
 
 ``RLOCK_PY_MODEL_SECS`` (default 7 s per test), ``RLOCK_PY_MODEL_SEED`` (default random,
-printed); ``RLOCK_PY_MODEL_INTERRUPTS=1`` also raises KeyboardInterrupt at random moments in
-the sync run's acquires and releases (a signal handler can run between any two bytecodes)."""
+printed); the sync run also raises KeyboardInterrupt at random moments in its acquires and
+releases (a signal handler can run between any two bytecodes; ``RLOCK_PY_MODEL_INTERRUPTS=0``
+turns that off)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import redis_rlock.aio as ra
 
 SECS = float(os.environ.get("RLOCK_PY_MODEL_SECS", "7"))
 SEED = int(os.environ.get("RLOCK_PY_MODEL_SEED", str(random.randrange(1 << 30))))
-INTERRUPTS = os.environ.get("RLOCK_PY_MODEL_INTERRUPTS") == "1"
+INTERRUPTS = os.environ.get("RLOCK_PY_MODEL_INTERRUPTS", "1") == "1"
 RT = 0.5  # the package's response timeout here
 WATCHDOG = 1.5  # watchdog lease of every lock here (renewed every 0.5 s)
 LEASES = [None, None, 0.4, 1.0, 2.5]
@@ -50,7 +51,7 @@ _PKG = os.path.dirname(rl.__file__)
 
 
 class _Interrupt:
-    """KeyboardInterrupt at a random moment of the next call (RLOCK_PY_MODEL_INTERRUPTS): at
+    """KeyboardInterrupt at a random moment of the next call (RLOCK_PY_MODEL_INTERRUPTS, on): at
     a random bytecode of the package's own code run by this thread (a trace function raising
     there, as a signal handler may between any two bytecodes), or from a real SIGALRM."""
 
