@@ -12,9 +12,9 @@ with it, and nothing can ever tell (use leased permits across failovers).
 
 ``RLOCK_PY_MODEL_SECS`` (default 7 s per test), ``RLOCK_PY_MODEL_SEED`` (default random,
 printed); ``RLOCK_PY_MODEL_FAILOVER_SECS`` (default 4 s) and ``RLOCK_PY_MODEL_FAILOVERS``
-(default 2 per test; the run goes on until they are done); ``RLOCK_PY_MODEL_INTERRUPTS=1``
-also raises KeyboardInterrupt at random moments in the sync run's acquires and releases (a
-signal handler can run between any two bytecodes)."""
+(default 2 per test; the run goes on until they are done); the sync run also raises
+KeyboardInterrupt at random moments in its acquires and releases (a signal handler can run
+between any two bytecodes; ``RLOCK_PY_MODEL_INTERRUPTS=0`` turns that off)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ import redis_rlock.aio as ra
 
 SECS = float(os.environ.get("RLOCK_PY_MODEL_SECS", "7"))
 SEED = int(os.environ.get("RLOCK_PY_MODEL_SEED", str(random.randrange(1 << 30))))
-INTERRUPTS = os.environ.get("RLOCK_PY_MODEL_INTERRUPTS") == "1"
+INTERRUPTS = os.environ.get("RLOCK_PY_MODEL_INTERRUPTS", "1") == "1"
 FAILOVER_SECS = float(os.environ.get("RLOCK_PY_MODEL_FAILOVER_SECS", "4"))
 FAILOVERS = int(os.environ.get("RLOCK_PY_MODEL_FAILOVERS", "2"))
 RT = 0.5  # the package's response timeout here
@@ -190,7 +190,7 @@ _PKG = os.path.dirname(rl.__file__)
 
 
 class _Interrupt:
-    """KeyboardInterrupt at a random moment of the next call (RLOCK_PY_MODEL_INTERRUPTS): at
+    """KeyboardInterrupt at a random moment of the next call (RLOCK_PY_MODEL_INTERRUPTS, on): at
     a random bytecode of the package's own code run by this thread (a trace function raising
     there, as a signal handler may between any two bytecodes), or from a real SIGALRM."""
 

@@ -19,7 +19,6 @@ from _servers import Server, poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
-from redis_rlock import _sync
 
 # -- fork while another thread holds the package's locks -------------------------------------
 
@@ -40,7 +39,9 @@ def test_a_child_forked_while_threads_hold_the_packages_locks_can_lock(r: redis.
     parent_lock = rl.Lock(r, "forkparent")
     assert parent_lock.acquire()  # the watchdog thread runs
     be = parent_lock._be
-    locks = [_sync._REGISTRY_LOCK, be._lock, be.watchdog._cv, be.releaser._lock]
+    # the engine keeps no lock of its own any more (its registry, pools, watchdog and releaser
+    # are lock-free): the package's pool's lock is the one left
+    locks = [be._pool(b"")._lock]
     stop = threading.Event()
     threads = []
     for lk in locks:  # another thread holds each of them at the fork

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import dis
 import os
+import queue
+import signal
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any, Callable, Optional
 
 import pytest
 import redis
+import redis.connection
 from _servers import Server, poll
 
 import redis_rlock as rl
@@ -396,6 +400,187 @@ def test_acquires_granted_by_their_try_while_the_line_is_full_interrupted_anywhe
         t.join(10)
         capped.close()
     assert not t.is_alive()
+
+
+#: Where the library's calls take locks that the engine's background threads (the watchdog,
+#: the releaser, a session's watcher) may take too: the standard library's threading and
+#: queue, and redis-py's connection pools, besides the package's own code.
+SHARED_CODE = (PKG, threading.__file__, queue.__file__, redis.connection.__file__)
+#: After these opcodes a signal handler may run (CPython looks for signals at a function's
+#: start, after calls and at backward jumps); None: the frame's first opcode.
+_SIGNAL_AFTER = frozenset({None, "CALL", "CALL_FUNCTION_EX", "JUMP_BACKWARD"})
+
+
+def run_interrupted_at_signal_point(k: int, body: Callable[[], None]) -> Optional[str]:
+    """Runs ``body``, raising KeyboardInterrupt (once) at the ``k``-th moment of this thread in
+    :data:`SHARED_CODE` at which a real signal's handler may run: the start of a function, right
+    after a call (a lock just taken by ``acquire`` or a ``with``'s ``__enter__`` written in
+    Python, as ``threading.Condition``'s is), a backward jump. Returns where it fired (None: the
+    body ended first)."""
+    seen = [0]
+    fired: list[str] = []
+    last: dict[int, Optional[str]] = {}
+
+    def local(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if event != "opcode" or fired:
+            return local
+        op = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+        prev = last.get(id(frame))
+        last[id(frame)] = op
+        if prev in _SIGNAL_AFTER and op != "CACHE":
+            seen[0] += 1
+            if seen[0] == k:
+                code = frame.f_code
+                where = f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}"
+                fired.append(f"{where} after {prev or 'its start'}")
+                raise KeyboardInterrupt
+        return local
+
+    def global_(frame: FrameType, event: str, arg: Any) -> Optional[Callable[..., Any]]:
+        if fired or not frame.f_code.co_filename.startswith(SHARED_CODE):
+            return None
+        last[id(frame)] = None
+        frame.f_trace_opcodes = True
+        return local
+
+    sys.settrace(global_)
+    try:
+        body()
+    except KeyboardInterrupt:
+        assert fired, "a KeyboardInterrupt the test did not raise"
+    finally:
+        sys.settrace(None)
+    return fired[0] if fired else None
+
+
+class Blocked(BaseException):
+    """A call of the test's thread that blocked for good (raised by :func:`bounded`'s alarm;
+    a BaseException, so that no ``except Exception`` of the package takes it for an error)."""
+
+
+def bounded(seconds: float, run: Callable[[int, Callable[[], None]], Optional[str]]) -> Any:
+    """``run`` (a sweep's runner), failing with :class:`Blocked` when one run takes longer
+    than ``seconds``: a SIGALRM's handler raises in the test's thread wherever it waits (a
+    lock acquire too), so a lock left held fails the test instead of hanging it."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise Blocked(f"a run blocked for more than {seconds} s (a lock left held)")
+
+    def bounded_run(k: int, body: Callable[[], None]) -> Optional[str]:
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return run(k, body)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
+    return bounded_run
+
+
+def _within(seconds: float, what: str, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on another thread, which must end within ``seconds`` (a library call that
+    blocks for good fails the test instead of hanging it); returns its result."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{what}: still blocked after {seconds} s (a lock left held)"
+    assert out, f"{what}: raised (see the thread's traceback above)"
+    return out[0]
+
+
+def test_interrupts_in_locks_shared_with_background_threads_keep_them_going(
+    server: Server,
+) -> None:
+    """A KeyboardInterrupt at every moment a signal may land while the caller's thread runs
+    the library's calls that meet its background threads: a hold's and a session's close
+    signals, an acquire and a release (pools, the watchdog's schedule), a try of a lock held,
+    the hand-over of a cancel to the releaser, and the wait for it. Meanwhile the
+    watchdog renews a hold every 0.1 s. Every few runs, from other threads (bounded, so a
+    lock left held fails the test rather than hang it): the hold is still renewed (its
+    deadline moves on, the server agrees), the releaser still sends, waits are still served,
+    a hold's loss signal can still be waited on, a session's watcher still sees its connection
+    closed; after every run nothing the caller does not believe held stays held."""
+    from redis_rlock import _proto as P
+
+    r = server.client()
+    held = rl.Lock(r, "ki:bg:held", watchdog_timeout=0.3, response_timeout=0.5)
+    assert held.acquire()
+    hold = held.hold
+    assert hold is not None
+    be = held._be
+    lk = rl.Lock(r, "ki:bg:lock", response_timeout=0.5)
+    sessions = [rl.Session(r, keepalive=0.2, response_timeout=0.5)]
+    spec = P.Spec(kind=P.LOCK, key=b"ki:bg:gone", owner=b"nobody", lease_ms=1000)
+
+    def scenario() -> Callable[[], None]:
+        s = sessions[-1]
+        other = rl.Lock(r, "ki:bg:held", response_timeout=0.5)
+
+        def body() -> None:
+            hold.lost.wait(0.001)  # set by the watchdog
+            s.closed.wait(0.001)  # set by the session's watcher
+            if lk.acquire(blocking=False):  # the pools, the watchdog's schedule, the release
+                lk.release()
+            assert not other.acquire(blocking=False)  # a lock held: not granted
+            # (not yet: a wait, whose gate still keeps a threading.Condition)
+            be.cancel(spec, P.new_id(), time.monotonic())  # handed to the releaser, waited for
+
+        return body
+
+    runs = [0]
+
+    def check() -> None:
+        while lk.owned():
+            lk.release()
+        poll("the with block's lock free", 3.0, _free(r, "ki:bg:lock"))
+        runs[0] += 1
+        if runs[0] % 40:
+            return
+        # from other threads: the library still works where its threads meet the caller's
+        before = hold.deadline
+        poll("the watchdog renewing the hold", 3.0, lambda: hold.deadline > before + 0.05)
+        assert not hold.is_lost() and r.execute_command("RLOCK.PTTL", "ki:bg:held") > 0
+        job = _within(
+            3.0,
+            "a job handed to the releaser",
+            lambda: be.releaser.submit(
+                b"ki:bg:gone", P.cancel_args(b"ki:bg:gone", P.new_id()), 1.0
+            ),
+        )
+        assert _within(3.0, "the releaser sending a job", lambda: job.wait(2.0))
+        assert not _within(
+            3.0,
+            "a wait for the held lock",
+            lambda: rl.Lock(r, "ki:bg:held", response_timeout=0.5).acquire(timeout=0.05),
+        )
+        assert not _within(3.0, "a wait on a hold's loss", lambda: hold.lost.wait(0.01))
+        s = sessions[-1]
+        assert s.client_id is not None
+        r.client_kill_filter(_id=str(s.client_id))
+        _within(3.0, "the session's watcher seeing it closed", lambda: s.closed.wait(2.0))
+        assert s.closed.is_set()
+        sessions.append(rl.Session(r, keepalive=0.2, response_timeout=0.5))
+
+    try:
+        fired: list[Optional[str]] = []
+
+        def run(k: int, body: Callable[[], None]) -> Optional[str]:
+            fired.append(run_interrupted_at_signal_point(k, body))
+            return fired[-1]
+
+        try:
+            n = sweep(scenario, check, bounded(10.0, run))
+        except Blocked as e:
+            raise AssertionError(f"{e}; the last interrupts: {fired[-5:]}") from None
+        runs[0] = 39
+        check()  # the last runs too
+        print(f"{n} interrupted runs")
+        assert n > 100
+    finally:
+        for s in sessions:  # (on threads of their own: a close may block where the test failed)
+            threading.Thread(target=s.close, daemon=True).start()
 
 
 @pytest.mark.skipif(

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 from . import _proto as P
 from ._conn import log
+from ._flag import Flag
 from ._fork import current_pid
 from ._proto import Spec
 from .errors import LockLost
@@ -54,7 +55,13 @@ class Hold:
             self.deadline = max(self.deadline, spec.peers.confirmed_until(spec.key))
         #: the latest end a lease sent for this hold may give it (a renewal in flight included)
         self.promised = self.deadline
-        self._lost = threading.Event()
+        self._lost = Flag()  # set by the watchdog, waited for by the caller: no shared lock
+        # no lock the watchdog shares with the caller's threads (a KeyboardInterrupt may leave
+        # one held): the loss's callback is claimed once through ``dict.setdefault`` (atomic)
+        self._claims: dict[str, object] = {}
+        # guards only short max() updates of ``deadline``/``promised`` with no wait inside: a
+        # ``with`` on a C lock releases it whatever exception lands (CPython checks for signals
+        # neither inside the lock's C code nor between ``__enter__`` and the protected block)
         self._mutex = threading.Lock()
         self.engine: Any = None  # set by the engine that granted it
         if spec.peers is not None:
@@ -197,10 +204,12 @@ class Hold:
 
     def mark_lost(self) -> None:
         """Sets the loss signal (once) and calls the callback, if any."""
-        with self._mutex:
-            if self._lost.is_set() or self.done:
-                return
-            self._lost.set()
+        if self._lost.is_set() or self.done:
+            return
+        self._lost.set()  # first: whatever lands next, the hold reads lost
+        me = object()
+        if self._claims.setdefault("lost", me) is not me:
+            return  # another thread calls the callback
         cb = self._on_lost
         if cb is not None:
             try:

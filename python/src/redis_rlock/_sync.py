@@ -10,7 +10,6 @@ import functools
 import itertools
 import math
 import os
-import threading
 import time
 import uuid
 import weakref
@@ -27,34 +26,29 @@ from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner, inherited
 from ._hold import Hold, LostCallback, kept_by_cancel
-from ._sync_threads import Releaser, Watchdog
+from ._sync_threads import Releaser, Watchdog, on_background_thread
 from .errors import RLockError, translate
 
-_BACKENDS: weakref.WeakValueDictionary[tuple[int, float], SyncBackend] = (
-    weakref.WeakValueDictionary()
-)
 _ALL: weakref.WeakSet[SyncBackend] = weakref.WeakSet()
-_REGISTRY_LOCK = threading.Lock()
 
 
 def backend_for(client: Any, response_timeout: float) -> SyncBackend:
-    """The engine of a redis-py client (one per client and response timeout, cached)."""
+    """The engine of a redis-py client (one per client and response timeout, cached on the
+    client). Lock-free (``dict.setdefault`` is atomic in CPython): a lock taken here could be
+    left held by a KeyboardInterrupt landing inside ``with lock:`` (bpo-29988)."""
     if not isinstance(client, (redis.Redis, RedisCluster)):
         raise TypeError("client must be a redis.Redis or redis.cluster.RedisCluster")
     response_timeout = P.check_period(response_timeout, "response_timeout")
-    key = (id(client), response_timeout)
-    with _REGISTRY_LOCK:
-        be = _BACKENDS.get(key)
-        if be is None or be.client is not client:
-            be = SyncBackend(client, response_timeout)
-            _BACKENDS[key] = be
-            _ALL.add(be)
-            # the user's client keeps its engine alive
-            if "_redis_rlock_backends" not in client.__dict__:
-                client.__dict__["_redis_rlock_backends"] = []
-                _close_with(client)
-            client.__dict__["_redis_rlock_backends"].append(be)
-        return be
+    # the user's client keeps its engines alive
+    engines: dict[float, SyncBackend] = client.__dict__.setdefault("_redis_rlock_backends", {})
+    be = engines.get(response_timeout)
+    if be is None:
+        be = engines.setdefault(response_timeout, SyncBackend(client, response_timeout))
+    if be not in _ALL:
+        _ALL.add(be)
+    if not getattr(client.close, "_redis_rlock", False):
+        _close_with(client)
+    return be
 
 
 def _close_with(client: Any) -> None:
@@ -66,9 +60,10 @@ def _close_with(client: Any) -> None:
         try:
             real(*args, **kwargs)
         finally:
-            for be in list(client.__dict__.get("_redis_rlock_backends", ())):
+            for be in list(client.__dict__.get("_redis_rlock_backends", {}).values()):
                 be.close()
 
+    close._redis_rlock = True  # type: ignore[attr-defined]
     client.close = close
 
 
@@ -151,9 +146,12 @@ class SyncBackend:
         self.cluster = isinstance(client, RedisCluster)
         self.uuid = uuid.uuid4().hex
         self._n = itertools.count(1)
+        # lazily created, lock-free (``dict.setdefault`` is atomic in CPython): a lock the
+        # caller's thread takes could be left held by a KeyboardInterrupt landing between its
+        # acquire and the ``with`` block (bpo-29988), and freeze the background threads
         self._pools: dict[str, Any] = {}
         self._waits: dict[str, tuple[Any, W.Gate]] = {}
-        self._lock = threading.Lock()
+        self._opened: dict[int, object] = {}  # pools whose first connection is being opened
         #: how many times :meth:`close` ran: a call it overlapped lost its connection to it
         self.closes = 0
         self.watchdog = Watchdog(self)
@@ -169,9 +167,8 @@ class SyncBackend:
         server) lost its connection: it goes on as after any dropped connection (a wait is sent
         again, same request id, with the time it has left), as redis-py's own commands
         reconnect after ``close()`` and as waits go on after ``aclose()`` in asyncio."""
-        with self._lock:
-            self.closes += 1  # before any disconnect: a call failing from here on sees it
-            pools = [*self._pools.values(), *(pool for pool, _ in self._waits.values())]
+        self.closes += 1  # before any disconnect: a call failing from here on sees it
+        pools = [*list(self._pools.values()), *(pool for pool, _ in list(self._waits.values()))]
         for pool in pools:
             try:
                 pool.disconnect()
@@ -181,9 +178,9 @@ class SyncBackend:
     def after_fork(self) -> None:
         """In a forked child: forget the parent's threads and jobs (their holds are not ours)."""
         self.uuid = uuid.uuid4().hex
-        self._lock = threading.Lock()
         self._pools = {}
         self._waits = {}
+        self._opened = {}
         self.watchdog.finalizer.detach()
         self.releaser.finalizer.detach()
         self.watchdog = Watchdog(self)
@@ -211,23 +208,36 @@ class SyncBackend:
         else:
             src = self.client.connection_pool
             name = ""
-        with self._lock:
-            pool = self._pools.get(name)
-            if pool is None:
-                pool = self._pools[name] = self._new_pool(src)
-            if not wait:
-                return pool, None
-            pair = self._waits.get(name)
-            if pair is None:
-                cap = int(getattr(src, "max_connections", 1) or 1)
-                pair = self._waits[name] = (self._new_pool(src), W.Gate(cap))
-        if not pool._available_connections and not pool._in_use_connections:
-            # the first wait on this server opens a connection for short commands first: the
-            # releases that end waits must not meet a server full of waiting connections
-            try:
-                pool.release(W.get_connection(pool))
-            except Exception as e:
-                log.debug("redis_rlock: no connection for short commands yet: %s", e)
+        if on_background_thread():
+            # the watchdog's, the releaser's and the session watchers' own pools: no lock a
+            # caller's thread takes (a KeyboardInterrupt may land in redis-py's pool code at any
+            # moment) is ever one these threads wait for; renewals and releases go on regardless
+            name = "bg:" + name
+        pool = self._pools.get(name)
+        if pool is None:  # a pool made twice by a race is dropped unused (no connection yet)
+            pool = self._pools.setdefault(name, self._new_pool(src))
+        if not wait:
+            return pool, None
+        pair = self._waits.get(name)
+        if pair is None:
+            cap = int(getattr(src, "max_connections", 1) or 1)
+            pair = self._waits.setdefault(name, (self._new_pool(src), W.Gate(cap)))
+        bg = self._pools.get("bg:" + name)
+        if bg is None:
+            bg = self._pools.setdefault("bg:" + name, self._new_pool(src))
+        for short in (pool, bg):
+            if short._available_connections or short._in_use_connections:
+                continue
+            me = object()
+            if self._opened.setdefault(id(short), me) is me:  # once (threads race here)
+                # the first wait on this server opens a connection for short commands first
+                # (the callers' and the background threads'): the releases, renewals and
+                # cancels that end waits must not meet a server full of waiting connections
+                try:
+                    short.release(W.get_connection(short))
+                except Exception as e:
+                    self._opened.pop(id(short), None)
+                    log.debug("redis_rlock: no connection for short commands yet: %s", e)
         return pair
 
     def _new_pool(self, src: Any) -> Any:
@@ -712,8 +722,6 @@ def flush_all(timeout: float = 5.0) -> bool:
 def _after_fork_in_child() -> None:
     # every lock the package holds at module or client level is new in the child: a thread of
     # the parent may have held one at the fork, and no thread of the child would release it
-    global _REGISTRY_LOCK
-    _REGISTRY_LOCK = threading.Lock()
     for be in list(_ALL):
         be.after_fork()
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _proto as P
 from ._conn import is_transient, log
+from ._flag import Flag
 from ._fork import inherited
 from ._hold import Hold
 
@@ -27,9 +28,31 @@ if TYPE_CHECKING:
 IDLE_S = 5.0
 
 
-def _wake(cv: threading.Condition) -> None:
-    with cv:
-        cv.notify_all()
+#: Set on the engine's own threads: they use connection pools of their own.
+_BACKGROUND = threading.local()
+
+
+def on_background_thread() -> bool:
+    """Whether this thread is one of the package's own (a watchdog, a releaser, a session's
+    watcher)."""
+    return bool(getattr(_BACKGROUND, "on", False))
+
+
+def mark_background() -> None:
+    """Marks this thread as one of the package's own: its calls use pools of their own."""
+    _BACKGROUND.on = True
+
+
+def _start(target: Any, args: tuple[Any, ...], name: str) -> threading.Thread:
+    t = threading.Thread(target=target, args=args, name=name, daemon=True)
+    t.start()
+    return t
+
+
+# No lock here is ever taken by a caller's thread: a KeyboardInterrupt landing between a
+# lock's acquire and its ``with`` block (CPython's ``with`` is not signal-safe there,
+# bpo-29988) would leave it held, and freeze the thread that renews and releases. Callers
+# hand work over through ``queue.SimpleQueue`` (its ``put`` is one C call) and plain dicts.
 
 
 class Watchdog:
@@ -41,13 +64,12 @@ class Watchdog:
 
     def __init__(self, be: SyncBackend) -> None:
         self._be = be
-        self._cv = threading.Condition()
-        self._heap: list[tuple[float, int, weakref.ref[Hold], float]] = []
-        self._seq = itertools.count()
+        self._inbox: queue.SimpleQueue[Optional[tuple[float, weakref.ref[Hold], float]]] = (
+            queue.SimpleQueue()
+        )
         self._thread: Optional[threading.Thread] = None
-        # wakes the thread once the watchdog was collected (detached in a forked child: the
-        # parent's thread may have held the condition's lock at the fork)
-        self.finalizer = weakref.finalize(self, _wake, self._cv)
+        # wakes the thread once the watchdog was collected (detached in a forked child)
+        self.finalizer = weakref.finalize(self, self._inbox.put, None)
 
     def schedule(self, hold: Hold, when: Optional[float] = None, backoff: float = 0.0) -> None:
         """Looks at ``hold`` at ``when`` (default: a third of its lease, or its deadline)."""
@@ -58,21 +80,12 @@ class Watchdog:
                 return
             else:
                 when = hold.deadline
-        with self._cv:
-            seq = next(self._seq)
-            heapq.heappush(self._heap, (when, seq, weakref.ref(hold), backoff))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=_watch_loop,
-                    args=(weakref.ref(self), self._cv, self._heap),
-                    name="redis-rlock-watchdog",
-                    daemon=True,
-                )
-                self._thread.start()
-            elif self._heap[0][1] == seq:
-                # only an entry that became the earliest moves the thread's wake-up; waking it
-                # for every acquire costs a thread hand-off (and the GIL) per acquisition
-                self._cv.notify()
+        self._inbox.put((when, weakref.ref(hold), backoff))  # first: the thread will see it
+        t = self._thread
+        if t is None or not t.is_alive():
+            self._thread = _start(
+                _watch_loop, (weakref.ref(self), self._inbox), "redis-rlock-watchdog"
+            )
 
     def _tick(self, hold: Hold, backoff: float) -> None:
         now = time.monotonic()
@@ -98,40 +111,48 @@ class Watchdog:
 
 def _watch_loop(
     ref: weakref.ref[Watchdog],
-    cv: threading.Condition,
-    heap: list[tuple[float, int, weakref.ref[Hold], float]],
+    inbox: queue.SimpleQueue[Optional[tuple[float, weakref.ref[Hold], float]]],
 ) -> None:
-    """The watchdog thread: pops entries as they fall due; ends once its watchdog was
-    collected, or after :data:`IDLE_S` with nothing scheduled."""
+    """The watchdog thread: takes entries from the inbox, pops them as they fall due; ends
+    once its watchdog was collected, or after :data:`IDLE_S` with nothing scheduled."""
+    mark_background()
+    heap: list[tuple[float, int, weakref.ref[Hold], float]] = []
+    seq = itertools.count()
     while True:
-        with cv:
-            while True:
-                wd = ref()
-                if wd is None:
-                    return
-                if not heap:
-                    del wd
-                    if not cv.wait(IDLE_S) and not heap:
-                        wd = ref()
-                        if wd is not None and wd._thread is threading.current_thread():
-                            wd._thread = None  # under ``cv``: ``schedule`` starts another
-                        return
-                    continue
-                delay = heap[0][0] - time.monotonic()
-                if delay <= 0:
-                    break
-                del wd
-                cv.wait(min(delay, IDLE_S))
-            _, _, hold_ref, backoff = heapq.heappop(heap)
-        hold = hold_ref()
-        if hold is None or hold.done or inherited(hold):
-            del wd, hold
-            continue
+        delay = IDLE_S if not heap else min(IDLE_S, heap[0][0] - time.monotonic())
         try:
-            wd._tick(hold, backoff)
-        except Exception:
-            log.exception("redis_rlock: watchdog")
-        del wd, hold
+            item = inbox.get(timeout=delay) if delay > 0 else inbox.get_nowait()
+        except queue.Empty:
+            item = ()  # type: ignore[assignment]
+        if item is None:  # the watchdog was collected
+            return
+        if item:
+            when, hold_ref, backoff = item
+            heapq.heappush(heap, (when, next(seq), hold_ref, backoff))
+        elif not heap:
+            wd = ref()
+            if wd is None:
+                return
+            if wd._thread is threading.current_thread():
+                wd._thread = None  # ``schedule`` starts another from now on
+            del wd
+            if inbox.empty():
+                return
+            continue  # work came meanwhile (another thread may serve it too: both are right)
+        while heap and heap[0][0] <= time.monotonic():
+            _, _, hold_ref, backoff = heapq.heappop(heap)
+            hold = hold_ref()
+            if hold is None or hold.done or inherited(hold):
+                del hold
+                continue
+            wd = ref()
+            if wd is None:
+                return
+            try:
+                wd._tick(hold, backoff)
+            except Exception:
+                log.exception("redis_rlock: watchdog")
+            del wd, hold
 
 
 class Job:
@@ -148,10 +169,14 @@ class Job:
         self.key, self.args, self.until = key, args, until
         #: called with the reply, once answered (in the releaser's thread)
         self.then = then
-        self.done = threading.Event()
+        self.done = Flag()  # not an Event: see ``_flag``
         self.reply: Any = None
         self.error: Optional[BaseException] = None
         self.be: Any = None  # the engine that sends it (kept alive until it was sent)
+
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
 
     def wait(self, timeout: float) -> bool:
         """Waits (at most ``timeout`` s) until the job ended; returns whether it did."""
@@ -165,11 +190,15 @@ class Releaser:
 
     def __init__(self, be: SyncBackend) -> None:
         self._be = be
-        self._q: queue.Queue[Optional[Job]] = queue.Queue()
+        self._q: queue.SimpleQueue[Optional[Job]] = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
-        self.pending = 0
+        self._jobs: dict[Job, None] = {}
         self.finalizer = weakref.finalize(self, self._q.put, None)  # detached after a fork
+
+    @property
+    def pending(self) -> int:
+        """How many submitted jobs have not ended yet."""
+        return sum(not j.finished for j in list(self._jobs))
 
     def submit(
         self,
@@ -182,17 +211,15 @@ class Releaser:
         with the reply once answered)."""
         job = Job(key, args, time.monotonic() + horizon, then)
         job.be = self._be
-        with self._lock:
-            self._q.put(job)  # first: once queued, it is sent whatever lands next
-            self.pending += 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=_release_loop,
-                    args=(weakref.ref(self), self._q),
-                    name="redis-rlock-releaser",
-                    daemon=True,
-                )
-                self._thread.start()
+        self._q.put(job)  # first: once queued, it is sent whatever lands next
+        self._jobs[job] = None
+        if job.finished:
+            self._jobs.pop(job, None)
+        t = self._thread
+        if t is None or not t.is_alive():
+            self._thread = _start(
+                _release_loop, (weakref.ref(self), self._q), "redis-rlock-releaser"
+            )
         return job
 
     def flush(self, timeout: float) -> bool:
@@ -203,9 +230,10 @@ class Releaser:
         return self.pending == 0
 
 
-def _release_loop(ref: weakref.ref[Releaser], q: queue.Queue[Optional[Job]]) -> None:
+def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]]) -> None:
     """The releaser thread: sends jobs as they come; ends once its releaser was collected,
     or after :data:`IDLE_S` with nothing queued."""
+    mark_background()
     while True:
         try:
             job = q.get(timeout=IDLE_S)
@@ -213,13 +241,12 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.Queue[Optional[Job]]) -> 
             rl = ref()
             if rl is None:
                 return
-            with rl._lock:
-                if q.empty():
-                    if rl._thread is threading.current_thread():
-                        rl._thread = None  # under the lock: ``submit`` starts another
-                    return
+            if rl._thread is threading.current_thread():
+                rl._thread = None  # ``submit`` starts another from now on
             del rl
-            continue
+            if q.empty():
+                return
+            continue  # work came meanwhile (another thread may serve it too: both are right)
         if job is None:  # the releaser was collected
             return
         try:
@@ -232,8 +259,7 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.Queue[Optional[Job]]) -> 
         finally:
             rl = ref()
             if rl is not None:
-                with rl._lock:
-                    rl.pending -= 1
+                rl._jobs.pop(job, None)
             job.be = None
             job.done.set()
             del rl

@@ -24,10 +24,12 @@ from redis.exceptions import ResponseError
 from . import _proto as P
 from . import _waits as W
 from ._conn import Stalled, log
+from ._flag import Flag
 from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
 from ._sync import SyncBackend, backend_for
+from ._sync_threads import mark_background
 from .errors import SessionClosed
 from .lock import Lock, RWLock
 from .semaphore import LeasedSemaphore
@@ -56,7 +58,7 @@ class ClosedSignal:
 
     __slots__ = ("_event",)
 
-    def __init__(self, event: threading.Event) -> None:
+    def __init__(self, event: Flag) -> None:
         self._event = event
 
     def is_set(self) -> bool:
@@ -108,8 +110,10 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         # another caller while the watcher still reads or writes on it.
         self._conn: Any = self._pool.connection_class(**self._pool.connection_kwargs)
         self._mutex = threading.Lock()
-        self._closed = threading.Event()  # closing: no command, no new hold from now on
-        self._ended = threading.Event()  # closed, every hold lost (``closed``)
+        # (flags, not threading.Events: the watcher sets them while callers wait for them, and
+        # an Event's lock may be left held by a KeyboardInterrupt in a caller's wait)
+        self._closed = Flag()  # closing: no command, no new hold from now on
+        self._ended = Flag()  # closed, every hold lost (``closed``)
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         # guards ``_holds`` only, never held across I/O: a grant is recorded at once, not
         # behind the session's next command (a wait, perhaps for the lock just granted)
@@ -143,7 +147,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         if not self._fork.forked():
             return False
         self._mutex = threading.Lock()
-        self._closed, self._ended = threading.Event(), threading.Event()
+        self._closed, self._ended = Flag(), Flag()
         self._closed.set()
         self._ended.set()
         # Its holds are the parent's: the child's copies of them act on nothing (their pid).
@@ -185,7 +189,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", threading.Event()).is_set() and hasattr(self, "_conn"):
+        if not getattr(self, "_closed", Flag()).is_set() and hasattr(self, "_conn"):
             self.close()
 
     def __repr__(self) -> str:
@@ -323,6 +327,7 @@ def _watch(ref: weakref.ref[Session]) -> None:
     """The watcher thread: sleeps on the idle connection's socket (a close is seen at once),
     pings every ``keepalive``; ends with the session. Should it fail unexpectedly, it closes
     the session rather than leave it unwatched (its holds would be believed past their end)."""
+    mark_background()  # pools of the background threads' own
     try:
         _watch_loop(ref)
     except BaseException as e:
