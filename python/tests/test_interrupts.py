@@ -524,7 +524,7 @@ def test_interrupts_in_locks_shared_with_background_threads_keep_them_going(
             if lk.acquire(blocking=False):  # the pools, the watchdog's schedule, the release
                 lk.release()
             assert not other.acquire(blocking=False)  # a lock held: not granted
-            # (not yet: a wait, whose gate still keeps a threading.Condition)
+            assert not other.acquire(timeout=0.02)  # a wait: the line's gate, the server
             be.cancel(spec, P.new_id(), time.monotonic())  # handed to the releaser, waited for
 
         return body
@@ -804,3 +804,45 @@ async def test_async_acquires_granted_by_their_try_while_the_line_is_full_cancel
         blocker.release()
         await asyncio.wait_for(blocked, 10)
         await capped.aclose()
+
+
+def test_work_handed_to_a_background_thread_while_interrupted_is_done(server: Server) -> None:
+    """A KeyboardInterrupt at every moment a signal may land while a cleanup command is handed
+    to the releaser and a hold to the watchdog of a client none of whose background threads
+    runs yet (their start included: ``Thread.start`` waits on an ``Event``): whatever was
+    handed over is done without any further call — the command is sent, the hold renewed."""
+
+    r = server.client()
+    state: dict[str, Any] = {}
+
+    def scenario() -> Callable[[], None]:
+        c = server.client()
+        be = rl._sync.backend_for(c, 0.5)  # a fresh engine: no thread of its own yet
+        n = len(state.setdefault("keys", []))
+        key = f"ki:handed:{n}".encode()
+        state["keys"].append(key)
+        lk = rl.Lock(c, f"ki:watched:{n}", watchdog_timeout=0.3, response_timeout=0.5)
+        assert lk.acquire(blocking=False)  # scheduled with the watchdog: its thread starts
+        hold = lk.hold
+        assert hold is not None
+        state.update(be=be, key=key, client=c, lk=lk, hold=hold, until=hold.deadline)
+        lk._be.watchdog._thread = None  # as after the thread's idle end
+        be.releaser._thread = None
+
+        def body() -> None:
+            be.releaser.submit(key, ["SET", key, b"1"], 2.0)
+            be.watchdog.schedule(hold)
+
+        return body
+
+    def check() -> None:
+        be, key, hold = state["be"], state["key"], state["hold"]
+        if not be.releaser._q.empty() or r.exists(key):  # handed over: it must be sent
+            poll("the handed-over command sent", 3.0, lambda: r.exists(key) == 1)
+        until = state["until"]
+        poll("the hold renewed", 3.0, lambda: hold.deadline > until + 0.05)
+        state["lk"].release()
+        state["client"].close()
+
+    n = sweep(scenario, check, run_interrupted_at_signal_point)
+    assert n > 20

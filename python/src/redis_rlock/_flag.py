@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Any, Callable, Optional
 
 #: The longest a waiter sleeps before it looks at the flag again: a ``set`` interrupted after
 #: the flag was raised, before it woke the waiters, delays them by at most this much.
@@ -58,3 +58,53 @@ class Flag:
         finally:
             self._sleepers.pop(me, None)
         return self._on
+
+
+class Sleepers:
+    """``threading.Condition``'s ``wait``/``notify_all`` over a lock the caller takes with a
+    plain ``with`` (a C ``RLock``: its ``__enter__`` is one C call, after which CPython runs no
+    signal handler before the block is entered), without ``Condition``'s own Python-level
+    ``__enter__`` that a KeyboardInterrupt can leave holding the lock for every other thread.
+    Each waiter sleeps on a lock of its own, which :meth:`notify_all` releases."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self) -> None:
+        self._locks: dict[threading.Lock, None] = {}
+
+    def wait(self, mu: threading.RLock, timeout: float) -> None:
+        """Releases ``mu`` (held once by the caller), sleeps until :meth:`notify_all` or
+        ``timeout`` seconds, and takes ``mu`` again — whatever exception lands meanwhile, so
+        that the caller's ``with`` gives it back."""
+        me = threading.Lock()
+        me.acquire()
+        self._locks[me] = None  # before ``mu`` is released: a notify from now on wakes ``me``
+        try:
+            mu.release()
+            me.acquire(timeout=max(0.0, timeout))
+        finally:
+            self._locks.pop(me, None)
+            if not mu._is_owned():  # type: ignore[attr-defined]
+                mu.acquire()
+
+    def notify_all(self) -> None:
+        """Wakes every waiter (called with ``mu`` held)."""
+        for lock in self._locks.copy():
+            try:
+                lock.release()
+            except RuntimeError:
+                pass  # woken already
+
+
+def start_daemon(target: Callable[..., Any], args: tuple[Any, ...], name: str) -> threading.Thread:
+    """Starts a daemon thread whose start no KeyboardInterrupt can jam. ``Thread.start`` waits
+    for the new thread on a ``threading.Event``; an interrupt inside that ``Event``'s
+    ``Condition`` can leave its lock held (the new thread then blocks for good before it runs
+    ``target``) or raise ``RuntimeError`` instead of itself. So the thread signals its start
+    through a :class:`Flag` (the private ``_started`` attribute, where this Python has it): an
+    interrupt during the start raises as itself, the thread runs all the same."""
+    t = threading.Thread(target=target, args=args, name=name, daemon=True)
+    if isinstance(getattr(t, "_started", None), threading.Event):
+        t._started = Flag()  # type: ignore[attr-defined]
+    t.start()
+    return t

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _proto as P
 from ._conn import is_transient, log
-from ._flag import Flag
+from ._flag import Flag, start_daemon
 from ._fork import inherited
 from ._hold import Hold
 
@@ -41,12 +41,6 @@ def on_background_thread() -> bool:
 def mark_background() -> None:
     """Marks this thread as one of the package's own: its calls use pools of their own."""
     _BACKGROUND.on = True
-
-
-def _start(target: Any, args: tuple[Any, ...], name: str) -> threading.Thread:
-    t = threading.Thread(target=target, args=args, name=name, daemon=True)
-    t.start()
-    return t
 
 
 # No lock here is ever taken by a caller's thread: a KeyboardInterrupt landing between a
@@ -80,10 +74,31 @@ class Watchdog:
                 return
             else:
                 when = hold.deadline
-        self._inbox.put((when, weakref.ref(hold), backoff))  # first: the thread will see it
+        try:
+            self._inbox.put((when, weakref.ref(hold), backoff))  # first: the thread will see it
+        finally:
+            # a thread to serve it, whatever interrupt lands (``_flag.start_daemon``): tried
+            # again after one, which is raised once a thread runs (inline: a call's first
+            # opcode is a point where a signal's handler may run, outside the callee's ``try``)
+            late: Optional[BaseException] = None
+            while True:
+                try:
+                    self._run()
+                    break
+                except Exception:
+                    raise
+                except BaseException as e:
+                    if late is not None:
+                        raise
+                    late = e
+            if late is not None:
+                raise late
+
+    def _run(self) -> None:
+        """Starts the watchdog's thread unless one is alive."""
         t = self._thread
         if t is None or not t.is_alive():
-            self._thread = _start(
+            self._thread = start_daemon(
                 _watch_loop, (weakref.ref(self), self._inbox), "redis-rlock-watchdog"
             )
 
@@ -211,16 +226,35 @@ class Releaser:
         with the reply once answered)."""
         job = Job(key, args, time.monotonic() + horizon, then)
         job.be = self._be
-        self._q.put(job)  # first: once queued, it is sent whatever lands next
-        self._jobs[job] = None
-        if job.finished:
-            self._jobs.pop(job, None)
+        try:
+            self._q.put(job)  # first: once queued, it is sent whatever lands next
+            self._jobs[job] = None
+            if job.finished:
+                self._jobs.pop(job, None)
+        finally:
+            # a thread to send it, whatever interrupt lands: as in ``Watchdog.schedule``
+            late: Optional[BaseException] = None
+            while True:
+                try:
+                    self._run()
+                    break
+                except Exception:
+                    raise
+                except BaseException as e:
+                    if late is not None:
+                        raise
+                    late = e
+            if late is not None:
+                raise late
+        return job
+
+    def _run(self) -> None:
+        """Starts the releaser's thread unless one is alive."""
         t = self._thread
         if t is None or not t.is_alive():
-            self._thread = _start(
+            self._thread = start_daemon(
                 _release_loop, (weakref.ref(self), self._q), "redis-rlock-releaser"
             )
-        return job
 
     def flush(self, timeout: float) -> bool:
         """Waits (at most ``timeout`` s) until every job submitted so far ended."""

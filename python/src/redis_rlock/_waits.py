@@ -35,6 +35,8 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Literal, Optional
 
+from ._flag import Sleepers
+
 #: A lasting wait is checked every this many response timeouts (at least 1 s): well within
 #: the 60 s a counted grant's request record lives.
 PROBE_RT = 5.0
@@ -143,7 +145,10 @@ class Gate:
         self._shrunk_at = 0.0
         self._queue: deque[_Ticket] = deque()
         self._trying: set[object] = set()
-        self._cv = threading.Condition()
+        # not a ``threading.Condition``: see ``_flag.Sleepers`` (a KeyboardInterrupt in its
+        # ``__enter__`` would leave every waiting thread of the client blocked for good)
+        self._mu = threading.RLock()
+        self._wake = Sleepers()
 
     def enter(
         self,
@@ -169,10 +174,10 @@ class Gate:
             out.append(me)
         try_at, step = time.monotonic(), TRY_FIRST_S
         try:
-            with self._cv:
+            with self._mu:
                 (self._queue.appendleft if front else self._queue.append)(me)
             while True:
-                with self._cv:
+                with self._mu:
                     while True:
                         if self._queue[0] is me and len(self._in) < self._regrown():
                             self._in.add(me)  # one step: admitted (leave() gives the slot back)
@@ -187,19 +192,19 @@ class Gate:
                         elif attempt is not None and self._may_try(me):
                             self._trying.add(me)
                             break
-                        self._cv.wait(pause)
+                        self._wake.wait(self._mu, pause)
                 if attempt():
                     return TRIED
-                with self._cv:
+                with self._mu:
                     self._trying.discard(me)
-                    self._cv.notify_all()
+                    self._wake.notify_all()
                 try_at, step = time.monotonic() + step, min(2 * step, TRY_MAX_S)
         finally:
-            with self._cv:
+            with self._mu:
                 self._trying.discard(me)
                 if me not in self._in and me in self._queue:
                     self._queue.remove(me)
-                self._cv.notify_all()
+                self._wake.notify_all()
 
     def _may_try(self, me: _Ticket) -> bool:
         busy = len(self._trying) >= min(self.full_cap, TRIES_AT_ONCE)
@@ -207,19 +212,19 @@ class Gate:
 
     def sent(self, ticket: object) -> None:
         """The wait of ``ticket`` was sent: the next in line may go."""
-        with self._cv:
+        with self._mu:
             if isinstance(ticket, _Ticket) and ticket in self._queue:
                 self._queue.remove(ticket)
-                self._cv.notify_all()
+                self._wake.notify_all()
 
     def leave(self, ticket: object) -> None:
         """Gives back ``ticket``'s slot, place in line and try, whichever it has (idempotent)."""
-        with self._cv:
+        with self._mu:
             if isinstance(ticket, _Ticket) and ticket in self._queue:
                 self._queue.remove(ticket)
             self._in.discard(ticket)
             self._trying.discard(ticket)
-            self._cv.notify_all()
+            self._wake.notify_all()
 
     @property
     def busy(self) -> int:
@@ -234,7 +239,7 @@ class Gate:
     def lower(self) -> bool:
         """Called by a slot holder the server refused a connection: lowers the cap to the
         other holders' connections; False when there are none (nobody to wait for)."""
-        with self._cv:
+        with self._mu:
             if self.busy <= 1:
                 return False
             self.cap = len(self._in) - 1

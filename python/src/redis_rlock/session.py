@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 from . import _proto as P
 from . import _waits as W
 from ._conn import Stalled, log
-from ._flag import Flag
+from ._flag import Flag, start_daemon
 from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
@@ -128,10 +128,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         except BaseException:
             self._conn.disconnect()
             raise
-        self._watcher = threading.Thread(
-            target=_watch, args=(weakref.ref(self),), name="redis-rlock-session", daemon=True
-        )
-        self._watcher.start()
+        self._watcher = start_daemon(_watch, (weakref.ref(self),), "redis-rlock-session")
 
     @property
     def closed(self) -> ClosedSignal:
