@@ -18,6 +18,7 @@ from _servers import Server, apoll, poll, raise_once_here
 import redis_rlock as rl
 import redis_rlock.aio as ra
 from redis_rlock import _proto as P
+from redis_rlock._hold import kept_by_cancel
 
 #: slack for the server's PTTL against a guard's valid_until (ms rounding, two clocks)
 TOL_MS = 25
@@ -342,4 +343,39 @@ async def test_an_asyncio_write_hold_outliving_its_lease_by_a_cancelled_read_gra
     assert _write_count(r, "k", who) == b"1"
     _lease_covers(r, "k", rw.write.hold)
     await rw.write.release()
+    assert r.exists("k") == 0
+
+
+# A cancel that gave a granted acquire back ("2") keeps the owner's other holds of the key
+# valid until that grant's lease ends: only the holds that were on the server on the terms it
+# extends. A hold whose acquire was sent after the cancelled one (its lease not floored by it:
+# it may have reset the key's expiry to its own, shorter one after that grant) or whose grant
+# was read only after the cancel was sent (it may have been made after the give-back deleted
+# the key) was granted on its own terms, and keeps its own deadline.
+
+
+def test_a_cancelled_grant_keeps_only_the_owners_holds_granted_before_it_was_sent(
+    r: redis.Redis,
+) -> None:
+    owner = rl.Owner(r)
+    older, newer = owner.lock("k"), owner.lock("k")
+    assert older.acquire(blocking=False, lease=SHORT)
+    t0 = time.monotonic()  # the cancelled acquire was sent from here on
+    time.sleep(0.01)
+    assert newer.acquire(blocking=False, lease=SHORT)
+    spec = P.Spec(P.LOCK, b"k", owner=owner.id, lease_ms=20_000, peers=owner._id.peers)
+    own = {"older": older.hold.valid_until, "newer": newer.hold.valid_until}
+    kept_by_cancel(spec, t0, 2)
+    assert older.hold.valid_until >= t0 + 20.0  # on the server before it: kept
+    assert newer.hold.valid_until == own["newer"], "a hold sent after it kept by its grant"
+    # a grant read after the cancel was sent: not kept either, however early it was sent
+    asked_at = time.monotonic()
+    late = owner.lock("k")
+    assert late.acquire(blocking=False, lease=SHORT)
+    late.hold.sent_at = t0 - 1.0  # sent long before (its reply read after the cancel went out)
+    late_own = late.hold.valid_until
+    kept_by_cancel(spec, t0, 2, asked_at)
+    assert late.hold.valid_until == late_own
+    for lk in (late, newer, older):
+        lk.release()
     assert r.exists("k") == 0

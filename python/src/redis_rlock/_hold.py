@@ -46,6 +46,9 @@ class Hold:
         self._ids = ids
         self._on_lost = on_lost
         self.pid = current_pid()
+        #: when this client learnt of the grant (its reply read): ``kept_by_cancel`` keeps only
+        #: holds already granted when a cancel was sent
+        self.granted_at = time.monotonic()
         self.count = 1
         self.done = False
         self.deadline = sent_at + lease_ms / 1000.0 if lease_ms else float("inf")
@@ -53,6 +56,11 @@ class Hold:
             # one server hold with the owner's other live holds of this key: it lasts as long
             # as the longest of them was confirmed (no lease sent for it is ever shorter)
             self.deadline = max(self.deadline, spec.peers.confirmed_until(spec.key))
+            # the grant set the key's expiry to the lease sent, which may be longer than this
+            # hold's own (see ``Peers.granted_until``): valid as long, and needing nobody's
+            # cancel to say so (``kept_by_cancel`` extends no hold sent after the cancelled one)
+            if self.deadline != float("inf"):
+                self.deadline = max(self.deadline, spec.peers.granted_until(rid))
         #: the latest end a lease sent for this hold may give it (a renewal in flight included)
         self.promised = self.deadline
         self._lost = Flag()  # set by the watchdog, waited for by the caller: no shared lock
@@ -240,29 +248,45 @@ class Hold:
         return f"<Hold {self.spec.kind} {self.spec.key!r} {state} count={self.count}>"
 
 
-def keep_kin(spec: Spec, until: float, skip: Optional[Hold] = None) -> None:
+def keep_kin(
+    spec: Spec,
+    until: float,
+    skip: Optional[Hold] = None,
+    sent_by: float = float("inf"),
+    granted_by: float = float("inf"),
+) -> None:
     """A hold of ``spec``'s owner on its key was confirmed until ``until`` (so the key lives
     that long): the owner's lock and write holds on that key still confirmed (an Owner's
     peers, or the write hold a plain read-write lock's read was taken under: ``spec.under``)
-    are valid until then too (:meth:`Hold.outlast`)."""
+    are valid until then too (:meth:`Hold.outlast`); only those whose acquire was sent by
+    ``sent_by`` and whose grant this client knew of by ``granted_by``."""
     kin: list[Optional[Hold]] = []
     if spec.peers is not None:
         kin.extend(spec.peers.holds(spec.key))
     kin.append(spec.under() if spec.under is not None else None)
     for h in kin:
-        if h is not None and h is not skip and h.owner == spec.owner and h.spec.key == spec.key:
+        if h is None or h is skip or h.owner != spec.owner or h.spec.key != spec.key:
+            continue
+        if h.sent_at <= sent_by and h.granted_at <= granted_by:
             h.outlast(until)
 
 
-def kept_by_cancel(spec: Spec, t0: float, reply: Any) -> None:
-    """``RLOCK.CANCEL`` of an acquire of ``spec`` sent from ``t0`` on replied ``reply``: 2 says
-    the acquire had been granted (and was given back now). Its grant set the key's expiry to
-    at least its lease, which giving it back never shortens while the owner holds the key
-    otherwise (a write or lock count's release leaves the expiry, a read release never
-    shortens a writer's): so the owner's other holds there that are still confirmed are
-    valid that long, and their guards still release them (not told lost at their own end)."""
+def kept_by_cancel(spec: Spec, t0: float, reply: Any, asked_at: float = float("inf")) -> None:
+    """``RLOCK.CANCEL`` of an acquire of ``spec`` sent from ``t0`` on, the cancel asked for at
+    ``asked_at`` (before it was first sent), replied ``reply``: 2 says the acquire had been
+    granted (and was given back now). Its grant set the key's expiry to at least its lease,
+    which giving it back never shortens while the owner holds the key otherwise (a write or
+    lock count's release leaves the expiry, a read release never shortens a writer's): so the
+    owner's other holds there that are still confirmed are valid that long, and their guards
+    still release them (not told lost at their own end).
+
+    Only holds that were on the server before that grant was given back, on the terms it
+    extends: their acquire sent at or before ``t0`` (one sent later was granted on its own
+    terms) and their grant known here before the cancel was sent (a grant read after that may
+    have been made after the cancel gave the key's last count back and deleted it: a fresh
+    key, with that grant's own lease)."""
     if reply == 2 and spec.kind in (P.LOCK, P.READ, P.WRITE) and spec.lease_ms:
-        keep_kin(spec, t0 + spec.lease_ms / 1000.0)
+        keep_kin(spec, t0 + spec.lease_ms / 1000.0, sent_by=t0, granted_by=asked_at)
 
 
 class LossSignal:

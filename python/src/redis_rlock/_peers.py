@@ -31,6 +31,9 @@ class Peers:
         #: leases sent by acquires not answered yet (their hold does not exist yet), by key: the
         #: latest end each may give; kept until that end passes
         self._pending: dict[bytes, float] = {}
+        #: by request id: the earliest end any lease sent under it gives (a grant under that
+        #: id set the key's expiry to at least this: its hold is valid that long)
+        self._sent: dict[bytes, float] = {}
 
     def track(self, hold: Hold) -> None:
         """Records ``hold`` (a hold granted, or about to be, under this owner)."""
@@ -40,6 +43,22 @@ class Peers:
         """An acquire for ``key`` sends ``lease_ms`` now: a renewal of another hold sent before
         its grant is known must not be shorter (it would set the new hold's lease too)."""
         self._pending[key] = max(self._pending.get(key, now), now + lease_ms / 1000.0)
+
+    def sent(self, rid: bytes, until: float) -> None:
+        """An acquire under request id ``rid`` sent a lease ending no earlier than ``until``."""
+        if len(self._sent) > 256:  # requests never granted: forgotten once their lease ended
+            now = time.monotonic()
+            for r, u in list(self._sent.items()):
+                if u < now:
+                    self._sent.pop(r, None)
+        self._sent[rid] = min(self._sent.get(rid, until), until)
+
+    def granted_until(self, rid: bytes) -> float:
+        """The end of the shortest lease sent under ``rid`` (-inf: none recorded), forgotten:
+        a grant under ``rid`` keeps the owner's one server hold at least that long, whatever
+        the hold's own lease (a lease sent is never shorter than what the owner's other holds
+        were promised, or than a pending acquire's)."""
+        return self._sent.pop(rid, float("-inf"))
 
     def _live(self, key: bytes) -> list[Hold]:
         refs = self._holds.get(key)

@@ -224,11 +224,16 @@ class Spec:
 
     def acquire(self, rid: bytes, wait_ms: Optional[int]) -> list[Arg]:
         """The acquire command; ``wait_ms`` None: no WAIT (one try), 0: WAIT without limit."""
+        if self.kind in (LOCK, READ, WRITE):
+            now = time.monotonic()
+            lease = self.sent_lease_ms(now)
+            if self.peers is not None:
+                self.peers.sent(rid, now + lease / 1000.0)
         if self.kind == LOCK:
-            args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, self.sent_lease_ms()]
+            args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, lease]
         elif self.kind in (READ, WRITE):
             mode = "READ" if self.kind == READ else "WRITE"
-            args = ["RWLOCK.ACQUIRE", self.key, self.owner, mode, self.sent_lease_ms()]
+            args = ["RWLOCK.ACQUIRE", self.key, self.owner, mode, lease]
         elif self.kind == LEASED:
             args = ["RSEM.ACQUIRE", self.key, self.permits, "LEASE", self.lease_ms]
         else:

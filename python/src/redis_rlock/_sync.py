@@ -603,7 +603,7 @@ class SyncBackend:
         until answered or the grant's lease would have ended; waits for it a bounded time (two
         response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
-        then = functools.partial(kept_by_cancel, spec, t0)
+        then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt, then)
         job.wait(2 * self.rt)
 

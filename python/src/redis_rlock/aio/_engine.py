@@ -351,8 +351,9 @@ class AsyncBackend:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
         horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
+        asked_at = time.monotonic()
         task = self.background(self._cleanup(spec.key, P.cancel_args(spec.key, rid), horizon))
-        task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0))
+        task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0, asked_at))
         try:
             await asyncio.wait_for(asyncio.shield(task), 2 * self.rt)
         except asyncio.TimeoutError:
@@ -629,9 +630,9 @@ async def _drop(conn: Any) -> None:
         pass
 
 
-def _kept_by_cancel(spec: P.Spec, t0: float, task: asyncio.Task[Any]) -> None:
+def _kept_by_cancel(spec: P.Spec, t0: float, asked_at: float, task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is None:
-        kept_by_cancel(spec, t0, task.result())
+        kept_by_cancel(spec, t0, task.result(), asked_at)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
