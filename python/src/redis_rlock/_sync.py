@@ -364,6 +364,8 @@ class SyncBackend:
                     if found:
                         conn.disconnect()  # silent: its reply (if it ever comes) is dropped
                         wait.probed = True
+                        if isinstance(reply, ResponseError):
+                            raise reply  # "was cancelled": the wait is over, holding nothing
                         return reply
                     probe_at = time.monotonic() + W.probe_every(self.rt)
                 if now >= end:
@@ -403,17 +405,21 @@ class SyncBackend:
         """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
         while the server still queues it, or its connection answers within the response
         timeout after all; (True, reply) when that connection is silent: the acquire's answer
-        now (the grant, replayed, or not granted: the request is spent)."""
+        now (the grant, replayed, or not granted: the request is spent; or the error reply
+        ``was cancelled``, the wait's answer, to be raised: see ``_waits.probe_answer``)."""
         # Granted, perhaps, from the moment it is sent: the acquire cancels the id unless it
         # takes the grant (a "not granted" answer of the wait itself may come first).
         before, wait.answered = wait.answered, True
         try:
             assert wait.probe is not None
             reply = self.call(key, wait.probe)
-        except Exception as e:  # "already waiting": the server still queues it; else: no answer
-            if isinstance(e, ResponseError) and P.is_waiting_reply(e):
+        except Exception as e:
+            answer = W.probe_answer(e)
+            if answer == "waiting":
                 wait.answered = before  # the server queued it then: the check took nothing
-            return False, None
+            if answer != "over":
+                return False, None
+            reply = e
         if conn.can_read(timeout=self.rt):
             return False, None  # the reply was on its way: read it
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
@@ -593,8 +599,11 @@ class SyncBackend:
         try:
             assert wait.probe is not None
             self.call(spec.key, wait.probe)
-        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
-            return False
+        except Exception as e:
+            # "already waiting": still queued; "was cancelled": not waiting any more (its
+            # connection, the session's, is gone on the server), holding nothing; else: no
+            # answer, no conclusion
+            return W.probe_answer(e) == "over"
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 

@@ -248,6 +248,8 @@ class AsyncBackend:
         except _Silent as e:
             wait.probed = True  # type: ignore[union-attr]
             await _drop(conn)  # silent: its reply (if it ever comes) is dropped
+            if isinstance(e.reply, ResponseError):
+                raise e.reply from None  # "was cancelled": the wait is over, holding nothing
             return e.reply
         except BaseException as e:
             if must_drop(e):
@@ -287,10 +289,13 @@ class AsyncBackend:
         try:
             assert wait.probe is not None
             reply = await self.call(key, wait.probe)
-        except Exception as e:  # "already waiting": the server still queues it; else: no answer
-            if isinstance(e, ResponseError) and P.is_waiting_reply(e):
+        except Exception as e:  # see ``_waits.probe_answer``
+            answer = W.probe_answer(e)
+            if answer == "waiting":
                 wait.answered = before  # the server queued it then: the check took nothing
-            return False, None
+            if answer != "over":
+                return False, None
+            reply = e  # "was cancelled": the wait's answer, raised
         await asyncio.wait({read}, timeout=self.rt)
         if read.done():
             return False, None
@@ -342,8 +347,8 @@ class AsyncBackend:
         try:
             assert wait.probe is not None
             await self.call(spec.key, wait.probe)
-        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
-            return False
+        except Exception as e:  # as the sync engine's: "was cancelled" says it is not waiting
+            return W.probe_answer(e) == "over"
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
