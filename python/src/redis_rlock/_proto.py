@@ -293,6 +293,13 @@ class Spec:
         return reply is not None
 
 
+def counted_release(key: bytes, permits: int) -> list[Arg]:
+    """An ownerless release of ``permits`` counted permits under a request id of its own
+    (``RSEM.RELEASE key n REQUEST id``): the server gives them back once for that id, so the
+    same command sent again (a lost reply, a dropped connection) gives back nothing more."""
+    return ["RSEM.RELEASE", key, permits, "REQUEST", new_id()]
+
+
 def cancel_args(key: bytes, rid: bytes) -> list[Arg]:
     """``RLOCK.CANCEL key id``."""
     return ["RLOCK.CANCEL", key, rid]
