@@ -75,6 +75,9 @@ class Hold:
         if spec.peers is not None:
             spec.peers.track(self)
         self._release_args: Optional[list[P.Arg]] = None
+        #: set once anything that gives this grant back was asked for (its release, with its
+        #: fixed request id; the cancel of its request): ``stale_writes`` never sends another
+        self.settled = False
         self._keep_kin(self.deadline)  # a grant: the key lives at least that long
 
     def release_args(self) -> list[P.Arg]:
@@ -82,6 +85,7 @@ class Hold:
         id is fixed), so that sending it again, after an interrupt or a lost reply, is never a
         second release: a lock's ``REQUEST`` release, leased permits' ids, counted permits'
         ``RSEM.RELEASE key n REQUEST <the acquire's id>``."""
+        self.settled = True
         args = self._release_args
         if args is None:
             if self.spec.kind == P.COUNTED:
@@ -287,6 +291,43 @@ def kept_by_cancel(spec: Spec, t0: float, reply: Any, asked_at: float = float("i
     key, with that grant's own lease)."""
     if reply == 2 and spec.kind in (P.LOCK, P.READ, P.WRITE) and spec.lease_ms:
         keep_kin(spec, t0 + spec.lease_ms / 1000.0, sent_by=t0, granted_by=asked_at)
+
+
+def stale_writes(spec: Spec, rid: bytes) -> list[Hold]:
+    """A read acquire of ``spec`` (request ``rid``) was granted: the write holds of its owner
+    on its key that are lost now, their release never sent, whose write count that grant may
+    have kept on the server (the server's lease of a write ends later than its guard's
+    deadline, by up to the time its command took to get there: a read sent even after the
+    guard's deadline may find the field).
+
+    A read under the owner's own write, reaching the server before the write's lease ended,
+    sets the key's expiry to the read's lease, and the write's field lives as long as the key;
+    its reply, read after the write guard declared itself lost (its deadline passed: the guard
+    cannot know), does not tell that from a read granted on an expired key. The guard stays
+    lost (it may have said so already), and its write count, if still there, is held by
+    nobody: each hold returned is claimed here (once) for its release, which the caller sends
+    (``RWLOCK.RELEASE ... WRITE``: nil when the field had gone). Exact only when no other
+    write count of the owner can be there: a plain read-write lock's write has an owner id of
+    its own; an Owner's, only while it has no other live write hold there and no other
+    acquire of the key in flight (``Peers.no_other_writer``; else nothing is returned and the
+    count ends with the key's expiry, never taken from a newer hold)."""
+    if spec.kind != P.READ:
+        return []
+    kin: list[Optional[Hold]] = []
+    if spec.peers is not None:
+        kin.extend(spec.peers.tracked(spec.key))
+    kin.append(spec.under() if spec.under is not None else None)
+    stale: list[Hold] = []
+    for h in kin:
+        if h is None or h in stale or h.spec.kind != P.WRITE or h.owner != spec.owner:
+            continue
+        if h.spec.key != spec.key or h.settled or not h.is_lost():
+            continue
+        stale.append(h)
+    if not stale or (spec.peers is not None and not spec.peers.no_other_writer(spec.key, rid)):
+        return []
+    me = object()
+    return [h for h in stale if h._claims.setdefault("stale", me) is me]
 
 
 class LossSignal:

@@ -228,7 +228,7 @@ class Spec:
             now = time.monotonic()
             lease = self.sent_lease_ms(now)
             if self.peers is not None:
-                self.peers.sent(rid, now + lease / 1000.0)
+                self.peers.sent(self.key, rid, now + lease / 1000.0)
         if self.kind == LOCK:
             args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, lease]
         elif self.kind in (READ, WRITE):

@@ -25,7 +25,7 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner, inherited
-from ._hold import Hold, LostCallback, kept_by_cancel
+from ._hold import Hold, LostCallback, kept_by_cancel, stale_writes
 from ._sync_threads import Releaser, Watchdog, on_background_thread
 from .errors import RLockError, translate
 
@@ -575,6 +575,7 @@ class SyncBackend:
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
                     return None
+                self.release_stale(stale_writes(spec, rid))
                 hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
                 if session is not None:
@@ -588,6 +589,7 @@ class SyncBackend:
             # caller is told nothing was taken, so the grant, if any, is cancelled exactly.
             if need_cancel:
                 if hold is not None:
+                    hold.settled = True  # given back by the cancel below
                     hold.done = True  # a stored guard of a cancelled grant says "not held"
                 self.cancel(spec, rid, t0)
             raise
@@ -606,6 +608,14 @@ class SyncBackend:
             return W.probe_answer(e) == "over"
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
+
+    def release_stale(self, holds: list[Hold]) -> None:
+        """Releases lost write holds whose count a read grant just read may have kept on the
+        server (``_hold.stale_writes``): each hold's own release (its fixed request id: sent
+        again, it is never a second release), in the background, waited for a bounded time."""
+        jobs = [self.releaser.submit(h.spec.key, h.release_args(), 3 * self.rt) for h in holds]
+        for job in jobs:
+            job.wait(2 * self.rt)
 
     def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
@@ -715,6 +725,7 @@ class SyncBackend:
         (queued first), then the hold is marked done."""
         spec = hold.spec
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S - 10
+        hold.settled = True
         self.releaser.submit(spec.key, P.cancel_args(spec.key, hold.rid), horizon + self.rt)
         hold.done = True
 

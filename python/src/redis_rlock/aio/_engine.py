@@ -24,7 +24,7 @@ from .. import _proto as P
 from .. import _waits as W
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from .._fork import ForkGuard, check_owner
-from .._hold import LostCallback, kept_by_cancel
+from .._hold import LostCallback, kept_by_cancel, stale_writes
 from ..errors import translate
 from ._hold import AsyncHold, watch
 
@@ -352,6 +352,19 @@ class AsyncBackend:
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
+    async def release_stale(self, holds: list[Any]) -> None:
+        """As the sync engine's: lost write holds a read grant may have kept on the server,
+        released (their own idempotent release) in shielded tasks, awaited a bounded time."""
+        if not holds:
+            return
+        tasks = [
+            self.background(self._cleanup(h.spec.key, h.release_args(), 3 * self.rt)) for h in holds
+        ]
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), 2 * self.rt)
+        except asyncio.TimeoutError:
+            pass
+
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
@@ -473,6 +486,7 @@ class AsyncBackend:
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
                     return None
+                await self.release_stale(stale_writes(spec, rid))
                 hold = AsyncHold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
                 if session is not None:
