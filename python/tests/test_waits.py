@@ -829,3 +829,35 @@ async def test_an_async_untimed_wait_whose_request_was_cancelled_under_a_silent_
     await asyncio.wait_for(task, SERVED)
     assert not rl.Lock(r, "acw").locked()
     await via.aclose()
+
+
+def test_a_session_wait_whose_request_was_cancelled_under_a_silent_connection_closes_it(
+    server: Server, r: redis.Redis, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same answer to a session's wait check: its connection is gone on the server (the
+    request rolled back with it), so the session closes, holding nothing."""
+    via = redis.Redis(port=proxy.port, socket_timeout=10)
+    holder = rl.Lock(r, "scw")
+    assert holder.acquire()
+    session = rl.Session(via, response_timeout=RT, keepalive=30)
+    made = _recording_ids(monkeypatch)
+    out: list[Any] = []
+
+    def wait() -> None:
+        try:
+            out.append(session.lock("scw").acquire())
+        except BaseException as e:  # recorded: the test says what ended the wait
+            out.append(e)
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    poll("the waiter to block", 5, lambda: blocked_clients(r) == 1)
+    proxy.cut()
+    proxy.heal()
+    assert r.execute_command("RLOCK.CANCEL", "scw", made[0]) == 1
+    t.join(SERVED)
+    assert len(out) == 1 and isinstance(out[0], rl.SessionClosed), out
+    assert session.closed.is_set()
+    holder.release()
+    assert not rl.Lock(r, "scw").locked()
+    via.close()
