@@ -5,6 +5,7 @@ when out of range."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import math
 import random
@@ -98,8 +99,8 @@ def _waiter_maker(c: redis.Redis, probe: redis.Redis, kind: str, name: str) -> C
 def _wait_and_release(kind: str, lock: Any, results: list[str]) -> None:
     try:
         if kind == "semaphore":
-            # the permit's guard: its release carries a request id, sent again after a dropped
-            # connection (``Semaphore.release(n)``, ownerless, is never retried: see its doc)
+            # the permit's guard: its release carries the acquire's request id, sent again after
+            # a dropped connection (``Semaphore.release(n)``: a request id of its own, below)
             guard = lock.permits(timeout=5)
             if guard is not None:
                 guard.release()
@@ -223,3 +224,64 @@ def test_a_response_timeout_in_range_works(r: redis.Redis) -> None:
     lk = rl.Lock(r, "lc:ok", response_timeout=0.05)
     assert lk.acquire(timeout=1)
     lk.release()
+
+
+# An ownerless ``Semaphore.release(n)`` in flight when the client's ``close()`` drops its
+# connection: sent again (its request id makes the server give back once), as every other call
+# that overlaps ``close()``; the permits are given back exactly once, never lost nor doubled.
+
+
+def test_a_counted_release_racing_close_is_sent_again_and_given_back_once(
+    server: Server,
+) -> None:
+    from _proxy import SlowProxy
+
+    probe = server.client()
+    proxy = SlowProxy(server.port, 0.08)
+    c = redis.Redis(port=proxy.port)
+    try:
+        sem = rl.Semaphore(c, "lc:rel")
+        assert sem.try_set_permits(1)
+        out: list[Any] = []
+
+        def release() -> None:
+            try:
+                out.append(sem.release(2))
+            except Exception as e:  # what the close() under the release raised
+                out.append(e)
+
+        t = threading.Thread(target=release, daemon=True)
+        t.start()
+        pool = sem._be._pools[""]
+        poll("the release in flight", 3.0, lambda: bool(pool._in_use_connections))
+        c.close()
+        t.join(10.0)
+        assert len(out) == 1 and out[0] == 3, out
+        assert probe.get("lc:rel") == b"3"
+    finally:
+        c.close()
+        proxy.close()
+        probe.close()
+
+
+async def test_an_async_counted_release_racing_aclose_is_sent_again_and_given_back_once(
+    server: Server,
+) -> None:
+    from _proxy import SlowProxy
+
+    probe = server.client()
+    proxy = SlowProxy(server.port, 0.08)
+    c = aredis.Redis(port=proxy.port)
+    try:
+        sem = ra.Semaphore(c, "lc:arel")
+        assert await sem.try_set_permits(1)
+        task = asyncio.ensure_future(sem.release(2))
+        pool = sem._be._pools[""]
+        await apoll("the release in flight", 3.0, lambda: bool(pool._in_use_connections))
+        await c.aclose()
+        assert await asyncio.wait_for(task, 10.0) == 3
+        assert probe.get("lc:arel") == b"3"
+    finally:
+        await c.aclose()
+        proxy.close()
+        probe.close()

@@ -13,11 +13,13 @@ from typing import Any, Optional
 import pytest
 import redis
 import redis.asyncio as aredis
+from _proxy import SlowProxy
 from _servers import Server, apoll, poll, raise_once_here
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
 from redis_rlock import _proto as P
+from redis_rlock._hold import kept_by_cancel
 
 #: slack for the server's PTTL against a guard's valid_until (ms rounding, two clocks)
 TOL_MS = 25
@@ -342,4 +344,120 @@ async def test_an_asyncio_write_hold_outliving_its_lease_by_a_cancelled_read_gra
     assert _write_count(r, "k", who) == b"1"
     _lease_covers(r, "k", rw.write.hold)
     await rw.write.release()
+    assert r.exists("k") == 0
+
+
+# A cancel that gave a granted acquire back ("2") keeps the owner's other holds of the key
+# valid until that grant's lease ends: only the holds that were on the server on the terms it
+# extends. A hold whose acquire was sent after the cancelled one (its lease not floored by it:
+# it may have reset the key's expiry to its own, shorter one after that grant) or whose grant
+# was read only after the cancel was sent (it may have been made after the give-back deleted
+# the key) was granted on its own terms, and keeps its own deadline.
+
+
+def test_a_cancelled_grant_keeps_only_the_owners_holds_granted_before_it_was_sent(
+    r: redis.Redis,
+) -> None:
+    owner = rl.Owner(r)
+    older, newer = owner.lock("k"), owner.lock("k")
+    assert older.acquire(blocking=False, lease=SHORT)
+    t0 = time.monotonic()  # the cancelled acquire was sent from here on
+    time.sleep(0.01)
+    assert newer.acquire(blocking=False, lease=SHORT)
+    spec = P.Spec(P.LOCK, b"k", owner=owner.id, lease_ms=20_000, peers=owner._id.peers)
+    own = {"older": older.hold.valid_until, "newer": newer.hold.valid_until}
+    kept_by_cancel(spec, t0, 2)
+    assert older.hold.valid_until >= t0 + 20.0  # on the server before it: kept
+    assert newer.hold.valid_until == own["newer"], "a hold sent after it kept by its grant"
+    # a grant read after the cancel was sent: not kept either, however early it was sent
+    asked_at = time.monotonic()
+    late = owner.lock("k")
+    assert late.acquire(blocking=False, lease=SHORT)
+    late.hold.sent_at = t0 - 1.0  # sent long before (its reply read after the cancel went out)
+    late_own = late.hold.valid_until
+    kept_by_cancel(spec, t0, 2, asked_at)
+    assert late.hold.valid_until == late_own
+    for lk in (late, newer, older):
+        lk.release()
+    assert r.exists("k") == 0
+
+
+# A read acquire under the owner's own write, sent just before the write guard's deadline: the
+# server grants it (a re-entry: the key's expiry becomes the read's long lease, the write's
+# field lives on), its reply read after the guard declared itself lost (it cannot tell that
+# grant from a read granted on an expired key). The guard stays lost, and its write count,
+# kept on the server, is released by the read's acquire: never held by nobody for the read's
+# lease.
+
+
+@pytest.mark.parametrize("handles", ["owner", "plain"])
+def test_a_write_lost_while_its_owners_read_was_granted_late_leaves_no_write_count(
+    server: Server, handles: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = redis.Redis(port=proxy.port), server.client()
+    try:
+        rw = rl.Owner(c).rw_lock("k") if handles == "owner" else rl.RWLock(c, "k")
+        assert not rw.write.locked()  # the package's connection opened (a slow handshake)
+        assert rw.write.acquire(blocking=False, lease=0.8)
+        w = rw.write.hold
+        time.sleep(max(0.0, w.valid_until - time.monotonic() - 0.05))  # sent just before
+        assert rw.read.acquire(blocking=False, lease=20.0)
+        assert w.is_lost()  # its reply came after the write's deadline
+        with pytest.raises(rl.LockLost):
+            rw.write.release()  # lost: it sends nothing
+        assert _write_count(r, "k", w.owner) is None
+        assert rw.read.owned()
+        rw.read.release()
+        assert r.exists("k") == 0
+    finally:
+        c.close()
+        r.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("handles", ["owner", "plain"])
+async def test_an_asyncio_write_lost_while_its_owners_read_was_granted_late_leaves_no_count(
+    server: Server, handles: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = aredis.Redis(port=proxy.port), server.client()
+    try:
+        rw = ra.Owner(c).rw_lock("k") if handles == "owner" else ra.RWLock(c, "k")
+        assert not await rw.write.locked()
+        assert await rw.write.acquire(blocking=False, lease=0.8)
+        w = rw.write.hold
+        await asyncio.sleep(max(0.0, w.valid_until - time.monotonic() - 0.05))
+        assert await rw.read.acquire(blocking=False, lease=20.0)
+        assert w.is_lost()
+        with pytest.raises(rl.LockLost):
+            await rw.write.release()
+        assert _write_count(r, "k", w.owner) is None
+        assert rw.read.owned()
+        await rw.read.release()
+        assert r.exists("k") == 0
+    finally:
+        await c.aclose()
+        r.close()
+        proxy.close()
+
+
+def test_a_late_read_grant_never_releases_a_newer_write_of_the_same_owner(
+    r: redis.Redis,
+) -> None:
+    """The release above is exact only when no other write count of the owner can be there:
+    with a newer write hold of the owner live on the key (granted on a fresh key after the lost
+    one's field expired), a read granted after the loss releases nothing."""
+    owner = rl.Owner(r)
+    old, new = owner.rw_lock("k"), owner.rw_lock("k")
+    assert old.write.acquire(blocking=False, lease=SHORT)
+    gone = old.write.hold
+    poll("the old write lost", 3.0, gone.is_lost)
+    poll("its field expired", 3.0, lambda: _write_count(r, "k", owner.id) is None)
+    assert new.write.acquire(blocking=False, lease=20.0)
+    assert new.read.acquire(blocking=False, lease=20.0)
+    assert _write_count(r, "k", owner.id) == b"1"
+    assert new.write.owned()
+    new.read.release()
+    new.write.release()
     assert r.exists("k") == 0

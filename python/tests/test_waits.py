@@ -740,3 +740,124 @@ def test_the_servers_request_replies_are_recognised_as_redis_py_reads_them(
     assert P.is_cancelled_reply(cancelled.value), cancelled.value
     assert not P.is_waiting_reply(cancelled.value) and not is_transient(cancelled.value)
     conn.disconnect()
+
+
+def _recording_ids(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The request ids the package makes from now on, in order (to cancel one from outside)."""
+    from redis_rlock import _proto as P
+
+    made: list[bytes] = []
+    real = P.new_id
+
+    def recording() -> bytes:
+        made.append(real())
+        return made[-1]
+
+    monkeypatch.setattr(P, "new_id", recording)
+    return made
+
+
+# A wait whose connection went silent (a cut link) while the server, seeing that connection go,
+# rolled its request back (its record: cancelled; here: ``RLOCK.CANCEL`` from outside, the
+# same state): its check from another connection is answered ``was cancelled``. The wait is
+# not waiting any more: it asks again as a new request (as when the wait itself is told so),
+# instead of reading the silent connection for ever.
+
+
+def test_an_untimed_wait_whose_request_was_cancelled_under_a_silent_connection_asks_again(
+    server: Server, r: redis.Redis, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    via = redis.Redis(port=proxy.port, socket_timeout=10)
+    holder = rl.Lock(r, "cw")
+    assert holder.acquire()
+    waiter = rl.Lock(via, "cw", response_timeout=RT)
+    made = _recording_ids(monkeypatch)
+    got: list[bool] = []
+    done = threading.Event()
+
+    def wait() -> None:
+        got.append(waiter.acquire())
+        done.wait(SERVED)
+        waiter.release()
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    poll("the waiter to block", 5, lambda: blocked_clients(r) == 1)
+    proxy.cut()
+    proxy.heal()  # the wait's connection stays silent; new ones (its checks) go through
+    assert r.execute_command("RLOCK.CANCEL", "cw", made[0]) == 1  # it waited: dequeued
+    holder.release()
+    poll("the wait asked again and was served", SERVED, lambda: bool(got))
+    assert got == [True] and rl.Lock(r, "cw").locked()
+    done.set()
+    t.join(SERVED)
+    poll("released", SERVED, lambda: not rl.Lock(r, "cw").locked())
+    via.close()
+
+
+async def test_an_async_untimed_wait_whose_request_was_cancelled_under_a_silent_link_asks_again(
+    server: Server, r: redis.Redis, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    via = aredis.Redis(port=proxy.port, socket_timeout=10)
+    holder = rl.Lock(r, "acw")
+    assert holder.acquire()
+    waiter = ra.Lock(via, "acw", response_timeout=RT)
+    made = _recording_ids(monkeypatch)
+    got: list[bool] = []
+    done = asyncio.Event()
+
+    async def wait() -> None:
+        got.append(await waiter.acquire())
+        await done.wait()
+        await waiter.release()
+
+    task = asyncio.ensure_future(wait())
+    end = asyncio.get_running_loop().time() + 5
+    while blocked_clients(r) < 1:
+        assert asyncio.get_running_loop().time() < end, "the waiter did not block"
+        await asyncio.sleep(0.01)
+    proxy.cut()
+    proxy.heal()
+    assert r.execute_command("RLOCK.CANCEL", "acw", made[0]) == 1
+    holder.release()
+    end = asyncio.get_running_loop().time() + SERVED
+    while not got:
+        assert asyncio.get_running_loop().time() < end, "the wait was not served"
+        await asyncio.sleep(0.02)
+    assert got == [True] and rl.Lock(r, "acw").locked()
+    done.set()
+    await asyncio.wait_for(task, SERVED)
+    assert not rl.Lock(r, "acw").locked()
+    await via.aclose()
+
+
+def test_a_session_wait_whose_request_was_cancelled_under_a_silent_connection_closes_it(
+    server: Server, r: redis.Redis, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same answer to a session's wait check: its connection is gone on the server (the
+    request rolled back with it), so the session closes, holding nothing."""
+    via = redis.Redis(port=proxy.port, socket_timeout=10)
+    holder = rl.Lock(r, "scw")
+    assert holder.acquire()
+    session = rl.Session(via, response_timeout=RT, keepalive=30)
+    made = _recording_ids(monkeypatch)
+    out: list[Any] = []
+
+    def wait() -> None:
+        try:
+            out.append(session.lock("scw").acquire())
+        except BaseException as e:  # recorded: the test says what ended the wait
+            out.append(e)
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    poll("the waiter to block", 5, lambda: blocked_clients(r) == 1)
+    proxy.cut()
+    proxy.heal()
+    assert r.execute_command("RLOCK.CANCEL", "scw", made[0]) == 1
+    t.join(SERVED)
+    assert len(out) == 1 and isinstance(out[0], rl.SessionClosed), out
+    assert session.closed.is_set()
+    holder.release()
+    assert not rl.Lock(r, "scw").locked()
+    via.close()

@@ -46,6 +46,9 @@ class Hold:
         self._ids = ids
         self._on_lost = on_lost
         self.pid = current_pid()
+        #: when this client learnt of the grant (its reply read): ``kept_by_cancel`` keeps only
+        #: holds already granted when a cancel was sent
+        self.granted_at = time.monotonic()
         self.count = 1
         self.done = False
         self.deadline = sent_at + lease_ms / 1000.0 if lease_ms else float("inf")
@@ -53,6 +56,11 @@ class Hold:
             # one server hold with the owner's other live holds of this key: it lasts as long
             # as the longest of them was confirmed (no lease sent for it is ever shorter)
             self.deadline = max(self.deadline, spec.peers.confirmed_until(spec.key))
+            # the grant set the key's expiry to the lease sent, which may be longer than this
+            # hold's own (see ``Peers.granted_until``): valid as long, and needing nobody's
+            # cancel to say so (``kept_by_cancel`` extends no hold sent after the cancelled one)
+            if self.deadline != float("inf"):
+                self.deadline = max(self.deadline, spec.peers.granted_until(rid))
         #: the latest end a lease sent for this hold may give it (a renewal in flight included)
         self.promised = self.deadline
         self._lost = Flag()  # set by the watchdog, waited for by the caller: no shared lock
@@ -67,6 +75,9 @@ class Hold:
         if spec.peers is not None:
             spec.peers.track(self)
         self._release_args: Optional[list[P.Arg]] = None
+        #: set once anything that gives this grant back was asked for (its release, with its
+        #: fixed request id; the cancel of its request): ``stale_writes`` never sends another
+        self.settled = False
         self._keep_kin(self.deadline)  # a grant: the key lives at least that long
 
     def release_args(self) -> list[P.Arg]:
@@ -74,6 +85,7 @@ class Hold:
         id is fixed), so that sending it again, after an interrupt or a lost reply, is never a
         second release: a lock's ``REQUEST`` release, leased permits' ids, counted permits'
         ``RSEM.RELEASE key n REQUEST <the acquire's id>``."""
+        self.settled = True
         args = self._release_args
         if args is None:
             if self.spec.kind == P.COUNTED:
@@ -240,29 +252,82 @@ class Hold:
         return f"<Hold {self.spec.kind} {self.spec.key!r} {state} count={self.count}>"
 
 
-def keep_kin(spec: Spec, until: float, skip: Optional[Hold] = None) -> None:
+def keep_kin(
+    spec: Spec,
+    until: float,
+    skip: Optional[Hold] = None,
+    sent_by: float = float("inf"),
+    granted_by: float = float("inf"),
+) -> None:
     """A hold of ``spec``'s owner on its key was confirmed until ``until`` (so the key lives
     that long): the owner's lock and write holds on that key still confirmed (an Owner's
     peers, or the write hold a plain read-write lock's read was taken under: ``spec.under``)
-    are valid until then too (:meth:`Hold.outlast`)."""
+    are valid until then too (:meth:`Hold.outlast`); only those whose acquire was sent by
+    ``sent_by`` and whose grant this client knew of by ``granted_by``."""
     kin: list[Optional[Hold]] = []
     if spec.peers is not None:
         kin.extend(spec.peers.holds(spec.key))
     kin.append(spec.under() if spec.under is not None else None)
     for h in kin:
-        if h is not None and h is not skip and h.owner == spec.owner and h.spec.key == spec.key:
+        if h is None or h is skip or h.owner != spec.owner or h.spec.key != spec.key:
+            continue
+        if h.sent_at <= sent_by and h.granted_at <= granted_by:
             h.outlast(until)
 
 
-def kept_by_cancel(spec: Spec, t0: float, reply: Any) -> None:
-    """``RLOCK.CANCEL`` of an acquire of ``spec`` sent from ``t0`` on replied ``reply``: 2 says
-    the acquire had been granted (and was given back now). Its grant set the key's expiry to
-    at least its lease, which giving it back never shortens while the owner holds the key
-    otherwise (a write or lock count's release leaves the expiry, a read release never
-    shortens a writer's): so the owner's other holds there that are still confirmed are
-    valid that long, and their guards still release them (not told lost at their own end)."""
+def kept_by_cancel(spec: Spec, t0: float, reply: Any, asked_at: float = float("inf")) -> None:
+    """``RLOCK.CANCEL`` of an acquire of ``spec`` sent from ``t0`` on, the cancel asked for at
+    ``asked_at`` (before it was first sent), replied ``reply``: 2 says the acquire had been
+    granted (and was given back now). Its grant set the key's expiry to at least its lease,
+    which giving it back never shortens while the owner holds the key otherwise (a write or
+    lock count's release leaves the expiry, a read release never shortens a writer's): so the
+    owner's other holds there that are still confirmed are valid that long, and their guards
+    still release them (not told lost at their own end).
+
+    Only holds that were on the server before that grant was given back, on the terms it
+    extends: their acquire sent at or before ``t0`` (one sent later was granted on its own
+    terms) and their grant known here before the cancel was sent (a grant read after that may
+    have been made after the cancel gave the key's last count back and deleted it: a fresh
+    key, with that grant's own lease)."""
     if reply == 2 and spec.kind in (P.LOCK, P.READ, P.WRITE) and spec.lease_ms:
-        keep_kin(spec, t0 + spec.lease_ms / 1000.0)
+        keep_kin(spec, t0 + spec.lease_ms / 1000.0, sent_by=t0, granted_by=asked_at)
+
+
+def stale_writes(spec: Spec, rid: bytes) -> list[Hold]:
+    """A read acquire of ``spec`` (request ``rid``) was granted: the write holds of its owner
+    on its key that are lost now, their release never sent, whose write count that grant may
+    have kept on the server (the server's lease of a write ends later than its guard's
+    deadline, by up to the time its command took to get there: a read sent even after the
+    guard's deadline may find the field).
+
+    A read under the owner's own write, reaching the server before the write's lease ended,
+    sets the key's expiry to the read's lease, and the write's field lives as long as the key;
+    its reply, read after the write guard declared itself lost (its deadline passed: the guard
+    cannot know), does not tell that from a read granted on an expired key. The guard stays
+    lost (it may have said so already), and its write count, if still there, is held by
+    nobody: each hold returned is claimed here (once) for its release, which the caller sends
+    (``RWLOCK.RELEASE ... WRITE``: nil when the field had gone). Exact only when no other
+    write count of the owner can be there: a plain read-write lock's write has an owner id of
+    its own; an Owner's, only while it has no other live write hold there and no other
+    acquire of the key in flight (``Peers.no_other_writer``; else nothing is returned and the
+    count ends with the key's expiry, never taken from a newer hold)."""
+    if spec.kind != P.READ:
+        return []
+    kin: list[Optional[Hold]] = []
+    if spec.peers is not None:
+        kin.extend(spec.peers.tracked(spec.key))
+    kin.append(spec.under() if spec.under is not None else None)
+    stale: list[Hold] = []
+    for h in kin:
+        if h is None or h in stale or h.spec.kind != P.WRITE or h.owner != spec.owner:
+            continue
+        if h.spec.key != spec.key or h.settled or not h.is_lost():
+            continue
+        stale.append(h)
+    if not stale or (spec.peers is not None and not spec.peers.no_other_writer(spec.key, rid)):
+        return []
+    me = object()
+    return [h for h in stale if h._claims.setdefault("stale", me) is me]
 
 
 class LossSignal:

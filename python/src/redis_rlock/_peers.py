@@ -31,6 +31,9 @@ class Peers:
         #: leases sent by acquires not answered yet (their hold does not exist yet), by key: the
         #: latest end each may give; kept until that end passes
         self._pending: dict[bytes, float] = {}
+        #: by request id: the earliest end any lease sent under it gives (a grant under that
+        #: id set the key's expiry to at least this: its hold is valid that long)
+        self._sent: dict[bytes, tuple[bytes, float]] = {}
 
     def track(self, hold: Hold) -> None:
         """Records ``hold`` (a hold granted, or about to be, under this owner)."""
@@ -40,6 +43,39 @@ class Peers:
         """An acquire for ``key`` sends ``lease_ms`` now: a renewal of another hold sent before
         its grant is known must not be shorter (it would set the new hold's lease too)."""
         self._pending[key] = max(self._pending.get(key, now), now + lease_ms / 1000.0)
+
+    def sent(self, key: bytes, rid: bytes, until: float) -> None:
+        """An acquire of ``key`` under request id ``rid`` sent a lease ending no earlier than
+        ``until`` (recorded until it is granted, or that lease ended)."""
+        if len(self._sent) > 256:  # requests never granted: forgotten once their lease ended
+            now = time.monotonic()
+            for r, (_, u) in list(self._sent.items()):
+                if u < now:
+                    self._sent.pop(r, None)
+        old = self._sent.get(rid)
+        self._sent[rid] = (key, until if old is None else min(old[1], until))
+
+    def granted_until(self, rid: bytes) -> float:
+        """The end of the shortest lease sent under ``rid`` (-inf: none recorded), forgotten:
+        a grant under ``rid`` keeps the owner's one server hold at least that long, whatever
+        the hold's own lease (a lease sent is never shorter than what the owner's other holds
+        were promised, or than a pending acquire's)."""
+        return self._sent.pop(rid, (b"", float("-inf")))[1]
+
+    def tracked(self, key: bytes) -> list[Hold]:
+        """Every hold of this owner on ``key`` still referenced (lost and released ones too)."""
+        refs = self._holds.get(key)
+        holds = [] if refs is None else [ref() for ref in refs.copy().values()]
+        return [h for h in holds if h is not None and not inherited(h)]
+
+    def no_other_writer(self, key: bytes, rid: bytes) -> bool:
+        """Whether no write hold of this owner on ``key`` is live and no acquire of it other
+        than ``rid`` may be in flight (or granted unseen, or being cancelled): any write count
+        of the owner on the server is then one of its lost holds'."""
+        if any(h.spec.kind == "write" for h in self._live(key)):
+            return False
+        now = time.monotonic()
+        return not any(k == key and u >= now and r != rid for r, (k, u) in self._sent.items())
 
     def _live(self, key: bytes) -> list[Hold]:
         refs = self._holds.get(key)

@@ -224,11 +224,16 @@ class Spec:
 
     def acquire(self, rid: bytes, wait_ms: Optional[int]) -> list[Arg]:
         """The acquire command; ``wait_ms`` None: no WAIT (one try), 0: WAIT without limit."""
+        if self.kind in (LOCK, READ, WRITE):
+            now = time.monotonic()
+            lease = self.sent_lease_ms(now)
+            if self.peers is not None:
+                self.peers.sent(self.key, rid, now + lease / 1000.0)
         if self.kind == LOCK:
-            args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, self.sent_lease_ms()]
+            args: list[Arg] = ["RLOCK.ACQUIRE", self.key, self.owner, lease]
         elif self.kind in (READ, WRITE):
             mode = "READ" if self.kind == READ else "WRITE"
-            args = ["RWLOCK.ACQUIRE", self.key, self.owner, mode, self.sent_lease_ms()]
+            args = ["RWLOCK.ACQUIRE", self.key, self.owner, mode, lease]
         elif self.kind == LEASED:
             args = ["RSEM.ACQUIRE", self.key, self.permits, "LEASE", self.lease_ms]
         else:
@@ -286,6 +291,13 @@ class Spec:
         if self.kind == COUNTED:
             return True
         return reply is not None
+
+
+def counted_release(key: bytes, permits: int) -> list[Arg]:
+    """An ownerless release of ``permits`` counted permits under a request id of its own
+    (``RSEM.RELEASE key n REQUEST id``): the server gives them back once for that id, so the
+    same command sent again (a lost reply, a dropped connection) gives back nothing more."""
+    return ["RSEM.RELEASE", key, permits, "REQUEST", new_id()]
 
 
 def cancel_args(key: bytes, rid: bytes) -> list[Arg]:

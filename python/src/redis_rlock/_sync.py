@@ -25,7 +25,7 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner, inherited
-from ._hold import Hold, LostCallback, kept_by_cancel
+from ._hold import Hold, LostCallback, kept_by_cancel, stale_writes
 from ._sync_threads import Releaser, Watchdog, on_background_thread
 from .errors import RLockError, translate
 
@@ -364,6 +364,8 @@ class SyncBackend:
                     if found:
                         conn.disconnect()  # silent: its reply (if it ever comes) is dropped
                         wait.probed = True
+                        if isinstance(reply, ResponseError):
+                            raise reply  # "was cancelled": the wait is over, holding nothing
                         return reply
                     probe_at = time.monotonic() + W.probe_every(self.rt)
                 if now >= end:
@@ -403,17 +405,21 @@ class SyncBackend:
         """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
         while the server still queues it, or its connection answers within the response
         timeout after all; (True, reply) when that connection is silent: the acquire's answer
-        now (the grant, replayed, or not granted: the request is spent)."""
+        now (the grant, replayed, or not granted: the request is spent; or the error reply
+        ``was cancelled``, the wait's answer, to be raised: see ``_waits.probe_answer``)."""
         # Granted, perhaps, from the moment it is sent: the acquire cancels the id unless it
         # takes the grant (a "not granted" answer of the wait itself may come first).
         before, wait.answered = wait.answered, True
         try:
             assert wait.probe is not None
             reply = self.call(key, wait.probe)
-        except Exception as e:  # "already waiting": the server still queues it; else: no answer
-            if isinstance(e, ResponseError) and P.is_waiting_reply(e):
+        except Exception as e:
+            answer = W.probe_answer(e)
+            if answer == "waiting":
                 wait.answered = before  # the server queued it then: the check took nothing
-            return False, None
+            if answer != "over":
+                return False, None
+            reply = e
         if conn.can_read(timeout=self.rt):
             return False, None  # the reply was on its way: read it
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
@@ -569,6 +575,7 @@ class SyncBackend:
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
                     return None
+                self.release_stale(stale_writes(spec, rid))
                 hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
                 if session is not None:
@@ -582,6 +589,7 @@ class SyncBackend:
             # caller is told nothing was taken, so the grant, if any, is cancelled exactly.
             if need_cancel:
                 if hold is not None:
+                    hold.settled = True  # given back by the cancel below
                     hold.done = True  # a stored guard of a cancelled grant says "not held"
                 self.cancel(spec, rid, t0)
             raise
@@ -593,17 +601,28 @@ class SyncBackend:
         try:
             assert wait.probe is not None
             self.call(spec.key, wait.probe)
-        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
-            return False
+        except Exception as e:
+            # "already waiting": still queued; "was cancelled": not waiting any more (its
+            # connection, the session's, is gone on the server), holding nothing; else: no
+            # answer, no conclusion
+            return W.probe_answer(e) == "over"
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
+
+    def release_stale(self, holds: list[Hold]) -> None:
+        """Releases lost write holds whose count a read grant just read may have kept on the
+        server (``_hold.stale_writes``): each hold's own release (its fixed request id: sent
+        again, it is never a second release), in the background, waited for a bounded time."""
+        jobs = [self.releaser.submit(h.spec.key, h.release_args(), 3 * self.rt) for h in holds]
+        for job in jobs:
+            job.wait(2 * self.rt)
 
     def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
         until answered or the grant's lease would have ended; waits for it a bounded time (two
         response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
-        then = functools.partial(kept_by_cancel, spec, t0)
+        then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt, then)
         job.wait(2 * self.rt)
 
@@ -706,6 +725,7 @@ class SyncBackend:
         (queued first), then the hold is marked done."""
         spec = hold.spec
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S - 10
+        hold.settled = True
         self.releaser.submit(spec.key, P.cancel_args(spec.key, hold.rid), horizon + self.rt)
         hold.done = True
 

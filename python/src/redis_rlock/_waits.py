@@ -35,6 +35,9 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Literal, Optional
 
+from redis.exceptions import ResponseError
+
+from . import _proto as P
 from ._flag import Sleepers
 
 #: A lasting wait is checked every this many response timeouts (at least 1 s): well within
@@ -73,6 +76,23 @@ def line_key(spec: Any) -> Optional[bytes]:
 def probe_every(rt: float) -> float:
     """Seconds between two checks of a lasting wait (``rt``: the response timeout)."""
     return max(1.0, PROBE_RT * rt)
+
+
+def probe_answer(err: BaseException) -> Literal["waiting", "over", "unknown"]:
+    """What an error answer to a wait's check (its acquire sent again without ``WAIT``, same
+    ``REQUEST`` id, from another connection) says of the wait. A reply (granted, or not) says
+    the server no longer queues it (the reply is the wait's answer). Of the errors:
+    ``already waiting``: still queued ("waiting"); ``was cancelled``: the request holds nothing
+    and never will, so the wait is not waiting any more and that is its answer ("over": the
+    acquire asks again as a new request, as when the wait itself is told so); anything else
+    (no reply, a transient error, ``NOPERM``, ``OOM``, ``NOREPLICAS``, ``WRONGTYPE``: refused
+    before or without reading the request's state) says nothing of it ("unknown")."""
+    if isinstance(err, ResponseError):
+        if P.is_waiting_reply(err):
+            return "waiting"
+        if P.is_cancelled_reply(err):
+            return "over"
+    return "unknown"
 
 
 def is_maxclients(err: BaseException) -> bool:

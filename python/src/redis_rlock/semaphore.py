@@ -5,8 +5,11 @@ and :class:`LeasedSemaphore` (leased permits with ids, Redisson's
 from __future__ import annotations
 
 import threading
+import time
 from types import TracebackType
 from typing import Any, Callable, Optional
+
+from redis.exceptions import ResponseError
 
 from . import _proto as P
 from ._fork import inherited
@@ -158,9 +161,17 @@ class Semaphore(_SemBase):
         self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, store)
 
     def release(self, permits: int = 1) -> int:
-        """Gives back ``permits`` (anyone may); returns the count left. Not retried after a
-        lost reply (counted permits carry no owner: a retry could give back twice)."""
-        return int(self._cmd("RSEM.RELEASE", self.name, P.check_permits(permits, False)))
+        """Gives back ``permits`` (anyone may); returns the count left. Sent with a request id
+        of its own (``RSEM.RELEASE key n REQUEST id``: the server gives back once per id and
+        remembers it for 60 s), so after a lost reply or a connection dropped under it (the
+        client's ``close()``, a reset) it is sent again, never giving back twice, within the
+        response timeout (three times it; at most 50 s): as other calls overlapping ``close()``."""
+        args = P.counted_release(self.name, P.check_permits(permits, False))
+        until = time.monotonic() + min(3 * self._be.rt, P.REQUEST_RECORD_S - 10)
+        try:
+            return int(self._be.call_until(self.name, args, until)[0])
+        except ResponseError as e:
+            raise translate(e, self.name.decode(errors="replace")) from None
 
     def _take_one(self, store: Callable[[Hold], None]) -> Optional[Hold]:
         spec = P.Spec(P.COUNTED, self.name, permits=1)

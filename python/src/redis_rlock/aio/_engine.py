@@ -24,7 +24,7 @@ from .. import _proto as P
 from .. import _waits as W
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from .._fork import ForkGuard, check_owner
-from .._hold import LostCallback, kept_by_cancel
+from .._hold import LostCallback, kept_by_cancel, stale_writes
 from ..errors import translate
 from ._hold import AsyncHold, watch
 
@@ -248,6 +248,8 @@ class AsyncBackend:
         except _Silent as e:
             wait.probed = True  # type: ignore[union-attr]
             await _drop(conn)  # silent: its reply (if it ever comes) is dropped
+            if isinstance(e.reply, ResponseError):
+                raise e.reply from None  # "was cancelled": the wait is over, holding nothing
             return e.reply
         except BaseException as e:
             if must_drop(e):
@@ -287,10 +289,13 @@ class AsyncBackend:
         try:
             assert wait.probe is not None
             reply = await self.call(key, wait.probe)
-        except Exception as e:  # "already waiting": the server still queues it; else: no answer
-            if isinstance(e, ResponseError) and P.is_waiting_reply(e):
+        except Exception as e:  # see ``_waits.probe_answer``
+            answer = W.probe_answer(e)
+            if answer == "waiting":
                 wait.answered = before  # the server queued it then: the check took nothing
-            return False, None
+            if answer != "over":
+                return False, None
+            reply = e  # "was cancelled": the wait's answer, raised
         await asyncio.wait({read}, timeout=self.rt)
         if read.done():
             return False, None
@@ -342,17 +347,31 @@ class AsyncBackend:
         try:
             assert wait.probe is not None
             await self.call(spec.key, wait.probe)
-        except Exception:  # "already waiting": still queued; else: no answer, no conclusion
-            return False
+        except Exception as e:  # as the sync engine's: "was cancelled" says it is not waiting
+            return W.probe_answer(e) == "over"
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
+
+    async def release_stale(self, holds: list[Any]) -> None:
+        """As the sync engine's: lost write holds a read grant may have kept on the server,
+        released (their own idempotent release) in shielded tasks, awaited a bounded time."""
+        if not holds:
+            return
+        tasks = [
+            self.background(self._cleanup(h.spec.key, h.release_args(), 3 * self.rt)) for h in holds
+        ]
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), 2 * self.rt)
+        except asyncio.TimeoutError:
+            pass
 
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
         horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
+        asked_at = time.monotonic()
         task = self.background(self._cleanup(spec.key, P.cancel_args(spec.key, rid), horizon))
-        task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0))
+        task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0, asked_at))
         try:
             await asyncio.wait_for(asyncio.shield(task), 2 * self.rt)
         except asyncio.TimeoutError:
@@ -467,6 +486,7 @@ class AsyncBackend:
                     if again and (end is None or time.monotonic() < end) and wait != 0.0:
                         continue
                     return None
+                await self.release_stale(stale_writes(spec, rid))
                 hold = AsyncHold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
                 if session is not None:
@@ -629,9 +649,9 @@ async def _drop(conn: Any) -> None:
         pass
 
 
-def _kept_by_cancel(spec: P.Spec, t0: float, task: asyncio.Task[Any]) -> None:
+def _kept_by_cancel(spec: P.Spec, t0: float, asked_at: float, task: asyncio.Task[Any]) -> None:
     if not task.cancelled() and task.exception() is None:
-        kept_by_cancel(spec, t0, task.result())
+        kept_by_cancel(spec, t0, task.result(), asked_at)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

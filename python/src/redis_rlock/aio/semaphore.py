@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any, Optional
 
@@ -107,8 +108,14 @@ class Semaphore(_SemBase):
         return await self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, _noop)
 
     async def release(self, permits: int = 1) -> int:
-        """Gives back ``permits`` (not retried after a lost reply); the count left."""
-        return int(await self._cmd("RSEM.RELEASE", self.name, P.check_permits(permits, False)))
+        """Gives back ``permits``; the count left. As the sync one: with a request id of its
+        own, sent again after a lost reply or a dropped connection, never giving back twice."""
+        args = P.counted_release(self.name, P.check_permits(permits, False))
+        until = time.monotonic() + min(3 * self._be.rt, P.REQUEST_RECORD_S - 10)
+        try:
+            return int((await self._be.call_until(self.name, args, until))[0])
+        except ResponseError as e:
+            raise translate(e, self.name.decode(errors="replace")) from None
 
     async def _take_one(self) -> Optional[AsyncHold]:
         return await self.permits(1, self._blocking, self._timeout)
