@@ -59,32 +59,31 @@ pub const fn lease_over_at(now: i64, pttl: i64) -> i64 {
 pub enum Extend {
     /// Redisson's rule (the default): the new lease, whatever was left.
     Set,
-    /// `GT`, at Unix ms `now`: the later of the current lease end and the new one, as
-    /// `PEXPIRE ... GT` does (a key without expiry keeps none). A lease is never shortened, so
-    /// a renewal applied late (after a longer one) changes nothing.
-    Gt { now: i64 },
+    /// `GT`, the key's lease ending at Unix ms `until` (its absolute expiry as stored; -1: no
+    /// expiry): the later of that and the new lease's end, as `PEXPIRE ... GT` does (a key
+    /// without expiry keeps none). A lease is never shortened, so a renewal applied late (after
+    /// a longer one) changes nothing.
+    Gt { until: i64 },
 }
 
 impl Extend {
-    /// `GT` at `now` when `gt`, else [`Self::Set`].
+    /// `GT` against the key's absolute expiry `until` (-1: none) when `gt`, else [`Self::Set`].
     #[must_use]
-    pub const fn new(gt: bool, now: i64) -> Self {
+    pub const fn new(gt: bool, until: i64) -> Self {
         if gt {
-            Self::Gt { now }
+            Self::Gt { until }
         } else {
             Self::Set
         }
     }
 
-    /// The deadline to set on a held key with `pttl` ms left (-1: no expiry) for a new lease
-    /// ending at `deadline`; `None`: leave the expiry as it is (it is already as late, `GT`).
+    /// The deadline to set on the held key for a new lease ending at `deadline`; `None`: leave
+    /// the expiry exactly as it is (`GT`: it is already as late, or there is none).
     #[must_use]
-    pub const fn expire_at(self, pttl: i64, deadline: Deadline) -> Option<Deadline> {
+    pub const fn expire_at(self, deadline: Deadline) -> Option<Deadline> {
         match self {
             Self::Set => Some(deadline),
-            Self::Gt { now } if pttl >= 0 && now.saturating_add(pttl) < deadline.0 => {
-                Some(deadline)
-            }
+            Self::Gt { until } if until >= 0 && until < deadline.0 => Some(deadline),
             Self::Gt { .. } => None,
         }
     }
@@ -192,11 +191,12 @@ pub struct Request {
 impl Request {
     /// The grant of this request on the lock as it is now: the plan to apply, or `None` while
     /// the lock cannot be granted to it (the hand-off stops at the first waiter it cannot
-    /// grant, so the queue stays FIFO).
+    /// grant, so the queue stays FIFO). `expire_at`: the lock key's absolute expiry (-1: none), which a grant with `GT` that comes
+    /// as a re-entry keeps when it is later.
     #[must_use]
-    pub fn grant(&self, view: View, now_ms: i64) -> Option<Plan> {
+    pub fn grant(&self, view: View, now_ms: i64, expire_at: i64) -> Option<Plan> {
         let deadline = Deadline::after(now_ms, self.lease).unwrap_or(Deadline::LAST);
-        let extend = Extend::new(self.gt, now_ms);
+        let extend = Extend::new(self.gt, expire_at);
         acquire(view, deadline, extend).ok().filter(|plan| plan.reply == Reply::Nil)
     }
 
@@ -273,14 +273,14 @@ const fn grant(deadline: Deadline) -> Plan {
 /// # Errors
 /// [`LockError::CountOverflow`] when re-entry would pass `i64::MAX` holds.
 pub fn acquire(view: View, deadline: Deadline, extend: Extend) -> Result<Plan, LockError> {
-    let (count, pttl) = match view {
+    let count = match view {
         View::Free => return Ok(grant(deadline)),
-        View::Held { mine: Some(held), pttl } => (next_count(held)?, pttl),
+        View::Held { mine: Some(held), .. } => next_count(held)?,
         View::Held { mine: None, pttl } => return Ok(Plan::reply(Reply::Int(pttl))),
     };
     Ok(Plan {
         write: Write::SetCount(count),
-        expire_at: extend.expire_at(pttl, deadline),
+        expire_at: extend.expire_at(deadline),
         publish: false,
         reply: Reply::Nil,
     })
@@ -311,9 +311,9 @@ pub fn release(view: View, lease: Option<Deadline>) -> Plan {
 #[must_use]
 pub fn renew(view: View, deadline: Deadline, extend: Extend) -> Plan {
     match view {
-        View::Held { mine: Some(_), pttl } => Plan {
+        View::Held { mine: Some(_), .. } => Plan {
             write: Write::Keep,
-            expire_at: extend.expire_at(pttl, deadline),
+            expire_at: extend.expire_at(deadline),
             publish: false,
             reply: Reply::Int(1),
         },

@@ -182,10 +182,10 @@ fn a_waiter_is_granted_a_free_lock_only() {
         session: None,
         gt: false,
     };
-    let plan = request.grant(View::Free, 1_000).expect("free: granted");
+    let plan = request.grant(View::Free, 1_000, -1).expect("free: granted");
     assert_eq!((plan.write, plan.reply), (Write::SetCount(1), Reply::Nil));
     assert_eq!(plan.expire_at.map(Deadline::unix_ms), Some(1_100));
-    assert_eq!(request.grant(View::Held { mine: None, pttl: 5 }, 1_000), None);
+    assert_eq!(request.grant(View::Held { mine: None, pttl: 5 }, 1_000, 1_005), None);
     assert!(request.exclusive());
 }
 
@@ -206,7 +206,7 @@ fn with_gt_a_re_entry_or_renewal_ends_at_the_later_of_the_current_and_the_new_le
         let ms = 1 + rng.below(20_000) as u64;
         let new_end = at(now, ms).unix_ms();
         let view = View::Held { mine: Some(1 + rng.below(3) as u64), pttl };
-        let gt = Extend::Gt { now };
+        let gt = Extend::Gt { until: if pttl < 0 { -1 } else { now + pttl } };
         let plans = [
             rules::acquire(view, at(now, ms), gt).expect("no overflow"),
             rules::renew(view, at(now, ms), gt),
@@ -228,7 +228,7 @@ fn with_gt_a_re_entry_or_renewal_ends_at_the_later_of_the_current_and_the_new_le
 
 #[test]
 fn gt_changes_neither_a_fresh_grant_nor_what_another_owner_or_a_free_lock_gets() {
-    let gt = Extend::Gt { now: 0 };
+    let gt = Extend::Gt { until: 5_000 };
     let d = at(0, 100);
     assert_eq!(rules::acquire(View::Free, d, gt), rules::acquire(View::Free, d, Extend::Set));
     let other = View::Held { mine: None, pttl: 5_000 };
@@ -249,6 +249,6 @@ fn gt_changes_neither_a_fresh_grant_nor_what_another_owner_or_a_free_lock_gets()
         session: None,
         gt: true,
     };
-    let plan = request.grant(held, 0).expect("a re-entry is granted");
+    let plan = request.grant(held, 0, 5_000).expect("a re-entry is granted");
     assert_eq!((plan.write, plan.expire_at), (Write::SetCount(2), None));
 }

@@ -66,7 +66,8 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         };
         let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
         let (key, view) = waiting::settled_view(ctx, cmd.key, cmd.owner)?;
-        let plan = rules::acquire(view, deadline, rules::Extend::new(cmd.gt, now))?;
+        let extend = rules::Extend::new(cmd.gt, key.raw().expire_at());
+        let plan = rules::acquire(view, deadline, extend)?;
         if let (Reply::Int(holder_pttl), Some(wait)) = (plan.reply, cmd.wait) {
             // Never block where no grant can happen (MULTI, Lua, a writable replica).
             if raw::may_block(ctx) && raw::is_master(ctx) {
@@ -149,13 +150,12 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Renew::parse(&argv)?;
         sessions::check_owner(cmd.owner.as_slice())?;
-        let now = raw::now_ms();
-        let deadline = Deadline::after(now, cmd.lease)?;
+        let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
         store::may_grant(ctx)?;
         waiting::apply_pending(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
-        let plan =
-            rules::renew(key.view(Some(cmd.owner))?, deadline, rules::Extend::new(cmd.gt, now));
+        let extend = rules::Extend::new(cmd.gt, key.raw().expire_at());
+        let plan = rules::renew(key.view(Some(cmd.owner))?, deadline, extend);
         key.apply(Some(cmd.owner), &plan);
         drop(key);
         if let Some(at) = plan.expire_at {

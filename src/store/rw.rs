@@ -39,7 +39,8 @@ impl<'a> RwKey<'a> {
     pub fn state(&self) -> Result<RwState, LockError> {
         match self.key.kind() {
             KeyKind::Empty => Ok(RwState { pttl: -2, ..RwState::default() }),
-            KeyKind::Hash => RwState::from_fields(self.key.hash_fields(), self.key.pttl()),
+            KeyKind::Hash => RwState::from_fields(self.key.hash_fields(), self.key.pttl())
+                .map(|state| RwState { expires: Some(self.key.expire_at()), ..state }),
             KeyKind::String | KeyKind::Other => Err(LockError::WrongType),
         }
     }
@@ -72,6 +73,7 @@ impl<'a> RwKey<'a> {
                     self.key.field_count() > 0,
                     self.key.pttl(),
                 )
+                .map(|state| RwState { expires: Some(self.key.expire_at()), ..state })
             }
         }
     }
@@ -176,8 +178,24 @@ impl<'a> RwKey<'a> {
         if state.reads_of(owner) == 0 {
             return Ok(Some(BTreeMap::new()));
         }
-        let mut own = self.holds(state, now)?.remove(owner).unwrap_or_default();
-        own.retain(|_, at| *at > now);
+        rw_rules::walkable(state)?;
+        let checker = KeyChecker::new(self.ctx);
+        let mut own = BTreeMap::new();
+        for index in 1..=state.reads_of(owner) {
+            let hold = hold_key(self.ctx, self.name, owner, index)?;
+            checker.check(self.ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
+            // The expiry exactly as stored (`now + pttl` may be a millisecond early).
+            let key = Key::open(self.ctx, &hold, false);
+            match key.expire_at() {
+                -1 if key.kind() != KeyKind::Empty => {
+                    own.insert(index, i64::MAX);
+                }
+                at if at > now => {
+                    own.insert(index, at);
+                }
+                _ => {}
+            }
+        }
         Ok(Some(own))
     }
 

@@ -116,7 +116,7 @@ pub fn consider<'a>(
                 // Not a lock any more (WRONGTYPE, a corrupt count): nobody is granted.
                 return Head::Wait { recheck_at: None };
             };
-            let Some(plan) = request.grant(view, now) else {
+            let Some(plan) = request.grant(view, now, key.raw().expire_at()) else {
                 let pttl = if let View::Held { pttl, .. } = view { pttl } else { -1 };
                 return Head::Wait { recheck_at: recheck(now, pttl) };
             };
