@@ -109,3 +109,37 @@ fn a_promotion_looks_for_leased_semaphores_a_tick_budget_at_a_time() {
     assert!(info_field(&mut r, "rlock", "rlock_timer_ticks_split") > 1, "split over ticks");
     assert!(started.elapsed() < LIMIT);
 }
+
+#[test]
+fn waiters_on_a_promoted_replica_are_served_when_a_dead_reader_s_hold_or_a_lock_delay_ends() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_replica_online(&master);
+    let mut m = master.conn();
+    // A reader whose only hold ends in 1 s while the hash lasts 30 s (a shorter renewal never
+    // shortens the hash).
+    cmd(&mut m, &["RWLOCK.ACQUIRE", "rw", "reader", "READ", "30000"]);
+    cmd(&mut m, &["RWLOCK.RENEW", "rw", "reader", "1000", "READ"]);
+    // A session hold ended by its connection's close: a 1.5 s lock-delay follows.
+    let mut session = master.conn();
+    cmd(&mut session, &["RLOCK.ACQUIRE", "l", "holder", "30000", "SESSION", "LOCKDELAY", "1500"]);
+    drop(session);
+    poll("the lock-delay in place", LIMIT, || {
+        let owners: Vec<String> = redis::cmd("HKEYS").arg("l").query(&mut m).ok()?;
+        (owners.len() == 1 && owners[0] != "holder").then_some(())
+    });
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
+    assert_eq!(acked, 1, "the replica has it all");
+    let started = Instant::now();
+    cmd(&mut replica.conn(), &["REPLICAOF", "NO", "ONE"]);
+    let mut r = replica.conn();
+    r.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let writer = cmd(&mut r, &["RWLOCK.ACQUIRE", "rw", "writer", "WRITE", "5000", "WAIT", "8000"]);
+    assert_eq!(writer, Value::Nil, "the writer got the lock once the dead reader left");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(1_000 + 2_000), "at the hold's end: {waited:?}");
+    let next = cmd(&mut r, &["RLOCK.ACQUIRE", "l", "next", "5000", "WAIT", "8000"]);
+    assert_eq!(next, Value::Nil, "the lock is granted when its lock-delay ends");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(1_500 + 2_000), "at the delay's end: {waited:?}");
+}
