@@ -122,8 +122,8 @@ pub fn write_field(owner: &[u8]) -> Vec<u8> {
     [owner, WRITE_SUFFIX].concat()
 }
 
-/// The names whose `suffix` key (by [`suffixed`]) is `key`: at most two (`{a}:s` is both `a`'s
-/// and `{a}`'s), none when `key` is no such key.
+/// The names whose `suffix` key (by [`suffixed`]) is `key`, Redisson's plain form first: at most
+/// two (`{a}:s` is both `a`'s and `{a}`'s), none when `key` is no such key.
 #[must_use]
 pub fn unsuffixed(key: &[u8], suffix: &[u8]) -> Vec<Vec<u8>> {
     let Some(stem) = key.strip_suffix(suffix).and_then(|k| k.strip_suffix(b":")) else {
@@ -183,7 +183,8 @@ mod tests {
         assert_eq!(suffixed(b"orders", b"timeout"), b"{orders}:timeout");
         assert_eq!(suffixed(b"app{7}:orders", b"timeout"), b"app{7}:orders:timeout");
         let back = |key: &[u8]| unsuffixed(key, b"timeout");
-        assert_eq!(back(b"{orders}:timeout"), vec![b"orders".to_vec()]);
+        // `{orders}` is a name too (with braces, only `:timeout` is added).
+        assert_eq!(back(b"{orders}:timeout"), vec![b"orders".to_vec(), b"{orders}".to_vec()]);
         assert_eq!(back(b"app{7}:orders:timeout"), vec![b"app{7}:orders".to_vec()]);
         assert_eq!(back(b"{a}:timeout"), vec![b"a".to_vec(), b"{a}".to_vec()]);
         for other in [&b"orders:timeout"[..], b"{orders}:timeouts", b"timeout", b"{a{b}:timeout"] {
