@@ -5,7 +5,13 @@
 //! read before and after each command to bound "now".
 
 use redis::Connection;
-use rlock_tests_integration::{cmd, pexpiretime, run, run_str, server_time_ms, Rng, Server};
+use std::time::Duration;
+
+use rlock_tests_integration::{
+    cmd, pexpiretime, queue_str, run, run_str, server_time_ms, Rng, Server,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
 
 /// Runs `args` and returns the server's clock just before and just after it.
 fn timed(con: &mut Connection, args: &[&str]) -> (i64, i64) {
@@ -181,4 +187,34 @@ fn gt_twice_is_a_syntax_error_and_semaphores_refuse_it_as_any_unknown_option() {
     // Nothing was taken or changed by the refusals.
     assert_eq!(cmd(&mut c, &["EXISTS", "k", "rw"]), redis::Value::Int(0));
     assert_eq!(cmd(&mut c, &["RSEM.AVAILABLE", "s"]), redis::Value::Int(1));
+}
+
+/// Two waiters of one owner queue behind another owner's hold: the first (30 s lease) is handed
+/// the lock, the second (1 s lease, `GT` or not) is granted next as a re-entry. Returns the
+/// lock's remaining lease after both grants.
+fn second_waiter_re_enters(gt: bool) -> i64 {
+    let server = Server::start();
+    let mut c = server.conn();
+    cmd(&mut c, &["RLOCK.ACQUIRE", "k", "other", "60000"]);
+    let first = queue_str(&server, &mut c, &["RLOCK.ACQUIRE", "k", "o", "30000", "WAIT", "9000"]);
+    let mut second = vec!["RLOCK.ACQUIRE", "k", "o", "1000", "WAIT", "9000"];
+    if gt {
+        second.push("GT");
+    }
+    let second = queue_str(&server, &mut c, &second);
+    cmd(&mut c, &["RLOCK.RELEASE", "k", "other"]);
+    assert_eq!(first.reply(LIMIT).0, Ok(redis::Value::Nil), "the first waiter is handed it");
+    assert_eq!(second.reply(LIMIT).0, Ok(redis::Value::Nil), "the second re-enters");
+    let count: String = redis::cmd("HGET").arg("k").arg("o").query(&mut c).expect("HGET");
+    assert_eq!(count, "2");
+    redis::cmd("PTTL").arg("k").query(&mut c).expect("PTTL")
+}
+
+#[test]
+fn a_waiter_with_gt_granted_as_a_re_entry_keeps_the_owner_s_longer_lease() {
+    let pttl = second_waiter_re_enters(true);
+    assert!(pttl > 25_000, "GT kept the first grant's 30 s lease: {pttl}");
+    // Without GT the re-entry sets its own lease, as Redisson does.
+    let pttl = second_waiter_re_enters(false);
+    assert!((0..=1_000).contains(&pttl), "without GT the lease is the re-entry's: {pttl}");
 }
