@@ -62,7 +62,7 @@ pub enum Extend {
     /// `GT`, the key's lease ending at Unix ms `until` (its absolute expiry as stored; -1: no
     /// expiry): the later of that and the new lease's end, as `PEXPIRE ... GT` does (a key
     /// without expiry keeps none). A lease is never shortened, so a renewal applied late (after
-    /// a longer one) changes nothing.
+    /// a longer one) sets the expiry it already had.
     Gt { until: i64 },
 }
 
@@ -77,13 +77,16 @@ impl Extend {
         }
     }
 
-    /// The deadline to set on the held key for a new lease ending at `deadline`; `None`: leave
-    /// the expiry exactly as it is (`GT`: it is already as late, or there is none).
+    /// The deadline to set on the held key for a new lease ending at `deadline` (with `GT`, the
+    /// key's own when it is later: set again exactly, so what follows a grant, its request
+    /// record, its session binding, sees the lease end it has); `None`: leave the key without
+    /// expiry (`GT` on a key that has none).
     #[must_use]
     pub const fn expire_at(self, deadline: Deadline) -> Option<Deadline> {
         match self {
             Self::Set => Some(deadline),
-            Self::Gt { until } if until >= 0 && until < deadline.0 => Some(deadline),
+            Self::Gt { until } if until > deadline.0 => Some(Deadline(until)),
+            Self::Gt { until } if until >= 0 => Some(deadline),
             Self::Gt { .. } => None,
         }
     }

@@ -105,7 +105,9 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         }
         if let Some(record) = record {
             let owner = cmd.owner.to_vec();
-            record.granted(ctx, Granted::Lock { owner, token }, deadline.unix_ms());
+            // Until the lease ends (with `GT`, perhaps later than `deadline`).
+            let until = plan.expire_at.map_or(deadline.unix_ms(), Deadline::unix_ms);
+            record.granted(ctx, Granted::Lock { owner, token }, until);
         }
         Ok(store::to_value(rules::granted(token)))
     })

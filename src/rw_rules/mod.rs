@@ -46,12 +46,13 @@ fn next_read(reads: u64) -> Result<u64, LockError> {
 }
 
 /// The hash's lease set to the later of its current deadline and `deadline` (a lock with no
-/// expiry gets one): nothing when the current one is as late (left exactly as it is).
-fn extended(state: &RwState, now: i64, deadline: Deadline) -> Option<Effect> {
-    match state.deadline(now) {
-        Some(current) if current >= deadline.unix_ms() => None,
-        _ => Some(Effect::ExpireAt(deadline)),
-    }
+/// expiry gets one). The current deadline is the stored one when the store read it
+/// ([`RwState::expires`]), so setting it again changes nothing.
+fn extended(state: &RwState, now: i64, deadline: Deadline) -> Effect {
+    Effect::ExpireAt(match state.deadline(now) {
+        Some(current) if current > deadline.unix_ms() => Deadline::at(current),
+        _ => deadline,
+    })
 }
 
 /// How a re-entry or a renewal sets the leases of the read holds the owner already has.
@@ -140,7 +141,7 @@ pub fn acquire(
                 effects.extend(reads_rule.renewals(owner, reads, until));
             }
             effects.push(Effect::AddHold { owner: owner.to_vec(), index: count, deadline: until });
-            effects.extend(extended(state, now, until));
+            effects.push(extended(state, now, until));
             grant(effects)
         }
         (Mode::Write, None) => grant(vec![
@@ -148,12 +149,10 @@ pub fn acquire(
             Effect::SetWrites { owner: owner.to_vec(), count: 1 },
             Effect::ExpireAt(deadline),
         ]),
-        (Mode::Write, Some(_)) if writes > 0 => {
-            let mut effects =
-                vec![Effect::SetWrites { owner: owner.to_vec(), count: next(writes)? }];
-            effects.extend(extended(state, now, deadline));
-            grant(effects)
-        }
+        (Mode::Write, Some(_)) if writes > 0 => grant(vec![
+            Effect::SetWrites { owner: owner.to_vec(), count: next(writes)? },
+            extended(state, now, deadline),
+        ]),
         (Mode::Write, Some(Mode::Read)) if reads > 0 => Ok(Acquired::Upgrade(state.pttl)),
         (Mode::Write, Some(_)) => Ok(busy),
     }
@@ -347,7 +346,7 @@ pub fn renew(
     }
     let until = if reads > 0 { reads_rule.until(deadline) } else { deadline };
     let mut effects = reads_rule.renewals(owner, reads, until);
-    effects.extend(extended(state, now, until));
+    effects.push(extended(state, now, until));
     RwPlan { effects, ..RwPlan::reply(Reply::Int(1)) }
 }
 
@@ -381,7 +380,7 @@ pub fn renew_side(
             (reads_rule.renewals(owner, reads, until), until)
         }
     };
-    effects.extend(extended(state, now, until));
+    effects.push(extended(state, now, until));
     RwPlan { effects, ..RwPlan::reply(Reply::Int(1)) }
 }
 

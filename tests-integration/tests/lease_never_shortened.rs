@@ -149,6 +149,10 @@ fn gt_on_a_fresh_grant_or_for_a_non_holder_is_the_plain_command() {
     // A GT renewal that changes nothing still tells the holder it holds.
     cmd(&mut c, &["RLOCK.RENEW", "k", "o", "60000"]);
     assert_eq!(cmd(&mut c, &["RLOCK.RENEW", "k", "o", "5", "GT"]), redis::Value::Int(1));
+    // A request record lasts as long as the lease the grant left (the kept, later one).
+    cmd(&mut c, &["RLOCK.ACQUIRE", "k", "o", "5", "GT", "REQUEST", "r1"]);
+    let (lease, record) = (pexpiretime(&mut c, b"k"), pexpiretime(&mut c, b"rlock_request:{k}:r1"));
+    assert_eq!(record, lease, "the record ends with the lease");
     // With SESSION, GT is as without: the session binds the hold, GT keeps its lease.
     cmd(&mut c, &["RLOCK.ACQUIRE", "s", "o", "60000", "SESSION"]);
     let end = pexpiretime(&mut c, b"s");
