@@ -129,14 +129,16 @@ fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
     }
 }
 
-/// Promoted: tokens from now on are above any the old master issued, and the new master
-/// starts with no replicas seen. Demoted to a replica: every waiter gets an error.
+/// Promoted: tokens from now on are above any the old master issued, the new master starts
+/// with no replicas seen, and its leased semaphores get the lease checks the old master had
+/// (`waiting::promotion`). Demoted to a replica: every waiter gets an error.
 #[linkme::distributed_slice(redis_module::server_events::ROLE_CHANGED_SERVER_EVENTS_LIST)]
 fn on_role_changed(ctx: &Context, role: ServerRole) {
     raw::note_replication();
     replicas::not_master();
     if role == ServerRole::Primary {
         replicas::raise_token_floor(raw::now_ms());
+        waiting::promotion::promoted(ctx);
     } else {
         waiting::demoted(ctx);
     }

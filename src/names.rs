@@ -122,6 +122,22 @@ pub fn write_field(owner: &[u8]) -> Vec<u8> {
     [owner, WRITE_SUFFIX].concat()
 }
 
+/// The names whose `suffix` key (by [`suffixed`]) is `key`, Redisson's plain form first: at most
+/// two (`{a}:s` is both `a`'s and `{a}`'s), none when `key` is no such key.
+#[must_use]
+pub fn unsuffixed(key: &[u8], suffix: &[u8]) -> Vec<Vec<u8>> {
+    let Some(stem) = key.strip_suffix(suffix).and_then(|k| k.strip_suffix(b":")) else {
+        return Vec::new();
+    };
+    let inner = stem.strip_prefix(b"{").and_then(|s| s.strip_suffix(b"}"));
+    [inner, Some(stem)]
+        .into_iter()
+        .flatten()
+        .filter(|name| suffixed(name, suffix) == key)
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
 /// The key of `owner`'s read hold number `index` (1-based) on the read-write lock `name`:
 /// `{name}:<owner>:rwlock_timeout:<index>` (Redisson's per-hold lease key).
 #[must_use]
@@ -166,6 +182,16 @@ mod tests {
         assert_eq!(rw_channel(b"app{7}:orders"), b"redisson_rwlock:app{7}:orders");
         assert_eq!(suffixed(b"orders", b"timeout"), b"{orders}:timeout");
         assert_eq!(suffixed(b"app{7}:orders", b"timeout"), b"app{7}:orders:timeout");
+        let back = |key: &[u8]| unsuffixed(key, b"timeout");
+        // `{orders}` is a name too (with braces, only `:timeout` is added).
+        assert_eq!(back(b"{orders}:timeout"), vec![b"orders".to_vec(), b"{orders}".to_vec()]);
+        assert_eq!(back(b"app{7}:orders:timeout"), vec![b"app{7}:orders".to_vec()]);
+        assert_eq!(back(b"{a}:timeout"), vec![b"a".to_vec(), b"{a}".to_vec()]);
+        for other in [&b"orders:timeout"[..], b"{orders}:timeouts", b"timeout", b"{a{b}:timeout"] {
+            let names = back(other);
+            assert!(names.iter().all(|n| suffixed(n, b"timeout") == other), "{other:?}");
+        }
+        assert!(back(b"orders:timeout").is_empty() && back(b"{orders}:timeouts").is_empty());
         assert_eq!(read_hold(b"orders", b"c1:7", 2), b"{orders}:c1:7:rwlock_timeout:2");
         assert_eq!(read_hold(b"a{7}", b"c1:7", 1), b"a{7}:c1:7:rwlock_timeout:1");
         assert_eq!(write_field(b"c1:7"), b"c1:7:write");

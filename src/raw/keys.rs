@@ -410,7 +410,7 @@ unsafe extern "C" fn lend_field(
 ///
 /// # Safety
 /// `s` is NULL or a live `RedisModuleString`, alive for `'a`.
-unsafe fn lent_slice<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
+pub(super) unsafe fn lent_slice<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
     if s.is_null() {
         return &[];
     }

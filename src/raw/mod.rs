@@ -20,6 +20,7 @@
 //! - [`command_info`]: arity, docs, key specs and arguments for `COMMAND INFO` / `COMMAND DOCS`.
 //! - [`defrag`]: no defrag warning at load on servers without the defrag callbacks API.
 //! - [`reply`]: map replies.
+//! - [`scan`]: a walk over a database's key names, a step at a time.
 //! - [`work`]: the meter of the work done (keys opened, fields scanned, clients unblocked).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -115,6 +116,7 @@ declare_apis! {
         RedisModule_ScanCursorCreate,
         RedisModule_ScanCursorDestroy,
         RedisModule_ScanKey,
+        RedisModule_Scan,
     ],
     optional: [
         RedisModule_SetAbsExpire,
@@ -145,6 +147,7 @@ pub mod info;
 pub mod keys;
 pub mod replication;
 pub mod reply;
+pub mod scan;
 pub mod work;
 
 pub use acl::{KeyUse, User};

@@ -39,6 +39,7 @@ pub mod deadlock;
 mod kinds;
 pub mod lifecycle;
 pub mod listing;
+pub mod promotion;
 mod requests;
 pub mod session;
 mod session_end;
@@ -647,6 +648,7 @@ impl BlockHandler for Waiting {
 /// writes: their holds end with their leases).
 pub fn demoted(ctx: &Context) {
     timers::forget_rollbacks();
+    promotion::stop();
     session::forget();
     let now = raw::now_ms();
     for waiter in with_queues(|q| {

@@ -36,6 +36,8 @@ pub struct Deferred {
     pub rollback: Vec<Undo>,
     /// Session holds whose connection closed wait to be ended (`session`).
     pub session_ends: bool,
+    /// A promotion's walk for leased semaphores goes on (`promotion`).
+    pub promotion_walk: bool,
 }
 
 /// A grant to undo: its client left before its reply.
@@ -218,7 +220,11 @@ fn run_deferred(ctx: &Context, (): ()) {
                 settle_lock(ctx, lock);
             }
         }
-        budget.end(more_ends);
+        let more_walk = work.promotion_walk && super::promotion::step(ctx, &budget);
+        if more_walk {
+            defer(ctx, |d| d.promotion_walk = true);
+        }
+        budget.end(more_ends || more_walk);
     });
     arm(ctx);
 }
