@@ -838,9 +838,124 @@ mod tests {
         STALL.store(STALL_MS, Ordering::Relaxed);
     }
 
+    /// Checks every 100 ms from `from` to `to` (inclusive) finding `links`; whether a grant
+    /// was allowed after each.
+    fn run(mut h: Health, from: i64, to: i64, links: &[Link], min: i64) -> (Health, Vec<bool>) {
+        let mut allowed = Vec::new();
+        for now in (from..=to).step_by(100) {
+            h = h.checked(now, links, 2, STALL_MS);
+            allowed.push(h.may_grant(now + 50, min).is_ok());
+        }
+        (h, allowed)
+    }
+
+    #[test]
+    fn a_restarted_master_is_quarantined_from_its_first_check_as_after_a_stall() {
+        // Loaded at 1_000, first check at 5_000 (a long AOF load): the quarantine runs from
+        // the check, for rlock.replica-max-lag (2) + 1.5 s, replica in sync or not.
+        let h = Health::restarted(1, true);
+        assert_eq!(h.may_grant(1_000, -1), Err(LockError::NoReplicas(Refused::NoRecentCheck)));
+        let h = h.checked(5_000, &[UP], 2, STALL_MS);
+        assert_eq!(h.quarantine_until, quarantine_end(5_000, 2));
+        assert_eq!(h.quarantine_until, 8_500);
+        let (h, allowed) = run(h, 5_100, 8_300, &[UP], -1);
+        assert!(allowed.iter().all(|a| !a), "in quarantine: {allowed:?}");
+        assert_eq!(h.may_grant(8_400, -1), Err(LockError::NoReplicas(Refused::RestartQuarantine)));
+        let h = h.checked(8_500, &[UP], 2, STALL_MS);
+        assert_eq!(h.may_grant(8_550, -1), Ok(()));
+        // Only the first check starts it: later ones on time never do again.
+        let (_, allowed) = run(h, 8_600, 20_000, &[UP], -1);
+        assert!(allowed.iter().all(|a| *a));
+        // A MODULE LOAD into a running server: no quarantine, the count still holds.
+        let h = Health::restarted(2, false).checked(5_000, &[UP, UP], 2, STALL_MS);
+        assert_eq!(h.quarantine_until, 0);
+        assert_eq!(h.may_grant(5_050, -1), Ok(()));
+    }
+
+    #[test]
+    fn a_restarted_master_needs_as_many_replicas_in_sync_as_were_online_before() {
+        let lagging = Link { online: true, lag: 5 };
+        let down = Link { online: false, lag: 0 };
+        for before in 1..=4_u32 {
+            for min in [-1_i64, 1, 2, 3] {
+                // Every mix of links, long after the quarantine.
+                for mask in 0..81_u32 {
+                    let links: Vec<Link> = (0..4)
+                        .map(|i| [UP, lagging, down][(mask / 3_u32.pow(i) % 3) as usize])
+                        .collect();
+                    let h = Health::restarted(before, true).checked(1_000, &links, 2, STALL_MS);
+                    let (h, _) = run(h, 1_100, 6_000, &links, min);
+                    let good = links.iter().filter(|l| **l == UP).count() as u32;
+                    let setting = if min < 0 { 1 } else { min as u32 };
+                    let verdict = h.may_grant(6_050, min);
+                    let case = format!("before {before}, min {min}, links {links:?}");
+                    assert_eq!(h.required(min), setting.max(before), "{case}");
+                    assert_eq!(verdict.is_ok(), good >= setting.max(before), "{case}");
+                    if verdict.is_err() {
+                        let rule = if good >= setting {
+                            Refused::ReplicasBeforeRestart
+                        } else {
+                            Refused::TooFewReplicas
+                        };
+                        assert_eq!(verdict, Err(LockError::NoReplicas(rule)), "{case}");
+                    }
+                    // rlock.min-replicas 0 turns it all off, the quarantine included.
+                    assert_eq!(h.may_grant(6_050, 0), Ok(()), "{case}");
+                    assert_eq!(Health::restarted(before, true).may_grant(0, 0), Ok(()));
+                    // The file never records fewer than the count before the restart.
+                    assert_eq!(h.to_record(), before.max(good + lagging_online(&links)));
+                }
+            }
+        }
+    }
+
+    fn lagging_online(links: &[Link]) -> u32 {
+        links.iter().filter(|l| l.online && l.lag > 2).count() as u32
+    }
+
+    #[test]
+    fn a_stall_after_a_restart_is_named_as_a_stall() {
+        let h = Health::restarted(1, true).checked(1_000, &[UP], 2, STALL_MS);
+        let (h, _) = run(h, 1_100, 5_000, &[UP], -1);
+        let h = h.checked(7_000, &[UP], 2, STALL_MS);
+        assert_eq!(h.may_grant(7_050, -1), Err(LockError::NoReplicas(Refused::StallQuarantine)));
+    }
+
+    #[test]
+    fn the_files_count_reads_back_and_defaults_to_one() {
+        for count in [1, 2, 7, 1000] {
+            assert_eq!(parse_count(&state_text(count)), count);
+        }
+        assert_eq!(parse_count("planted"), 1, "no count line: one replica, as before");
+        assert_eq!(parse_count(STATE_TEXT), 1, "an older version's file");
+        assert_eq!(parse_count("replicas 0\n"), 1, "never below one");
+        assert_eq!(parse_count("replicas x\n"), 1);
+        assert!(state_text(3).starts_with(STATE_TEXT));
+    }
+
+    #[test]
+    fn only_the_restarts_own_rules_are_not_renamed_for_the_file() {
+        let h = Health::restarted(2, true);
+        for rule in [Refused::TooFewReplicas, Refused::NoRecentCheck, Refused::StallQuarantine] {
+            assert_eq!(named(rule, &h, -1, false), Refused::HadReplicasFile);
+            assert_eq!(named(rule, &h, -1, true), rule, "a replica has been online since");
+            assert_eq!(named(rule, &h, 1, false), rule, "an explicit setting");
+        }
+        for rule in [Refused::RestartQuarantine, Refused::ReplicasBeforeRestart] {
+            assert_eq!(named(rule, &h, -1, false), rule);
+        }
+    }
+
     #[test]
     fn each_refusal_names_its_rule() {
-        for rule in [Refused::TooFewReplicas, Refused::StallQuarantine, Refused::NoRecentCheck] {
+        for rule in [
+            Refused::TooFewReplicas,
+            Refused::StallQuarantine,
+            Refused::NoRecentCheck,
+            Refused::HadReplicasFile,
+            Refused::RestartQuarantine,
+            Refused::ReplicasBeforeRestart,
+        ] {
             let text = LockError::NoReplicas(rule).message();
             assert!(text.starts_with("NOREPLICAS "), "{text}");
             assert!(!rule.name().is_empty());
