@@ -27,6 +27,17 @@
 //! online, whatever file its directory holds. A refusal the file alone causes says so
 //! ([`Refused::HadReplicasFile`]), and `INFO rlock` names the file ([`record_path`]).
 //!
+//! **A restart is a stall the module did not see.** A master killed and restarted before its
+//! group noticed may be failed over all the same (Sentinel goes on with a failover it started),
+//! and a replica not yet moved re-syncs from it within a second. So the file also counts the
+//! replicas online at the master's last look ([`state_text`], kept in step by [`keep_record`]),
+//! and a master that loads at its start with the file present ([`recall`], [`Health::restarted`])
+//! grants nothing for the stall quarantine's length from its first check
+//! ([`Refused::RestartQuarantine`]), nor, until its role changes or the file is deleted, while
+//! fewer replicas are in sync than the file counted ([`Refused::ReplicasBeforeRestart`]): one
+//! back of two is not enough, the other may have been promoted (and one promoted later leaves
+//! it at once, its connection closed).
+//!
 //! **Tokens never repeat.** On promotion, and when a master loads its data from disk, the
 //! module raises a *token floor* to the current Unix time in ms × 1,000,000: the next token of
 //! every lock is at least the floor. A new master's tokens are therefore above every token the
