@@ -73,17 +73,25 @@ fn on_cron(ctx: &Context, _: u64) {
     }
     match replicas::keep_record(raw::now_ms()) {
         RecordNews::Nothing => {}
-        RecordNews::Written(path) => ctx.log_notice(&format!(
-            "rlock: this master has had replicas: wrote {} (a restart here needs a replica in \
-             sync before it grants; delete the file to run the server standalone)",
+        RecordNews::Written(path, count) => ctx.log_notice(&format!(
+            "rlock: this master has had replicas: wrote {} ({count} online; a restart here \
+             grants nothing for rlock.replica-max-lag + 1.5 s, nor until {count} are in sync \
+             again; delete the file to run the server standalone)",
+            path.display()
+        )),
+        RecordNews::Counted(path, count) => ctx.log_notice(&format!(
+            "rlock: {} now counts {count} replica(s) online (a restart here needs {count} in \
+             sync again)",
             path.display()
         )),
         RecordNews::WriteFailed(path, e) => ctx.log_warning(&format!(
             "rlock: cannot write {} ({e}): a restart will not remember that this master has \
-             had replicas",
+             had replicas, or how many",
             path.display()
         )),
-        RecordNews::Found(path) => ctx.log_warning(&replicas::found_message(&path)),
+        RecordNews::Found(path, count) => {
+            ctx.log_warning(&replicas::found_message(&path, count));
+        }
         RecordNews::Deleted(path) => ctx.log_notice(&format!(
             "rlock: {} was deleted: this master runs standalone until a replica is online",
             path.display()
@@ -147,7 +155,7 @@ fn on_role_changed(ctx: &Context, role: ServerRole) {
 #[linkme::distributed_slice(redis_module::server_events::INFO_COMMAND_HANDLER_LIST)]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let (required, in_sync, refusing, refused) = replicas::summary(raw::now_ms());
+    let guard = replicas::summary(raw::now_ms());
     let (server, capabilities) = crate::server::get()
         .map_or_else(|| (String::new(), String::new()), |s| (s.describe(), s.capabilities()));
     let builder = ctx
@@ -178,11 +186,12 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("wait_ms_sum", times.sum_ms.to_string())?
         .build_section()?
         .add_section("replicas")
-        .field("replicas_required", required.to_string())?
-        .field("replicas_in_sync", in_sync.to_string())?
-        .field("grants_allowed", u8::from(refusing.is_none()).to_string())?
-        .field("guard_refuses", refusing.map_or("none", replicas::Refused::name))?
-        .field("grants_refused", refused.to_string())?
+        .field("replicas_required", guard.required.to_string())?
+        .field("replicas_in_sync", guard.in_sync.to_string())?
+        .field("replicas_before_restart", guard.before_restart.to_string())?
+        .field("grants_allowed", u8::from(guard.refusing.is_none()).to_string())?
+        .field("guard_refuses", guard.refusing.map_or("none", replicas::Refused::name))?
+        .field("grants_refused", guard.refused.to_string())?
         .field("stall_threshold_ms", replicas::stall_ms().to_string())?
         .field("token_floor", replicas::failover_floor().to_string())?
         .field(

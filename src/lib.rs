@@ -149,13 +149,16 @@ fn check_server(ctx: &Context) -> Result<(), String> {
     raw::events::set_module_options(ctx);
     waiting::reset_stats();
     replicas::reset();
-    if let Some(path) = replicas::recall() {
-        ctx.log_notice(&replicas::found_message(&path));
+    let running = raw::info::has_served_clients(ctx).unwrap_or(true);
+    // At the server's start (not a MODULE LOAD into a running one): a restart of a master
+    // that had replicas, with its quarantine.
+    if let Some((path, count)) = replicas::recall(!running) {
+        ctx.log_notice(&replicas::found_message(&path, count));
     }
     // Loaded into a running server (MODULE LOAD, an upgrade): the previous instance's token
     // high-water mark went with its memory, and an evicted counter would restart below a
     // token it granted. The floor rises as at a restart, above every token granted before.
-    if raw::info::has_served_clients(ctx).unwrap_or(true) {
+    if running {
         replicas::raise_token_floor(next_millisecond());
         ctx.log_notice(&format!(
             "rlock: loaded into a running server: fencing tokens start at the token floor {} \

@@ -27,6 +27,17 @@
 //! online, whatever file its directory holds. A refusal the file alone causes says so
 //! ([`Refused::HadReplicasFile`]), and `INFO rlock` names the file ([`record_path`]).
 //!
+//! **A restart is a stall the module did not see.** A master killed and restarted before its
+//! group noticed may be failed over all the same (Sentinel goes on with a failover it started),
+//! and a replica not yet moved re-syncs from it within a second. So the file also counts the
+//! replicas online at the master's last look ([`state_text`], kept in step by [`keep_record`]),
+//! and a master that loads at its start with the file present ([`recall`], [`Health::restarted`])
+//! grants nothing for the stall quarantine's length from its first check
+//! ([`Refused::RestartQuarantine`]), nor, until its role changes or the file is deleted, while
+//! fewer replicas are in sync than the file counted ([`Refused::ReplicasBeforeRestart`]): one
+//! back of two is not enough, the other may have been promoted (and one promoted later leaves
+//! it at once, its connection closed).
+//!
 //! **Tokens never repeat.** On promotion, and when a master loads its data from disk, the
 //! module raises a *token floor* to the current Unix time in ms × 1,000,000: the next token of
 //! every lock is at least the floor. A new master's tokens are therefore above every token the
@@ -122,6 +133,13 @@ pub enum Refused {
     /// `rlock-had-replicas` in the server's working directory says this master has had replicas
     /// (no replica has been online since the module loaded).
     HadReplicasFile,
+    /// The quarantine after a restart: a master that loaded with [`STATE_FILE`] present (it
+    /// crashed or was restarted while it had replicas) grants nothing for as long as after a
+    /// stall, counted from its first check: the group may be failing it over meanwhile.
+    RestartQuarantine,
+    /// After a restart, fewer replicas in sync than were online before it ([`STATE_FILE`]'s
+    /// count), though the setting's own rule is met: a missing one may have been promoted.
+    ReplicasBeforeRestart,
 }
 
 impl Refused {
@@ -141,6 +159,12 @@ impl Refused {
             Self::HadReplicasFile => {
                 "NOREPLICAS this master grants no lock: the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone"
             }
+            Self::RestartQuarantine => {
+                "NOREPLICAS this master grants no lock: it restarted as a master that had replicas (the file rlock-had-replicas in its working directory) and is in quarantine for rlock.replica-max-lag + 1.5 s; it may have been replaced, retry on the current master"
+            }
+            Self::ReplicasBeforeRestart => {
+                "NOREPLICAS this master grants no lock: it restarted, and fewer of its replicas are in sync than were online before (the file rlock-had-replicas in its working directory, INFO rlock: rlock_replicas_before_restart); a missing one may have been promoted, retry on the current master, or delete the file (or set rlock.min-replicas 0) once it is known not to be"
+            }
         }
     }
 
@@ -152,6 +176,8 @@ impl Refused {
             Self::StallQuarantine => "stall_quarantine",
             Self::NoRecentCheck => "no_recent_check",
             Self::HadReplicasFile => "had_replicas_file",
+            Self::RestartQuarantine => "restart_quarantine",
+            Self::ReplicasBeforeRestart => "replicas_before_restart",
         }
     }
 }
@@ -195,6 +221,14 @@ pub struct Health {
     pub seen: bool,
     /// Replicas online within the lag bound at the last check.
     pub good: u32,
+    /// Replicas online (whatever their lag) at the last check: what [`STATE_FILE`] records.
+    pub online: u32,
+    /// After a restart, the replicas that were online before it ([`STATE_FILE`]'s count): a
+    /// grant needs at least that many in sync (0: not restarted, or the file was deleted).
+    pub before_restart: u32,
+    /// The quarantine (pending until the first check, or running) is the restart's, not a
+    /// stall's.
+    pub restart_quarantine: bool,
     /// When the last check ran (Unix ms); 0: never.
     pub checked_at: i64,
     /// No grant before this time (Unix ms): the quarantine after a stall.
@@ -205,8 +239,25 @@ pub struct Health {
 
 impl Health {
     /// Before any check.
-    pub const NEW: Self =
-        Self { seen: false, good: 0, checked_at: 0, quarantine_until: 0, valid_ms: 500 };
+    pub const NEW: Self = Self {
+        seen: false,
+        good: 0,
+        online: 0,
+        before_restart: 0,
+        restart_quarantine: false,
+        checked_at: 0,
+        quarantine_until: 0,
+        valid_ms: 500,
+    };
+
+    /// A master loaded with [`STATE_FILE`] present, whose count says `before` replicas were
+    /// online before it stopped: it has had replicas, needs `before` of them in sync again, and
+    /// (`quarantine`: a restart, not a load into a running server) starts in a quarantine at its
+    /// first check.
+    #[must_use]
+    pub const fn restarted(before: u32, quarantine: bool) -> Self {
+        Self { seen: true, before_restart: before, restart_quarantine: quarantine, ..Self::NEW }
+    }
 
     /// The state after a check at `now` that found `links`. Checks run on Redis's cron; the
     /// usual gap between them sets how long a check stays valid (a few gaps, at least 500 ms,
@@ -216,31 +267,35 @@ impl Health {
     pub fn checked(self, now: i64, links: &[Link], max_lag: i64, stall_ms: i64) -> Self {
         let gap = now - self.checked_at;
         let stalled = self.checked_at > 0 && gap > stall_ms;
+        // The first check after a restart: the restart is a stall the module did not see (the
+        // group saw the server silent, and may be failing it over).
+        let restarting = self.checked_at == 0 && self.restart_quarantine;
         let valid_ms = if self.checked_at > 0 && !stalled {
             (3 * gap).clamp(stall_ms.min(500), stall_ms)
         } else {
             self.valid_ms
         };
-        let quarantine_until = if stalled {
-            // Longer than the lag bound: a replica counts again only on an acknowledgement it
-            // sent after the stall ended.
-            now.saturating_add(max_lag.saturating_add(1).saturating_mul(1000)).saturating_add(500)
+        let quarantine_until = if stalled || restarting {
+            quarantine_end(now, max_lag)
         } else {
             self.quarantine_until
         };
         let good = links.iter().filter(|l| l.online && l.lag <= max_lag).count();
+        let online = links.iter().filter(|l| l.online).count();
         Self {
-            seen: self.seen || links.iter().any(|l| l.online),
+            seen: self.seen || online > 0,
             good: u32::try_from(good).unwrap_or(u32::MAX),
+            online: u32::try_from(online).unwrap_or(u32::MAX),
+            before_restart: self.before_restart,
+            restart_quarantine: if stalled { false } else { self.restart_quarantine },
             checked_at: now,
             quarantine_until,
             valid_ms,
         }
     }
 
-    /// How many replicas in sync a grant needs under `min_replicas` (the setting).
-    #[must_use]
-    pub fn required(&self, min_replicas: i64) -> u32 {
+    /// How many replicas in sync the setting alone (`min_replicas`) requires.
+    fn configured(&self, min_replicas: i64) -> u32 {
         if min_replicas < 0 {
             u32::from(self.seen)
         } else {
@@ -248,12 +303,31 @@ impl Health {
         }
     }
 
+    /// How many replicas in sync a grant needs under `min_replicas` (the setting): what the
+    /// setting requires and, after a restart, never fewer than were online before it; 0 (off)
+    /// when the setting is 0.
+    #[must_use]
+    pub fn required(&self, min_replicas: i64) -> u32 {
+        if min_replicas == 0 {
+            return 0;
+        }
+        self.configured(min_replicas).max(self.before_restart)
+    }
+
+    /// The count [`STATE_FILE`] should hold: the replicas online now, and never fewer than
+    /// were online before a restart (until they are all back, a promoted one may be missing).
+    #[must_use]
+    pub fn to_record(&self) -> u32 {
+        self.online.max(self.before_restart).max(1)
+    }
+
     /// Whether a grant may happen at `now`.
     ///
     /// # Errors
     /// [`LockError::NoReplicas`] when replicas are required and the last check is stale, the
-    /// server is in quarantine after a stall, or too few replicas were in sync ([`Refused`],
-    /// in that order).
+    /// server is in quarantine after a stall or a restart, or too few replicas were in sync
+    /// ([`Refused`], in that order; too few for the count before a restart, the setting's
+    /// rule met, is [`Refused::ReplicasBeforeRestart`]).
     pub fn may_grant(&self, now: i64, min_replicas: i64) -> Result<(), LockError> {
         let required = self.required(min_replicas);
         if required == 0 {
@@ -266,12 +340,39 @@ impl Health {
         if !fresh {
             Err(LockError::NoReplicas(Refused::NoRecentCheck))
         } else if now < self.quarantine_until {
-            Err(LockError::NoReplicas(Refused::StallQuarantine))
+            Err(LockError::NoReplicas(if self.restart_quarantine {
+                Refused::RestartQuarantine
+            } else {
+                Refused::StallQuarantine
+            }))
         } else if self.good < required {
-            Err(LockError::NoReplicas(Refused::TooFewReplicas))
+            Err(LockError::NoReplicas(if self.good >= self.configured(min_replicas) {
+                Refused::ReplicasBeforeRestart
+            } else {
+                Refused::TooFewReplicas
+            }))
         } else {
             Ok(())
         }
+    }
+}
+
+/// The end of a quarantine that starts at `now` (a stall, a restart): longer than the lag
+/// bound, so a replica counts again only on an acknowledgement it sent after it began.
+#[must_use]
+pub fn quarantine_end(now: i64, max_lag: i64) -> i64 {
+    now.saturating_add(max_lag.saturating_add(1).saturating_mul(1000)).saturating_add(500)
+}
+
+/// The rule a refusal names: [`Refused::HadReplicasFile`] when the replica is required only
+/// because [`STATE_FILE`] was found (no replica has been online since, `seen_live` false, under
+/// the auto rule), unless the restart's own rules refused.
+fn named(rule: Refused, health: &Health, min: i64, seen_live: bool) -> Refused {
+    let restart_rule = matches!(rule, Refused::RestartQuarantine | Refused::ReplicasBeforeRestart);
+    if min < 0 && health.seen && !seen_live && !restart_rule {
+        Refused::HadReplicasFile
+    } else {
+        rule
     }
 }
 
@@ -284,14 +385,14 @@ impl Health {
 pub fn may_grant(now: i64) -> Result<(), LockError> {
     let min = MIN_REPLICAS.load(Ordering::Relaxed);
     let health = HEALTH.get();
-    let verdict = health.may_grant(now, min);
-    if verdict.is_err() {
-        REFUSED.fetch_add(1, Ordering::Relaxed);
-        if min < 0 && health.seen && !SEEN_LIVE.load(Ordering::Relaxed) {
-            return Err(LockError::NoReplicas(Refused::HadReplicasFile));
+    match health.may_grant(now, min) {
+        Err(LockError::NoReplicas(rule)) => {
+            REFUSED.fetch_add(1, Ordering::Relaxed);
+            let seen_live = SEEN_LIVE.load(Ordering::Relaxed);
+            Err(LockError::NoReplicas(named(rule, &health, min, seen_live)))
         }
+        verdict => verdict,
     }
-    verdict
 }
 
 /// Whether this master may grant now, without counting a refusal: the waiters' hand-off asks
@@ -320,16 +421,39 @@ pub fn record_check(now: i64, links: &[Link]) -> bool {
     before.may_grant(now, min).is_err() && after.may_grant(now, min).is_ok()
 }
 
-/// What [`STATE_FILE`] says, for the file's readers (text of the file itself).
-const STATE_TEXT: &str = "This Redis server, as a master, has had replicas: the rlock module's \
-                          replica guard (rlock.min-replicas -1, auto) requires one in sync after \
-                          a restart.\nDelete this file to run it standalone again.\n";
+/// What [`STATE_FILE`] says, for the file's readers, before its count line ([`state_text`]).
+const STATE_TEXT: &str = "This Redis server, as a master, has had replicas. After a restart, the \
+                          rlock module's replica guard grants nothing for rlock.replica-max-lag + \
+                          1.5 s, nor until as many replicas as the line below counts (online \
+                          before the restart) are in sync again (rlock.min-replicas 0 turns the \
+                          guard off).\nDelete this file to run it standalone again.\n";
+
+/// The line of [`STATE_FILE`] that counts the replicas online at the master's last look.
+const COUNT_PREFIX: &str = "replicas ";
+
+/// The text of [`STATE_FILE`] recording `count` replicas.
+#[must_use]
+pub fn state_text(count: u32) -> String {
+    format!("{STATE_TEXT}{COUNT_PREFIX}{count}\n")
+}
+
+/// The count [`STATE_FILE`]'s text records: 1 when it has none (written by an older version,
+/// or planted), as a file alone always meant one replica.
+#[must_use]
+pub fn parse_count(text: &str) -> u32 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(COUNT_PREFIX)?.trim().parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
 
 /// Where [`STATE_FILE`] stands, as the module last saw it.
 #[derive(Debug, Default)]
 struct Record {
     /// The working directory the file was last found or written in (`None`: not known there).
     dir: Option<PathBuf>,
+    /// The count the file in `dir` holds (`None`: not read yet).
+    count: Option<u32>,
     /// A write failed in this directory (logged once; tried again at each look, once a second).
     failed_in: Option<PathBuf>,
     /// When the file was last looked at (Unix ms; 0: never).
@@ -355,12 +479,15 @@ const LOOK_EVERY_MS: i64 = 1_000;
 #[derive(Debug)]
 pub enum RecordNews {
     Nothing,
-    /// The file was written (first replica online, or a new `dir`).
-    Written(PathBuf),
+    /// The file was written (first replica online, or a new `dir`), with this count.
+    Written(PathBuf, u32),
+    /// The file's count changed (replicas came or went).
+    Counted(PathBuf, u32),
     /// It could not be written: a restart will not remember the replicas.
     WriteFailed(PathBuf, std::io::Error),
-    /// It was found at run time (planted, or in a new `dir`): grants now need a replica.
-    Found(PathBuf),
+    /// It was found at run time (planted, or in a new `dir`): grants now need that many
+    /// replicas.
+    Found(PathBuf, u32),
     /// It was deleted at run time: the server runs standalone until a replica is online.
     Deleted(PathBuf),
 }
@@ -370,18 +497,33 @@ fn file_in(dir: &Path) -> PathBuf {
     dir.join(STATE_FILE)
 }
 
+/// The count of the file in the working directory (1 if unreadable: it exists).
+fn read_count() -> u32 {
+    std::fs::read_to_string(STATE_FILE).map_or(1, |text| parse_count(&text))
+}
+
+/// Writes the file in the working directory whole or not at all (a temporary file renamed over
+/// it): a crash mid-write leaves the old count, never a truncated file.
+fn write_count(count: u32) -> std::io::Result<()> {
+    let tmp = format!("{STATE_FILE}.tmp");
+    std::fs::write(&tmp, state_text(count))?;
+    std::fs::rename(&tmp, STATE_FILE)
+}
+
 /// Keeps [`STATE_FILE`] in step (a master's cron): at most once a second, or at once when a
-/// replica has been seen and the file is not known written, it looks at the file in the
-/// working directory: written there if this master has had replicas and it is missing from a
-/// directory it was never known in (a first replica, `CONFIG SET dir`); found there, it counts
-/// (see the module docs); gone from the directory it was known in, it was deleted: the master
-/// forgets its replicas. Costs one `stat` (and rarely a write) a second.
+/// replica has been seen and the file is not known written or counts fewer replicas than are
+/// online, it looks at the file in the working directory: written there if this master has had
+/// replicas and it is missing from a directory it was never known in (a first replica, `CONFIG
+/// SET dir`), rewritten when its count differs from [`Health::to_record`]; found there, it
+/// counts (see the module docs); gone from the directory it was known in, it was deleted: the
+/// master forgets its replicas. Costs one `stat` (and rarely a write) a second.
 pub fn keep_record(now: i64) -> RecordNews {
     let health = HEALTH.get();
     let due = RECORD.with(|r| {
         let r = r.borrow();
+        let behind = r.count.is_some_and(|c| c < health.to_record());
         now.saturating_sub(r.looked_at) >= LOOK_EVERY_MS
-            || (health.seen && r.dir.is_none() && r.failed_in.is_none())
+            || (health.seen && (r.dir.is_none() || behind) && r.failed_in.is_none())
     });
     if !due {
         return RecordNews::Nothing;
@@ -392,48 +534,67 @@ pub fn keep_record(now: i64) -> RecordNews {
         let mut r = r.borrow_mut();
         r.looked_at = now;
         if present {
-            r.dir = Some(cwd.clone());
+            if r.dir.as_deref() != Some(cwd.as_path()) || r.count.is_none() {
+                r.dir = Some(cwd.clone());
+                r.count = Some(read_count());
+            }
+            let count = r.count.unwrap_or(1);
             if !health.seen && FILE_COUNTS.load(Ordering::Relaxed) {
-                HEALTH.set(Health { seen: true, ..health });
-                return RecordNews::Found(file_in(&cwd));
+                HEALTH.set(Health { seen: true, before_restart: count, ..health });
+                return RecordNews::Found(file_in(&cwd), count);
+            }
+            if health.seen && count != health.to_record() {
+                return write(&mut r, &cwd, health.to_record(), false);
             }
             RecordNews::Nothing
         } else if r.dir.as_deref() == Some(cwd.as_path()) {
             r.dir = None;
+            r.count = None;
             r.failed_in = None;
             SEEN_LIVE.store(false, Ordering::Relaxed);
-            HEALTH.set(Health { seen: false, ..health });
+            HEALTH.set(Health { seen: false, before_restart: 0, ..health });
             RecordNews::Deleted(file_in(&cwd))
         } else if health.seen {
-            match std::fs::write(STATE_FILE, STATE_TEXT) {
-                Ok(()) => {
-                    r.dir = Some(cwd.clone());
-                    r.failed_in = None;
-                    RecordNews::Written(file_in(&cwd))
-                }
-                Err(e) => {
-                    let first = r.failed_in.as_deref() != Some(cwd.as_path());
-                    r.failed_in = Some(cwd.clone());
-                    if first {
-                        RecordNews::WriteFailed(file_in(&cwd), e)
-                    } else {
-                        RecordNews::Nothing
-                    }
-                }
-            }
+            write(&mut r, &cwd, health.to_record(), true)
         } else {
             RecordNews::Nothing
         }
     })
 }
 
-/// The log line for [`STATE_FILE`] found at `path` (at load or at run time).
+/// Writes the file with `count` in `cwd` (`first`: it was not there).
+fn write(r: &mut Record, cwd: &Path, count: u32, first: bool) -> RecordNews {
+    match write_count(count) {
+        Ok(()) => {
+            r.dir = Some(cwd.to_path_buf());
+            r.count = Some(count);
+            r.failed_in = None;
+            if first {
+                RecordNews::Written(file_in(cwd), count)
+            } else {
+                RecordNews::Counted(file_in(cwd), count)
+            }
+        }
+        Err(e) => {
+            let new = r.failed_in.as_deref() != Some(cwd);
+            r.failed_in = Some(cwd.to_path_buf());
+            if new {
+                RecordNews::WriteFailed(file_in(cwd), e)
+            } else {
+                RecordNews::Nothing
+            }
+        }
+    }
+}
+
+/// The log line for [`STATE_FILE`] found at `path` (at load or at run time), counting `count`
+/// replicas.
 #[must_use]
-pub fn found_message(path: &Path) -> String {
+pub fn found_message(path: &Path, count: u32) -> String {
     format!(
-        "rlock: found {}: this master has had replicas: under rlock.min-replicas -1 (auto) it \
-         grants nothing until one is in sync (delete the file, or set rlock.min-replicas 0, to \
-         run it standalone)",
+        "rlock: found {}: this master has had {count} replica(s) online: it grants nothing \
+         until {count} are in sync again (and, after a restart, not for rlock.replica-max-lag + \
+         1.5 s); delete the file, or set rlock.min-replicas 0, to run it standalone",
         path.display()
     )
 }
@@ -444,16 +605,23 @@ pub fn record_path() -> Option<PathBuf> {
     RECORD.with(|r| r.try_borrow().ok().and_then(|r| r.dir.as_deref().map(file_in)))
 }
 
-/// At load: a master that finds [`STATE_FILE`] has had replicas before its restart; returns
-/// the file's path then, for the log.
-pub fn recall() -> Option<PathBuf> {
+/// At load: a master that finds [`STATE_FILE`] has had replicas before its restart, as many
+/// online as the file counts: it needs them back in sync before it grants, and (`restart`: at
+/// the server's start, not a `MODULE LOAD` into a running server) starts in a quarantine at
+/// its first check. Returns the file's path and count then, for the log.
+pub fn recall(restart: bool) -> Option<(PathBuf, u32)> {
     if !Path::new(STATE_FILE).exists() {
         return None;
     }
     let cwd = std::env::current_dir().ok()?;
-    HEALTH.set(Health { seen: true, ..Health::NEW });
-    RECORD.with(|r| r.borrow_mut().dir = Some(cwd.clone()));
-    Some(file_in(&cwd))
+    let count = read_count();
+    HEALTH.set(Health::restarted(count, restart));
+    RECORD.with(|r| {
+        let mut r = r.borrow_mut();
+        r.dir = Some(cwd.clone());
+        r.count = Some(count);
+    });
+    Some((file_in(&cwd), count))
 }
 
 /// This server is not a master: it grants nothing, and forgets its replicas. When it is
@@ -523,22 +691,39 @@ pub fn reset() {
     REFUSED.store(0, Ordering::Relaxed);
 }
 
-/// For `INFO rlock`: (replicas required now, replicas in sync at the last check, the rule that
-/// refuses grants now (`None`: grants allowed), grants refused since load).
+/// The guard's state for `INFO rlock`.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    /// Replicas in sync a grant needs now.
+    pub required: u32,
+    /// Replicas in sync at the last check.
+    pub in_sync: u32,
+    /// The replicas online before a restart that a grant needs back (0: none).
+    pub before_restart: u32,
+    /// The rule that refuses grants now (`None`: grants allowed).
+    pub refusing: Option<Refused>,
+    /// Grants refused since load.
+    pub refused: u64,
+}
+
+/// For `INFO rlock`.
 #[must_use]
-pub fn summary(now: i64) -> (u32, u32, Option<Refused>, u64) {
+pub fn summary(now: i64) -> Summary {
     let health = HEALTH.get();
     let min = MIN_REPLICAS.load(Ordering::Relaxed);
     let refusing = match health.may_grant(now, min) {
-        Err(LockError::NoReplicas(_))
-            if min < 0 && health.seen && !SEEN_LIVE.load(Ordering::Relaxed) =>
-        {
-            Some(Refused::HadReplicasFile)
+        Err(LockError::NoReplicas(rule)) => {
+            Some(named(rule, &health, min, SEEN_LIVE.load(Ordering::Relaxed)))
         }
-        Err(LockError::NoReplicas(rule)) => Some(rule),
         _ => None,
     };
-    (health.required(min), health.good, refusing, REFUSED.load(Ordering::Relaxed))
+    Summary {
+        required: health.required(min),
+        in_sync: health.good,
+        before_restart: health.before_restart,
+        refusing,
+        refused: REFUSED.load(Ordering::Relaxed),
+    }
 }
 
 #[cfg(test)]
@@ -664,9 +849,124 @@ mod tests {
         STALL.store(STALL_MS, Ordering::Relaxed);
     }
 
+    /// Checks every 100 ms from `from` to `to` (inclusive) finding `links`; whether a grant
+    /// was allowed after each.
+    fn run(mut h: Health, from: i64, to: i64, links: &[Link], min: i64) -> (Health, Vec<bool>) {
+        let mut allowed = Vec::new();
+        for now in (from..=to).step_by(100) {
+            h = h.checked(now, links, 2, STALL_MS);
+            allowed.push(h.may_grant(now + 50, min).is_ok());
+        }
+        (h, allowed)
+    }
+
+    #[test]
+    fn a_restarted_master_is_quarantined_from_its_first_check_as_after_a_stall() {
+        // Loaded at 1_000, first check at 5_000 (a long AOF load): the quarantine runs from
+        // the check, for rlock.replica-max-lag (2) + 1.5 s, replica in sync or not.
+        let h = Health::restarted(1, true);
+        assert_eq!(h.may_grant(1_000, -1), Err(LockError::NoReplicas(Refused::NoRecentCheck)));
+        let h = h.checked(5_000, &[UP], 2, STALL_MS);
+        assert_eq!(h.quarantine_until, quarantine_end(5_000, 2));
+        assert_eq!(h.quarantine_until, 8_500);
+        let (h, allowed) = run(h, 5_100, 8_300, &[UP], -1);
+        assert!(allowed.iter().all(|a| !a), "in quarantine: {allowed:?}");
+        assert_eq!(h.may_grant(8_400, -1), Err(LockError::NoReplicas(Refused::RestartQuarantine)));
+        let h = h.checked(8_500, &[UP], 2, STALL_MS);
+        assert_eq!(h.may_grant(8_550, -1), Ok(()));
+        // Only the first check starts it: later ones on time never do again.
+        let (_, allowed) = run(h, 8_600, 20_000, &[UP], -1);
+        assert!(allowed.iter().all(|a| *a));
+        // A MODULE LOAD into a running server: no quarantine, the count still holds.
+        let h = Health::restarted(2, false).checked(5_000, &[UP, UP], 2, STALL_MS);
+        assert_eq!(h.quarantine_until, 0);
+        assert_eq!(h.may_grant(5_050, -1), Ok(()));
+    }
+
+    #[test]
+    fn a_restarted_master_needs_as_many_replicas_in_sync_as_were_online_before() {
+        let lagging = Link { online: true, lag: 5 };
+        let down = Link { online: false, lag: 0 };
+        for before in 1..=4_u32 {
+            for min in [-1_i64, 1, 2, 3] {
+                // Every mix of links, long after the quarantine.
+                for mask in 0..81_u32 {
+                    let links: Vec<Link> = (0..4)
+                        .map(|i| [UP, lagging, down][(mask / 3_u32.pow(i) % 3) as usize])
+                        .collect();
+                    let h = Health::restarted(before, true).checked(1_000, &links, 2, STALL_MS);
+                    let (h, _) = run(h, 1_100, 6_000, &links, min);
+                    let good = links.iter().filter(|l| **l == UP).count() as u32;
+                    let setting = if min < 0 { 1 } else { min as u32 };
+                    let verdict = h.may_grant(6_050, min);
+                    let case = format!("before {before}, min {min}, links {links:?}");
+                    assert_eq!(h.required(min), setting.max(before), "{case}");
+                    assert_eq!(verdict.is_ok(), good >= setting.max(before), "{case}");
+                    if verdict.is_err() {
+                        let rule = if good >= setting {
+                            Refused::ReplicasBeforeRestart
+                        } else {
+                            Refused::TooFewReplicas
+                        };
+                        assert_eq!(verdict, Err(LockError::NoReplicas(rule)), "{case}");
+                    }
+                    // rlock.min-replicas 0 turns it all off, the quarantine included.
+                    assert_eq!(h.may_grant(6_050, 0), Ok(()), "{case}");
+                    assert_eq!(Health::restarted(before, true).may_grant(0, 0), Ok(()));
+                    // The file never records fewer than the count before the restart.
+                    assert_eq!(h.to_record(), before.max(good + lagging_online(&links)));
+                }
+            }
+        }
+    }
+
+    fn lagging_online(links: &[Link]) -> u32 {
+        links.iter().filter(|l| l.online && l.lag > 2).count() as u32
+    }
+
+    #[test]
+    fn a_stall_after_a_restart_is_named_as_a_stall() {
+        let h = Health::restarted(1, true).checked(1_000, &[UP], 2, STALL_MS);
+        let (h, _) = run(h, 1_100, 5_000, &[UP], -1);
+        let h = h.checked(7_000, &[UP], 2, STALL_MS);
+        assert_eq!(h.may_grant(7_050, -1), Err(LockError::NoReplicas(Refused::StallQuarantine)));
+    }
+
+    #[test]
+    fn the_files_count_reads_back_and_defaults_to_one() {
+        for count in [1, 2, 7, 1000] {
+            assert_eq!(parse_count(&state_text(count)), count);
+        }
+        assert_eq!(parse_count("planted"), 1, "no count line: one replica, as before");
+        assert_eq!(parse_count(STATE_TEXT), 1, "an older version's file");
+        assert_eq!(parse_count("replicas 0\n"), 1, "never below one");
+        assert_eq!(parse_count("replicas x\n"), 1);
+        assert!(state_text(3).starts_with(STATE_TEXT));
+    }
+
+    #[test]
+    fn only_the_restarts_own_rules_are_not_renamed_for_the_file() {
+        let h = Health::restarted(2, true);
+        for rule in [Refused::TooFewReplicas, Refused::NoRecentCheck, Refused::StallQuarantine] {
+            assert_eq!(named(rule, &h, -1, false), Refused::HadReplicasFile);
+            assert_eq!(named(rule, &h, -1, true), rule, "a replica has been online since");
+            assert_eq!(named(rule, &h, 1, false), rule, "an explicit setting");
+        }
+        for rule in [Refused::RestartQuarantine, Refused::ReplicasBeforeRestart] {
+            assert_eq!(named(rule, &h, -1, false), rule);
+        }
+    }
+
     #[test]
     fn each_refusal_names_its_rule() {
-        for rule in [Refused::TooFewReplicas, Refused::StallQuarantine, Refused::NoRecentCheck] {
+        for rule in [
+            Refused::TooFewReplicas,
+            Refused::StallQuarantine,
+            Refused::NoRecentCheck,
+            Refused::HadReplicasFile,
+            Refused::RestartQuarantine,
+            Refused::ReplicasBeforeRestart,
+        ] {
             let text = LockError::NoReplicas(rule).message();
             assert!(text.starts_with("NOREPLICAS "), "{text}");
             assert!(!rule.name().is_empty());

@@ -207,6 +207,76 @@ fn kill_nemesis(group: &mut Group) {
     group.servers[old].restart_same_port();
 }
 
+/// Issue 36's nemesis: the master killed and restarted from its AOF on its port `delay` after,
+/// just before `down-after-milliseconds`. Probes the restarted master with fresh acquires (one
+/// lock name each, so every grant it would make shows) until Sentinel demotes it, watching the
+/// replicas' roles; returns (the probes' answers, when a replica was first seen promoted, when
+/// the old master last granted), times since the restart.
+fn crash_restart_nemesis(
+    group: &mut Group,
+    delay: Duration,
+) -> (Probes, Option<Duration>, Option<Duration>) {
+    let old = group.master_index();
+    group.servers[old].kill();
+    thread::sleep(delay);
+    group.servers[old].restart_same_port();
+    let restarted = Instant::now();
+    let (mut probes, mut promoted, mut last_grant) = (Probes::default(), None, None);
+    let mut con = group.servers[old].conn();
+    con.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+    let mut n = 0;
+    while restarted.elapsed() < FAILOVER_LIMIT && (is_master(&group.servers[old]) || n == 0) {
+        for _ in 0..10 {
+            n += 1;
+            let reply = probe_acquire(&format!("crash-{n}"), &format!("crash-{n}")).query(&mut con);
+            let before = probes.granted;
+            probes.count(&reply);
+            if probes.granted > before {
+                last_grant = Some(restarted.elapsed());
+            }
+        }
+        if promoted.is_none()
+            && group.servers.iter().enumerate().any(|(i, s)| i != old && is_master(s))
+        {
+            promoted = Some(restarted.elapsed());
+        }
+        // Promoted, and the old master demoted or given 8 s; or no failover within 10 s.
+        let watched = promoted.unwrap_or(Duration::from_secs(2)) + Duration::from_secs(8);
+        if restarted.elapsed() > watched {
+            break;
+        }
+    }
+    (probes, promoted, last_grant)
+}
+
+/// Issue 36: a master killed and restarted around Sentinel's down-after granted as soon as
+/// one replica re-synced from it, while Sentinel promoted another (the restart's quarantine and
+/// the count in `rlock-had-replicas` now refuse). Timing-dependent (whether Sentinel fails over
+/// at all depends on when it sees the master back), so not in `make test`; the regression tests
+/// proper are in `crash_restart.rs`. Run it with
+/// `cargo test -p rlock-tests-integration --test failover -- --ignored`
+/// (`RLOCK_CRASH_DELAY_MS`, default 1100 with down-after 1000: Sentinel, which reconnects and
+/// pings every few hundred ms, sees a restart at 900 to 1000 ms in time here, and fails over at
+/// 1100; in one run the code before the fix granted 3,214 probes until 1.2 s after the
+/// restart, beside the replica promoted 0.26 s after it).
+#[test]
+#[ignore = "a timing-dependent Sentinel run of issue 36's crash and restart"]
+fn a_master_restarted_just_before_down_after_grants_nothing_beside_a_promoted_replica() {
+    let delay = std::env::var("RLOCK_CRASH_DELAY_MS").ok().and_then(|d| d.parse().ok());
+    let mut group = Group::start();
+    let (probes, promoted, last_grant) =
+        crash_restart_nemesis(&mut group, Duration::from_millis(delay.unwrap_or(1_100)));
+    eprintln!(
+        "crash-restart: {probes:?}, a replica promoted {promoted:?} and the old master's last \
+         grant {last_grant:?} after the restart"
+    );
+    if promoted.is_some() {
+        assert_eq!(probes.granted, 0, "the restarted old master granted beside a promoted replica");
+    } else {
+        eprintln!("crash-restart: Sentinel saw the master back in time: no failover to check");
+    }
+}
+
 async fn worker(client: LockClient, record: Arc<Record>, stop: Arc<AtomicBool>, seed: usize) {
     let mut i = seed;
     while !stop.load(Ordering::Relaxed) {

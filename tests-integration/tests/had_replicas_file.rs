@@ -1,7 +1,8 @@
 //! The replica guard's memory across restarts, the `rlock-had-replicas` file: written in the
 //! working directory the server has now (after `CONFIG SET dir` too), named by the refusal it
 //! causes, by `INFO rlock` and the log, and looked at again at run time (deleted: the server
-//! runs standalone; planted: it counts). Each test failed on the code before its fix.
+//! runs standalone; planted: it counts), counting the replicas online for a restart to wait for.
+//! Each test failed on the code before its fix.
 
 use std::path::Path;
 use std::time::Duration;
@@ -88,4 +89,32 @@ fn a_planted_had_replicas_file_is_named_and_its_deletion_counts_at_run_time() {
     poll("refusals once the file is back", LIMIT, || {
         acquire(&mut con, "m").err().filter(|e| e.contains(FILE))
     });
+}
+
+/// The file's count line (`None`: none).
+fn count_line(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(FILE)).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("replicas ").map(str::to_owned))
+}
+
+/// The file counts the replicas online, as a restart must wait for that many (issue 36): it
+/// follows them up at once and down within a second or so. Before, it held no count.
+#[test]
+fn the_had_replicas_file_counts_the_replicas_online() {
+    let master = Server::start();
+    let mut con = master.conn();
+    let _first = attach_replica(&master, &mut con);
+    let mut second = Server::builder().replica_of(&master).start();
+    poll("two replicas in sync", LIMIT, || {
+        (info_field(&mut con, "rlock_replicas", "rlock_replicas_in_sync") == 2).then_some(())
+    });
+    poll("the file to count two", LIMIT, || {
+        (count_line(master.dir()).as_deref() == Some("2")).then_some(())
+    });
+    second.kill();
+    poll("the file to count one", LIMIT, || {
+        (count_line(master.dir()).as_deref() == Some("1")).then_some(())
+    });
+    assert!(!master.dir().join(format!("{FILE}.tmp")).exists(), "written by a rename");
+    assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_replicas_before_restart"), 0);
 }
