@@ -367,8 +367,11 @@ impl Conns {
             Route::Sentinel(sentinel) => {
                 // A master the Sentinels replaced still answers (a release, a cancellation)
                 // until they demote it: ask them first, so a job never ends on an old master.
+                // Asking is capped (a silent Sentinel would hold the job for its connection's
+                // timeouts, per Sentinel): cut short, the cached master is used and the next
+                // try asks again.
                 let connecting = async {
-                    sentinel.refresh().await;
+                    sentinel.refresh_capped().await;
                     sentinel.connection().await
                 };
                 let con = tokio::time::timeout(RESOLVE, connecting)

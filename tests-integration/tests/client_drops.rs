@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options};
 use rlock_tests_integration::{
-    blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Sentinel, Server,
+    blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Proxy, Sentinel, Server,
     SENTINEL_MASTER,
 };
 use tokio::time::{sleep, Instant};
@@ -167,6 +167,36 @@ async fn a_sentinel_guard_released_before_the_old_master_is_demoted_is_released_
     assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
     guard.release().await.expect("release");
     assert!(!held_on(&replica, "l"), "the release reached the new master");
+}
+
+/// Sentinels that stop answering (a silent network: connections accepted, nothing answered)
+/// hold no release: the releaser asks them at most half a second before a try, then sends it to
+/// the master it knows (and asks again at its next try). Two silent Sentinels cost a release
+/// without that cap their connection timeouts, one after the other (about 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_while_the_sentinels_are_silent_is_released_within_the_refresh_cap() {
+    let master = Server::start();
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let proxies = [Proxy::start(sentinel.port()), Proxy::start(sentinel.port())];
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let options = Options::default();
+    let client = LockClient::sentinel(
+        urls.iter().map(String::as_str).collect(),
+        SENTINEL_MASTER,
+        "redis://127.0.0.1/",
+        options,
+    )
+    .await
+    .expect("sentinel client");
+    releaser_knows(&client, &master).await;
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    proxies.iter().for_each(Proxy::cut);
+    let dropped = std::time::Instant::now();
+    let took = timed_drop(guard);
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    until_released(&master, "l", "the release while the Sentinels are silent");
+    let released = dropped.elapsed();
+    assert!(released < Duration::from_millis(1_300), "released {released:?} after the drop");
 }
 
 // ---- item 10: a cluster whose first seed node is down -----------------------------------------
