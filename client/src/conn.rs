@@ -151,8 +151,8 @@ impl Direct {
 /// that asks asks again).
 const REFRESH_MAX: Duration = Duration::from_millis(500);
 
-/// Error codes from a server that is no longer (or not yet) the master to use.
-
+/// Whether `code` is an error code from a server that is no longer (or not yet) the master to
+/// use.
 fn master_changed(code: &str) -> bool {
     matches!(code, "READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING")
 }

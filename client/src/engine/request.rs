@@ -47,6 +47,10 @@ pub(crate) struct Request {
     /// been granted under the request's id. An answer "not granted" (or a refusal) that comes
     /// after it cancels the request instead of disarming it.
     checked: AtomicBool,
+    /// An [`crate::Owner`]'s write hold on the key, for its read request: every send may keep
+    /// the key, and so that hold's write field, until the send time plus the lease
+    /// ([`Hold::kin_sent`]), whatever comes of the request (granted late, cancelled).
+    kin: Option<Hold>,
 }
 
 impl std::fmt::Debug for Request {
@@ -81,7 +85,25 @@ impl Request {
             waited: false,
             session: None,
             checked: AtomicBool::new(false),
+            kin: None,
         }
+    }
+
+    /// Records the owner's write hold a read request is sent under (see the field).
+    #[must_use]
+    pub(crate) fn kin(mut self, write: Option<Hold>) -> Self {
+        self.kin = write;
+        self
+    }
+
+    /// An acquire of the request goes out now: the kin write hold may be kept that long.
+    fn sending(&self) -> Instant {
+        let now = Instant::now();
+        if let Some(write) = &self.kin {
+            let lease = Duration::from_millis(self.lease_ms);
+            write.kin_sent(now, crate::engine::hold::after(now, lease));
+        }
+        now
     }
 
     /// Makes it a session acquire (with `Some`): `SESSION [LOCKDELAY ms]`, sent on the
@@ -172,7 +194,7 @@ impl Request {
             // The try and its acknowledgement run in one task on the session's connection.
             return self.on_session(&binding, cmd, acked, false).await;
         }
-        (self.armed, self.sent, self.waited) = (true, Instant::now(), false);
+        (self.armed, self.sent, self.waited) = (true, self.sending(), false);
         let mut conn = self.shared.conn.clone();
         let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
         let ended = match reply {
@@ -217,6 +239,7 @@ impl Request {
             let cmd = self.command(Some(wait_ms(deadline, now)));
             return self.on_session(&binding, cmd, bound, true).await;
         }
+        self.sending();
         (self.armed, self.sent, self.waited) = (true, now, true);
         let waits = async { Ok(self.waits(deadline, bound).await) };
         let ended = within(bound, waits).await.unwrap_or_else(Ended::Unknown);
@@ -228,7 +251,7 @@ impl Request {
     async fn waits(&self, deadline: Option<Instant>, bound: Option<Instant>) -> Ended {
         let mut pause = resume::RETRY_FIRST;
         loop {
-            let started = Instant::now();
+            let started = self.sending();
             let cmd = self.command(Some(wait_ms(deadline, started)));
             // The connection's own timeout is a backstop that frees the task: the call's bound
             // comes first, so the caller always sees a passed deadline as `TimedOut`.
@@ -301,6 +324,7 @@ impl Request {
     /// request checked, so that a wait then answered busy or refused cancels it (exact, and
     /// nothing when nothing was granted). Only "already waiting" proves the check took nothing.
     async fn still_waits(&self) -> bool {
+        self.sending();
         let cmd = self.command(None);
         let mut conn = self.shared.conn.clone();
         let reply =
@@ -339,7 +363,7 @@ impl Request {
         let Some((mut con, in_flight)) = binding.connection() else {
             return Err(Error::SessionClosed);
         };
-        (self.armed, self.sent, self.waited) = (true, Instant::now(), waited);
+        (self.armed, self.sent, self.waited) = (true, self.sending(), waited);
         let (reply, answer) = oneshot::channel();
         let (shared, kind, bound_to) = (Arc::clone(&self.shared), self.kind, Arc::clone(binding));
         tokio::spawn(async move {
