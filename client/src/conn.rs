@@ -157,6 +157,12 @@ fn master_changed(code: &str) -> bool {
     matches!(code, "READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING")
 }
 
+/// Whether the server refused a command because it is not (or no longer, or not yet) the
+/// master: nothing ran.
+pub(crate) fn not_master(e: &redis::RedisError) -> bool {
+    e.code().is_some_and(master_changed)
+}
+
 /// The master of a Sentinel-monitored group: found by asking the Sentinels, checked with
 /// `ROLE`, and found again after any error that suggests it is no longer the master (a broken
 /// connection, a timeout, `READONLY` from a demoted master, `NOREPLICAS` from one that lost its
@@ -372,6 +378,10 @@ impl Target {
         if let Self::Sentinel(sentinel) = self {
             sentinel.refresh_capped().await;
         }
+    }
+
+    pub(crate) const fn is_sentinel(&self) -> bool {
+        matches!(self, Self::Sentinel(_))
     }
 
     pub(crate) const fn is_cluster(&self) -> bool {
