@@ -54,6 +54,41 @@ pub const fn lease_over_at(now: i64, pttl: i64) -> i64 {
     Deadline(now.saturating_add(pttl)).over_at()
 }
 
+/// How a re-entry or a renewal sets the lease of a hold its owner already has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extend {
+    /// Redisson's rule (the default): the new lease, whatever was left.
+    Set,
+    /// `GT`, the key's lease ending at Unix ms `until` (its absolute expiry as stored; -1: no
+    /// expiry): the later of that and the new lease's end, as `PEXPIRE ... GT` does (a key
+    /// without expiry keeps none). A lease is never shortened, so a renewal applied late (after
+    /// a longer one) changes nothing.
+    Gt { until: i64 },
+}
+
+impl Extend {
+    /// `GT` against the key's absolute expiry `until` (-1: none) when `gt`, else [`Self::Set`].
+    #[must_use]
+    pub const fn new(gt: bool, until: i64) -> Self {
+        if gt {
+            Self::Gt { until }
+        } else {
+            Self::Set
+        }
+    }
+
+    /// The deadline to set on the held key for a new lease ending at `deadline`; `None`: leave
+    /// the expiry exactly as it is (`GT`: it is already as late, or there is none).
+    #[must_use]
+    pub const fn expire_at(self, deadline: Deadline) -> Option<Deadline> {
+        match self {
+            Self::Set => Some(deadline),
+            Self::Gt { until } if until >= 0 && until < deadline.0 => Some(deadline),
+            Self::Gt { .. } => None,
+        }
+    }
+}
+
 /// What the lock's key holds, seen by the calling owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum View {
@@ -148,16 +183,21 @@ pub struct Request {
     pub id: Option<Vec<u8>>,
     /// `SESSION`: its grant is bound to the waiting client's connection.
     pub session: Option<crate::sessions::Bind>,
+    /// `GT`: should its grant come as a re-entry (the owner got the lock meanwhile through
+    /// another waiter), it never shortens the owner's lease.
+    pub gt: bool,
 }
 
 impl Request {
     /// The grant of this request on the lock as it is now: the plan to apply, or `None` while
     /// the lock cannot be granted to it (the hand-off stops at the first waiter it cannot
-    /// grant, so the queue stays FIFO).
+    /// grant, so the queue stays FIFO). `expire_at`: the lock key's absolute expiry (-1: none), which a grant with `GT` that comes
+    /// as a re-entry keeps when it is later.
     #[must_use]
-    pub fn grant(&self, view: View, now_ms: i64) -> Option<Plan> {
+    pub fn grant(&self, view: View, now_ms: i64, expire_at: i64) -> Option<Plan> {
         let deadline = Deadline::after(now_ms, self.lease).unwrap_or(Deadline::LAST);
-        acquire(view, deadline).ok().filter(|plan| plan.reply == Reply::Nil)
+        let extend = Extend::new(self.gt, expire_at);
+        acquire(view, deadline, extend).ok().filter(|plan| plan.reply == Reply::Nil)
     }
 
     /// The reply of a wait that ends without a grant, the lock's holder having `pttl` ms left
@@ -226,12 +266,13 @@ const fn grant(deadline: Deadline) -> Plan {
     Plan { write: Write::SetCount(1), expire_at: Some(deadline), publish: false, reply: Reply::Nil }
 }
 
-/// `ACQUIRE`: take a free lock (count 1), or re-enter one we hold (count + 1); both set the
-/// lease. Held by another owner: reply its remaining lease, change nothing.
+/// `ACQUIRE`: take a free lock (count 1, the lease set), or re-enter one we hold (count + 1,
+/// the lease set as `extend` says). Held by another owner: reply its remaining lease, change
+/// nothing.
 ///
 /// # Errors
 /// [`LockError::CountOverflow`] when re-entry would pass `i64::MAX` holds.
-pub fn acquire(view: View, deadline: Deadline) -> Result<Plan, LockError> {
+pub fn acquire(view: View, deadline: Deadline, extend: Extend) -> Result<Plan, LockError> {
     let count = match view {
         View::Free => return Ok(grant(deadline)),
         View::Held { mine: Some(held), .. } => next_count(held)?,
@@ -239,7 +280,7 @@ pub fn acquire(view: View, deadline: Deadline) -> Result<Plan, LockError> {
     };
     Ok(Plan {
         write: Write::SetCount(count),
-        expire_at: Some(deadline),
+        expire_at: extend.expire_at(deadline),
         publish: false,
         reply: Reply::Nil,
     })
@@ -265,13 +306,14 @@ pub fn release(view: View, lease: Option<Deadline>) -> Plan {
     }
 }
 
-/// `RENEW`: a holder gets a new lease (reply 1); anyone else gets 0 and nothing is created.
+/// `RENEW`: a holder gets a new lease, set as `extend` says (reply 1); anyone else gets 0 and
+/// nothing is created.
 #[must_use]
-pub fn renew(view: View, deadline: Deadline) -> Plan {
+pub fn renew(view: View, deadline: Deadline, extend: Extend) -> Plan {
     match view {
         View::Held { mine: Some(_), .. } => Plan {
             write: Write::Keep,
-            expire_at: Some(deadline),
+            expire_at: extend.expire_at(deadline),
             publish: false,
             reply: Reply::Int(1),
         },

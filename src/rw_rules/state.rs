@@ -93,6 +93,9 @@ pub struct RwState {
     pub writer: Option<(Vec<u8>, u64)>,
     /// The hash's remaining lease in ms (-1: no expiry).
     pub pttl: i64,
+    /// The hash's expiry as stored (Unix ms; -1: none), when the store read it: the lease end
+    /// exactly, where `now + pttl` may be a millisecond early (the clock read twice).
+    pub expires: Option<i64>,
 }
 
 impl RwState {
@@ -201,10 +204,12 @@ impl RwState {
     /// The hash's deadline (Unix ms) at `now`; `None` when it has no expiry or no key.
     #[must_use]
     pub const fn deadline(&self, now: i64) -> Option<i64> {
-        if self.mode.is_some() && self.pttl >= 0 {
-            Some(now.saturating_add(self.pttl))
-        } else {
-            None
+        match (self.mode, self.expires) {
+            (None, _) => None,
+            (Some(_), Some(at)) if at >= 0 => Some(at),
+            (Some(_), Some(_)) => None,
+            (Some(_), None) if self.pttl >= 0 => Some(now.saturating_add(self.pttl)),
+            (Some(_), None) => None,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! run.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use redis_module::{Context, RedisString};
 
@@ -39,7 +39,8 @@ impl<'a> RwKey<'a> {
     pub fn state(&self) -> Result<RwState, LockError> {
         match self.key.kind() {
             KeyKind::Empty => Ok(RwState { pttl: -2, ..RwState::default() }),
-            KeyKind::Hash => RwState::from_fields(self.key.hash_fields(), self.key.pttl()),
+            KeyKind::Hash => RwState::from_fields(self.key.hash_fields(), self.key.pttl())
+                .map(|state| RwState { expires: Some(self.key.expire_at()), ..state }),
             KeyKind::String | KeyKind::Other => Err(LockError::WrongType),
         }
     }
@@ -72,6 +73,7 @@ impl<'a> RwKey<'a> {
                     self.key.field_count() > 0,
                     self.key.pttl(),
                 )
+                .map(|state| RwState { expires: Some(self.key.expire_at()), ..state })
             }
         }
     }
@@ -155,6 +157,46 @@ impl<'a> RwKey<'a> {
             state.readers.remove(owner);
         }
         Ok(state)
+    }
+
+    /// The live read holds of `owner` (index -> deadline) a `GT` re-entry or renewal keeps its
+    /// leases against (`None`: no `GT`, nothing read). Reads the owner's hold keys only (at most
+    /// `rw_rules::MAX_READ_HOLDS`; `state` read with [`Self::state_of`] for `owner`).
+    ///
+    /// # Errors
+    /// As [`Self::holds`].
+    pub fn own_holds(
+        &self,
+        state: &RwState,
+        owner: &[u8],
+        gt: bool,
+        now: i64,
+    ) -> Result<Option<BTreeMap<u64, i64>>, LockError> {
+        if !gt {
+            return Ok(None);
+        }
+        if state.reads_of(owner) == 0 {
+            return Ok(Some(BTreeMap::new()));
+        }
+        rw_rules::walkable(state)?;
+        let checker = KeyChecker::new(self.ctx);
+        let mut own = BTreeMap::new();
+        for index in 1..=state.reads_of(owner) {
+            let hold = hold_key(self.ctx, self.name, owner, index)?;
+            checker.check(self.ctx, &hold, KeyUse::Read, LockError::NoPermHold)?;
+            // The expiry exactly as stored (`now + pttl` may be a millisecond early).
+            let key = Key::open(self.ctx, &hold, false);
+            match key.expire_at() {
+                -1 if key.kind() != KeyKind::Empty => {
+                    own.insert(index, i64::MAX);
+                }
+                at if at > now => {
+                    own.insert(index, at);
+                }
+                _ => {}
+            }
+        }
+        Ok(Some(own))
     }
 
     /// Checks every hold key `plan` writes: in the lock's cluster slot, and writable by the
