@@ -381,3 +381,77 @@ async fn an_owner_s_hold_dropped_at_its_deadline_is_released_while_the_server_ma
         (held == 0).then_some(())
     });
 }
+
+/// The `RLOCK.RENEW` / `RWLOCK.RENEW` commands the server ran since `SLOWLOG RESET`, as sent.
+fn renewals_run(server: &Server) -> Vec<Vec<Vec<u8>>> {
+    let log: Vec<redis::Value> =
+        redis::cmd("SLOWLOG").arg("GET").arg(1000).query(&mut server.conn()).expect("SLOWLOG");
+    let mut renewals = Vec::new();
+    for entry in log {
+        let redis::Value::Array(parts) = entry else { continue };
+        let Some(redis::Value::Array(args)) = parts.get(3) else { continue };
+        let args: Vec<Vec<u8>> = args
+            .iter()
+            .filter_map(|a| match a {
+                redis::Value::BulkString(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        if args.first().is_some_and(|c| c.eq_ignore_ascii_case(b"RLOCK.RENEW"))
+            || args.first().is_some_and(|c| c.eq_ignore_ascii_case(b"RWLOCK.RENEW"))
+        {
+            renewals.push(args);
+        }
+    }
+    renewals.reverse(); // oldest first
+    renewals
+}
+
+/// An owner's re-entries reach the server as renewals; one of them reaching it late (after a
+/// later, longer one: sent on a connection that stalled, then ran after a reconnect) must not
+/// shorten the lease a live guard relies on. Each renewal the client sent for the owner's
+/// holds (a lock, a read side) is run again, as that late copy, after the longest (the
+/// earliest last): the server's
+/// lease still covers every live guard's `valid_until` (the client sends `GT`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_renewal_reaching_the_server_late_never_shortens_a_later_lease() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let owner = client.owner();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query(&mut server.conn())
+        .expect("CONFIG SET");
+    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut server.conn()).expect("RESET");
+    let leases = [1, 2, 20].map(Duration::from_secs);
+    let mut guards = Vec::new();
+    for lease in leases {
+        let lock = owner.lock("l"); // a new handle of the owner each time: the same hold
+        guards.push(lock.try_acquire(Duration::ZERO, Some(lease)).await.expect("lock"));
+    }
+    let rw = owner.rw_lock(READ);
+    for lease in leases {
+        guards.push(rw.read().try_acquire(Duration::ZERO, Some(lease)).await.expect("read"));
+    }
+    let renewals = renewals_run(&server);
+    assert!(renewals.len() >= 4, "the re-entries were renewals: {renewals:?}");
+    // Newest first: the earliest (shortest) of each hold's renewals runs last.
+    for renewal in renewals.iter().rev() {
+        let mut late = redis::cmd(&String::from_utf8_lossy(&renewal[0]));
+        late.arg(&renewal[1..]);
+        let _: redis::Value = late.query(&mut server.conn()).expect("the late renewal");
+    }
+    for (key, guard) in ["l", "l", "l"].iter().chain(&[READ, READ, READ]).zip(&guards) {
+        assert_promise_kept(&server, key, guard, &format!("{key} after late renewals"));
+        if *key == READ {
+            for hold in read_holds(&server, owner.id()) {
+                assert_promise_kept(&server, &hold, guard, &format!("{hold} after late renewals"));
+            }
+        }
+    }
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}

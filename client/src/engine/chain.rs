@@ -246,7 +246,8 @@ impl Chain {
         let mut request =
             Request::new(&self.shared, &self.key, self.kind, Arc::clone(&owner), millis(lease))
                 .session(self.session())
-                .kin(self.kin_write());
+                .kin(self.kin_write())
+                .gt(self.fixed);
         let Some(grant) = request.run(deadline, bound).await? else { return Err(Error::TimedOut) };
         let holder = Holder::Owner(Arc::clone(&owner));
         let until = after(request.sent(), lease);

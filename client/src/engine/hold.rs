@@ -373,9 +373,12 @@ impl Hold {
     ///
     /// [`Options::replica_ack`]: crate::Options::replica_ack
     /// [`Options::aof_ack`]: crate::Options::aof_ack
-    async fn renew_on_server(&self, lease_ms: u64) -> Result<bool> {
+    async fn renew_on_server(&self, lease_ms: u64, gt: bool) -> Result<bool> {
         let mut pipe = redis::pipe();
-        for cmd in self.0.kind.renew(&self.0.key, &self.0.holder, lease_ms) {
+        for mut cmd in self.0.kind.renew(&self.0.key, &self.0.holder, lease_ms) {
+            if gt {
+                cmd.arg("GT");
+            }
             pipe.add_command(cmd);
         }
         let mut conn = self.0.shared.conn.clone();
@@ -418,7 +421,11 @@ impl Hold {
             write.kin_sent(sent, after(sent, needed));
         }
         let in_flight = InFlight { hold: self, ticket };
-        let renewed = self.renew_on_server(needed_ms).await;
+        // An owner's hold: `GT`, so a renewal or re-entry reaching the server late (after a
+        // longer one sent later, on another connection or after a reconnect) never shortens the
+        // lease a live guard relies on.
+        let gt = self.0.kind.takes_gt() && self.state().shared_owner;
+        let renewed = self.renew_on_server(needed_ms, gt).await;
         drop(in_flight);
         if let Some(write) = &covered {
             // It ran before its reply came: the key's lease ends by now plus the lease.
@@ -444,7 +451,7 @@ impl Hold {
     pub(crate) async fn reset_lease(&self, lease: Duration) -> Result<bool> {
         let sent = Instant::now();
         let lease_ms = millis(lease);
-        let renewed = self.renew_on_server(lease_ms).await?;
+        let renewed = self.renew_on_server(lease_ms, false).await?;
         if renewed {
             let mut state = self.state();
             state.until = after(sent, Duration::from_millis(lease_ms));

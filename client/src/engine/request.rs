@@ -51,6 +51,9 @@ pub(crate) struct Request {
     /// the key, and so that hold's write field, until the send time plus the lease
     /// ([`Hold::kin_sent`]), whatever comes of the request (granted late, cancelled).
     kin: Option<Hold>,
+    /// An [`crate::Owner`]'s request: it may be a re-entry on the server (a read under the
+    /// owner's write, a count of the owner's lost hold), whose lease `GT` never shortens.
+    gt: bool,
 }
 
 impl std::fmt::Debug for Request {
@@ -86,7 +89,15 @@ impl Request {
             session: None,
             checked: AtomicBool::new(false),
             kin: None,
+            gt: false,
         }
+    }
+
+    /// Sends `GT` with every acquire of the request (an [`crate::Owner`]'s, see the field).
+    #[must_use]
+    pub(crate) fn gt(mut self, gt: bool) -> Self {
+        self.gt = gt && self.kind.takes_gt();
+        self
     }
 
     /// Records the owner's write hold a read request is sent under (see the field).
@@ -491,6 +502,9 @@ impl Request {
             self.kind.acquire(&self.key, &self.owner, self.lease_ms, wait_ms, token, &self.id);
         if let Some(binding) = &self.session {
             binding.mark(&mut cmd);
+        }
+        if self.gt {
+            cmd.arg("GT");
         }
         cmd
     }
