@@ -308,18 +308,19 @@ fn assert_write_field_ends(server: &Server, key: &str, owner: &str, seen: &str) 
     assert!(pttl < 0, "{seen}: the key lives on without the write field (pttl {pttl})");
 }
 
-/// An owner's read acquire under its own write hold (lease 600 ms), with a 20 s lease, given up
-/// after the server granted it (its answer lags): giving the read back leaves the key's
-/// expiry at the read's lease, and the write field with it. Past the write's own lease its
-/// guard is lost, but its release still goes out and ends the field: nothing stays held by
-/// nobody for 20 s.
+/// An owner's read acquire under its own write hold, with a 20 s lease, given up after the
+/// server granted it (its answer lags): giving the read back leaves the key's expiry at the
+/// read's lease, and the write field with it. The cancellation's answer (`2`: it was granted)
+/// tells the client so: the write guard stays valid past its own lease (1.5 s), as long as the
+/// key, and its release ends the field: nothing stays held by nobody for 20 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_owner_s_write_hold_under_a_cancelled_read_acquire_is_released_by_its_guard() {
+async fn an_owner_s_write_hold_under_a_cancelled_read_acquire_is_kept_and_released_by_its_guard() {
     let server = Server::start();
     let (_proxy, _client, owner) = slow_owner(&server).await;
     let rw = owner.rw_lock("k");
-    let short = Some(Duration::from_millis(600));
+    let short = Some(Duration::from_millis(1_500));
     let write = rw.write().try_acquire(Duration::ZERO, short).await.expect("write");
+    let own_until = write.valid_until().expect("a deadline");
     let long = Some(Duration::from_secs(20));
     let read = timeout(Duration::from_millis(40), rw.read().acquire(long)).await;
     assert!(read.is_err(), "the read acquire was given up before its answer: {read:?}");
@@ -327,10 +328,15 @@ async fn an_owner_s_write_hold_under_a_cancelled_read_acquire_is_released_by_its
         let fields = hgetall(&mut server.conn(), b"k");
         (fields.len() == 2).then_some(()) // the write field and the mode
     });
-    tokio::time::sleep(Duration::from_millis(900)).await; // past the write's own lease
-    let lost = write.is_lost();
+    poll("the write guard kept by the cancellation", Duration::from_secs(1), || {
+        write.valid_until().is_some_and(|until| until > own_until).then_some(())
+    });
+    tokio::time::sleep_until(own_until + Duration::from_millis(300)).await;
+    assert!(!write.is_lost(), "the key, and so the write field, lasts the read's lease");
+    assert_promise_kept(&server, "k", &write, "the write guard kept by the cancellation");
     let released = write.release().await;
-    assert_write_field_ends(&server, "k", owner.id(), &format!("lost {lost}, {released:?}"));
+    assert!(released.is_ok(), "{released:?}");
+    assert_write_field_ends(&server, "k", owner.id(), &format!("{released:?}"));
 }
 
 /// An owner's read acquire under its own write hold, sent just before the write's deadline and

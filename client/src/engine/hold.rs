@@ -49,6 +49,11 @@ pub(crate) struct Hold(Arc<Inner>);
 pub(crate) struct WeakHold(Weak<Inner>);
 
 impl WeakHold {
+    /// The hold, while something keeps it (ended or lost included).
+    pub(crate) fn upgrade_any(&self) -> Option<Hold> {
+        self.0.upgrade().map(Hold)
+    }
+
     /// The hold, while something keeps it and it neither ended nor was lost.
     pub(crate) fn upgrade_live(&self) -> Option<Hold> {
         let hold = Hold(self.0.upgrade()?);
@@ -271,6 +276,17 @@ impl Hold {
         }
         let mut state = self.state();
         state.kept = state.kept.max(until);
+    }
+
+    /// A read request of this (write) hold's owner on its key, first sent at `sent`, was granted
+    /// and then given back by its cancellation (see `Request::kept_by_cancel`): the key, and so
+    /// this hold's field, lasts until `until`. Its deadline moves there if the client knew of
+    /// the hold before the request went out and it is still confirmed now ([`Self::outlast`]).
+    pub(crate) fn kept_by_cancel(&self, sent: Instant, until: Instant) {
+        if self.0.born <= sent {
+            self.kin_sent(sent, until);
+            self.outlast(until);
+        }
     }
 
     /// Resolves once no release of the hold is in flight (none sent, or it was answered or

@@ -51,6 +51,8 @@ pub(crate) struct Request {
     /// the key, and so that hold's write field, until the send time plus the lease
     /// ([`Hold::kin_sent`]), whatever comes of the request (granted late, cancelled).
     kin: Option<Hold>,
+    /// When the request first went out (its grant, if any, came after).
+    first_sent: Option<Instant>,
     /// An [`crate::Owner`]'s request: it may be a re-entry on the server (a read under the
     /// owner's write, a count of the owner's lost hold), whose lease `GT` never shortens.
     gt: bool,
@@ -89,6 +91,7 @@ impl Request {
             session: None,
             checked: AtomicBool::new(false),
             kin: None,
+            first_sent: None,
             gt: false,
         }
     }
@@ -206,6 +209,7 @@ impl Request {
             return self.on_session(&binding, cmd, acked, false).await;
         }
         (self.armed, self.sent, self.waited) = (true, self.sending(), false);
+        self.first_sent.get_or_insert(self.sent);
         let mut conn = self.shared.conn.clone();
         let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
         let ended = match reply {
@@ -252,6 +256,7 @@ impl Request {
         }
         self.sending();
         (self.armed, self.sent, self.waited) = (true, now, true);
+        self.first_sent.get_or_insert(self.sent);
         let waits = async { Ok(self.waits(deadline, bound).await) };
         let ended = within(bound, waits).await.unwrap_or_else(Ended::Unknown);
         self.settle(ended, bound).await
@@ -375,6 +380,7 @@ impl Request {
             return Err(Error::SessionClosed);
         };
         (self.armed, self.sent, self.waited) = (true, self.sending(), waited);
+        self.first_sent.get_or_insert(self.sent);
         let (reply, answer) = oneshot::channel();
         let (shared, kind, bound_to) = (Arc::clone(&self.shared), self.kind, Arc::clone(binding));
         tokio::spawn(async move {
@@ -552,8 +558,36 @@ impl Request {
         }
         let (done, answer) = oneshot::channel();
         let until = self.cancel_until();
-        self.shared.releaser.submit(Arc::clone(&self.key), self.cancel_cmd(), until, Some(done));
+        let kept = self.kept_by_cancel();
+        let then: crate::releaser::Then = Box::new(move |reply| {
+            if let Some(kept) = kept {
+                kept(reply);
+            }
+            let _ = done.send(());
+        });
+        self.shared.releaser.submit_then(Arc::clone(&self.key), self.cancel_cmd(), until, then);
         let _ = tokio::time::timeout(max, answer).await;
+    }
+
+    /// What a cancellation's reply tells the owner's write hold this read request was sent
+    /// under: `2` says the request had been granted (and was given back now). Its grant set the
+    /// key's expiry to at least its first send time plus its lease, which giving it back never
+    /// shortens while the owner's write field is there (a read release never shortens a
+    /// writer's key), and the write field lasts as long as the key: so a write hold the client
+    /// knew of before the request first went out, and still confirmed when the reply comes (its
+    /// field was there when the grant ran), is valid that long too ([`Hold::kept_by_cancel`]),
+    /// and its guard is not told lost at its own deadline. A later write hold of the owner is
+    /// never kept so. The hold is held weakly: a pending job keeps nothing (nor the client).
+    fn kept_by_cancel(&self) -> Option<crate::releaser::Then> {
+        let (write, sent) = (self.kin.as_ref()?.downgrade(), self.first_sent?);
+        let until = crate::engine::hold::after(sent, Duration::from_millis(self.lease_ms));
+        Some(Box::new(move |reply| {
+            if matches!(reply, Ok(Value::Int(2))) {
+                if let Some(write) = write.upgrade_any() {
+                    write.kept_by_cancel(sent, until);
+                }
+            }
+        }))
     }
 
     fn cancel_cmd(&self) -> redis::Cmd {
@@ -577,7 +611,11 @@ impl Drop for Request {
     fn drop(&mut self) {
         if self.armed {
             let until = self.cancel_until();
-            self.shared.releaser.submit(Arc::clone(&self.key), self.cancel_cmd(), until, None);
+            let (key, cmd) = (Arc::clone(&self.key), self.cancel_cmd());
+            match self.kept_by_cancel() {
+                Some(then) => self.shared.releaser.submit_then(key, cmd, until, then),
+                None => self.shared.releaser.submit(key, cmd, until, None),
+            }
         }
     }
 }
