@@ -153,8 +153,8 @@ impl Hold {
         }
     }
 
-    /// Hands the release of the hold to the client's releaser (never blocks). `sent`: the
-    /// release already went out (a retry of it, same latch), still in flight until it drops.
+    /// Hands the release of the hold to the client's releaser (never blocks). `cmd`: a release
+    /// that already went out (retried with its latch), with what marks it in flight.
     fn submit_release(&self, cmd: Option<(redis::Cmd, Settled)>) {
         let (cmd, settled) = match cmd {
             Some(sent) => sent,
