@@ -146,13 +146,21 @@ impl Direct {
     }
 }
 
-/// Error codes from a server that is no longer (or not yet) the master to use.
-/// How long [`Target::refresh`] may ask the Sentinels (unreachable ones delay a release no
-/// longer than this; the cached master is kept then).
+/// How long [`Sentinel::refresh_capped`] may ask the Sentinels (unreachable or silent ones
+/// delay a release no longer than this; the cached master is kept then, and the next command
+/// that asks asks again).
 const REFRESH_MAX: Duration = Duration::from_millis(500);
 
+/// Whether `code` is an error code from a server that is no longer (or not yet) the master to
+/// use.
 fn master_changed(code: &str) -> bool {
     matches!(code, "READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING")
+}
+
+/// Whether the server refused a command because it is not (or no longer, or not yet) the
+/// master: nothing ran.
+pub(crate) fn not_master(e: &redis::RedisError) -> bool {
+    e.code().is_some_and(master_changed)
 }
 
 /// The master of a Sentinel-monitored group: found by asking the Sentinels, checked with
@@ -269,6 +277,14 @@ impl Sentinel {
         }
     }
 
+    /// [`Self::refresh`], given at most [`REFRESH_MAX`]: a Sentinel that accepts connections
+    /// and answers nothing (a stalled process, a silent network) costs a command this long, not
+    /// its connection's timeouts per Sentinel. `false` when it was cut short (the cached master
+    /// is kept; the next command that must reach the current master asks again).
+    pub(crate) async fn refresh_capped(&self) -> bool {
+        tokio::time::timeout(REFRESH_MAX, self.refresh()).await.is_ok()
+    }
+
     /// A connection to the current master, asking the Sentinels when none is known.
     pub(crate) async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
         Ok(self.master().await?.1)
@@ -360,8 +376,12 @@ impl Target {
     /// master would answer without an error (a release).
     pub(crate) async fn refresh(&self) {
         if let Self::Sentinel(sentinel) = self {
-            let _ = tokio::time::timeout(REFRESH_MAX, sentinel.refresh()).await;
+            sentinel.refresh_capped().await;
         }
+    }
+
+    pub(crate) const fn is_sentinel(&self) -> bool {
+        matches!(self, Self::Sentinel(_))
     }
 
     pub(crate) const fn is_cluster(&self) -> bool {

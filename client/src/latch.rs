@@ -89,7 +89,7 @@ impl Latch {
         let count = checked(count)?;
         let mut cmd = redis::cmd("RLATCH.SETCOUNT");
         cmd.arg(&*self.name).arg(count);
-        Ok(cmd.query_async::<i64>(&mut self.shared.conn.clone()).await? == 1)
+        Ok(self.shared.on_master::<i64>(&cmd).await? == 1)
     }
 
     /// Counts the latch down by one; returns the count left (0: it is open now, or was
@@ -111,7 +111,7 @@ impl Latch {
         let amount = checked(amount)?;
         let mut cmd = redis::cmd("RLATCH.COUNTDOWN");
         cmd.arg(&*self.name).arg(amount);
-        let left: i64 = cmd.query_async(&mut self.shared.conn.clone()).await?;
+        let left: i64 = self.shared.on_master(&cmd).await?;
         Ok(u64::try_from(left).unwrap_or(0))
     }
 
@@ -137,7 +137,7 @@ impl Latch {
     pub async fn delete(&self) -> Result<bool> {
         let mut cmd = redis::cmd("RLATCH.DELETE");
         cmd.arg(&*self.name);
-        Ok(cmd.query_async::<i64>(&mut self.shared.conn.clone()).await? == 1)
+        Ok(self.shared.on_master::<i64>(&cmd).await? == 1)
     }
 
     /// Waits until the latch is open (Redisson's `await`): at most `timeout`, or as long as
@@ -229,6 +229,9 @@ impl Latch {
         let response_timeout = deadline
             .map(|d| d.saturating_duration_since(now).saturating_add(GRACE).saturating_add(GRACE));
         let shared = &self.shared;
+        // A master the Sentinels replaced blocks a wait as a master until they demote it, and
+        // never sees the count-downs that go to the new one: ask them first.
+        shared.target.refresh().await;
         let mut node = shared.target.node_for(&self.name, &mut shared.conn.clone()).await?;
         let mut asking = false;
         for _ in 0..=MAX_REDIRECTS {

@@ -41,8 +41,14 @@ use crate::shared::Shared;
 ///   ids (`<owner>:<n>`), never the owner's: it never re-enters the owner's hold, and its stale
 ///   guard never releases the owner's later one.
 /// - The server cannot tell two holds of one owner on one lock apart. A guard whose hold is
-///   **known lost** (its deadline passed unconfirmed, or the server said it is gone) therefore
-///   sends nothing when released or dropped (a hold still there ends with its lease). But a
+///   **known lost** (its deadline passed unconfirmed, or the server said it is gone) is
+///   answered [`crate::Error::NotHeld`] when released. Its release still goes out (when the
+///   guard is released or dropped) while the hold's count may still be on the server: a lease
+///   sent for it, answered or not (a re-entry or renewal given up before its answer), or a
+///   read acquire or renewal of the owner under its write hold (which keeps the write field
+///   as long as the key), may last until after now; the owner's next hold on that side is
+///   only asked for once that release was answered (or given up), so it never ends a later
+///   hold. Found gone, or every such lease over, it sends nothing. But a
 ///   hold lost *unnoticed* (deleted or expired on the server before its deadline: a
 ///   force-release, eviction, a failover to a replica that missed it) while the same owner took
 ///   the lock again through another handle: its guard's renewals and release act on that later

@@ -71,12 +71,18 @@ pub(crate) enum Route {
     Cluster(ClusterClient),
 }
 
+/// What a job's reply is given to, once it ends: a channel, or a function called on the
+/// releaser's thread (inside its runtime). Dropped without a reply (the job never ran: no
+/// thread), neither sees anything.
+pub(crate) type Then = Box<dyn FnOnce(&RedisResult<Value>) + Send>;
+
 /// One job: a command, the key it is for, until when to retry it, and who wants its reply.
 struct Job {
     key: Arc<[u8]>,
     cmd: redis::Cmd,
     until: Instant,
     done: Option<oneshot::Sender<RedisResult<Value>>>,
+    then: Option<Then>,
     /// Counts the job as pending until it is dropped (ended, or never run).
     _ticket: Ticket,
 }
@@ -137,7 +143,24 @@ impl Releaser {
         until: Instant,
         done: Option<oneshot::Sender<RedisResult<Value>>>,
     ) {
-        let job = Job { key, cmd, until, done, _ticket: Ticket::new(&self.pending) };
+        self.enqueue(Job {
+            key,
+            cmd,
+            until,
+            done,
+            then: None,
+            _ticket: Ticket::new(&self.pending),
+        });
+    }
+
+    /// As [`Self::submit`], with `then` called with the reply (on the releaser's thread) when
+    /// the job ends.
+    pub(crate) fn submit_then(&self, key: Arc<[u8]>, cmd: redis::Cmd, until: Instant, then: Then) {
+        let ticket = Ticket::new(&self.pending);
+        self.enqueue(Job { key, cmd, until, done: None, then: Some(then), _ticket: ticket });
+    }
+
+    fn enqueue(&self, job: Job) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let job = match queue.as_ref() {
             Some(q) => match q.send(job) {
@@ -284,6 +307,9 @@ async fn run_job(conns: Arc<Conns>, mut job: Job) {
             reply => break reply,
         }
     };
+    if let Some(then) = job.then.take() {
+        then(&reply);
+    }
     if let Some(done) = job.done.take() {
         let _ = done.send(reply);
     }
@@ -367,8 +393,11 @@ impl Conns {
             Route::Sentinel(sentinel) => {
                 // A master the Sentinels replaced still answers (a release, a cancellation)
                 // until they demote it: ask them first, so a job never ends on an old master.
+                // Asking is capped (a silent Sentinel would hold the job for its connection's
+                // timeouts, per Sentinel): cut short, the cached master is used and the next
+                // try asks again.
                 let connecting = async {
-                    sentinel.refresh().await;
+                    sentinel.refresh_capped().await;
                     sentinel.connection().await
                 };
                 let con = tokio::time::timeout(RESOLVE, connecting)

@@ -86,12 +86,9 @@ impl Semaphore {
     /// [`Error::Redis`] when Redis fails.
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool> {
         checked_permits("the permits set", permits, 0, MAX_PERMITS)?;
-        let set: i64 = redis::cmd("RSEM.SETPERMITS")
-            .arg(&*self.name)
-            .arg(permits)
-            .query_async(&mut self.conn())
-            .await?;
-        Ok(set == 1)
+        let mut cmd = redis::cmd("RSEM.SETPERMITS");
+        cmd.arg(&*self.name).arg(permits);
+        Ok(self.shared.on_master::<i64>(&cmd).await? == 1)
     }
 
     /// Adds permits (negative: takes them away); returns the new count.
@@ -101,7 +98,7 @@ impl Semaphore {
     pub async fn add_permits(&self, delta: i64) -> Result<i64> {
         let mut command = redis::cmd("RSEM.ADDPERMITS");
         command.arg(&*self.name).arg(delta);
-        Ok(command.query_async(&mut self.conn()).await?)
+        self.shared.on_master(&command).await
     }
 
     /// The available permits (0 when the semaphore does not exist).
@@ -121,7 +118,7 @@ impl Semaphore {
         checked_permits("the permits released", permits, 1, MAX_PERMITS)?;
         let mut command = redis::cmd("RSEM.RELEASE");
         command.arg(&*self.name).arg(permits);
-        Ok(command.query_async(&mut self.conn()).await?)
+        self.shared.on_master(&command).await
     }
 
     /// Takes `permits`, waiting in the server as long as it takes.

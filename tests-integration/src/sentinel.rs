@@ -57,6 +57,12 @@ impl Sentinel {
         sentinel
     }
 
+    /// The Sentinel's port (for a [`crate::Proxy`] in front of it).
+    #[must_use]
+    pub const fn port(&self) -> u16 {
+        self.port
+    }
+
     #[must_use]
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options};
 use rlock_tests_integration::{
-    blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Sentinel, Server,
+    blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Proxy, Sentinel, Server,
     SENTINEL_MASTER,
 };
 use tokio::time::{sleep, Instant};
@@ -167,6 +167,71 @@ async fn a_sentinel_guard_released_before_the_old_master_is_demoted_is_released_
     assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
     guard.release().await.expect("release");
     assert!(!held_on(&replica, "l"), "the release reached the new master");
+}
+
+/// Right after `SENTINEL FAILOVER` (the old master still answers as a master until the Sentinel
+/// demotes it, and no error has moved the client off it yet), a counted permit release, a
+/// latch's count-down and a latch wait go to the new master, as lock releases do: the client
+/// asks the Sentinels first. Before, they went to the cached old master: the permit and the
+/// count-down were lost with it, and the wait blocked there while the latch opened elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_releases_and_latch_commands_right_after_a_failover_reach_the_new_master() {
+    let (master, replica, sentinel, client) = sentinel_group().await;
+    let (permits, latch) = (client.semaphore("s"), client.latch("gate"));
+    assert!(permits.try_set_permits(1).await.expect("set permits"));
+    assert!(latch.try_set_count(2).await.expect("set count"));
+    poll("the latch on the replica", FAILOVER_LIMIT, || {
+        let count: Option<i64> = redis::cmd("GET").arg("gate").query(&mut replica.conn()).ok()?;
+        (count == Some(2)).then_some(())
+    });
+    fail_over(&sentinel, &replica);
+    assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
+    let waiting = tokio::spawn({
+        let latch = latch.clone();
+        async move { latch.wait(Some(Duration::from_secs(5))).await }
+    });
+    poll("the wait to block", FAILOVER_LIMIT, || {
+        (blocked_clients(&mut master.conn()) + blocked_clients(&mut replica.conn()) > 0)
+            .then_some(())
+    });
+    permits.release(1).await.expect("release a permit");
+    assert_eq!(available(&replica, "s"), 2, "the permit went back on the new master");
+    latch.count_down().await.expect("count down");
+    latch.count_down().await.expect("count down");
+    let exists: i64 = redis::cmd("EXISTS").arg("gate").query(&mut replica.conn()).expect("EXISTS");
+    assert_eq!(exists, 0, "the latch opened on the new master");
+    let opened = tokio::time::timeout(Duration::from_secs(3), waiting).await;
+    assert!(matches!(opened, Ok(Ok(Ok(true)))), "the wait saw it open: {opened:?}");
+}
+
+/// Sentinels that stop answering (a silent network: connections accepted, nothing answered)
+/// hold no release: the releaser asks them at most half a second before a try, then sends it to
+/// the master it knows (and asks again at its next try). Two silent Sentinels cost a release
+/// without that cap their connection timeouts, one after the other (about 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_while_the_sentinels_are_silent_is_released_within_the_refresh_cap() {
+    let master = Server::start();
+    let sentinel = Sentinel::start(&master, 1, 30_000);
+    let proxies = [Proxy::start(sentinel.port()), Proxy::start(sentinel.port())];
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let options = Options::default();
+    let client = LockClient::sentinel(
+        urls.iter().map(String::as_str).collect(),
+        SENTINEL_MASTER,
+        "redis://127.0.0.1/",
+        options,
+    )
+    .await
+    .expect("sentinel client");
+    releaser_knows(&client, &master).await;
+    let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
+    proxies.iter().for_each(Proxy::cut);
+    let dropped = std::time::Instant::now();
+    let took = timed_drop(guard);
+    assert!(took < AT_ONCE, "the drop took {took:?}");
+    until_released(&master, "l", "the release while the Sentinels are silent");
+    let released = dropped.elapsed();
+    assert!(released < Duration::from_millis(1_300), "released {released:?} after the drop");
 }
 
 // ---- item 10: a cluster whose first seed node is down -----------------------------------------

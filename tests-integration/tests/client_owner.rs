@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options, Owner};
-use rlock_tests_integration::{fuzz_seed, hgetall, lease_end, poll, Rng, Server};
+use rlock_tests_integration::{fuzz_seed, hgetall, lease_end, poll, Proxy, Rng, Server};
 use tokio::time::timeout;
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -286,5 +286,178 @@ async fn an_owner_s_write_hold_kept_by_its_read_hold_ends_when_its_guard_goes() 
             .await
             .expect("release");
         read.release().await.expect("the read guard's release");
+    }
+}
+
+/// A client of `server` through a proxy whose answers lag 150 ms (so a command can reach the
+/// server and its caller give up before the answer comes), the proxy, and an owner of it.
+async fn slow_owner(server: &Server) -> (Proxy, LockClient, Owner) {
+    let proxy = Proxy::start(server.port());
+    proxy.delay(Duration::from_millis(150));
+    let client = LockClient::open(proxy.url()).await.expect("client");
+    let owner = client.owner();
+    (proxy, client, owner)
+}
+
+/// Polls until the server no longer has `owner`'s write field on `key`, failing with what the
+/// write guard saw (`lost`, its release's result) and the key's remaining lease.
+fn assert_write_field_ends(server: &Server, key: &str, owner: &str, seen: &str) {
+    let what = format!("the owner's write field gone (the write guard saw {seen})");
+    poll(&what, Duration::from_secs(3), || write_count(server, key, owner).is_none().then_some(()));
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut server.conn()).expect("PTTL");
+    assert!(pttl < 0, "{seen}: the key lives on without the write field (pttl {pttl})");
+}
+
+/// An owner's read acquire under its own write hold, with a 20 s lease, given up after the
+/// server granted it (its answer lags): giving the read back leaves the key's expiry at the
+/// read's lease, and the write field with it. The cancellation's answer (`2`: it was granted)
+/// tells the client so: the write guard stays valid past its own lease (1.5 s), as long as the
+/// key, and its release ends the field: nothing stays held by nobody for 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_write_hold_under_a_cancelled_read_acquire_is_kept_and_released_by_its_guard() {
+    let server = Server::start();
+    let (_proxy, _client, owner) = slow_owner(&server).await;
+    let rw = owner.rw_lock("k");
+    let short = Some(Duration::from_millis(1_500));
+    let write = rw.write().try_acquire(Duration::ZERO, short).await.expect("write");
+    let own_until = write.valid_until().expect("a deadline");
+    let long = Some(Duration::from_secs(20));
+    let read = timeout(Duration::from_millis(40), rw.read().acquire(long)).await;
+    assert!(read.is_err(), "the read acquire was given up before its answer: {read:?}");
+    poll("the read given back", Duration::from_secs(3), || {
+        let fields = hgetall(&mut server.conn(), b"k");
+        (fields.len() == 2).then_some(()) // the write field and the mode
+    });
+    poll("the write guard kept by the cancellation", Duration::from_secs(1), || {
+        write.valid_until().is_some_and(|until| until > own_until).then_some(())
+    });
+    tokio::time::sleep_until(own_until + Duration::from_millis(300)).await;
+    assert!(!write.is_lost(), "the key, and so the write field, lasts the read's lease");
+    assert_promise_kept(&server, "k", &write, "the write guard kept by the cancellation");
+    let released = write.release().await;
+    assert!(released.is_ok(), "{released:?}");
+    assert_write_field_ends(&server, "k", owner.id(), &format!("{released:?}"));
+}
+
+/// An owner's read acquire under its own write hold, sent just before the write's deadline and
+/// granted (the server extends the key to the read's 20 s), answered after that deadline: the
+/// write guard was told lost meanwhile (the client cannot tell from the read's answer whether
+/// the write field was still there), but its release still goes out and ends the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_write_hold_under_a_read_granted_after_its_deadline_is_released_by_its_guard() {
+    let server = Server::start();
+    let (_proxy, _client, owner) = slow_owner(&server).await;
+    let rw = owner.rw_lock("k");
+    let short = Some(Duration::from_millis(800));
+    let write = rw.write().try_acquire(Duration::ZERO, short).await.expect("write");
+    let until = write.valid_until().expect("a deadline");
+    tokio::time::sleep_until(until - Duration::from_millis(50)).await;
+    let long = Some(Duration::from_secs(20));
+    let read = rw.read().try_acquire(Duration::ZERO, long).await.expect("read under the write");
+    assert!(write.is_lost(), "the read's answer came after the write's deadline");
+    read.release().await.expect("the read guard's release");
+    let released = write.release().await;
+    assert!(matches!(released, Err(Error::NotHeld)), "a lost guard: {released:?}");
+    assert_write_field_ends(&server, "k", owner.id(), &format!("{released:?}"));
+}
+
+/// An owner's lock hold whose re-entry (a 20 s lease) reached the server but was given up
+/// before its answer: the server keeps the lock 20 s, the guard only its own 1 s. Dropped just
+/// before that deadline while the server cannot be reached (a cut link, healed 0.4 s later),
+/// the release is not given up at the guard's deadline: it is retried while the server may
+/// still count the hold, and ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_hold_dropped_at_its_deadline_is_released_while_the_server_may_count_it() {
+    let server = Server::start();
+    let (proxy, _client, owner) = slow_owner(&server).await;
+    let lock = owner.lock("l");
+    let guard = lock.try_acquire(Duration::ZERO, Some(Duration::from_secs(1))).await.expect("l");
+    let nested = owner.lock("l"); // another handle of the owner: the same hold
+    let reentry = nested.try_acquire(Duration::ZERO, Some(Duration::from_secs(20)));
+    let reentry = timeout(Duration::from_millis(40), reentry).await;
+    assert!(reentry.is_err(), "the re-entry was given up before its answer: {reentry:?}");
+    let until = guard.valid_until().expect("a deadline");
+    tokio::time::sleep_until(until - Duration::from_millis(20)).await;
+    proxy.cut();
+    drop(guard);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    proxy.heal();
+    poll("the owner's hold released", Duration::from_secs(5), || {
+        let held: i64 = redis::cmd("EXISTS").arg("l").query(&mut server.conn()).ok()?;
+        (held == 0).then_some(())
+    });
+}
+
+/// The `RLOCK.RENEW` / `RWLOCK.RENEW` commands the server ran since `SLOWLOG RESET`, as sent.
+fn renewals_run(server: &Server) -> Vec<Vec<Vec<u8>>> {
+    let log: Vec<redis::Value> =
+        redis::cmd("SLOWLOG").arg("GET").arg(1000).query(&mut server.conn()).expect("SLOWLOG");
+    let mut renewals = Vec::new();
+    for entry in log {
+        let redis::Value::Array(parts) = entry else { continue };
+        let Some(redis::Value::Array(args)) = parts.get(3) else { continue };
+        let args: Vec<Vec<u8>> = args
+            .iter()
+            .filter_map(|a| match a {
+                redis::Value::BulkString(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        if args.first().is_some_and(|c| c.eq_ignore_ascii_case(b"RLOCK.RENEW"))
+            || args.first().is_some_and(|c| c.eq_ignore_ascii_case(b"RWLOCK.RENEW"))
+        {
+            renewals.push(args);
+        }
+    }
+    renewals.reverse(); // oldest first
+    renewals
+}
+
+/// An owner's re-entries reach the server as renewals; one of them reaching it late (after a
+/// later, longer one: sent on a connection that stalled, then ran after a reconnect) must not
+/// shorten the lease a live guard relies on. Each renewal the client sent for the owner's
+/// holds (a lock, a read side) is run again, as that late copy, after the longest (the
+/// earliest last): the server's
+/// lease still covers every live guard's `valid_until` (the client sends `GT`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_renewal_reaching_the_server_late_never_shortens_a_later_lease() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let owner = client.owner();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query(&mut server.conn())
+        .expect("CONFIG SET");
+    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut server.conn()).expect("RESET");
+    let leases = [1, 2, 20].map(Duration::from_secs);
+    let mut guards = Vec::new();
+    for lease in leases {
+        let lock = owner.lock("l"); // a new handle of the owner each time: the same hold
+        guards.push(lock.try_acquire(Duration::ZERO, Some(lease)).await.expect("lock"));
+    }
+    let rw = owner.rw_lock(READ);
+    for lease in leases {
+        guards.push(rw.read().try_acquire(Duration::ZERO, Some(lease)).await.expect("read"));
+    }
+    let renewals = renewals_run(&server);
+    assert!(renewals.len() >= 4, "the re-entries were renewals: {renewals:?}");
+    // Newest first: the earliest (shortest) of each hold's renewals runs last.
+    for renewal in renewals.iter().rev() {
+        let mut late = redis::cmd(&String::from_utf8_lossy(&renewal[0]));
+        late.arg(&renewal[1..]);
+        let _: redis::Value = late.query(&mut server.conn()).expect("the late renewal");
+    }
+    for (key, guard) in ["l", "l", "l"].iter().chain(&[READ, READ, READ]).zip(&guards) {
+        assert_promise_kept(&server, key, guard, &format!("{key} after late renewals"));
+        if *key == READ {
+            for hold in read_holds(&server, owner.id()) {
+                assert_promise_kept(&server, &hold, guard, &format!("{hold} after late renewals"));
+            }
+        }
+    }
+    for guard in guards {
+        guard.release().await.expect("release");
     }
 }

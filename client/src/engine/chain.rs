@@ -17,9 +17,11 @@
 //! handle re-enters it, and no lease sent for it ends it before any live guard's deadline. A
 //! MultiLock or RedLock grant over such a handle takes a fresh owner id
 //! ([`Chain::fresh_owner`]). The server cannot tell a later hold of the owner from an earlier
-//! one, so a hold of it known lost sends nothing when released ([`Hold::share_owner`]); the
-//! owner's next hold on that side takes over whatever count of it the server still has
-//! ([`Chain::adopt`]), so that count never stays held by nobody.
+//! one, so a hold of it known lost sends a release only while its count may still be on the
+//! server ([`Hold::may_remain`]), and the owner's next hold on that side waits until that
+//! release was answered ([`Hold::released`]); while its guards live (and so no release is
+//! sent), the owner's next hold on that side takes over whatever count of it the server still
+//! has ([`Chain::adopt`], [`Hold::claim`]), so that count never stays held by nobody.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -166,16 +168,40 @@ impl Chain {
         self.sibling()?.live()?.owner().cloned()
     }
 
-    /// A fixed owner's read hold taken (or re-entered) while the owner holds the write side:
-    /// the read hold's leases keep the write field on the server ([`Hold::cover`]).
-    fn cover_write(&self, read: &Hold) {
+    /// The current hold (live or not).
+    fn current(&self) -> Option<Hold> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// A fixed owner's read side: the owner's current write hold on the key (live or not),
+    /// whose field any lease this side sends may keep on the server ([`Hold::kin_sent`]).
+    pub(crate) fn kin_write(&self) -> Option<Hold> {
         if !self.fixed || self.kind != Kind::Read {
-            return;
+            return None;
         }
-        let write = self.sibling().and_then(|write| write.live());
-        if let Some(write) = write.filter(|w| w.owner() == read.owner()) {
-            read.cover(&write);
-        }
+        self.sibling()?.current().filter(|w| w.owner() == Some(&self.owner))
+    }
+
+    /// A fixed owner's read hold taken (or re-entered), answered now, for `lease`, while the
+    /// owner holds (or held) the write side: the read hold's leases keep the write field on
+    /// the server ([`Hold::cover`]), until now plus `lease` at least ([`Hold::kin_sent`]: the
+    /// command ran before its answer came, whatever the write hold's state).
+    fn cover_write(&self, read: &Hold, sent: Instant, lease: Duration) {
+        let Some(write) = self.kin_write() else { return };
+        write.kin_sent(sent, after(Instant::now(), lease));
+        read.cover(&write);
+    }
+
+    /// A fixed owner's next hold on this side waits until no release of its previous one is in
+    /// flight (by `bound`): that release, reaching the server after the next hold's grant,
+    /// would end the next hold instead (the server cannot tell the two apart).
+    async fn after_release(&self, bound: Option<Instant>) -> Result<()> {
+        let Some(previous) = self.current().filter(|_| self.fixed) else { return Ok(()) };
+        within(bound, async {
+            previous.released().await;
+            Ok(())
+        })
+        .await
     }
 
     /// Takes the lock (or side) by `deadline` (`None`: as long as it takes): re-enters the live
@@ -201,12 +227,15 @@ impl Chain {
                 .await
                 .map_err(|_| Error::TimedOut)?,
         };
+        let sent = Instant::now();
         if let Some(member) = self.reenter(lease, watchdog, bound).await? {
-            self.cover_write(member.hold());
+            self.cover_write(member.hold(), sent, lease);
             return Ok(member);
         }
+        self.after_release(bound).await?;
+        let sent = Instant::now();
         if let Some(member) = self.adopt(lease, watchdog, bound).await? {
-            self.cover_write(member.hold());
+            self.cover_write(member.hold(), sent, lease);
             return Ok(member);
         }
         let owner = match self.sibling_owner().filter(|_| !self.fixed) {
@@ -216,7 +245,9 @@ impl Chain {
         };
         let mut request =
             Request::new(&self.shared, &self.key, self.kind, Arc::clone(&owner), millis(lease))
-                .session(self.session());
+                .session(self.session())
+                .kin(self.kin_write())
+                .gt(self.fixed);
         let Some(grant) = request.run(deadline, bound).await? else { return Err(Error::TimedOut) };
         let holder = Holder::Owner(Arc::clone(&owner));
         let until = after(request.sent(), lease);
@@ -229,7 +260,7 @@ impl Chain {
         refresh_after_wait(&hold, &request, lease, bound).await;
         let Some(member) = hold.join(watchdog) else { return Err(Error::NotHeld) };
         request.taken();
-        self.cover_write(&hold);
+        self.cover_write(&hold, request.sent(), lease);
         let previous =
             self.current.lock().unwrap_or_else(PoisonError::into_inner).replace(hold.clone());
         if let Some(previous) = previous.filter(|p| p.owner() == Some(&owner)) {
@@ -275,13 +306,13 @@ impl Chain {
         Ok(hold.join(watchdog)) // `None`: its last guard left meanwhile: take a new hold
     }
 
-    /// A fixed owner's new hold over its orphaned one ([`Hold::orphaned`]: known lost, no
+    /// A fixed owner's new hold over its orphaned one ([`Hold::claim`]: known lost, no
     /// release sent, while the server may still count it, e.g. a write field whose key the
     /// owner's longer read hold keeps, or a hold whose lease outlasted a stalled client's
     /// deadline): when the server confirms the owner's hold on this side, the new hold takes
     /// that one count over with a renewal for `lease`, instead of a request the server would
-    /// count a second time (the stale guards never release, so that count would stay held by
-    /// nobody). `None`: nothing to take over (a new request follows).
+    /// count a second time (the stale hold, claimed, sends no release then, so that count would
+    /// stay held by nobody). `None`: nothing to take over (a new request follows).
     async fn adopt(
         &self,
         lease: Duration,
@@ -292,16 +323,20 @@ impl Chain {
             return Ok(None);
         }
         let current = self.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let Some(stale) = current.filter(|h| h.owner() == Some(&self.owner) && h.orphaned()) else {
+        let Some(stale) = current.filter(|h| h.owner() == Some(&self.owner) && h.claim()) else {
             return Ok(None);
         };
+        // Claimed: the stale hold sends no release while the new one takes its count over.
+        // Dropped or failed before that, the claim is given up (the stale hold releases again).
+        let claim = Claim(Some(stale.clone()));
         let holder = Holder::Owner(Arc::clone(&self.owner));
         let (key, kind, token) = (&self.key, self.kind, stale.token());
         let hold = Hold::new(&self.shared, key, kind, holder, token, Instant::now());
         hold.share_owner();
-        // Dropped before it joins: the count stays the stale hold's, taken over next time.
-        if !within(bound, hold.renew(lease)).await? {
-            return Ok(None);
+        let renewed = within(bound, hold.renew(lease)).await?;
+        claim.keep();
+        if !renewed {
+            return Ok(None); // the count is gone: nothing to release
         }
         stale.supersede();
         let Some(member) = hold.join(watchdog) else { return Ok(None) };
@@ -330,6 +365,24 @@ impl Chain {
         } else {
             hold.lose();
             Ok(0)
+        }
+    }
+}
+
+/// A claim of a stale hold's count by adopt ([`Hold::claim`]): given up when dropped unkept.
+struct Claim(Option<Hold>);
+
+impl Claim {
+    /// The claim stands: the stale hold never releases.
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(stale) = self.0.take() {
+            stale.unclaim();
         }
     }
 }

@@ -49,6 +49,11 @@ pub(crate) struct Hold(Arc<Inner>);
 pub(crate) struct WeakHold(Weak<Inner>);
 
 impl WeakHold {
+    /// The hold, while something keeps it (ended or lost included).
+    pub(crate) fn upgrade_any(&self) -> Option<Hold> {
+        self.0.upgrade().map(Hold)
+    }
+
     /// The hold, while something keeps it and it neither ended nor was lost.
     pub(crate) fn upgrade_live(&self) -> Option<Hold> {
         let hold = Hold(self.0.upgrade()?);
@@ -87,6 +92,13 @@ struct Inner {
     state: Mutex<State>,
     /// Set once the hold is known lost; every guard watches it.
     lost: watch::Sender<bool>,
+    /// When the client learnt of its grant: its count was on the server before any command
+    /// sent after this.
+    born: Instant,
+    /// `true` while a release of it is in flight (sent, or with the releaser, and not
+    /// answered): the owner's next hold on its side waits for it (see [`Self::released`]).
+    /// An `Arc` of its own: a releaser job holds it, never the hold (nor the client).
+    releasing: Arc<watch::Sender<bool>>,
 }
 
 struct State {
@@ -112,13 +124,21 @@ struct State {
     /// release (the server cannot tell the two apart); it ends with its lease.
     superseded: bool,
     /// Its owner id is shared with other holds (an [`crate::Owner`]'s): once known lost, it
-    /// sends no release (the server could not tell it from a later hold of that owner).
+    /// sends a release only while its count may still be on the server ([`Hold::may_remain`]);
+    /// the server could not tell it from a later hold of that owner, which waits for it.
     shared_owner: bool,
     /// A release of it was sent (or handed to the releaser).
     release_sent: bool,
     /// A read hold of an [`crate::Owner`] that also holds the write side: that write hold,
     /// whose field the server keeps as long as the key, which this hold's lease keeps.
     covers: Option<WeakHold>,
+    /// Until when a lease-setting command of its owner's other holds on its key (a read
+    /// acquire, re-entry or renewal under this write hold) may keep the key, and so this hold's
+    /// count, on the server ([`Self::kin_sent`]): the hold may outlast its own leases there.
+    kept: Instant,
+    /// The server said it does not have the hold (a renewal, a release or a check found it
+    /// gone): nothing of it remains to release.
+    gone: bool,
 }
 
 impl std::fmt::Debug for Hold {
@@ -154,6 +174,8 @@ impl Hold {
             shared_owner: false,
             release_sent: false,
             covers: None,
+            kept: until,
+            gone: false,
         };
         Self(Arc::new(Inner {
             shared: Arc::clone(shared),
@@ -163,6 +185,8 @@ impl Hold {
             token,
             state: Mutex::new(state),
             lost: watch::channel(false).0,
+            born: Instant::now(),
+            releasing: Arc::new(watch::channel(false).0),
         }))
     }
 
@@ -216,6 +240,63 @@ impl Hold {
         !self.state().ended && !self.is_lost()
     }
 
+    /// Marks the hold lost because the server said it does not have it: nothing of it remains
+    /// to release.
+    pub(crate) fn gone(&self) {
+        self.state().gone = true;
+        self.lose();
+    }
+
+    /// Whether its count may still be on the server, as far as the client can tell: not found
+    /// gone, and a lease sent for it (its grant, a renewal or re-entry, answered or not) or a
+    /// kin command under it ([`Self::kin_sent`]) may last until after now. A hold lost at its
+    /// deadline while a renewal it sent is unanswered (or was given up) may still be there.
+    pub(crate) fn may_remain(&self) -> bool {
+        let state = self.state();
+        !state.gone && Instant::now() < state.asked.max(state.kept).max(state.until)
+    }
+
+    /// Until when its count may be on the server (see [`Self::may_remain`]).
+    fn remains_until(&self) -> Instant {
+        let state = self.state();
+        state.asked.max(state.kept).max(state.until)
+    }
+
+    /// A lease-setting command of this (write) hold's owner on its key (a read acquire,
+    /// re-entry or renewal), sent at `sent`, may keep the key, and so this hold's write field,
+    /// until `until` (the server keeps a write field as long as the key; a read grant, renewal
+    /// or release never shortens a key a writer holds). Whatever the command's fate (answered,
+    /// cancelled, given up, granted late), a count of this hold may be on the server until then:
+    /// its release is still sent when its last guard goes, even once it is lost. Only a hold
+    /// the client knew of before the command was sent: a later one of the owner had no field
+    /// then.
+    pub(crate) fn kin_sent(&self, sent: Instant, until: Instant) {
+        if self.0.born > sent {
+            return;
+        }
+        let mut state = self.state();
+        state.kept = state.kept.max(until);
+    }
+
+    /// A read request of this (write) hold's owner on its key, first sent at `sent`, was granted
+    /// and then given back by its cancellation (see `Request::kept_by_cancel`): the key, and so
+    /// this hold's field, lasts until `until`. Its deadline moves there if the client knew of
+    /// the hold before the request went out and it is still confirmed now ([`Self::outlast`]).
+    pub(crate) fn kept_by_cancel(&self, sent: Instant, until: Instant) {
+        if self.0.born <= sent {
+            self.kin_sent(sent, until);
+            self.outlast(until);
+        }
+    }
+
+    /// Resolves once no release of the hold is in flight (none sent, or it was answered or
+    /// given up): only then may a later hold of the same owner on the same side be asked for,
+    /// or a release of this one reaching the server late could end that later hold instead.
+    pub(crate) async fn released(&self) {
+        let mut releasing = self.0.releasing.subscribe();
+        let _ = releasing.wait_for(|r| !*r).await;
+    }
+
     /// Marks the hold lost (every guard sees it) and stops its watchdog.
     pub(crate) fn lose(&self) {
         self.0.lost.send_replace(true);
@@ -225,9 +306,10 @@ impl Hold {
     }
 
     /// Its owner id is shared with other holds (an [`crate::Owner`]'s): a guard of it that is
-    /// known lost (found gone, or its deadline passed unconfirmed) sends no release, which
-    /// could only end a later hold of the same owner; a hold still on the server then ends
-    /// with its lease.
+    /// known lost (found gone, or its deadline passed unconfirmed) sends a release only while
+    /// its count may still be on the server ([`Self::may_remain`]); a later hold of the same
+    /// owner on its side is asked for only once that release was answered or given up
+    /// ([`Self::released`]), so the release never ends it.
     pub(crate) fn share_owner(&self) {
         self.state().shared_owner = true;
     }
@@ -245,10 +327,15 @@ impl Hold {
         }
     }
 
+    /// The write hold this (read) hold's leases keep, if any (live or not).
+    fn covered(&self) -> Option<Hold> {
+        let weak = self.state().covers.as_ref().map(|w| Weak::clone(&w.0))?;
+        weak.upgrade().map(Hold)
+    }
+
     /// Passes a confirmation of this (read) hold until `until` on to the write hold it covers.
     fn confirm_covered(&self, until: Instant) {
-        let covered = self.state().covers.as_ref().and_then(WeakHold::upgrade_live);
-        if let Some(write) = covered {
+        if let Some(write) = self.covered().filter(|w| !w.is_lost()) {
             write.outlast(until);
         }
     }
@@ -302,9 +389,12 @@ impl Hold {
     ///
     /// [`Options::replica_ack`]: crate::Options::replica_ack
     /// [`Options::aof_ack`]: crate::Options::aof_ack
-    async fn renew_on_server(&self, lease_ms: u64) -> Result<bool> {
+    async fn renew_on_server(&self, lease_ms: u64, gt: bool) -> Result<bool> {
         let mut pipe = redis::pipe();
-        for cmd in self.0.kind.renew(&self.0.key, &self.0.holder, lease_ms) {
+        for mut cmd in self.0.kind.renew(&self.0.key, &self.0.holder, lease_ms) {
+            if gt {
+                cmd.arg("GT");
+            }
             pipe.add_command(cmd);
         }
         let mut conn = self.0.shared.conn.clone();
@@ -341,9 +431,22 @@ impl Hold {
             state.in_flight.push((ticket, asked));
             (ticket, needed_ms, cap.map_or(asked, |cap| cap.min(asked)))
         };
+        let needed = Duration::from_millis(needed_ms);
+        let covered = self.covered();
+        if let Some(write) = &covered {
+            write.kin_sent(sent, after(sent, needed));
+        }
         let in_flight = InFlight { hold: self, ticket };
-        let renewed = self.renew_on_server(needed_ms).await;
+        // An owner's hold: `GT`, so a renewal or re-entry reaching the server late (after a
+        // longer one sent later, on another connection or after a reconnect) never shortens the
+        // lease a live guard relies on.
+        let gt = self.0.kind.takes_gt() && self.state().shared_owner;
+        let renewed = self.renew_on_server(needed_ms, gt).await;
         drop(in_flight);
+        if let Some(write) = &covered {
+            // It ran before its reply came: the key's lease ends by now plus the lease.
+            write.kin_sent(sent, after(Instant::now(), needed));
+        }
         if renewed? {
             let mut state = self.state();
             state.until = state.until.max(confirms);
@@ -351,7 +454,7 @@ impl Hold {
             self.confirm_covered(confirms);
             Ok(true)
         } else {
-            self.lose();
+            self.gone();
             Ok(false)
         }
     }
@@ -364,13 +467,13 @@ impl Hold {
     pub(crate) async fn reset_lease(&self, lease: Duration) -> Result<bool> {
         let sent = Instant::now();
         let lease_ms = millis(lease);
-        let renewed = self.renew_on_server(lease_ms).await?;
+        let renewed = self.renew_on_server(lease_ms, false).await?;
         if renewed {
             let mut state = self.state();
             state.until = after(sent, Duration::from_millis(lease_ms));
             state.asked = state.until;
         } else {
-            self.lose();
+            self.gone();
         }
         Ok(renewed)
     }

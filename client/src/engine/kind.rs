@@ -56,6 +56,12 @@ impl Kind {
         !matches!(self, Self::Counted(_))
     }
 
+    /// Whether its re-entries and renewals take `GT` (the lease ends at the later of the current
+    /// end and now plus the lease: one applied late never shortens it): locks and both sides.
+    pub(crate) const fn takes_gt(self) -> bool {
+        matches!(self, Self::Lock | Self::Read | Self::Write)
+    }
+
     /// Whether it can take a fencing token (a read hold cannot; permits neither).
     pub(crate) const fn fenced(self) -> bool {
         matches!(self, Self::Lock | Self::Write)

@@ -47,6 +47,15 @@ pub(crate) struct Request {
     /// been granted under the request's id. An answer "not granted" (or a refusal) that comes
     /// after it cancels the request instead of disarming it.
     checked: AtomicBool,
+    /// An [`crate::Owner`]'s write hold on the key, for its read request: every send may keep
+    /// the key, and so that hold's write field, until the send time plus the lease
+    /// ([`Hold::kin_sent`]), whatever comes of the request (granted late, cancelled).
+    kin: Option<Hold>,
+    /// When the request first went out (its grant, if any, came after).
+    first_sent: Option<Instant>,
+    /// An [`crate::Owner`]'s request: it may be a re-entry on the server (a read under the
+    /// owner's write, a count of the owner's lost hold), whose lease `GT` never shortens.
+    gt: bool,
 }
 
 impl std::fmt::Debug for Request {
@@ -81,7 +90,34 @@ impl Request {
             waited: false,
             session: None,
             checked: AtomicBool::new(false),
+            kin: None,
+            first_sent: None,
+            gt: false,
         }
+    }
+
+    /// Sends `GT` with every acquire of the request (an [`crate::Owner`]'s, see the field).
+    #[must_use]
+    pub(crate) fn gt(mut self, gt: bool) -> Self {
+        self.gt = gt && self.kind.takes_gt();
+        self
+    }
+
+    /// Records the owner's write hold a read request is sent under (see the field).
+    #[must_use]
+    pub(crate) fn kin(mut self, write: Option<Hold>) -> Self {
+        self.kin = write;
+        self
+    }
+
+    /// An acquire of the request goes out now: the kin write hold may be kept that long.
+    fn sending(&self) -> Instant {
+        let now = Instant::now();
+        if let Some(write) = &self.kin {
+            let lease = Duration::from_millis(self.lease_ms);
+            write.kin_sent(now, crate::engine::hold::after(now, lease));
+        }
+        now
     }
 
     /// Makes it a session acquire (with `Some`): `SESSION [LOCKDELAY ms]`, sent on the
@@ -172,7 +208,8 @@ impl Request {
             // The try and its acknowledgement run in one task on the session's connection.
             return self.on_session(&binding, cmd, acked, false).await;
         }
-        (self.armed, self.sent, self.waited) = (true, Instant::now(), false);
+        (self.armed, self.sent, self.waited) = (true, self.sending(), false);
+        self.first_sent.get_or_insert(self.sent);
         let mut conn = self.shared.conn.clone();
         let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
         let ended = match reply {
@@ -217,7 +254,9 @@ impl Request {
             let cmd = self.command(Some(wait_ms(deadline, now)));
             return self.on_session(&binding, cmd, bound, true).await;
         }
+        self.sending();
         (self.armed, self.sent, self.waited) = (true, now, true);
+        self.first_sent.get_or_insert(self.sent);
         let waits = async { Ok(self.waits(deadline, bound).await) };
         let ended = within(bound, waits).await.unwrap_or_else(Ended::Unknown);
         self.settle(ended, bound).await
@@ -228,7 +267,7 @@ impl Request {
     async fn waits(&self, deadline: Option<Instant>, bound: Option<Instant>) -> Ended {
         let mut pause = resume::RETRY_FIRST;
         loop {
-            let started = Instant::now();
+            let started = self.sending();
             let cmd = self.command(Some(wait_ms(deadline, started)));
             // The connection's own timeout is a backstop that frees the task: the call's bound
             // comes first, so the caller always sees a passed deadline as `TimedOut`.
@@ -301,6 +340,7 @@ impl Request {
     /// request checked, so that a wait then answered busy or refused cancels it (exact, and
     /// nothing when nothing was granted). Only "already waiting" proves the check took nothing.
     async fn still_waits(&self) -> bool {
+        self.sending();
         let cmd = self.command(None);
         let mut conn = self.shared.conn.clone();
         let reply =
@@ -339,7 +379,8 @@ impl Request {
         let Some((mut con, in_flight)) = binding.connection() else {
             return Err(Error::SessionClosed);
         };
-        (self.armed, self.sent, self.waited) = (true, Instant::now(), waited);
+        (self.armed, self.sent, self.waited) = (true, self.sending(), waited);
+        self.first_sent.get_or_insert(self.sent);
         let (reply, answer) = oneshot::channel();
         let (shared, kind, bound_to) = (Arc::clone(&self.shared), self.kind, Arc::clone(binding));
         tokio::spawn(async move {
@@ -468,6 +509,9 @@ impl Request {
         if let Some(binding) = &self.session {
             binding.mark(&mut cmd);
         }
+        if self.gt {
+            cmd.arg("GT");
+        }
         cmd
     }
 
@@ -514,8 +558,36 @@ impl Request {
         }
         let (done, answer) = oneshot::channel();
         let until = self.cancel_until();
-        self.shared.releaser.submit(Arc::clone(&self.key), self.cancel_cmd(), until, Some(done));
+        let kept = self.kept_by_cancel();
+        let then: crate::releaser::Then = Box::new(move |reply| {
+            if let Some(kept) = kept {
+                kept(reply);
+            }
+            let _ = done.send(());
+        });
+        self.shared.releaser.submit_then(Arc::clone(&self.key), self.cancel_cmd(), until, then);
         let _ = tokio::time::timeout(max, answer).await;
+    }
+
+    /// What a cancellation's reply tells the owner's write hold this read request was sent
+    /// under: `2` says the request had been granted (and was given back now). Its grant set the
+    /// key's expiry to at least its first send time plus its lease, which giving it back never
+    /// shortens while the owner's write field is there (a read release never shortens a
+    /// writer's key), and the write field lasts as long as the key: so a write hold the client
+    /// knew of before the request first went out, and still confirmed when the reply comes (its
+    /// field was there when the grant ran), is valid that long too ([`Hold::kept_by_cancel`]),
+    /// and its guard is not told lost at its own deadline. A later write hold of the owner is
+    /// never kept so. The hold is held weakly: a pending job keeps nothing (nor the client).
+    fn kept_by_cancel(&self) -> Option<crate::releaser::Then> {
+        let (write, sent) = (self.kin.as_ref()?.downgrade(), self.first_sent?);
+        let until = crate::engine::hold::after(sent, Duration::from_millis(self.lease_ms));
+        Some(Box::new(move |reply| {
+            if matches!(reply, Ok(Value::Int(2))) {
+                if let Some(write) = write.upgrade_any() {
+                    write.kept_by_cancel(sent, until);
+                }
+            }
+        }))
     }
 
     fn cancel_cmd(&self) -> redis::Cmd {
@@ -539,7 +611,11 @@ impl Drop for Request {
     fn drop(&mut self) {
         if self.armed {
             let until = self.cancel_until();
-            self.shared.releaser.submit(Arc::clone(&self.key), self.cancel_cmd(), until, None);
+            let (key, cmd) = (Arc::clone(&self.key), self.cancel_cmd());
+            match self.kept_by_cancel() {
+                Some(then) => self.shared.releaser.submit_then(key, cmd, until, then),
+                None => self.shared.releaser.submit(key, cmd, until, None),
+            }
         }
     }
 }

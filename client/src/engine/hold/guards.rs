@@ -17,29 +17,51 @@ use crate::error::{Error, Result};
 const RELEASE_RETRIES: u32 = 3;
 
 impl Hold {
-    /// Whether no release may be sent for it: superseded, or an owner's hold known lost.
+    /// Whether no release may be sent for it: superseded (a later hold of its owner on its
+    /// side took its count over, or was granted after it), or an owner's hold known lost whose
+    /// count cannot be on the server any more ([`Hold::may_remain`]: found gone, or every lease
+    /// sent for it, or for its key under it, ended). A lost owner's hold that may still be
+    /// there is released: the owner's next hold on its side waits for that release
+    /// ([`Hold::released`]), so it never ends a later hold.
     fn mute(&self) -> bool {
         let (superseded, shared_owner) = {
             let state = self.state();
             (state.superseded, state.shared_owner)
         };
-        superseded || (shared_owner && self.is_lost())
+        superseded || (shared_owner && self.is_lost() && !self.may_remain())
     }
 
-    /// Whether this hold of a shared owner id (an [`crate::Owner`]'s) is known lost and no
-    /// release of it was or ever will be sent: whatever count of its owner the server may still
-    /// have on its side is this hold's, and no live guard relies on it (its guards were told it
-    /// is lost). A later hold of the owner takes that count over instead of stacking another
-    /// one on it that nobody would release.
-    pub(crate) fn orphaned(&self) -> bool {
+    /// Claims this hold's count for a later hold of its owner on its side, which takes it over
+    /// ([`crate::engine::chain`]'s adopt): only while it is orphaned (an [`crate::Owner`]'s
+    /// hold known lost, its guards told so, no release of it sent, while the server may still
+    /// count it) and nothing else superseded it. Claimed, it sends no release (as superseded)
+    /// until [`Self::unclaim`]. `false`: not orphaned (a release of it went out meanwhile).
+    pub(crate) fn claim(&self) -> bool {
         let lost = self.is_lost();
-        let state = self.state();
-        state.shared_owner && (lost || state.superseded) && !state.release_sent
+        let mut state = self.state();
+        let orphaned = state.shared_owner && lost && !state.superseded && !state.release_sent;
+        state.superseded |= orphaned;
+        orphaned
     }
 
-    /// Records that a release of the hold goes out.
-    fn release_goes_out(&self) {
+    /// Gives a claim up (the later hold did not take the count over): the hold releases again,
+    /// at once if its last guard left meanwhile.
+    pub(crate) fn unclaim(&self) {
+        let ended = {
+            let mut state = self.state();
+            state.superseded = false;
+            state.ended && !state.release_sent
+        };
+        if ended {
+            self.submit_release(None);
+        }
+    }
+
+    /// Records that a release of the hold goes out: in flight until [`Settled`] drops.
+    fn release_goes_out(&self) -> Settled {
         self.state().release_sent = true;
+        self.0.releasing.send_replace(true);
+        Settled(Arc::clone(&self.0.releasing))
     }
 
     /// A new guard on the hold; `watchdog`: its lease, renewed while the guard lives. `None`
@@ -67,12 +89,16 @@ impl Hold {
         if self.mute() {
             return Err(Error::NotHeld);
         }
+        // A lost owner's hold whose count may still be on the server is released all the
+        // same; its guard was told it is lost, and is answered so.
+        let lost = self.state().shared_owner && self.is_lost();
         let latch = uuid::Uuid::new_v4().simple().to_string();
         let Some(cmd) = self.0.kind.release(&self.0.key, &self.0.holder, &latch) else {
             return Ok(());
         };
-        self.release_goes_out();
-        let mut pending = PendingRelease { hold: self, cmd: Some(cmd.clone()) };
+        let settled = self.release_goes_out();
+        let mut pending =
+            PendingRelease { hold: self, cmd: Some(cmd.clone()), settled: Some(settled) };
         // An old master answers a release (as a master) until the Sentinels demote it, seconds
         // after a failover: a Sentinel client asks them first where its master is.
         self.0.shared.target.refresh().await;
@@ -83,14 +109,14 @@ impl Hold {
                 Ok(reply) => {
                     pending.cmd = None;
                     if self.0.kind.released(&reply, &self.0.holder)? {
-                        return Ok(());
+                        return if lost { Err(Error::NotHeld) } else { Ok(()) };
                     }
                     // Leased permits have no latch: a retry that finds them gone while their
                     // lease cannot have ended found the first release's work.
                     if retried && matches!(self.0.holder, Holder::Ids(_)) && !self.is_lost() {
                         return Ok(());
                     }
-                    self.lose();
+                    self.gone();
                     return Err(Error::NotHeld);
                 }
                 Err(e) if retries > 0 && redis_uncertain(&e) => {
@@ -122,30 +148,44 @@ impl Hold {
         if held {
             Ok(())
         } else {
-            self.lose();
+            self.gone();
             Err(Error::NotHeld)
         }
     }
 
-    /// Hands the release of the hold to the client's releaser (never blocks).
-    fn submit_release(&self, cmd: Option<redis::Cmd>) {
-        if self.mute() {
-            return;
-        }
-        let latch = uuid::Uuid::new_v4().simple().to_string();
-        let cmd = cmd.or_else(|| self.0.kind.release(&self.0.key, &self.0.holder, &latch));
-        let Some(cmd) = cmd else { return };
-        self.release_goes_out();
-        // Worth trying as long as the hold may last; at least a few seconds, but never past
-        // the deadline of an owner's hold (a later hold of that owner would be released).
-        let (until, shared_owner) = {
-            let state = self.state();
-            (state.until, state.shared_owner)
+    /// Hands the release of the hold to the client's releaser (never blocks). `cmd`: a release
+    /// that already went out (retried with its latch), with what marks it in flight.
+    fn submit_release(&self, cmd: Option<(redis::Cmd, Settled)>) {
+        let (cmd, settled) = match cmd {
+            Some(sent) => sent,
+            None => {
+                if self.mute() {
+                    return;
+                }
+                let latch = uuid::Uuid::new_v4().simple().to_string();
+                let Some(cmd) = self.0.kind.release(&self.0.key, &self.0.holder, &latch) else {
+                    return;
+                };
+                (cmd, self.release_goes_out())
+            }
         };
-        let left = until.saturating_duration_since(Instant::now());
-        let keep = if shared_owner { left } else { left.max(SETTLE) };
-        let until = crate::releaser::until_after(keep);
-        self.0.shared.releaser.submit(Arc::clone(&self.0.key), cmd, until, None);
+        // Worth trying as long as the hold's count may be on the server (the longest lease
+        // sent for it or its key under it, answered or not), at least a few seconds. An owner's
+        // later hold on its side waits until this job ends (`settled` drops with it), so a late
+        // try never ends that later hold.
+        let left = self.remains_until().saturating_duration_since(Instant::now());
+        let until = crate::releaser::until_after(left.max(SETTLE));
+        let then: crate::releaser::Then = Box::new(move |_| drop(settled));
+        self.0.shared.releaser.submit_then(Arc::clone(&self.0.key), cmd, until, then);
+    }
+}
+
+/// A release in flight; dropped when it was answered or given up (or never ran).
+pub(super) struct Settled(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Drop for Settled {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
     }
 }
 
@@ -154,12 +194,13 @@ impl Hold {
 struct PendingRelease<'a> {
     hold: &'a Hold,
     cmd: Option<redis::Cmd>,
+    settled: Option<Settled>,
 }
 
 impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
-        if let Some(cmd) = self.cmd.take() {
-            self.hold.submit_release(Some(cmd));
+        if let (Some(cmd), Some(settled)) = (self.cmd.take(), self.settled.take()) {
+            self.hold.submit_release(Some((cmd, settled)));
         }
     }
 }
