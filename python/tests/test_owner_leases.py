@@ -343,3 +343,106 @@ async def test_an_asyncio_write_hold_outliving_its_lease_by_a_cancelled_read_gra
     _lease_covers(r, "k", rw.write.hold)
     await rw.write.release()
     assert r.exists("k") == 0
+
+
+# -- a renewal in flight while a longer lease is confirmed ---------------------------------------
+# The server SETS the lease on every renewal and re-entry: a watchdog renewal sent before a longer
+# re-entry (or an Owner's other handle's acquire) but run by the server after it (another
+# connection, a slow link) sets its own, shorter end. A guard's valid_until counts only what every
+# command still in flight then leaves (the Rust client's rule), and the next renewal asks the
+# longer lease again.
+
+#: how long the server sees the watchdog's renewal after it was sent (a slow link)
+STALL = 0.3
+
+
+class _StalledRenewal:
+    """Delays the next watchdog renewal (a lease under 1 s) by ``STALL`` before it is sent."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.sent = threading.Event()
+        self.answered = threading.Event()
+
+    def wants(self, args: list[Any]) -> bool:
+        if self.armed and args[0] in ("RLOCK.RENEW", "RWLOCK.RENEW") and int(args[3]) < 1000:
+            self.armed = False
+            return True
+        return False
+
+
+def _stall_sync(monkeypatch: pytest.MonkeyPatch) -> _StalledRenewal:
+    from redis_rlock._sync import SyncBackend
+
+    st, real = _StalledRenewal(), SyncBackend.call_until
+
+    def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return real(self, key, args, until)
+        st.sent.set()
+        time.sleep(STALL)
+        try:
+            return real(self, key, args, None)
+        finally:
+            st.answered.set()
+
+    monkeypatch.setattr(SyncBackend, "call_until", call_until)
+    return st
+
+
+@pytest.mark.parametrize("how", ["re-entry", "owner handle"])
+def test_a_longer_lease_confirmed_while_a_watchdog_renewal_is_in_flight_is_not_overpromised(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    owner = rl.Owner(r)
+    outer = owner.lock("k", watchdog_timeout=0.6)  # renewed every 0.2 s for 0.6 s
+    assert outer.acquire()
+    st = _stall_sync(monkeypatch)
+    st.armed = True
+    assert st.sent.wait(2.0), "the watchdog renewed"
+    inner = outer if how == "re-entry" else owner.lock("k")
+    assert inner.acquire(blocking=False, lease=5.0)
+    assert st.answered.wait(2.0)
+    # the stalled renewal ran after the 5 s lease was set: the server's lease is its 0.6 s
+    _lease_covers(r, "k", inner.hold)
+    _lease_covers(r, "k", outer.hold)
+    # the next renewals ask the 5 s again: the guard is valid that long once confirmed
+    poll("the 5 s lease confirmed", 2.0, lambda: inner.hold.valid_until - time.monotonic() > 4.0)
+    _lease_covers(r, "k", inner.hold)
+    assert r.pttl("k") > 4000
+    inner.release()
+    outer.release()  # its own count (the re-entry's was the first release)
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_longer_re_entry_while_a_watchdog_renewal_is_in_flight_is_not_overpromised(
+    ar: aredis.Redis, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis_rlock.aio._engine import AsyncBackend
+
+    st, real = _StalledRenewal(), AsyncBackend.call_until
+
+    async def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return await real(self, key, args, until)
+        st.sent.set()
+        await asyncio.sleep(STALL)
+        try:
+            return await real(self, key, args, None)
+        finally:
+            st.answered.set()
+
+    monkeypatch.setattr(AsyncBackend, "call_until", call_until)
+    owner = ra.Owner(ar)
+    outer = owner.lock("k", watchdog_timeout=0.6)
+    assert await outer.acquire()
+    st.armed = True
+    await apoll("the watchdog renewed", 2.0, st.sent.is_set)
+    assert await outer.acquire(blocking=False, lease=5.0)
+    await apoll("the stalled renewal answered", 2.0, st.answered.is_set)
+    _lease_covers(r, "k", outer.hold)
+    await apoll("5 s confirmed", 2.0, lambda: outer.hold.valid_until - time.monotonic() > 4.0)
+    _lease_covers(r, "k", outer.hold)
+    await outer.release()
+    await outer.release()
+    assert r.exists("k") == 0

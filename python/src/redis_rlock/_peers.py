@@ -10,6 +10,7 @@ import weakref
 from typing import TYPE_CHECKING, Optional
 
 from ._fork import inherited
+from ._ledger import Ledger
 
 if TYPE_CHECKING:
     from ._hold import Hold
@@ -31,6 +32,15 @@ class Peers:
         #: leases sent by acquires not answered yet (their hold does not exist yet), by key: the
         #: latest end each may give; kept until that end passes
         self._pending: dict[bytes, float] = {}
+        #: the lease-setting commands of the owner's server hold of each key (``_ledger``)
+        self._ledgers: dict[bytes, Ledger] = {}
+
+    def ledger(self, key: bytes) -> Ledger:
+        """The ledger of this owner's one server hold of ``key``."""
+        found = self._ledgers.get(key)
+        if found is None:
+            found = self._ledgers.setdefault(key, Ledger())  # atomic: one wins
+        return found
 
     def track(self, hold: Hold) -> None:
         """Records ``hold`` (a hold granted, or about to be, under this owner)."""

@@ -86,12 +86,6 @@ def _is_wrongtype(e: BaseException) -> bool:
     )
 
 
-def _leased(hold: Hold, sent: float, lease_ms: int) -> None:
-    """The server set ``hold``'s lease to ``lease_ms`` (a renewal sent at ``sent``)."""
-    hold.lease_ms = lease_ms
-    hold.deadline = sent + lease_ms / 1000.0
-
-
 def _extend_ms(additional_time: float, replace_ttl: bool) -> int:
     """``extend``'s time in whole ms: as redis-py, 0 added to the lease left is allowed (a
     check that the lock is still owned); a lease set to 0, or below, is refused."""
@@ -288,7 +282,7 @@ class RLockCompat(_Common, slock.Lock):
             sent = time.monotonic()
             lease = self._renew(hold.spec.owner, ms, replace_ttl)
             if lease is not None:
-                _leased(hold, sent, lease)
+                hold.reset(sent, lease)
                 return True
         owner = self._owner()
         if token is None or not _carries(owner, token):
@@ -451,7 +445,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
             sent = time.monotonic()
             lease = await self._renew(hold.spec.owner, ms, replace_ttl)
             if lease is not None:
-                _leased(hold, sent, lease)
+                hold.reset(sent, lease)
                 return True
         owner = await self._owner()
         if token is None or not _carries(owner, token):
