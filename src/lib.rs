@@ -247,6 +247,8 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
+/// `[GT]`: a hold the owner already has keeps the later of its lease end and the new one.
+const GT: ArgDoc = ArgDoc::new(c"gt", ArgType::PureToken).token(c"GT").optional();
 /// `RSEM.RELEASE`'s two forms: `permits [REQUEST id]`, or `ID id [id ...]`.
 const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
     c"permits-or-ids",
@@ -278,15 +280,15 @@ rlock_module! {
         ["rlock.acquire", commands::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -4, // as HINCRBY
             "Acquires or re-enters a reentrant lock; replies nil (with TOKEN: [1, token]) when held, else the holder's remaining lease in ms (with TOKEN: [0, pttl])",
-            &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST, SESSION]],
+            &[KEY, OWNER, LEASE, WAIT, TOKEN, REQUEST, SESSION, GT]],
         ["rlock.release", commands::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -3, // as LPOP: may delete
             "Releases one hold; 1: freed (and published), 0: still held, nil: not the holder",
             &[KEY, OWNER, LEASE.optional(), REQUEST]],
         ["rlock.renew", commands::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, -4,
-            "Resets the lease of a lock the owner holds; 1: renewed, 0: not held",
-            &[KEY, OWNER, LEASE]],
+            "Resets the lease of a lock the owner holds (with GT: only if that extends it); 1: renewed (or held), 0: not held",
+            &[KEY, OWNER, LEASE, GT]],
         ["rlock.forcerelease", commands::force_release, "write",
             KEY_RW | KEY_DELETE, 2,
             "Deletes a lock whoever holds it and publishes the unlock message",
@@ -310,7 +312,7 @@ rlock_module! {
         ["rwlock.acquire", commands::rw::acquire, "write deny-oom",
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -5,
             "Acquires or re-enters a read-write lock's read or write hold; replies nil (with TOKEN, WRITE only: [1, token]) when held, else the remaining lease in ms (with TOKEN: [0, pttl])",
-            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST, SESSION]],
+            &[KEY, OWNER, MODE, LEASE, WAIT, TOKEN, REQUEST, SESSION, GT]],
         ["rwlock.release", commands::rw::release, "write",
             KEY_RW | KEY_ACCESS | KEY_DELETE, -4,
             "Releases one read or write hold; 1: freed (or write hold ended), 0: still held, nil: no such hold",
@@ -318,8 +320,8 @@ rlock_module! {
             "O(1) for WRITE; O(N) for READ, where N is the number of read holds of the lock"],
         ["rwlock.renew", commands::rw::renew, "write deny-oom",
             KEY_RW | KEY_UPDATE, -4,
-            "Resets the lease of every hold of the owner (or, with READ|WRITE, of that side's holds only); 1: renewed, 0: holds nothing (on that side)",
-            &[KEY, OWNER, LEASE, MODE.optional()],
+            "Resets the lease of every hold of the owner (or, with READ|WRITE, of that side's holds only; with GT, never shortening one); 1: renewed, 0: holds nothing (on that side)",
+            &[KEY, OWNER, LEASE, MODE.optional(), GT],
             "O(H) where H is the number of read holds of the owner"],
         ["rwlock.forcerelease", commands::rw::force_release, "write",
             KEY_RW | KEY_DELETE, 2,

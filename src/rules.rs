@@ -54,6 +54,42 @@ pub const fn lease_over_at(now: i64, pttl: i64) -> i64 {
     Deadline(now.saturating_add(pttl)).over_at()
 }
 
+/// How a re-entry or a renewal sets the lease of a hold its owner already has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extend {
+    /// Redisson's rule (the default): the new lease, whatever was left.
+    Set,
+    /// `GT`, at Unix ms `now`: the later of the current lease end and the new one, as
+    /// `PEXPIRE ... GT` does (a key without expiry keeps none). A lease is never shortened, so
+    /// a renewal applied late (after a longer one) changes nothing.
+    Gt { now: i64 },
+}
+
+impl Extend {
+    /// `GT` at `now` when `gt`, else [`Self::Set`].
+    #[must_use]
+    pub const fn new(gt: bool, now: i64) -> Self {
+        if gt {
+            Self::Gt { now }
+        } else {
+            Self::Set
+        }
+    }
+
+    /// The deadline to set on a held key with `pttl` ms left (-1: no expiry) for a new lease
+    /// ending at `deadline`; `None`: leave the expiry as it is (it is already as late, `GT`).
+    #[must_use]
+    pub const fn expire_at(self, pttl: i64, deadline: Deadline) -> Option<Deadline> {
+        match self {
+            Self::Set => Some(deadline),
+            Self::Gt { now } if pttl >= 0 && now.saturating_add(pttl) < deadline.0 => {
+                Some(deadline)
+            }
+            Self::Gt { .. } => None,
+        }
+    }
+}
+
 /// What the lock's key holds, seen by the calling owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum View {
@@ -148,6 +184,9 @@ pub struct Request {
     pub id: Option<Vec<u8>>,
     /// `SESSION`: its grant is bound to the waiting client's connection.
     pub session: Option<crate::sessions::Bind>,
+    /// `GT`: should its grant come as a re-entry (the owner got the lock meanwhile through
+    /// another waiter), it never shortens the owner's lease.
+    pub gt: bool,
 }
 
 impl Request {
@@ -157,7 +196,8 @@ impl Request {
     #[must_use]
     pub fn grant(&self, view: View, now_ms: i64) -> Option<Plan> {
         let deadline = Deadline::after(now_ms, self.lease).unwrap_or(Deadline::LAST);
-        acquire(view, deadline).ok().filter(|plan| plan.reply == Reply::Nil)
+        let extend = Extend::new(self.gt, now_ms);
+        acquire(view, deadline, extend).ok().filter(|plan| plan.reply == Reply::Nil)
     }
 
     /// The reply of a wait that ends without a grant, the lock's holder having `pttl` ms left
@@ -226,20 +266,21 @@ const fn grant(deadline: Deadline) -> Plan {
     Plan { write: Write::SetCount(1), expire_at: Some(deadline), publish: false, reply: Reply::Nil }
 }
 
-/// `ACQUIRE`: take a free lock (count 1), or re-enter one we hold (count + 1); both set the
-/// lease. Held by another owner: reply its remaining lease, change nothing.
+/// `ACQUIRE`: take a free lock (count 1, the lease set), or re-enter one we hold (count + 1,
+/// the lease set as `extend` says). Held by another owner: reply its remaining lease, change
+/// nothing.
 ///
 /// # Errors
 /// [`LockError::CountOverflow`] when re-entry would pass `i64::MAX` holds.
-pub fn acquire(view: View, deadline: Deadline) -> Result<Plan, LockError> {
-    let count = match view {
+pub fn acquire(view: View, deadline: Deadline, extend: Extend) -> Result<Plan, LockError> {
+    let (count, pttl) = match view {
         View::Free => return Ok(grant(deadline)),
-        View::Held { mine: Some(held), .. } => next_count(held)?,
+        View::Held { mine: Some(held), pttl } => (next_count(held)?, pttl),
         View::Held { mine: None, pttl } => return Ok(Plan::reply(Reply::Int(pttl))),
     };
     Ok(Plan {
         write: Write::SetCount(count),
-        expire_at: Some(deadline),
+        expire_at: extend.expire_at(pttl, deadline),
         publish: false,
         reply: Reply::Nil,
     })
@@ -265,13 +306,14 @@ pub fn release(view: View, lease: Option<Deadline>) -> Plan {
     }
 }
 
-/// `RENEW`: a holder gets a new lease (reply 1); anyone else gets 0 and nothing is created.
+/// `RENEW`: a holder gets a new lease, set as `extend` says (reply 1); anyone else gets 0 and
+/// nothing is created.
 #[must_use]
-pub fn renew(view: View, deadline: Deadline) -> Plan {
+pub fn renew(view: View, deadline: Deadline, extend: Extend) -> Plan {
     match view {
-        View::Held { mine: Some(_), .. } => Plan {
+        View::Held { mine: Some(_), pttl } => Plan {
             write: Write::Keep,
-            expire_at: Some(deadline),
+            expire_at: extend.expire_at(pttl, deadline),
             publish: false,
             reply: Reply::Int(1),
         },

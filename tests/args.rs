@@ -225,3 +225,56 @@ fn waiters_count_defaults_to_10_and_must_be_1_to_1000() {
     assert_eq!(parse(&["RLOCK.WAITERS", "k", "COUNT", "2", "x"]), Err(LockError::Syntax));
     assert_eq!(parse(&["RLOCK.WAITERS"]), Err(LockError::WrongArity));
 }
+
+#[test]
+fn gt_is_an_option_of_the_lock_acquires_and_renewals_taken_once_in_any_order() {
+    use rlock::args::{Mode, RwAcquire, RwRenew};
+    let acquire = |args: &[&str]| Acquire::parse(&argv(args)).map(|c| (c.gt, c.wait, c.token));
+    assert_eq!(acquire(&["RLOCK.ACQUIRE", "k", "o", "5"]), Ok((false, None, false)));
+    assert_eq!(acquire(&["RLOCK.ACQUIRE", "k", "o", "5", "gt"]), Ok((true, None, false)));
+    assert_eq!(
+        acquire(&["RLOCK.ACQUIRE", "k", "o", "5", "GT", "WAIT", "7", "TOKEN"]),
+        Ok((true, Some(WaitFor::Millis(7)), true))
+    );
+    assert_eq!(
+        acquire(&["RLOCK.ACQUIRE", "k", "o", "5", "TOKEN", "SESSION", "GT"]),
+        Ok((true, None, true))
+    );
+    assert_eq!(acquire(&["RLOCK.ACQUIRE", "k", "o", "5", "GT", "GT"]), Err(LockError::Syntax));
+    let rw = |args: &[&str]| RwAcquire::parse(&argv(args)).map(|c| (c.mode, c.gt));
+    assert_eq!(rw(&["RWLOCK.ACQUIRE", "k", "o", "READ", "5", "GT"]), Ok((Mode::Read, true)));
+    assert_eq!(
+        rw(&["RWLOCK.ACQUIRE", "k", "o", "WRITE", "5", "GT", "REQUEST", "r"]),
+        Ok((Mode::Write, true))
+    );
+    assert_eq!(rw(&["RWLOCK.ACQUIRE", "k", "o", "READ", "5", "GT", "gt"]), Err(LockError::Syntax));
+    let renew = |args: &[&str]| Renew::parse(&argv(args)).map(|c| (c.lease.as_millis(), c.gt));
+    assert_eq!(renew(&["RLOCK.RENEW", "k", "o", "5"]), Ok((5, false)));
+    assert_eq!(renew(&["RLOCK.RENEW", "k", "o", "5", "Gt"]), Ok((5, true)));
+    assert_eq!(renew(&["RLOCK.RENEW", "k", "o", "5", "GT", "GT"]), Err(LockError::Syntax));
+    assert_eq!(renew(&["RLOCK.RENEW", "k", "o", "5", "LT"]), Err(LockError::Syntax));
+    let rw_renew = |args: &[&str]| RwRenew::parse(&argv(args)).map(|c| (c.mode, c.gt));
+    assert_eq!(rw_renew(&["RWLOCK.RENEW", "k", "o", "5", "GT"]), Ok((None, true)));
+    assert_eq!(
+        rw_renew(&["RWLOCK.RENEW", "k", "o", "5", "READ", "GT"]),
+        Ok((Some(Mode::Read), true))
+    );
+    assert_eq!(
+        rw_renew(&["RWLOCK.RENEW", "k", "o", "5", "gt", "write"]),
+        Ok((Some(Mode::Write), true))
+    );
+    assert_eq!(rw_renew(&["RWLOCK.RENEW", "k", "o", "5", "GT", "GT"]), Err(LockError::Syntax));
+    assert_eq!(
+        rw_renew(&["RWLOCK.RENEW", "k", "o", "5", "GT", "BOTH"]),
+        Err(LockError::InvalidMode)
+    );
+    assert_eq!(rw_renew(&["RWLOCK.RENEW", "k", "o", "5", "READ", "WRITE"]), Err(LockError::Syntax));
+}
+
+#[test]
+fn a_semaphore_takes_no_gt() {
+    let args = argv(&["RSEM.RENEW", "s", "id", "5", "GT"]);
+    assert_eq!(rlock::args::sem::parse_renew(&args).map(|_| ()), Err(LockError::Syntax));
+    let args = argv(&["RSEM.ACQUIRE", "s", "1", "LEASE", "5", "GT"]);
+    assert_eq!(SemAcquire::parse(&args).map(|_| ()), Err(LockError::Syntax));
+}

@@ -7,7 +7,7 @@ mod common;
 use common::Model;
 use rlock::args::{Acquire, KeyOnly, Lease, Release, Renew, WaitFor};
 use rlock::error::LockError;
-use rlock::rules::{self, Deadline, Reply, View};
+use rlock::rules::{self, Deadline, Extend, Reply, View};
 use rlock_tests_integration::Rng;
 
 fn random_arg(rng: &mut Rng) -> Vec<u8> {
@@ -236,7 +236,8 @@ fn a_million_random_operations_agree_with_the_reference_model() {
             let (want, got) = match rng.below(6) {
                 0 | 1 => {
                     let view = stored.view(Some(owner), now);
-                    let plan = rules::acquire(view, deadline(now, lease)).expect("no overflow");
+                    let plan = rules::acquire(view, deadline(now, lease), Extend::Set)
+                        .expect("no overflow");
                     let want = reference.acquire(owner, now, lease);
                     // With TOKEN, every grant takes the next token: strictly increasing.
                     if want == Reply::Nil && rng.below(2) == 0 {
@@ -267,7 +268,7 @@ fn a_million_random_operations_agree_with_the_reference_model() {
                 }
                 3 => {
                     let view = stored.view(Some(owner), now);
-                    let plan = rules::renew(view, deadline(now, lease));
+                    let plan = rules::renew(view, deadline(now, lease), Extend::Set);
                     (reference.renew(owner, now, lease), stored.apply(Some(owner), plan))
                 }
                 _ => {
@@ -292,7 +293,7 @@ fn a_million_random_operations_agree_with_the_reference_model() {
     }
     assert_eq!(ops, 1_000_000);
     assert_eq!(
-        rules::acquire(View::Held { mine: Some(u64::MAX), pttl: 1 }, deadline(0, 1)),
+        rules::acquire(View::Held { mine: Some(u64::MAX), pttl: 1 }, deadline(0, 1), Extend::Set),
         Err(LockError::CountOverflow)
     );
 }

@@ -7,32 +7,32 @@ mod common;
 use common::{at, lease, Model};
 use rlock::args::Lease;
 use rlock::error::LockError;
-use rlock::rules::{self, parse_count, Deadline, Plan, Reply, View, Write};
+use rlock::rules::{self, parse_count, Deadline, Extend, Plan, Reply, View, Write};
 
 #[test]
 fn acquire_takes_a_free_lock_reenters_and_reports_the_holders_pttl() {
     let d = at(1_000, 500);
-    let plan = rules::acquire(View::Free, d).expect("ok");
+    let plan = rules::acquire(View::Free, d, Extend::Set).expect("ok");
     assert_eq!(
         plan,
         Plan { write: Write::SetCount(1), expire_at: Some(d), publish: false, reply: Reply::Nil }
     );
-    let plan = rules::acquire(View::Held { mine: Some(4), pttl: 10 }, d).expect("ok");
+    let plan = rules::acquire(View::Held { mine: Some(4), pttl: 10 }, d, Extend::Set).expect("ok");
     assert_eq!((plan.write, plan.reply), (Write::SetCount(5), Reply::Nil));
-    let plan = rules::acquire(View::Held { mine: None, pttl: 77 }, d).expect("ok");
+    let plan = rules::acquire(View::Held { mine: None, pttl: 77 }, d, Extend::Set).expect("ok");
     assert_eq!(
         plan,
         Plan { write: Write::Keep, expire_at: None, publish: false, reply: Reply::Int(77) }
     );
     assert!(!plan.writes());
-    let plan = rules::acquire(View::Held { mine: None, pttl: -1 }, d).expect("ok");
+    let plan = rules::acquire(View::Held { mine: None, pttl: -1 }, d, Extend::Set).expect("ok");
     assert_eq!(plan.reply, Reply::Int(-1));
 }
 
 #[test]
 fn reentry_cannot_overflow_the_count() {
     let held = View::Held { mine: Some(i64::MAX as u64), pttl: 5 };
-    assert_eq!(rules::acquire(held, at(0, 1)), Err(LockError::CountOverflow));
+    assert_eq!(rules::acquire(held, at(0, 1), Extend::Set), Err(LockError::CountOverflow));
 }
 
 #[test]
@@ -62,10 +62,16 @@ fn release_counts_down_then_deletes_and_publishes() {
 #[test]
 fn renew_only_for_a_holder() {
     let d = at(0, 100);
-    assert_eq!(rules::renew(View::Held { mine: Some(2), pttl: 1 }, d).expire_at, Some(d));
-    assert_eq!(rules::renew(View::Held { mine: Some(2), pttl: 1 }, d).reply, Reply::Int(1));
+    assert_eq!(
+        rules::renew(View::Held { mine: Some(2), pttl: 1 }, d, Extend::Set).expire_at,
+        Some(d)
+    );
+    assert_eq!(
+        rules::renew(View::Held { mine: Some(2), pttl: 1 }, d, Extend::Set).reply,
+        Reply::Int(1)
+    );
     for view in [View::Free, View::Held { mine: None, pttl: 1 }] {
-        let plan = rules::renew(view, d);
+        let plan = rules::renew(view, d, Extend::Set);
         assert!(!plan.writes(), "{view:?}");
         assert_eq!(plan.reply, Reply::Int(0));
     }
@@ -174,10 +180,75 @@ fn a_waiter_is_granted_a_free_lock_only() {
         token: false,
         id: None,
         session: None,
+        gt: false,
     };
     let plan = request.grant(View::Free, 1_000).expect("free: granted");
     assert_eq!((plan.write, plan.reply), (Write::SetCount(1), Reply::Nil));
     assert_eq!(plan.expire_at.map(Deadline::unix_ms), Some(1_100));
     assert_eq!(request.grant(View::Held { mine: None, pttl: 5 }, 1_000), None);
     assert!(request.exclusive());
+}
+
+/// The lease end a plan leaves on a held key with `pttl` left at `now` (`None`: no expiry).
+fn lease_end_after(plan: &Plan, now: i64, pttl: i64) -> Option<i64> {
+    match plan.expire_at {
+        Some(deadline) => Some(deadline.unix_ms()),
+        None => (pttl >= 0).then(|| now + pttl),
+    }
+}
+
+#[test]
+fn with_gt_a_re_entry_or_renewal_ends_at_the_later_of_the_current_and_the_new_lease() {
+    let mut rng = rlock_tests_integration::Rng(0x6774);
+    for step in 0..5_000 {
+        let now = 1_000_000 + rng.below(1_000) as i64;
+        let pttl = rng.below(20_000) as i64 - 1; // -1: no expiry
+        let ms = 1 + rng.below(20_000) as u64;
+        let new_end = at(now, ms).unix_ms();
+        let view = View::Held { mine: Some(1 + rng.below(3) as u64), pttl };
+        let gt = Extend::Gt { now };
+        let plans = [
+            rules::acquire(view, at(now, ms), gt).expect("no overflow"),
+            rules::renew(view, at(now, ms), gt),
+        ];
+        let expected = (pttl >= 0).then(|| (now + pttl).max(new_end));
+        for plan in plans {
+            assert_eq!(lease_end_after(&plan, now, pttl), expected, "step {step}: {view:?} {ms}");
+            // Nothing is written for a lease already as late (the expiry left exactly as it is).
+            if let Some(deadline) = plan.expire_at {
+                assert!(pttl >= 0 && now + pttl < deadline.unix_ms(), "step {step}");
+            }
+        }
+        // Without GT, Redisson's rule: the new lease, whatever was left.
+        let set = rules::acquire(view, at(now, ms), Extend::Set).expect("no overflow");
+        assert_eq!(set.expire_at, Some(at(now, ms)), "step {step}");
+        assert_eq!(rules::renew(view, at(now, ms), Extend::Set).expire_at, Some(at(now, ms)));
+    }
+}
+
+#[test]
+fn gt_changes_neither_a_fresh_grant_nor_what_another_owner_or_a_free_lock_gets() {
+    let gt = Extend::Gt { now: 0 };
+    let d = at(0, 100);
+    assert_eq!(rules::acquire(View::Free, d, gt), rules::acquire(View::Free, d, Extend::Set));
+    let other = View::Held { mine: None, pttl: 5_000 };
+    assert_eq!(rules::acquire(other, d, gt), rules::acquire(other, d, Extend::Set));
+    assert_eq!(rules::renew(other, d, gt).reply, Reply::Int(0));
+    assert_eq!(rules::renew(View::Free, d, gt).reply, Reply::Int(0));
+    // A renewal that changes nothing still tells the holder it holds.
+    let held = View::Held { mine: Some(1), pttl: 5_000 };
+    let plan = rules::renew(held, d, gt);
+    assert_eq!((plan.reply, plan.expire_at, plan.writes()), (Reply::Int(1), None, false));
+    // A waiter's grant that comes as a re-entry keeps the owner's longer lease too.
+    let request = rules::Request {
+        kind: rules::Kind::Reentrant,
+        owner: b"o".to_vec(),
+        lease: lease(100),
+        token: false,
+        id: None,
+        session: None,
+        gt: true,
+    };
+    let plan = request.grant(held, 0).expect("a re-entry is granted");
+    assert_eq!((plan.write, plan.expire_at), (Write::SetCount(2), None));
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use rlock::args::{Lease, Mode};
 use rlock::rules::{Deadline, Reply};
-use rlock::rw_rules::{self, Acquired, Effect, Holds, RwPlan, RwState};
+use rlock::rw_rules::{self, Acquired, Effect, Holds, Reads, RwPlan, RwState};
 use rlock_tests_integration::Rng;
 
 /// Redis as the store sees it: the hash, its deadline, and the hold keys with theirs.
@@ -261,13 +261,29 @@ fn random_operations_agree_with_the_reference_and_keep_the_layout_whole() {
                     // The store reads only the owner's fields: the same outcome.
                     let partial = redis.state_of(owner.as_bytes(), now);
                     assert_eq!(
-                        rw_rules::acquire(&partial, want, owner.as_bytes(), now, deadline, queued),
-                        rw_rules::acquire(&state, want, owner.as_bytes(), now, deadline, queued),
+                        rw_rules::acquire(
+                            &partial,
+                            want,
+                            owner.as_bytes(),
+                            now,
+                            deadline,
+                            queued,
+                            Reads::Set
+                        ),
+                        rw_rules::acquire(
+                            &state,
+                            want,
+                            owner.as_bytes(),
+                            now,
+                            deadline,
+                            queued,
+                            Reads::Set
+                        ),
                         "seed {seed} step {step}: acquire from the owner's fields"
                     );
                     assert_eq!(
-                        rw_rules::renew(&partial, owner.as_bytes(), now, deadline),
-                        rw_rules::renew(&state, owner.as_bytes(), now, deadline),
+                        rw_rules::renew(&partial, owner.as_bytes(), now, deadline, Reads::Set),
+                        rw_rules::renew(&state, owner.as_bytes(), now, deadline, Reads::Set),
                         "seed {seed} step {step}: renew from the owner's fields"
                     );
                     let got = match rw_rules::acquire(
@@ -277,6 +293,7 @@ fn random_operations_agree_with_the_reference_and_keep_the_layout_whole() {
                         now,
                         deadline,
                         queued,
+                        Reads::Set,
                     )
                     .expect("no overflow")
                     {
@@ -328,31 +345,31 @@ fn an_upgrade_is_told_apart_and_write_reentry_keeps_the_later_lease() {
     let mut redis = Redis::default();
     let state = redis.state(0);
     let Ok(Acquired::Granted(plan)) =
-        rw_rules::acquire(&state, Mode::Read, b"o", 0, lease(100), false)
+        rw_rules::acquire(&state, Mode::Read, b"o", 0, lease(100), false, Reads::Set)
     else {
         panic!("free: granted");
     };
     redis.apply(&plan);
     let state = redis.state(0);
     assert_eq!(
-        rw_rules::acquire(&state, Mode::Write, b"o", 0, lease(100), false),
+        rw_rules::acquire(&state, Mode::Write, b"o", 0, lease(100), false, Reads::Set),
         Ok(Acquired::Upgrade(100))
     );
     assert_eq!(
-        rw_rules::acquire(&state, Mode::Write, b"x", 0, lease(100), false),
+        rw_rules::acquire(&state, Mode::Write, b"x", 0, lease(100), false, Reads::Set),
         Ok(Acquired::Busy(100))
     );
     let mut redis = Redis::default();
     let state = redis.state(0);
     let Ok(Acquired::Granted(plan)) =
-        rw_rules::acquire(&state, Mode::Write, b"w", 0, lease(500), false)
+        rw_rules::acquire(&state, Mode::Write, b"w", 0, lease(500), false, Reads::Set)
     else {
         panic!("free: granted");
     };
     redis.apply(&plan);
     let state = redis.state(10);
     let Ok(Acquired::Granted(plan)) =
-        rw_rules::acquire(&state, Mode::Write, b"w", 10, lease(100), false)
+        rw_rules::acquire(&state, Mode::Write, b"w", 10, lease(100), false, Reads::Set)
     else {
         panic!("re-entry");
     };
@@ -371,18 +388,18 @@ fn read_re_entry_stops_at_the_maximum_and_a_stored_count_above_it_is_corrupt() {
     };
     let below = RwState::from_fields(hash(&(max - 1).to_string()), 100).expect("valid");
     let Ok(Acquired::Granted(plan)) =
-        rw_rules::acquire(&below, Mode::Read, b"o", 0, deadline, false)
+        rw_rules::acquire(&below, Mode::Read, b"o", 0, deadline, false, Reads::Set)
     else {
         panic!("the last re-entry allowed is granted");
     };
     assert!(plan.effects.contains(&Effect::SetReads { owner: b"o".to_vec(), count: max }));
     let at = RwState::from_fields(hash(&max.to_string()), 100).expect("valid");
     assert_eq!(
-        rw_rules::acquire(&at, Mode::Read, b"o", 0, deadline, true),
+        rw_rules::acquire(&at, Mode::Read, b"o", 0, deadline, true, Reads::Set),
         Err(rlock::error::LockError::TooManyReadHolds)
     );
     // A renewal of the most holds allowed: one effect per hold and the hash's lease.
-    assert_eq!(rw_rules::renew(&at, b"o", 0, deadline).effects.len() as u64, max + 1);
+    assert_eq!(rw_rules::renew(&at, b"o", 0, deadline, Reads::Set).effects.len() as u64, max + 1);
     for stored in
         [(max + 1).to_string(), "10000000000".to_owned(), "9000000000000000000".to_owned()]
     {
@@ -444,7 +461,7 @@ fn a_side_renewal_renews_that_side_only_and_only_when_it_is_held() {
         (&both, Mode::Write, true),
         (&both, Mode::Read, true),
     ] {
-        let plan = rw_rules::renew_side(state, b"o", side, 100, deadline);
+        let plan = rw_rules::renew_side(state, b"o", side, 100, deadline, Reads::Set);
         if !renewed {
             assert_eq!(plan.reply, not, "{side:?} of {state:?}");
             assert!(plan.effects.is_empty(), "nothing changes: {plan:?}");
@@ -459,7 +476,117 @@ fn a_side_renewal_renews_that_side_only_and_only_when_it_is_held() {
     // Another owner's holds renew nothing; a free lock neither.
     let free = RwState { pttl: -2, ..RwState::default() };
     for side in [Mode::Read, Mode::Write] {
-        assert_eq!(rw_rules::renew_side(&both, b"x", side, 100, deadline).reply, not);
-        assert_eq!(rw_rules::renew_side(&free, b"o", side, 100, deadline).reply, not);
+        assert_eq!(rw_rules::renew_side(&both, b"x", side, 100, deadline, Reads::Set).reply, not);
+        assert_eq!(rw_rules::renew_side(&free, b"o", side, 100, deadline, Reads::Set).reply, not);
     }
+}
+
+/// The live read holds' deadlines of `owner` in `redis` at `now`.
+fn own_holds(redis: &Redis, owner: &[u8], now: i64) -> BTreeMap<u64, i64> {
+    redis
+        .holds
+        .iter()
+        .filter(|((o, _), &at)| o == owner && at > now)
+        .map(|((_, index), &at)| (*index, at))
+        .collect()
+}
+
+#[test]
+fn with_gt_no_read_hold_of_the_owner_ends_before_the_latest_it_had_or_the_new_lease() {
+    let mut rng = Rng(0x6774_7277);
+    for seed in 0..200 {
+        let mut redis = Redis::default();
+        let mut now = 0_i64;
+        for step in 0..40 {
+            now += rng.below(300) as i64;
+            let ms = 1 + rng.below(1_000) as u64;
+            let deadline =
+                Deadline::after(now, Lease::from_millis(ms).expect("positive")).expect("fits");
+            // Another reader now and then, to keep the lock alive beside the owner's holds.
+            let owner: &[u8] = if rng.below(5) == 0 { b"other" } else { b"o" };
+            let before = own_holds(&redis, owner, now);
+            let latest = before.values().copied().max();
+            let state = redis.state_of(owner, now);
+            let own = redis.holds(&state).remove(owner).unwrap_or_default();
+            let own: BTreeMap<u64, i64> = own.into_iter().filter(|&(_, at)| at > now).collect();
+            let renewing = rng.below(3) == 0;
+            let plan = if renewing {
+                let side = [None, Some(Mode::Read)][rng.below(2)];
+                match side {
+                    None => rw_rules::renew(&state, owner, now, deadline, Reads::Gt(&own)),
+                    Some(side) => {
+                        rw_rules::renew_side(&state, owner, side, now, deadline, Reads::Gt(&own))
+                    }
+                }
+            } else if rng.below(4) == 0 && state.reads_of(owner) > 0 {
+                let whole = redis.state(now);
+                let all = redis.holds(&whole);
+                rw_rules::release(&whole, Mode::Read, owner, &all, now)
+            } else {
+                match rw_rules::acquire(
+                    &state,
+                    Mode::Read,
+                    owner,
+                    now,
+                    deadline,
+                    false,
+                    Reads::Gt(&own),
+                ) {
+                    Ok(Acquired::Granted(plan)) => plan,
+                    other => panic!("seed {seed} step {step}: a read is granted: {other:?}"),
+                }
+            };
+            let released = plan.effects.iter().any(|e| matches!(e, Effect::DropHold { .. }));
+            redis.apply(&plan);
+            let after = own_holds(&redis, owner, now);
+            if released || after.is_empty() {
+                // A release leaves holds that each end no sooner than any did before.
+                if let (Some(first), Some(latest)) = (after.values().min(), latest) {
+                    assert!(*first >= latest, "seed {seed} step {step}: {after:?} < {latest}");
+                }
+                continue;
+            }
+            // Every hold of the owner ends together, at the later of its latest and the new lease.
+            let until = latest.map_or(deadline.unix_ms(), |l| l.max(deadline.unix_ms()));
+            assert!(
+                after.values().all(|&at| at == until),
+                "seed {seed} step {step}: {before:?} then lease to {} gave {after:?}",
+                deadline.unix_ms()
+            );
+            assert!(redis.deadline.is_some_and(|d| d >= until), "seed {seed} step {step}: hash");
+        }
+    }
+}
+
+#[test]
+fn without_gt_a_read_re_entry_adds_its_hold_with_the_new_lease_only() {
+    let lease =
+        |now, ms| Deadline::after(now, Lease::from_millis(ms).expect("positive")).expect("fits");
+    let mut redis = Redis::default();
+    let state = redis.state_of(b"o", 0);
+    let Ok(Acquired::Granted(plan)) =
+        rw_rules::acquire(&state, Mode::Read, b"o", 0, lease(0, 1_000), false, Reads::Set)
+    else {
+        panic!("free: granted");
+    };
+    redis.apply(&plan);
+    let state = redis.state_of(b"o", 10);
+    let Ok(Acquired::Granted(plan)) =
+        rw_rules::acquire(&state, Mode::Read, b"o", 10, lease(10, 100), false, Reads::Set)
+    else {
+        panic!("re-entry");
+    };
+    redis.apply(&plan);
+    assert_eq!(own_holds(&redis, b"o", 10), BTreeMap::from([(1, 1_000), (2, 110)]));
+    // The same re-entry with GT: both holds end at the later lease.
+    let own = own_holds(&redis, b"o", 10);
+    let state = redis.state_of(b"o", 10);
+    let Ok(Acquired::Granted(plan)) =
+        rw_rules::acquire(&state, Mode::Read, b"o", 10, lease(10, 100), false, Reads::Gt(&own))
+    else {
+        panic!("re-entry");
+    };
+    redis.apply(&plan);
+    let all_at = BTreeMap::from([(1, 1_000), (2, 1_000), (3, 1_000)]);
+    assert_eq!(own_holds(&redis, b"o", 10), all_at);
 }

@@ -62,6 +62,9 @@ impl Arg for redis_module::RedisString {
 /// Option words of `RLOCK.ACQUIRE` (matched case-insensitively): `WAIT timeout-ms`, `TOKEN`.
 pub const WAIT: &[u8] = b"WAIT";
 pub const TOKEN: &[u8] = b"TOKEN";
+/// Option word of the re-entrant and read-write acquires and renewals: `GT` (a hold the owner
+/// already has keeps the later of its lease end and the new one, like `PEXPIRE ... GT`).
+pub const GT: &[u8] = b"GT";
 /// Option word of every release and acquire: `REQUEST id`.
 pub const REQUEST: &[u8] = b"REQUEST";
 /// The mode words of `RWLOCK.*`.
@@ -271,7 +274,7 @@ impl<'a, A: Arg> Parser<'a, A> {
 }
 
 /// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]
-/// [SESSION [LOCKDELAY lockdelay-ms]]`
+/// [SESSION [LOCKDELAY lockdelay-ms]] [GT]`
 #[derive(Debug)]
 pub struct Acquire<'a, A> {
     pub key: &'a A,
@@ -286,6 +289,8 @@ pub struct Acquire<'a, A> {
     pub request: Option<&'a A>,
     /// `SESSION`: the hold ends when the caller's connection closes.
     pub session: Option<Session>,
+    /// `GT`: a re-entry never shortens the lease (see `rules::Extend`).
+    pub gt: bool,
 }
 
 impl<'a, A: Arg> Acquire<'a, A> {
@@ -295,13 +300,15 @@ impl<'a, A: Arg> Acquire<'a, A> {
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 4)?;
         let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
-        let (mut wait, mut token, mut request) = (None, false, None);
+        let (mut wait, mut token, mut request, mut gt) = (None, false, None, false);
         let mut session = session::SessionWords::default();
         loop {
             if wait.is_none() && p.option(WAIT) {
                 wait = Some(WaitFor::parse_after_word(p.take())?);
             } else if !token && p.option(TOKEN) {
                 token = true;
+            } else if !gt && p.option(GT) {
+                gt = true;
             } else if request.is_none() && p.peek_is(REQUEST) {
                 request = p.request()?;
             } else if !session.take(&mut p)? {
@@ -311,7 +318,7 @@ impl<'a, A: Arg> Acquire<'a, A> {
         p.finish()?;
         check_request_owner(owner, request)?;
         let session = session.finish()?;
-        Ok(Self { key, owner, lease, wait, token, request, session })
+        Ok(Self { key, owner, lease, wait, token, request, session, gt })
     }
 }
 
@@ -358,19 +365,25 @@ impl<'a, A: Arg> Release<'a, A> {
     }
 }
 
-/// `RLOCK.RENEW key owner lease-ms`
+/// `RLOCK.RENEW key owner lease-ms [GT]` (and `RSEM.RENEW key id lease-ms`, without `GT`)
 #[derive(Debug)]
 pub struct Renew<'a, A> {
     pub key: &'a A,
     pub owner: &'a A,
     pub lease: Lease,
+    /// `GT`: the lease is never shortened (see `rules::Extend`).
+    pub gt: bool,
 }
 
 impl<'a, A: Arg> Renew<'a, A> {
     /// # Errors
     /// Wrong arity, empty owner, bad lease, or a leftover argument.
     pub fn parse(args: &'a [A]) -> Result<Self, LockError> {
-        Self::parse_named(args, LockError::EmptyOwner)
+        let mut p = Parser::new(args, 4)?;
+        let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
+        let gt = p.option(GT);
+        p.finish()?;
+        Ok(Self { key, owner, lease, gt })
     }
 
     /// `<command> key name lease-ms`, the name (an owner, a permit id) refused with `empty` when
@@ -380,7 +393,8 @@ impl<'a, A: Arg> Renew<'a, A> {
     /// Wrong arity, empty name, bad lease, or a leftover argument.
     pub fn parse_named(args: &'a [A], empty: LockError) -> Result<Self, LockError> {
         let mut p = Parser::new(args, 4)?;
-        let parsed = Self { key: p.required()?, owner: p.named(empty)?, lease: p.lease()? };
+        let (key, owner, lease) = (p.required()?, p.named(empty)?, p.lease()?);
+        let parsed = Self { key, owner, lease, gt: false };
         p.finish()?;
         Ok(parsed)
     }

@@ -108,6 +108,7 @@ pub fn await_open(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             token: false,
             id: None,
             session: None,
+            gt: false,
         };
         waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, cmd.wait, -1);
         Ok(RedisValue::NoReply)

@@ -48,7 +48,7 @@ pub(crate) fn guarded_naming(
 }
 
 /// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION
-/// [LOCKDELAY lockdelay-ms]]`
+/// [LOCKDELAY lockdelay-ms]] [GT]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded_naming(ctx, || {
         let cmd = args::Acquire::parse(&argv)?;
@@ -66,7 +66,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         };
         let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
         let (key, view) = waiting::settled_view(ctx, cmd.key, cmd.owner)?;
-        let plan = rules::acquire(view, deadline)?;
+        let plan = rules::acquire(view, deadline, rules::Extend::new(cmd.gt, now))?;
         if let (Reply::Int(holder_pttl), Some(wait)) = (plan.reply, cmd.wait) {
             // Never block where no grant can happen (MULTI, Lua, a writable replica).
             if raw::may_block(ctx) && raw::is_master(ctx) {
@@ -77,6 +77,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
+                    gt: cmd.gt,
                 };
                 // The caller's user name, looked up once (the search's keys and the waiter).
                 let user = raw::User::current_name(ctx);
@@ -143,21 +144,23 @@ pub(crate) fn latched(
     Ok(store::to_value(reply))
 }
 
-/// `RLOCK.RENEW key owner lease-ms`
+/// `RLOCK.RENEW key owner lease-ms [GT]`
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Renew::parse(&argv)?;
         sessions::check_owner(cmd.owner.as_slice())?;
-        let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        let now = raw::now_ms();
+        let deadline = Deadline::after(now, cmd.lease)?;
         store::may_grant(ctx)?;
         waiting::apply_pending(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
-        let plan = rules::renew(key.view(Some(cmd.owner))?, deadline);
+        let plan =
+            rules::renew(key.view(Some(cmd.owner))?, deadline, rules::Extend::new(cmd.gt, now));
         key.apply(Some(cmd.owner), &plan);
         drop(key);
-        if plan.writes() {
+        if let Some(at) = plan.expire_at {
             let held = Held::Lock(cmd.owner.to_vec());
-            waiting::session::renewed(ctx, cmd.key, held, deadline.unix_ms());
+            waiting::session::renewed(ctx, cmd.key, held, at.unix_ms());
         }
         Ok(store::to_value(plan.reply))
     })

@@ -11,7 +11,7 @@ use crate::error::LockError;
 use crate::raw::{self, reply::Field};
 use crate::request_rules::{Asked, Granted};
 use crate::rules::{self, Deadline, Kind, Reply, Request};
-use crate::rw_rules::{self, Acquired};
+use crate::rw_rules::{self, Acquired, Reads};
 use crate::sessions::{self, Held};
 use crate::store::derived::TokenCounter;
 use crate::store::rw::RwKey;
@@ -40,7 +40,9 @@ fn decide<'a>(
     let owner = cmd.owner.as_slice();
     let key = RwKey::open(ctx, cmd.key, true);
     let state = key.state_of(Some(owner))?;
-    let pttl = match rw_rules::acquire(&state, cmd.mode, owner, now, deadline, queued)? {
+    let own = key.own_holds(&state, owner, cmd.gt, now)?;
+    let reads = own.as_ref().map_or(Reads::Set, Reads::Gt);
+    let pttl = match rw_rules::acquire(&state, cmd.mode, owner, now, deadline, queued, reads)? {
         Acquired::Granted(plan) => {
             key.check(&plan)?;
             let token = counter.map(|c| c.next(ctx)).transpose()?;
@@ -61,7 +63,8 @@ fn decide<'a>(
     Ok(Decision::Block { pttl })
 }
 
-/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]`
+/// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]
+/// [SESSION [LOCKDELAY lockdelay-ms]] [GT]`
 pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::RwAcquire::parse(&argv)?;
@@ -113,6 +116,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
+                    gt: cmd.gt,
                 };
                 // The caller's user name, looked up once (the search's keys and the waiter).
                 let user = raw::User::current_name(ctx);
@@ -139,7 +143,7 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `RWLOCK.RENEW key owner lease-ms [READ|WRITE]`
+/// `RWLOCK.RENEW key owner lease-ms [READ|WRITE] [GT]`
 pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRenew::parse(&argv)?;
@@ -154,9 +158,11 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         // An owner whose read holds all ended by their leases holds no read side, whatever
         // its field says until the next dead-reader check: nothing of it is renewed.
         let state = key.with_live_reads(key.state_of(Some(owner))?, owner, now)?;
+        let own = key.own_holds(&state, owner, cmd.gt, now)?;
+        let reads = own.as_ref().map_or(Reads::Set, Reads::Gt);
         let plan = match cmd.mode {
-            None => rw_rules::renew(&state, owner, now, deadline),
-            Some(side) => rw_rules::renew_side(&state, owner, side, now, deadline),
+            None => rw_rules::renew(&state, owner, now, deadline, reads),
+            Some(side) => rw_rules::renew_side(&state, owner, side, now, deadline, reads),
         };
         key.check(&plan)?;
         key.apply(&plan);
@@ -166,7 +172,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             // the write side lasts as the hash does.
             if cmd.mode != Some(Mode::Write) {
                 let held = Held::Read(owner.to_vec());
-                waiting::session::renewed(ctx, cmd.key, held, deadline.unix_ms());
+                waiting::session::renewed(ctx, cmd.key, held, reads.until(deadline).unix_ms());
             }
             // The hash's lease (the write hold's) moved whichever side was renewed.
             waiting::session::write_lease_moved(ctx, cmd.key, owner);

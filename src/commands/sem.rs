@@ -100,6 +100,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     token: false,
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
+                    gt: false,
                 };
                 // Polled while it waits (`waiting`): permits may come back without an RSEM
                 // command (a Redisson client's INCRBY).

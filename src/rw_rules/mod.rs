@@ -53,8 +53,53 @@ fn extended(state: &RwState, now: i64, deadline: Deadline) -> Deadline {
     }
 }
 
+/// How a re-entry or a renewal sets the leases of the read holds the owner already has.
+#[derive(Debug, Clone, Copy)]
+pub enum Reads<'a> {
+    /// The default: a renewal sets every read hold's lease to the new one; a re-entry adds its
+    /// hold with the new lease, the others left as they are.
+    Set,
+    /// `GT`, with the owner's own read holds (index -> deadline, as [`Holds`] has them): every
+    /// live read hold of the owner, and a re-entry's new one, ends at [`Reads::until`], the
+    /// later of the new lease's end and the owner's latest read hold: no lease is shortened, and
+    /// since a release drops the owner's last-numbered hold whichever of its guards releases,
+    /// the holds left end no sooner than any of them was promised.
+    Gt(&'a BTreeMap<u64, i64>),
+}
+
+impl Reads<'_> {
+    /// When the owner's read holds end after a re-entry or renewal with a lease ending at
+    /// `deadline` (holds without expiry do not count: they stay without).
+    #[must_use]
+    pub fn until(self, deadline: Deadline) -> Deadline {
+        match self {
+            Self::Set => deadline,
+            Self::Gt(own) => own
+                .values()
+                .copied()
+                .filter(|&at| at != i64::MAX && at > deadline.unix_ms())
+                .max()
+                .map_or(deadline, Deadline::at),
+        }
+    }
+
+    /// The renewals of `owner`'s holds `1..=reads` to `until`: every hold (`Set`), or (`GT`)
+    /// each live one ending sooner (a hold without expiry, or gone, is left alone).
+    fn renewals(self, owner: &[u8], reads: u64, until: Deadline) -> Vec<Effect> {
+        (1..=reads)
+            .filter(|index| match self {
+                Self::Set => true,
+                Self::Gt(own) => own.get(index).is_some_and(|&at| at < until.unix_ms()),
+            })
+            .map(|index| Effect::RenewHold { owner: owner.to_vec(), index, deadline: until })
+            .collect()
+    }
+}
+
 /// `ACQUIRE ... READ|WRITE` by `owner` at `now` with a lease ending at `deadline`. `queued`:
 /// others wait for this lock (a newcomer reader then waits behind them; re-entries do not).
+/// `reads`: how a read re-entry sets the owner's read holds (a write re-entry always keeps the
+/// later of the hash's lease and the new one).
 ///
 /// `state` needs only the owner's own fields ([`RwState::of_owner`]).
 ///
@@ -68,6 +113,7 @@ pub fn acquire(
     now: i64,
     deadline: Deadline,
     queued: bool,
+    reads_rule: Reads<'_>,
 ) -> Result<Acquired, LockError> {
     let (reads, writes) = (state.reads_of(owner), state.writes_of(owner));
     let busy = Acquired::Busy(state.pttl);
@@ -87,11 +133,14 @@ pub fn acquire(
                 return Ok(busy);
             }
             let count = next_read(reads)?;
-            grant(vec![
-                Effect::SetReads { owner: owner.to_vec(), count },
-                Effect::AddHold { owner: owner.to_vec(), index: count, deadline },
-                Effect::ExpireAt(extended(state, now, deadline)),
-            ])
+            let until = reads_rule.until(deadline);
+            let mut effects = vec![Effect::SetReads { owner: owner.to_vec(), count }];
+            if let Reads::Gt(_) = reads_rule {
+                effects.extend(reads_rule.renewals(owner, reads, until));
+            }
+            effects.push(Effect::AddHold { owner: owner.to_vec(), index: count, deadline: until });
+            effects.push(Effect::ExpireAt(extended(state, now, until)));
+            grant(effects)
         }
         (Mode::Write, None) => grant(vec![
             Effect::SetMode(Mode::Write),
@@ -277,19 +326,25 @@ pub fn end_reads(state: &RwState, owners: &[Vec<u8>], rest: Rest<'_>, now: i64) 
     RwPlan { effects, reply, freed, settle: true }
 }
 
-/// `RENEW`: every hold of `owner` gets the lease ending at `deadline` (reply 1); an owner that
-/// holds nothing gets 0 and nothing is created. At most [`MAX_READ_HOLDS`] + 1 effects (the
-/// count was parsed with that bound); `state` needs only the owner's own fields.
+/// `RENEW`: every hold of `owner` gets the lease ending at `deadline`, its read holds as
+/// `reads` says (reply 1); an owner that holds nothing gets 0 and nothing is created. At most
+/// [`MAX_READ_HOLDS`] + 1 effects (the count was parsed with that bound); `state` needs only the
+/// owner's own fields.
 #[must_use]
-pub fn renew(state: &RwState, owner: &[u8], now: i64, deadline: Deadline) -> RwPlan {
+pub fn renew(
+    state: &RwState,
+    owner: &[u8],
+    now: i64,
+    deadline: Deadline,
+    reads_rule: Reads<'_>,
+) -> RwPlan {
     let reads = state.reads_of(owner);
     if reads == 0 && state.writes_of(owner) == 0 {
         return RwPlan::reply(Reply::Int(0));
     }
-    let mut effects: Vec<Effect> = (1..=reads)
-        .map(|index| Effect::RenewHold { owner: owner.to_vec(), index, deadline })
-        .collect();
-    effects.push(Effect::ExpireAt(extended(state, now, deadline)));
+    let until = if reads > 0 { reads_rule.until(deadline) } else { deadline };
+    let mut effects = reads_rule.renewals(owner, reads, until);
+    effects.push(Effect::ExpireAt(extended(state, now, until)));
     RwPlan { effects, ..RwPlan::reply(Reply::Int(1)) }
 }
 
@@ -306,6 +361,7 @@ pub fn renew_side(
     side: Mode,
     now: i64,
     deadline: Deadline,
+    reads_rule: Reads<'_>,
 ) -> RwPlan {
     let reads = state.reads_of(owner);
     let holds = match side {
@@ -315,13 +371,14 @@ pub fn renew_side(
     if !holds {
         return RwPlan::reply(Reply::Int(0));
     }
-    let mut effects: Vec<Effect> = match side {
-        Mode::Write => Vec::new(),
-        Mode::Read => (1..=reads)
-            .map(|index| Effect::RenewHold { owner: owner.to_vec(), index, deadline })
-            .collect(),
+    let (mut effects, until) = match side {
+        Mode::Write => (Vec::new(), deadline),
+        Mode::Read => {
+            let until = reads_rule.until(deadline);
+            (reads_rule.renewals(owner, reads, until), until)
+        }
     };
-    effects.push(Effect::ExpireAt(extended(state, now, deadline)));
+    effects.push(Effect::ExpireAt(extended(state, now, until)));
     RwPlan { effects, ..RwPlan::reply(Reply::Int(1)) }
 }
 

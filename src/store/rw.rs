@@ -5,7 +5,7 @@
 //! run.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use redis_module::{Context, RedisString};
 
@@ -155,6 +155,30 @@ impl<'a> RwKey<'a> {
             state.readers.remove(owner);
         }
         Ok(state)
+    }
+
+    /// The live read holds of `owner` (index -> deadline) a `GT` re-entry or renewal keeps its
+    /// leases against (`None`: no `GT`, nothing read). Reads the owner's hold keys only (at most
+    /// `rw_rules::MAX_READ_HOLDS`; `state` read with [`Self::state_of`] for `owner`).
+    ///
+    /// # Errors
+    /// As [`Self::holds`].
+    pub fn own_holds(
+        &self,
+        state: &RwState,
+        owner: &[u8],
+        gt: bool,
+        now: i64,
+    ) -> Result<Option<BTreeMap<u64, i64>>, LockError> {
+        if !gt {
+            return Ok(None);
+        }
+        if state.reads_of(owner) == 0 {
+            return Ok(Some(BTreeMap::new()));
+        }
+        let mut own = self.holds(state, now)?.remove(owner).unwrap_or_default();
+        own.retain(|_, at| *at > now);
+        Ok(Some(own))
     }
 
     /// Checks every hold key `plan` writes: in the lock's cluster slot, and writable by the

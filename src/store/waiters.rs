@@ -129,7 +129,13 @@ pub fn consider<'a>(
             };
             let deadline =
                 rules::Deadline::after(now, request.lease).unwrap_or(rules::Deadline::LAST);
-            let plan = match rw_rules::acquire(&state, mode, &request.owner, now, deadline, false) {
+            let own = match key.own_holds(&state, &request.owner, request.gt, now) {
+                Ok(own) => own,
+                Err(e) => return Head::Refuse(e),
+            };
+            let reads = own.as_ref().map_or(rw_rules::Reads::Set, rw_rules::Reads::Gt);
+            let owner = &request.owner;
+            let plan = match rw_rules::acquire(&state, mode, owner, now, deadline, false, reads) {
                 Ok(Acquired::Granted(plan)) => plan,
                 Ok(Acquired::Busy(pttl)) => return Head::Wait { recheck_at: recheck(now, pttl) },
                 Ok(Acquired::Upgrade(_)) => return Head::Refuse(LockError::Upgrade),

@@ -22,7 +22,7 @@ use crate::error::LockError;
 use crate::queue::LockName;
 use crate::raw;
 use crate::rules::{self, Deadline, View};
-use crate::rw_rules::{self, Acquired, Mode, Rest, RwPlan, RwState};
+use crate::rw_rules::{self, Acquired, Mode, Reads, Rest, RwPlan, RwState};
 use crate::sessions::{delay_until, permit_placeholder, Binding, Held, Hold, PLACEHOLDER};
 use crate::store::rw::RwKey;
 use crate::store::sem::Leases;
@@ -177,7 +177,10 @@ fn end_lock(
     };
     let placeholder = RedisString::create_from_slice(ctx.get_raw(), PLACEHOLDER);
     let key = LockKey::open(ctx, name, true);
-    key.apply(Some(&placeholder), &rules::acquire(View::Free, Deadline::at(until))?);
+    key.apply(
+        Some(&placeholder),
+        &rules::acquire(View::Free, Deadline::at(until), rules::Extend::Set)?,
+    );
     drop(key);
     // Its waiters are looked at again when the delay ends.
     settle(ctx, name);
@@ -330,7 +333,8 @@ fn rw_placeholder(
     let key = RwKey::open(ctx, name, true);
     let state = key.state_of(Some(PLACEHOLDER)).ok()?;
     let acquired =
-        rw_rules::acquire(&state, side, PLACEHOLDER, now, Deadline::at(until), false).ok()?;
+        rw_rules::acquire(&state, side, PLACEHOLDER, now, Deadline::at(until), false, Reads::Set)
+            .ok()?;
     let Acquired::Granted(plan) = acquired else { return None };
     key.check(&plan).ok()?;
     key.apply(&plan);

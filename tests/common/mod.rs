@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use rlock::args::Lease;
-use rlock::rules::{self, Deadline, Plan, Reply, View, Write};
+use rlock::rules::{self, Deadline, Extend, Plan, Reply, View, Write};
 
 pub fn lease(ms: u64) -> Lease {
     Lease::from_millis(ms).expect("positive")
@@ -59,7 +59,7 @@ impl Model {
 
     pub fn acquire(&mut self, owner: &str, now: i64, ms: u64) -> Reply {
         let view = self.view(Some(owner), now);
-        let plan = rules::acquire(view, at(now, ms)).expect("no overflow");
+        let plan = rules::acquire(view, at(now, ms), Extend::Set).expect("no overflow");
         self.apply(Some(owner), plan)
     }
 
