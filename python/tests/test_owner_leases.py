@@ -446,3 +446,90 @@ async def test_an_asyncio_longer_re_entry_while_a_watchdog_renewal_is_in_flight_
     await outer.release()
     await outer.release()
     assert r.exists("k") == 0
+
+
+# -- a renewal the client gave up on, run by the server later ------------------------------------
+# The client's response timeout ends its wait, not the command: the server may still run it (a
+# slow link, a stall), after a re-entry the client sent later asked (and was confirmed) a longer
+# lease. Every renewal and re-entry of a lock or a side carries GT: run late, it never shortens.
+
+
+def _late_sync(monkeypatch: pytest.MonkeyPatch, r: redis.Redis) -> _StalledRenewal:
+    """The next watchdog renewal: its caller is told it timed out, the server runs it ``STALL``
+    later (sent then, exactly as built, from the test's own connection)."""
+    from redis_rlock._sync import SyncBackend
+
+    st, real = _StalledRenewal(), SyncBackend.call_until
+
+    def late(args: list[Any]) -> None:
+        time.sleep(STALL)
+        r.execute_command(*args)
+        st.answered.set()
+
+    def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return real(self, key, args, until)
+        threading.Thread(target=late, args=(args,), daemon=True).start()
+        st.sent.set()
+        raise redis.TimeoutError("no reply in time")
+
+    monkeypatch.setattr(SyncBackend, "call_until", call_until)
+    return st
+
+
+# (a write side's renewal never shortened the hash; its read side's lease keys it did)
+@pytest.mark.parametrize("kind", ["lock", "read"])
+def test_a_renewal_given_up_on_and_run_late_never_shortens_a_longer_re_entry(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    owner = rl.Owner(r)
+    if kind == "lock":
+        held: Any = owner.lock("k", watchdog_timeout=0.6)
+    else:
+        held = getattr(owner.rw_lock("k", watchdog_timeout=0.6), kind)
+    assert held.acquire()
+    st = _late_sync(monkeypatch, r)
+    st.armed = True
+    assert st.sent.wait(2.0), "the watchdog renewed (and gave up)"
+    assert held.acquire(blocking=False, lease=5.0)
+    assert st.answered.wait(2.0), "the server ran the renewal given up on"
+    _lease_covers(r, "k", held.hold)
+    assert r.pttl("k") > 4000, "the re-entry's 5 s lease stands"
+    for key in r.keys("{k}:*:rwlock_timeout:*"):  # the read side's lease keys, each
+        assert r.pttl(key) > 4000, f"{key!r}: the re-entry's 5 s lease stands"
+    held.release()
+    held.release()
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_renewal_given_up_on_and_run_late_never_shortens_a_longer_re_entry(
+    ar: aredis.Redis, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis_rlock.aio._engine import AsyncBackend
+
+    st, real = _StalledRenewal(), AsyncBackend.call_until
+
+    def late(args: list[Any]) -> None:
+        time.sleep(STALL)
+        r.execute_command(*args)
+        st.answered.set()
+
+    async def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return await real(self, key, args, until)
+        threading.Thread(target=late, args=(args,), daemon=True).start()
+        st.sent.set()
+        raise redis.TimeoutError("no reply in time")
+
+    monkeypatch.setattr(AsyncBackend, "call_until", call_until)
+    held = ra.Owner(ar).lock("k", watchdog_timeout=0.6)
+    assert await held.acquire()
+    st.armed = True
+    await apoll("the watchdog renewed (and gave up)", 2.0, st.sent.is_set)
+    assert await held.acquire(blocking=False, lease=5.0)
+    await apoll("the server ran the renewal given up on", 2.0, st.answered.is_set)
+    _lease_covers(r, "k", held.hold)
+    assert r.pttl("k") > 4000, "the re-entry's 5 s lease stands"
+    await held.release()
+    await held.release()
+    assert r.exists("k") == 0

@@ -58,9 +58,9 @@ class Hold:
             self.ledger = spec.peers.ledger(spec.key)
         elif under is not None:
             self.ledger = under.ledger
-        if lease_ms:
+        if lease_ms and not spec.gt:
             # a renewal of the server hold sent before this grant and still unanswered may run
-            # after it and set its own (shorter) end
+            # after it and set its own (shorter) end (never with GT, which locks send)
             self.deadline = min(self.deadline, max(sent_at, self.ledger.in_flight_until()))
         if spec.peers is not None:
             # one server hold with the owner's other live holds of this key: it lasts as long
@@ -178,7 +178,7 @@ class Hold:
             lease_ms = max(lease_ms, math.ceil((self.promised - sent_at) * 1000))
         if self.spec.peers is not None:
             lease_ms = max(lease_ms, self.spec.peers.floor_ms(self.spec.key, sent_at))
-        lease_ms, confirms = self.ledger.send(ticket, sent_at, lease_ms)
+        lease_ms, confirms = self.ledger.send(ticket, sent_at, lease_ms, self.spec.gt)
         with self._mutex:
             self.promised = max(self.promised, sent_at + lease_ms / 1000.0)
         return lease_ms, confirms

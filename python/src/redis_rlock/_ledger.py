@@ -11,7 +11,10 @@ one Owner) or after a stall, may run in either order; so:
   asked (any of them may run after it and set its own end): ``min`` over those ends.
 
 A command given up on (a timeout) leaves the ledger: if the server runs it later it may still
-set a shorter end than later replies confirmed, unless it carries ``GT`` (the lease only grows)."""
+set a shorter end than later replies confirmed. So locks and read-write sides send ``GT`` on
+every acquire and renewal (a re-entry or renewal ends at the later of the current end and its
+own): then nothing sent for the hold shortens it, and a reply confirms what it asked, uncapped.
+Leased permits' renewals (one hold, no re-entry) keep the cap."""
 
 from __future__ import annotations
 
@@ -36,15 +39,16 @@ class Ledger:
         """A ticket for a command about to be sent; :meth:`done` with it in a ``finally``."""
         return next(self._tickets)
 
-    def send(self, ticket: int, sent_at: float, lease_ms: int) -> tuple[int, float]:
+    def send(self, ticket: int, sent_at: float, lease_ms: int, gt: bool) -> tuple[int, float]:
         """A command sent at ``sent_at`` asks ``lease_ms``: the lease to send (never ending
-        before what an earlier one asked) and the end its confirmation proves (capped by the
-        commands in flight now)."""
+        before what an earlier one asked) and the end its confirmation proves: what it asked
+        when every command for the hold carries ``gt`` (none run later can shorten it), else
+        capped by the commands in flight now."""
         with self._mutex:
             if self.asked != float("inf") and self.asked > sent_at:
                 lease_ms = max(lease_ms, math.ceil((self.asked - sent_at) * 1000))
             asked = sent_at + lease_ms / 1000.0
-            confirms = min([asked, *self._in_flight.values()])
+            confirms = asked if gt else min([asked, *self._in_flight.values()])
             self._in_flight[ticket] = asked
             self.asked = max(self.asked, asked)
         return lease_ms, confirms
