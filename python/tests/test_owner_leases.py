@@ -6,6 +6,8 @@ any live guard of the hold was promised)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import threading
 import time
 from typing import Any, Optional
@@ -13,6 +15,7 @@ from typing import Any, Optional
 import pytest
 import redis
 import redis.asyncio as aredis
+from _proxy import SlowProxy
 from _servers import Server, apoll, poll, raise_once_here
 
 import redis_rlock as rl
@@ -533,3 +536,124 @@ async def test_an_asyncio_renewal_given_up_on_and_run_late_never_shortens_a_long
     await held.release()
     await held.release()
     assert r.exists("k") == 0
+
+
+# -- a net: an owner's guards are never promised more than the server holds ---------------------
+# One Owner's handles of one lock, each re-entered and released at random with mixed leases (a
+# watchdog's, short, long), behind a slow link with spikes (``SlowProxy``: replies now and then
+# after the response timeout, so renewals and re-entries are given up on and run late, and the
+# watchdog's connection and the caller's overtake each other). After every step, every guard
+# that says held has the server's lease last at least as long as its ``valid_until``.
+
+NET_SECS = float(os.environ.get("RLOCK_PY_OWNER_NET_SECS", "5"))
+NET_SEED = int(os.environ.get("RLOCK_PY_OWNER_NET_SEED", str(random.randrange(1 << 30))))
+NET_LEASES = [None, None, 0.3, 1.0, 3.0]
+NET_RT = 0.3  # the response timeout: the link's slowest round trips pass it
+
+
+def _guards_covered(r: redis.Redis, holds: list[Any], log: list[str]) -> None:
+    for h in holds:
+        if h is None or h.done or h.is_lost():
+            continue
+        left_ms = (h.valid_until - time.monotonic()) * 1000
+        pttl = r.pttl("k")
+        if pttl < left_ms - TOL_MS and not h.is_lost():
+            tail = "\n".join(log[-25:])
+            pytest.fail(
+                f"seed {NET_SEED}: a guard valid {left_ms:.0f} ms more, server lease {pttl} ms"
+                f"\n{tail}"
+            )
+
+
+def _net_step(rng: random.Random, held: list[bool]) -> tuple[int, str, Optional[float]]:
+    """The net's next step: (handle, "release" | "acquire" | "sleep", lease or sleep time)."""
+    i = rng.randrange(len(held))
+    if held[i] and rng.random() < 0.4:
+        return i, "release", None
+    if rng.random() < 0.8:
+        return i, "acquire", rng.choice(NET_LEASES)
+    return i, "sleep", rng.uniform(0, 0.3)
+
+
+def _net_summary(log: list[str]) -> None:
+    steps = sum(not line.startswith((" ", "sleep")) for line in log)
+    errors = sum(line.startswith("  ") and "->" not in line for line in log)
+    print(f"owner net: {steps} steps, {errors} errors (timeouts, stalls)")
+
+
+def _net_proxy(server: Server) -> SlowProxy:
+    return SlowProxy(server.port, 0.005, 0.25, 0.2)  # a chunk in five: 0.25 s late
+
+
+def test_an_owners_guards_are_never_promised_more_than_the_server_holds_over_a_slow_link(
+    server: Server, r: redis.Redis
+) -> None:
+    print(f"RLOCK_PY_OWNER_NET_SEED={NET_SEED}")
+    rng = random.Random(NET_SEED)
+    proxy = _net_proxy(server)
+    owner = rl.Owner(redis.Redis(port=proxy.port, socket_timeout=10), response_timeout=NET_RT)
+    handles = [owner.lock("k", watchdog_timeout=0.6) for _ in range(3)]
+    log: list[str] = []
+    end = time.monotonic() + NET_SECS
+    try:
+        while time.monotonic() < end:
+            i, what, arg = _net_step(rng, [lk.owned() for lk in handles])
+            lk = handles[i]
+            log.append(f"{what} {i} {arg}")
+            try:
+                if what == "sleep":
+                    time.sleep(arg or 0)
+                elif what == "release":
+                    lk.release()
+                else:
+                    log.append(f"  -> {lk.acquire(blocking=False, lease=arg)}")
+            except (rl.RLockError, redis.RedisError) as e:
+                log.append(f"  {type(e).__name__}")
+            _guards_covered(r, [h.hold if h.owned() else None for h in handles], log)
+    finally:
+        _net_summary(log)
+        for lk in handles:
+            while lk.owned():
+                try:
+                    lk.release()
+                except (rl.RLockError, redis.RedisError):
+                    break
+        proxy.close()
+
+
+async def test_an_asyncio_owners_guards_are_never_promised_more_than_the_server_holds_slow_link(
+    server: Server, r: redis.Redis
+) -> None:
+    print(f"RLOCK_PY_OWNER_NET_SEED={NET_SEED}")
+    rng = random.Random(NET_SEED)
+    proxy = _net_proxy(server)
+    slow = aredis.Redis(port=proxy.port, socket_timeout=10)
+    owner = ra.Owner(slow, response_timeout=NET_RT)
+    handles = [owner.lock("k", watchdog_timeout=0.6) for _ in range(3)]
+    log: list[str] = []
+    end = time.monotonic() + NET_SECS
+    try:
+        while time.monotonic() < end:
+            i, what, arg = _net_step(rng, [lk.owned() for lk in handles])
+            lk = handles[i]
+            log.append(f"{what} {i} {arg}")
+            try:
+                if what == "sleep":
+                    await asyncio.sleep(arg or 0)
+                elif what == "release":
+                    await lk.release()
+                else:
+                    log.append(f"  -> {await lk.acquire(blocking=False, lease=arg)}")
+            except (rl.RLockError, redis.RedisError) as e:
+                log.append(f"  {type(e).__name__}")
+            _guards_covered(r, [h.hold if h.owned() else None for h in handles], log)
+    finally:
+        _net_summary(log)
+        for lk in handles:
+            while lk.owned():
+                try:
+                    await lk.release()
+                except (rl.RLockError, redis.RedisError):
+                    break
+        await slow.aclose()
+        proxy.close()
