@@ -5,6 +5,7 @@ connections through again; the cut ones stay dead, as after a link whose state w
 
 from __future__ import annotations
 
+import random
 import selectors
 import socket
 import threading
@@ -87,10 +88,16 @@ class Proxy:
 
 class SlowProxy:
     """A TCP proxy that passes every byte on ``delay`` seconds after it arrived, both ways (a
-    distant server: a slow link, not a dead one). A thread per direction per connection."""
+    distant server: a slow link, not a dead one); with probability ``spikes`` a chunk waits
+    ``spike`` seconds more (bytes stay in order on each connection: those behind it wait too;
+    two connections overtake each other). A thread
+    per direction per connection."""
 
-    def __init__(self, target_port: int, delay: float) -> None:
+    def __init__(
+        self, target_port: int, delay: float, spike: float = 0.0, spikes: float = 0.0
+    ) -> None:
         self._target, self._delay = target_port, delay
+        self._spike, self._spikes = spike, spikes
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._socks: list[socket.socket] = []
@@ -133,11 +140,18 @@ class SlowProxy:
                     return
 
         threading.Thread(target=out, daemon=True).start()
+        last = 0.0
         while True:
             try:
                 data = src.recv(65536)
             except OSError:
                 data = b""
-            q.put((time.monotonic() + self._delay, data))
+            last = max(
+                last,
+                time.monotonic()
+                + self._delay
+                + (self._spike if random.random() < self._spikes else 0),
+            )
+            q.put((last, data))
             if not data:
                 return

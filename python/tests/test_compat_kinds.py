@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import pytest
 import redis
@@ -143,3 +145,38 @@ def test_interop_with_raw_commands_and_redis_cli_layout(r: redis.Redis) -> None:
     assert r.execute_command("RLOCK.RELEASE", "shared", "cli-owner") == 1
     with pytest.raises(rl.LockLost):  # the package's stale hold never releases anything
         lock.acquire()
+
+
+def test_drop_in_extend_given_up_on_and_run_late_never_shortens_a_later_extend(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # extend(t) adds t to the lease left, as redis-py's: never a shorter lease, also when the
+    # client gave up on it (a timeout) and the server ran it after a later, longer extend
+    from redis_rlock._sync import SyncBackend
+
+    real, ran = SyncBackend.call, threading.Event()
+    first: list[bool] = []
+
+    def late(args: list[Any]) -> None:
+        time.sleep(0.3)
+        r.execute_command(*args)
+        ran.set()
+
+    def call(self: Any, key: Any, args: list[Any], *a: Any, **kw: Any) -> Any:
+        if args[0] == "RLOCK.RENEW" and not first:
+            first.append(True)
+            threading.Thread(target=late, args=(args,), daemon=True).start()
+            raise redis.TimeoutError("no reply in time")
+        return real(self, key, args, *a, **kw)
+
+    lock = r.lock("resource", timeout=1, lock_class=rl.RLockCompat)
+    assert lock.acquire()
+    monkeypatch.setattr(SyncBackend, "call", call)
+    with pytest.raises(redis.TimeoutError):
+        lock.extend(0.5)  # about 1.5 s: sent, its reply never comes
+    assert lock.extend(5)  # about 6.5 s
+    assert ran.wait(2.0)
+    assert r.pttl("resource") > 5000, "the later extend's lease stands"
+    assert lock.extend(0.2, replace_ttl=True)  # the caller's explicit ask: exactly 0.2 s
+    assert r.pttl("resource") <= 200
+    lock.release()

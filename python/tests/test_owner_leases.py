@@ -6,6 +6,8 @@ any live guard of the hold was promised)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import threading
 import time
 from typing import Any, Optional
@@ -461,3 +463,314 @@ def test_a_late_read_grant_never_releases_a_newer_write_of_the_same_owner(
     new.read.release()
     new.write.release()
     assert r.exists("k") == 0
+
+
+# -- a renewal in flight while a longer lease is confirmed ---------------------------------------
+# The server SETS the lease on every renewal and re-entry: a watchdog renewal sent before a longer
+# re-entry (or an Owner's other handle's acquire) but run by the server after it (another
+# connection, a slow link) sets its own, shorter end. A guard's valid_until counts only what every
+# command still in flight then leaves (the Rust client's rule), and the next renewal asks the
+# longer lease again.
+
+#: how long the server sees the watchdog's renewal after it was sent (a slow link)
+STALL = 0.3
+
+
+class _StalledRenewal:
+    """Delays the next watchdog renewal (a lease under 1 s) by ``STALL`` before it is sent."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.sent = threading.Event()
+        self.answered = threading.Event()
+
+    def wants(self, args: list[Any]) -> bool:
+        if self.armed and args[0] in ("RLOCK.RENEW", "RWLOCK.RENEW") and int(args[3]) < 1000:
+            self.armed = False
+            return True
+        return False
+
+
+def _stall_sync(monkeypatch: pytest.MonkeyPatch) -> _StalledRenewal:
+    from redis_rlock._sync import SyncBackend
+
+    st, real = _StalledRenewal(), SyncBackend.call_until
+
+    def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return real(self, key, args, until)
+        st.sent.set()
+        time.sleep(STALL)
+        try:
+            return real(self, key, args, None)
+        finally:
+            st.answered.set()
+
+    monkeypatch.setattr(SyncBackend, "call_until", call_until)
+    return st
+
+
+@pytest.mark.parametrize("how", ["re-entry", "owner handle"])
+def test_a_longer_lease_confirmed_while_a_watchdog_renewal_is_in_flight_is_not_overpromised(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    owner = rl.Owner(r)
+    outer = owner.lock("k", watchdog_timeout=0.6)  # renewed every 0.2 s for 0.6 s
+    assert outer.acquire()
+    st = _stall_sync(monkeypatch)
+    st.armed = True
+    assert st.sent.wait(2.0), "the watchdog renewed"
+    inner = outer if how == "re-entry" else owner.lock("k")
+    assert inner.acquire(blocking=False, lease=5.0)
+    assert st.answered.wait(2.0)
+    # the stalled renewal ran after the 5 s lease was set: the server's lease is its 0.6 s
+    _lease_covers(r, "k", inner.hold)
+    _lease_covers(r, "k", outer.hold)
+    # the next renewals ask the 5 s again: the guard is valid that long once confirmed
+    poll("the 5 s lease confirmed", 2.0, lambda: inner.hold.valid_until - time.monotonic() > 4.0)
+    _lease_covers(r, "k", inner.hold)
+    assert r.pttl("k") > 4000
+    inner.release()
+    outer.release()  # its own count (the re-entry's was the first release)
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_longer_re_entry_while_a_watchdog_renewal_is_in_flight_is_not_overpromised(
+    ar: aredis.Redis, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis_rlock.aio._engine import AsyncBackend
+
+    st, real = _StalledRenewal(), AsyncBackend.call_until
+
+    async def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return await real(self, key, args, until)
+        st.sent.set()
+        await asyncio.sleep(STALL)
+        try:
+            return await real(self, key, args, None)
+        finally:
+            st.answered.set()
+
+    monkeypatch.setattr(AsyncBackend, "call_until", call_until)
+    owner = ra.Owner(ar)
+    outer = owner.lock("k", watchdog_timeout=0.6)
+    assert await outer.acquire()
+    st.armed = True
+    await apoll("the watchdog renewed", 2.0, st.sent.is_set)
+    assert await outer.acquire(blocking=False, lease=5.0)
+    await apoll("the stalled renewal answered", 2.0, st.answered.is_set)
+    _lease_covers(r, "k", outer.hold)
+    await apoll("5 s confirmed", 2.0, lambda: outer.hold.valid_until - time.monotonic() > 4.0)
+    _lease_covers(r, "k", outer.hold)
+    await outer.release()
+    await outer.release()
+    assert r.exists("k") == 0
+
+
+# -- a renewal the client gave up on, run by the server later ------------------------------------
+# The client's response timeout ends its wait, not the command: the server may still run it (a
+# slow link, a stall), after a re-entry the client sent later asked (and was confirmed) a longer
+# lease. Every renewal and re-entry of a lock or a side carries GT: run late, it never shortens.
+
+
+def _late_sync(monkeypatch: pytest.MonkeyPatch, r: redis.Redis) -> _StalledRenewal:
+    """The next watchdog renewal: its caller is told it timed out, the server runs it ``STALL``
+    later (sent then, exactly as built, from the test's own connection)."""
+    from redis_rlock._sync import SyncBackend
+
+    st, real = _StalledRenewal(), SyncBackend.call_until
+
+    def late(args: list[Any]) -> None:
+        time.sleep(STALL)
+        r.execute_command(*args)
+        st.answered.set()
+
+    def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return real(self, key, args, until)
+        threading.Thread(target=late, args=(args,), daemon=True).start()
+        st.sent.set()
+        raise redis.TimeoutError("no reply in time")
+
+    monkeypatch.setattr(SyncBackend, "call_until", call_until)
+    return st
+
+
+# (a write side's renewal never shortened the hash; its read side's lease keys it did)
+@pytest.mark.parametrize("kind", ["lock", "read"])
+def test_a_renewal_given_up_on_and_run_late_never_shortens_a_longer_re_entry(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    owner = rl.Owner(r)
+    if kind == "lock":
+        held: Any = owner.lock("k", watchdog_timeout=0.6)
+    else:
+        held = getattr(owner.rw_lock("k", watchdog_timeout=0.6), kind)
+    assert held.acquire()
+    st = _late_sync(monkeypatch, r)
+    st.armed = True
+    assert st.sent.wait(2.0), "the watchdog renewed (and gave up)"
+    assert held.acquire(blocking=False, lease=5.0)
+    assert st.answered.wait(2.0), "the server ran the renewal given up on"
+    _lease_covers(r, "k", held.hold)
+    assert r.pttl("k") > 4000, "the re-entry's 5 s lease stands"
+    for key in r.keys("{k}:*:rwlock_timeout:*"):  # the read side's lease keys, each
+        assert r.pttl(key) > 4000, f"{key!r}: the re-entry's 5 s lease stands"
+    held.release()
+    held.release()
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_renewal_given_up_on_and_run_late_never_shortens_a_longer_re_entry(
+    ar: aredis.Redis, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis_rlock.aio._engine import AsyncBackend
+
+    st, real = _StalledRenewal(), AsyncBackend.call_until
+
+    def late(args: list[Any]) -> None:
+        time.sleep(STALL)
+        r.execute_command(*args)
+        st.answered.set()
+
+    async def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+        if not st.wants(args):
+            return await real(self, key, args, until)
+        threading.Thread(target=late, args=(args,), daemon=True).start()
+        st.sent.set()
+        raise redis.TimeoutError("no reply in time")
+
+    monkeypatch.setattr(AsyncBackend, "call_until", call_until)
+    held = ra.Owner(ar).lock("k", watchdog_timeout=0.6)
+    assert await held.acquire()
+    st.armed = True
+    await apoll("the watchdog renewed (and gave up)", 2.0, st.sent.is_set)
+    assert await held.acquire(blocking=False, lease=5.0)
+    await apoll("the server ran the renewal given up on", 2.0, st.answered.is_set)
+    _lease_covers(r, "k", held.hold)
+    assert r.pttl("k") > 4000, "the re-entry's 5 s lease stands"
+    await held.release()
+    await held.release()
+    assert r.exists("k") == 0
+
+
+# -- a net: an owner's guards are never promised more than the server holds ---------------------
+# One Owner's handles of one lock, each re-entered and released at random with mixed leases (a
+# watchdog's, short, long), behind a slow link with spikes (``SlowProxy``: replies now and then
+# after the response timeout, so renewals and re-entries are given up on and run late, and the
+# watchdog's connection and the caller's overtake each other). After every step, every guard
+# that says held has the server's lease last at least as long as its ``valid_until``.
+
+NET_SECS = float(os.environ.get("RLOCK_PY_OWNER_NET_SECS", "5"))
+NET_SEED = int(os.environ.get("RLOCK_PY_OWNER_NET_SEED", str(random.randrange(1 << 30))))
+NET_LEASES = [None, None, 0.3, 1.0, 3.0]
+NET_RT = 0.3  # the response timeout: the link's slowest round trips pass it
+
+
+def _guards_covered(r: redis.Redis, holds: list[Any], log: list[str]) -> None:
+    for h in holds:
+        if h is None or h.done or h.is_lost():
+            continue
+        left_ms = (h.valid_until - time.monotonic()) * 1000
+        pttl = r.pttl("k")
+        if pttl < left_ms - TOL_MS and not h.is_lost():
+            tail = "\n".join(log[-25:])
+            pytest.fail(
+                f"seed {NET_SEED}: a guard valid {left_ms:.0f} ms more, server lease {pttl} ms"
+                f"\n{tail}"
+            )
+
+
+def _net_step(rng: random.Random, held: list[bool]) -> tuple[int, str, Optional[float]]:
+    """The net's next step: (handle, "release" | "acquire" | "sleep", lease or sleep time)."""
+    i = rng.randrange(len(held))
+    if held[i] and rng.random() < 0.4:
+        return i, "release", None
+    if rng.random() < 0.8:
+        return i, "acquire", rng.choice(NET_LEASES)
+    return i, "sleep", rng.uniform(0, 0.3)
+
+
+def _net_summary(log: list[str]) -> None:
+    steps = sum(not line.startswith((" ", "sleep")) for line in log)
+    errors = sum(line.startswith("  ") and "->" not in line for line in log)
+    print(f"owner net: {steps} steps, {errors} errors (timeouts, stalls)")
+
+
+def _net_proxy(server: Server) -> SlowProxy:
+    return SlowProxy(server.port, 0.005, 0.25, 0.2)  # a chunk in five: 0.25 s late
+
+
+def test_an_owners_guards_are_never_promised_more_than_the_server_holds_over_a_slow_link(
+    server: Server, r: redis.Redis
+) -> None:
+    print(f"RLOCK_PY_OWNER_NET_SEED={NET_SEED}")
+    rng = random.Random(NET_SEED)
+    proxy = _net_proxy(server)
+    owner = rl.Owner(redis.Redis(port=proxy.port, socket_timeout=10), response_timeout=NET_RT)
+    handles = [owner.lock("k", watchdog_timeout=0.6) for _ in range(3)]
+    log: list[str] = []
+    end = time.monotonic() + NET_SECS
+    try:
+        while time.monotonic() < end:
+            i, what, arg = _net_step(rng, [lk.owned() for lk in handles])
+            lk = handles[i]
+            log.append(f"{what} {i} {arg}")
+            try:
+                if what == "sleep":
+                    time.sleep(arg or 0)
+                elif what == "release":
+                    lk.release()
+                else:
+                    log.append(f"  -> {lk.acquire(blocking=False, lease=arg)}")
+            except (rl.RLockError, redis.RedisError) as e:
+                log.append(f"  {type(e).__name__}")
+            _guards_covered(r, [h.hold if h.owned() else None for h in handles], log)
+    finally:
+        _net_summary(log)
+        for lk in handles:
+            while lk.owned():
+                try:
+                    lk.release()
+                except (rl.RLockError, redis.RedisError):
+                    break
+        proxy.close()
+
+
+async def test_an_asyncio_owners_guards_are_never_promised_more_than_the_server_holds_slow_link(
+    server: Server, r: redis.Redis
+) -> None:
+    print(f"RLOCK_PY_OWNER_NET_SEED={NET_SEED}")
+    rng = random.Random(NET_SEED)
+    proxy = _net_proxy(server)
+    slow = aredis.Redis(port=proxy.port, socket_timeout=10)
+    owner = ra.Owner(slow, response_timeout=NET_RT)
+    handles = [owner.lock("k", watchdog_timeout=0.6) for _ in range(3)]
+    log: list[str] = []
+    end = time.monotonic() + NET_SECS
+    try:
+        while time.monotonic() < end:
+            i, what, arg = _net_step(rng, [lk.owned() for lk in handles])
+            lk = handles[i]
+            log.append(f"{what} {i} {arg}")
+            try:
+                if what == "sleep":
+                    await asyncio.sleep(arg or 0)
+                elif what == "release":
+                    await lk.release()
+                else:
+                    log.append(f"  -> {await lk.acquire(blocking=False, lease=arg)}")
+            except (rl.RLockError, redis.RedisError) as e:
+                log.append(f"  {type(e).__name__}")
+            _guards_covered(r, [h.hold if h.owned() else None for h in handles], log)
+    finally:
+        _net_summary(log)
+        for lk in handles:
+            while lk.owned():
+                try:
+                    await lk.release()
+                except (rl.RLockError, redis.RedisError):
+                    break
+        await slow.aclose()
+        proxy.close()

@@ -11,6 +11,7 @@ from . import _proto as P
 from ._conn import log
 from ._flag import Flag
 from ._fork import current_pid
+from ._ledger import Ledger
 from ._proto import Spec
 from .errors import LockLost
 
@@ -52,6 +53,18 @@ class Hold:
         self.count = 1
         self.done = False
         self.deadline = sent_at + lease_ms / 1000.0 if lease_ms else float("inf")
+        #: the lease-setting commands of its server hold: an Owner's on this key are one
+        #: (``Peers.ledger``), a read taken under the write of its owner shares the write's
+        self.ledger = Ledger()
+        under = spec.under() if spec.under is not None else None
+        if spec.peers is not None:
+            self.ledger = spec.peers.ledger(spec.key)
+        elif under is not None:
+            self.ledger = under.ledger
+        if lease_ms and not spec.gt:
+            # a renewal of the server hold sent before this grant and still unanswered may run
+            # after it and set its own (shorter) end (never with GT, which locks send)
+            self.deadline = min(self.deadline, max(sent_at, self.ledger.in_flight_until()))
         if spec.peers is not None:
             # one server hold with the owner's other live holds of this key: it lasts as long
             # as the longest of them was confirmed (no lease sent for it is ever shorter)
@@ -164,26 +177,40 @@ class Hold:
         )
 
     # -- engine side ----------------------------------------------------------------------
-    def renewal_lease_ms(self, lease_ms: int, sent_at: float) -> int:
-        """The lease a renewal sent at ``sent_at`` asks for: ``lease_ms``, or longer when this
-        hold, or one of the owner's other live holds of this key, was promised more (the
-        renewal sets the lease of all of them: a watchdog's period, or a re-entry with a
-        shorter lease, must not end what a longer re-entry promised); recorded as promised
-        before it is sent."""
+    def renewal(self, ticket: int, lease_ms: int, sent_at: float) -> tuple[int, float]:
+        """The lease a renewal sent at ``sent_at`` asks for, and the end its confirmation
+        proves. The lease is ``lease_ms``, or longer when this hold, one of the owner's other
+        live holds of this key, or any command sent for its server hold before (its ledger)
+        was promised more (the renewal sets the lease of all of them: a watchdog's period, or a
+        re-entry with a shorter lease, must not end what a longer re-entry promised); recorded
+        as promised before it is sent. What a confirmation proves is capped by the commands
+        for the hold in flight now (:class:`~._ledger.Ledger`); ``ticket``: from
+        ``self.ledger.ticket()``, given back with ``self.ledger.done`` whatever happens."""
         if self.promised != float("inf"):
             lease_ms = max(lease_ms, math.ceil((self.promised - sent_at) * 1000))
         if self.spec.peers is not None:
             lease_ms = max(lease_ms, self.spec.peers.floor_ms(self.spec.key, sent_at))
-        self.promised = max(self.promised, sent_at + lease_ms / 1000.0)
-        return lease_ms
+        lease_ms, confirms = self.ledger.send(ticket, sent_at, lease_ms, self.spec.gt)
+        with self._mutex:
+            self.promised = max(self.promised, sent_at + lease_ms / 1000.0)
+        return lease_ms, confirms
 
-    def extend(self, sent_at: float, lease_ms: int) -> None:
-        """A renewal sent at ``sent_at`` for ``lease_ms`` was confirmed."""
-        until = sent_at + lease_ms / 1000.0
+    def extend(self, until: float) -> None:
+        """A renewal was confirmed: the server holds the hold at least until ``until``."""
         with self._mutex:
             if not self._lost.is_set():
                 self.deadline = max(self.deadline, until)
         self._keep_kin(until)  # the server confirmed the owner's hold: the key lives so long
+
+    def reset(self, sent_at: float, lease_ms: int) -> None:
+        """An exact lease ``lease_ms`` sent at ``sent_at`` was confirmed (it may shorten the
+        hold: the drop-in's ``extend(..., replace_ttl=True)``, the user's explicit ask)."""
+        until = sent_at + lease_ms / 1000.0
+        with self._mutex:
+            self.lease_ms = lease_ms
+            self.deadline = until
+            self.promised = until
+        self.ledger.reset(until)
 
     # -- an owner's holds of one key: one server hold ---------------------------------------
     # A lock hold and a read-write lock's write hold have no lease of their own on the server:

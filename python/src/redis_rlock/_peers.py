@@ -10,6 +10,7 @@ import weakref
 from typing import TYPE_CHECKING, Optional
 
 from ._fork import inherited
+from ._ledger import Ledger
 
 if TYPE_CHECKING:
     from ._hold import Hold
@@ -34,6 +35,15 @@ class Peers:
         #: by request id: the earliest end any lease sent under it gives (a grant under that
         #: id set the key's expiry to at least this: its hold is valid that long)
         self._sent: dict[bytes, tuple[bytes, float]] = {}
+        #: the lease-setting commands of the owner's server hold of each key (``_ledger``)
+        self._ledgers: dict[bytes, Ledger] = {}
+
+    def ledger(self, key: bytes) -> Ledger:
+        """The ledger of this owner's one server hold of ``key``."""
+        found = self._ledgers.get(key)
+        if found is None:
+            found = self._ledgers.setdefault(key, Ledger())  # atomic: one wins
+        return found
 
     def track(self, hold: Hold) -> None:
         """Records ``hold`` (a hold granted, or about to be, under this owner)."""

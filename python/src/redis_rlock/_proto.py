@@ -212,6 +212,12 @@ class Spec:
     #: task (its owner): a weak reference to that write hold (``_hold.keep_kin``)
     under: Any = field(default=None, compare=False, repr=False)
 
+    @property
+    def gt(self) -> bool:
+        """Whether its acquire and renewals carry ``GT`` (locks and read-write sides: the lease
+        only grows while the owner holds; leased permits' renewals have none)."""
+        return self.kind in (LOCK, READ, WRITE)
+
     def sent_lease_ms(self, now: Optional[float] = None) -> int:
         """The lease an acquire sends: the hold's own, or longer when another live hold of the
         owner on this key was promised more (the server's lease is one for all of them)."""
@@ -247,6 +253,8 @@ class Spec:
             args.append("SESSION")
             if self.lock_delay_ms:
                 args += ["LOCKDELAY", self.lock_delay_ms]
+        if self.gt:
+            args.append("GT")  # a re-entry (an Owner's) never shortens the lease: see ``renew``
         return args
 
     def granted(self, reply: Any) -> tuple[bool, Optional[int], Optional[list[bytes]], bool]:
@@ -265,12 +273,15 @@ class Spec:
         return False, None, None, int(reply) == 0
 
     def renew(self, lease_ms: int, ids: Optional[list[bytes]]) -> list[list[Arg]]:
-        """The renewal command(s) of a hold (leased permits: one per id)."""
+        """The renewal command(s) of a hold (leased permits: one per id). A lock's or a side's
+        carries ``GT``: the lease ends at the later of its current end and now + ``lease_ms``,
+        so a renewal (or re-entry) the client gave up on and the server ran late never ends
+        the owner's hold before what a later one confirmed (``_ledger``)."""
         if self.kind == LOCK:
-            return [["RLOCK.RENEW", self.key, self.owner, lease_ms]]
+            return [["RLOCK.RENEW", self.key, self.owner, lease_ms, "GT"]]
         if self.kind in (READ, WRITE):
             mode = "READ" if self.kind == READ else "WRITE"
-            return [["RWLOCK.RENEW", self.key, self.owner, lease_ms, mode]]
+            return [["RWLOCK.RENEW", self.key, self.owner, lease_ms, mode, "GT"]]
         return [["RSEM.RENEW", self.key, pid, lease_ms] for pid in ids or []]
 
     def release(self, rid: bytes, ids: Optional[list[bytes]]) -> list[Arg]:

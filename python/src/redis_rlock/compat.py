@@ -86,10 +86,22 @@ def _is_wrongtype(e: BaseException) -> bool:
     )
 
 
-def _leased(hold: Hold, sent: float, lease_ms: int) -> None:
-    """The server set ``hold``'s lease to ``lease_ms`` (a renewal sent at ``sent``)."""
-    hold.lease_ms = lease_ms
-    hold.deadline = sent + lease_ms / 1000.0
+def _renew_args(key: bytes, owner: Any, ms: int, replace_ttl: bool) -> list[P.Arg]:
+    """``extend``'s ``RLOCK.RENEW``. As redis-py's: ``replace_ttl`` sets the lease to exactly
+    ``ms`` (it may shorten it: the caller's explicit ask, as ``PEXPIRE``); otherwise ``ms`` is
+    the lease left plus the time added, sent with ``GT`` (it never shortens the lease, even run
+    after another extend or a renewal sent later)."""
+    args: list[P.Arg] = ["RLOCK.RENEW", key, owner, ms]
+    return args if replace_ttl else [*args, "GT"]
+
+
+def _renewed(hold: Hold, sent: float, lease_ms: int, replace_ttl: bool) -> None:
+    """The server confirmed ``extend``'s renewal of ``hold`` for ``lease_ms`` sent at
+    ``sent``: exactly that lease (``replace_ttl``), or at least that long."""
+    if replace_ttl:
+        hold.reset(sent, lease_ms)
+    else:
+        hold.extend(sent + lease_ms / 1000.0)
 
 
 def _extend_ms(additional_time: float, replace_ttl: bool) -> int:
@@ -269,7 +281,7 @@ class RLockCompat(_Common, slock.Lock):
                 ms += max(0, int(self._be.call(self._key, ["RLOCK.PTTL", self._key])))
                 if ms <= 0:  # extend(0) of a lease that just ended: nothing to keep
                     return None
-            renewed = self._be.call(self._key, ["RLOCK.RENEW", self._key, owner, ms])
+            renewed = self._be.call(self._key, _renew_args(self._key, owner, ms, replace_ttl))
         except ResponseError as e:
             if _is_wrongtype(e):
                 return None
@@ -288,7 +300,7 @@ class RLockCompat(_Common, slock.Lock):
             sent = time.monotonic()
             lease = self._renew(hold.spec.owner, ms, replace_ttl)
             if lease is not None:
-                _leased(hold, sent, lease)
+                _renewed(hold, sent, lease, replace_ttl)
                 return True
         owner = self._owner()
         if token is None or not _carries(owner, token):
@@ -432,7 +444,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
                 ms += max(0, int(await self._be.call(self._key, ["RLOCK.PTTL", self._key])))
                 if ms <= 0:  # extend(0) of a lease that just ended: nothing to keep
                     return None
-            renewed = await self._be.call(self._key, ["RLOCK.RENEW", self._key, owner, ms])
+            renewed = await self._be.call(self._key, _renew_args(self._key, owner, ms, replace_ttl))
         except ResponseError as e:
             if _is_wrongtype(e):
                 return None
@@ -451,7 +463,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
             sent = time.monotonic()
             lease = await self._renew(hold.spec.owner, ms, replace_ttl)
             if lease is not None:
-                _leased(hold, sent, lease)
+                _renewed(hold, sent, lease, replace_ttl)
                 return True
         owner = await self._owner()
         if token is None or not _carries(owner, token):

@@ -501,13 +501,16 @@ class AsyncBackend:
 
     async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
         """Renews every part of ``hold``; True when the server confirmed."""
-        sent = time.monotonic()
-        lease_ms = hold.renewal_lease_ms(lease_ms, sent)
-        for cmd in hold.spec.renew(lease_ms, hold.ids):
-            reply, _ = await self.call_until(hold.spec.key, cmd, until)
-            if reply != 1:
-                return False
-        hold.extend(sent, lease_ms)
+        ticket = hold.ledger.ticket()
+        try:
+            lease_ms, confirms = hold.renewal(ticket, lease_ms, time.monotonic())
+            for cmd in hold.spec.renew(lease_ms, hold.ids):
+                reply, _ = await self.call_until(hold.spec.key, cmd, until)
+                if reply != 1:
+                    return False
+        finally:
+            hold.ledger.done(ticket)  # answered, or given up on
+        hold.extend(confirms)
         return True
 
     async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
