@@ -7,7 +7,10 @@
 //! both databases (abstracted: locks' owners and counts, read-write locks' writer and live read
 //! holds, semaphores' counts and live leased permits, latches, token counters); tokens must
 //! strictly increase per lock name, and a `REQUEST` retry is answered "granted" only while the
-//! grant is still in place.
+//! grant is still in place. Re-entries and renewals (`RLOCK.ACQUIRE`/`RENEW`,
+//! `RWLOCK.ACQUIRE`/`RENEW`, a waiter's `RLOCK.ACQUIRE ... WAIT`) send `GT` one time in three, in
+//! every profile: the leases it keeps show where a lease ends (the keyspace) and in a reentrant
+//! lock's busy reply (its remaining lease, checked against the holder's).
 //!
 //! Environment:
 //! - `RLOCK_FUZZ_SEED` replays a run (the seed is printed, and named in every failure);
@@ -221,6 +224,8 @@ struct Run {
     clients: Vec<Client>,
     model: Model,
     rng: Rng,
+    /// Draws `GT` (see [`Run::gt`]).
+    gt_rng: Rng,
     start: Instant,
     step: usize,
     /// Acquires with `REQUEST id`, to retry (the newest last).
@@ -333,6 +338,7 @@ impl Run {
             clients,
             model,
             rng: Rng(seed),
+            gt_rng: Rng((seed ^ 0x4754_4754_4754_4754) | 1),
             start: Instant::now(),
             step: 0,
             templates: Vec::new(),
@@ -394,6 +400,12 @@ impl Run {
         } else {
             LONG
         }
+    }
+
+    /// Whether a re-entry or renewal sends `GT` (one in three): drawn from a generator of its
+    /// own, so a seed picks the same commands as before `GT` was generated.
+    fn gt(&mut self) -> bool {
+        self.gt_rng.below(3) == 0
     }
 
     fn session(&mut self) -> Option<i64> {
@@ -466,11 +478,12 @@ impl Run {
                         let token = self.has("token") && self.rng.below(3) == 0;
                         let request = self.request();
                         let session = self.session();
-                        Cmd::Acquire { name, owner, lease, token, request, session }
+                        let gt = self.gt();
+                        Cmd::Acquire { name, owner, lease, token, request, session, gt }
                     }
                     6..=8 => Cmd::Release { name, owner },
                     9 if renew || self.rng.below(2) == 0 => {
-                        Cmd::Renew { name, owner, lease: self.lease() }
+                        Cmd::Renew { name, owner, lease: self.lease(), gt: self.gt() }
                     }
                     10 if self.has("cancel") => self.cancel(name),
                     _ => Cmd::ForceRelease { name },
@@ -485,12 +498,14 @@ impl Run {
                         let token = write && self.has("token") && self.rng.below(3) == 0;
                         let request = self.request();
                         let session = self.session();
-                        Cmd::RwAcquire { name, owner, write, lease, token, request, session }
+                        let gt = self.gt();
+                        Cmd::RwAcquire { name, owner, write, lease, token, request, session, gt }
                     }
                     6..=8 => Cmd::RwRelease { name, owner, write },
                     9 => {
                         let side = [None, Some(true), Some(false)][self.rng.below(3)];
-                        Cmd::RwRenew { name, owner, lease: self.lease(), side }
+                        let (lease, gt) = (self.lease(), self.gt());
+                        Cmd::RwRenew { name, owner, lease, side, gt }
                     }
                     10 if self.has("cancel") => self.cancel(name),
                     _ if self.has("crowd") && name == RWS[0] => {
@@ -772,6 +787,10 @@ impl Run {
                 args.extend(["LOCKDELAY".into(), d.to_string()]);
             }
         }
+        let gt = self.gt();
+        if gt {
+            args.push("GT".into());
+        }
         let before = blocked_clients(&mut self.admin[0]);
         let t0 = now_ms(self.start);
         let call = BlockedCall::start(&self.server, args.clone(), Duration::from_secs(60));
@@ -785,8 +804,8 @@ impl Run {
         let conn = call.id;
         self.model.conn_db.insert(conn, 0);
         self.trail.push(format!("{t0}ms w(id {conn}): {}", args.join(" ")));
-        let w =
-            Waiting { conn, owner, lease: LONG, session, timeout: Deadline::after(at, timeout) };
+        let timeout = Deadline::after(at, timeout);
+        let w = Waiting { conn, owner, lease: LONG, session, timeout, gt };
         match self.model.enqueue(conn, at, &name, w) {
             Some(want) => {
                 let (reply, ping) = call.join(Duration::from_secs(5), &self.at());
@@ -884,6 +903,7 @@ impl Run {
                     token: false,
                     request: None,
                     session: None,
+                    gt: false,
                 };
                 self.admin_cmd(0, &cmd);
             }
