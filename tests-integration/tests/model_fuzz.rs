@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::model::{
-    counter_key, hex, prefix, Answer, Cmd, Conn, Deadline, Kind, Model, Name, Waiting, Window,
+    counter_key, hex, prefix, Answer, Cmd, Conn, Deadline, Entity, Kind, Model, Name, Waiting,
+    Window, DEAD, LOCKDELAY_OWNER,
 };
 use rlock_tests_integration::{
     blocked_clients, fuzz_seed, module_path, run, BlockedCall, Rng, Server,
@@ -205,6 +206,24 @@ for i, k in ipairs(KEYS) do
     table.insert(out, k) table.insert(out, 'type ' .. ty)
   end
 end
+return out";
+
+/// The remaining leases of what a re-entry or renewal just set: the lock key's (`lock`), or the
+/// owner `ARGV[2]`'s live read hold keys (`rw`), sorted.
+const LEASES: &str = r"
+local out = {}
+if ARGV[1] == 'lock' then
+  local p = redis.call('PTTL', KEYS[1])
+  if p >= 0 then table.insert(out, p) end
+else
+  local pre = (string.find(KEYS[1], '{', 1, true) and KEYS[1] or ('{' .. KEYS[1] .. '}'))
+  local n = tonumber(redis.call('HGET', KEYS[1], ARGV[2])) or 0
+  for c = 1, math.min(n, 64) do
+    local p = redis.call('PTTL', pre .. ':' .. ARGV[2] .. ':rwlock_timeout:' .. c)
+    if p >= 0 then table.insert(out, p) end
+  end
+end
+table.sort(out)
 return out";
 
 struct Client {
@@ -652,6 +671,57 @@ impl Run {
         }
         self.learn(c, cmd, &v);
         self.check_answers();
+        self.check_leases(c, cmd);
+    }
+
+    /// After a lock's or read-write lock's acquire or renewal: the leases it left on the server
+    /// (the lock's, or the owner's read holds) end where the model's do (`GT` kept or raised
+    /// them, a plain one set them), so a lease set wrong shows at once, not only if it ends.
+    fn check_leases(&mut self, c: usize, cmd: &Cmd) {
+        let (name, kind, owner) = match cmd {
+            Cmd::Acquire { name, .. } | Cmd::Renew { name, .. } => (name, "lock", ""),
+            Cmd::RwAcquire { name, owner, .. } | Cmd::RwRenew { name, owner, .. } => {
+                (name, "rw", owner.as_str())
+            }
+            _ => return,
+        };
+        // No deadline's window open (the model settled), as for any command.
+        self.settle();
+        let db = self.model.db_of(self.clients[c].id);
+        let mut want: Vec<Deadline> = match self.model.dbs[db].keys.get(name) {
+            Some(Entity::Lock(l)) if kind == "lock" && l.owner != LOCKDELAY_OWNER => vec![l.end],
+            Some(Entity::Rw(rw)) if kind == "rw" => rw
+                .readers
+                .get(owner)
+                .map(|r| r.holds.iter().copied().filter(|d| *d != DEAD).collect())
+                .unwrap_or_default(),
+            _ => return,
+        };
+        want.sort_by_key(|d| d.lo);
+        let t0 = now_ms(self.start);
+        let got = redis::cmd("EVAL_RO")
+            .arg(LEASES)
+            .arg(1)
+            .arg(name)
+            .arg(kind)
+            .arg(owner)
+            .query::<Vec<i64>>(&mut self.admin[db]);
+        let t1 = now_ms(self.start);
+        let got = got.unwrap_or_else(|e| self.fail(&format!("leases of {name}: {e}")));
+        // A hold missing on either side is the keyspace check's to report.
+        if got.len() != want.len() {
+            return;
+        }
+        let slack = 5;
+        for (p, d) in got.iter().zip(&want) {
+            let (lo, hi) = (d.lo - t1 - slack, d.hi - t0 + slack);
+            if *p < lo || *p > hi {
+                self.fail(&format!(
+                    "leases {name} {owner}: the server's remaining leases {got:?} ms; the model's end in {:?}",
+                    want.iter().map(|d| (d.lo - t1 - slack, d.hi - t0 + slack)).collect::<Vec<_>>()
+                ));
+            }
+        }
     }
 
     /// An admin command (on database `db`'s admin connection) checked against the model.
