@@ -9,8 +9,9 @@
 //! strictly increase per lock name, and a `REQUEST` retry is answered "granted" only while the
 //! grant is still in place. Re-entries and renewals (`RLOCK.ACQUIRE`/`RENEW`,
 //! `RWLOCK.ACQUIRE`/`RENEW`, a waiter's `RLOCK.ACQUIRE ... WAIT`) send `GT` one time in three, in
-//! every profile: the leases it keeps show where a lease ends (the keyspace) and in a reentrant
-//! lock's busy reply (its remaining lease, checked against the holder's).
+//! every profile. Right after a client's acquire or renewal of a lock or read-write lock (outside
+//! `MULTI`) the leases it left (the lock key's, or the owner's read hold keys') are compared with
+//! the model's, as is a reentrant lock's busy reply (the holder's remaining lease) always.
 //!
 //! Environment:
 //! - `RLOCK_FUZZ_SEED` replays a run (the seed is printed, and named in every failure);
