@@ -7,7 +7,11 @@
 //! both databases (abstracted: locks' owners and counts, read-write locks' writer and live read
 //! holds, semaphores' counts and live leased permits, latches, token counters); tokens must
 //! strictly increase per lock name, and a `REQUEST` retry is answered "granted" only while the
-//! grant is still in place.
+//! grant is still in place. Re-entries and renewals (`RLOCK.ACQUIRE`/`RENEW`,
+//! `RWLOCK.ACQUIRE`/`RENEW`, a waiter's `RLOCK.ACQUIRE ... WAIT`) send `GT` one time in three, in
+//! every profile. Right after a client's acquire or renewal of a lock or read-write lock (outside
+//! `MULTI`) the leases it left (the lock key's, or the owner's read hold keys') are compared with
+//! the model's, as is a reentrant lock's busy reply (the holder's remaining lease) always.
 //!
 //! Environment:
 //! - `RLOCK_FUZZ_SEED` replays a run (the seed is printed, and named in every failure);
@@ -27,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::model::{
-    counter_key, hex, prefix, Answer, Cmd, Conn, Deadline, Kind, Model, Name, Waiting, Window,
+    counter_key, hex, prefix, Answer, Cmd, Conn, Deadline, Entity, Kind, Model, Name, Waiting,
+    Window, DEAD, LOCKDELAY_OWNER,
 };
 use rlock_tests_integration::{
     blocked_clients, fuzz_seed, module_path, run, BlockedCall, Rng, Server,
@@ -204,6 +209,24 @@ for i, k in ipairs(KEYS) do
 end
 return out";
 
+/// The remaining leases of what a re-entry or renewal just set: the lock key's (`lock`), or the
+/// owner `ARGV[2]`'s live read hold keys (`rw`), sorted.
+const LEASES: &str = r"
+local out = {}
+if ARGV[1] == 'lock' then
+  local p = redis.call('PTTL', KEYS[1])
+  if p >= 0 then table.insert(out, p) end
+else
+  local pre = (string.find(KEYS[1], '{', 1, true) and KEYS[1] or ('{' .. KEYS[1] .. '}'))
+  local n = tonumber(redis.call('HGET', KEYS[1], ARGV[2])) or 0
+  for c = 1, math.min(n, 64) do
+    local p = redis.call('PTTL', pre .. ':' .. ARGV[2] .. ':rwlock_timeout:' .. c)
+    if p >= 0 then table.insert(out, p) end
+  end
+end
+table.sort(out)
+return out";
+
 struct Client {
     con: Connection,
     id: Conn,
@@ -221,6 +244,8 @@ struct Run {
     clients: Vec<Client>,
     model: Model,
     rng: Rng,
+    /// Draws `GT` (see [`Run::gt`]).
+    gt_rng: Rng,
     start: Instant,
     step: usize,
     /// Acquires with `REQUEST id`, to retry (the newest last).
@@ -333,6 +358,7 @@ impl Run {
             clients,
             model,
             rng: Rng(seed),
+            gt_rng: Rng((seed ^ 0x4754_4754_4754_4754) | 1),
             start: Instant::now(),
             step: 0,
             templates: Vec::new(),
@@ -394,6 +420,12 @@ impl Run {
         } else {
             LONG
         }
+    }
+
+    /// Whether a re-entry or renewal sends `GT` (one in three): drawn from a generator of its
+    /// own, so a seed picks the same commands as before `GT` was generated.
+    fn gt(&mut self) -> bool {
+        self.gt_rng.below(3) == 0
     }
 
     fn session(&mut self) -> Option<i64> {
@@ -466,11 +498,12 @@ impl Run {
                         let token = self.has("token") && self.rng.below(3) == 0;
                         let request = self.request();
                         let session = self.session();
-                        Cmd::Acquire { name, owner, lease, token, request, session }
+                        let gt = self.gt();
+                        Cmd::Acquire { name, owner, lease, token, request, session, gt }
                     }
                     6..=8 => Cmd::Release { name, owner },
                     9 if renew || self.rng.below(2) == 0 => {
-                        Cmd::Renew { name, owner, lease: self.lease() }
+                        Cmd::Renew { name, owner, lease: self.lease(), gt: self.gt() }
                     }
                     10 if self.has("cancel") => self.cancel(name),
                     _ => Cmd::ForceRelease { name },
@@ -485,12 +518,14 @@ impl Run {
                         let token = write && self.has("token") && self.rng.below(3) == 0;
                         let request = self.request();
                         let session = self.session();
-                        Cmd::RwAcquire { name, owner, write, lease, token, request, session }
+                        let gt = self.gt();
+                        Cmd::RwAcquire { name, owner, write, lease, token, request, session, gt }
                     }
                     6..=8 => Cmd::RwRelease { name, owner, write },
                     9 => {
                         let side = [None, Some(true), Some(false)][self.rng.below(3)];
-                        Cmd::RwRenew { name, owner, lease: self.lease(), side }
+                        let (lease, gt) = (self.lease(), self.gt());
+                        Cmd::RwRenew { name, owner, lease, side, gt }
                     }
                     10 if self.has("cancel") => self.cancel(name),
                     _ if self.has("crowd") && name == RWS[0] => {
@@ -637,6 +672,57 @@ impl Run {
         }
         self.learn(c, cmd, &v);
         self.check_answers();
+        self.check_leases(c, cmd);
+    }
+
+    /// After a lock's or read-write lock's acquire or renewal: the leases it left on the server
+    /// (the lock's, or the owner's read holds) end where the model's do (`GT` kept or raised
+    /// them, a plain one set them), so a lease set wrong shows at once, not only if it ends.
+    fn check_leases(&mut self, c: usize, cmd: &Cmd) {
+        let (name, kind, owner) = match cmd {
+            Cmd::Acquire { name, .. } | Cmd::Renew { name, .. } => (name, "lock", ""),
+            Cmd::RwAcquire { name, owner, .. } | Cmd::RwRenew { name, owner, .. } => {
+                (name, "rw", owner.as_str())
+            }
+            _ => return,
+        };
+        // No deadline's window open (the model settled), as for any command.
+        self.settle();
+        let db = self.model.db_of(self.clients[c].id);
+        let mut want: Vec<Deadline> = match self.model.dbs[db].keys.get(name) {
+            Some(Entity::Lock(l)) if kind == "lock" && l.owner != LOCKDELAY_OWNER => vec![l.end],
+            Some(Entity::Rw(rw)) if kind == "rw" => rw
+                .readers
+                .get(owner)
+                .map(|r| r.holds.iter().copied().filter(|d| *d != DEAD).collect())
+                .unwrap_or_default(),
+            _ => return,
+        };
+        want.sort_by_key(|d| d.lo);
+        let t0 = now_ms(self.start);
+        let got = redis::cmd("EVAL_RO")
+            .arg(LEASES)
+            .arg(1)
+            .arg(name)
+            .arg(kind)
+            .arg(owner)
+            .query::<Vec<i64>>(&mut self.admin[db]);
+        let t1 = now_ms(self.start);
+        let got = got.unwrap_or_else(|e| self.fail(&format!("leases of {name}: {e}")));
+        // A hold missing on either side is the keyspace check's to report.
+        if got.len() != want.len() {
+            return;
+        }
+        let slack = 5;
+        for (p, d) in got.iter().zip(&want) {
+            let (lo, hi) = (d.lo - t1 - slack, d.hi - t0 + slack);
+            if *p < lo || *p > hi {
+                self.fail(&format!(
+                    "leases {name} {owner}: the server's remaining leases {got:?} ms; the model's end in {:?}",
+                    want.iter().map(|d| (d.lo - t1 - slack, d.hi - t0 + slack)).collect::<Vec<_>>()
+                ));
+            }
+        }
     }
 
     /// An admin command (on database `db`'s admin connection) checked against the model.
@@ -772,6 +858,10 @@ impl Run {
                 args.extend(["LOCKDELAY".into(), d.to_string()]);
             }
         }
+        let gt = self.gt();
+        if gt {
+            args.push("GT".into());
+        }
         let before = blocked_clients(&mut self.admin[0]);
         let t0 = now_ms(self.start);
         let call = BlockedCall::start(&self.server, args.clone(), Duration::from_secs(60));
@@ -785,8 +875,8 @@ impl Run {
         let conn = call.id;
         self.model.conn_db.insert(conn, 0);
         self.trail.push(format!("{t0}ms w(id {conn}): {}", args.join(" ")));
-        let w =
-            Waiting { conn, owner, lease: LONG, session, timeout: Deadline::after(at, timeout) };
+        let timeout = Deadline::after(at, timeout);
+        let w = Waiting { conn, owner, lease: LONG, session, timeout, gt };
         match self.model.enqueue(conn, at, &name, w) {
             Some(want) => {
                 let (reply, ping) = call.join(Duration::from_secs(5), &self.at());
@@ -884,6 +974,7 @@ impl Run {
                     token: false,
                     request: None,
                     session: None,
+                    gt: false,
                 };
                 self.admin_cmd(0, &cmd);
             }

@@ -169,6 +169,8 @@ pub struct Waiting {
     pub lease: Ms,
     pub session: Option<Ms>,
     pub timeout: Deadline,
+    /// `GT`: granted as a re-entry, it never shortens the lease.
+    pub gt: bool,
 }
 
 /// What a blocked client must be answered.
@@ -190,6 +192,8 @@ pub enum Cmd {
         token: bool,
         request: Option<String>,
         session: Option<Ms>,
+        /// `GT`: a re-entry never shortens the lease.
+        gt: bool,
     },
     Release {
         name: String,
@@ -199,6 +203,7 @@ pub enum Cmd {
         name: String,
         owner: String,
         lease: Ms,
+        gt: bool,
     },
     ForceRelease {
         name: String,
@@ -215,6 +220,8 @@ pub enum Cmd {
         token: bool,
         request: Option<String>,
         session: Option<Ms>,
+        /// `GT`: a re-entry never shortens the owner's read holds.
+        gt: bool,
     },
     RwRelease {
         name: String,
@@ -226,6 +233,7 @@ pub enum Cmd {
         owner: String,
         lease: Ms,
         side: Option<bool>,
+        gt: bool,
     },
     RwForceRelease {
         name: String,
@@ -310,6 +318,12 @@ fn session_args(a: &mut Vec<Vec<u8>>, session: Option<Ms>) {
     }
 }
 
+fn gt_arg(a: &mut Vec<Vec<u8>>, gt: bool) {
+    if gt {
+        a.push(b"GT".to_vec());
+    }
+}
+
 fn request_args(a: &mut Vec<Vec<u8>>, request: Option<&String>) {
     if let Some(id) = request {
         a.extend([b"REQUEST".to_vec(), id.clone().into_bytes()]);
@@ -339,22 +353,25 @@ impl Cmd {
         let s = |x: &str| x.as_bytes().to_vec();
         let n = |x: i64| x.to_string().into_bytes();
         match self {
-            Self::Acquire { name, owner, lease, token, request, session } => {
+            Self::Acquire { name, owner, lease, token, request, session, gt } => {
                 let mut a = vec![s("RLOCK.ACQUIRE"), s(name), s(owner), n(*lease)];
                 if *token {
                     a.push(s("TOKEN"));
                 }
                 request_args(&mut a, request.as_ref());
                 session_args(&mut a, *session);
+                gt_arg(&mut a, *gt);
                 a
             }
             Self::Release { name, owner } => vec![s("RLOCK.RELEASE"), s(name), s(owner)],
-            Self::Renew { name, owner, lease } => {
-                vec![s("RLOCK.RENEW"), s(name), s(owner), n(*lease)]
+            Self::Renew { name, owner, lease, gt } => {
+                let mut a = vec![s("RLOCK.RENEW"), s(name), s(owner), n(*lease)];
+                gt_arg(&mut a, *gt);
+                a
             }
             Self::ForceRelease { name } => vec![s("RLOCK.FORCERELEASE"), s(name)],
             Self::Cancel { name, id } => vec![s("RLOCK.CANCEL"), s(name), s(id)],
-            Self::RwAcquire { name, owner, write, lease, token, request, session } => {
+            Self::RwAcquire { name, owner, write, lease, token, request, session, gt } => {
                 let side = if *write { "WRITE" } else { "READ" };
                 let mut a = vec![s("RWLOCK.ACQUIRE"), s(name), s(owner), s(side), n(*lease)];
                 if *token {
@@ -362,6 +379,7 @@ impl Cmd {
                 }
                 request_args(&mut a, request.as_ref());
                 session_args(&mut a, *session);
+                gt_arg(&mut a, *gt);
                 a
             }
             Self::RwRelease { name, owner, write } => {
@@ -372,11 +390,12 @@ impl Cmd {
                     s(if *write { "WRITE" } else { "READ" }),
                 ]
             }
-            Self::RwRenew { name, owner, lease, side } => {
+            Self::RwRenew { name, owner, lease, side, gt } => {
                 let mut a = vec![s("RWLOCK.RENEW"), s(name), s(owner), n(*lease)];
                 if let Some(w) = side {
                     a.push(s(if *w { "WRITE" } else { "READ" }));
                 }
+                gt_arg(&mut a, *gt);
                 a
             }
             Self::RwForceRelease { name } => vec![s("RWLOCK.FORCERELEASE"), s(name)],
@@ -445,8 +464,40 @@ fn token_reply(granted: bool, v: i64) -> Value {
     Value::Array(vec![Value::Int(i64::from(granted)), Value::Int(v)])
 }
 
+/// How far the server's clock may read from the driver's windows (each rounds to the ms).
+const CLOCK_SLACK: Ms = 5;
+
+/// The lease a re-entry or renewal leaves on a hold that ends at `current`: the new one
+/// (`new`), with `GT` the later of both (the server compares its exact expiries; in windows,
+/// the later of each bound).
+#[must_use]
+pub fn extended(current: Deadline, new: Deadline, gt: bool) -> Deadline {
+    if gt {
+        current.max(new)
+    } else {
+        new
+    }
+}
+
+/// A busy reply whose remaining lease is the holder's: one ending in `end`, read during `at`
+/// (what tells a lease the server shortened or kept from the one the model has).
+fn check_busy_lease(v: &Value, token: bool, end: Deadline, at: Window) -> Result<(), Mismatch> {
+    let pttl = busy_pttl(v, token)?;
+    let (lo, hi) = (end.lo - at.hi - CLOCK_SLACK, end.hi - at.lo + CLOCK_SLACK);
+    if pttl < lo || pttl > hi {
+        return Err(format!(
+            "the busy reply's remaining lease is {pttl} ms; the holder's lease ends in {lo}..={hi} ms"
+        ));
+    }
+    Ok(())
+}
+
 /// A busy reply: the holder's remaining lease (`-1`: none), `[0, pttl]` with `TOKEN`.
 fn check_busy(v: &Value, token: bool) -> Result<(), Mismatch> {
+    busy_pttl(v, token).map(|_| ())
+}
+
+fn busy_pttl(v: &Value, token: bool) -> Result<i64, Mismatch> {
     let pttl = if token {
         match v {
             Value::Array(a) if a.len() == 2 && a[0] == Value::Int(0) => int(&a[1]),
@@ -456,7 +507,7 @@ fn check_busy(v: &Value, token: bool) -> Result<(), Mismatch> {
         int(v)
     };
     match pttl {
-        Some(p) if p >= -1 => Ok(()),
+        Some(p) if p >= -1 => Ok(p),
         _ => Err(format!("expected the busy reply (a remaining lease), got {v:?}")),
     }
 }
@@ -566,7 +617,7 @@ impl Model {
             }
             Some(Entity::Lock(l)) if l.owner == w.owner => {
                 l.count += 1;
-                l.end = Deadline::after(at, w.lease);
+                l.end = extended(l.end, Deadline::after(at, w.lease), w.gt);
                 Some(Value::Nil)
             }
             _ => {
@@ -838,7 +889,7 @@ impl Model {
             }
         }
         match cmd {
-            Cmd::Acquire { name, owner, lease, token, request, session } => {
+            Cmd::Acquire { name, owner, lease, token, request, session, gt } => {
                 let params = format!("lock {owner} {token}");
                 if self.request_step(at, db, name, request.as_ref(), &params, v)?.is_some() {
                     return Ok(());
@@ -863,14 +914,20 @@ impl Model {
                         if let Some(t) = granted {
                             self.take_token(name, db, t)?;
                         }
+                        // The record lasts until the lease the re-entry left (with `GT`,
+                        // perhaps the earlier, later one).
+                        let mut until = end;
                         if let Some(Entity::Lock(l)) = self.dbs[db].keys.get_mut(name) {
                             l.count += 1;
-                            l.end = end;
+                            l.end = extended(l.end, end, *gt);
+                            until = l.end;
                         }
                         let grant = Grant::Lock { owner: owner.clone() };
-                        self.record(db, name, request.as_ref(), params, v, grant, end);
+                        self.record(db, name, request.as_ref(), params, v, grant, until);
                     }
-                    Some(Entity::Lock(_)) => check_busy(v, *token)?,
+                    // A lock-delay's end is timed by the close the server saw: only its kind.
+                    Some(Entity::Lock(l)) if l.owner == LOCKDELAY_OWNER => check_busy(v, *token)?,
+                    Some(Entity::Lock(l)) => check_busy_lease(v, *token, l.end, at)?,
                     Some(other) => return Err(format!("model: {name} is {other:?}")),
                 }
             }
@@ -889,10 +946,10 @@ impl Model {
                 };
                 same(&Ok(v.clone()), &want)?;
             }
-            Cmd::Renew { name, owner, lease } => {
+            Cmd::Renew { name, owner, lease, gt } => {
                 let want = match self.dbs[db].keys.get_mut(name) {
                     Some(Entity::Lock(l)) if &l.owner == owner => {
-                        l.end = Deadline::after(at, *lease);
+                        l.end = extended(l.end, Deadline::after(at, *lease), *gt);
                         1
                     }
                     _ => 0,
@@ -921,7 +978,7 @@ impl Model {
                 };
                 same(&Ok(v.clone()), &Value::Int(want))?;
             }
-            Cmd::RwAcquire { name, owner, write, lease, token, request, session } => {
+            Cmd::RwAcquire { name, owner, write, lease, token, request, session, gt } => {
                 let params = format!("rw {owner} {write} {token}");
                 if self.request_step(at, db, name, request.as_ref(), &params, v)?.is_some() {
                     return Ok(());
@@ -952,16 +1009,15 @@ impl Model {
                     self.take_token(name, db, t)?;
                 }
                 // The record lasts as long as the grant: the read hold's lease, the hash's
-                // expiry a write set (60 s when a re-entry left a later one as it was).
+                // expiry after a write (a re-entry's: the later of the hash's and the new one;
+                // `GT` changes nothing there).
                 let mut until = end;
                 if *write {
                     match &mut rw.writer {
                         Some((_, n)) => {
                             *n += 1;
-                            match rw.end {
-                                Some(e) if e.lo >= end.lo => until = Deadline::after(at, 60_000),
-                                _ => rw.end = Some(end),
-                            }
+                            until = rw.end.map_or(end, |e| e.max(end));
+                            rw.end = Some(until);
                         }
                         None => {
                             rw.writer = Some((owner.clone(), 1));
@@ -974,8 +1030,14 @@ impl Model {
                     if r.holds.is_empty() {
                         r.bound = session.map(|delay| Bound { conn: c, delay });
                     }
-                    r.holds.push(end);
-                    rw.end = Some(rw.end.map_or(end, |e| e.max(end)));
+                    // `GT`: the owner's live read holds and the new one all end at the later
+                    // of the new lease and its latest hold.
+                    // Without it the others keep their own.
+                    if *gt {
+                        until = raise_reads(r, end, true);
+                    }
+                    r.holds.push(until);
+                    rw.end = Some(rw.end.map_or(until, |e| e.max(until)));
                 }
                 self.dbs[db].keys.insert(name.clone(), Entity::Rw(rw));
                 let grant = Grant::Rw { owner: owner.clone(), write: *write };
@@ -989,8 +1051,8 @@ impl Model {
                 self.drop_if_free(db, name);
                 same(&Ok(v.clone()), &want)?;
             }
-            Cmd::RwRenew { name, owner, lease, side } => {
-                let end = Deadline::after(at, *lease);
+            Cmd::RwRenew { name, owner, lease, side, gt } => {
+                let mut end = Deadline::after(at, *lease);
                 let want = match self.dbs[db].keys.get_mut(name) {
                     Some(Entity::Rw(rw)) => {
                         let writes = rw.writer.as_ref().is_some_and(|(w, _)| w == owner);
@@ -1002,9 +1064,9 @@ impl Model {
                         };
                         if r {
                             if let Some(rd) = rw.readers.get_mut(owner) {
-                                for h in rd.holds.iter_mut().filter(|h| **h != DEAD) {
-                                    *h = end;
-                                }
+                                // The hash's lease is at least the read holds' (with `GT`,
+                                // perhaps later than the new lease).
+                                end = raise_reads(rd, end, *gt);
                             }
                         }
                         if w || r {
@@ -1502,6 +1564,21 @@ pub fn describe_rw(rw: &Rw) -> String {
     // Sorted as lines, as the server's snapshot sorts them.
     readers.sort();
     format!("rw {mode}{writer} readers [{}]", readers.join(","))
+}
+
+/// A renewal (or a `GT` re-entry) of `r`'s read holds with a lease ending at `end`: every live
+/// hold then ends at the returned deadline (`end`; with `GT`, the later of it and the latest
+/// live hold, so none is shortened).
+fn raise_reads(r: &mut Reader, end: Deadline, gt: bool) -> Deadline {
+    let until = if gt {
+        r.holds.iter().copied().filter(|d| *d != DEAD).fold(end, Deadline::max)
+    } else {
+        end
+    };
+    for h in r.holds.iter_mut().filter(|h| **h != DEAD) {
+        *h = until;
+    }
+    until
 }
 
 /// A read-write release: the reply, the state changed.

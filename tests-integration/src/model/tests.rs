@@ -19,6 +19,7 @@ fn acquire(name: &str, owner: &str, request: Option<&str>, session: Option<Ms>) 
         token: false,
         request: request.map(Into::into),
         session,
+        gt: false,
     }
 }
 
@@ -141,6 +142,7 @@ fn tokens_must_increase_per_name() {
         token: true,
         request: None,
         session: None,
+        gt: false,
     };
     ok(&mut m, A, 0, &t("x".into()), token_array(true, 5));
     ok(&mut m, A, 1, &Cmd::ForceRelease { name: "L".into() }, Value::Int(1));
@@ -158,6 +160,7 @@ fn a_read_release_drops_the_newest_index_even_when_its_lease_ended() {
         token: false,
         request: None,
         session: None,
+        gt: false,
     };
     ok(&mut m, A, 0, &read(100_000), Value::Nil);
     ok(&mut m, A, 1, &read(100), Value::Nil);
@@ -166,4 +169,106 @@ fn a_read_release_drops_the_newest_index_even_when_its_lease_ended() {
     ok(&mut m, A, 501, &rel, Value::Int(0));
     let Some(Entity::Rw(rw)) = m.dbs[0].keys.get("W") else { panic!("the lock is gone") };
     assert_eq!(describe_rw(rw), "rw read readers [x=1]");
+}
+
+fn renew(owner: &str, lease: Ms, gt: bool) -> Cmd {
+    Cmd::Renew { name: "L".into(), owner: owner.into(), lease, gt }
+}
+
+fn reentry(lease: Ms, request: Option<&str>, gt: bool) -> Cmd {
+    Cmd::Acquire {
+        name: "L".into(),
+        owner: "x".into(),
+        lease,
+        token: false,
+        request: request.map(Into::into),
+        session: None,
+        gt,
+    }
+}
+
+#[test]
+fn a_gt_renewal_or_reentry_never_shortens_a_lock_lease_and_a_plain_one_does() {
+    for (gt, held) in [(true, true), (false, false)] {
+        for shorter in [renew("x", 400, gt), reentry(400, None, gt)] {
+            let mut m = Model::default();
+            ok(&mut m, A, 0, &acquire("L", "x", None, None), Value::Nil);
+            let want =
+                if matches!(shorter, Cmd::Renew { .. }) { Value::Int(1) } else { Value::Nil };
+            ok(&mut m, A, 10, &shorter, want);
+            m.settle(at(1000));
+            assert_eq!(lock_of(&m, 0, "L").is_some(), held, "{shorter:?}");
+        }
+    }
+}
+
+#[test]
+fn a_busy_reply_shows_the_holders_remaining_lease() {
+    let mut m = Model::default();
+    ok(&mut m, A, 0, &acquire("L", "x", None, None), Value::Nil);
+    ok(&mut m, A, 10, &renew("x", 400, true), Value::Int(1));
+    let other = acquire("L", "y", None, None);
+    // Read at 1000-1001 of a lease that ends at 100000-100001: 98999..=99001 (and the slack).
+    assert!(m.clone().exec(B, at(1000), &other, &Ok(Value::Int(99_000))).is_ok());
+    for shortened in [0, 400, 98_000] {
+        let e = m.clone().exec(B, at(1000), &other, &Ok(Value::Int(shortened)));
+        assert!(e.is_err(), "a remaining lease of {shortened} ms passed");
+    }
+}
+
+#[test]
+fn a_gt_reentrys_request_record_lasts_until_the_lease_it_left() {
+    // The record of a GT re-entry that kept a longer lease lasts as long: a retry after the
+    // new lease's own end is a replay (the count stays), not another re-entry.
+    for (gt, count) in [(true, 2), (false, 3)] {
+        let mut m = Model::default();
+        ok(&mut m, A, 0, &acquire("L", "x", None, None), Value::Nil);
+        ok(&mut m, A, 10, &reentry(400, Some("r1"), gt), Value::Nil);
+        if !gt {
+            // Without GT the lease is 400 ms: keep the lock held past it.
+            ok(&mut m, A, 300, &renew("x", 100_000, false), Value::Int(1));
+        }
+        m.settle(at(1000));
+        ok(&mut m, A, 1000, &reentry(400, Some("r1"), gt), Value::Nil);
+        assert_eq!(lock_of(&m, 0, "L"), Some(("x".into(), count)), "GT {gt}");
+    }
+}
+
+#[test]
+fn a_gt_read_reentry_or_renewal_raises_every_live_read_hold_of_the_owner() {
+    let read = |lease, gt| Cmd::RwAcquire {
+        name: "W".into(),
+        owner: "x".into(),
+        write: false,
+        lease,
+        token: false,
+        request: None,
+        session: None,
+        gt,
+    };
+    let renew =
+        |lease, gt| Cmd::RwRenew { name: "W".into(), owner: "x".into(), lease, side: None, gt };
+    let readers = |m: &Model| match m.dbs[0].keys.get("W") {
+        Some(Entity::Rw(rw)) => describe_rw(rw),
+        _ => "none".into(),
+    };
+    // A GT re-entry's new hold, and the earlier one, end with the latest hold.
+    for (gt, want) in [(true, "rw read readers [x=2]"), (false, "rw read readers [x=1]")] {
+        let mut m = Model::default();
+        ok(&mut m, A, 0, &read(100_000, false), Value::Nil);
+        ok(&mut m, A, 10, &read(400, gt), Value::Nil);
+        m.settle(at(1000));
+        assert_eq!(readers(&m), want, "re-entry, GT {gt}");
+    }
+    // A plain re-entry leaves a short hold; a GT one then raises it (and the new one) to the
+    // latest; a plain renewal sets them all, a GT renewal keeps them.
+    for (gt, want) in [(true, "rw read readers [x=3]"), (false, "none")] {
+        let mut m = Model::default();
+        ok(&mut m, A, 0, &read(400, false), Value::Nil);
+        ok(&mut m, A, 10, &read(100_000, false), Value::Nil);
+        ok(&mut m, A, 20, &read(400, true), Value::Nil);
+        ok(&mut m, A, 30, &renew(400, gt), Value::Int(1));
+        m.settle(at(1000));
+        assert_eq!(readers(&m), want, "renewal, GT {gt}");
+    }
 }
