@@ -19,7 +19,7 @@ from _servers import Server, apoll, poll, raise_once_here
 import redis_rlock as rl
 import redis_rlock.aio as ra
 from redis_rlock import _proto as P
-from redis_rlock._hold import kept_by_cancel
+from redis_rlock._hold import kept_by_cancel, late_renewal
 
 #: slack for the server's PTTL against a guard's valid_until (ms rounding, two clocks)
 TOL_MS = 25
@@ -461,3 +461,82 @@ def test_a_late_read_grant_never_releases_a_newer_write_of_the_same_owner(
     new.read.release()
     new.write.release()
     assert r.exists("k") == 0
+
+
+# A renewal (here a re-entry's) of a lock or write hold sent just before the guard's deadline,
+# its reply "renewed" read after the guard declared itself lost: the server holds the count for
+# the renewal's lease. The guard stays lost (the re-entry raises LockLost, its release sends
+# nothing), and the lost hold's own idempotent release goes out in the background: the count is
+# never held by nobody for the renewal's lease.
+
+KINDS = ["lock", "write", "owner lock", "owner write"]
+
+
+def _guard(mod: Any, client: Any, kind: str) -> Any:
+    if kind.startswith("owner"):
+        owner = mod.Owner(client)
+        return owner.lock("k") if kind == "owner lock" else owner.rw_lock("k").write
+    return mod.Lock(client, "k") if kind == "lock" else mod.RWLock(client, "k").write
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_renewal_confirmed_after_its_guard_was_lost_leaves_no_count(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = redis.Redis(port=proxy.port), server.client()
+    try:
+        guard = _guard(rl, c, kind)
+        assert not guard.locked()  # the package's connection opened (a slow handshake)
+        assert guard.acquire(blocking=False, lease=0.8)
+        h = guard.hold
+        time.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))  # sent just before
+        with pytest.raises(rl.LockLost):  # its reply came after the deadline
+            guard.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()
+        poll("the lost hold's count released", 3.0, lambda: r.exists("k") == 0)
+    finally:
+        c.close()
+        r.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_asyncio_renewal_confirmed_after_its_guard_was_lost_leaves_no_count(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = aredis.Redis(port=proxy.port), server.client()
+    try:
+        guard = _guard(ra, c, kind)
+        assert not await guard.locked()
+        assert await guard.acquire(blocking=False, lease=0.8)
+        h = guard.hold
+        await asyncio.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))
+        with pytest.raises(rl.LockLost):
+            await guard.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()
+        await apoll("the lost hold's count released", 3.0, lambda: r.exists("k") == 0)
+    finally:
+        await c.aclose()
+        r.close()
+        proxy.close()
+
+
+def test_a_late_renewal_never_releases_a_newer_count_of_the_same_owner(r: redis.Redis) -> None:
+    """The release above is exact only when no other count of that kind of the owner can be
+    there: with another lock hold of the owner live on the key, a lost hold's late renewal
+    releases nothing (its count ends with the key's expiry, never taken from the live one)."""
+    owner = rl.Owner(r)
+    old, new = owner.lock("k"), owner.lock("k")
+    assert old.acquire(blocking=False, lease=20.0)
+    assert new.acquire(blocking=False, lease=20.0)
+    old.hold.mark_lost()  # as at its deadline, its renewal's "1" still to come
+    assert late_renewal(old.hold) == []
+    lone = rl.Lock(r, "k2")
+    assert lone.acquire(blocking=False, lease=20.0)
+    lone.hold.mark_lost()
+    assert late_renewal(lone.hold) == [lone.hold], "an owner id of its own: exact"
+    assert late_renewal(lone.hold) == [], "claimed once"
+    new.release()
+    assert r.hget("k", owner.id) == b"1"

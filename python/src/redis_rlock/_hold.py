@@ -330,6 +330,30 @@ def stale_writes(spec: Spec, rid: bytes) -> list[Hold]:
     return [h for h in stale if h._claims.setdefault("stale", me) is me]
 
 
+def late_renewal(hold: Hold) -> list[Hold]:
+    """A renewal of ``hold`` (watchdog, re-entry) was confirmed ("1", after
+    :meth:`Hold.extend`): if the guard was declared lost meanwhile (the renewal sent before its
+    deadline, its reply read after), the guard stays lost (it may have said so already: its
+    release sends nothing), and the server holds its count for the renewal's lease, held by
+    nobody. Returns ``[hold]``, claimed here (once, as ``stale_writes`` claims), for its own
+    idempotent release (its fixed request id: nil when the field had gone), which the caller
+    sends in the background; ``[]`` when there is nothing to do or it would not be exact.
+
+    A lock's or write's count only (a read's lease keys are the owner's, shared). Exact only
+    when no other count of that kind of the owner can be there: a plain lock's and a plain
+    read-write lock's write have an owner id of their own; an Owner's, only while it has no
+    other live hold of that kind on the key and no other acquire of it in flight
+    (``Peers.no_other_count``; else the count ends with the key's expiry, never taken from a
+    newer hold)."""
+    spec = hold.spec
+    if spec.kind not in (P.LOCK, P.WRITE) or not hold._lost.is_set() or hold.settled:
+        return []
+    if spec.peers is not None and not spec.peers.no_other_count(spec.key, spec.kind, hold.rid):
+        return []
+    me = object()
+    return [hold] if hold._claims.setdefault("stale", me) is me else []
+
+
 class LossSignal:
     """Event-like view of a hold's loss (``threading.Event``'s ``is_set``/``wait``)."""
 

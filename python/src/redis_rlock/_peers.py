@@ -72,7 +72,11 @@ class Peers:
         """Whether no write hold of this owner on ``key`` is live and no acquire of it other
         than ``rid`` may be in flight (or granted unseen, or being cancelled): any write count
         of the owner on the server is then one of its lost holds'."""
-        if any(h.spec.kind == "write" for h in self._live(key)):
+        return self.no_other_count(key, "write", rid)
+
+    def no_other_count(self, key: bytes, kind: str, rid: bytes) -> bool:
+        """As :meth:`no_other_writer`, for the owner's counts of ``kind`` (a lock's, a write's)."""
+        if any(h.spec.kind == kind for h in self._live(key)):
             return False
         now = time.monotonic()
         return not any(k == key and u >= now and r != rid for r, (k, u) in self._sent.items())

@@ -25,7 +25,7 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner, inherited
-from ._hold import Hold, LostCallback, kept_by_cancel, stale_writes
+from ._hold import Hold, LostCallback, kept_by_cancel, late_renewal, stale_writes
 from ._sync_threads import Releaser, Watchdog, on_background_thread
 from .errors import RLockError, translate
 
@@ -609,12 +609,13 @@ class SyncBackend:
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
-    def release_stale(self, holds: list[Hold]) -> None:
-        """Releases lost write holds whose count a read grant just read may have kept on the
-        server (``_hold.stale_writes``): each hold's own release (its fixed request id: sent
-        again, it is never a second release), in the background, waited for a bounded time."""
+    def release_stale(self, holds: list[Hold], wait: bool = True) -> None:
+        """Releases lost holds whose count a grant or renewal just read may have kept on the
+        server (``_hold.stale_writes``, ``_hold.late_renewal``): each hold's own release (its
+        fixed request id: sent again, it is never a second release), in the background,
+        waited for a bounded time (``wait``: never on the watchdog's thread)."""
         jobs = [self.releaser.submit(h.spec.key, h.release_args(), 3 * self.rt) for h in holds]
-        for job in jobs:
+        for job in jobs if wait else []:
             job.wait(2 * self.rt)
 
     def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
@@ -636,6 +637,8 @@ class SyncBackend:
             if reply != 1:
                 return False
         hold.extend(sent, lease_ms)
+        # confirmed after the guard was declared lost: its count, held by nobody, released
+        self.release_stale(late_renewal(hold), wait=False)
         return True
 
     def reenter(self, hold: Hold, lease_ms: int, wait: Optional[float]) -> bool:
@@ -656,7 +659,7 @@ class SyncBackend:
             raise
         if not confirmed:
             hold.mark_lost()
-            hold.check()
+        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
         hold.count += 1
         return True
 

@@ -24,7 +24,7 @@ from .. import _proto as P
 from .. import _waits as W
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from .._fork import ForkGuard, check_owner
-from .._hold import LostCallback, kept_by_cancel, stale_writes
+from .._hold import LostCallback, kept_by_cancel, late_renewal, stale_writes
 from ..errors import translate
 from ._hold import AsyncHold, watch
 
@@ -352,14 +352,17 @@ class AsyncBackend:
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
-    async def release_stale(self, holds: list[Any]) -> None:
-        """As the sync engine's: lost write holds a read grant may have kept on the server,
-        released (their own idempotent release) in shielded tasks, awaited a bounded time."""
+    async def release_stale(self, holds: list[Any], wait: bool = True) -> None:
+        """As the sync engine's: lost holds a grant or renewal may have kept on the server,
+        released (their own idempotent release) in shielded tasks, awaited a bounded time
+        (``wait``: not by the watchdog)."""
         if not holds:
             return
         tasks = [
             self.background(self._cleanup(h.spec.key, h.release_args(), 3 * self.rt)) for h in holds
         ]
+        if not wait:
+            return
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), 2 * self.rt)
         except asyncio.TimeoutError:
@@ -508,6 +511,8 @@ class AsyncBackend:
             if reply != 1:
                 return False
         hold.extend(sent, lease_ms)
+        # confirmed after the guard was declared lost: its count, held by nobody, released
+        await self.release_stale(late_renewal(hold), wait=False)
         return True
 
     async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
@@ -527,7 +532,7 @@ class AsyncBackend:
             raise
         if not confirmed:
             hold.mark_lost()
-            hold.check()
+        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
         hold.count += 1
         return True
 
