@@ -540,3 +540,96 @@ def test_a_late_renewal_never_releases_a_newer_count_of_the_same_owner(r: redis.
     assert late_renewal(lone.hold) == [], "claimed once"
     new.release()
     assert r.hget("k", owner.id) == b"1"
+
+
+# An Owner's re-entry through a second handle, sent just before the first handle's deadline and
+# granted (count + 1, the key's expiry now the new lease) with its reply read after the first
+# guard declared itself lost: both counts share the owner's one field, so the lost one's release
+# is not blind. The acquire reads the owner's count right after the grant (nothing else of the
+# owner can change it then) and releases the lost hold's count when it is there: after the new
+# hold's release nothing is held by nobody.
+
+
+def _owner_count(r: redis.Redis, owner: Any, kind: str) -> Optional[bytes]:
+    field = owner.id + b":write" if kind == "write" else owner.id
+    return r.hget("k", field)  # type: ignore[return-value]
+
+
+def _handles(mod: Any, client: Any, kind: str) -> tuple[Any, Any, Any]:
+    owner = mod.Owner(client)
+    if kind == "lock":
+        return owner, owner.lock("k"), owner.lock("k")
+    return owner, owner.rw_lock("k").write, owner.rw_lock("k").write
+
+
+@pytest.mark.parametrize("kind", ["lock", "write"])
+def test_an_owners_second_handle_granted_after_the_first_was_lost_takes_its_count_back(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = redis.Redis(port=proxy.port), server.client()
+    try:
+        owner, first, second = _handles(rl, c, kind)
+        assert not first.locked()  # the package's connection opened (a slow handshake)
+        assert first.acquire(blocking=False, lease=0.8)
+        h = first.hold
+        time.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))  # sent just before
+        assert second.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()  # its reply came after the first hold's deadline
+        with pytest.raises(rl.LockLost):
+            first.release()  # lost: it sends nothing
+        poll("the lost hold's count released", 3.0, lambda: _owner_count(r, owner, kind) == b"1")
+        assert second.owned()
+        second.release()
+        assert r.exists("k") == 0
+    finally:
+        c.close()
+        r.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "write"])
+async def test_an_asyncio_owners_second_handle_granted_after_the_first_was_lost_takes_its_count(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = aredis.Redis(port=proxy.port), server.client()
+    try:
+        owner, first, second = _handles(ra, c, kind)
+        assert not await first.locked()
+        assert await first.acquire(blocking=False, lease=0.8)
+        h = first.hold
+        await asyncio.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))
+        assert await second.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()
+        with pytest.raises(rl.LockLost):
+            await first.release()
+        await apoll(
+            "the lost hold's count released", 3.0, lambda: _owner_count(r, owner, kind) == b"1"
+        )
+        assert second.owned()
+        await second.release()
+        assert r.exists("k") == 0
+    finally:
+        await c.aclose()
+        r.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "write"])
+def test_an_owners_grant_on_a_fresh_key_never_releases_its_own_count_for_a_lost_hold(
+    r: redis.Redis, kind: str
+) -> None:
+    """The count read after the grant says whether the lost hold's count is there: a grant made
+    after that count expired (a fresh key: count 1) releases nothing."""
+    owner, first, second = _handles(rl, r, kind)
+    assert first.acquire(blocking=False, lease=SHORT)
+    gone = first.hold
+    poll("the first hold lost", 3.0, gone.is_lost)
+    poll("its count expired", 3.0, lambda: _owner_count(r, owner, kind) is None)
+    assert second.acquire(blocking=False, lease=20.0)
+    assert rl.flush_all(3.0)  # a release, had one been sent, has reached the server
+    assert _owner_count(r, owner, kind) == b"1"
+    assert second.owned()
+    second.release()
+    assert r.exists("k") == 0

@@ -10,6 +10,7 @@ import weakref
 from typing import TYPE_CHECKING, Optional
 
 from ._fork import inherited
+from ._proto import REQUEST_RECORD_S
 
 if TYPE_CHECKING:
     from ._hold import Hold
@@ -34,6 +35,9 @@ class Peers:
         #: by request id: the earliest end any lease sent under it gives (a grant under that
         #: id set the key's expiry to at least this: its hold is valid that long)
         self._sent: dict[bytes, tuple[bytes, float]] = {}
+        #: by key: until when a release or cancel of one of this owner's holds there may still
+        #: be sent (asked for; its reply perhaps not read): the owner's count may drop then
+        self._settling: dict[bytes, float] = {}
 
     def track(self, hold: Hold) -> None:
         """Records ``hold`` (a hold granted, or about to be, under this owner)."""
@@ -80,6 +84,20 @@ class Peers:
             return False
         now = time.monotonic()
         return not any(k == key and u >= now and r != rid for r, (k, u) in self._sent.items())
+
+    def settling(self, key: bytes) -> None:
+        """A release or cancel of one of this owner's holds of ``key`` was asked for: it may
+        reach the server any time while it is sent again (at most the request record's life)."""
+        until = time.monotonic() + REQUEST_RECORD_S
+        self._settling[key] = max(self._settling.get(key, until), until)
+
+    def quiet(self, key: bytes, kind: str, rid: bytes) -> bool:
+        """:meth:`no_other_count`, and no release or cancel of the owner's holds of ``key``
+        may be under way: the owner's count there then changes only by what this client does
+        next (a read of it is exact)."""
+        if self._settling.get(key, float("-inf")) >= time.monotonic():
+            return False
+        return self.no_other_count(key, kind, rid)
 
     def _live(self, key: bytes) -> list[Hold]:
         refs = self._holds.get(key)

@@ -25,7 +25,16 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner, inherited
-from ._hold import Hold, LostCallback, kept_by_cancel, late_renewal, stale_writes
+from ._hold import (
+    Hold,
+    LostCallback,
+    count_field,
+    kept_by_cancel,
+    late_renewal,
+    stale_present,
+    stale_writes,
+    taken_over,
+)
 from ._sync_threads import Releaser, Watchdog, on_background_thread
 from .errors import RLockError, translate
 
@@ -576,6 +585,7 @@ class SyncBackend:
                         continue
                     return None
                 self.release_stale(stale_writes(spec, rid))
+                self.release_stale(self.taken_over(spec, rid))
                 hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
                 if session is not None:
@@ -618,11 +628,27 @@ class SyncBackend:
         for job in jobs if wait else []:
             job.wait(2 * self.rt)
 
+    def taken_over(self, spec: P.Spec, rid: bytes) -> list[Hold]:
+        """An Owner's lock or write grant that may have found lost holds' counts of its owner
+        (``_hold.taken_over``): the owner's count read right after it says how many of them
+        are there (``_hold.stale_present``); nothing when it cannot be read."""
+        stale = taken_over(spec, rid)
+        if not stale:
+            return []
+        try:
+            count = self.call(spec.key, ["HGET", spec.key, count_field(spec)])
+        except Exception as e:  # not known: nothing released (the count ends with the key)
+            log.warning("redis_rlock: count of %r not read: %s", spec.key, e)
+            return []
+        return stale_present(spec, rid, stale, count)
+
     def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
         until answered or the grant's lease would have ended; waits for it a bounded time (two
         response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
+        if spec.peers is not None:
+            spec.peers.settling(spec.key)  # may give a grant of the owner back
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt, then)
         job.wait(2 * self.rt)
