@@ -633,3 +633,37 @@ def test_an_owners_grant_on_a_fresh_key_never_releases_its_own_count_for_a_lost_
     assert second.owned()
     second.release()
     assert r.exists("k") == 0
+
+
+async def test_an_asyncio_watchdog_renewal_in_flight_when_its_lost_hold_is_released_is_undone(
+    server: Server,
+) -> None:
+    """A watchdog renewal sent before the deadline, its reply due after it: the caller finds
+    the hold lost and releases it (LockLost, nothing sent) while the renewal is in flight. The
+    release must not cancel the watchdog task mid-renewal: its late "renewed" sends the lost
+    hold's release, long before the renewal's lease would end on its own."""
+    d, w = 0.6, 3.0  # one-way delay; watchdog lease (renewed every w / 3 = 1 s)
+    proxy = SlowProxy(server.port, d)
+    c, r = aredis.Redis(port=proxy.port), server.client()
+    try:
+        lk = ra.Lock(c, "k", watchdog_timeout=w, response_timeout=8.0)  # a slow handshake
+        assert not await lk.locked()
+        t0 = time.monotonic()
+        assert await lk.acquire(blocking=False)
+        h = lk.hold
+        # the first renewal goes at ~t0 + 2d + w/3 (before the deadline t0 + w), its reply
+        # at ~t0 + 4d + w/3, after it
+        await asyncio.sleep(max(0.0, h.valid_until - time.monotonic() + 0.05))
+        assert h.is_lost()
+        with pytest.raises(rl.LockLost):
+            await lk.release()
+        # the renewal set the key's lease to w at ~t0 + 3d + w/3 (ends ~t0 + 5.8 s); the late
+        # reply's release reaches the server at ~t0 + 5d + w/3 (~4 s)
+        end = t0 + 3 * d + w / 3 + w - 0.6
+        await apoll(
+            "the lost hold's count released", end - time.monotonic(), lambda: r.exists("k") == 0
+        )
+    finally:
+        await c.aclose()
+        r.close()
+        proxy.close()
