@@ -21,7 +21,7 @@ from _servers import Server, apoll, poll, raise_once_here
 import redis_rlock as rl
 import redis_rlock.aio as ra
 from redis_rlock import _proto as P
-from redis_rlock._hold import kept_by_cancel
+from redis_rlock._hold import kept_by_cancel, late_renewal
 
 #: slack for the server's PTTL against a guard's valid_until (ms rounding, two clocks)
 TOL_MS = 25
@@ -773,4 +773,209 @@ async def test_an_asyncio_owners_guards_are_never_promised_more_than_the_server_
                 except (rl.RLockError, redis.RedisError):
                     break
         await slow.aclose()
+
+
+# A renewal (here a re-entry's) of a lock or write hold sent just before the guard's deadline,
+# its reply "renewed" read after the guard declared itself lost: the server holds the count for
+# the renewal's lease. The guard stays lost (the re-entry raises LockLost, its release sends
+# nothing), and the lost hold's own idempotent release goes out in the background: the count is
+# never held by nobody for the renewal's lease.
+
+KINDS = ["lock", "write", "owner lock", "owner write"]
+
+
+def _guard(mod: Any, client: Any, kind: str) -> Any:
+    if kind.startswith("owner"):
+        owner = mod.Owner(client)
+        return owner.lock("k") if kind == "owner lock" else owner.rw_lock("k").write
+    return mod.Lock(client, "k") if kind == "lock" else mod.RWLock(client, "k").write
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_renewal_confirmed_after_its_guard_was_lost_leaves_no_count(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = redis.Redis(port=proxy.port), server.client()
+    try:
+        guard = _guard(rl, c, kind)
+        assert not guard.locked()  # the package's connection opened (a slow handshake)
+        assert guard.acquire(blocking=False, lease=0.8)
+        h = guard.hold
+        time.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))  # sent just before
+        with pytest.raises(rl.LockLost):  # its reply came after the deadline
+            guard.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()
+        poll("the lost hold's count released", 3.0, lambda: r.exists("k") == 0)
+    finally:
+        c.close()
+        r.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_asyncio_renewal_confirmed_after_its_guard_was_lost_leaves_no_count(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = aredis.Redis(port=proxy.port), server.client()
+    try:
+        guard = _guard(ra, c, kind)
+        assert not await guard.locked()
+        assert await guard.acquire(blocking=False, lease=0.8)
+        h = guard.hold
+        await asyncio.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))
+        with pytest.raises(rl.LockLost):
+            await guard.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()
+        await apoll("the lost hold's count released", 3.0, lambda: r.exists("k") == 0)
+    finally:
+        await c.aclose()
+        r.close()
+        proxy.close()
+
+
+def test_a_late_renewal_never_releases_a_newer_count_of_the_same_owner(r: redis.Redis) -> None:
+    """The release above is exact only when no other count of that kind of the owner can be
+    there: with another lock hold of the owner live on the key, a lost hold's late renewal
+    releases nothing (its count ends with the key's expiry, never taken from the live one)."""
+    owner = rl.Owner(r)
+    old, new = owner.lock("k"), owner.lock("k")
+    assert old.acquire(blocking=False, lease=20.0)
+    assert new.acquire(blocking=False, lease=20.0)
+    old.hold.mark_lost()  # as at its deadline, its renewal's "1" still to come
+    assert late_renewal(old.hold) == []
+    lone = rl.Lock(r, "k2")
+    assert lone.acquire(blocking=False, lease=20.0)
+    lone.hold.mark_lost()
+    assert late_renewal(lone.hold) == [lone.hold], "an owner id of its own: exact"
+    assert late_renewal(lone.hold) == [], "claimed once"
+    new.release()
+    assert r.hget("k", owner.id) == b"1"
+
+
+# An Owner's re-entry through a second handle, sent just before the first handle's deadline and
+# granted (count + 1, the key's expiry now the new lease) with its reply read after the first
+# guard declared itself lost: both counts share the owner's one field, so the lost one's release
+# is not blind. The acquire reads the owner's count right after the grant (nothing else of the
+# owner can change it then) and releases the lost hold's count when it is there: after the new
+# hold's release nothing is held by nobody.
+
+
+def _owner_count(r: redis.Redis, owner: Any, kind: str) -> Optional[bytes]:
+    field = owner.id + b":write" if kind == "write" else owner.id
+    return r.hget("k", field)  # type: ignore[return-value]
+
+
+def _handles(mod: Any, client: Any, kind: str) -> tuple[Any, Any, Any]:
+    owner = mod.Owner(client)
+    if kind == "lock":
+        return owner, owner.lock("k"), owner.lock("k")
+    return owner, owner.rw_lock("k").write, owner.rw_lock("k").write
+
+
+@pytest.mark.parametrize("kind", ["lock", "write"])
+def test_an_owners_second_handle_granted_after_the_first_was_lost_takes_its_count_back(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = redis.Redis(port=proxy.port), server.client()
+    try:
+        owner, first, second = _handles(rl, c, kind)
+        assert not first.locked()  # the package's connection opened (a slow handshake)
+        assert first.acquire(blocking=False, lease=0.8)
+        h = first.hold
+        time.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))  # sent just before
+        assert second.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()  # its reply came after the first hold's deadline
+        with pytest.raises(rl.LockLost):
+            first.release()  # lost: it sends nothing
+        poll("the lost hold's count released", 3.0, lambda: _owner_count(r, owner, kind) == b"1")
+        assert second.owned()
+        second.release()
+        assert r.exists("k") == 0
+    finally:
+        c.close()
+        r.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "write"])
+async def test_an_asyncio_owners_second_handle_granted_after_the_first_was_lost_takes_its_count(
+    server: Server, kind: str
+) -> None:
+    proxy = SlowProxy(server.port, 0.15)
+    c, r = aredis.Redis(port=proxy.port), server.client()
+    try:
+        owner, first, second = _handles(ra, c, kind)
+        assert not await first.locked()
+        assert await first.acquire(blocking=False, lease=0.8)
+        h = first.hold
+        await asyncio.sleep(max(0.0, h.valid_until - time.monotonic() - 0.05))
+        assert await second.acquire(blocking=False, lease=20.0)
+        assert h.is_lost()
+        with pytest.raises(rl.LockLost):
+            await first.release()
+        await apoll(
+            "the lost hold's count released", 3.0, lambda: _owner_count(r, owner, kind) == b"1"
+        )
+        assert second.owned()
+        await second.release()
+        assert r.exists("k") == 0
+    finally:
+        await c.aclose()
+        r.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "write"])
+def test_an_owners_grant_on_a_fresh_key_never_releases_its_own_count_for_a_lost_hold(
+    r: redis.Redis, kind: str
+) -> None:
+    """The count read after the grant says whether the lost hold's count is there: a grant made
+    after that count expired (a fresh key: count 1) releases nothing."""
+    owner, first, second = _handles(rl, r, kind)
+    assert first.acquire(blocking=False, lease=SHORT)
+    gone = first.hold
+    poll("the first hold lost", 3.0, gone.is_lost)
+    poll("its count expired", 3.0, lambda: _owner_count(r, owner, kind) is None)
+    assert second.acquire(blocking=False, lease=20.0)
+    assert rl.flush_all(3.0)  # a release, had one been sent, has reached the server
+    assert _owner_count(r, owner, kind) == b"1"
+    assert second.owned()
+    second.release()
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_watchdog_renewal_in_flight_when_its_lost_hold_is_released_is_undone(
+    server: Server,
+) -> None:
+    """A watchdog renewal sent before the deadline, its reply due after it: the caller finds
+    the hold lost and releases it (LockLost, nothing sent) while the renewal is in flight. The
+    release must not cancel the watchdog task mid-renewal: its late "renewed" sends the lost
+    hold's release, long before the renewal's lease would end on its own."""
+    d, w = 0.6, 3.0  # one-way delay; watchdog lease (renewed every w / 3 = 1 s)
+    proxy = SlowProxy(server.port, d)
+    c, r = aredis.Redis(port=proxy.port), server.client()
+    try:
+        lk = ra.Lock(c, "k", watchdog_timeout=w, response_timeout=8.0)  # a slow handshake
+        assert not await lk.locked()
+        t0 = time.monotonic()
+        assert await lk.acquire(blocking=False)
+        h = lk.hold
+        # the first renewal goes at ~t0 + 2d + w/3 (before the deadline t0 + w), its reply
+        # at ~t0 + 4d + w/3, after it
+        await asyncio.sleep(max(0.0, h.valid_until - time.monotonic() + 0.05))
+        assert h.is_lost()
+        with pytest.raises(rl.LockLost):
+            await lk.release()
+        # the renewal set the key's lease to w at ~t0 + 3d + w/3 (ends ~t0 + 5.8 s); the late
+        # reply's release reaches the server at ~t0 + 5d + w/3 (~4 s)
+        end = t0 + 3 * d + w / 3 + w - 0.6
+        await apoll(
+            "the lost hold's count released", end - time.monotonic(), lambda: r.exists("k") == 0
+        )
+    finally:
+        await c.aclose()
+        r.close()
         proxy.close()

@@ -88,10 +88,20 @@ class Hold:
         if spec.peers is not None:
             spec.peers.track(self)
         self._release_args: Optional[list[P.Arg]] = None
-        #: set once anything that gives this grant back was asked for (its release, with its
-        #: fixed request id; the cancel of its request): ``stale_writes`` never sends another
-        self.settled = False
+        self._settled = False
         self._keep_kin(self.deadline)  # a grant: the key lives at least that long
+
+    @property
+    def settled(self) -> bool:
+        """Whether anything that gives this grant back was asked for (its release, with its
+        fixed request id; the cancel of its request): ``stale_writes`` never sends another."""
+        return self._settled
+
+    @settled.setter
+    def settled(self, value: bool) -> None:
+        if value and self.spec.peers is not None:
+            self.spec.peers.settling(self.spec.key)  # the owner's count there may drop now
+        self._settled = value
 
     def release_args(self) -> list[P.Arg]:
         """The release command of this hold, the same every time it is asked for (its request
@@ -355,6 +365,73 @@ def stale_writes(spec: Spec, rid: bytes) -> list[Hold]:
         return []
     me = object()
     return [h for h in stale if h._claims.setdefault("stale", me) is me]
+
+
+def late_renewal(hold: Hold) -> list[Hold]:
+    """A renewal of ``hold`` (watchdog, re-entry) was confirmed ("1", after
+    :meth:`Hold.extend`): if the guard was declared lost meanwhile (the renewal sent before its
+    deadline, its reply read after), the guard stays lost (it may have said so already: its
+    release sends nothing), and the server holds its count for the renewal's lease, held by
+    nobody. Returns ``[hold]``, claimed here (once, as ``stale_writes`` claims), for its own
+    idempotent release (its fixed request id: nil when the field had gone), which the caller
+    sends in the background; ``[]`` when there is nothing to do or it would not be exact.
+
+    A lock's or write's count only (a read's lease keys are the owner's, shared). Exact only
+    when no other count of that kind of the owner can be there: a plain lock's and a plain
+    read-write lock's write have an owner id of their own; an Owner's, only while it has no
+    other live hold of that kind on the key, no other acquire of it in flight and no release
+    or cancel of its holds there under way (``Peers.quiet``: the "1" may have confirmed a newer
+    hold's field, its release still on the way; else the count ends with the key's expiry,
+    never taken from a newer hold)."""
+    spec = hold.spec
+    if spec.kind not in (P.LOCK, P.WRITE) or not hold._lost.is_set() or hold.settled:
+        return []
+    if spec.peers is not None and not spec.peers.quiet(spec.key, spec.kind, hold.rid):
+        return []
+    me = object()
+    return [hold] if hold._claims.setdefault("stale", me) is me else []
+
+
+def taken_over(spec: Spec, rid: bytes) -> list[Hold]:
+    """An Owner's lock or write acquire of ``spec`` (request ``rid``) was granted: the lost
+    holds of that kind of the owner on its key, their release never sent, whose count the
+    grant may have found on the server (sent before their server lease ended, its reply read
+    after their guard declared itself lost: a re-entry, count + 1, that the reply does not tell
+    from a fresh grant). They share one field with the new grant, so a blind release is not
+    exact: each returned hold is claimed (once), and the caller reads the owner's count right
+    after the grant and releases as many of them as the count exceeds 1 (their own idempotent
+    releases). Only while nothing else can change that count (``Peers.quiet``: no other live
+    hold of the kind, no other acquire in flight, no release or cancel of the owner's holds
+    there under way); else ``[]`` and the count ends with the key's expiry."""
+    peers = spec.peers
+    if peers is None or spec.kind not in (P.LOCK, P.WRITE):
+        return []
+    stale = [
+        h
+        for h in peers.tracked(spec.key)
+        if h.spec.kind == spec.kind and h.owner == spec.owner and not h.settled and h.is_lost()
+    ]
+    if not stale or not peers.quiet(spec.key, spec.kind, rid):
+        return []
+    me = object()
+    return [h for h in stale if h._claims.setdefault("stale", me) is me]
+
+
+def count_field(spec: Spec) -> bytes:
+    """The field of the lock key that holds the owner's count of ``spec``'s kind."""
+    return spec.owner + b":write" if spec.kind == P.WRITE else spec.owner
+
+
+def stale_present(spec: Spec, rid: bytes, stale: list[Hold], count: Any) -> list[Hold]:
+    """Of the lost holds ``taken_over`` claimed, as many as the owner's count read right after
+    the grant exceeds that grant's 1 (none when the read is not exact any more)."""
+    if spec.peers is None or not spec.peers.quiet(spec.key, spec.kind, rid):
+        return []
+    try:
+        n = int(count) - 1 if count is not None else 0
+    except (TypeError, ValueError):
+        return []
+    return stale[: max(0, n)]
 
 
 class LossSignal:

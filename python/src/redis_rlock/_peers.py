@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ._fork import inherited
 from ._ledger import Ledger
+from ._proto import REQUEST_RECORD_S
 
 if TYPE_CHECKING:
     from ._hold import Hold
@@ -37,6 +38,9 @@ class Peers:
         self._sent: dict[bytes, tuple[bytes, float]] = {}
         #: the lease-setting commands of the owner's server hold of each key (``_ledger``)
         self._ledgers: dict[bytes, Ledger] = {}
+        #: by key: until when a release or cancel of one of this owner's holds there may still
+        #: be sent (asked for; its reply perhaps not read): the owner's count may drop then
+        self._settling: dict[bytes, float] = {}
 
     def ledger(self, key: bytes) -> Ledger:
         """The ledger of this owner's one server hold of ``key``."""
@@ -82,10 +86,28 @@ class Peers:
         """Whether no write hold of this owner on ``key`` is live and no acquire of it other
         than ``rid`` may be in flight (or granted unseen, or being cancelled): any write count
         of the owner on the server is then one of its lost holds'."""
-        if any(h.spec.kind == "write" for h in self._live(key)):
+        return self.no_other_count(key, "write", rid)
+
+    def no_other_count(self, key: bytes, kind: str, rid: bytes) -> bool:
+        """As :meth:`no_other_writer`, for the owner's counts of ``kind`` (a lock's, a write's)."""
+        if any(h.spec.kind == kind for h in self._live(key)):
             return False
         now = time.monotonic()
         return not any(k == key and u >= now and r != rid for r, (k, u) in self._sent.items())
+
+    def settling(self, key: bytes) -> None:
+        """A release or cancel of one of this owner's holds of ``key`` was asked for: it may
+        reach the server any time while it is sent again (at most the request record's life)."""
+        until = time.monotonic() + REQUEST_RECORD_S
+        self._settling[key] = max(self._settling.get(key, until), until)
+
+    def quiet(self, key: bytes, kind: str, rid: bytes) -> bool:
+        """:meth:`no_other_count`, and no release or cancel of the owner's holds of ``key``
+        may be under way: the owner's count there then changes only by what this client does
+        next (a read of it is exact)."""
+        if self._settling.get(key, float("-inf")) >= time.monotonic():
+            return False
+        return self.no_other_count(key, kind, rid)
 
     def _live(self, key: bytes) -> list[Hold]:
         refs = self._holds.get(key)

@@ -25,7 +25,16 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from ._fork import check_owner, inherited
-from ._hold import Hold, LostCallback, kept_by_cancel, stale_writes
+from ._hold import (
+    Hold,
+    LostCallback,
+    count_field,
+    kept_by_cancel,
+    late_renewal,
+    stale_present,
+    stale_writes,
+    taken_over,
+)
 from ._sync_threads import Releaser, Watchdog, on_background_thread
 from .errors import RLockError, translate
 
@@ -576,6 +585,7 @@ class SyncBackend:
                         continue
                     return None
                 self.release_stale(stale_writes(spec, rid))
+                self.release_stale(self.taken_over(spec, rid))
                 hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
                 if session is not None:
@@ -609,19 +619,36 @@ class SyncBackend:
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
-    def release_stale(self, holds: list[Hold]) -> None:
-        """Releases lost write holds whose count a read grant just read may have kept on the
-        server (``_hold.stale_writes``): each hold's own release (its fixed request id: sent
-        again, it is never a second release), in the background, waited for a bounded time."""
+    def release_stale(self, holds: list[Hold], wait: bool = True) -> None:
+        """Releases lost holds whose count a grant or renewal just read may have kept on the
+        server (``_hold.stale_writes``, ``_hold.late_renewal``): each hold's own release (its
+        fixed request id: sent again, it is never a second release), in the background,
+        waited for a bounded time (``wait``: never on the watchdog's thread)."""
         jobs = [self.releaser.submit(h.spec.key, h.release_args(), 3 * self.rt) for h in holds]
-        for job in jobs:
+        for job in jobs if wait else []:
             job.wait(2 * self.rt)
+
+    def taken_over(self, spec: P.Spec, rid: bytes) -> list[Hold]:
+        """An Owner's lock or write grant that may have found lost holds' counts of its owner
+        (``_hold.taken_over``): the owner's count read right after it says how many of them
+        are there (``_hold.stale_present``); nothing when it cannot be read."""
+        stale = taken_over(spec, rid)
+        if not stale:
+            return []
+        try:
+            count = self.call(spec.key, ["HGET", spec.key, count_field(spec)])
+        except Exception as e:  # not known: nothing released (the count ends with the key)
+            log.warning("redis_rlock: count of %r not read: %s", spec.key, e)
+            return []
+        return stale_present(spec, rid, stale, count)
 
     def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
         until answered or the grant's lease would have ended; waits for it a bounded time (two
         response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
+        if spec.peers is not None:
+            spec.peers.settling(spec.key)  # may give a grant of the owner back
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt, then)
         job.wait(2 * self.rt)
@@ -639,6 +666,8 @@ class SyncBackend:
         finally:
             hold.ledger.done(ticket)  # answered, or given up on
         hold.extend(confirms)
+        # confirmed after the guard was declared lost: its count, held by nobody, released
+        self.release_stale(late_renewal(hold), wait=False)
         return True
 
     def reenter(self, hold: Hold, lease_ms: int, wait: Optional[float]) -> bool:
@@ -659,7 +688,7 @@ class SyncBackend:
             raise
         if not confirmed:
             hold.mark_lost()
-            hold.check()
+        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
         hold.count += 1
         return True
 

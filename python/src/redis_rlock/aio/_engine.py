@@ -24,7 +24,15 @@ from .. import _proto as P
 from .. import _waits as W
 from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
 from .._fork import ForkGuard, check_owner
-from .._hold import LostCallback, kept_by_cancel, stale_writes
+from .._hold import (
+    LostCallback,
+    count_field,
+    kept_by_cancel,
+    late_renewal,
+    stale_present,
+    stale_writes,
+    taken_over,
+)
 from ..errors import translate
 from ._hold import AsyncHold, watch
 
@@ -352,23 +360,40 @@ class AsyncBackend:
         wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
-    async def release_stale(self, holds: list[Any]) -> None:
-        """As the sync engine's: lost write holds a read grant may have kept on the server,
-        released (their own idempotent release) in shielded tasks, awaited a bounded time."""
+    async def release_stale(self, holds: list[Any], wait: bool = True) -> None:
+        """As the sync engine's: lost holds a grant or renewal may have kept on the server,
+        released (their own idempotent release) in shielded tasks, awaited a bounded time
+        (``wait``: not by the watchdog)."""
         if not holds:
             return
         tasks = [
             self.background(self._cleanup(h.spec.key, h.release_args(), 3 * self.rt)) for h in holds
         ]
+        if not wait:
+            return
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), 2 * self.rt)
         except asyncio.TimeoutError:
             pass
 
+    async def taken_over(self, spec: P.Spec, rid: bytes) -> list[Any]:
+        """As the sync engine's: lost holds' counts an Owner's grant found, read right after."""
+        stale = taken_over(spec, rid)
+        if not stale:
+            return []
+        try:
+            count = await self.call(spec.key, ["HGET", spec.key, count_field(spec)])
+        except Exception as e:  # not known: nothing released (the count ends with the key)
+            log.warning("redis_rlock: count of %r not read: %s", spec.key, e)
+            return []
+        return stale_present(spec, rid, stale, count)
+
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
         horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
+        if spec.peers is not None:
+            spec.peers.settling(spec.key)  # may give a grant of the owner back
         asked_at = time.monotonic()
         task = self.background(self._cleanup(spec.key, P.cancel_args(spec.key, rid), horizon))
         task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0, asked_at))
@@ -487,6 +512,7 @@ class AsyncBackend:
                         continue
                     return None
                 await self.release_stale(stale_writes(spec, rid))
+                await self.release_stale(await self.taken_over(spec, rid))
                 hold = AsyncHold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
                 hold.engine = self
                 if session is not None:
@@ -511,6 +537,8 @@ class AsyncBackend:
         finally:
             hold.ledger.done(ticket)  # answered, or given up on
         hold.extend(confirms)
+        # confirmed after the guard was declared lost: its count, held by nobody, released
+        await self.release_stale(late_renewal(hold), wait=False)
         return True
 
     async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
@@ -530,7 +558,7 @@ class AsyncBackend:
             raise
         if not confirmed:
             hold.mark_lost()
-            hold.check()
+        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
         hold.count += 1
         return True
 

@@ -24,6 +24,9 @@ class AsyncHold(Hold):
         self._aevent = asyncio.Event()
         self._task: Optional[asyncio.Task[None]] = None
         self._timer: Optional[asyncio.TimerHandle] = None
+        #: the watchdog task awaits a renewal's reply: not cancelled then (a "renewed" read
+        #: after the hold was lost sends its release: ``_hold.late_renewal``)
+        self._renewing = False
 
     def on_lost_hook(self) -> None:
         try:
@@ -68,8 +71,9 @@ class AsyncHold(Hold):
         return True
 
     def stop(self) -> None:
-        """Stops the watchdog task and the deadline timer."""
-        if self._task is not None:
+        """Stops the watchdog task (one awaiting a renewal's reply ends once it is read) and
+        the deadline timer."""
+        if self._task is not None and not self._renewing:
             self._task.cancel()
         if self._timer is not None:
             self._timer.cancel()
@@ -131,7 +135,11 @@ async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
             return
         now = time.monotonic()
         try:
-            ok = await be.renew(hold, hold.lease_ms, min(hold.deadline, now + be.rt))
+            hold._renewing = True
+            try:
+                ok = await be.renew(hold, hold.lease_ms, min(hold.deadline, now + be.rt))
+            finally:
+                hold._renewing = False
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -141,6 +149,8 @@ async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
             delay = max(0.0, min(backoff, hold.deadline - time.monotonic()))
             del hold
             continue
+        if hold.done:
+            return  # released while the renewal was in flight
         if not ok:
             hold.mark_lost()
             return
