@@ -158,6 +158,8 @@ struct Pending {
     due: Option<Instant>,
     target: Option<Target>,
     session: bool,
+    /// Whether it waits without a deadline.
+    untimed: bool,
     task: JoinHandle<Result<Got, Error>>,
 }
 
@@ -165,6 +167,21 @@ struct OpenSession {
     n: usize,
     session: Session,
     leased: LeasedSemaphore,
+}
+
+/// Whether an untimed acquire may end with `e` (docs/clients.md): its session closed, the
+/// server refused the wait itself (a deadlock, an upgrade), or a grant was not acknowledged
+/// (given back). Never a transport error, `TimedOut` or a failover's refusal: a wait whose
+/// connection fails (`CLIENT KILL`, a stall, a failover) is sent again until granted.
+const fn untimed_may_end_with(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::SessionClosed
+            | Error::Deadlock { .. }
+            | Error::UpgradeRefused
+            | Error::NotReplicated { .. }
+            | Error::NotPersisted { .. }
+    )
 }
 
 fn lease_text(lease: Option<Duration>) -> String {
@@ -278,13 +295,15 @@ impl Run {
         fut: Acquire,
         mode: Mode,
     ) {
+        // Inline acquires are tries or short timed waits (the moves' own tries, too).
+        let untimed = !matches!(mode, Mode::Inline) && self.last_wait.is_none();
         match mode {
             Mode::Inline => {
                 let got = fut.await;
-                self.got(&label, target, session, got);
+                self.got(&label, target, session, untimed, got).await;
             }
             Mode::Cancel(after) => match timeout(after, fut).await {
-                Ok(got) => self.got(&label, target, session, got),
+                Ok(got) => self.got(&label, target, session, untimed, got).await,
                 Err(_) => {
                     self.count("dropped");
                     let keys = target.as_ref().map(Target::keys).unwrap_or_default();
@@ -296,12 +315,19 @@ impl Run {
                 self.note(&keys, format!("{label}: started, left waiting"));
                 let due = self.last_wait.map(|w| Instant::now() + w + DEADLINE_SLACK);
                 let task = tokio::spawn(fut);
-                self.pending.push(Pending { label, due, target, session, task });
+                self.pending.push(Pending { label, due, target, session, untimed, task });
             }
         }
     }
 
-    fn got(&mut self, label: &str, target: Option<Target>, session: bool, got: Result<Got, Error>) {
+    async fn got(
+        &mut self,
+        label: &str,
+        target: Option<Target>,
+        session: bool,
+        untimed: bool,
+        got: Result<Got, Error>,
+    ) {
         let keys = target.as_ref().map(Target::keys).unwrap_or_default();
         match got {
             Ok(Got::Guard(held)) => {
@@ -343,6 +369,11 @@ impl Run {
                 let kind: String = text.chars().take(40).collect();
                 self.count(&format!("error: {kind}"));
                 self.note(&keys, format!("{label}: {text}"));
+                if untimed && !untimed_may_end_with(&e) {
+                    let text = format!("{label}: an untimed wait ended with {e:?}");
+                    let v = Violation { beliefs: Vec::new(), keys, session, text };
+                    self.violation(v).await;
+                }
             }
         }
     }
@@ -798,7 +829,8 @@ impl Run {
         p.task.abort();
         match p.task.await {
             Ok(got) => {
-                self.got(&format!("{} (aborted too late)", p.label), p.target, p.session, got)
+                let label = format!("{} (aborted too late)", p.label);
+                self.got(&label, p.target, p.session, p.untimed, got).await;
             }
             Err(_) => {
                 self.count("aborted");
@@ -815,7 +847,7 @@ impl Run {
             if self.pending[i].task.is_finished() {
                 let p = self.pending.swap_remove(i);
                 let got = p.task.await.expect("acquire task");
-                self.got(&p.label, p.target, p.session, got);
+                self.got(&p.label, p.target, p.session, p.untimed, got).await;
             } else if self.pending[i].due.is_some_and(|due| Instant::now() > due) {
                 let p = self.pending.swap_remove(i);
                 p.task.abort();

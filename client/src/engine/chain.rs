@@ -31,7 +31,7 @@ use crate::engine::binding::Binding;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
-use crate::engine::{bound, checked_lease, millis, within};
+use crate::engine::{bound, checked_lease, millis, resume, uncertain, within};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
@@ -201,16 +201,18 @@ impl Chain {
                 .await
                 .map_err(|_| Error::TimedOut)?,
         };
-        if let Some(member) = self.reenter(lease, watchdog, bound).await? {
+        if let Some(member) = answered(bound, || self.reenter(lease, watchdog, bound)).await? {
             self.cover_write(member.hold());
             return Ok(member);
         }
-        if let Some(member) = self.adopt(lease, watchdog, bound).await? {
+        if let Some(member) = answered(bound, || self.adopt(lease, watchdog, bound)).await? {
             self.cover_write(member.hold());
             return Ok(member);
         }
         let owner = match self.sibling_owner().filter(|_| !self.fixed) {
-            Some(owner) if within(bound, self.stale_write_held(&owner)).await? => self.next_owner(),
+            Some(owner) if answered(bound, || self.stale_write_held(&owner)).await? => {
+                self.next_owner()
+            }
             Some(owner) => owner,
             None => self.next_owner(),
         };
@@ -331,6 +333,34 @@ impl Chain {
             hold.lose();
             Ok(0)
         }
+    }
+}
+
+/// Runs `step` (a renewal or a read on the shared connection, which may be sent again) until it
+/// is answered: after an error that leaves its outcome unknown (the connection killed or reset,
+/// a stall; the shared connection is replaced then) it is sent again, pausing as a wait's
+/// attempts do, until `bound` passes ([`Error::TimedOut`]; without a bound, as long as it
+/// takes). An acquire's re-entry thus outlives what its wait would (`CLIENT KILL`, a restart),
+/// instead of ending with a transport error.
+async fn answered<T, F, Fut>(bound: Option<Instant>, mut step: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut pause = resume::RETRY_FIRST;
+    loop {
+        match within(bound, step()).await {
+            Err(e) if uncertain(&e) => {} // no answer: asked again
+            answer => return answer,
+        }
+        let now = Instant::now();
+        let left = match bound {
+            Some(bound) if bound <= now => return Err(Error::TimedOut),
+            Some(bound) => bound - now,
+            None => pause,
+        };
+        tokio::time::sleep(pause.min(left)).await;
+        pause = pause.saturating_mul(2).min(resume::RETRY_MAX);
     }
 }
 

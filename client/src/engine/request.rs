@@ -149,14 +149,25 @@ impl Request {
         // In a cluster, the acknowledgement must run on the node's own connection: the
         // server-side path does that, and answers at once when the lock is free.
         if !ack_in_cluster {
-            if let Some(grant) = self.try_once(bound).await? {
-                return Ok(Some(grant));
+            match self.try_once(bound).await {
+                Ok(Some(grant)) => return Ok(Some(grant)),
+                Ok(None) => {}
+                // The try got no answer (its connection killed or reset, a stall) while there
+                // is time left: no answer, as for a wait. The wait sends the same request id
+                // again on a connection of its own, which replays a grant the try got.
+                Err(e) if self.armed && uncertain(&e) && !Self::passed(deadline) => {}
+                Err(e) => return Err(e),
             }
-            if deadline.is_some_and(|d| d <= Instant::now()) {
+            if Self::passed(deadline) {
                 return Ok(None);
             }
         }
         self.wait(deadline).await
+    }
+
+    /// Whether `deadline` has passed (never, without one).
+    fn passed(deadline: Option<Instant>) -> bool {
+        deadline.is_some_and(|d| d <= Instant::now())
     }
 
     /// One non-blocking acquire on the shared connection, its answer awaited until `bound`
