@@ -60,6 +60,11 @@ LATCH = 4
 #: master only after this long: the longest fixed lease (nothing renews it) and a reply
 WINDOW = max(x for x in LEASES if x) + RT
 LIMIT = 40.0  # the bound of one failover
+#: what an untimed acquire or latch wait may end with besides its grant (and the caller's own
+#: cancellation): its session closed, or the server refused the wait itself. Never a connection
+#: error, a timeout or a failover's refusal: a wait whose connection fails (CLIENT KILL, a
+#: stall, a failover) is sent again until granted
+UNTIMED_MAY_RAISE = (rl.SessionClosed, rl.Deadlock, rl.UpgradeRefused)
 
 
 def _model(counted: bool) -> Model:
@@ -577,6 +582,7 @@ class _AsyncRun:
             got = await obj.acquire(timeout != 0, timeout if timeout else -1, lease=lease)
         except (rl.RLockError, redis.ConnectionError, redis.TimeoutError) as e:
             self.m.log(f"  {label}: {type(e).__name__}: {e}")
+            self._untimed_ended(timeout == -1, label, e)
             return
         self.m.log(f"  {label} -> {got}")
         if not got:
@@ -608,6 +614,7 @@ class _AsyncRun:
                 hold = await self.sem.permits(n, timeout != 0, timeout if timeout else -1)
         except (rl.RLockError, redis.ConnectionError, redis.TimeoutError) as e:
             self.m.log(f"  {label}: {type(e).__name__}: {e}")
+            self._untimed_ended(timeout == -1, label, e)
             return
         self.m.log(f"  {label} -> {hold}")
         if hold is None:
@@ -626,10 +633,19 @@ class _AsyncRun:
             await self.latch.count_down()
             return
         timeout = self.rng.choice([0, 0.1, None])
-        opened = await self.latch.wait(timeout)
+        try:
+            opened = await self.latch.wait(timeout)
+        except (rl.RLockError, redis.ConnectionError, redis.TimeoutError) as e:
+            self._untimed_ended(timeout is None, f"{tag} latch wait", e)
+            raise
         self.m.log(f"{tag} latch wait({timeout}) -> {opened}")
         if opened:
             self.c.latch_opened(f"{tag} latch wait", self.counted_down, LATCH)
+
+    def _untimed_ended(self, untimed: bool, label: str, e: BaseException) -> None:
+        """An untimed wait ended with ``e``: a violation unless it is one it may end with."""
+        if untimed and not isinstance(e, UNTIMED_MAY_RAISE):
+            self.c.fail(f"{label}: an untimed wait ended with {type(e).__name__}: {e}")
 
     async def _worker(self) -> None:
         self.n += 1
