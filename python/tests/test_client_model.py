@@ -60,6 +60,9 @@ LATCH = 4
 #: master only after this long: the longest fixed lease (nothing renews it) and a reply
 WINDOW = max(x for x in LEASES if x) + RT
 LIMIT = 40.0  # the bound of one failover
+#: how long the asyncio run's tasks may take to end once the disturbances stop (their holds'
+#: sleeps, the longest lease of a lost hold, a session's keepalive, a wait's re-send)
+DRAIN = 10.0
 #: what an untimed acquire or latch wait may end with besides its grant (and the caller's own
 #: cancellation): its session closed, or the server refused the wait itself. Never a connection
 #: error, a timeout or a failover's refusal: a wait whose connection fails (CLIENT KILL, a
@@ -518,6 +521,8 @@ class _AsyncRun:
         self.session: Optional[ra.Session] = None
         self.counted_down = 0
         self.n = 0
+        #: the tasks in a latch wait (it may wait for good: the run counts down at random)
+        self.in_latch_wait: set[Optional[asyncio.Task[Any]]] = set()
 
     async def kill_session(self) -> None:
         """As the sync run's: the session's own connection killed."""
@@ -633,11 +638,14 @@ class _AsyncRun:
             await self.latch.count_down()
             return
         timeout = self.rng.choice([0, 0.1, None])
+        self.in_latch_wait.add(asyncio.current_task())
         try:
             opened = await self.latch.wait(timeout)
         except (rl.RLockError, redis.ConnectionError, redis.TimeoutError) as e:
             self._untimed_ended(timeout is None, f"{tag} latch wait", e)
             raise
+        finally:
+            self.in_latch_wait.discard(asyncio.current_task())
         self.m.log(f"{tag} latch wait({timeout}) -> {opened}")
         if opened:
             self.c.latch_opened(f"{tag} latch wait", self.counted_down, LATCH)
@@ -693,8 +701,20 @@ class _AsyncRun:
         while self.target.more() and self.c.suspended:  # the promotion ends with tasks live
             await asyncio.sleep(0.02)
             self.target.tick(self.c, self.m, rng)
+        # no more disturbances: every task but a latch wait ends on its own (its untimed waits
+        # granted as the holders let go, a lost hold's lease at the longest)
+        self.m.log("drain")
+        end = time.monotonic() + DRAIN
+        while any(not t.done() and t not in self.in_latch_wait for t in tasks):
+            if time.monotonic() > end:
+                late = [t.get_name() for t in tasks if not t.done() and t not in self.in_latch_wait]
+                self.c.fail(f"tasks still running {DRAIN} s after the disturbances ended: {late}")
+            await asyncio.sleep(0.02)
         for t in tasks:
-            t.cancel()
+            if t.done():
+                _reraise(t)
+            else:
+                t.cancel()
         for t in tasks:
             try:
                 await t
