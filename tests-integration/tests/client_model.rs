@@ -160,6 +160,7 @@ struct Pending {
     session: bool,
     /// Whether it waits without a deadline.
     untimed: bool,
+    started: Instant,
     task: JoinHandle<Result<Got, Error>>,
 }
 
@@ -171,8 +172,9 @@ struct OpenSession {
 
 /// Whether an untimed acquire may end with `e` (docs/clients.md): its session closed, the
 /// server refused the wait itself (a deadlock, an upgrade), or a grant was not acknowledged
-/// (given back). Never a transport error, `TimedOut` or a failover's refusal: a wait whose
-/// connection fails (`CLIENT KILL`, a stall, a failover) is sent again until granted.
+/// (given back). Never a transport error or a failover's refusal: a wait whose connection fails
+/// (`CLIENT KILL`, a failover) is sent again until granted; and `TimedOut` only when a stall
+/// overlapped it (the server did not answer in time, as `Error::TimedOut` says).
 const fn untimed_may_end_with(e: &Error) -> bool {
     matches!(
         e,
@@ -227,6 +229,9 @@ struct Run {
     /// Server [`MAIN`] as a Sentinel group, failed over `failovers` times in the run.
     group: Option<Group>,
     failovers: usize,
+    /// When the last stall of server [`MAIN`] ends (an untimed acquire it overlapped may end
+    /// with `TimedOut`: the server did not answer in time).
+    stalled_until: Option<Instant>,
 }
 
 impl Run {
@@ -297,13 +302,14 @@ impl Run {
     ) {
         // Inline acquires are tries or short timed waits (the moves' own tries, too).
         let untimed = !matches!(mode, Mode::Inline) && self.last_wait.is_none();
+        let started = Instant::now();
         match mode {
             Mode::Inline => {
                 let got = fut.await;
-                self.got(&label, target, session, untimed, got).await;
+                self.got(&label, target, session, (untimed, started), got).await;
             }
             Mode::Cancel(after) => match timeout(after, fut).await {
-                Ok(got) => self.got(&label, target, session, untimed, got).await,
+                Ok(got) => self.got(&label, target, session, (untimed, started), got).await,
                 Err(_) => {
                     self.count("dropped");
                     let keys = target.as_ref().map(Target::keys).unwrap_or_default();
@@ -315,7 +321,8 @@ impl Run {
                 self.note(&keys, format!("{label}: started, left waiting"));
                 let due = self.last_wait.map(|w| Instant::now() + w + DEADLINE_SLACK);
                 let task = tokio::spawn(fut);
-                self.pending.push(Pending { label, due, target, session, untimed, task });
+                let p = Pending { label, due, target, session, untimed, started, task };
+                self.pending.push(p);
             }
         }
     }
@@ -325,7 +332,7 @@ impl Run {
         label: &str,
         target: Option<Target>,
         session: bool,
-        untimed: bool,
+        (untimed, started): (bool, Instant),
         got: Result<Got, Error>,
     ) {
         let keys = target.as_ref().map(Target::keys).unwrap_or_default();
@@ -369,7 +376,9 @@ impl Run {
                 let kind: String = text.chars().take(40).collect();
                 self.count(&format!("error: {kind}"));
                 self.note(&keys, format!("{label}: {text}"));
-                if untimed && !untimed_may_end_with(&e) {
+                let stalled = self.stalled_until.is_some_and(|end| end > started);
+                let timed_out = stalled && matches!(e, Error::TimedOut);
+                if untimed && !untimed_may_end_with(&e) && !timed_out {
                     let text = format!("{label}: an untimed wait ended with {e:?}");
                     let v = Violation { beliefs: Vec::new(), keys, session, text };
                     self.violation(v).await;
@@ -751,6 +760,7 @@ impl Run {
         let ms = 50 + self.rng.below(750) as u64;
         let server = Arc::clone(&self.servers[MAIN]);
         self.count("stall");
+        self.stalled_until = Some(Instant::now() + Duration::from_millis(ms));
         self.note(&[], format!("server {MAIN} stalled (SIGSTOP) for {ms} ms"));
         self.stall = Some(std::thread::spawn(move || {
             server.pause();
@@ -830,7 +840,7 @@ impl Run {
         match p.task.await {
             Ok(got) => {
                 let label = format!("{} (aborted too late)", p.label);
-                self.got(&label, p.target, p.session, p.untimed, got).await;
+                self.got(&label, p.target, p.session, (p.untimed, p.started), got).await;
             }
             Err(_) => {
                 self.count("aborted");
@@ -847,7 +857,7 @@ impl Run {
             if self.pending[i].task.is_finished() {
                 let p = self.pending.swap_remove(i);
                 let got = p.task.await.expect("acquire task");
-                self.got(&p.label, p.target, p.session, p.untimed, got).await;
+                self.got(&p.label, p.target, p.session, (p.untimed, p.started), got).await;
             } else if self.pending[i].due.is_some_and(|due| Instant::now() > due) {
                 let p = self.pending.swap_remove(i);
                 p.task.abort();
@@ -1254,6 +1264,7 @@ async fn run_model(with_group: bool) {
         last_wait: None,
         group,
         failovers: 0,
+        stalled_until: None,
     };
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);

@@ -31,7 +31,7 @@ use crate::engine::binding::Binding;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
-use crate::engine::{bound, checked_lease, millis, resume, uncertain, within};
+use crate::engine::{bound, checked_lease, connection_lost, millis, resume, within};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
@@ -337,11 +337,11 @@ impl Chain {
 }
 
 /// Runs `step` (a renewal or a read on the shared connection, which may be sent again) until it
-/// is answered: after an error that leaves its outcome unknown (the connection killed or reset,
-/// a stall; the shared connection is replaced then) it is sent again, pausing as a wait's
-/// attempts do, until `bound` passes ([`Error::TimedOut`]; without a bound, as long as it
-/// takes). An acquire's re-entry thus outlives what its wait would (`CLIENT KILL`, a restart),
-/// instead of ending with a transport error.
+/// is answered: after its connection was lost (killed, reset, refused; the shared connection is
+/// replaced then) it is sent again, pausing as a wait's attempts do, until `bound` passes
+/// ([`Error::TimedOut`]; without a bound, as long as it takes). An acquire's re-entry thus
+/// outlives what its wait would (`CLIENT KILL`, a restart), instead of ending with a transport
+/// error. A response timeout (a stall) ends it as before.
 async fn answered<T, F, Fut>(bound: Option<Instant>, mut step: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -350,7 +350,7 @@ where
     let mut pause = resume::RETRY_FIRST;
     loop {
         match within(bound, step()).await {
-            Err(e) if uncertain(&e) => {} // no answer: asked again
+            Err(e) if connection_lost(&e) => {} // no answer: asked again
             answer => return answer,
         }
         let now = Instant::now();

@@ -21,7 +21,8 @@ use crate::engine::hold::Hold;
 use crate::engine::kind::{self, Answer, Grant, Kind};
 use crate::engine::outcome::{acknowledged, Ended};
 use crate::engine::{
-    bound, resume, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE, SETTLE,
+    bound, connection_lost, resume, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE,
+    SETTLE,
 };
 use crate::error::{Error, Result};
 use crate::shared::Shared;
@@ -47,6 +48,8 @@ pub(crate) struct Request {
     /// been granted under the request's id. An answer "not granted" (or a refusal) that comes
     /// after it cancels the request instead of disarming it.
     checked: AtomicBool,
+    /// The last try got no answer because its connection was lost (not a timeout).
+    try_lost: bool,
 }
 
 impl std::fmt::Debug for Request {
@@ -81,6 +84,7 @@ impl Request {
             waited: false,
             session: None,
             checked: AtomicBool::new(false),
+            try_lost: false,
         }
     }
 
@@ -152,10 +156,11 @@ impl Request {
             match self.try_once(bound).await {
                 Ok(Some(grant)) => return Ok(Some(grant)),
                 Ok(None) => {}
-                // The try got no answer (its connection killed or reset, a stall) while there
-                // is time left: no answer, as for a wait. The wait sends the same request id
-                // again on a connection of its own, which replays a grant the try got.
-                Err(e) if self.armed && uncertain(&e) && !Self::passed(deadline) => {}
+                // The try's connection was lost (killed, reset) while there is time left: no
+                // answer, as for a wait. The wait sends the same request id again on a
+                // connection of its own, which replays a grant the try got. (A try the server
+                // did not answer in time, a stall, stays `TimedOut`.)
+                Err(_) if self.armed && self.try_lost && !Self::passed(deadline) => {}
                 Err(e) => return Err(e),
             }
             if Self::passed(deadline) {
@@ -186,6 +191,7 @@ impl Request {
         (self.armed, self.sent, self.waited) = (true, Instant::now(), false);
         let mut conn = self.shared.conn.clone();
         let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
+        self.try_lost = reply.as_ref().is_err_and(connection_lost);
         let ended = match reply {
             Err(e) if uncertain(&e) => Ended::Unknown(Error::TimedOut),
             Err(e) => Ended::Refused(e),
