@@ -1,7 +1,11 @@
 """A TCP proxy for the tests: forwards a loopback port to a server until ``cut()``, after which
 every connection open then (and any opened before ``heal()``) is a black hole: bytes are read
 and dropped both ways, nothing is closed or reset (a host gone, a cut link). ``heal()`` lets new
-connections through again; the cut ones stay dead, as after a link whose state was lost."""
+connections through again; the cut ones stay dead, as after a link whose state was lost.
+
+``hold()`` holds back the bytes of every connection open then, both ways, until the test lets
+one direction of one connection go (``release_to_server``, ``release``) or closes it
+(``sever``): an interleaving of replies and commands across connections, the same every run."""
 
 from __future__ import annotations
 
@@ -21,6 +25,10 @@ class Proxy:
         self._lock = threading.Lock()
         self._cut = False
         self._socks: list[socket.socket] = []
+        #: (client, server) of every connection, in the order accepted: its id is its index
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        #: bytes held back per socket they are for, while that direction is held
+        self._held: dict[socket.socket, bytearray] = {}
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="test-proxy", daemon=True)
         self._thread.start()
@@ -39,6 +47,50 @@ class Proxy:
         """New connections are forwarded again (the cut ones stay dead)."""
         with self._lock:
             self._cut = False
+
+    def hold(self) -> list[int]:
+        """Holds back the bytes of every connection open now, both ways, until released or
+        severed; returns their ids in the order accepted (the newest last)."""
+        with self._lock:
+            for pair in self._pairs:
+                for s in pair:
+                    self._held.setdefault(s, bytearray())
+            return list(range(len(self._pairs)))
+
+    def held_from_client(self, i: int) -> int:
+        """How many bytes the client sent on connection ``i`` that are held back."""
+        with self._lock:
+            return len(self._held.get(self._pairs[i][1], b""))
+
+    def release_to_server(self, i: int) -> None:
+        """Passes on what the client sent on connection ``i``, and forwards it from then on
+        (the server's bytes stay held)."""
+        self._release(self._pairs[i][1])
+
+    def release(self, i: int) -> None:
+        """Passes on what connection ``i`` held, both ways, and forwards it from then on."""
+        for s in self._pairs[i]:
+            self._release(s)
+
+    def sever(self, i: int) -> None:
+        """Closes connection ``i`` at both ends, dropping what it held: the client sees its
+        connection closed (a reply it waits for never comes)."""
+        with self._lock:
+            for s in self._pairs[i]:
+                self._held[s] = bytearray()  # nothing more passes
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _release(self, to: socket.socket) -> None:
+        with self._lock:
+            data = self._held.pop(to, None)
+            if data:
+                try:
+                    to.sendall(data)
+                except OSError:
+                    pass
 
     def close(self) -> None:
         self._stop = True
@@ -70,10 +122,15 @@ class Proxy:
                                 s.close()
                     continue
                 if not dead:
-                    try:
-                        peer.sendall(data)
-                    except OSError:
-                        pass
+                    with self._lock:  # a release's flush and later bytes keep their order
+                        held = self._held.get(peer)
+                        if held is not None:
+                            held += data
+                            continue
+                        try:
+                            peer.sendall(data)
+                        except OSError:
+                            pass
 
     def _accept(self) -> None:
         client, _ = self._listener.accept()
@@ -84,6 +141,7 @@ class Proxy:
             self._sel.register(client, selectors.EVENT_READ, a)
             self._sel.register(server, selectors.EVENT_READ, b)
             self._socks += [client, server]
+            self._pairs.append((client, server))
 
 
 class SlowProxy:

@@ -70,6 +70,14 @@ LIMIT = 40.0  # the bound of one failover
 #: the slow link's delay each way, and its spikes (``SlowProxy``: one chunk in ten waits 0.6 s
 #: more, past the response timeout)
 SLOW_DELAY, SLOW_SPIKE, SLOW_SPIKES = 0.01, 0.6, 0.1
+#: how long the asyncio run's tasks may take to end once the disturbances stop (their holds'
+#: sleeps, the longest lease of a lost hold, a session's keepalive, a wait's re-send)
+DRAIN = 10.0
+#: what an untimed acquire or latch wait may end with besides its grant (and the caller's own
+#: cancellation): its session closed, or the server refused the wait itself. Never a connection
+#: error, a timeout or a failover's refusal: a wait whose connection fails (CLIENT KILL, a
+#: stall, a failover) is sent again until granted
+UNTIMED_MAY_RAISE = (rl.SessionClosed, rl.Deadlock, rl.UpgradeRefused)
 
 
 def _model(counted: bool) -> Model:
@@ -556,6 +564,8 @@ class _AsyncRun:
         self.session: Optional[ra.Session] = None
         self.counted_down = 0
         self.n = 0
+        #: the tasks in a latch wait (it may wait for good: the run counts down at random)
+        self.in_latch_wait: set[Optional[asyncio.Task[Any]]] = set()
 
     async def kill_session(self) -> None:
         """As the sync run's: the session's own connection killed."""
@@ -620,6 +630,7 @@ class _AsyncRun:
             got = await obj.acquire(timeout != 0, timeout if timeout else -1, lease=lease)
         except (rl.RLockError, redis.ConnectionError, redis.TimeoutError) as e:
             self.m.log(f"  {label}: {type(e).__name__}: {e}")
+            self._untimed_ended(timeout == -1, label, e)
             return
         self.m.log(f"  {label} -> {got}")
         if not got:
@@ -651,6 +662,7 @@ class _AsyncRun:
                 hold = await self.sem.permits(n, timeout != 0, timeout if timeout else -1)
         except (rl.RLockError, redis.ConnectionError, redis.TimeoutError) as e:
             self.m.log(f"  {label}: {type(e).__name__}: {e}")
+            self._untimed_ended(timeout == -1, label, e)
             return
         self.m.log(f"  {label} -> {hold}")
         if hold is None:
@@ -669,10 +681,22 @@ class _AsyncRun:
             await self.latch.count_down()
             return
         timeout = self.rng.choice([0, 0.1, None])
-        opened = await self.latch.wait(timeout)
+        self.in_latch_wait.add(asyncio.current_task())
+        try:
+            opened = await self.latch.wait(timeout)
+        except (rl.RLockError, redis.ConnectionError, redis.TimeoutError) as e:
+            self._untimed_ended(timeout is None, f"{tag} latch wait", e)
+            raise
+        finally:
+            self.in_latch_wait.discard(asyncio.current_task())
         self.m.log(f"{tag} latch wait({timeout}) -> {opened}")
         if opened:
             self.c.latch_opened(f"{tag} latch wait", self.counted_down, LATCH)
+
+    def _untimed_ended(self, untimed: bool, label: str, e: BaseException) -> None:
+        """An untimed wait ended with ``e``: a violation unless it is one it may end with."""
+        if untimed and not isinstance(e, UNTIMED_MAY_RAISE):
+            self.c.fail(f"{label}: an untimed wait ended with {type(e).__name__}: {e}")
 
     async def _worker(self) -> None:
         self.n += 1
@@ -720,8 +744,20 @@ class _AsyncRun:
         while self.target.more() and self.c.suspended:  # the promotion ends with tasks live
             await asyncio.sleep(0.02)
             self.target.tick(self.c, self.m, rng)
+        # no more disturbances: every task but a latch wait ends on its own (its untimed waits
+        # granted as the holders let go, a lost hold's lease at the longest)
+        self.m.log("drain")
+        end = time.monotonic() + DRAIN
+        while any(not t.done() and t not in self.in_latch_wait for t in tasks):
+            if time.monotonic() > end:
+                late = [t.get_name() for t in tasks if not t.done() and t not in self.in_latch_wait]
+                self.c.fail(f"tasks still running {DRAIN} s after the disturbances ended: {late}")
+            await asyncio.sleep(0.02)
         for t in tasks:
-            t.cancel()
+            if t.done():
+                _reraise(t)
+            else:
+                t.cancel()
         for t in tasks:
             try:
                 await t

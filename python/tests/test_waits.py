@@ -15,7 +15,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 from _proxy import Proxy, SlowProxy
-from _servers import Server, blocked_clients, info, poll
+from _servers import Server, apoll, blocked_clients, info, poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
@@ -397,6 +397,69 @@ def test_a_wait_told_not_granted_holds_nothing_though_its_check_reached_a_free_l
                 )
     finally:
         proxy.close()
+
+
+def _check_granted_under_a_busy_answer(r: redis.Redis, proxy: Proxy, name: str) -> None:
+    """Drives one interleaving, the same every run: a timed wait on ``name``
+    (its holder's lock, through ``proxy``) is queued; every connection's bytes are held; the
+    server times the wait out (its "not granted" held back) and the holder lets go; the wait's
+    check (its acquire again without ``WAIT``, same request id) reaches the server and is
+    granted, and its reply never comes (its connection closes); then the wait's own "not
+    granted" arrives."""
+    poll("the wait to be queued", 5, lambda: int(str(info(r, name).get("waiters", 0))) == 1)
+    links = proxy.hold()
+    wait_link = links.pop()  # the wait's connection: the newest
+    poll("the server to time the wait out", 5, lambda: not info(r, name).get("waiters"))
+    r.delete(name)  # the holder's lock ends
+    checked: list[int] = []
+
+    def sent() -> bool:
+        checked[:] = [i for i in links if proxy.held_from_client(i)]
+        return bool(checked)
+
+    poll("the check to be sent", 5, sent, step=0.002)
+    proxy.release_to_server(checked[0])
+    poll("the check to be granted", 5, lambda: r.exists(name) == 1, step=0.002)
+    proxy.release(wait_link)  # the wait's "not granted"
+    for i in links:
+        proxy.sever(i)  # the check's reply never comes
+
+
+def test_a_wait_told_not_granted_after_its_unanswered_check_was_granted_holds_nothing(
+    server: Server, r: redis.Redis, proxy: Proxy
+) -> None:
+    """A timed wait whose check was granted and got no reply, then answered "not granted"
+    itself (see ``_check_granted_under_a_busy_answer``): the caller is told False, so the
+    check's grant is given back, the lock free within a bound, not held for its lease."""
+    via = redis.Redis(port=proxy.port, socket_timeout=10)
+    assert rl.Lock(r, "held").acquire(timeout=0, lease=60)
+    # response timeout 0.3 s: the wait's connection is polled every second, and the wait
+    # (1.9 s; its call ends 2.2 s in) is checked at the poll 2 s in (its check is due 1.5 s in)
+    waiter = rl.Lock(via, "held", response_timeout=0.3)
+    res: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: res.update(ok=waiter.acquire(timeout=1.9, lease=60)))
+    t.start()
+    _check_granted_under_a_busy_answer(r, proxy, "held")
+    t.join(10)
+    assert res == {"ok": False}, "the wait was told not granted"
+    poll("the check's grant to be given back", 5, lambda: r.exists("held") == 0)
+    via.close()
+
+
+async def test_an_async_wait_told_not_granted_after_its_unanswered_check_was_granted_holds_nothing(
+    server: Server, r: redis.Redis, proxy: Proxy
+) -> None:
+    """As the sync test, with redis.asyncio: the wait's "not granted" is read while the check
+    is in flight."""
+    via = aredis.Redis(port=proxy.port, socket_timeout=10)
+    assert rl.Lock(r, "held").acquire(timeout=0, lease=60)
+    # response timeout 0.5 s: the wait (2.2 s; its call ends 2.7 s in) is checked 2.5 s in
+    waiter = ra.Lock(via, "held", response_timeout=0.5)
+    waiting = asyncio.ensure_future(waiter.acquire(timeout=2.2, lease=60))
+    await asyncio.to_thread(_check_granted_under_a_busy_answer, r, proxy, "held")
+    assert await asyncio.wait_for(waiting, 10) is False, "the wait was told not granted"
+    await apoll("the check's grant to be given back", 5, lambda: r.exists("held") == 0)
+    await via.aclose()
 
 
 def _fill_the_line(

@@ -10,6 +10,11 @@
 //! A slow link ([`Proxy::delay`]): every connection accepted from then on gets the server's
 //! bytes that much later (in order; the client's bytes go through at once), as over a link
 //! whose answers lag.
+//!
+//! Held connections ([`Proxy::hold`]): the bytes of every connection open then are held back,
+//! both ways, until the test lets one direction of one connection go
+//! ([`Proxy::release_to_server`], [`Proxy::release`]) or closes it ([`Proxy::sever`]): an
+//! interleaving of replies and commands across connections, the same every run.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -33,6 +38,38 @@ struct State {
     delay_ms: AtomicU64,
     /// Every socket, to close them all on drop.
     sockets: Mutex<Vec<TcpStream>>,
+    /// Every connection forwarded without lag, in the order accepted (its id is its index).
+    links: Mutex<Vec<Arc<Link>>>,
+}
+
+/// One forwarded connection's two directions (0: client to server, 1: server to client).
+struct Link {
+    /// Bytes held back in each direction while `Some`.
+    held: [Mutex<Option<Vec<u8>>>; 2],
+    /// Where each direction writes (the server's socket, the client's).
+    to: [TcpStream; 2],
+}
+
+impl Link {
+    /// Passes `bytes` on in direction `dir`, or keeps them while that direction is held.
+    /// False when the write failed.
+    fn pass(&self, dir: usize, bytes: &[u8], alive: bool) -> bool {
+        let mut held = self.held[dir].lock().expect("held bytes");
+        if let Some(queue) = held.as_mut() {
+            queue.extend_from_slice(bytes);
+            return true;
+        }
+        // Written under the lock: a release's flush and later bytes keep their order.
+        !alive || (&self.to[dir]).write_all(bytes).is_ok()
+    }
+
+    /// Stops holding direction `dir`, passing on what was held.
+    fn release(&self, dir: usize) {
+        let mut held = self.held[dir].lock().expect("held bytes");
+        if let Some(bytes) = held.take() {
+            let _ = (&self.to[dir]).write_all(&bytes);
+        }
+    }
 }
 
 impl State {
@@ -78,9 +115,20 @@ impl Proxy {
                 }
                 let (up, down) = (Arc::clone(&accepting), Arc::clone(&accepting));
                 let lag = Duration::from_millis(accepting.delay_ms.load(Ordering::SeqCst));
-                thread::spawn(move || pump(client, server, born, &up));
+                let link = match (server.try_clone(), client.try_clone()) {
+                    (Ok(to_server), Ok(to_client)) if lag.is_zero() => Some(Arc::new(Link {
+                        held: [Mutex::new(None), Mutex::new(None)],
+                        to: [to_server, to_client],
+                    })),
+                    _ => None,
+                };
+                if let Some(link) = &link {
+                    accepting.links.lock().expect("links").push(Arc::clone(link));
+                }
+                let (link_up, link_down) = (link.clone(), link);
+                thread::spawn(move || pump(client, server, born, &up, link_up.map(|l| (l, 0))));
                 if lag.is_zero() {
-                    thread::spawn(move || pump(s2, c2, born, &down));
+                    thread::spawn(move || pump(s2, c2, born, &down, link_down.map(|l| (l, 1))));
                 } else {
                     thread::spawn(move || pump_late(s2, c2, lag, born, &down));
                 }
@@ -120,6 +168,53 @@ impl Proxy {
         let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
         self.state.delay_ms.store(ms, Ordering::SeqCst);
     }
+
+    /// Holds back the bytes of every connection open now (forwarded without lag), both ways,
+    /// until [`Self::release_to_server`], [`Self::release`] or [`Self::sever`]; returns their
+    /// ids, in the order they were accepted (the newest last). Connections accepted later
+    /// forward normally.
+    pub fn hold(&self) -> Vec<usize> {
+        let links = self.state.links.lock().expect("links");
+        for link in links.iter() {
+            for dir in &link.held {
+                dir.lock().expect("held bytes").get_or_insert_with(Vec::new);
+            }
+        }
+        (0..links.len()).collect()
+    }
+
+    /// How many bytes from the client connection `id` holds back (sent, not passed on).
+    #[must_use]
+    pub fn held_from_client(&self, id: usize) -> usize {
+        self.link(id).held[0].lock().expect("held bytes").as_ref().map_or(0, Vec::len)
+    }
+
+    /// Passes on what the client sent on connection `id`, and forwards it from then on (the
+    /// server's bytes stay held).
+    pub fn release_to_server(&self, id: usize) {
+        self.link(id).release(0);
+    }
+
+    /// Passes on what connection `id` held, both ways, and forwards it from then on.
+    pub fn release(&self, id: usize) {
+        let link = self.link(id);
+        link.release(0);
+        link.release(1);
+    }
+
+    /// Closes connection `id` at both ends, dropping what it held: the client sees its
+    /// connection closed (a reply it waits for never comes).
+    pub fn sever(&self, id: usize) {
+        let link = self.link(id);
+        for (dir, to) in link.to.iter().enumerate() {
+            *link.held[dir].lock().expect("held bytes") = Some(Vec::new()); // nothing more
+            let _ = to.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn link(&self, id: usize) -> Arc<Link> {
+        Arc::clone(&self.state.links.lock().expect("links")[id])
+    }
 }
 
 impl Drop for Proxy {
@@ -134,14 +229,25 @@ impl Drop for Proxy {
 
 /// Copies `from` to `to` while the connection is alive; once dead, reads and drops. A close
 /// is passed on only while alive.
-fn pump(mut from: TcpStream, mut to: TcpStream, born: u64, state: &State) {
+/// With a link: in its direction, held while the test holds it.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    born: u64,
+    state: &State,
+    link: Option<(Arc<Link>, usize)>,
+) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if state.alive(born) && to.write_all(&buf[..n]).is_err() {
+        let passed = match &link {
+            Some((link, dir)) => link.pass(*dir, &buf[..n], state.alive(born)),
+            None => !state.alive(born) || to.write_all(&buf[..n]).is_ok(),
+        };
+        if !passed {
             break;
         }
     }

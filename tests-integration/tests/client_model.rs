@@ -158,6 +158,9 @@ struct Pending {
     due: Option<Instant>,
     target: Option<Target>,
     session: bool,
+    /// Whether it waits without a deadline.
+    untimed: bool,
+    started: Instant,
     task: JoinHandle<Result<Got, Error>>,
 }
 
@@ -165,6 +168,22 @@ struct OpenSession {
     n: usize,
     session: Session,
     leased: LeasedSemaphore,
+}
+
+/// Whether an untimed acquire may end with `e` (docs/clients.md): its session closed, the
+/// server refused the wait itself (a deadlock, an upgrade), or a grant was not acknowledged
+/// (given back). Never a transport error or a failover's refusal: a wait whose connection fails
+/// (`CLIENT KILL`, a failover) is sent again until granted; and `TimedOut` only when a stall
+/// overlapped it (the server did not answer in time, as `Error::TimedOut` says).
+const fn untimed_may_end_with(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::SessionClosed
+            | Error::Deadlock { .. }
+            | Error::UpgradeRefused
+            | Error::NotReplicated { .. }
+            | Error::NotPersisted { .. }
+    )
 }
 
 fn lease_text(lease: Option<Duration>) -> String {
@@ -210,6 +229,9 @@ struct Run {
     /// Server [`MAIN`] as a Sentinel group, failed over `failovers` times in the run.
     group: Option<Group>,
     failovers: usize,
+    /// When the last stall of server [`MAIN`] ends (an untimed acquire it overlapped may end
+    /// with `TimedOut`: the server did not answer in time).
+    stalled_until: Option<Instant>,
 }
 
 impl Run {
@@ -278,13 +300,16 @@ impl Run {
         fut: Acquire,
         mode: Mode,
     ) {
+        // Inline acquires are tries or short timed waits (the moves' own tries, too).
+        let untimed = !matches!(mode, Mode::Inline) && self.last_wait.is_none();
+        let started = Instant::now();
         match mode {
             Mode::Inline => {
                 let got = fut.await;
-                self.got(&label, target, session, got);
+                self.got(&label, target, session, (untimed, started), got).await;
             }
             Mode::Cancel(after) => match timeout(after, fut).await {
-                Ok(got) => self.got(&label, target, session, got),
+                Ok(got) => self.got(&label, target, session, (untimed, started), got).await,
                 Err(_) => {
                     self.count("dropped");
                     let keys = target.as_ref().map(Target::keys).unwrap_or_default();
@@ -296,12 +321,20 @@ impl Run {
                 self.note(&keys, format!("{label}: started, left waiting"));
                 let due = self.last_wait.map(|w| Instant::now() + w + DEADLINE_SLACK);
                 let task = tokio::spawn(fut);
-                self.pending.push(Pending { label, due, target, session, task });
+                let p = Pending { label, due, target, session, untimed, started, task };
+                self.pending.push(p);
             }
         }
     }
 
-    fn got(&mut self, label: &str, target: Option<Target>, session: bool, got: Result<Got, Error>) {
+    async fn got(
+        &mut self,
+        label: &str,
+        target: Option<Target>,
+        session: bool,
+        (untimed, started): (bool, Instant),
+        got: Result<Got, Error>,
+    ) {
         let keys = target.as_ref().map(Target::keys).unwrap_or_default();
         match got {
             Ok(Got::Guard(held)) => {
@@ -343,6 +376,13 @@ impl Run {
                 let kind: String = text.chars().take(40).collect();
                 self.count(&format!("error: {kind}"));
                 self.note(&keys, format!("{label}: {text}"));
+                let stalled = self.stalled_until.is_some_and(|end| end > started);
+                let timed_out = stalled && matches!(e, Error::TimedOut);
+                if untimed && !untimed_may_end_with(&e) && !timed_out {
+                    let text = format!("{label}: an untimed wait ended with {e:?}");
+                    let v = Violation { beliefs: Vec::new(), keys, session, text };
+                    self.violation(v).await;
+                }
             }
         }
     }
@@ -720,6 +760,7 @@ impl Run {
         let ms = 50 + self.rng.below(750) as u64;
         let server = Arc::clone(&self.servers[MAIN]);
         self.count("stall");
+        self.stalled_until = Some(Instant::now() + Duration::from_millis(ms));
         self.note(&[], format!("server {MAIN} stalled (SIGSTOP) for {ms} ms"));
         self.stall = Some(std::thread::spawn(move || {
             server.pause();
@@ -798,7 +839,8 @@ impl Run {
         p.task.abort();
         match p.task.await {
             Ok(got) => {
-                self.got(&format!("{} (aborted too late)", p.label), p.target, p.session, got)
+                let label = format!("{} (aborted too late)", p.label);
+                self.got(&label, p.target, p.session, (p.untimed, p.started), got).await;
             }
             Err(_) => {
                 self.count("aborted");
@@ -815,7 +857,7 @@ impl Run {
             if self.pending[i].task.is_finished() {
                 let p = self.pending.swap_remove(i);
                 let got = p.task.await.expect("acquire task");
-                self.got(&p.label, p.target, p.session, got);
+                self.got(&p.label, p.target, p.session, (p.untimed, p.started), got).await;
             } else if self.pending[i].due.is_some_and(|due| Instant::now() > due) {
                 let p = self.pending.swap_remove(i);
                 p.task.abort();
@@ -1222,6 +1264,7 @@ async fn run_model(with_group: bool) {
         last_wait: None,
         group,
         failovers: 0,
+        stalled_until: None,
     };
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);

@@ -294,3 +294,56 @@ async fn a_wait_timed_out_while_its_check_was_granted_leaves_nothing_held() {
         (held == Value::Int(0)).then_some(())
     });
 }
+
+/// The check of a timed wait (its acquire again without `WAIT`, same request id, on the shared
+/// connection) is sent while the wait's own answer is on its way: the server timed the wait out
+/// ("busy", held back on the wait's connection) and the holder let go, so the check is granted
+/// under the request's id, and its reply never comes (its connection closes under it). The
+/// wait's "busy" then arrives: the caller is told "not acquired", so whatever the check got
+/// must be given back, the lock free within a bound, not held by the request's owner for its
+/// whole lease. The proxy holds every connection's bytes, so this interleaving happens on
+/// every run. (The answer's acknowledgement time, 4 s with `aof_ack`, only widens the
+/// call's bound: room for the steps.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_told_busy_after_its_unanswered_check_was_granted_leaves_nothing_held() {
+    let server = Server::builder().config("appendonly", "yes").start();
+    let proxy = Proxy::start(server.port());
+    let options = Options::default().aof_ack(true, 0, Duration::from_secs(3));
+    let client = redis::Client::open(proxy.url()).expect("the proxy's url");
+    let through = LockClient::with_options(client, options).await.expect("a client");
+    let direct = LockClient::open(server.url()).await.expect("a direct client");
+    let holder = direct.lock("held").acquire(Some(Duration::from_secs(60))).await.expect("held");
+    let lock = through.lock("held");
+    // Queued at once, timed out by the server 4 s in, checked 5 s in.
+    let waiting = tokio::spawn(async move {
+        lock.try_acquire(Duration::from_secs(4), Some(Duration::from_secs(60))).await
+    });
+    wait_for("the wait to be queued", Duration::from_secs(4), || {
+        (waiters(&server, "RLOCK", "held") == 1).then_some(())
+    });
+    let mut links = proxy.hold();
+    let wait_link = links.pop().expect("the wait's connection, the newest");
+    wait_for("the server to time the wait out", Duration::from_secs(8), || {
+        (waiters(&server, "RLOCK", "held") == 0).then_some(())
+    });
+    holder.release().await.expect("the holder's release");
+    let checked = wait_for("the check to be sent", Duration::from_secs(8), || {
+        links.iter().copied().find(|&id| proxy.held_from_client(id) > 0)
+    });
+    proxy.release_to_server(checked);
+    wait_for("the check to be granted", Duration::from_secs(5), || {
+        (cmd(&mut server.conn(), &["EXISTS", "held"]) == Value::Int(1)).then_some(())
+    });
+    proxy.release(wait_link); // the wait's "busy"
+    for id in links {
+        proxy.sever(id); // the check's reply never comes
+    }
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the acquire returned")
+        .expect("the waiting task");
+    assert!(matches!(got, Err(Error::TimedOut)), "not acquired: {got:?}");
+    wait_for("the lock the check got to be given back", Duration::from_secs(5), || {
+        (cmd(&mut server.conn(), &["EXISTS", "held"]) == Value::Int(0)).then_some(())
+    });
+}

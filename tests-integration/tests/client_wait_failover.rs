@@ -170,3 +170,57 @@ async fn untimed_waits_follow_a_cluster_failover_and_are_granted_on_the_new_mast
     });
     granted_after_release(holder, &holder_sem, waits).await;
 }
+
+/// An untimed acquire sent right after `CLIENT KILL` of the client's connections: its try meets
+/// the killed shared connection (no answer, as a wait's connection killed), so it waits, on a
+/// connection of its own with the same request id, and is granted once the holder lets go. It
+/// never ends with an error that a wait without a deadline cannot have (`TimedOut`, a broken
+/// pipe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untimed_acquire_after_its_client_s_connection_was_killed_waits_and_is_granted() {
+    let server = Server::start();
+    let client = LockClient::open(server.url()).await.expect("a client");
+    let direct = LockClient::open(server.url()).await.expect("the holder's client");
+    let holder = direct.lock("killed").acquire(LEASE).await.expect("held");
+    let killed = cmd(&mut server.conn(), &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    assert!(
+        matches!(killed, Value::Int(n) if n >= 2),
+        "both clients' connections killed: {killed:?}"
+    );
+    let lock = client.lock("killed");
+    let waiting = tokio::spawn(async move { lock.acquire(LEASE).await });
+    wait_for("the wait to be queued", Duration::from_secs(10), || {
+        assert!(!waiting.is_finished(), "the untimed acquire ended while the lock was held");
+        (waiters(&server, "RLOCK", "killed") == 1).then_some(())
+    });
+    holder.release().await.expect("the holder's release");
+    let guard = tokio::time::timeout(GRANTED, waiting)
+        .await
+        .expect("the wait returned once the holder let go")
+        .expect("the waiting task")
+        .expect("granted");
+    guard.release().await.expect("released");
+    assert!(!exists(&mut server.conn(), "killed"), "nothing left held");
+}
+
+/// An untimed re-entry (a handle taking the lock it holds again) sent right after `CLIENT KILL`
+/// of the client's connections: the renewal that confirms the hold meets the killed shared
+/// connection, and is sent again on a new one, so the re-entry joins the hold instead of ending
+/// with a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untimed_re_entry_after_its_client_s_connection_was_killed_joins_the_hold() {
+    let server = Server::start();
+    let client = LockClient::open(server.url()).await.expect("a client");
+    let lock = client.lock("re-entered");
+    let outer = lock.acquire(LEASE).await.expect("held");
+    let killed = cmd(&mut server.conn(), &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    assert_eq!(killed, Value::Int(1), "the client's connection killed");
+    let inner = tokio::time::timeout(GRANTED, lock.acquire(LEASE))
+        .await
+        .expect("the re-entry returned")
+        .expect("the re-entry joined the hold");
+    inner.release().await.expect("the inner guard's release");
+    assert!(exists(&mut server.conn(), "re-entered"), "the outer guard still holds");
+    outer.release().await.expect("the outer guard's release");
+    assert!(!exists(&mut server.conn(), "re-entered"), "nothing left held");
+}

@@ -33,7 +33,7 @@ use crate::engine::binding::Binding;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
-use crate::engine::{bound, checked_lease, millis, within};
+use crate::engine::{bound, checked_lease, connection_lost, millis, resume, within};
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
@@ -228,18 +228,20 @@ impl Chain {
                 .map_err(|_| Error::TimedOut)?,
         };
         let sent = Instant::now();
-        if let Some(member) = self.reenter(lease, watchdog, bound).await? {
+        if let Some(member) = answered(bound, || self.reenter(lease, watchdog, bound)).await? {
             self.cover_write(member.hold(), sent, lease);
             return Ok(member);
         }
         self.after_release(bound).await?;
         let sent = Instant::now();
-        if let Some(member) = self.adopt(lease, watchdog, bound).await? {
+        if let Some(member) = answered(bound, || self.adopt(lease, watchdog, bound)).await? {
             self.cover_write(member.hold(), sent, lease);
             return Ok(member);
         }
         let owner = match self.sibling_owner().filter(|_| !self.fixed) {
-            Some(owner) if within(bound, self.stale_write_held(&owner)).await? => self.next_owner(),
+            Some(owner) if answered(bound, || self.stale_write_held(&owner)).await? => {
+                self.next_owner()
+            }
             Some(owner) => owner,
             None => self.next_owner(),
         };
@@ -384,6 +386,34 @@ impl Drop for Claim {
         if let Some(stale) = self.0.take() {
             stale.unclaim();
         }
+    }
+}
+
+/// Runs `step` (a renewal or a read on the shared connection, which may be sent again) until it
+/// is answered: after its connection was lost (killed, reset, refused; the shared connection is
+/// replaced then) it is sent again, pausing as a wait's attempts do, until `bound` passes
+/// ([`Error::TimedOut`]; without a bound, as long as it takes). An acquire's re-entry thus
+/// outlives what its wait would (`CLIENT KILL`, a restart), instead of ending with a transport
+/// error. A response timeout (a stall) ends it as before.
+async fn answered<T, F, Fut>(bound: Option<Instant>, mut step: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut pause = resume::RETRY_FIRST;
+    loop {
+        match within(bound, step()).await {
+            Err(e) if connection_lost(&e) => {} // no answer: asked again
+            answer => return answer,
+        }
+        let now = Instant::now();
+        let left = match bound {
+            Some(bound) if bound <= now => return Err(Error::TimedOut),
+            Some(bound) => bound - now,
+            None => pause,
+        };
+        tokio::time::sleep(pause.min(left)).await;
+        pause = pause.saturating_mul(2).min(resume::RETRY_MAX);
     }
 }
 

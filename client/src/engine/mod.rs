@@ -106,6 +106,12 @@ pub(crate) fn uncertain(e: &Error) -> bool {
     }
 }
 
+/// Whether an error is a lost connection (killed, reset, refused), not a timeout: the command
+/// may have run, and sending it again on a new connection is answered at once.
+pub(crate) fn connection_lost(e: &Error) -> bool {
+    matches!(e, Error::Redis(e) if redis_uncertain(e) && !e.is_timeout())
+}
+
 /// As [`uncertain`], for a redis error.
 pub(crate) fn redis_uncertain(e: &redis::RedisError) -> bool {
     e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()

@@ -21,7 +21,8 @@ use crate::engine::hold::Hold;
 use crate::engine::kind::{self, Answer, Grant, Kind};
 use crate::engine::outcome::{acknowledged, Ended};
 use crate::engine::{
-    bound, resume, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE, SETTLE,
+    bound, connection_lost, resume, uncertain, wait_ms, waiting, within, COUNTED_RECORD, GRACE,
+    SETTLE,
 };
 use crate::error::{Error, Result};
 use crate::shared::Shared;
@@ -56,6 +57,8 @@ pub(crate) struct Request {
     /// An [`crate::Owner`]'s request: it may be a re-entry on the server (a read under the
     /// owner's write, a count of the owner's lost hold), whose lease `GT` never shortens.
     gt: bool,
+    /// The last try got no answer because its connection was lost (not a timeout).
+    try_lost: bool,
 }
 
 impl std::fmt::Debug for Request {
@@ -93,6 +96,7 @@ impl Request {
             kin: None,
             first_sent: None,
             gt: false,
+            try_lost: false,
         }
     }
 
@@ -185,14 +189,26 @@ impl Request {
         // In a cluster, the acknowledgement must run on the node's own connection: the
         // server-side path does that, and answers at once when the lock is free.
         if !ack_in_cluster {
-            if let Some(grant) = self.try_once(bound).await? {
-                return Ok(Some(grant));
+            match self.try_once(bound).await {
+                Ok(Some(grant)) => return Ok(Some(grant)),
+                Ok(None) => {}
+                // The try's connection was lost (killed, reset) while there is time left: no
+                // answer, as for a wait. The wait sends the same request id again on a
+                // connection of its own, which replays a grant the try got. (A try the server
+                // did not answer in time, a stall, stays `TimedOut`.)
+                Err(_) if self.armed && self.try_lost && !Self::passed(deadline) => {}
+                Err(e) => return Err(e),
             }
-            if deadline.is_some_and(|d| d <= Instant::now()) {
+            if Self::passed(deadline) {
                 return Ok(None);
             }
         }
         self.wait(deadline).await
+    }
+
+    /// Whether `deadline` has passed (never, without one).
+    fn passed(deadline: Option<Instant>) -> bool {
+        deadline.is_some_and(|d| d <= Instant::now())
     }
 
     /// One non-blocking acquire on the shared connection, its answer awaited until `bound`
@@ -212,6 +228,7 @@ impl Request {
         self.first_sent.get_or_insert(self.sent);
         let mut conn = self.shared.conn.clone();
         let reply = within(bound, async { Ok(cmd.query_async::<Value>(&mut conn).await?) }).await;
+        self.try_lost = reply.as_ref().is_err_and(connection_lost);
         let ended = match reply {
             Err(e) if uncertain(&e) => Ended::Unknown(Error::TimedOut),
             Err(e) => Ended::Refused(e),
