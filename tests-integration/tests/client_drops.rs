@@ -537,3 +537,42 @@ async fn drops_stay_prompt_under_many_guards() {
         keys.is_empty().then_some(())
     });
 }
+
+// ---- the end of a runtime: guards dropped as it shuts down -------------------------------------
+
+/// How long a runtime's shutdown may take once its last guards were dropped (the releaser's
+/// flush waits up to 5 s for releases that are not answered; these are answered in ms).
+const SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// Guards of every kind dropped as the body of `block_on` ends (the end of an async `main` or
+/// a `#[tokio::test]`), on both runtime flavours: the runtime's shutdown returns as soon as the
+/// releases are answered, not after the flush's bound, and every lock and permit is free.
+#[test]
+fn guards_dropped_at_the_end_of_a_runtime_let_it_shut_down_as_soon_as_released() {
+    let server = Server::start();
+    for multi_thread in [false, true] {
+        let mut builder = if multi_thread {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        let runtime = builder.enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let client = LockClient::open(server.url()).await.expect("client");
+            let sem = client.leased_semaphore("s");
+            sem.try_set_permits(1).await.expect("set permits");
+            let _lease = client.lock("l").acquire(LEASE).await.expect("lock with a lease");
+            let _watched = client.lock("w").acquire(None).await.expect("lock with a watchdog");
+            let _permit = sem.acquire(1, LEASE).await.expect("permit");
+            let _read = client.rw_lock("r").read().acquire(LEASE).await.expect("read");
+            let _write = client.rw_lock("x").write().acquire(LEASE).await.expect("write");
+            // The body ends here: the guards drop, then the last handle, in the runtime.
+        });
+        let took = timed_drop(runtime);
+        assert!(took < SHUTDOWN, "multi_thread {multi_thread}: the shutdown took {took:?}");
+        for name in ["l", "w", "r", "x"] {
+            assert!(!held_on(&server, name), "multi_thread {multi_thread}: {name} still held");
+        }
+        assert_eq!(available(&server, "s"), 1, "multi_thread {multi_thread}: the permit is back");
+    }
+}
