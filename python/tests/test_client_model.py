@@ -211,16 +211,16 @@ class _SlowLink(_One):
     and re-entries are given up on while the server still runs them later, and commands on two
     connections (the watchdog's, the caller's) overtake each other. No KeyboardInterrupts in
     the sync run here (each costs a cancel's round trips: the plain run has them), no sessions
-    (a keepalive cannot outlast such a link) and no counted permits: a new connection's
-    handshake here often takes longer than the response timeout, and a background release of
+    (a keepalive cannot outlast such a link). Counted permits are in: a new asyncio
+    connection's handshake here often takes longer than the response timeout, and before
+    it went on past its caller's bound (``aio._engine._connection``) a background release of
     a cancelled task's counted permits got no connection in time ("no connection for
-    'RSEM.RELEASE' within 0.500 s"): a permit was still taken 4.5 s after everything was
-    released (seen in this run on a431975, seed 583120603; whether given up for good or only
-    late was not looked into; counted permits have no lease to end it: not fixed here)."""
+    'RSEM.RELEASE' within 0.500 s"; seen on a431975, seed 583120603: a permit still taken
+    4.5 s after everything was released; a release given up on is a permit lost for good)."""
 
     interrupts = False
     sessions = False
-    counted = False
+    counted = True
 
     def __init__(self, server: Server) -> None:
         super().__init__(server)

@@ -17,6 +17,11 @@ LOCK, READ, WRITE, LEASED, COUNTED = "lock", "read", "write", "leased", "counted
 
 #: How long the server keeps a counted grant's request record (module: REQUEST_RECORD_MS).
 REQUEST_RECORD_S = 60.0
+
+#: How long after its first send a counted release (``RSEM.RELEASE key n REQUEST id``) is sent
+#: again: while the server surely still remembers it (a release that landed is remembered
+#: 60 s from then, so a resend is never a second give-back), 10 s of margin for one in flight.
+COUNTED_RESEND_S = REQUEST_RECORD_S - 10
 #: How long a cancelled record stays (module: CANCELLED_MS).
 CANCELLED_S = 60.0
 #: Most permits one leased acquire may ask for (the module refuses more).

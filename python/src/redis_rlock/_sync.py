@@ -711,7 +711,8 @@ class SyncBackend:
             spec = hold.spec
             args = hold.release_args()
             hold.done = True
-            until = min(hold.deadline, time.monotonic() + 3 * self.rt)
+            first = time.monotonic()
+            until = min(hold.deadline, first + 3 * self.rt)
             try:
                 reply, attempts = self.call_until(spec.key, args, until)
             except ResponseError as e:
@@ -723,7 +724,7 @@ class SyncBackend:
                 if not is_transient(e):
                     raise
                 log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-                self.release_later(hold, args)
+                self.release_later(hold, args, first)
                 settled = True
                 return
             settled = True
@@ -741,15 +742,36 @@ class SyncBackend:
                 hold.done = True
             raise
 
-    def release_later(self, hold: Hold, args: Optional[list[P.Arg]] = None) -> None:
+    def release_later(
+        self, hold: Hold, args: Optional[list[P.Arg]] = None, first: Optional[float] = None
+    ) -> None:
         """Sends ``hold``'s (idempotent) release in the background, until answered or its
-        lease would have ended (counted permits: while the server remembers the release)."""
+        lease would have ended (counted permits: while the server remembers the release,
+        counted from ``first``, its first send)."""
         if args is None:
             args = hold.release_args()
-        horizon = hold.deadline - time.monotonic()
+        now = time.monotonic()
+        horizon = hold.deadline - now
         if hold.spec.kind == P.COUNTED:
-            horizon = P.REQUEST_RECORD_S - 10
+            horizon = (now if first is None else first) + P.COUNTED_RESEND_S - now
         self.releaser.submit(hold.spec.key, args, max(0.0, min(horizon, P.REQUEST_RECORD_S)))
+
+    def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
+        """``RSEM.RELEASE key n REQUEST id`` (``Semaphore.release``): tried for three response
+        timeouts in the caller's thread; unanswered by then, or cut by an exception (a
+        KeyboardInterrupt), the same command goes on in the background while the server
+        remembers it (``P.COUNTED_RESEND_S`` from its first send) and the caller gets the
+        error: counted permits have no lease, so a release given up on is a permit lost."""
+        first = time.monotonic()
+        try:
+            return self.call_until(key, args, first + min(3 * self.rt, P.COUNTED_RESEND_S))[0]
+        except BaseException as e:
+            if isinstance(e, Exception) and not is_transient(e):
+                raise  # an error reply (or a bad argument): nothing was given back
+            log.warning("redis_rlock: release of %r goes on in the background: %r", key, e)
+            horizon = first + P.COUNTED_RESEND_S - time.monotonic()
+            self.releaser.submit(key, args, max(0.0, horizon))
+            raise
 
     def abandon(self, hold: Hold) -> None:
         """Undoes a grant its caller will never know of (an exception landed after it was

@@ -5,7 +5,6 @@ and :class:`LeasedSemaphore` (leased permits with ids, Redisson's
 from __future__ import annotations
 
 import threading
-import time
 from types import TracebackType
 from typing import Any, Callable, Optional
 
@@ -164,12 +163,14 @@ class Semaphore(_SemBase):
         """Gives back ``permits`` (anyone may); returns the count left. Sent with a request id
         of its own (``RSEM.RELEASE key n REQUEST id``: the server gives back once per id and
         remembers it for 60 s), so after a lost reply or a connection dropped under it (the
-        client's ``close()``, a reset) it is sent again, never giving back twice, within the
-        response timeout (three times it; at most 50 s): as other calls overlapping ``close()``."""
+        client's ``close()``, a reset) it is sent again, never giving back twice. The call
+        waits up to three response timeouts; unanswered by then (or interrupted), it raises
+        and the same release goes on in the background for 50 s from its first send: do not
+        release those permits again (counted permits have no lease: a release given up on
+        would be a permit held by nobody for good)."""
         args = P.counted_release(self.name, P.check_permits(permits, False))
-        until = time.monotonic() + min(3 * self._be.rt, P.REQUEST_RECORD_S - 10)
         try:
-            return int(self._be.call_until(self.name, args, until)[0])
+            return int(self._be.counted_release(self.name, args))
         except ResponseError as e:
             raise translate(e, self.name.decode(errors="replace")) from None
 

@@ -328,6 +328,21 @@ class AsyncBackend:
                 await asyncio.sleep(min(backoff, until - now) if until is not None else backoff)
                 backoff = min(backoff * 2, 1.0)
 
+    async def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
+        """``RSEM.RELEASE key n REQUEST id`` (``Semaphore.release``) in a task nobody's
+        cancellation reaches, retried while the server remembers it (``P.COUNTED_RESEND_S``
+        from its first send); the caller waits for it up to three response timeouts, then
+        gets the error while it goes on: counted permits have no lease, so a release given
+        up on (or cancelled with its caller) would be a permit held by nobody for good."""
+        first = time.monotonic()
+        task = self.background(self.call_until(key, args, first + P.COUNTED_RESEND_S))
+        done, _ = await asyncio.wait({task}, timeout=min(3 * self.rt, P.COUNTED_RESEND_S))
+        if task in done:
+            return task.result()[0]
+        task.add_done_callback(_report_unseen)
+        msg = f"no reply to 'RSEM.RELEASE' within {3 * self.rt:.3f} s: it goes on in the background"
+        raise Stalled(msg)
+
     def background(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """Runs ``coro`` as a task nobody's cancellation reaches (kept until done)."""
         task = asyncio.ensure_future(coro)
@@ -580,7 +595,8 @@ class AsyncBackend:
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
         args = hold.release_args()  # idempotent: the same request id every time
-        until = min(hold.deadline, time.monotonic() + 3 * self.rt)
+        first = time.monotonic()
+        until = min(hold.deadline, first + 3 * self.rt)
         try:
             reply, attempts = await self.call_until(spec.key, args, until)
         except ResponseError as e:
@@ -592,8 +608,8 @@ class AsyncBackend:
                 raise
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
             horizon = hold.deadline - time.monotonic()
-            if spec.kind == P.COUNTED:
-                horizon = P.REQUEST_RECORD_S - 10  # while the server remembers the release
+            if spec.kind == P.COUNTED:  # while the server remembers the release
+                horizon = first + P.COUNTED_RESEND_S - time.monotonic()
             self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
             return
         if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
@@ -629,23 +645,40 @@ class _Silent(Exception):
         self.reply = reply
 
 
+#: How many of its caller's bounds a connection's handshake may go on after the caller gave
+#: up on it (then it is cut, and the connection dropped).
+HANDSHAKE_ROOM = 10
+
+
 async def _connection(pool: Any, timeout: float, what: P.Arg) -> Any:
     """A connection of ``pool`` within ``timeout`` (a new connection's handshake has no socket
     timeout under asyncio), else :class:`Stalled`. Not ``asyncio.wait_for``: before Python
     3.12 it can swallow a cancellation that lands as the connection is ready. A connection
-    that comes after its caller was cancelled goes back to the pool."""
+    that comes after its caller left (cancelled, or ``timeout`` passed) goes back to the pool:
+    its handshake is not cut at ``timeout`` but goes on (up to ``HANDSHAKE_ROOM`` times it),
+    so over a link where a handshake takes longer than the response timeout a retry finds a
+    connection ready (cut, every retry's handshake would be cut again: a release retried
+    while the server remembers it would never get through)."""
     before = {id(c) for c in list(getattr(pool, "_available_connections", [])) if _open(c)}
     get = asyncio.ensure_future(pool.get_connection())
     try:
         done, _ = await asyncio.wait({get}, timeout=timeout)
     except BaseException:
-        get.add_done_callback(lambda f: _give_back(pool, f, before))
+        _finish_later(pool, get, before, timeout)
         raise
     if not done:
-        get.add_done_callback(lambda f: _give_back(pool, f, before))
-        get.cancel()
+        _finish_later(pool, get, before, timeout)
         raise Stalled(f"no connection for {what!r} within {timeout:.3f} s")
     return get.result()
+
+
+def _finish_later(pool: Any, get: asyncio.Future[Any], before: set[int], timeout: float) -> None:
+    """``get``'s connection, once ready, back to the pool; cut (and dropped) after
+    ``HANDSHAKE_ROOM`` times ``timeout`` more."""
+    get.add_done_callback(lambda f: _give_back(pool, f, before))
+    if not get.done():
+        cut = asyncio.get_running_loop().call_later(HANDSHAKE_ROOM * timeout, get.cancel)
+        get.add_done_callback(lambda f: cut.cancel())
 
 
 _GIVING_BACK: set[asyncio.Task[Any]] = set()

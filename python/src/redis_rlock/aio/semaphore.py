@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from types import TracebackType
 from typing import Any, Optional
 
@@ -109,11 +108,12 @@ class Semaphore(_SemBase):
 
     async def release(self, permits: int = 1) -> int:
         """Gives back ``permits``; the count left. As the sync one: with a request id of its
-        own, sent again after a lost reply or a dropped connection, never giving back twice."""
+        own, sent again after a lost reply or a dropped connection, never giving back twice;
+        unanswered within three response timeouts (or cancelled) it raises and goes on in the
+        background for 50 s from its first send: do not release those permits again."""
         args = P.counted_release(self.name, P.check_permits(permits, False))
-        until = time.monotonic() + min(3 * self._be.rt, P.REQUEST_RECORD_S - 10)
         try:
-            return int((await self._be.call_until(self.name, args, until))[0])
+            return int(await self._be.counted_release(self.name, args))
         except ResponseError as e:
             raise translate(e, self.name.decode(errors="replace")) from None
 

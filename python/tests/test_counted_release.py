@@ -1,0 +1,120 @@
+"""Counted permits have no owner and no lease: a release given up on is a permit held by nobody
+for good. ``Semaphore.release(n)`` (``RSEM.RELEASE key n REQUEST id``) is therefore sent again
+while the server remembers its request id (50 s from its first send), in the background once
+its caller stops waiting (three response timeouts, a cancellation, an interrupt), and a new
+asyncio connection's handshake slower than the response timeout is not cut (a retry finds it
+ready). Each test's server is reached through a proxy (``_proxy``) and read directly."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from _proxy import Proxy, SlowProxy
+from _servers import Server, apoll, poll
+
+import redis_rlock as rl
+import redis_rlock.aio as ra
+
+RT = 0.5
+#: each way: a command's round trip 0.2 s (under RT), a new connection's handshake (the
+#: proxy's connect, CLIENT SETINFO) about 0.65 s (over RT)
+DELAY = 0.1
+
+
+def _count(probe: redis.Redis, key: str) -> int:
+    return int(probe.get(key) or 0)
+
+
+async def test_an_async_release_gets_through_a_link_whose_handshake_outlasts_the_response_timeout(
+    server: Server,
+) -> None:
+    probe = server.client()
+    proxy = SlowProxy(server.port, DELAY)
+    c = aredis.Redis(port=proxy.port)
+    try:
+        sem = ra.Semaphore(c, "cr:hs", response_timeout=RT)
+        try:
+            assert await sem.release(2) == 2
+        except redis.exceptions.TimeoutError:
+            pass  # not within 3 response timeouts: it goes on in the background
+        await apoll("the release given back", 10.0, lambda: _count(probe, "cr:hs") == 2)
+        # connections whose handshake outlasted a call serve the next ones
+        assert await sem.release(1) == 3
+        assert _count(probe, "cr:hs") == 3
+    finally:
+        await c.aclose()
+        proxy.close()
+        probe.close()
+
+
+async def test_an_async_release_cancelled_in_its_handshake_still_gives_back_once(
+    server: Server,
+) -> None:
+    probe = server.client()
+    proxy = SlowProxy(server.port, DELAY)
+    c = aredis.Redis(port=proxy.port)
+    try:
+        sem = ra.Semaphore(c, "cr:cancel", response_timeout=RT)
+        task = asyncio.ensure_future(sem.release(3))
+        await asyncio.sleep(0.1)  # in its first connection's handshake
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await apoll(
+            "the cancelled release given back", 10.0, lambda: _count(probe, "cr:cancel") == 3
+        )
+        await asyncio.sleep(3 * RT)  # nothing more comes: given back once
+        assert _count(probe, "cr:cancel") == 3
+    finally:
+        await c.aclose()
+        proxy.close()
+        probe.close()
+
+
+def test_a_release_unanswered_in_time_goes_on_until_the_link_heals(server: Server) -> None:
+    probe = server.client()
+    proxy = Proxy(server.port)
+    c = redis.Redis(port=proxy.port)
+    try:
+        sem = rl.Semaphore(c, "cr:sync", response_timeout=RT)
+        assert sem.try_set_permits(1)
+        proxy.cut()
+        with pytest.raises(redis.exceptions.RedisError):
+            sem.release(2)  # unanswered within 3 response timeouts: the caller is told so
+        threading.Timer(2 * RT, proxy.heal).start()
+        poll("the release given back after the heal", 10.0, lambda: _count(probe, "cr:sync") == 3)
+        time.sleep(3 * RT)
+        assert _count(probe, "cr:sync") == 3
+    finally:
+        c.close()
+        proxy.close()
+        probe.close()
+
+
+async def test_an_async_release_unanswered_in_time_goes_on_until_the_link_heals(
+    server: Server,
+) -> None:
+    probe = server.client()
+    proxy = Proxy(server.port)
+    c = aredis.Redis(port=proxy.port)
+    try:
+        sem = ra.Semaphore(c, "cr:async", response_timeout=RT)
+        assert await sem.try_set_permits(1)
+        proxy.cut()
+        with pytest.raises(redis.exceptions.RedisError):
+            await sem.release(2)
+        asyncio.get_running_loop().call_later(2 * RT, proxy.heal)
+        await apoll(
+            "the release given back after the heal", 10.0, lambda: _count(probe, "cr:async") == 3
+        )
+        await asyncio.sleep(3 * RT)
+        assert _count(probe, "cr:async") == 3
+    finally:
+        await c.aclose()
+        proxy.close()
+        probe.close()
