@@ -145,3 +145,15 @@ pub use session::{Session, SessionOptions};
 /// beyond it is refused with [`Error::InvalidArgument`] before anything is sent; a wait beyond
 /// it (`try_acquire`) waits without limit.
 pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_millis(1 << 60);
+
+/// The shortest lease taken: one millisecond, the server's unit. A shorter nonzero lease is
+/// refused with [`Error::InvalidArgument`] before anything is sent (it was sent as 1 ms: a
+/// grant already over when the acquire returned).
+pub const MIN_LEASE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The shortest [`Options::watchdog_timeout`]: 100 ms. The watchdog renews every third of it,
+/// so at most 30 renewals a second per hold, each with at least 66 ms to be answered; shorter
+/// is a busy loop of renewals and a hold lost at the first hiccup (a hold that must end within
+/// milliseconds of its holder's death takes a lease, or a session hold). Refused with
+/// [`Error::InvalidArgument`] when the client is made.
+pub const MIN_WATCHDOG_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);

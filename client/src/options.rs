@@ -80,11 +80,20 @@ impl Options {
     }
 
     /// Refuses settings that mean nothing or overflow: a zero watchdog timeout
-    /// ([`crate::Error::ZeroLease`]: every lease it gives would end as it starts), a watchdog,
-    /// replica or AOF timeout beyond [`crate::MAX_DURATION`] ([`crate::Error::InvalidArgument`]).
+    /// ([`crate::Error::ZeroLease`]: every lease it gives would end as it starts), one below
+    /// [`crate::MIN_WATCHDOG_TIMEOUT`], a watchdog, replica or AOF timeout beyond
+    /// [`crate::MAX_DURATION`] ([`crate::Error::InvalidArgument`]).
     pub(crate) fn check(&self) -> crate::error::Result<()> {
         if self.watchdog_timeout.is_zero() {
             return Err(crate::error::Error::ZeroLease);
+        }
+        if self.watchdog_timeout < crate::MIN_WATCHDOG_TIMEOUT {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "the watchdog timeout of {:?} is shorter than the shortest the client takes \
+                 ({:?}): it is renewed every third of it; take a lease for a shorter hold",
+                self.watchdog_timeout,
+                crate::MIN_WATCHDOG_TIMEOUT
+            )));
         }
         let timeouts = [
             ("the watchdog timeout", Some(self.watchdog_timeout)),

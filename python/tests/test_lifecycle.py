@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import os
 import random
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import Any, Callable
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server, apoll, poll
+from _servers import Server, apoll, info, poll
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
@@ -162,6 +163,99 @@ def test_waits_pending_at_close_carry_on_and_are_served(server: Server, kind: st
             assert probe.exists(name) == 0, (what, "the lock still held")
         poll("no wait left in the server", 2.0, lambda: probe.info()["blocked_clients"] == 0)
         c.close()
+
+
+STORM_SECS = float(os.environ.get("RLOCK_PY_CLOSE_STORM_SECS", "3"))
+
+
+def _storm_worker(
+    i: int, c: redis.Redis, probe: redis.Redis, stop: float, seed: int, out: dict[str, Any]
+) -> None:
+    """Acquires (with timeouts) the lock ``lc:storm`` or a permit of ``lc:stormsem`` in a loop;
+    records every exception and every grant the server does not show as this caller's."""
+    rng = random.Random(seed * 31 + i)
+    while time.monotonic() < stop:
+        try:
+            if i % 2:
+                guard = rl.Semaphore(c, "lc:stormsem").permits(1, timeout=rng.uniform(0.01, 0.3))
+                if guard is None:
+                    continue
+                with out["mu"]:
+                    out["permits"] += 1
+                    if out["permits"] > 2:
+                        out["bad"].append("three permits of two held at once")
+                time.sleep(rng.uniform(0, 0.005))
+                with out["mu"]:
+                    out["permits"] -= 1
+                guard.release()
+            else:
+                lock = rl.Lock(c, "lc:storm")
+                if not lock.acquire(timeout=rng.uniform(0.01, 0.3)):
+                    continue
+                with out["mu"]:
+                    out["locks"] += 1
+                    if out["locks"] > 1:
+                        out["bad"].append("two holders of one lock")
+                owner = info(probe, "lc:storm").get("owner")
+                if owner != lock.hold.owner:
+                    out["bad"].append(f"granted, but the server's owner is {owner!r}")
+                time.sleep(rng.uniform(0, 0.005))
+                with out["mu"]:
+                    out["locks"] -= 1
+                lock.release()
+        except Exception as e:  # whatever a close() under the call let through
+            out["errors"].append(f"{type(e).__name__}: {e}")
+
+
+def test_close_storm_under_waiting_acquires_loses_nothing_and_shifts_no_reply(
+    server: Server,
+) -> None:
+    """Threads acquire a lock and permits with timeouts while the client's ``close()`` runs
+    every few ms: no call fails (waits go on, releases are sent again, as the README's
+    "Closing" promises: no ``ValueError`` of a parser cut under its reader), exclusion holds,
+    every grant is the caller's own on the server (no reply read by the wrong command, as a
+    handshake reply left unread by a close mid-handshake would be), no connection goes back
+    to a pool with a reply pending, and in the end nothing is held and no permit is lost."""
+    probe = server.client()
+    c = server.client()
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    assert rl.Semaphore(c, "lc:stormsem").try_set_permits(2)
+    out: dict[str, Any] = {
+        "mu": threading.Lock(),
+        "permits": 0,
+        "locks": 0,
+        "bad": [],
+        "errors": [],
+    }
+    stop = time.monotonic() + STORM_SECS
+    threads = [
+        threading.Thread(target=_storm_worker, args=(i, c, probe, stop, seed, out))
+        for i in range(6)
+    ]
+    for t in threads:
+        t.start()
+    closes = 0
+    while time.monotonic() < stop:
+        c.close()
+        closes += 1
+        time.sleep(rng.uniform(0, 0.01))
+    for t in threads:
+        t.join(20.0)
+    assert not any(t.is_alive() for t in threads), f"seed {seed}: a worker hangs"
+    assert rl.flush_all(10.0)
+    what = f"seed {seed}, {closes} closes"
+    assert out["errors"] == [], (what, sorted(set(out["errors"]))[:5])
+    assert out["bad"] == [], (what, out["bad"][:5])
+    for be in c.__dict__["_redis_rlock_backends"].values():
+        pools = [*be._pools.values(), *(pool for pool, _ in be._waits.values())]
+        for pool in pools:
+            for conn in list(pool._available_connections):
+                assert not (conn.is_connected and conn.can_read(0)), (what, "a reply pending")
+    poll("the permits all back", 3.0, lambda: probe.get("lc:stormsem") == b"2")
+    poll("the lock free", 3.0, lambda: probe.exists("lc:storm") == 0)
+    poll("no wait left in the server", 3.0, lambda: probe.info()["blocked_clients"] == 0)
+    c.close()
 
 
 BAD_PERIODS: list[Any] = [0, 0.0, -1, -0.5, math.nan, math.inf, 1e300, True, "2", None]

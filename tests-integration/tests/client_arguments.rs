@@ -1,7 +1,9 @@
 //! Bad arguments to the Rust client's constructors and calls (leases, waits and timeouts too
-//! long for the clock arithmetic, zeros that mean nothing, permit counts the server refuses, an
-//! empty or self-defeating MultiLock/RedLock) are refused at once with a clear error: no panic,
-//! nothing sent to the server. Waits beyond the longest duration wait without limit.
+//! long for the clock arithmetic, zeros that mean nothing, leases below the server's
+//! millisecond, watchdog timeouts below 100 ms (a busy loop of renewals), permit counts the
+//! server refuses, an empty or self-defeating MultiLock/RedLock) are refused at once with a
+//! clear error: no panic, nothing sent to the server. Waits beyond the longest duration wait
+//! without limit.
 
 use std::time::Duration;
 
@@ -25,29 +27,35 @@ async fn bad_arguments_are_refused_at_once_and_nothing_is_sent() {
     let other = LockClient::open(server.url()).await.expect("client");
     let (lock, rw, sem) = (client.lock("l"), client.rw_lock("rw"), client.semaphore("s"));
     let leased = client.leased_semaphore("p");
-    let huge = [Some(TOO_LONG), Some(Duration::MAX)];
+    // too long for the clock arithmetic, or shorter than the server's millisecond
+    let bad = [
+        Some(TOO_LONG),
+        Some(Duration::MAX),
+        Some(Duration::from_nanos(1)),
+        Some(Duration::from_micros(999)),
+    ];
     let wait = Duration::from_secs(1);
     let mut answers: Vec<(String, bool, String)> = Vec::new();
     let mut note = |what: &str, ok: bool, debug: String| answers.push((what.into(), ok, debug));
     let before = module_calls(&mut con);
 
-    for lease in huge {
+    for lease in bad {
         let r = lock.acquire(lease).await;
-        note("lock acquire, huge lease", refused(&r), format!("{r:?}"));
+        note("lock acquire, bad lease", refused(&r), format!("{r:?}"));
         let r = lock.try_acquire(wait, lease).await;
-        note("lock try_acquire, huge lease", refused(&r), format!("{r:?}"));
+        note("lock try_acquire, bad lease", refused(&r), format!("{r:?}"));
         let r = rw.read().acquire(lease).await;
-        note("read, huge lease", refused(&r), format!("{r:?}"));
+        note("read, bad lease", refused(&r), format!("{r:?}"));
         let r = rw.write().try_acquire(wait, lease).await;
-        note("write, huge lease", refused(&r), format!("{r:?}"));
+        note("write, bad lease", refused(&r), format!("{r:?}"));
         let r = leased.acquire(1, lease).await;
-        note("leased, huge lease", refused(&r), format!("{r:?}"));
+        note("leased, bad lease", refused(&r), format!("{r:?}"));
         let r = client.owner().lock("o").acquire(lease).await;
-        note("owner's lock, huge lease", refused(&r), format!("{r:?}"));
+        note("owner's lock, bad lease", refused(&r), format!("{r:?}"));
         let r = MultiLock::new(vec![client.lock("m")]).acquire(lease).await;
-        note("MultiLock, huge lease", refused(&r), format!("{r:?}"));
+        note("MultiLock, bad lease", refused(&r), format!("{r:?}"));
         let r = RedLock::new(std::slice::from_ref(&client), "r").try_acquire(wait, lease).await;
-        note("RedLock, huge lease", refused(&r), format!("{r:?}"));
+        note("RedLock, bad lease", refused(&r), format!("{r:?}"));
     }
     for (what, permits) in [("zero", 0), ("above i64::MAX", u64::MAX)] {
         let r = sem.acquire(permits).await;
@@ -86,6 +94,12 @@ async fn bad_arguments_are_refused_at_once_and_nothing_is_sent() {
     let options = [
         ("a zero watchdog timeout", Options::default().watchdog_timeout(Duration::ZERO)),
         ("a huge watchdog timeout", Options::default().watchdog_timeout(Duration::MAX)),
+        ("a 1 ns watchdog timeout", Options::default().watchdog_timeout(Duration::from_nanos(1))),
+        ("a 2 ms watchdog timeout", Options::default().watchdog_timeout(Duration::from_millis(2))),
+        (
+            "a watchdog timeout just under 100 ms",
+            Options::default().watchdog_timeout(Duration::from_micros(99_999)),
+        ),
         ("a huge replica ack timeout", Options::default().replica_ack(1, Duration::MAX)),
         ("a huge AOF ack timeout", Options::default().aof_ack(true, 0, Duration::MAX)),
     ];

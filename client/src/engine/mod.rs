@@ -64,8 +64,8 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
 }
 
-/// A lease as it is sent and counted with: refused when zero ([`Error::ZeroLease`]) or beyond
-/// [`crate::MAX_DURATION`] ([`Error::InvalidArgument`]), else rounded up to whole milliseconds
+/// A lease as it is sent and counted with: refused when zero ([`Error::ZeroLease`]), below
+/// [`crate::MIN_LEASE`] or beyond [`crate::MAX_DURATION`] ([`Error::InvalidArgument`]), else rounded up to whole milliseconds
 /// (the server's unit), so the client's deadline (send time + lease) is the server's.
 ///
 /// # Errors
@@ -73,6 +73,12 @@ pub(crate) fn millis(d: Duration) -> u64 {
 pub(crate) fn checked_lease(what: &str, lease: Duration) -> crate::error::Result<Duration> {
     if lease.is_zero() {
         return Err(Error::ZeroLease);
+    }
+    if lease < crate::MIN_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {lease:?} is shorter than the shortest the server takes ({:?})",
+            crate::MIN_LEASE
+        )));
     }
     if lease > crate::MAX_DURATION {
         return Err(too_long(what, lease));
@@ -159,11 +165,16 @@ mod tests {
     }
 
     #[test]
-    fn leases_are_refused_when_zero_or_too_long_and_rounded_up_to_milliseconds() {
+    fn leases_are_refused_when_zero_too_short_or_too_long_and_rounded_up_to_milliseconds() {
         assert!(matches!(checked_lease("lease", Duration::ZERO), Err(Error::ZeroLease)));
         let over = crate::MAX_DURATION + Duration::from_millis(1);
         assert!(matches!(checked_lease("lease", over), Err(Error::InvalidArgument(_))));
         assert!(matches!(checked_lease("lease", Duration::MAX), Err(Error::InvalidArgument(_))));
+        for short in [Duration::from_nanos(1), Duration::from_micros(999)] {
+            let refused = checked_lease("lease", short);
+            assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{short:?}");
+        }
+        assert_eq!(checked_lease("lease", crate::MIN_LEASE).ok(), Some(crate::MIN_LEASE));
         let ok = checked_lease("lease", Duration::from_micros(1_500)).ok();
         assert_eq!(ok, Some(Duration::from_millis(2)));
         assert!(checked_lease("lease", crate::MAX_DURATION).is_ok());

@@ -71,17 +71,49 @@ def new_id() -> bytes:
     return uuid.uuid4().hex.encode()
 
 
+#: The shortest lease taken, in seconds: one millisecond, the server's unit. A shorter one was
+#: silently sent as 1 ms (or, with redis-py's own ``Lock``, as 0: refused by the server).
+MIN_LEASE_S = 0.001
+
+#: The shortest watchdog lease, in seconds. The watchdog renews a hold every third of it: at
+#: 100 ms that is at most 30 renewals a second per hold, each with at least 66 ms to be
+#: answered before the lease ends. Shorter, the watchdog turns into a busy loop of renewals
+#: (2 ms: ~1,200 a second) and a hold is lost at the first hiccup; a hold that must end within
+#: milliseconds of its holder's death takes a ``lease`` (or a session hold) instead.
+MIN_WATCHDOG_S = 0.1
+
+
 def to_ms(seconds: float, what: str) -> int:
-    """Seconds (float) as whole milliseconds, rounded up, at least 1; refuses what the server
-    would refuse (zero, negative, NaN, too large) before anything is sent."""
+    """A lease in seconds (float) as whole milliseconds, rounded up; refuses at once what
+    cannot be held or what the server would refuse: zero, negative, NaN, below one millisecond
+    (:data:`MIN_LEASE_S`), too large. (A lease shorter than the round trip may still be over
+    when the acquire returns: its holder's ``owned()`` / ``valid_until`` say so, as a
+    redis-py ``Lock(timeout=...)`` or a Redisson ``leaseTime`` that short.)"""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError(f"{what} must be a number of seconds")
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{what} must be a positive number of seconds, got {seconds!r}")
+    if seconds < MIN_LEASE_S:
+        raise ValueError(
+            f"{what} must be at least {MIN_LEASE_S:g} s (one millisecond, the server's unit), "
+            f"got {seconds!r}"
+        )
     ms = math.ceil(seconds * 1000)
     if ms > 2**53:
         raise ValueError(f"{what} is too large: {seconds!r}")
     return max(1, ms)
+
+
+def watchdog_ms(seconds: float) -> int:
+    """A ``watchdog_timeout`` as whole milliseconds: a lease (:func:`to_ms`) of at least
+    :data:`MIN_WATCHDOG_S`, refused at once otherwise."""
+    number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if number and 0 < seconds < MIN_WATCHDOG_S:
+        raise ValueError(
+            f"watchdog_timeout must be at least {MIN_WATCHDOG_S:g} s (renewed every third of "
+            f"it; for a shorter hold take a lease), got {seconds!r}"
+        )
+    return to_ms(seconds, "watchdog_timeout")
 
 
 #: The longest response timeout (and session keepalive) accepted, in seconds: one day.

@@ -18,7 +18,6 @@ from typing import Any, Callable, Optional, Protocol
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
@@ -171,16 +170,19 @@ class SyncBackend:
         return f"{self.uuid}:{next(self._n)}".encode()
 
     def close(self) -> None:
-        """Disconnects the package's pools of this client (done by the client's ``close()``);
-        a later call opens new connections. A call in flight on one of them (a wait in the
-        server) lost its connection: it goes on as after any dropped connection (a wait is sent
-        again, same request id, with the time it has left), as redis-py's own commands
-        reconnect after ``close()`` and as waits go on after ``aclose()`` in asyncio."""
-        self.closes += 1  # before any disconnect: a call failing from here on sees it
+        """Closes the package's pools of this client (done by the client's ``close()``); a later
+        call opens new connections. Only idle connections are disconnected here: a connection
+        another thread is using at that moment (a wait in the server, a handshake, a reply being
+        read) is never cut under it (that left redis-py's parser reading a closed buffer, or a
+        handshake reply unread on a connection redis-py reconnected silently, to be read by the
+        next command). Such a call goes on, on its connection, as after any dropped connection
+        it would be sent again; its user disconnects that connection when the call ends
+        (``closes`` moved on), so none of the connections open at the close is used again."""
+        self.closes += 1  # before any disconnect: a call that took its connection earlier sees it
         pools = [*list(self._pools.values()), *(pool for pool, _ in list(self._waits.values()))]
         for pool in pools:
             try:
-                pool.disconnect()
+                pool.disconnect(inuse_connections=False)
             except Exception as e:
                 log.debug("redis_rlock: closing a pool: %s", e)
 
@@ -294,7 +296,7 @@ class SyncBackend:
         wait: Optional[Wait] = None,
     ) -> Any:
         if wait is None:
-            return self._call_on(self._pool(key, at), key, args, extra, asking, None)
+            return self._call_conn(self._pool(key, at), key, args, extra, asking, None)
         pool, gate = self._pools_for(key, at, True)
         assert gate is not None
         front = False
@@ -310,7 +312,7 @@ class SyncBackend:
                 if ticket is W.TRIED:
                     return wait.tried  # granted by a try (an interrupt after: the id cancelled)
                 wait.sent = lambda t=ticket: gate.sent(t)  # type: ignore[misc]
-                return self._call_on(pool, key, args, extra, asking, wait)
+                return self._call_conn(pool, key, args, extra, asking, wait)
             except Exception as e:
                 if not W.is_maxclients(e) or not gate.lower():
                     raise
@@ -318,30 +320,6 @@ class SyncBackend:
             finally:
                 for t in tickets:
                     gate.leave(t)
-
-    def _call_on(
-        self,
-        pool: Any,
-        key: bytes,
-        args: list[P.Arg],
-        extra: float,
-        asking: bool,
-        wait: Optional[Wait],
-    ) -> Any:
-        closes = self.closes
-        try:
-            return self._call_conn(pool, key, args, extra, asking, wait)
-        except Exception as e:
-            if self.closes == closes or isinstance(e, ResponseError):
-                raise
-            # :meth:`close` disconnected the connection under the call: redis-py then fails
-            # with whatever its parser met (``ValueError: I/O operation on closed file``, an
-            # ``AttributeError`` on the parser's dropped buffer, a protocol error): a dropped
-            # connection, which the caller sends again on a new one (an acquire, with the same
-            # request id: a grant made into the closed connection is replayed, never lost)
-            raise RedisConnectionError(
-                f"connection closed by the client's close() during {args[0]!r}"
-            ) from e
 
     def _call_conn(
         self,
@@ -352,6 +330,7 @@ class SyncBackend:
         asking: bool,
         wait: Optional[Wait],
     ) -> Any:
+        closes = self.closes  # read before the connection is taken: see ``close``
         W.prefer_connected(pool)
         conn: Any = W.get_connection(pool)
         try:
@@ -387,6 +366,8 @@ class SyncBackend:
                 self._refresh_topology()
             raise
         finally:
+            if self.closes != closes:
+                conn.disconnect()  # open at a close(): closed now that no one uses it
             pool.release(conn)
 
     def _try(self, key: bytes, wait: Wait) -> bool:

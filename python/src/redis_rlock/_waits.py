@@ -125,10 +125,22 @@ def get_connection(pool: Any) -> Any:
     try:
         return pool.get_connection()
     except BaseException:
-        for c in list(getattr(pool, "_available_connections", [])):
+        _drop_new(pool, before)
+        raise
+
+
+def _drop_new(pool: Any, before: set[int]) -> None:
+    """Disconnects the open connections put back in ``pool`` since ``before`` was taken, each
+    only while it is still idle there (under the pool's lock): one another thread took from the
+    pool meanwhile is in use, never cut under its user."""
+    avail = getattr(pool, "_available_connections", None)
+    lock = getattr(pool, "_lock", None)
+    if not avail or lock is None or isinstance(lock, asyncio.Lock):
+        return
+    with lock:
+        for c in list(avail):
             if id(c) not in before and _open(c):
                 c.disconnect()
-        raise
 
 
 def _open(conn: Any) -> bool:

@@ -166,6 +166,7 @@ class RLockCompat(_Common, slock.Lock):
 
     def __init__(self, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
+        _lease(self.timeout)  # a lease that cannot be held is refused at once, not at acquire
         from ._sync import backend_for
 
         self._be = backend_for(redis, 2.0)
@@ -319,6 +320,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
 
     def __init__(self, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
+        _lease(self.timeout)  # a lease that cannot be held is refused at once, not at acquire
         from .aio._engine import backend_for
 
         self._be = backend_for(redis, 2.0)

@@ -199,9 +199,11 @@ class LeasedSemaphore(_SemBase):
         **kw: Any,
     ) -> None:
         super().__init__(client, name, **kw)
+        if lease is not None:
+            P.to_ms(lease, "lease")  # refused at once, not at the first acquire
         self._lease = lease
         self._on_lost = on_lost
-        self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
+        self._watchdog_ms = P.watchdog_ms(watchdog_timeout)
 
     def acquire(
         self,

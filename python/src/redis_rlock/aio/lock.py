@@ -88,7 +88,7 @@ class _Base:
         self.name = P.name_bytes(name, client)
         self._be: AsyncBackend = backend_for(client, response_timeout)
         self._lease_ms = None if lease is None else P.to_ms(lease, "lease")
-        self._watchdog_ms = P.to_ms(watchdog_timeout, "watchdog_timeout")
+        self._watchdog_ms = P.watchdog_ms(watchdog_timeout)
         P.wait_budget(blocking, timeout)
         self._blocking, self._timeout = blocking, timeout
         self._fencing = fencing
