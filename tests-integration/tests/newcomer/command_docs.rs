@@ -65,16 +65,16 @@ fn render(arg: &Arg) -> String {
 
 /// What each command's parser accepts (`src/args`), in Redis's synopsis notation.
 const SYNTAX: &[(&str, &str)] = &[
-    ("rlock.acquire", "key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION [LOCKDELAY lockdelay-ms]]"),
+    ("rlock.acquire", "key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION [LOCKDELAY lockdelay-ms]] [GT]"),
     ("rlock.release", "key owner [lease-ms] [REQUEST id]"),
-    ("rlock.renew", "key owner lease-ms"),
+    ("rlock.renew", "key owner lease-ms [GT]"),
     ("rlock.forcerelease", "key"),
     ("rlock.cancel", "key id"),
     ("rlock.pttl", "key"),
     ("rlock.info", "key"),
-    ("rwlock.acquire", "key owner <READ | WRITE> lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION [LOCKDELAY lockdelay-ms]]"),
+    ("rwlock.acquire", "key owner <READ | WRITE> lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION [LOCKDELAY lockdelay-ms]] [GT]"),
     ("rwlock.release", "key owner <READ | WRITE> [REQUEST id]"),
-    ("rwlock.renew", "key owner lease-ms [READ | WRITE]"),
+    ("rwlock.renew", "key owner lease-ms [READ | WRITE] [GT]"),
     ("rwlock.forcerelease", "key"),
     ("rwlock.info", "key"),
     ("rsem.setpermits", "key permits"),
