@@ -272,6 +272,18 @@ pub fn info_field(con: &mut Connection, section: &str, field: &str) -> i64 {
         .unwrap_or_else(|| panic!("INFO {section} has no integer field {field}:\n{info}"))
 }
 
+/// One text field of an `INFO` section (its value, trimmed).
+///
+/// # Panics
+/// When the section has no such field.
+#[must_use]
+pub fn info_text(con: &mut Connection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_owned()))
+        .unwrap_or_else(|| panic!("INFO {section} has no field {field}:\n{info}"))
+}
+
 /// The cli matching the server under test (`REDIS_CLI`, else `valkey-cli` beside a
 /// `valkey-server`, else `redis-cli`).
 #[must_use]

@@ -10,21 +10,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{cmd, info_field, poll, run_str, Server};
+use rlock_tests_integration::{cmd, info_field, info_text, poll, run_str, Server};
 
 const LIMIT: Duration = Duration::from_secs(20);
 const FILE: &str = "rlock-had-replicas";
 
 fn in_sync(con: &mut Connection) -> i64 {
     info_field(con, "rlock_replicas", "rlock_replicas_in_sync")
-}
-
-/// A text field of `INFO rlock`.
-fn info_text(con: &mut Connection, field: &str) -> String {
-    let info: String = redis::cmd("INFO").arg("rlock").query(con).expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_owned()))
-        .unwrap_or_else(|| panic!("INFO rlock has no field {field}:\n{info}"))
 }
 
 /// An acquire: `None` if granted (and released again), else the refusal.
@@ -97,7 +89,7 @@ fn a_master_restarted_after_a_crash_grants_only_once_every_replica_it_had_is_bac
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(last.contains("fewer of its replicas are in sync than were online before"), "{last}");
-    assert_eq!(info_text(&mut con, "rlock_guard_refuses"), "replicas_before_restart");
+    assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "replicas_before_restart");
     assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_replicas_required"), 2);
     assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_replicas_before_restart"), 2);
     assert_eq!(recorded(master.dir()).as_deref(), Some("2"), "the file keeps the count");
@@ -120,7 +112,7 @@ fn a_master_restarted_after_a_crash_is_quarantined_even_with_its_replica_back() 
         panic!("granted {:?} after the restart, its replica just back", restarted.elapsed())
     });
     assert!(refused.contains("restarted") && refused.contains(FILE), "{refused}");
-    assert_eq!(info_text(&mut con, "rlock_guard_refuses"), "restart_quarantine");
+    assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "restart_quarantine");
     poll("grants after the quarantine", LIMIT, || refusal(&mut con).is_none().then_some(()));
     // 4.5 s from the first check after the load (which may come a little before `restarted`).
     assert!(restarted.elapsed() >= Duration::from_millis(4_000), "{:?}", restarted.elapsed());

@@ -7,18 +7,10 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{
-    cmd, info_field, poll, queue_str, run_str, wait_replica_online, Server,
+    cmd, info_field, info_text, poll, queue_str, run_str, wait_replica_online, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// A text field of `INFO rlock`.
-fn info_text(con: &mut Connection, field: &str) -> String {
-    let info: String = redis::cmd("INFO").arg("rlock").query(con).expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_owned()))
-        .unwrap_or_else(|| panic!("INFO rlock has no field {field}:\n{info}"))
-}
 
 fn refusal(con: &mut Connection) -> Option<String> {
     match run_str(con, &["RLOCK.ACQUIRE", "g", "a", "60000"]) {
@@ -97,7 +89,7 @@ fn the_smallest_stall_setting_keeps_a_healthy_master_granting() {
         }
     }
     assert!(refused.is_empty(), "{} of 40 acquires refused: {refused:?}", refused.len());
-    assert_eq!(info_text(&mut con, "rlock_guard_refuses"), "none");
+    assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "none");
 }
 
 /// A change of `hz` on a healthy master: the gap that spans it ran at the old cron period, and
@@ -137,7 +129,7 @@ fn a_refusal_names_the_rule_that_refused_in_its_reply_and_in_info() {
     let (_server, mut con) = refusing_master();
     let reply = refusal(&mut con).expect("refused");
     assert!(reply.contains("too few of its replicas are in sync"), "{reply}");
-    assert_eq!(info_text(&mut con, "rlock_guard_refuses"), "too_few_replicas");
+    assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "too_few_replicas");
     assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_grants_allowed"), 0);
     assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_stall_threshold_ms"), 1500);
 
@@ -154,7 +146,7 @@ fn a_refusal_names_the_rule_that_refused_in_its_reply_and_in_info() {
         refusal(&mut con).filter(|e| e.contains("stalled"))
     });
     assert!(reply.contains("rlock.stall-ms"), "{reply}");
-    assert_eq!(info_text(&mut con, "rlock_guard_refuses"), "stall_quarantine");
+    assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "stall_quarantine");
     poll("the quarantine to end", LIMIT, || refusal(&mut con).is_none().then_some(()));
-    assert_eq!(info_text(&mut con, "rlock_guard_refuses"), "none");
+    assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "none");
 }
