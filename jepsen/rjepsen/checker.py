@@ -1,0 +1,216 @@
+"""Checkers over a run's history, every time on the host's one monotonic clock.
+
+A hold is what a client believes: from the grant's reply (``t1``) to the earliest of the
+release it sent, its process's death, and ``t0 + lease`` (the acquire's send time plus the
+lease: the server started the lease no earlier, so a client that respects it never believes
+past the server's end). Since every process reads the same clock, any overlap the checkers
+find is a real one, with no tolerance.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+LOCKS = {"lock", "lock_ack", "session", "lost_reply", "redisson_lock", "setnx"}
+SEMAPHORES = {"sem", "leased_sem", "redisson_sem"}
+
+
+@dataclass
+class Hold:
+    client: str
+    start: float
+    end: float
+    t0: float
+    token: int | None
+    n: int
+    side: str | None
+
+
+@dataclass
+class Row:
+    workload: str
+    grants: int = 0
+    anomalies: int = 0
+    anomaly_kind: str = ""
+    worst_ms: float = 0.0
+    token_repeats: int = 0
+    token_order: int = 0
+    heal_to_grant_s: float | None = None
+    longest_gap_s: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+    unknown: int = 0
+    resolved: dict[str, int] = field(default_factory=dict)
+    at_end: str = ""
+    examples: list[str] = field(default_factory=list)
+
+    def clean(self) -> bool:
+        return self.anomalies == 0 and self.token_repeats == 0 and self.token_order == 0
+
+
+def load(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    events = []
+    for p in paths:
+        for line in p.read_text().splitlines():
+            if line.strip():
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass  # a line cut by a kill -9
+    return events
+
+
+def holds_of(events: list[dict[str, Any]], deaths: dict[str, float]) -> list[Hold]:
+    released = {e["h"]: e["t0"] for e in events if e["ev"] == "release"}
+    out = []
+    for e in events:
+        if e["ev"] != "grant":
+            continue
+        end = min(e["t0"] + e["lease"] / 1000.0, released.get(e["h"], float("inf")), deaths.get(e["c"], float("inf")))
+        out.append(Hold(e["c"], e["t1"], end, e["t0"], e.get("token"), int(e.get("n", 1)), e.get("side")))
+    return out
+
+
+def mutual_exclusion(holds: list[Hold], exclusive: Any = lambda a, b: True) -> tuple[int, float, list[str]]:
+    """Pairs of holds of different clients that overlap (and ``exclusive(a, b)`` says must not)."""
+    holds = sorted(holds, key=lambda h: h.start)
+    active: list[Hold] = []
+    count, worst, examples = 0, 0.0, []
+    for h in holds:
+        active = [a for a in active if a.end > h.start]
+        for a in active:
+            if a.client != h.client and exclusive(a, h):
+                count += 1
+                ms = (min(a.end, h.end) - h.start) * 1000
+                worst = max(worst, ms)
+                if len(examples) < 3:
+                    examples.append(f"{a.client} [{a.start:.3f}, {a.end:.3f}] and {h.client} [{h.start:.3f}, {h.end:.3f}]: {ms:.1f} ms")
+        active.append(h)
+    return count, worst, examples
+
+
+def permits(holds: list[Hold], total: int) -> tuple[int, float, list[str]]:
+    """Grants that made the permits believed held exceed ``total``."""
+    points = sorted([(h.start, h.n) for h in holds] + [(h.end, -h.n) for h in holds], key=lambda p: (p[0], p[1]))
+    held, count, worst, examples = 0, 0, 0.0, []
+    for t, d in points:
+        held += d
+        if d > 0 and held > total:
+            count += 1
+            worst = max(worst, held - total)
+            if len(examples) < 3:
+                examples.append(f"{held} of {total} permits held at {t:.3f}")
+    return count, worst, examples
+
+
+def tokens(holds: list[Hold]) -> tuple[int, int, list[str]]:
+    """Repeated tokens, and grants that certainly came after another (sent after its reply
+    arrived) with a token not larger."""
+    with_token = [h for h in holds if h.token is not None]
+    repeats = sum(c - 1 for c in Counter(h.token for h in with_token).values() if c > 1)
+    by_reply = sorted(with_token, key=lambda h: h.start)
+    replies = [h.start for h in by_reply]
+    prefix_max: list[int] = []
+    best = -(2**63)
+    for h in by_reply:
+        best = max(best, int(h.token))  # type: ignore[arg-type]
+        prefix_max.append(best)
+    order, examples = 0, []
+    for h in with_token:
+        i = bisect.bisect_left(replies, h.t0)  # grants whose reply arrived before h was sent
+        if i and int(h.token) <= prefix_max[i - 1]:  # type: ignore[arg-type]
+            order += 1
+            if len(examples) < 3:
+                examples.append(f"token {h.token} sent at {h.t0:.3f}, after a reply with {prefix_max[i - 1]}")
+    return repeats, order, examples
+
+
+def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
+    """An awaiter answered "open" before the count could have reached zero: after a set
+    (acknowledged by every replica) and before the N-th count-down of that cycle was sent
+    (count-downs whose reply was lost count as sent) or the next delete."""
+    ev = sorted(events, key=lambda e: e["t0"])
+    cycles: list[tuple[float, float]] = []  # (set acknowledged at, could open from)
+    cur: dict[str, Any] | None = None
+    for e in ev:
+        if e["ev"] == "latch_set":
+            cur = {"set": e["t1"], "n": e["n"], "downs": 0, "open": None, "acked": e["acked"]}
+        elif e["ev"] == "latch_down" and cur is not None:
+            cur["downs"] += 1
+            if cur["downs"] == cur["n"] and cur["open"] is None:
+                cur["open"] = e["t0"]
+        elif e["ev"] == "latch_delete" and cur is not None:
+            if cur["acked"]:
+                cycles.append((cur["set"], cur["open"] if cur["open"] is not None else e["t0"]))
+            cur = None
+    if cur is not None and cur["acked"]:
+        cycles.append((cur["set"], cur["open"] if cur["open"] is not None else float("inf")))
+    count, examples = 0, []
+    for e in ev:
+        if e["ev"] != "latch_await" or not e["open"]:
+            continue
+        for set_at, open_from in cycles:
+            if e["t0"] > set_at and e["t1"] < open_from:
+                count += 1
+                if len(examples) < 3:
+                    examples.append(f"{e['c']} told open at {e['t1']:.3f}; the count could reach zero from {open_from:.3f}")
+                break
+    return count, examples
+
+
+def liveness(grant_times: list[float], heals: list[float], start: float, end: float) -> tuple[float | None, float]:
+    times = sorted(t for t in grant_times if start <= t <= end)
+    gaps = [b - a for a, b in zip([start, *times], [*times, end])]
+    after = []
+    for h in heals:
+        i = bisect.bisect_left(times, h)
+        after.append((times[i] - h) if i < len(times) else (end - h))
+    return (max(after) if after else None), (max(gaps) if gaps else end - start)
+
+
+def check(events: list[dict[str, Any]], meta: dict[str, Any]) -> list[Row]:
+    """One row per workload. ``meta``: ``totals`` (permits per semaphore workload), ``heals``
+    (times each fault ended), ``deaths`` (client id -> when its process was killed),
+    ``start``/``end`` of the workload."""
+    by_w: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if "w" in e:
+            by_w[e["w"]].append(e)
+    rows = []
+    deaths = meta.get("deaths", {})
+    for w in sorted(by_w):
+        evs = by_w[w]
+        row = Row(w)
+        holds = holds_of(evs, deaths)
+        row.grants = len(holds)
+        if w in LOCKS:
+            row.anomalies, row.worst_ms, ex = mutual_exclusion(holds)
+            row.anomaly_kind = "overlapping holds"
+        elif w == "rwlock":
+            row.anomalies, row.worst_ms, ex = mutual_exclusion(holds, lambda a, b: "WRITE" in (a.side, b.side))
+            row.anomaly_kind = "writer beside another hold"
+        elif w in SEMAPHORES:
+            row.anomalies, row.worst_ms, ex = permits(holds, int(meta["totals"][w]))
+            row.anomaly_kind = "permits over the total"
+        elif w == "latch":
+            row.anomalies, ex = latch(evs)
+            row.grants = sum(1 for e in evs if e["ev"] == "latch_await" and e["open"])
+            row.anomaly_kind = "open before zero"
+        else:
+            ex = []
+        row.examples += ex
+        row.token_repeats, row.token_order, ex = tokens(holds)
+        row.examples += ex
+        # a read-write lock's readers hide a starved writer: its gap counts write grants only
+        gap_holds = [h for h in holds if h.side == "WRITE"] if w == "rwlock" else holds
+        grant_times = [h.start for h in gap_holds] or [e["t1"] for e in evs if e["ev"] == "latch_await" and e["open"]]
+        row.heal_to_grant_s, row.longest_gap_s = liveness(grant_times, meta.get("heals", []), meta["start"], meta["end"])
+        row.errors = dict(Counter(e["err"] for e in evs if e["ev"] == "fail" and e["err"] != "busy"))
+        row.unknown = sum(1 for e in evs if e["ev"] == "unknown")
+        row.resolved = dict(Counter(f"{e['how']}:{e['reply']}" for e in evs if e["ev"] == "resolve"))
+        rows.append(row)
+    return rows

@@ -1,0 +1,575 @@
+"""One client process of a run: a workload loop against whichever server is master now,
+recording every operation on the host's one monotonic clock.
+
+Run as ``python -m rjepsen.client <spec-json>`` inside a client host's namespace. The spec names
+the workload, the key, the client id, how to find the master (Sentinels, or cluster seeds), the
+log path and the end time (``time.monotonic()``: the same clock in every namespace of this
+host). Every line of the log is one JSON event:
+
+- ``grant``: the client believes it holds ``n`` of ``key`` from ``t1`` (the reply) until
+  ``min(t0 + lease, the release it sends)``; ``t0`` is when the acquire was sent, so the
+  belief never outlasts the server's lease, wherever the server started it.
+- ``release``: ``h`` (the grant's id) is given up at ``t0``.
+- ``fail``: an operation answered with an error (``err``: its kind) or not granted.
+- ``unknown`` / ``resolve``: an acquire whose reply was lost, and what resolving its
+  ``REQUEST`` id later said about it.
+- ``latch_*``: the count-down latch's set, count-downs and awaits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.cluster import ClusterNode, RedisCluster
+
+now = time.monotonic
+# redis-py 6+ re-sends a command after a timeout by default; a lost reply must be seen as one
+NO_RETRY = Retry(NoBackoff(), 0)
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short, stable name for an error: the reply's code (``NOREPLICAS``), or ``ERR`` and its
+    message with request ids left out; ``timeout``/``connection`` for a lost reply."""
+    if isinstance(exc, redis.TimeoutError):
+        return "timeout"
+    if isinstance(exc, (redis.ConnectionError, OSError)):
+        return "connection"
+    if isinstance(exc, redis.ResponseError):
+        msg = str(exc)
+        word = msg.split(" ", 1)[0]
+        if word.isupper() and word != "ERR":
+            return word
+        msg = re.sub(r"request \S+", "request <id>", msg.removeprefix("ERR ")).split(":")[0]
+        return "ERR " + msg[:60]
+    return type(exc).__name__
+
+
+class Uncertain(Exception):
+    """The command may or may not have run (its reply was lost)."""
+
+
+class Refused(Exception):
+    """The server answered with an error: the command changed nothing."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+@dataclass
+class Master:
+    """A connection to whichever server is master, as Sentinel-following clients do: the
+    Sentinels are asked again at least once a second and after every error."""
+
+    sentinels: list[tuple[str, int]]
+    cluster_seeds: list[tuple[str, int]]
+    timeout: float
+    _conn: Any = None
+    _addr: tuple[str, int] | None = None
+    _asked: float = 0.0
+    _cluster: RedisCluster | None = None
+
+    def _discover(self) -> tuple[str, int] | None:
+        for host, port in random.sample(self.sentinels, len(self.sentinels)):
+            try:
+                s = redis.Redis(host=host, port=port, socket_timeout=0.3, socket_connect_timeout=0.3, retry=NO_RETRY)
+                try:
+                    addr = s.sentinel_get_master_addr_by_name("mymaster")
+                finally:
+                    s.close()
+                if addr:
+                    return (addr[0].decode() if isinstance(addr[0], bytes) else addr[0], int(addr[1]))
+            except (redis.RedisError, OSError):
+                continue
+        return None
+
+    def conn(self) -> Any:
+        if self.cluster_seeds:
+            if self._cluster is None:
+                self._cluster = RedisCluster(
+                    startup_nodes=[ClusterNode(h, p) for h, p in self.cluster_seeds],
+                    socket_timeout=self.timeout,
+                    socket_connect_timeout=0.5,
+                    cluster_error_retry_attempts=1,
+                    retry=NO_RETRY,
+                )
+            return self._cluster
+        if self._conn is None or now() - self._asked > 1.0:
+            self._asked = now()
+            addr = self._discover()
+            if addr is None and self._conn is None:
+                raise Refused("no_master")
+            if addr is not None and addr != self._addr:
+                self.drop()
+                self._addr = addr
+                self._conn = redis.Redis(
+                    host=addr[0], port=addr[1], socket_timeout=self.timeout, socket_connect_timeout=0.5, retry=NO_RETRY
+                )
+        return self._conn
+
+    def drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+        self._conn = None
+        self._asked = 0.0
+        if self._cluster is not None:
+            try:
+                self._cluster.close()
+            except Exception:
+                pass
+            self._cluster = None
+
+    def call(self, *args: Any) -> Any:
+        """One command. A reply lost raises :class:`Uncertain` (the connection is dropped, so
+        the next call asks the Sentinels again); an error reply raises :class:`Refused`."""
+        conn = self.conn()
+        try:
+            return conn.execute_command(*args)
+        except redis.ResponseError as exc:
+            kind = error_kind(exc)
+            if kind in ("READONLY", "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN"):
+                self.drop()
+            raise Refused(kind) from exc
+        except (redis.RedisError, OSError) as exc:
+            self.drop()
+            kind = error_kind(exc)
+            if isinstance(exc, redis.ConnectionError) and "Connection refused" in str(exc):
+                raise Refused("connection_refused") from exc
+            raise Uncertain(kind) from exc
+
+
+@dataclass
+class Ctx:
+    spec: dict[str, Any]
+    master: Master
+    out: Any
+    rng: random.Random
+    cid: str
+    key: str
+    end: float
+    _next: int = 0
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def log(self, ev: str, **kw: Any) -> None:
+        kw.update(ev=ev, c=self.cid, k=self.key, w=self.spec["workload"])
+        self.out.write(json.dumps(kw) + "\n")
+        self.out.flush()
+
+    def hold_id(self) -> str:
+        self._next += 1
+        return f"{self.cid}#{self._next}"
+
+    def req(self) -> str:
+        return uuid.uuid4().hex
+
+    def running(self) -> bool:
+        return now() < self.end
+
+    def nap(self, lo: float, hi: float) -> None:
+        time.sleep(self.rng.uniform(lo, hi))
+
+    def until_answered(self, *args: Any) -> tuple[Any, float, float]:
+        """Sends a command (an idempotent one: a cancel, a release by id) until some server
+        answers it, for up to 30 s past the run's end. Returns (reply or error kind, t0, t1)."""
+        give_up = self.end + 30
+        while True:
+            t0 = now()
+            try:
+                return self.master.call(*args), t0, now()
+            except Refused as exc:
+                if exc.kind not in ("NOREPLICAS", "READONLY", "LOADING", "no_master", "connection_refused", "CLUSTERDOWN", "MOVED", "TRYAGAIN", "MASTERDOWN"):
+                    return "error:" + exc.kind, t0, now()
+            except Uncertain:
+                pass
+            if now() > give_up:
+                return "gave_up", t0, now()
+            time.sleep(0.1)
+
+
+# --- rlock workloads --------------------------------------------------------------------
+
+LEASE = 3000
+WAIT = 1000
+
+
+def token_of(reply: Any) -> int | None:
+    if isinstance(reply, list) and reply and int(reply[0]) == 1:
+        return int(reply[1])
+    return None
+
+
+def acquire_once(ctx: Ctx, build: Callable[[str], list[Any]], granted: Callable[[Any], bool], token: Callable[[Any], int | None],
+                 release: Callable[[Any, str], list[Any]], n: int = 1, hold: tuple[float, float] = (0.0, 0.05),
+                 lease: int = LEASE, after_grant: Callable[[Any], bool] | None = None, **tags: Any) -> None:
+    """Acquire with a fresh REQUEST id (waiting in the server), hold, release. A lost reply is
+    resolved with ``RLOCK.CANCEL`` until some master answers it, so the client never believes
+    it holds what it does not, and never leaves its grant behind."""
+    req = ctx.req()
+    t0 = now()
+    try:
+        reply = ctx.master.call(*build(req))
+    except Refused as exc:
+        ctx.log("fail", t0=t0, t1=now(), err=exc.kind)
+        time.sleep(0.05)
+        return
+    except Uncertain as exc:
+        ctx.log("unknown", t0=t0, t1=now(), err=str(exc), req=req)
+        r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+        ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
+        return
+    t1 = now()
+    if not granted(reply):
+        ctx.log("fail", t0=t0, t1=t1, err="busy")
+        return
+    try:
+        acked = after_grant is None or after_grant(reply)
+    except (Refused, Uncertain):
+        acked = False
+    if not acked:
+        # not acknowledged by the replicas: rolled back, believed by nobody
+        r, _, _ = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+        ctx.log("fail", t0=t0, t1=now(), err="not_acknowledged", undo=str(r))
+        return
+    h = ctx.hold_id()
+    ctx.log("grant", t0=t0, t1=t1, lease=lease, token=token(reply), n=n, h=h, req=req, **tags)
+    ctx.nap(*hold)
+    rt0 = now()
+    ctx.log("release", t0=rt0, h=h)
+    # releases by request id or permit id are idempotent: sent until some master answers, as
+    # rlock's clients do, so a release cut off with an old master reaches the new one
+    r, _, t1 = ctx.until_answered(*release(reply, req))
+    if isinstance(r, str) and (r.startswith("error:") or r == "gave_up"):
+        ctx.log("release_failed", t0=rt0, t1=t1, h=h, err=r)
+
+
+def acquire_loop(ctx: Ctx, *args: Any, **kw: Any) -> None:
+    while ctx.running():
+        acquire_once(ctx, *args, **kw)
+
+
+def owner(ctx: Ctx) -> str:
+    return f"{ctx.spec['run']}-{ctx.cid}:1"
+
+
+def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
+    own = owner(ctx)
+    lease = 10000 if ack else LEASE
+    hold = (0.0, 1.0) if ack else ((0.0, 0.3) if session else (0.0, 0.05))
+
+    def build(req: str) -> list[Any]:
+        cmd: list[Any] = ["RLOCK.ACQUIRE", ctx.key, own, lease, "WAIT", WAIT, "TOKEN", "REQUEST", req, "GT"]
+        return cmd + (["SESSION"] if session else [])
+
+    def acked(_reply: Any) -> bool:
+        return int(ctx.master.call("WAIT", ack, 1000)) >= ack
+
+    acquire_loop(
+        ctx, build, lambda r: token_of(r) is not None, token_of,
+        lambda _r, req: ["RLOCK.RELEASE", ctx.key, own, "REQUEST", req],
+        hold=hold, lease=lease, after_grant=acked if ack else None,
+    )
+
+
+def w_rwlock(ctx: Ctx) -> None:
+    own = owner(ctx)
+    while ctx.running():
+        side = "WRITE" if ctx.rng.random() < 0.4 else "READ"
+        write = side == "WRITE"
+        acquire_once(
+            ctx,
+            lambda req: ["RWLOCK.ACQUIRE", ctx.key, own, side, LEASE, "WAIT", WAIT, "REQUEST", req, "GT"] + (["TOKEN"] if write else []),
+            lambda r: token_of(r) is not None if write else r is None,
+            lambda r: token_of(r) if write else None,
+            lambda _r, req: ["RWLOCK.RELEASE", ctx.key, own, side, "REQUEST", req],
+            side=side,
+        )
+
+
+def w_sem(ctx: Ctx) -> None:
+    acquire_loop(
+        ctx, lambda req: ["RSEM.ACQUIRE", ctx.key, 1, "WAIT", WAIT, "REQUEST", req], lambda r: r == 1, lambda _r: None,
+        lambda _r, req: ["RSEM.RELEASE", ctx.key, 1, "REQUEST", req], lease=10**9,
+    )
+
+
+def w_leased(ctx: Ctx) -> None:
+    acquire_loop(
+        ctx, lambda req: ["RSEM.ACQUIRE", ctx.key, 1, "LEASE", LEASE, "WAIT", WAIT, "REQUEST", req],
+        lambda r: isinstance(r, list) and len(r) == 1, lambda _r: None,
+        lambda r, _req: ["RSEM.RELEASE", ctx.key, "ID", r[0]],
+    )
+
+
+def w_lost_reply(ctx: Ctx) -> None:
+    """Acquires whose replies are thrown away unread (the connection closed after sending),
+    then resolved exactly through their ``REQUEST`` id: half by a retry with the same id (its
+    reply is the first one's grant, or a new acquire), half by ``RLOCK.CANCEL``."""
+    own = owner(ctx)
+    while ctx.running():
+        req = ctx.req()
+        cmd = ["RLOCK.ACQUIRE", ctx.key, own, LEASE, "WAIT", WAIT, "TOKEN", "REQUEST", req, "GT"]
+        t0 = now()
+        try:
+            conn = ctx.master.conn()
+            c = conn.connection_pool.get_connection("_") if hasattr(conn, "connection_pool") else None
+            if c is None:
+                raise Refused("cluster")
+            c.send_command(*cmd)
+            time.sleep(ctx.rng.uniform(0, 0.02))
+            c.disconnect()
+            conn.connection_pool.release(c)
+        except (Refused, redis.RedisError, OSError) as exc:
+            ctx.log("fail", t0=t0, t1=now(), err=error_kind(exc))
+            ctx.master.drop()
+            time.sleep(0.05)
+            continue
+        ctx.log("unknown", t0=t0, t1=now(), req=req, err="dropped")
+        if ctx.rng.random() < 0.5:
+            r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+            ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
+            continue
+        # retry with the same id: the first grant's reply if it stands, else a fresh acquire
+        while ctx.running():
+            r0 = now()
+            try:
+                reply = ctx.master.call(*cmd)
+            except Refused as exc:
+                if exc.kind == "ERR request <id> was cancelled":
+                    # the server rolled the grant back when the connection closed: nothing held
+                    ctx.log("resolve", t0=r0, t1=now(), req=req, how="retry", reply="cancelled")
+                    break
+                if exc.kind == "ERR request <id> is already waiting":
+                    time.sleep(0.02)  # the dropped wait is still being taken out of the queue
+                    continue
+                ctx.log("fail", t0=r0, t1=now(), err=exc.kind)
+                time.sleep(0.05)
+                continue
+            except Uncertain:
+                r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+                ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
+                break
+            r1 = now()
+            tok = token_of(reply)
+            ctx.log("resolve", t0=r0, t1=r1, req=req, how="retry", reply=str(reply))
+            if tok is not None:
+                h = ctx.hold_id()
+                # the lease may have started with the first send: count it from there
+                ctx.log("grant", t0=t0, t1=r1, lease=LEASE, token=tok, n=1, h=h, req=req)
+                ctx.nap(0.0, 0.05)
+                ctx.log("release", t0=now(), h=h)
+                try:
+                    ctx.master.call("RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
+                except (Refused, Uncertain):
+                    pass
+            break
+
+
+def w_latch(ctx: Ctx) -> None:
+    """Client 0 sets the latch to N (acknowledged by every replica before it counts it as
+    set), then counts it down N times; the others await it."""
+    n = 4
+    if ctx.spec["index"] == 0:
+        while ctx.running():
+            t0 = now()
+            try:
+                ctx.master.call("RLATCH.DELETE", ctx.key)
+                ctx.log("latch_delete", t0=t0, t1=now())
+                t0 = now()
+                if ctx.master.call("RLATCH.SETCOUNT", ctx.key, n) != 1:
+                    continue
+                t1 = now()
+                acked = int(ctx.master.call("WAIT", ctx.spec.get("replicas", 0), 1000)) >= ctx.spec.get("replicas", 0)
+            except (Refused, Uncertain) as exc:
+                ctx.log("latch_delete", t0=t0, t1=now(), err=getattr(exc, "kind", str(exc)))
+                time.sleep(0.1)
+                continue
+            ctx.log("latch_set", t0=t0, t1=t1, n=n, acked=acked)
+            for _ in range(n):
+                ctx.nap(0.05, 0.3)
+                t0 = now()
+                try:
+                    left = ctx.master.call("RLATCH.COUNTDOWN", ctx.key)
+                    ctx.log("latch_down", t0=t0, t1=now(), left=int(left))
+                except (Refused, Uncertain) as exc:
+                    ctx.log("latch_down", t0=t0, t1=now(), err=getattr(exc, "kind", str(exc)))
+            ctx.nap(0.1, 0.3)
+    else:
+        while ctx.running():
+            t0 = now()
+            try:
+                r = ctx.master.call("RLATCH.AWAIT", ctx.key, 2000)
+            except (Refused, Uncertain) as exc:
+                ctx.log("fail", t0=t0, t1=now(), err=getattr(exc, "kind", str(exc)))
+                time.sleep(0.05)
+                continue
+            ctx.log("latch_await", t0=t0, t1=now(), open=int(r) == 1)
+            if int(r) == 1:
+                time.sleep(0.02)
+
+
+# --- baselines: Redisson's Lua and SET NX PX, polling as their clients do ------------------
+
+REDISSON_LOCK = """
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1);
+  redis.call('pexpire', KEYS[1], ARGV[1]);
+  return {1, redis.call('incr', KEYS[2])};
+end;
+return {0, redis.call('pttl', KEYS[1])};
+"""
+REDISSON_UNLOCK = """
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil; end;
+local c = redis.call('hincrby', KEYS[1], ARGV[1], -1);
+if c > 0 then return 0; end;
+redis.call('del', KEYS[1]); return 1;
+"""
+REDISSON_SEM = """
+local v = redis.call('get', KEYS[1]);
+if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]); return 1; end;
+return 0;
+"""
+CAS_DEL = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+def poll(ctx: Ctx, attempt: Callable[[], Any], ok: Callable[[Any], bool]) -> tuple[Any, float, float] | None:
+    """Tries every 10 ms for up to ``WAIT`` ms, as Redisson's and SET NX clients poll."""
+    t0 = now()
+    while True:
+        reply = attempt()
+        if ok(reply):
+            return reply, t0, now()
+        if now() - t0 > WAIT / 1000:
+            return None
+        time.sleep(0.01)
+
+
+def replicas_ok(ctx: Ctx) -> bool:
+    """Redisson since 3.17: after a grant, WAIT for the replicas it knows, for 1 s."""
+    want = int(ctx.spec.get("replicas", 0))
+    return want == 0 or int(ctx.master.call("WAIT", want, 1000)) >= want
+
+
+def w_redisson_lock(ctx: Ctx) -> None:
+    own = owner(ctx)
+    tkey = "{" + ctx.key + "}:token"
+    while ctx.running():
+        try:
+            got = poll(ctx, lambda: ctx.master.call("EVAL", REDISSON_LOCK, 2, ctx.key, tkey, LEASE, own), lambda r: int(r[0]) == 1)
+            if got is None:
+                ctx.log("fail", t0=now(), t1=now(), err="busy")
+                continue
+            reply, t0, t1 = got
+            if not replicas_ok(ctx):
+                ctx.master.call("EVAL", REDISSON_UNLOCK, 1, ctx.key, own)
+                ctx.log("fail", t0=t0, t1=now(), err="not_acknowledged")
+                continue
+        except (Refused, Uncertain) as exc:
+            ctx.log("fail", t0=now(), t1=now(), err=getattr(exc, "kind", str(exc)))
+            time.sleep(0.05)
+            continue
+        h = ctx.hold_id()
+        ctx.log("grant", t0=t0, t1=t1, lease=LEASE, token=int(reply[1]), n=1, h=h)
+        ctx.nap(0.0, 0.05)
+        ctx.log("release", t0=now(), h=h)
+        try:
+            ctx.master.call("EVAL", REDISSON_UNLOCK, 1, ctx.key, own)
+        except (Refused, Uncertain):
+            pass
+
+
+def w_redisson_sem(ctx: Ctx) -> None:
+    while ctx.running():
+        try:
+            got = poll(ctx, lambda: ctx.master.call("EVAL", REDISSON_SEM, 1, ctx.key, 1), lambda r: int(r) == 1)
+            if got is None:
+                ctx.log("fail", t0=now(), t1=now(), err="busy")
+                continue
+            _, t0, t1 = got
+            if not replicas_ok(ctx):
+                ctx.master.call("INCRBY", ctx.key, 1)
+                ctx.log("fail", t0=t0, t1=now(), err="not_acknowledged")
+                continue
+        except (Refused, Uncertain) as exc:
+            ctx.log("fail", t0=now(), t1=now(), err=getattr(exc, "kind", str(exc)))
+            time.sleep(0.05)
+            continue
+        h = ctx.hold_id()
+        ctx.log("grant", t0=t0, t1=t1, lease=10**9, token=None, n=1, h=h)
+        ctx.nap(0.0, 0.05)
+        ctx.log("release", t0=now(), h=h)
+        try:
+            ctx.master.call("INCRBY", ctx.key, 1)
+        except (Refused, Uncertain):
+            pass
+
+
+def w_setnx(ctx: Ctx) -> None:
+    val = owner(ctx)
+    while ctx.running():
+        try:
+            got = poll(ctx, lambda: ctx.master.call("SET", ctx.key, val, "NX", "PX", LEASE), lambda r: r is not None and r is not False)
+        except (Refused, Uncertain) as exc:
+            ctx.log("fail", t0=now(), t1=now(), err=getattr(exc, "kind", str(exc)))
+            time.sleep(0.05)
+            continue
+        if got is None:
+            ctx.log("fail", t0=now(), t1=now(), err="busy")
+            continue
+        _, t0, t1 = got
+        h = ctx.hold_id()
+        ctx.log("grant", t0=t0, t1=t1, lease=LEASE, token=None, n=1, h=h)
+        ctx.nap(0.0, 0.05)
+        ctx.log("release", t0=now(), h=h)
+        try:
+            ctx.master.call("EVAL", CAS_DEL, 1, ctx.key, val)
+        except (Refused, Uncertain):
+            pass
+
+
+WORKLOADS: dict[str, Callable[[Ctx], None]] = {
+    "lock": w_lock,
+    "lock_ack": lambda ctx: w_lock(ctx, ack=int(ctx.spec.get("replicas", 2))),
+    "session": lambda ctx: w_lock(ctx, session=True),
+    "rwlock": w_rwlock,
+    "sem": w_sem,
+    "leased_sem": w_leased,
+    "latch": w_latch,
+    "lost_reply": w_lost_reply,
+    "redisson_lock": w_redisson_lock,
+    "redisson_sem": w_redisson_sem,
+    "setnx": w_setnx,
+}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    master = Master(
+        sentinels=[(a.split(":")[0], int(a.split(":")[1])) for a in spec.get("sentinels", [])],
+        cluster_seeds=[(a.split(":")[0], int(a.split(":")[1])) for a in spec.get("cluster", [])],
+        timeout=(WAIT + 2000) / 1000,
+    )
+    with open(spec["out"], "a", buffering=1) as out:
+        ctx = Ctx(spec, master, out, random.Random(spec["seed"]), spec["cid"], spec["key"], float(spec["end"]))
+        ctx.log("start", t0=now(), pid=os.getpid())
+        while now() < float(spec["start"]):
+            time.sleep(0.01)
+        WORKLOADS[spec["workload"]](ctx)
+        ctx.log("stop", t0=now())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Runs cells of the matrix (topology x nemesis x mode) and writes the results table.
+
+    python3 -m rjepsen run --nemesis partition --mode defaults --seed 1
+    python3 -m rjepsen matrix [--quick] [--seeds 1,2,3] [--out DIR]
+
+A cell starts the servers in fresh namespaces, starts every workload's clients (rlock's and the
+baselines', in the same run), lets the nemesis fault and heal the group while they run, checks
+the history and deletes everything (also on failure or interrupt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from . import checker, nemesis, topology
+
+HERE = Path(__file__).resolve().parent
+MODES: dict[str, list[str]] = {
+    "defaults": [],
+    "min_replicas_2": ["rlock.min-replicas 2"],
+    "guard_off": ["rlock.min-replicas 0"],
+}
+# workload -> clients (alternating c1, c2)
+RLOCK_WORKLOADS = {"lock": 3, "lock_ack": 2, "session": 3, "rwlock": 3, "sem": 4, "leased_sem": 4, "latch": 3, "lost_reply": 2}
+BASELINES = {"redisson_lock": 3, "redisson_sem": 4, "setnx": 3}
+TOTALS = {"sem": 3, "leased_sem": 3, "redisson_sem": 3}
+
+
+def spawn(group: topology.Group, host: str, spec: dict[str, Any]) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+    return subprocess.Popen(
+        group.net.wrap(host, [sys.executable, "-m", "rjepsen.client", json.dumps(spec)]),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(spec["out"] + ".err", "w"),
+    )
+
+
+def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path, binary: str) -> dict[str, Any]:
+    rng = random.Random(seed)
+    root = topology.fresh_root(out / "servers")
+    logs = out / "history"
+    logs.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"nemesis": nemesis_name, "mode": mode, "seed": seed, "heals": [], "deaths": {}, "faults": []}
+    group = topology.Group.start(root, binary, MODES[mode])
+    procs: dict[str, tuple[subprocess.Popen[bytes], dict[str, Any], str]] = {}
+    stop = threading.Event()
+    try:
+        admin = group.servers["n1"].admin()
+        for w, total in TOTALS.items():
+            admin.execute_command("SET", w, total) if w == "redisson_sem" else admin.execute_command("RSEM.SETPERMITS", w, total)
+        admin.execute_command("WAIT", 2, 2000)
+        start = time.monotonic() + 3.0
+        end = start + duration
+        meta.update(start=start, end=end)
+        base = {"sentinels": group.sentinel_addrs(), "start": start, "end": end, "run": f"s{seed}", "replicas": 2}
+        for w, n in {**RLOCK_WORKLOADS, **BASELINES}.items():
+            for i in range(n):
+                cid = f"{w}{i}"
+                host = group.clients[i % 2]
+                spec = {**base, "workload": w, "key": w, "cid": cid, "index": i, "seed": rng.randrange(2**32), "out": str(logs / f"{cid}.jsonl")}
+                procs[cid] = (spawn(group, host, spec), spec, host)
+        killer = threading.Thread(target=kill_sessions, args=(group, procs, meta, rng, stop, end), daemon=True)
+        killer.start()
+        make = nemesis.for_group(nemesis_name, group, rng)
+        time.sleep(max(0.0, start - time.monotonic()) + 5.0)
+        while make is not None:
+            fault = make()
+            if time.monotonic() + fault.length + 20 > end:
+                break
+            t = time.monotonic()
+            what = fault.start()
+            time.sleep(fault.length)
+            healed = fault.heal()
+            h = time.monotonic()
+            meta["heals"].append(h)
+            settled = nemesis.settle(group)
+            meta["faults"].append({"at": t, "what": what, "heal": healed, "healed_at": h, "settled_after_s": round(settled, 2)})
+            time.sleep(3.0)
+        stop.set()
+        killer.join()
+        for cid, (p, _, _) in list(procs.items()):
+            try:
+                p.wait(timeout=max(1.0, end + 40 - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                meta.setdefault("hung", []).append(cid)
+        meta["at_end"] = final_state(group)
+    except BaseException:
+        meta["error"] = traceback.format_exc()
+        raise
+    finally:
+        stop.set()
+        for p, _, _ in procs.values():
+            if p.poll() is None:
+                p.kill()
+        for srv in group.servers.values():
+            (out / f"{srv.host}.log.tail").write_text(srv.log_tail(200))
+        group.close()
+        (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    rows = checker.check(checker.load(sorted(logs.glob("*.jsonl"))), {**meta, "totals": TOTALS})
+    for row in rows:
+        end_state = meta.get("at_end", {}).get(row.workload)
+        if end_state:
+            row.at_end = end_state["left"]
+            if end_state["bad"]:
+                row.anomalies += 1
+                row.anomaly_kind = (row.anomaly_kind + "; " if row.anomaly_kind else "") + "at the end: " + end_state["left"]
+                row.examples.append("at the end: " + end_state["left"])
+    result = {**{k: meta[k] for k in ("nemesis", "mode", "seed", "faults")}, "rows": [asdict(r) for r in rows]}
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+LEASED = ("lock", "session", "lost_reply", "lock_ack", "rwlock", "leased_sem", "redisson_lock", "setnx")
+
+
+def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
+    """Every client stopped and every lease over (10 s leases at most, plus the timers' slack):
+    what each key still holds on the settled master. A hold with a lease still there, leased
+    permits not all back, or more counted permits than the total are held by nobody (or made
+    from nothing): anomalies. Counted permits missing are reported: a release acknowledged by
+    a master that then lost its role is lost with it (asynchronous replication; no lease brings
+    them back)."""
+    nemesis.settle(group)
+    time.sleep(12.0)
+    admin = group.servers[group.master()].admin()
+    state: dict[str, dict[str, Any]] = {}
+    for w in LEASED:
+        if w == "leased_sem":
+            avail = int(admin.execute_command("RSEM.AVAILABLE", w))
+            state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail != TOTALS[w]}
+        else:
+            ttl = int(admin.pttl(w))
+            state[w] = {"left": "free" if ttl == -2 else f"still held (pttl {ttl} ms)", "bad": ttl != -2}
+    for w in ("sem", "redisson_sem"):
+        avail = int(admin.get(w) or 0)
+        state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail > TOTALS[w]}
+    return state
+
+
+def kill_sessions(group: topology.Group, procs: dict[str, Any], meta: dict[str, Any], rng: random.Random,
+                  stop: threading.Event, end: float) -> None:
+    """Every 1 to 3 s, kill -9 one session client (its hold, if any, must end with its
+    connection) and start a new one in its place."""
+    gen = 0
+    while not stop.wait(rng.uniform(1.0, 3.0)) and time.monotonic() < end - 2:
+        victims = [cid for cid in procs if cid.startswith("session") and procs[cid][0].poll() is None]
+        if not victims:
+            continue
+        cid = rng.choice(victims)
+        p, spec, host = procs[cid]
+        p.kill()
+        meta["deaths"][cid] = time.monotonic()  # the client believes nothing after this
+        p.wait()
+        gen += 1
+        new = {**spec, "cid": f"{spec['cid']}r{gen}", "out": spec["out"].replace(".jsonl", f"r{gen}.jsonl"), "start": 0}
+        procs[new["cid"]] = (spawn(group, host, new), new, host)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = (
+        "| nemesis | mode | workload | grants | anomalies | token repeats / order | heal → grant (s) | longest gap (s) | at the end | errors |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in results:
+        for row in r["rows"]:
+            errs = ", ".join(f"{k} {v}" for k, v in sorted(row["errors"].items(), key=lambda kv: -kv[1])[:3]) or "—"
+            anomalies = f"**{row['anomalies']}** ({row['anomaly_kind']}, worst {row['worst_ms']:.0f})" if row["anomalies"] else "0"
+            tok = f"{row['token_repeats']} / {row['token_order']}"
+            if row["token_repeats"] or row["token_order"]:
+                tok = f"**{tok}**"
+            h2g = "—" if row["heal_to_grant_s"] is None else f"{row['heal_to_grant_s']:.1f}"
+            lines.append(f"| {r['nemesis']} | {r['mode']} | {row['workload']} | {row['grants']} | {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} | {row['at_end'] or '—'} | {errs} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def verdict(results: list[dict[str, Any]]) -> list[str]:
+    """What is wrong with these results: an anomaly of rlock with its guard on, or a broken
+    setup (the guard off under a partition) in which the checkers found nothing."""
+    problems = []
+    for r in results:
+        rl = [row for row in r["rows"] if row["workload"] in RLOCK_WORKLOADS]
+        if r["mode"] != "guard_off":
+            for row in rl:
+                if not (row["anomalies"] == 0 and row["token_repeats"] == 0 and row["token_order"] == 0):
+                    problems.append(f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: {row['workload']}: {row['examples']}")
+        elif r["nemesis"] == "partition" and all(row["anomalies"] == 0 for row in rl):
+            problems.append(f"partition/guard_off/seed {r['seed']}: the checkers found no anomaly in the broken setup")
+    return problems
+
+
+QUICK = [("partition", "defaults"), ("kill_restart", "defaults"), ("partition", "guard_off")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="rjepsen")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    one = sub.add_parser("run")
+    one.add_argument("--nemesis", default="partition")
+    one.add_argument("--mode", default="defaults", choices=list(MODES))
+    mx = sub.add_parser("matrix")
+    mx.add_argument("--quick", action="store_true")
+    mx.add_argument("--seeds", default="1")
+    for p in (one, mx):
+        p.add_argument("--seed", type=int, default=1)
+        p.add_argument("--duration", type=float, default=60.0)
+        p.add_argument("--out", default=str(HERE.parent / "results" / time.strftime("%Y%m%d-%H%M%S")))
+        p.add_argument("--server", default="redis-server")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("the suite creates network namespaces: run it as root")
+    out = Path(args.out)
+    if args.cmd == "run":
+        cells = [(args.nemesis, args.mode, args.seed)]
+    else:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        pairs = QUICK if args.quick else [(n, m) for m in MODES for n in nemesis.SENTINEL_NEMESES]
+        cells = [(n, m, s) for s in seeds for n, m in pairs]
+    results = []
+    for n, m, s in cells:
+        cell = out / f"{n}-{m}-{s}"
+        t = time.monotonic()
+        print(f"== {n} / {m} / seed {s}", flush=True)
+        results.append(run_cell(n, m, s, args.duration, cell, args.server))
+        print(table(results[-1:]), f"({time.monotonic() - t:.0f} s)", flush=True)
+    (out / "results.md").write_text(table(results))
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    problems = verdict(results)
+    print(f"results: {out / 'results.md'}")
+    for p in problems:
+        print("PROBLEM:", p)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
