@@ -12,6 +12,8 @@ killed run left behind before a new one starts.
 from __future__ import annotations
 
 import atexit
+import fcntl
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from typing import Sequence
 PREFIX = "rj-"
 BRIDGE_NS = PREFIX + "br"
 SUBNET = "10.77.0"
+LOCK_PATH = "/run/rjepsen.lock"
 
 
 def sh(argv: Sequence[str], check: bool = True) -> str:
@@ -48,11 +51,15 @@ class Net:
 
     hosts: dict[str, str] = field(default_factory=dict)
     _closed: bool = False
+    _lock: int = -1
 
     @classmethod
     def create(cls, names: Sequence[str]) -> "Net":
+        # one run at a time on a machine: the namespace names are fixed
+        lock = os.open(LOCK_PATH, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         delete_stale()
-        net = cls()
+        net = cls(_lock=lock)
         _register(net)
         sh(["ip", "netns", "add", BRIDGE_NS])
         sh(["ip", "-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge"])
@@ -120,6 +127,9 @@ class Net:
         for host in self.hosts:
             sh(["ip", "netns", "del", self.ns(host)], check=False)
         sh(["ip", "netns", "del", BRIDGE_NS], check=False)
+        if self._lock >= 0:
+            os.close(self._lock)  # releases the run lock
+            self._lock = -1
 
 
 _LIVE: list[Net] = []
