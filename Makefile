@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke jepsen-deps jepsen jepsen-quick lint fmt docs clean
 
 all: build
 
@@ -132,6 +132,31 @@ failover: build valkey-deps
 	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test --release -p rlock-tests-integration --test cluster_failover -- --nocapture
 	RLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) REDIS_SERVER="$$($(VALKEY_SERVER_PATH))" \
 		$(CARGO) test --release -p rlock-tests-integration --test cluster_failover -- --nocapture
+
+# The fault-injection suite (jepsen/README.md; as root: it creates network namespaces and
+# cuts links with iptables). `make jepsen`: every nemesis x mode (rlock's defaults, a stronger
+# and a broken setting, the baselines in the same runs) for JEPSEN_SEEDS, each cell
+# JEPSEN_DURATION seconds (about 30 min a seed); the table lands in jepsen/results/<time>/results.md.
+# `make jepsen-quick` (CI): the checkers' own tests, then three cells (a partition and a
+# crash-restart with the defaults, a partition with the replica guard off, which must be flagged).
+JEPSEN_SEEDS ?= 1,2,3
+JEPSEN_DURATION ?= 60
+jepsen-deps: python-deps
+	@missing=""; \
+	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+jepsen: build jepsen-deps
+	cd jepsen && $(SUDO) python3 -m rjepsen matrix --seeds $(JEPSEN_SEEDS) --duration $(JEPSEN_DURATION)
+
+jepsen-quick: build jepsen-deps
+	cd jepsen && python3 -m pytest -q -p no:cacheprovider tests
+	cd jepsen && $(SUDO) python3 -m rjepsen matrix --quick --duration 40
 
 # The soak at full size: 20 clients x 50,000 lock cycles with waiting (CI runs 300 cycles).
 SOAK_CYCLES ?= 50000

@@ -110,7 +110,7 @@ class Master:
             addr = self._discover()
             if addr is None and self._conn is None:
                 raise Refused("no_master")
-            if addr is not None and addr != self._addr:
+            if addr is not None and (addr != self._addr or self._conn is None):
                 self.drop()
                 self._addr = addr
                 self._conn = redis.Redis(
@@ -333,7 +333,7 @@ def w_lost_reply(ctx: Ctx) -> None:
             c.disconnect()
             conn.connection_pool.release(c)
         except (Refused, redis.RedisError, OSError) as exc:
-            ctx.log("fail", t0=t0, t1=now(), err=error_kind(exc))
+            ctx.log("fail", t0=t0, t1=now(), err=exc.kind if isinstance(exc, Refused) else error_kind(exc))
             ctx.master.drop()
             time.sleep(0.05)
             continue

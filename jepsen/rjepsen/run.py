@@ -109,6 +109,8 @@ def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path
             (out / f"{srv.host}.log.tail").write_text(srv.log_tail(200))
         group.close()
         (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    meta["crashed"] = [p.name for p in sorted(logs.glob("*.err")) if "Traceback" in p.read_text(errors="replace")]
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
     rows = checker.check(checker.load(sorted(logs.glob("*.jsonl"))), {**meta, "totals": TOTALS})
     for row in rows:
         end_state = meta.get("at_end", {}).get(row.workload)
@@ -118,7 +120,7 @@ def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path
                 row.anomalies += 1
                 row.anomaly_kind = (row.anomaly_kind + "; " if row.anomaly_kind else "") + "at the end: " + end_state["left"]
                 row.examples.append("at the end: " + end_state["left"])
-    result = {**{k: meta[k] for k in ("nemesis", "mode", "seed", "faults")}, "rows": [asdict(r) for r in rows]}
+    result = {**{k: meta[k] for k in ("nemesis", "mode", "seed", "faults", "crashed")}, "rows": [asdict(r) for r in rows]}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
@@ -192,11 +194,13 @@ def verdict(results: list[dict[str, Any]]) -> list[str]:
     setup (the guard off under a partition) in which the checkers found nothing."""
     problems = []
     for r in results:
+        if r.get("crashed"):
+            problems.append(f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: client processes crashed: {r['crashed']}")
         rl = [row for row in r["rows"] if row["workload"] in RLOCK_WORKLOADS]
         if r["mode"] != "guard_off":
             for row in rl:
                 if not (row["anomalies"] == 0 and row["token_repeats"] == 0 and row["token_order"] == 0):
-                    problems.append(f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: {row['workload']}: {row['examples']}")
+                    problems.append(f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: {row['workload']}: {row['anomaly_kind']} {row['examples']}")
         elif r["nemesis"] == "partition" and all(row["anomalies"] == 0 for row in rl):
             problems.append(f"partition/guard_off/seed {r['seed']}: the checkers found no anomaly in the broken setup")
     return problems
@@ -242,6 +246,9 @@ def main() -> None:
     print(f"results: {out / 'results.md'}")
     for p in problems:
         print("PROBLEM:", p)
+    bad_cells = {p.split(":", 1)[0] for p in problems}
+    # the line CI adds to its totals, one "test" per cell
+    print(f"test result: {'FAILED' if problems else 'ok'}. {len(results) - len(bad_cells)} passed; {len(bad_cells)} failed")
     sys.exit(1 if problems else 0)
 
 
