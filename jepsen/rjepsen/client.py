@@ -200,6 +200,29 @@ class Ctx:
             time.sleep(0.1)
 
 
+def durable(ctx: Ctx, *args: Any) -> tuple[Any, float, float]:
+    """An idempotent command that gives back counted permits (a release or a cancel by request
+    id), sent until a master answers it AND every replica acknowledges it (``WAIT``). Counted
+    permits have no lease: a give-back that a master answered and then lost with its role (it
+    was cut off, or resumed from a stall already replaced) would be lost for good. Sent again to
+    whichever master is current, the request id makes it exact: the new master's record still
+    says granted (given back now) or already released (nothing more)."""
+    want = int(ctx.spec.get("replicas", 0))
+    give_up = ctx.end + 30
+    while True:
+        r, t0, t1 = ctx.until_answered(*args)
+        if isinstance(r, str) and (r.startswith("error:") or r == "gave_up"):
+            return r, t0, t1
+        try:
+            if want == 0 or int(ctx.master.call("WAIT", want, 1000)) >= want:
+                return r, t0, t1
+        except (Refused, Uncertain):
+            pass
+        if now() > give_up:
+            return "gave_up", t0, t1
+        time.sleep(0.1)
+
+
 # --- rlock workloads --------------------------------------------------------------------
 
 LEASE = 3000
@@ -214,10 +237,13 @@ def token_of(reply: Any) -> int | None:
 
 def acquire_once(ctx: Ctx, build: Callable[[str], list[Any]], granted: Callable[[Any], bool], token: Callable[[Any], int | None],
                  release: Callable[[Any, str], list[Any]], n: int = 1, hold: tuple[float, float] = (0.0, 0.05),
-                 lease: int = LEASE, after_grant: Callable[[Any], bool] | None = None, **tags: Any) -> None:
+                 lease: int = LEASE, after_grant: Callable[[Any], bool] | None = None, counted: bool = False,
+                 during: Callable[[Any], None] | None = None, **tags: Any) -> None:
     """Acquire with a fresh REQUEST id (waiting in the server), hold, release. A lost reply is
     resolved with ``RLOCK.CANCEL`` until some master answers it, so the client never believes
-    it holds what it does not, and never leaves its grant behind."""
+    it holds what it does not, and never leaves its grant behind. ``counted``: the give-backs
+    are :func:`durable` (counted permits have no lease)."""
+    give_back: Callable[..., tuple[Any, float, float]] = (lambda *a: durable(ctx, *a)) if counted else ctx.until_answered
     req = ctx.req()
     t0 = now()
     try:
@@ -228,7 +254,7 @@ def acquire_once(ctx: Ctx, build: Callable[[str], list[Any]], granted: Callable[
         return
     except Uncertain as exc:
         ctx.log("unknown", t0=t0, t1=now(), err=str(exc), req=req)
-        r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+        r, c0, c1 = give_back("RLOCK.CANCEL", ctx.key, req)
         ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
         return
     t1 = now()
@@ -241,17 +267,19 @@ def acquire_once(ctx: Ctx, build: Callable[[str], list[Any]], granted: Callable[
         acked = False
     if not acked:
         # not acknowledged by the replicas: rolled back, believed by nobody
-        r, _, _ = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+        r, _, _ = give_back("RLOCK.CANCEL", ctx.key, req)
         ctx.log("fail", t0=t0, t1=now(), err="not_acknowledged", undo=str(r))
         return
     h = ctx.hold_id()
     ctx.log("grant", t0=t0, t1=t1, lease=lease, token=token(reply), n=n, h=h, req=req, **tags)
+    if during is not None:
+        during(reply)
     ctx.nap(*hold)
     rt0 = now()
     ctx.log("release", t0=rt0, h=h)
     # releases by request id or permit id are idempotent: sent until some master answers, as
     # rlock's clients do, so a release cut off with an old master reaches the new one
-    r, _, t1 = ctx.until_answered(*release(reply, req))
+    r, _, t1 = give_back(*release(reply, req))
     if isinstance(r, str) and (r.startswith("error:") or r == "gave_up"):
         ctx.log("release_failed", t0=rt0, t1=t1, h=h, err=r)
 
@@ -277,10 +305,31 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
     def acked(_reply: Any) -> bool:
         return int(ctx.master.call("WAIT", ack, 1000)) >= ack
 
+    def reenter(outer: Any) -> None:
+        """Sometimes re-enters the lock it holds (the count goes to 2 and back): granted at
+        once with the hold's token, as the holder still holds it."""
+        if ctx.rng.random() > 0.3:
+            return
+        req = ctx.req()
+        t0 = now()
+        try:
+            reply = ctx.master.call("RLOCK.ACQUIRE", ctx.key, own, lease, "TOKEN", "REQUEST", req, "GT")
+        except Refused as exc:
+            ctx.log("reenter", t0=t0, t1=now(), err=exc.kind)
+            return
+        except Uncertain as exc:
+            ctx.log("reenter", t0=t0, t1=now(), err=exc.kind if hasattr(exc, "kind") else str(exc))
+            ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+            return
+        ctx.log("reenter", t0=t0, t1=now(), token=token_of(reply), outer=token_of(outer))
+        if token_of(reply) is not None:
+            ctx.nap(0.0, 0.01)
+            ctx.until_answered("RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
+
     acquire_loop(
         ctx, build, lambda r: token_of(r) is not None, token_of,
         lambda _r, req: ["RLOCK.RELEASE", ctx.key, own, "REQUEST", req],
-        hold=hold, lease=lease, after_grant=acked if ack else None,
+        hold=hold, lease=lease, after_grant=acked if ack else None, during=reenter,
     )
 
 
@@ -302,7 +351,7 @@ def w_rwlock(ctx: Ctx) -> None:
 def w_sem(ctx: Ctx) -> None:
     acquire_loop(
         ctx, lambda req: ["RSEM.ACQUIRE", ctx.key, 1, "WAIT", WAIT, "REQUEST", req], lambda r: r == 1, lambda _r: None,
-        lambda _r, req: ["RSEM.RELEASE", ctx.key, 1, "REQUEST", req], lease=10**9,
+        lambda _r, req: ["RSEM.RELEASE", ctx.key, 1, "REQUEST", req], lease=10**9, counted=True,
     )
 
 
