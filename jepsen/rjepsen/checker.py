@@ -3,8 +3,10 @@
 A hold is what a client believes: from the grant's reply (``t1``) to the earliest of the
 release it sent, its process's death, and ``t0 + lease`` (the acquire's send time plus the
 lease: the server started the lease no earlier, so a client that respects it never believes
-past the server's end). Since every process reads the same clock, any overlap the checkers
-find is a real one, with no tolerance.
+past the server's end). A hold whose reply arrived after that end (``t1 >= t0 + lease``) is
+believed by nobody: it takes part in no overlap and no permit count (its token is still
+checked). Since every process reads the same clock, any overlap the checkers find is a real
+one, with no tolerance.
 """
 
 from __future__ import annotations
@@ -81,11 +83,17 @@ def holds_of(events: list[dict[str, Any]], deaths: dict[str, float]) -> list[Hol
     return out
 
 
+def believed(holds: list[Hold]) -> list[Hold]:
+    """The holds some client believed for a while: not those that ended (their lease, their
+    process) before their reply arrived."""
+    return [h for h in holds if h.end > h.start]
+
+
 def mutual_exclusion(
     holds: list[Hold], exclusive: Any = lambda a, b: True
 ) -> tuple[int, float, list[str]]:
     """Pairs of holds of different clients that overlap (and ``exclusive(a, b)`` says must not)."""
-    holds = sorted(holds, key=lambda h: h.start)
+    holds = sorted(believed(holds), key=lambda h: h.start)
     active: list[Hold] = []
     count, worst = 0, 0.0
     examples: list[str] = []
@@ -107,6 +115,7 @@ def mutual_exclusion(
 
 def permits(holds: list[Hold], total: int) -> tuple[int, float, list[str]]:
     """Grants that made the permits believed held exceed ``total``."""
+    holds = believed(holds)
     points = sorted(
         [(h.start, h.n) for h in holds] + [(h.end, -h.n) for h in holds], key=lambda p: (p[0], p[1])
     )
@@ -147,10 +156,24 @@ def tokens(holds: list[Hold]) -> tuple[int, int, list[str]]:
     return repeats, order, examples
 
 
+def refused(err: str | None) -> bool:
+    """Whether an error ``client.py`` logged says the command certainly changed nothing: an
+    error reply (``READONLY``, ``NOREPLICAS``, ``ERR ...``: see ``client.error_kind``) or a
+    command never sent (no master known, connection refused). Any other error is a lost
+    reply (``timeout``, ``connection``, an exception's class name): the command may have run."""
+    if err is None:
+        return False
+    return (
+        err in ("no_master", "connection_refused")
+        or err.startswith("ERR ")
+        or err.split(" ", 1)[0].isupper()
+    )
+
+
 def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
     """An awaiter answered "open" before the count could have reached zero: after a set
     (acknowledged by every replica) and before the N-th count-down of that cycle was sent
-    (count-downs whose reply was lost count as sent) or the next delete."""
+    (count-downs whose reply was lost count as sent, refused ones do not) or the next delete."""
     ev = sorted(events, key=lambda e: e["t0"])
     cycles: list[tuple[float, float]] = []  # (set acknowledged at, could open from)
     cur: dict[str, Any] | None = None
@@ -158,6 +181,8 @@ def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
         if e["ev"] == "latch_set":
             cur = {"set": e["t1"], "n": e["n"], "downs": 0, "open": None, "acked": e["acked"]}
         elif e["ev"] == "latch_down" and cur is not None:
+            if refused(e.get("err")):
+                continue
             cur["downs"] += 1
             if cur["downs"] == cur["n"] and cur["open"] is None:
                 cur["open"] = e["t0"]
