@@ -294,6 +294,13 @@ def test_a_token_not_larger_than_one_replied_before_its_send_is_flagged() -> Non
     assert (row_of(events).token_repeats, row_of(events).token_order) == (1, 1)
 
 
+def test_a_reply_at_the_very_instant_of_a_send_does_not_order_them() -> None:
+    events = [grant("a", "a#1", 1.0, 2.0, token=9), grant("b", "b#1", 2.0, 3.0, token=8)]
+    assert row_of(events).token_order == 0
+    events[1]["t0"] = 2.0001
+    assert row_of(events).token_order == 1
+
+
 def test_concurrent_grants_may_carry_tokens_in_either_order() -> None:
     # b was sent (1.9) before a's reply arrived (2.0): the server may have granted b first
     events = [grant("a", "a#1", 1.0, 2.0, token=9), grant("b", "b#1", 1.9, 3.0, token=8)]
@@ -367,10 +374,13 @@ def test_an_await_sent_before_the_set_was_answered_is_not_judged() -> None:
     assert row_of(events).anomalies == 0
 
 
-def test_a_cycle_whose_set_the_replicas_did_not_acknowledge_is_skipped() -> None:
-    events = [*latch_cycle(1.0, acked=False), await_("latch1", 1.05, 1.2)]
+@pytest.mark.parametrize("deleted_after", [False, True])
+def test_a_cycle_whose_set_the_replicas_did_not_acknowledge_is_skipped(deleted_after: bool) -> None:
+    # with or without a next cycle (whose delete ends this one) after it
+    after = latch_cycle(5.0) if deleted_after else []
+    events = [*latch_cycle(1.0, acked=False), *after, await_("latch1", 1.05, 1.2)]
     assert row_of(events).anomalies == 0
-    events = [*latch_cycle(1.0, acked=True), await_("latch1", 1.05, 1.2)]
+    events = [*latch_cycle(1.0, acked=True), *after, await_("latch1", 1.05, 1.2)]
     assert row_of(events).anomalies == 1
 
 
