@@ -27,7 +27,9 @@ DOWN_AFTER_MS = 5000
 
 
 def module_path() -> str:
-    path = os.environ.get("RLOCK_MODULE") or str(Path(__file__).resolve().parents[2] / "target/release/librlock.so")
+    path = os.environ.get("RLOCK_MODULE") or str(
+        Path(__file__).resolve().parents[2] / "target/release/librlock.so"
+    )
     if not Path(path).exists():
         raise SystemExit(f"the module is not built: {path} (cargo build --release -p rlock)")
     return path
@@ -84,7 +86,11 @@ class Server:
         if replicaof:
             lines.append(f"replicaof {replicaof} {PORT}")
         if self.cluster:
-            lines += ["cluster-enabled yes", "cluster-node-timeout 5000", f"cluster-config-file {self.dir / 'nodes.conf'}"]
+            lines += [
+                "cluster-enabled yes",
+                "cluster-node-timeout 5000",
+                f"cluster-config-file {self.dir / 'nodes.conf'}",
+            ]
         (self.dir / "redis.conf").write_text("\n".join(lines) + "\n")
 
     def start(self) -> None:
@@ -197,7 +203,10 @@ class Group:
         for srv in group.servers.values():
             srv.start()
         master = group.servers["n1"]
-        wait_for("both replicas in sync", lambda: master.admin().info("replication").get("connected_slaves") == 2)
+        wait_for(
+            "both replicas in sync",
+            lambda: master.admin().info("replication").get("connected_slaves") == 2,
+        )
         for host in nodes:
             s = SentinelProc(net, host, root / host / "sentinel", sentinel_binary, net.hosts["n1"])
             group.sentinels[host] = s
