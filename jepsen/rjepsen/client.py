@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 import redis
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
 
 now = time.monotonic
 # redis-py 6+ re-sends a command after a timeout by default; a lost reply must be seen as one
@@ -91,7 +91,7 @@ class Master:
                     retry=NO_RETRY,
                 )
                 try:
-                    addr = s.sentinel_get_master_addr_by_name("mymaster")
+                    addr: Any = s.sentinel_get_master_addr_by_name("mymaster")
                 finally:
                     s.close()
                 if addr:
@@ -107,7 +107,10 @@ class Master:
         if self.cluster_seeds:
             if self._cluster is None:
                 self._cluster = RedisCluster(
-                    startup_nodes=[ClusterNode(h, p) for h, p in self.cluster_seeds],
+                    startup_nodes=[
+                        ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                        for h, p in self.cluster_seeds
+                    ],
                     socket_timeout=self.timeout,
                     socket_connect_timeout=0.5,
                     cluster_error_retry_attempts=1,
@@ -343,19 +346,22 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
 def w_rwlock(ctx: Ctx) -> None:
     own = owner(ctx)
     while ctx.running():
-        side = "WRITE" if ctx.rng.random() < 0.4 else "READ"
-        write = side == "WRITE"
-        acquire_once(
-            ctx,
-            lambda req: (
-                ["RWLOCK.ACQUIRE", ctx.key, own, side, LEASE, "WAIT", WAIT, "REQUEST", req, "GT"]
-                + (["TOKEN"] if write else [])
-            ),
-            lambda r: token_of(r) is not None if write else r is None,
-            lambda r: token_of(r) if write else None,
-            lambda _r, req: ["RWLOCK.RELEASE", ctx.key, own, side, "REQUEST", req],
-            side=side,
-        )
+        rw_once(ctx, own, "WRITE" if ctx.rng.random() < 0.4 else "READ")
+
+
+def rw_once(ctx: Ctx, own: str, side: str) -> None:
+    write = side == "WRITE"
+    acquire_once(
+        ctx,
+        lambda req: (
+            ["RWLOCK.ACQUIRE", ctx.key, own, side, LEASE, "WAIT", WAIT, "REQUEST", req, "GT"]
+            + (["TOKEN"] if write else [])
+        ),
+        lambda r: token_of(r) is not None if write else r is None,
+        lambda r: token_of(r) if write else None,
+        lambda _r, req: ["RWLOCK.RELEASE", ctx.key, own, side, "REQUEST", req],
+        side=side,
+    )
 
 
 def w_sem(ctx: Ctx) -> None:
@@ -510,7 +516,9 @@ redis.call('del', KEYS[1]); return 1;
 """
 REDISSON_SEM = """
 local v = redis.call('get', KEYS[1]);
-if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]); return 1; end;
+if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then
+  redis.call('decrby', KEYS[1], ARGV[1]); return 1;
+end;
 return 0;
 """
 CAS_DEL = (
