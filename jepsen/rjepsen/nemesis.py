@@ -19,6 +19,16 @@ class Fault:
     length: float  # seconds between start and heal
 
 
+def doing(action: Callable[[], object], what: str) -> Callable[[], str]:
+    """A fault's start or heal: does ``action``, then returns ``what`` it did, for the log."""
+
+    def run() -> str:
+        action()
+        return what
+
+    return run
+
+
 def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault] | None:
     """A factory of faults of kind ``name`` (``None`` for the control run, ``none``)."""
     net = group.net
@@ -36,11 +46,11 @@ def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault
             m, reps = master_and_replicas()
             return Fault(
                 name,
-                lambda: (
-                    net.partition([m, "c1"], [*reps, "c2"]),
+                doing(
+                    lambda: net.partition([m, "c1"], [*reps, "c2"]),
                     f"isolated {m} with c1 from {reps} and c2",
-                )[1],
-                lambda: (net.heal(), "healed")[1],
+                ),
+                doing(net.heal, "healed"),
                 12.0,
             )
 
@@ -53,8 +63,8 @@ def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault
             far = rng.choice(reps)
             return Fault(
                 name,
-                lambda: (net.cut(m, far), f"cut {m} from {far} only")[1],
-                lambda: (net.heal(), "healed")[1],
+                doing(lambda: net.cut(m, far), f"cut {m} from {far} only"),
+                doing(net.heal, "healed"),
                 12.0,
             )
 
@@ -67,8 +77,8 @@ def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault
             srv = group.servers[m]
             return Fault(
                 name,
-                lambda: (srv.signal(signal.SIGSTOP), f"SIGSTOP {m}")[1],
-                lambda: (srv.signal(signal.SIGCONT), f"SIGCONT {m}")[1],
+                doing(lambda: srv.signal(signal.SIGSTOP), f"SIGSTOP {m}"),
+                doing(lambda: srv.signal(signal.SIGCONT), f"SIGCONT {m}"),
                 rng.choice([6.0, 9.0, 12.0]),
             )
 
@@ -83,8 +93,8 @@ def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault
             delay = rng.choice([3.0, 4.6, 5.3, 9.0])
             return Fault(
                 name,
-                lambda: (srv.kill(), f"kill -9 {m}")[1],
-                lambda: (srv.start(), f"restarted {m} from its AOF after {delay} s")[1],
+                doing(srv.kill, f"kill -9 {m}"),
+                doing(srv.start, f"restarted {m} from its AOF after {delay} s"),
                 delay,
             )
 
@@ -96,8 +106,8 @@ def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault
             m, _ = master_and_replicas()
             return Fault(
                 name,
-                lambda: (net.lossy(m, 0.25, 512), f"{m}: 25% loss, 512 kbit/s")[1],
-                lambda: (net.heal(), "healed")[1],
+                doing(lambda: net.lossy(m, 0.25, 512), f"{m}: 25% loss, 512 kbit/s"),
+                doing(net.heal, "healed"),
                 15.0,
             )
 
