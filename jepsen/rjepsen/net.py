@@ -54,7 +54,7 @@ class Net:
     _lock: int = -1
 
     @classmethod
-    def create(cls, names: Sequence[str]) -> "Net":
+    def create(cls, names: Sequence[str]) -> Net:
         # one run at a time on a machine: the namespace names are fixed
         lock = os.open(LOCK_PATH, os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(lock, fcntl.LOCK_EX)

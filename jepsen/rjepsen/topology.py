@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import redis
 
@@ -123,7 +123,7 @@ class Server:
             self.proc.wait()
 
     def role(self) -> str:
-        return str(self.admin().execute_command("ROLE")[0])
+        return str(self.admin().execute_command("ROLE")[0])  # type: ignore[no-untyped-call]
 
     def log_tail(self, lines: int = 40) -> str:
         path = self.dir / "server.log"
@@ -168,7 +168,7 @@ class SentinelProc:
 
     def master(self) -> str | None:
         try:
-            addr = self.admin().sentinel_get_master_addr_by_name(MASTER_NAME)
+            addr: Any = self.admin().sentinel_get_master_addr_by_name(MASTER_NAME)
         except (redis.RedisError, OSError):
             return None
         return str(addr[0]) if addr else None
@@ -191,7 +191,7 @@ class Group:
     clients: tuple[str, ...] = ("c1", "c2")
 
     @classmethod
-    def start(cls, root: Path, binary: str, server_options: list[str]) -> "Group":
+    def start(cls, root: Path, binary: str, server_options: list[str]) -> Group:
         nodes = ("n1", "n2", "n3")
         net = Net.create([*nodes, "c1", "c2"])
         group = cls(net=net)
@@ -214,7 +214,8 @@ class Group:
         wait_for(
             "the Sentinels to see each other",
             lambda: all(
-                int(s.admin().sentinel_master(MASTER_NAME)["num-other-sentinels"]) == 2
+                int(s.admin().sentinel_master(MASTER_NAME)["num-other-sentinels"])  # type: ignore[index]
+                == 2
                 for s in group.sentinels.values()
             ),
         )
