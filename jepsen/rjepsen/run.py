@@ -77,10 +77,11 @@ def run_cell(
     try:
         admin = group.servers["n1"].admin()
         for w, total in TOTALS.items():
-            admin.execute_command(
-                "SET", w, total
-            ) if w == "redisson_sem" else admin.execute_command("RSEM.SETPERMITS", w, total)
-        admin.execute_command("WAIT", 2, 2000)
+            if w == "redisson_sem":
+                admin.execute_command("SET", w, total)  # type: ignore[no-untyped-call]
+            else:
+                admin.execute_command("RSEM.SETPERMITS", w, total)  # type: ignore[no-untyped-call]
+        admin.execute_command("WAIT", 2, 2000)  # type: ignore[no-untyped-call]
         start = time.monotonic() + 3.0
         end = start + duration
         meta.update(start=start, end=end)
@@ -199,7 +200,7 @@ def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
     state: dict[str, dict[str, Any]] = {}
     for w in LEASED:
         if w == "leased_sem":
-            avail = int(admin.execute_command("RSEM.AVAILABLE", w))
+            avail = int(admin.execute_command("RSEM.AVAILABLE", w))  # type: ignore[no-untyped-call]
             state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail != TOTALS[w]}
         else:
             ttl = int(admin.pttl(w))
@@ -247,7 +248,8 @@ def kill_sessions(
 
 def table(results: list[dict[str, Any]]) -> str:
     head = (
-        "| nemesis | mode | workload | grants | anomalies | token repeats / order | heal → grant (s) | longest gap (s) | at the end | errors |\n"
+        "| nemesis | mode | workload | grants | anomalies | token repeats / order "
+        "| heal → grant (s) | longest gap (s) | at the end | errors |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
@@ -269,7 +271,9 @@ def table(results: list[dict[str, Any]]) -> str:
                 tok = f"**{tok}**"
             h2g = "—" if row["heal_to_grant_s"] is None else f"{row['heal_to_grant_s']:.1f}"
             lines.append(
-                f"| {r['nemesis']} | {r['mode']} | {row['workload']} | {row['grants']} | {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} | {row['at_end'] or '—'} | {errs} |"
+                f"| {r['nemesis']} | {r['mode']} | {row['workload']} | {row['grants']} "
+                f"| {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} "
+                f"| {row['at_end'] or '—'} | {errs} |"
             )
     return head + "\n".join(lines) + "\n"
 
@@ -286,11 +290,13 @@ def verdict(results: list[dict[str, Any]]) -> list[str]:
                     row["anomalies"] == 0 and row["token_repeats"] == 0 and row["token_order"] == 0
                 ):
                     problems.append(
-                        f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: {row['workload']}: {row['examples']}"
+                        f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: "
+                        f"{row['workload']}: {row['examples']}"
                     )
         elif r["nemesis"] == "partition" and all(row["anomalies"] == 0 for row in rl):
             problems.append(
-                f"partition/guard_off/seed {r['seed']}: the checkers found no anomaly in the broken setup"
+                f"partition/guard_off/seed {r['seed']}: "
+                "the checkers found no anomaly in the broken setup"
             )
     return problems
 
@@ -335,8 +341,8 @@ def main() -> None:
     (out / "results.json").write_text(json.dumps(results, indent=1))
     problems = verdict(results)
     print(f"results: {out / 'results.md'}")
-    for p in problems:
-        print("PROBLEM:", p)
+    for problem in problems:
+        print("PROBLEM:", problem)
     sys.exit(1 if problems else 0)
 
 
