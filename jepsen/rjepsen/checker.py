@@ -3,8 +3,10 @@
 A hold is what a client believes: from the grant's reply (``t1``) to the earliest of the
 release it sent, its process's death, and ``t0 + lease`` (the acquire's send time plus the
 lease: the server started the lease no earlier, so a client that respects it never believes
-past the server's end). Since every process reads the same clock, any overlap the checkers
-find is a real one, with no tolerance.
+past the server's end). A hold whose reply arrived after that end (``t1 >= t0 + lease``) is
+believed by nobody: it takes part in no overlap and no permit count (its token is still
+checked). Since every process reads the same clock, any overlap the checkers find is a real
+one, with no tolerance.
 """
 
 from __future__ import annotations
@@ -70,16 +72,31 @@ def holds_of(events: list[dict[str, Any]], deaths: dict[str, float]) -> list[Hol
     for e in events:
         if e["ev"] != "grant":
             continue
-        end = min(e["t0"] + e["lease"] / 1000.0, released.get(e["h"], float("inf")), deaths.get(e["c"], float("inf")))
-        out.append(Hold(e["c"], e["t1"], end, e["t0"], e.get("token"), int(e.get("n", 1)), e.get("side")))
+        end = min(
+            e["t0"] + e["lease"] / 1000.0,
+            released.get(e["h"], float("inf")),
+            deaths.get(e["c"], float("inf")),
+        )
+        out.append(
+            Hold(e["c"], e["t1"], end, e["t0"], e.get("token"), int(e.get("n", 1)), e.get("side"))
+        )
     return out
 
 
-def mutual_exclusion(holds: list[Hold], exclusive: Any = lambda a, b: True) -> tuple[int, float, list[str]]:
+def believed(holds: list[Hold]) -> list[Hold]:
+    """The holds some client believed for a while: not those that ended (their lease, their
+    process) before their reply arrived."""
+    return [h for h in holds if h.end > h.start]
+
+
+def mutual_exclusion(
+    holds: list[Hold], exclusive: Any = lambda a, b: True
+) -> tuple[int, float, list[str]]:
     """Pairs of holds of different clients that overlap (and ``exclusive(a, b)`` says must not)."""
-    holds = sorted(holds, key=lambda h: h.start)
+    holds = sorted(believed(holds), key=lambda h: h.start)
     active: list[Hold] = []
-    count, worst, examples = 0, 0.0, []
+    count, worst = 0, 0.0
+    examples: list[str] = []
     for h in holds:
         active = [a for a in active if a.end > h.start]
         for a in active:
@@ -88,15 +105,22 @@ def mutual_exclusion(holds: list[Hold], exclusive: Any = lambda a, b: True) -> t
                 ms = (min(a.end, h.end) - h.start) * 1000
                 worst = max(worst, ms)
                 if len(examples) < 3:
-                    examples.append(f"{a.client} [{a.start:.3f}, {a.end:.3f}] and {h.client} [{h.start:.3f}, {h.end:.3f}]: {ms:.1f} ms")
+                    examples.append(
+                        f"{a.client} [{a.start:.3f}, {a.end:.3f}] and "
+                        f"{h.client} [{h.start:.3f}, {h.end:.3f}]: {ms:.1f} ms"
+                    )
         active.append(h)
     return count, worst, examples
 
 
 def permits(holds: list[Hold], total: int) -> tuple[int, float, list[str]]:
     """Grants that made the permits believed held exceed ``total``."""
-    points = sorted([(h.start, h.n) for h in holds] + [(h.end, -h.n) for h in holds], key=lambda p: (p[0], p[1]))
-    held, count, worst, examples = 0, 0, 0.0, []
+    holds = believed(holds)
+    points = sorted(
+        [(h.start, h.n) for h in holds] + [(h.end, -h.n) for h in holds], key=lambda p: (p[0], p[1])
+    )
+    held, count, worst = 0, 0, 0.0
+    examples: list[str] = []
     for t, d in points:
         held += d
         if d > 0 and held > total:
@@ -119,20 +143,37 @@ def tokens(holds: list[Hold]) -> tuple[int, int, list[str]]:
     for h in by_reply:
         best = max(best, int(h.token))  # type: ignore[arg-type]
         prefix_max.append(best)
-    order, examples = 0, []
+    order = 0
+    examples: list[str] = []
     for h in with_token:
         i = bisect.bisect_left(replies, h.t0)  # grants whose reply arrived before h was sent
         if i and int(h.token) <= prefix_max[i - 1]:  # type: ignore[arg-type]
             order += 1
             if len(examples) < 3:
-                examples.append(f"token {h.token} sent at {h.t0:.3f}, after a reply with {prefix_max[i - 1]}")
+                examples.append(
+                    f"token {h.token} sent at {h.t0:.3f}, after a reply with {prefix_max[i - 1]}"
+                )
     return repeats, order, examples
+
+
+def refused(err: str | None) -> bool:
+    """Whether an error ``client.py`` logged says the command certainly changed nothing: an
+    error reply (``READONLY``, ``NOREPLICAS``, ``ERR ...``: see ``client.error_kind``) or a
+    command never sent (no master known, connection refused). Any other error is a lost
+    reply (``timeout``, ``connection``, an exception's class name): the command may have run."""
+    if err is None:
+        return False
+    return (
+        err in ("no_master", "connection_refused")
+        or err.startswith("ERR ")
+        or err.split(" ", 1)[0].isupper()
+    )
 
 
 def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
     """An awaiter answered "open" before the count could have reached zero: after a set
     (acknowledged by every replica) and before the N-th count-down of that cycle was sent
-    (count-downs whose reply was lost count as sent) or the next delete."""
+    (count-downs whose reply was lost count as sent, refused ones do not) or the next delete."""
     ev = sorted(events, key=lambda e: e["t0"])
     cycles: list[tuple[float, float]] = []  # (set acknowledged at, could open from)
     cur: dict[str, Any] | None = None
@@ -140,6 +181,8 @@ def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
         if e["ev"] == "latch_set":
             cur = {"set": e["t1"], "n": e["n"], "downs": 0, "open": None, "acked": e["acked"]}
         elif e["ev"] == "latch_down" and cur is not None:
+            if refused(e.get("err")):
+                continue
             cur["downs"] += 1
             if cur["downs"] == cur["n"] and cur["open"] is None:
                 cur["open"] = e["t0"]
@@ -149,7 +192,8 @@ def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
             cur = None
     if cur is not None and cur["acked"]:
         cycles.append((cur["set"], cur["open"] if cur["open"] is not None else float("inf")))
-    count, examples = 0, []
+    count = 0
+    examples: list[str] = []
     for e in ev:
         if e["ev"] != "latch_await" or not e["open"]:
             continue
@@ -157,12 +201,17 @@ def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
             if e["t0"] > set_at and e["t1"] < open_from:
                 count += 1
                 if len(examples) < 3:
-                    examples.append(f"{e['c']} told open at {e['t1']:.3f}; the count could reach zero from {open_from:.3f}")
+                    examples.append(
+                        f"{e['c']} told open at {e['t1']:.3f}; "
+                        f"the count could reach zero from {open_from:.3f}"
+                    )
                 break
     return count, examples
 
 
-def liveness(grant_times: list[float], heals: list[float], start: float, end: float) -> tuple[float | None, float]:
+def liveness(
+    grant_times: list[float], heals: list[float], start: float, end: float
+) -> tuple[float | None, float]:
     times = sorted(t for t in grant_times if start <= t <= end)
     gaps = [b - a for a, b in zip([start, *times], [*times, end])]
     after = []
@@ -191,7 +240,9 @@ def check(events: list[dict[str, Any]], meta: dict[str, Any]) -> list[Row]:
             row.anomalies, row.worst_ms, ex = mutual_exclusion(holds)
             row.anomaly_kind = "overlapping holds"
         elif w == "rwlock":
-            row.anomalies, row.worst_ms, ex = mutual_exclusion(holds, lambda a, b: "WRITE" in (a.side, b.side))
+            row.anomalies, row.worst_ms, ex = mutual_exclusion(
+                holds, lambda a, b: "WRITE" in (a.side, b.side)
+            )
             row.anomaly_kind = "writer beside another hold"
         elif w in SEMAPHORES:
             row.anomalies, row.worst_ms, ex = permits(holds, int(meta["totals"][w]))
@@ -207,10 +258,18 @@ def check(events: list[dict[str, Any]], meta: dict[str, Any]) -> list[Row]:
         row.examples += ex
         # a read-write lock's readers hide a starved writer: its gap counts write grants only
         gap_holds = [h for h in holds if h.side == "WRITE"] if w == "rwlock" else holds
-        grant_times = [h.start for h in gap_holds] or [e["t1"] for e in evs if e["ev"] == "latch_await" and e["open"]]
-        row.heal_to_grant_s, row.longest_gap_s = liveness(grant_times, meta.get("heals", []), meta["start"], meta["end"])
-        row.errors = dict(Counter(e["err"] for e in evs if e["ev"] == "fail" and e["err"] != "busy"))
+        grant_times = [h.start for h in gap_holds] or [
+            e["t1"] for e in evs if e["ev"] == "latch_await" and e["open"]
+        ]
+        row.heal_to_grant_s, row.longest_gap_s = liveness(
+            grant_times, meta.get("heals", []), meta["start"], meta["end"]
+        )
+        row.errors = dict(
+            Counter(e["err"] for e in evs if e["ev"] == "fail" and e["err"] != "busy")
+        )
         row.unknown = sum(1 for e in evs if e["ev"] == "unknown")
-        row.resolved = dict(Counter(f"{e['how']}:{e['reply']}" for e in evs if e["ev"] == "resolve"))
+        row.resolved = dict(
+            Counter(f"{e['how']}:{e['reply']}" for e in evs if e["ev"] == "resolve")
+        )
         rows.append(row)
     return rows

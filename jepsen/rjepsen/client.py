@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 import redis
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
 
 now = time.monotonic
 # redis-py 6+ re-sends a command after a timeout by default; a lost reply must be seen as one
@@ -83,13 +83,22 @@ class Master:
     def _discover(self) -> tuple[str, int] | None:
         for host, port in random.sample(self.sentinels, len(self.sentinels)):
             try:
-                s = redis.Redis(host=host, port=port, socket_timeout=0.3, socket_connect_timeout=0.3, retry=NO_RETRY)
+                s = redis.Redis(
+                    host=host,
+                    port=port,
+                    socket_timeout=0.3,
+                    socket_connect_timeout=0.3,
+                    retry=NO_RETRY,
+                )
                 try:
-                    addr = s.sentinel_get_master_addr_by_name("mymaster")
+                    addr: Any = s.sentinel_get_master_addr_by_name("mymaster")
                 finally:
                     s.close()
                 if addr:
-                    return (addr[0].decode() if isinstance(addr[0], bytes) else addr[0], int(addr[1]))
+                    return (
+                        addr[0].decode() if isinstance(addr[0], bytes) else addr[0],
+                        int(addr[1]),
+                    )
             except (redis.RedisError, OSError):
                 continue
         return None
@@ -98,7 +107,10 @@ class Master:
         if self.cluster_seeds:
             if self._cluster is None:
                 self._cluster = RedisCluster(
-                    startup_nodes=[ClusterNode(h, p) for h, p in self.cluster_seeds],
+                    startup_nodes=[
+                        ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                        for h, p in self.cluster_seeds
+                    ],
                     socket_timeout=self.timeout,
                     socket_connect_timeout=0.5,
                     cluster_error_retry_attempts=1,
@@ -114,7 +126,11 @@ class Master:
                 self.drop()
                 self._addr = addr
                 self._conn = redis.Redis(
-                    host=addr[0], port=addr[1], socket_timeout=self.timeout, socket_connect_timeout=0.5, retry=NO_RETRY
+                    host=addr[0],
+                    port=addr[1],
+                    socket_timeout=self.timeout,
+                    socket_connect_timeout=0.5,
+                    retry=NO_RETRY,
                 )
         return self._conn
 
@@ -141,7 +157,15 @@ class Master:
             return conn.execute_command(*args)
         except redis.ResponseError as exc:
             kind = error_kind(exc)
-            if kind in ("READONLY", "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN"):
+            if kind in (
+                "READONLY",
+                "MOVED",
+                "ASK",
+                "CLUSTERDOWN",
+                "TRYAGAIN",
+                "LOADING",
+                "MASTERDOWN",
+            ):
                 self.drop()
             raise Refused(kind) from exc
         except (redis.RedisError, OSError) as exc:
@@ -191,7 +215,17 @@ class Ctx:
             try:
                 return self.master.call(*args), t0, now()
             except Refused as exc:
-                if exc.kind not in ("NOREPLICAS", "READONLY", "LOADING", "no_master", "connection_refused", "CLUSTERDOWN", "MOVED", "TRYAGAIN", "MASTERDOWN"):
+                if exc.kind not in (
+                    "NOREPLICAS",
+                    "READONLY",
+                    "LOADING",
+                    "no_master",
+                    "connection_refused",
+                    "CLUSTERDOWN",
+                    "MOVED",
+                    "TRYAGAIN",
+                    "MASTERDOWN",
+                ):
                     return "error:" + exc.kind, t0, now()
             except Uncertain:
                 pass
@@ -235,15 +269,27 @@ def token_of(reply: Any) -> int | None:
     return None
 
 
-def acquire_once(ctx: Ctx, build: Callable[[str], list[Any]], granted: Callable[[Any], bool], token: Callable[[Any], int | None],
-                 release: Callable[[Any, str], list[Any]], n: int = 1, hold: tuple[float, float] = (0.0, 0.05),
-                 lease: int = LEASE, after_grant: Callable[[Any], bool] | None = None, counted: bool = False,
-                 during: Callable[[Any], None] | None = None, **tags: Any) -> None:
+def acquire_once(
+    ctx: Ctx,
+    build: Callable[[str], list[Any]],
+    granted: Callable[[Any], bool],
+    token: Callable[[Any], int | None],
+    release: Callable[[Any, str], list[Any]],
+    n: int = 1,
+    hold: tuple[float, float] = (0.0, 0.05),
+    lease: int = LEASE,
+    after_grant: Callable[[Any], bool] | None = None,
+    counted: bool = False,
+    during: Callable[[Any], None] | None = None,
+    **tags: Any,
+) -> None:
     """Acquire with a fresh REQUEST id (waiting in the server), hold, release. A lost reply is
     resolved with ``RLOCK.CANCEL`` until some master answers it, so the client never believes
     it holds what it does not, and never leaves its grant behind. ``counted``: the give-backs
     are :func:`durable` (counted permits have no lease)."""
-    give_back: Callable[..., tuple[Any, float, float]] = (lambda *a: durable(ctx, *a)) if counted else ctx.until_answered
+    give_back: Callable[..., tuple[Any, float, float]] = (
+        (lambda *a: durable(ctx, *a)) if counted else ctx.until_answered
+    )
     req = ctx.req()
     t0 = now()
     try:
@@ -299,7 +345,18 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
     hold = (0.0, 1.0) if ack else ((0.0, 0.3) if session else (0.0, 0.05))
 
     def build(req: str) -> list[Any]:
-        cmd: list[Any] = ["RLOCK.ACQUIRE", ctx.key, own, lease, "WAIT", WAIT, "TOKEN", "REQUEST", req, "GT"]
+        cmd: list[Any] = [
+            "RLOCK.ACQUIRE",
+            ctx.key,
+            own,
+            lease,
+            "WAIT",
+            WAIT,
+            "TOKEN",
+            "REQUEST",
+            req,
+            "GT",
+        ]
         return cmd + (["SESSION"] if session else [])
 
     def acked(_reply: Any) -> bool:
@@ -313,7 +370,9 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
         req = ctx.req()
         t0 = now()
         try:
-            reply = ctx.master.call("RLOCK.ACQUIRE", ctx.key, own, lease, "TOKEN", "REQUEST", req, "GT")
+            reply = ctx.master.call(
+                "RLOCK.ACQUIRE", ctx.key, own, lease, "TOKEN", "REQUEST", req, "GT"
+            )
         except Refused as exc:
             ctx.log("reenter", t0=t0, t1=now(), err=exc.kind)
             return
@@ -327,38 +386,57 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
             ctx.until_answered("RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
 
     acquire_loop(
-        ctx, build, lambda r: token_of(r) is not None, token_of,
+        ctx,
+        build,
+        lambda r: token_of(r) is not None,
+        token_of,
         lambda _r, req: ["RLOCK.RELEASE", ctx.key, own, "REQUEST", req],
-        hold=hold, lease=lease, after_grant=acked if ack else None, during=reenter,
+        hold=hold,
+        lease=lease,
+        after_grant=acked if ack else None,
+        during=reenter,
     )
 
 
 def w_rwlock(ctx: Ctx) -> None:
     own = owner(ctx)
     while ctx.running():
-        side = "WRITE" if ctx.rng.random() < 0.4 else "READ"
-        write = side == "WRITE"
-        acquire_once(
-            ctx,
-            lambda req: ["RWLOCK.ACQUIRE", ctx.key, own, side, LEASE, "WAIT", WAIT, "REQUEST", req, "GT"] + (["TOKEN"] if write else []),
-            lambda r: token_of(r) is not None if write else r is None,
-            lambda r: token_of(r) if write else None,
-            lambda _r, req: ["RWLOCK.RELEASE", ctx.key, own, side, "REQUEST", req],
-            side=side,
-        )
+        rw_once(ctx, own, "WRITE" if ctx.rng.random() < 0.4 else "READ")
+
+
+def rw_once(ctx: Ctx, own: str, side: str) -> None:
+    write = side == "WRITE"
+    acquire_once(
+        ctx,
+        lambda req: (
+            ["RWLOCK.ACQUIRE", ctx.key, own, side, LEASE, "WAIT", WAIT, "REQUEST", req, "GT"]
+            + (["TOKEN"] if write else [])
+        ),
+        lambda r: token_of(r) is not None if write else r is None,
+        lambda r: token_of(r) if write else None,
+        lambda _r, req: ["RWLOCK.RELEASE", ctx.key, own, side, "REQUEST", req],
+        side=side,
+    )
 
 
 def w_sem(ctx: Ctx) -> None:
     acquire_loop(
-        ctx, lambda req: ["RSEM.ACQUIRE", ctx.key, 1, "WAIT", WAIT, "REQUEST", req], lambda r: r == 1, lambda _r: None,
-        lambda _r, req: ["RSEM.RELEASE", ctx.key, 1, "REQUEST", req], lease=10**9, counted=True,
+        ctx,
+        lambda req: ["RSEM.ACQUIRE", ctx.key, 1, "WAIT", WAIT, "REQUEST", req],
+        lambda r: r == 1,
+        lambda _r: None,
+        lambda _r, req: ["RSEM.RELEASE", ctx.key, 1, "REQUEST", req],
+        lease=10**9,
+        counted=True,
     )
 
 
 def w_leased(ctx: Ctx) -> None:
     acquire_loop(
-        ctx, lambda req: ["RSEM.ACQUIRE", ctx.key, 1, "LEASE", LEASE, "WAIT", WAIT, "REQUEST", req],
-        lambda r: isinstance(r, list) and len(r) == 1, lambda _r: None,
+        ctx,
+        lambda req: ["RSEM.ACQUIRE", ctx.key, 1, "LEASE", LEASE, "WAIT", WAIT, "REQUEST", req],
+        lambda r: isinstance(r, list) and len(r) == 1,
+        lambda _r: None,
         lambda r, _req: ["RSEM.RELEASE", ctx.key, "ID", r[0]],
     )
 
@@ -374,7 +452,11 @@ def w_lost_reply(ctx: Ctx) -> None:
         t0 = now()
         try:
             conn = ctx.master.conn()
-            c = conn.connection_pool.get_connection("_") if hasattr(conn, "connection_pool") else None
+            c = (
+                conn.connection_pool.get_connection("_")
+                if hasattr(conn, "connection_pool")
+                else None
+            )
             if c is None:
                 raise Refused("cluster")
             c.send_command(*cmd)
@@ -382,7 +464,12 @@ def w_lost_reply(ctx: Ctx) -> None:
             c.disconnect()
             conn.connection_pool.release(c)
         except (Refused, redis.RedisError, OSError) as exc:
-            ctx.log("fail", t0=t0, t1=now(), err=exc.kind if isinstance(exc, Refused) else error_kind(exc))
+            ctx.log(
+                "fail",
+                t0=t0,
+                t1=now(),
+                err=exc.kind if isinstance(exc, Refused) else error_kind(exc),
+            )
             ctx.master.drop()
             time.sleep(0.05)
             continue
@@ -441,7 +528,9 @@ def w_latch(ctx: Ctx) -> None:
                 if ctx.master.call("RLATCH.SETCOUNT", ctx.key, n) != 1:
                     continue
                 t1 = now()
-                acked = int(ctx.master.call("WAIT", ctx.spec.get("replicas", 0), 1000)) >= ctx.spec.get("replicas", 0)
+                acked = int(
+                    ctx.master.call("WAIT", ctx.spec.get("replicas", 0), 1000)
+                ) >= ctx.spec.get("replicas", 0)
             except (Refused, Uncertain) as exc:
                 ctx.log("latch_delete", t0=t0, t1=now(), err=getattr(exc, "kind", str(exc)))
                 time.sleep(0.1)
@@ -488,13 +577,19 @@ redis.call('del', KEYS[1]); return 1;
 """
 REDISSON_SEM = """
 local v = redis.call('get', KEYS[1]);
-if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]); return 1; end;
+if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then
+  redis.call('decrby', KEYS[1], ARGV[1]); return 1;
+end;
 return 0;
 """
-CAS_DEL = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+CAS_DEL = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
 
 
-def poll(ctx: Ctx, attempt: Callable[[], Any], ok: Callable[[Any], bool]) -> tuple[Any, float, float] | None:
+def poll(
+    ctx: Ctx, attempt: Callable[[], Any], ok: Callable[[Any], bool]
+) -> tuple[Any, float, float] | None:
     """Tries every 10 ms for up to ``WAIT`` ms, as Redisson's and SET NX clients poll."""
     t0 = now()
     while True:
@@ -517,7 +612,11 @@ def w_redisson_lock(ctx: Ctx) -> None:
     tkey = "{" + ctx.key + "}:token"
     while ctx.running():
         try:
-            got = poll(ctx, lambda: ctx.master.call("EVAL", REDISSON_LOCK, 2, ctx.key, tkey, LEASE, own), lambda r: int(r[0]) == 1)
+            got = poll(
+                ctx,
+                lambda: ctx.master.call("EVAL", REDISSON_LOCK, 2, ctx.key, tkey, LEASE, own),
+                lambda r: int(r[0]) == 1,
+            )
             if got is None:
                 ctx.log("fail", t0=now(), t1=now(), err="busy")
                 continue
@@ -543,7 +642,11 @@ def w_redisson_lock(ctx: Ctx) -> None:
 def w_redisson_sem(ctx: Ctx) -> None:
     while ctx.running():
         try:
-            got = poll(ctx, lambda: ctx.master.call("EVAL", REDISSON_SEM, 1, ctx.key, 1), lambda r: int(r) == 1)
+            got = poll(
+                ctx,
+                lambda: ctx.master.call("EVAL", REDISSON_SEM, 1, ctx.key, 1),
+                lambda r: int(r) == 1,
+            )
             if got is None:
                 ctx.log("fail", t0=now(), t1=now(), err="busy")
                 continue
@@ -570,7 +673,11 @@ def w_setnx(ctx: Ctx) -> None:
     val = owner(ctx)
     while ctx.running():
         try:
-            got = poll(ctx, lambda: ctx.master.call("SET", ctx.key, val, "NX", "PX", LEASE), lambda r: r is not None and r is not False)
+            got = poll(
+                ctx,
+                lambda: ctx.master.call("SET", ctx.key, val, "NX", "PX", LEASE),
+                lambda r: r is not None and r is not False,
+            )
         except (Refused, Uncertain) as exc:
             ctx.log("fail", t0=now(), t1=now(), err=getattr(exc, "kind", str(exc)))
             time.sleep(0.05)
@@ -612,7 +719,15 @@ def main() -> None:
         timeout=(WAIT + 2000) / 1000,
     )
     with open(spec["out"], "a", buffering=1) as out:
-        ctx = Ctx(spec, master, out, random.Random(spec["seed"]), spec["cid"], spec["key"], float(spec["end"]))
+        ctx = Ctx(
+            spec,
+            master,
+            out,
+            random.Random(spec["seed"]),
+            spec["cid"],
+            spec["key"],
+            float(spec["end"]),
+        )
         ctx.log("start", t0=now(), pid=os.getpid())
         while now() < float(spec["start"]):
             time.sleep(0.01)

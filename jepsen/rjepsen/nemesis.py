@@ -19,6 +19,16 @@ class Fault:
     length: float  # seconds between start and heal
 
 
+def doing(action: Callable[[], object], what: str) -> Callable[[], str]:
+    """A fault's start or heal: does ``action``, then returns ``what`` it did, for the log."""
+
+    def run() -> str:
+        action()
+        return what
+
+    return run
+
+
 def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault] | None:
     """A factory of faults of kind ``name`` (``None`` for the control run, ``none``)."""
     net = group.net
@@ -31,48 +41,76 @@ def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault
         return None
 
     if name == "partition":
+
         def make() -> Fault:
             m, reps = master_and_replicas()
             return Fault(
                 name,
-                lambda: (net.partition([m, "c1"], [*reps, "c2"]), f"isolated {m} with c1 from {reps} and c2")[1],
-                lambda: (net.heal(), "healed")[1],
+                doing(
+                    lambda: net.partition([m, "c1"], [*reps, "c2"]),
+                    f"isolated {m} with c1 from {reps} and c2",
+                ),
+                doing(net.heal, "healed"),
                 12.0,
             )
+
         return make
 
     if name == "bridge":
+
         def make() -> Fault:
             m, reps = master_and_replicas()
             far = rng.choice(reps)
-            return Fault(name, lambda: (net.cut(m, far), f"cut {m} from {far} only")[1], lambda: (net.heal(), "healed")[1], 12.0)
+            return Fault(
+                name,
+                doing(lambda: net.cut(m, far), f"cut {m} from {far} only"),
+                doing(net.heal, "healed"),
+                12.0,
+            )
+
         return make
 
     if name == "pause":
+
         def make() -> Fault:
             m, _ = master_and_replicas()
             srv = group.servers[m]
             return Fault(
                 name,
-                lambda: (srv.signal(signal.SIGSTOP), f"SIGSTOP {m}")[1],
-                lambda: (srv.signal(signal.SIGCONT), f"SIGCONT {m}")[1],
+                doing(lambda: srv.signal(signal.SIGSTOP), f"SIGSTOP {m}"),
+                doing(lambda: srv.signal(signal.SIGCONT), f"SIGCONT {m}"),
                 rng.choice([6.0, 9.0, 12.0]),
             )
+
         return make
 
     if name == "kill_restart":
+
         def make() -> Fault:
             m, _ = master_and_replicas()
             srv = group.servers[m]
             # around Sentinel's down-after (5 s): before it, at its edge, after it, long after
             delay = rng.choice([3.0, 4.6, 5.3, 9.0])
-            return Fault(name, lambda: (srv.kill(), f"kill -9 {m}")[1], lambda: (srv.start(), f"restarted {m} from its AOF after {delay} s")[1], delay)
+            return Fault(
+                name,
+                doing(srv.kill, f"kill -9 {m}"),
+                doing(srv.start, f"restarted {m} from its AOF after {delay} s"),
+                delay,
+            )
+
         return make
 
     if name == "lossy":
+
         def make() -> Fault:
             m, _ = master_and_replicas()
-            return Fault(name, lambda: (net.lossy(m, 0.25, 512), f"{m}: 25% loss, 512 kbit/s")[1], lambda: (net.heal(), "healed")[1], 15.0)
+            return Fault(
+                name,
+                doing(lambda: net.lossy(m, 0.25, 512), f"{m}: 25% loss, 512 kbit/s"),
+                doing(net.heal, "healed"),
+                15.0,
+            )
+
         return make
 
     raise SystemExit(f"unknown nemesis {name}")

@@ -54,7 +54,7 @@ class Net:
     _lock: int = -1
 
     @classmethod
-    def create(cls, names: Sequence[str]) -> "Net":
+    def create(cls, names: Sequence[str]) -> Net:
         # one run at a time on a machine: the namespace names are fixed
         lock = os.open(LOCK_PATH, os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -111,8 +111,39 @@ class Net:
         behind a ``rate_kbit`` token bucket (a slow link)."""
         p = f"{probability:.3f}"
         for chain in ("INPUT", "OUTPUT"):
-            self.iptables(host, "-A", chain, "-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP")
-        sh(self.wrap(host, ["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", f"{rate_kbit}kbit", "burst", "16kbit", "latency", "400ms"]))
+            self.iptables(
+                host,
+                "-A",
+                chain,
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                p,
+                "-j",
+                "DROP",
+            )
+        sh(
+            self.wrap(
+                host,
+                [
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    "eth0",
+                    "root",
+                    "tbf",
+                    "rate",
+                    f"{rate_kbit}kbit",
+                    "burst",
+                    "16kbit",
+                    "latency",
+                    "400ms",
+                ],
+            )
+        )
 
     def heal(self) -> None:
         """Removes every fault: all iptables rules and rate queues of every host."""

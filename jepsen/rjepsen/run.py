@@ -32,7 +32,16 @@ MODES: dict[str, list[str]] = {
     "guard_off": ["rlock.min-replicas 0"],
 }
 # workload -> clients (alternating c1, c2)
-RLOCK_WORKLOADS = {"lock": 3, "lock_ack": 2, "session": 3, "rwlock": 3, "sem": 4, "leased_sem": 4, "latch": 3, "lost_reply": 2}
+RLOCK_WORKLOADS = {
+    "lock": 3,
+    "lock_ack": 2,
+    "session": 3,
+    "rwlock": 3,
+    "sem": 4,
+    "leased_sem": 4,
+    "latch": 3,
+    "lost_reply": 2,
+}
 BASELINES = {"redisson_lock": 3, "redisson_sem": 4, "setnx": 3}
 TOTALS = {"sem": 3, "leased_sem": 3, "redisson_sem": 3}
 
@@ -47,31 +56,59 @@ def spawn(group: topology.Group, host: str, spec: dict[str, Any]) -> subprocess.
     )
 
 
-def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path, binary: str) -> dict[str, Any]:
+def run_cell(
+    nemesis_name: str, mode: str, seed: int, duration: float, out: Path, binary: str
+) -> dict[str, Any]:
     rng = random.Random(seed)
     root = topology.fresh_root(out / "servers")
     logs = out / "history"
     logs.mkdir(parents=True, exist_ok=True)
-    meta: dict[str, Any] = {"nemesis": nemesis_name, "mode": mode, "seed": seed, "heals": [], "deaths": {}, "faults": []}
+    meta: dict[str, Any] = {
+        "nemesis": nemesis_name,
+        "mode": mode,
+        "seed": seed,
+        "heals": [],
+        "deaths": {},
+        "faults": [],
+    }
     group = topology.Group.start(root, binary, MODES[mode])
     procs: dict[str, tuple[subprocess.Popen[bytes], dict[str, Any], str]] = {}
     stop = threading.Event()
     try:
         admin = group.servers["n1"].admin()
         for w, total in TOTALS.items():
-            admin.execute_command("SET", w, total) if w == "redisson_sem" else admin.execute_command("RSEM.SETPERMITS", w, total)
-        admin.execute_command("WAIT", 2, 2000)
+            if w == "redisson_sem":
+                admin.execute_command("SET", w, total)  # type: ignore[no-untyped-call]
+            else:
+                admin.execute_command("RSEM.SETPERMITS", w, total)  # type: ignore[no-untyped-call]
+        admin.execute_command("WAIT", 2, 2000)  # type: ignore[no-untyped-call]
         start = time.monotonic() + 3.0
         end = start + duration
         meta.update(start=start, end=end)
-        base = {"sentinels": group.sentinel_addrs(), "start": start, "end": end, "run": f"s{seed}", "replicas": 2}
+        base = {
+            "sentinels": group.sentinel_addrs(),
+            "start": start,
+            "end": end,
+            "run": f"s{seed}",
+            "replicas": 2,
+        }
         for w, n in {**RLOCK_WORKLOADS, **BASELINES}.items():
             for i in range(n):
                 cid = f"{w}{i}"
                 host = group.clients[i % 2]
-                spec = {**base, "workload": w, "key": w, "cid": cid, "index": i, "seed": rng.randrange(2**32), "out": str(logs / f"{cid}.jsonl")}
+                spec = {
+                    **base,
+                    "workload": w,
+                    "key": w,
+                    "cid": cid,
+                    "index": i,
+                    "seed": rng.randrange(2**32),
+                    "out": str(logs / f"{cid}.jsonl"),
+                }
                 procs[cid] = (spawn(group, host, spec), spec, host)
-        killer = threading.Thread(target=kill_sessions, args=(group, procs, meta, rng, stop, end), daemon=True)
+        killer = threading.Thread(
+            target=kill_sessions, args=(group, procs, meta, rng, stop, end), daemon=True
+        )
         killer.start()
         make = nemesis.for_group(nemesis_name, group, rng)
         time.sleep(max(0.0, start - time.monotonic()) + 5.0)
@@ -86,7 +123,15 @@ def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path
             h = time.monotonic()
             meta["heals"].append(h)
             settled = nemesis.settle(group)
-            meta["faults"].append({"at": t, "what": what, "heal": healed, "healed_at": h, "settled_after_s": round(settled, 2)})
+            meta["faults"].append(
+                {
+                    "at": t,
+                    "what": what,
+                    "heal": healed,
+                    "healed_at": h,
+                    "settled_after_s": round(settled, 2),
+                }
+            )
             time.sleep(3.0)
         stop.set()
         killer.join()
@@ -109,7 +154,9 @@ def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path
             (out / f"{srv.host}.log.tail").write_text(srv.log_tail(200))
         group.close()
         (out / "meta.json").write_text(json.dumps(meta, indent=1))
-    meta["crashed"] = [p.name for p in sorted(logs.glob("*.err")) if "Traceback" in p.read_text(errors="replace")]
+    meta["crashed"] = [
+        p.name for p in sorted(logs.glob("*.err")) if "Traceback" in p.read_text(errors="replace")
+    ]
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     rows = checker.check(checker.load(sorted(logs.glob("*.jsonl"))), {**meta, "totals": TOTALS})
     for row in rows:
@@ -118,14 +165,30 @@ def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path
             row.at_end = end_state["left"]
             if end_state["bad"]:
                 row.anomalies += 1
-                row.anomaly_kind = (row.anomaly_kind + "; " if row.anomaly_kind else "") + "at the end: " + end_state["left"]
+                row.anomaly_kind = (
+                    (row.anomaly_kind + "; " if row.anomaly_kind else "")
+                    + "at the end: "
+                    + end_state["left"]
+                )
                 row.examples.append("at the end: " + end_state["left"])
-    result = {**{k: meta[k] for k in ("nemesis", "mode", "seed", "faults", "crashed")}, "rows": [asdict(r) for r in rows]}
+    result = {
+        **{k: meta[k] for k in ("nemesis", "mode", "seed", "faults", "crashed")},
+        "rows": [asdict(r) for r in rows],
+    }
     (out / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
 
-LEASED = ("lock", "session", "lost_reply", "lock_ack", "rwlock", "leased_sem", "redisson_lock", "setnx")
+LEASED = (
+    "lock",
+    "session",
+    "lost_reply",
+    "lock_ack",
+    "rwlock",
+    "leased_sem",
+    "redisson_lock",
+    "setnx",
+)
 
 
 def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
@@ -141,24 +204,35 @@ def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
     state: dict[str, dict[str, Any]] = {}
     for w in LEASED:
         if w == "leased_sem":
-            avail = int(admin.execute_command("RSEM.AVAILABLE", w))
+            avail = int(admin.execute_command("RSEM.AVAILABLE", w))  # type: ignore[no-untyped-call]
             state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail != TOTALS[w]}
         else:
             ttl = int(admin.pttl(w))
-            state[w] = {"left": "free" if ttl == -2 else f"still held (pttl {ttl} ms)", "bad": ttl != -2}
+            state[w] = {
+                "left": "free" if ttl == -2 else f"still held (pttl {ttl} ms)",
+                "bad": ttl != -2,
+            }
     for w in ("sem", "redisson_sem"):
         avail = int(admin.get(w) or 0)
         state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail > TOTALS[w]}
     return state
 
 
-def kill_sessions(group: topology.Group, procs: dict[str, Any], meta: dict[str, Any], rng: random.Random,
-                  stop: threading.Event, end: float) -> None:
+def kill_sessions(
+    group: topology.Group,
+    procs: dict[str, Any],
+    meta: dict[str, Any],
+    rng: random.Random,
+    stop: threading.Event,
+    end: float,
+) -> None:
     """Every 1 to 3 s, kill -9 one session client (its hold, if any, must end with its
     connection) and start a new one in its place."""
     gen = 0
     while not stop.wait(rng.uniform(1.0, 3.0)) and time.monotonic() < end - 2:
-        victims = [cid for cid in procs if cid.startswith("session") and procs[cid][0].poll() is None]
+        victims = [
+            cid for cid in procs if cid.startswith("session") and procs[cid][0].poll() is None
+        ]
         if not victims:
             continue
         cid = rng.choice(victims)
@@ -167,25 +241,44 @@ def kill_sessions(group: topology.Group, procs: dict[str, Any], meta: dict[str, 
         meta["deaths"][cid] = time.monotonic()  # the client believes nothing after this
         p.wait()
         gen += 1
-        new = {**spec, "cid": f"{spec['cid']}r{gen}", "out": spec["out"].replace(".jsonl", f"r{gen}.jsonl"), "start": 0}
+        new = {
+            **spec,
+            "cid": f"{spec['cid']}r{gen}",
+            "out": spec["out"].replace(".jsonl", f"r{gen}.jsonl"),
+            "start": 0,
+        }
         procs[new["cid"]] = (spawn(group, host, new), new, host)
 
 
 def table(results: list[dict[str, Any]]) -> str:
     head = (
-        "| nemesis | mode | workload | grants | anomalies | token repeats / order | heal → grant (s) | longest gap (s) | at the end | errors |\n"
+        "| nemesis | mode | workload | grants | anomalies | token repeats / order "
+        "| heal → grant (s) | longest gap (s) | at the end | errors |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in results:
         for row in r["rows"]:
-            errs = ", ".join(f"{k} {v}" for k, v in sorted(row["errors"].items(), key=lambda kv: -kv[1])[:3]) or "—"
-            anomalies = f"**{row['anomalies']}** ({row['anomaly_kind']}, worst {row['worst_ms']:.0f})" if row["anomalies"] else "0"
+            errs = (
+                ", ".join(
+                    f"{k} {v}" for k, v in sorted(row["errors"].items(), key=lambda kv: -kv[1])[:3]
+                )
+                or "—"
+            )
+            anomalies = (
+                f"**{row['anomalies']}** ({row['anomaly_kind']}, worst {row['worst_ms']:.0f})"
+                if row["anomalies"]
+                else "0"
+            )
             tok = f"{row['token_repeats']} / {row['token_order']}"
             if row["token_repeats"] or row["token_order"]:
                 tok = f"**{tok}**"
             h2g = "—" if row["heal_to_grant_s"] is None else f"{row['heal_to_grant_s']:.1f}"
-            lines.append(f"| {r['nemesis']} | {r['mode']} | {row['workload']} | {row['grants']} | {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} | {row['at_end'] or '—'} | {errs} |")
+            lines.append(
+                f"| {r['nemesis']} | {r['mode']} | {row['workload']} | {row['grants']} "
+                f"| {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} "
+                f"| {row['at_end'] or '—'} | {errs} |"
+            )
     return head + "\n".join(lines) + "\n"
 
 
@@ -195,14 +288,23 @@ def verdict(results: list[dict[str, Any]]) -> list[str]:
     problems = []
     for r in results:
         if r.get("crashed"):
-            problems.append(f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: client processes crashed: {r['crashed']}")
+            cell = f"{r['nemesis']}/{r['mode']}/seed {r['seed']}"
+            problems.append(f"{cell}: client processes crashed: {r['crashed']}")
         rl = [row for row in r["rows"] if row["workload"] in RLOCK_WORKLOADS]
         if r["mode"] != "guard_off":
             for row in rl:
-                if not (row["anomalies"] == 0 and row["token_repeats"] == 0 and row["token_order"] == 0):
-                    problems.append(f"{r['nemesis']}/{r['mode']}/seed {r['seed']}: {row['workload']}: {row['anomaly_kind']} {row['examples']}")
+                if not (
+                    row["anomalies"] == 0 and row["token_repeats"] == 0 and row["token_order"] == 0
+                ):
+                    cell = f"{r['nemesis']}/{r['mode']}/seed {r['seed']}"
+                    problems.append(
+                        f"{cell}: {row['workload']}: {row['anomaly_kind']} {row['examples']}"
+                    )
         elif r["nemesis"] == "partition" and all(row["anomalies"] == 0 for row in rl):
-            problems.append(f"partition/guard_off/seed {r['seed']}: the checkers found no anomaly in the broken setup")
+            problems.append(
+                f"partition/guard_off/seed {r['seed']}: "
+                "the checkers found no anomaly in the broken setup"
+            )
     return problems
 
 
@@ -221,7 +323,9 @@ def main() -> None:
     for p in (one, mx):
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--duration", type=float, default=60.0)
-        p.add_argument("--out", default=str(HERE.parent / "results" / time.strftime("%Y%m%d-%H%M%S")))
+        p.add_argument(
+            "--out", default=str(HERE.parent / "results" / time.strftime("%Y%m%d-%H%M%S"))
+        )
         p.add_argument("--server", default="redis-server")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -244,11 +348,12 @@ def main() -> None:
     (out / "results.json").write_text(json.dumps(results, indent=1))
     problems = verdict(results)
     print(f"results: {out / 'results.md'}")
-    for p in problems:
-        print("PROBLEM:", p)
-    bad_cells = {p.split(":", 1)[0] for p in problems}
+    for problem in problems:
+        print("PROBLEM:", problem)
+    failed = len({problem.split(":", 1)[0] for problem in problems})
     # the line CI adds to its totals, one "test" per cell
-    print(f"test result: {'FAILED' if problems else 'ok'}. {len(results) - len(bad_cells)} passed; {len(bad_cells)} failed")
+    verdict_word = "FAILED" if problems else "ok"
+    print(f"test result: {verdict_word}. {len(results) - failed} passed; {failed} failed")
     sys.exit(1 if problems else 0)
 
 

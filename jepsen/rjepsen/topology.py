@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import redis
 
@@ -27,7 +27,9 @@ DOWN_AFTER_MS = 5000
 
 
 def module_path() -> str:
-    path = os.environ.get("RLOCK_MODULE") or str(Path(__file__).resolve().parents[2] / "target/release/librlock.so")
+    path = os.environ.get("RLOCK_MODULE") or str(
+        Path(__file__).resolve().parents[2] / "target/release/librlock.so"
+    )
     if not Path(path).exists():
         raise SystemExit(f"the module is not built: {path} (cargo build --release -p rlock)")
     return path
@@ -84,7 +86,11 @@ class Server:
         if replicaof:
             lines.append(f"replicaof {replicaof} {PORT}")
         if self.cluster:
-            lines += ["cluster-enabled yes", "cluster-node-timeout 5000", f"cluster-config-file {self.dir / 'nodes.conf'}"]
+            lines += [
+                "cluster-enabled yes",
+                "cluster-node-timeout 5000",
+                f"cluster-config-file {self.dir / 'nodes.conf'}",
+            ]
         (self.dir / "redis.conf").write_text("\n".join(lines) + "\n")
 
     def start(self) -> None:
@@ -117,7 +123,7 @@ class Server:
             self.proc.wait()
 
     def role(self) -> str:
-        return str(self.admin().execute_command("ROLE")[0])
+        return str(self.admin().execute_command("ROLE")[0])  # type: ignore[no-untyped-call]
 
     def log_tail(self, lines: int = 40) -> str:
         path = self.dir / "server.log"
@@ -162,7 +168,7 @@ class SentinelProc:
 
     def master(self) -> str | None:
         try:
-            addr = self.admin().sentinel_get_master_addr_by_name(MASTER_NAME)
+            addr: Any = self.admin().sentinel_get_master_addr_by_name(MASTER_NAME)
         except (redis.RedisError, OSError):
             return None
         return str(addr[0]) if addr else None
@@ -185,7 +191,7 @@ class Group:
     clients: tuple[str, ...] = ("c1", "c2")
 
     @classmethod
-    def start(cls, root: Path, binary: str, server_options: list[str]) -> "Group":
+    def start(cls, root: Path, binary: str, server_options: list[str]) -> Group:
         nodes = ("n1", "n2", "n3")
         net = Net.create([*nodes, "c1", "c2"])
         group = cls(net=net)
@@ -197,7 +203,10 @@ class Group:
         for srv in group.servers.values():
             srv.start()
         master = group.servers["n1"]
-        wait_for("both replicas in sync", lambda: master.admin().info("replication").get("connected_slaves") == 2)
+        wait_for(
+            "both replicas in sync",
+            lambda: master.admin().info("replication").get("connected_slaves") == 2,
+        )
         for host in nodes:
             s = SentinelProc(net, host, root / host / "sentinel", sentinel_binary, net.hosts["n1"])
             group.sentinels[host] = s
@@ -205,7 +214,8 @@ class Group:
         wait_for(
             "the Sentinels to see each other",
             lambda: all(
-                int(s.admin().sentinel_master(MASTER_NAME)["num-other-sentinels"]) == 2
+                int(s.admin().sentinel_master(MASTER_NAME)["num-other-sentinels"])  # type: ignore[index]
+                == 2
                 for s in group.sentinels.values()
             ),
         )
