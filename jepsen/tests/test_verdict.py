@@ -31,7 +31,9 @@ def test_any_rlock_anomaly_or_token_fault_with_the_guard_on_fails_the_run() -> N
     for bad in (row("lock", anomalies=1), row("rwlock", repeats=1), row("session", order=1)):
         for mode in ("defaults", "min_replicas_2"):
             problems = run.verdict([cell("pause", mode, [row("sem"), bad])])
-            assert problems == [f"pause/{mode}/seed 7: {bad['workload']}: {bad['examples']}"]
+            assert problems == [
+                f"pause/{mode}/seed 7: {bad['workload']}: {bad['anomaly_kind']} {bad['examples']}"
+            ]
 
 
 def test_the_guard_off_under_a_partition_must_show_an_anomaly() -> None:
