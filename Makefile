@@ -137,7 +137,7 @@ failover: build valkey-deps
 # cuts links with iptables). `make jepsen`: every nemesis x mode (rlock's defaults, a stronger
 # and a broken setting, the baselines in the same runs) for JEPSEN_SEEDS, each cell
 # JEPSEN_DURATION seconds (about 30 min a seed); the table lands in jepsen/results/<time>/results.md.
-# `make jepsen-quick` (CI): the checkers' own tests, then three cells (a partition and a
+# `make jepsen-quick` (CI): ruff and mypy, the checkers' own tests, then three cells (a partition and a
 # crash-restart with the defaults, a partition with the replica guard off, which must be flagged).
 JEPSEN_SEEDS ?= 1,2,3
 JEPSEN_DURATION ?= 60
@@ -155,6 +155,7 @@ jepsen: build jepsen-deps
 	cd jepsen && $(SUDO) python3 -m rjepsen matrix --seeds $(JEPSEN_SEEDS) --duration $(JEPSEN_DURATION)
 
 jepsen-quick: build jepsen-deps
+	cd jepsen && python3 -m ruff check . && python3 -m ruff format --check . && python3 -m mypy --strict rjepsen tests
 	cd jepsen && python3 -m pytest -q -p no:cacheprovider tests
 	cd jepsen && $(SUDO) python3 -m rjepsen matrix --quick --duration 40
 
