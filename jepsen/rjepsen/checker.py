@@ -209,6 +209,24 @@ def latch(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
     return count, examples
 
 
+def reentries(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
+    """A holder that re-enters the lock it believes it holds must be granted at once, with its
+    hold's token: "held by another" (or another token) means it believed a hold it no longer
+    had. A re-entry refused with an error (``NOREPLICAS``, a lost reply) says nothing."""
+    count, examples = 0, []
+    for e in events:
+        if e["ev"] != "reenter" or "err" in e:
+            continue
+        if e.get("token") is None or e["token"] != e.get("outer"):
+            count += 1
+            if len(examples) < 3:
+                examples.append(
+                    f"{e['c']} re-entered at {e['t0']:.3f} holding token {e.get('outer')}: "
+                    f"got {e.get('token')}"
+                )
+    return count, examples
+
+
 def liveness(
     grant_times: list[float], heals: list[float], start: float, end: float
 ) -> tuple[float | None, float]:
@@ -239,6 +257,11 @@ def check(events: list[dict[str, Any]], meta: dict[str, Any]) -> list[Row]:
         if w in LOCKS:
             row.anomalies, row.worst_ms, ex = mutual_exclusion(holds)
             row.anomaly_kind = "overlapping holds"
+            lost, lost_ex = reentries(evs)
+            if lost:
+                row.anomalies += lost
+                row.anomaly_kind += "; re-entry not granted while held"
+                ex += lost_ex
         elif w == "rwlock":
             row.anomalies, row.worst_ms, ex = mutual_exclusion(
                 holds, lambda a, b: "WRITE" in (a.side, b.side)

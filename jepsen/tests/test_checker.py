@@ -152,6 +152,29 @@ def test_a_hold_whose_reply_came_after_its_lease_is_believed_by_nobody() -> None
 # --- read-write lock -----------------------------------------------------------------------
 
 
+def reenter(c: str, t0: float, **kw: Any) -> Event:
+    return {"ev": "reenter", "c": c, "w": "lock", "t0": t0, "t1": t0 + 0.001, **kw}
+
+
+def test_a_reentry_granted_with_the_holds_token_is_clean() -> None:
+    events = [*held("a", 1.0, 2.0, token=5), reenter("a", 1.1, token=5, outer=5)]
+    assert row_of(events).clean()
+
+
+@pytest.mark.parametrize("got", [None, 6])
+def test_a_reentry_not_granted_or_with_another_token_while_held_is_flagged(
+    got: Optional[int],
+) -> None:
+    events = [*held("a", 1.0, 2.0, token=5), reenter("a", 1.1, token=got, outer=5)]
+    row = row_of(events)
+    assert row.anomalies == 1 and "re-entry" in row.anomaly_kind, row
+
+
+def test_a_reentry_refused_with_an_error_says_nothing() -> None:
+    events = [*held("a", 1.0, 2.0, token=5), reenter("a", 1.1, err="NOREPLICAS")]
+    assert row_of(events).clean()
+
+
 def test_readers_beside_readers_are_accepted() -> None:
     events = held("a", 1.0, 3.0, w="rwlock", side="READ") + held(
         "b", 2.0, 4.0, w="rwlock", side="READ"
