@@ -213,7 +213,7 @@ def reentries(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
     """A holder that re-enters the lock it believes it holds must be granted at once, with its
     hold's token: "held by another" (or another token) means it believed a hold it no longer
     had. A re-entry refused with an error (``NOREPLICAS``, a lost reply) says nothing."""
-    count, examples = 0, []
+    count, examples = 0, list[str]()
     for e in events:
         if e["ev"] != "reenter" or "err" in e:
             continue
