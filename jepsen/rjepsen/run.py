@@ -282,6 +282,60 @@ def table(results: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def summary(results: list[dict[str, Any]]) -> str:
+    """One line per nemesis x mode (summed over seeds): rlock's workloads together, each
+    baseline apart; the table docs/safety.md publishes."""
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        cells.setdefault((r["nemesis"], r["mode"]), []).append(r)
+    head = (
+        "| nemesis | mode | seeds | rlock grants | rlock anomalies | rlock token faults "
+        "| rlock NOREPLICAS | lock heal → grant (s) | lock longest gap (s) "
+        "| Redisson lock overlaps / token faults | Redisson semaphore over total "
+        "| SET NX PX overlaps | counted permits at the end (rlock, Redisson) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for (nem, mode), rs in cells.items():
+        rows = [row for r in rs for row in r["rows"]]
+
+        def of(w: str, rows: list[dict[str, Any]] = rows) -> list[dict[str, Any]]:
+            return [row for row in rows if row["workload"] == w]
+
+        rl = [row for row in rows if row["workload"] in RLOCK_WORKLOADS]
+        grants = sum(row["grants"] for row in rl)
+        anomalies = sum(row["anomalies"] for row in rl)
+        tokens = sum(row["token_repeats"] + row["token_order"] for row in rl)
+        refusals = sum(row["errors"].get("NOREPLICAS", 0) for row in rl)
+        h2g = [row["heal_to_grant_s"] for row in of("lock") if row["heal_to_grant_s"] is not None]
+        gap = max((row["longest_gap_s"] for row in of("lock")), default=0.0)
+        rdl = of("redisson_lock")
+        rdl_text = (
+            f"{sum(r['anomalies'] for r in rdl)} / "
+            f"{sum(r['token_repeats'] + r['token_order'] for r in rdl)}"
+        )
+        rds = sum(r["anomalies"] for r in of("redisson_sem"))
+        snx = sum(r["anomalies"] for r in of("setnx"))
+        left = ", ".join(
+            "/".join(r["at_end"].split(" ")[0] for r in of(w)) or "—"
+            for w in ("sem", "redisson_sem")
+        )
+
+        def bold(n: int) -> str:
+            return f"**{n}**" if n else "0"
+
+        lines.append(
+            f"| {nem} | {mode} | {len(rs)} | {grants} | {bold(anomalies)} | {bold(tokens)} "
+            f"| {refusals} | {max(h2g):.1f} | {gap:.1f} | {rdl_text} | {bold(rds)} "
+            f"| {bold(snx)} | {left} of 3 |"
+            if h2g
+            else f"| {nem} | {mode} | {len(rs)} | {grants} | {bold(anomalies)} | {bold(tokens)} "
+            f"| {refusals} | — | {gap:.1f} | {rdl_text} | {bold(rds)} | {bold(snx)} "
+            f"| {left} of 3 |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
 def verdict(results: list[dict[str, Any]]) -> list[str]:
     """What is wrong with these results: an anomaly of rlock with its guard on, or a broken
     setup (the guard off under a partition) in which the checkers found nothing."""
@@ -345,6 +399,8 @@ def main() -> None:
         results.append(run_cell(n, m, s, args.duration, cell, args.server))
         print(table(results[-1:]), f"({time.monotonic() - t:.0f} s)", flush=True)
     (out / "results.md").write_text(table(results))
+    (out / "summary.md").write_text(summary(results))
+    print(summary(results))
     (out / "results.json").write_text(json.dumps(results, indent=1))
     problems = verdict(results)
     print(f"results: {out / 'results.md'}")
