@@ -257,6 +257,11 @@ def check(events: list[dict[str, Any]], meta: dict[str, Any]) -> list[Row]:
         if w in LOCKS:
             row.anomalies, row.worst_ms, ex = mutual_exclusion(holds)
             row.anomaly_kind = "overlapping holds"
+            leaks = [e for e in evs if e["ev"] == "leak"]
+            if leaks:
+                row.anomalies += len(leaks)
+                row.anomaly_kind += "; a request resolved as holding nothing left a hold"
+                ex += [f"{e['c']} at {e['t0']:.3f}: count {e['count']}" for e in leaks[:3]]
             lost, lost_ex = reentries(evs)
             if lost:
                 row.anomalies += lost

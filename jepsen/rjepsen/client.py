@@ -149,6 +149,18 @@ class Master:
                 pass
             self._cluster = None
 
+    def call_here(self, *args: Any) -> Any:
+        """One command on the server that answered the last one (no asking the Sentinels
+        again): ``None`` when there is no connection, or it fails."""
+        conn = self._cluster or self._conn
+        if conn is None:
+            return None
+        try:
+            return conn.execute_command(*args)
+        except (redis.RedisError, OSError):
+            self.drop()
+            return None
+
     def call(self, *args: Any) -> Any:
         """One command. A reply lost raises :class:`Uncertain` (the connection is dropped, so
         the next call asks the Sentinels again); an error reply raises :class:`Refused`."""
@@ -441,6 +453,18 @@ def w_leased(ctx: Ctx) -> None:
     )
 
 
+def holds_nothing(ctx: Ctx, own: str, req: str) -> None:
+    """After a resolution that says the request holds nothing, the server that said so must
+    not show the owner holding the lock (the client holds nothing else of it): a ``leak``."""
+    t0 = now()
+    info = ctx.master.call_here("RLOCK.INFO", ctx.key)
+    if not info:
+        return
+    fields = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else dict(info)
+    if fields.get(b"owner") == own.encode():
+        ctx.log("leak", t0=t0, t1=now(), req=req, count=int(fields.get(b"count", 0)))
+
+
 def w_lost_reply(ctx: Ctx) -> None:
     """Acquires whose replies are thrown away unread (the connection closed after sending),
     then resolved exactly through their ``REQUEST`` id: half by a retry with the same id (its
@@ -477,6 +501,7 @@ def w_lost_reply(ctx: Ctx) -> None:
         if ctx.rng.random() < 0.5:
             r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
             ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
+            holds_nothing(ctx, own, req)
             continue
         # retry with the same id: the first grant's reply if it stands, else a fresh acquire
         while ctx.running():
@@ -487,6 +512,7 @@ def w_lost_reply(ctx: Ctx) -> None:
                 if exc.kind == "ERR request <id> was cancelled":
                     # the server rolled the grant back when the connection closed: nothing held
                     ctx.log("resolve", t0=r0, t1=now(), req=req, how="retry", reply="cancelled")
+                    holds_nothing(ctx, own, req)
                     break
                 if exc.kind == "ERR request <id> is already waiting":
                     time.sleep(0.02)  # the dropped wait is still being taken out of the queue
@@ -497,20 +523,20 @@ def w_lost_reply(ctx: Ctx) -> None:
             except Uncertain:
                 r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
                 ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
+                holds_nothing(ctx, own, req)
                 break
             r1 = now()
             tok = token_of(reply)
             ctx.log("resolve", t0=r0, t1=r1, req=req, how="retry", reply=str(reply))
-            if tok is not None:
+            if tok is None:
+                holds_nothing(ctx, own, req)
+            else:
                 h = ctx.hold_id()
                 # the lease may have started with the first send: count it from there
                 ctx.log("grant", t0=t0, t1=r1, lease=LEASE, token=tok, n=1, h=h, req=req)
                 ctx.nap(0.0, 0.05)
                 ctx.log("release", t0=now(), h=h)
-                try:
-                    ctx.master.call("RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
-                except (Refused, Uncertain):
-                    pass
+                ctx.until_answered("RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
             break
 
 

@@ -175,6 +175,12 @@ def test_a_reentry_refused_with_an_error_says_nothing() -> None:
     assert row_of(events).clean()
 
 
+def test_a_request_resolved_as_holding_nothing_that_left_a_hold_is_flagged() -> None:
+    leak: Event = {"ev": "leak", "c": "a", "w": "lost_reply", "t0": 1.0, "t1": 1.001, "count": 1}
+    row = row_of([leak])
+    assert row.anomalies == 1 and "left a hold" in row.anomaly_kind, row
+
+
 def test_readers_beside_readers_are_accepted() -> None:
     events = held("a", 1.0, 3.0, w="rwlock", side="READ") + held(
         "b", 2.0, 4.0, w="rwlock", side="READ"
