@@ -144,11 +144,16 @@ fn waiters_on_a_promoted_replica_are_served_when_a_dead_reader_s_hold_or_a_lock_
     assert!(waited < Duration::from_millis(1_500 + 2_000), "at the delay's end: {waited:?}");
 }
 
-/// A reader whose only hold ends in 800 ms and one whose hold lasts 30 s, on the lock `name` of
-/// database `db` of `m`.
+/// How long the dead reader's hold lasts: past the `WAIT` (up to a replica's 1 s ack period),
+/// so the replica is promoted before the old master drops it.
+const DEAD_HOLD_MS: u64 = 2_000;
+
+/// A reader whose only hold ends in [`DEAD_HOLD_MS`] and one whose hold lasts 30 s, on the lock
+/// `name` of database `db` of `m`.
 fn dead_and_live_readers(m: &mut Connection, name: &str, db: i64) {
     cmd(m, &["SELECT", &db.to_string()]);
-    assert_eq!(cmd(m, &["RWLOCK.ACQUIRE", name, "dead:1", "READ", "800"]), Value::Nil);
+    let lease = DEAD_HOLD_MS.to_string();
+    assert_eq!(cmd(m, &["RWLOCK.ACQUIRE", name, "dead:1", "READ", &lease]), Value::Nil);
     assert_eq!(cmd(m, &["RWLOCK.ACQUIRE", name, "live:1", "READ", "30000"]), Value::Nil);
 }
 
@@ -168,12 +173,16 @@ fn a_promoted_replica_drops_a_dead_reader_untouched_and_its_owner_may_then_ask_t
     for (name, db) in locks {
         dead_and_live_readers(&mut m, name, db);
     }
+    let granted = Instant::now();
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
     assert_eq!(acked, 1, "the replica has the holds");
-    let started = Instant::now();
     cmd(&mut replica.conn(), &["REPLICAOF", "NO", "ONE"]);
     let mut r = replica.conn();
     r.set_read_timeout(Some(LIMIT)).expect("timeout");
+    for (name, db) in locks {
+        cmd(&mut r, &["SELECT", &db.to_string()]);
+        assert!(has_field(&mut r, name, "dead:1"), "promoted with the dead reader of {name}");
+    }
     for (name, db) in locks {
         cmd(&mut r, &["SELECT", &db.to_string()]);
         poll(&format!("the dead reader of {name} to leave the new master"), LIMIT, || {
@@ -181,8 +190,8 @@ fn a_promoted_replica_drops_a_dead_reader_untouched_and_its_owner_may_then_ask_t
         });
         assert!(has_field(&mut r, name, "live:1"), "the live reader of {name} stays");
     }
-    let took = started.elapsed();
-    assert!(took < Duration::from_millis(800 + 2_000), "at the hold's end: {took:?}");
+    let took = granted.elapsed();
+    assert!(took < Duration::from_millis(DEAD_HOLD_MS + 2_000), "at the hold's end: {took:?}");
     assert_eq!(info_field(&mut r, "rlock", "rlock_dead_reader_reaps"), 2);
     // Its owner holds nothing now: asking to write waits for the live reader (and times out),
     // never refused as an upgrade.
