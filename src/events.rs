@@ -106,8 +106,10 @@ fn on_config_changed(ctx: &Context, names: &[&str]) {
 }
 
 /// A master loaded its data from disk (a restart): grants the last fsync missed may be lost,
-/// so tokens from now on start above any this server issued before (`replicas`). A load right
-/// after a flush (`DEBUG RELOAD`, `DEBUG LOADAOF`) gets back the memory the flush dropped.
+/// so tokens from now on start above any this server issued before (`replicas`), and its leased
+/// semaphores and read-write locks get the lease checks the file does not hold
+/// (`waiting::promotion`). A load right after a flush (`DEBUG RELOAD`, `DEBUG LOADAOF`) gets
+/// back the memory the flush dropped.
 #[linkme::distributed_slice(redis_module::server_events::LOADING_SERVER_EVENTS_LIST)]
 fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
     thread_local! {
@@ -126,6 +128,7 @@ fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
             if FROM_DISK.replace(false) && raw::is_master(ctx) {
                 replicas::raise_token_floor(raw::now_ms());
                 waiting::lifecycle::loaded(ctx);
+                waiting::promotion::loaded(ctx);
             } else {
                 waiting::lifecycle::not_reloaded();
             }
@@ -138,8 +141,8 @@ fn on_loading(ctx: &Context, subevent: LoadingSubevent) {
 }
 
 /// Promoted: tokens from now on are above any the old master issued, the new master starts
-/// with no replicas seen, and its leased semaphores get the lease checks the old master had
-/// (`waiting::promotion`). Demoted to a replica: every waiter gets an error.
+/// with no replicas seen, and its leased semaphores and read-write locks get the lease checks
+/// the old master had (`waiting::promotion`). Demoted to a replica: every waiter gets an error.
 #[linkme::distributed_slice(redis_module::server_events::ROLE_CHANGED_SERVER_EVENTS_LIST)]
 fn on_role_changed(ctx: &Context, role: ServerRole) {
     raw::note_replication();

@@ -40,6 +40,13 @@ fn decide<'a>(
     let owner = cmd.owner.as_slice();
     let key = RwKey::open(ctx, cmd.key, true);
     let state = key.state_of(Some(owner))?;
+    // A writer whose read holds all ended by their leases holds no read side, whatever its
+    // field says until the next dead-reader check: it waits as any writer does (the check
+    // comes, or its wait's poll brings it), not refused as an upgrade.
+    let state = match cmd.mode {
+        Mode::Write => key.with_live_reads(state, owner, now)?,
+        Mode::Read => state,
+    };
     let own = key.own_holds(&state, owner, cmd.gt, now)?;
     let reads = own.as_ref().map_or(Reads::Set, Reads::Gt);
     let pttl = match rw_rules::acquire(&state, cmd.mode, owner, now, deadline, queued, reads)? {

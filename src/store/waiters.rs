@@ -127,6 +127,14 @@ pub fn consider<'a>(
             let Ok(state) = key.state_of(Some(&request.owner)) else {
                 return Head::Wait { recheck_at: None };
             };
+            // A writer whose read holds all ended holds no read side (not an upgrade).
+            let state = match mode {
+                Mode::Write => match key.with_live_reads(state, &request.owner, now) {
+                    Ok(state) => state,
+                    Err(e) => return Head::Refuse(e),
+                },
+                Mode::Read => state,
+            };
             let deadline =
                 rules::Deadline::after(now, request.lease).unwrap_or(rules::Deadline::LAST);
             let own = match key.own_holds(&state, &request.owner, request.gt, now) {

@@ -36,7 +36,8 @@ pub struct Deferred {
     pub rollback: Vec<Undo>,
     /// Session holds whose connection closed wait to be ended (`session`).
     pub session_ends: bool,
-    /// A promotion's walk for leased semaphores goes on (`promotion`).
+    /// The walk for leased semaphores and read-write locks after a promotion or a load from
+    /// disk goes on (`promotion`).
     pub promotion_walk: bool,
 }
 

@@ -114,6 +114,37 @@ fn the_module_memory_survives(reload: &[&str], aof: bool) {
     assert!(exists(&mut admin, "l"), "a hold taken after a FLUSHALL is not the flushed binding's");
 }
 
+/// A master restarted from its AOF (a crash, then `kill -9`'s restart) has none of the checks
+/// the old process had scheduled: it looks for them in its data, as a promoted replica does. A
+/// reader whose only hold ended leaves the read-write lock (another reader's 30 s hold keeps
+/// the hash), and a leased permit whose lease ended comes back, with no command touching
+/// either. (Both stayed until some command or waiter touched them: the reader's field until the
+/// live reader's release or the hash's end, 30 s later.)
+#[test]
+fn a_master_restarted_from_its_aof_drops_ended_readers_and_leases_untouched() {
+    let mut server =
+        Server::builder().config("appendonly", "yes").config("appendfsync", "always").start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "dead:1", "READ", "1000"]), Value::Nil);
+    assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "live:1", "READ", "30000"]), Value::Nil);
+    cmd(&mut con, &["RSEM.SETPERMITS", "s", "2"]);
+    let ids = cmd(&mut con, &["RSEM.ACQUIRE", "s", "1", "LEASE", "1000"]);
+    assert!(matches!(ids, Value::Array(ref a) if a.len() == 1), "{ids:?}");
+    let granted = std::time::Instant::now();
+    server.restart();
+    let mut con = server.conn();
+    poll("the dead reader to leave the restarted master", LIMIT, || {
+        (cmd(&mut con, &["HEXISTS", "rw", "dead:1"]) == Value::Int(0)).then_some(())
+    });
+    poll("the leased permit to come back", LIMIT, || {
+        (cmd(&mut con, &["GET", "s"]) == Value::BulkString(b"2".to_vec())).then_some(())
+    });
+    let took = granted.elapsed();
+    assert!(took < Duration::from_millis(1_000 + 3_000), "at the leases' end: {took:?}");
+    assert_eq!(cmd(&mut con, &["HEXISTS", "rw", "live:1"]), Value::Int(1), "the live one stays");
+    assert_eq!(info_field(&mut con, "rlock", "rlock_dead_reader_reaps"), 1);
+}
+
 #[test]
 fn session_bindings_pending_ends_and_checks_survive_a_debug_reload() {
     the_module_memory_survives(&["DEBUG", "RELOAD"], false);

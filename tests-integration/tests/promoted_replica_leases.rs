@@ -1,12 +1,12 @@
 //! Leases granted on a master end on its promoted replica as they would have on the master: a
 //! leased permit comes back (the count, the lease zset, `redisson_sc` published) just after its
-//! lease ends, with nobody touching the semaphore; a waiter blocked on the new master is served
-//! then.
+//! lease ends, and a read-write lock's reader whose every hold ended leaves, with nobody touching
+//! the lock; a waiter blocked on the new master is served then.
 
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{cmd, info_field, poll, wait_replica_online, Server};
+use rlock_tests_integration::{cmd, info_field, poll, run_str, wait_replica_online, Server};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -142,4 +142,61 @@ fn waiters_on_a_promoted_replica_are_served_when_a_dead_reader_s_hold_or_a_lock_
     assert_eq!(next, Value::Nil, "the lock is granted when its lock-delay ends");
     let waited = started.elapsed();
     assert!(waited < Duration::from_millis(1_500 + 2_000), "at the delay's end: {waited:?}");
+}
+
+/// How long the dead reader's hold lasts: past the `WAIT` (up to a replica's 1 s ack period),
+/// so the replica is promoted before the old master drops it.
+const DEAD_HOLD_MS: u64 = 2_000;
+
+/// A reader whose only hold ends in [`DEAD_HOLD_MS`] and one whose hold lasts 30 s, on the lock
+/// `name` of database `db` of `m`.
+fn dead_and_live_readers(m: &mut Connection, name: &str, db: i64) {
+    cmd(m, &["SELECT", &db.to_string()]);
+    let lease = DEAD_HOLD_MS.to_string();
+    assert_eq!(cmd(m, &["RWLOCK.ACQUIRE", name, "dead:1", "READ", &lease]), Value::Nil);
+    assert_eq!(cmd(m, &["RWLOCK.ACQUIRE", name, "live:1", "READ", "30000"]), Value::Nil);
+}
+
+fn has_field(con: &mut Connection, key: &str, field: &str) -> bool {
+    cmd(con, &["HEXISTS", key, field]) == Value::Int(1)
+}
+
+#[test]
+fn a_promoted_replica_drops_a_dead_reader_untouched_and_its_owner_may_then_ask_to_write() {
+    let master = Server::start();
+    let replica = Server::builder().replica_of(&master).start();
+    wait_replica_online(&master);
+    let mut m = master.conn();
+    // Two databases and Redisson's two name forms. The live reader keeps each hash 30 s: the
+    // dead reader's field is left for the module to drop.
+    let locks = [("rw", 0), ("app{7}:rw", 3)];
+    for (name, db) in locks {
+        dead_and_live_readers(&mut m, name, db);
+    }
+    let granted = Instant::now();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
+    assert_eq!(acked, 1, "the replica has the holds");
+    cmd(&mut replica.conn(), &["REPLICAOF", "NO", "ONE"]);
+    let mut r = replica.conn();
+    r.set_read_timeout(Some(LIMIT)).expect("timeout");
+    for (name, db) in locks {
+        cmd(&mut r, &["SELECT", &db.to_string()]);
+        assert!(has_field(&mut r, name, "dead:1"), "promoted with the dead reader of {name}");
+    }
+    for (name, db) in locks {
+        cmd(&mut r, &["SELECT", &db.to_string()]);
+        poll(&format!("the dead reader of {name} to leave the new master"), LIMIT, || {
+            (!has_field(&mut r, name, "dead:1")).then_some(())
+        });
+        assert!(has_field(&mut r, name, "live:1"), "the live reader of {name} stays");
+    }
+    let took = granted.elapsed();
+    assert!(took < Duration::from_millis(DEAD_HOLD_MS + 2_000), "at the hold's end: {took:?}");
+    assert_eq!(info_field(&mut r, "rlock", "rlock_dead_reader_reaps"), 2);
+    // Its owner holds nothing now: asking to write waits for the live reader (and times out),
+    // never refused as an upgrade.
+    cmd(&mut r, &["SELECT", "0"]);
+    let asked =
+        run_str(&mut r, &["RWLOCK.ACQUIRE", "rw", "dead:1", "WRITE", "5000", "WAIT", "100"]);
+    assert!(matches!(asked, Ok(Value::Int(pttl)) if pttl > 0), "busy, not refused: {asked:?}");
 }
