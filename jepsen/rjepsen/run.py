@@ -114,7 +114,7 @@ def run_cell(
         time.sleep(max(0.0, start - time.monotonic()) + 5.0)
         while make is not None:
             fault = make()
-            if time.monotonic() + fault.length + 20 > end:
+            if time.monotonic() + fault.length + 10 > end:
                 break
             t = time.monotonic()
             what = fault.start()
