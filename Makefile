@@ -141,6 +141,7 @@ failover: build valkey-deps
 # crash-restart with the defaults, a partition with the replica guard off, which must be flagged).
 JEPSEN_SEEDS ?= 1,2,3
 JEPSEN_DURATION ?= 60
+JEPSEN_MODES ?= defaults,min_replicas_2,guard_off
 jepsen-deps: python-deps
 	@missing=""; \
 	command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
@@ -152,7 +153,7 @@ jepsen-deps: python-deps
 	fi
 
 jepsen: build jepsen-deps
-	cd jepsen && $(SUDO) python3 -m rjepsen matrix --seeds $(JEPSEN_SEEDS) --duration $(JEPSEN_DURATION)
+	cd jepsen && $(SUDO) python3 -m rjepsen matrix --seeds $(JEPSEN_SEEDS) --duration $(JEPSEN_DURATION) --modes $(JEPSEN_MODES)
 
 jepsen-quick: build jepsen-deps
 	cd jepsen && python3 -m ruff check . && python3 -m ruff format --check . && python3 -m mypy --strict rjepsen tests

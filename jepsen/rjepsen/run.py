@@ -374,6 +374,7 @@ def main() -> None:
     mx = sub.add_parser("matrix")
     mx.add_argument("--quick", action="store_true")
     mx.add_argument("--seeds", default="1")
+    mx.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to run")
     for p in (one, mx):
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--duration", type=float, default=60.0)
@@ -389,7 +390,11 @@ def main() -> None:
         cells = [(args.nemesis, args.mode, args.seed)]
     else:
         seeds = [int(s) for s in args.seeds.split(",")]
-        pairs = QUICK if args.quick else [(n, m) for m in MODES for n in nemesis.SENTINEL_NEMESES]
+        modes = [m for m in args.modes.split(",") if m]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown:
+            raise SystemExit(f"unknown modes {unknown}: choose from {list(MODES)}")
+        pairs = QUICK if args.quick else [(n, m) for m in modes for n in nemesis.SENTINEL_NEMESES]
         cells = [(n, m, s) for s in seeds for n, m in pairs]
     results = []
     for n, m, s in cells:
