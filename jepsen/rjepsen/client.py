@@ -375,7 +375,7 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
         return int(ctx.master.call("WAIT", ack, 1000)) >= ack
 
     def reenter(outer: Any) -> None:
-        """Sometimes re-enters the lock it holds (the count goes to 2 and back): granted at
+        """Sometimes re-enters the lock it holds (the count goes to 2 and back): granted
         at once (a new, larger token), as the holder still holds it."""
         if ctx.rng.random() > 0.3:
             return
