@@ -142,32 +142,47 @@ pub enum Refused {
     ReplicasBeforeRestart,
 }
 
-impl Refused {
-    /// The `NOREPLICAS` reply for this rule (every text of the guard's refusal is here).
-    #[must_use]
-    pub const fn message(self) -> &'static str {
-        match self {
-            Self::TooFewReplicas => {
-                "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
+/// Both `NOREPLICAS` replies of each rule from one table: the rule's reason (and what the
+/// caller can do) after what this master refuses, a grant or a give-back of counted permits.
+macro_rules! refusal_texts {
+    ($($rule:ident => $reason:literal,)*) => {
+        impl Refused {
+            /// The `NOREPLICAS` reply to a grant (an acquire, a renewal) this rule refuses.
+            #[must_use]
+            pub const fn message(self) -> &'static str {
+                match self {
+                    $(Self::$rule => concat!("NOREPLICAS this master grants no lock: ", $reason),)*
+                }
             }
-            Self::StallQuarantine => {
-                "NOREPLICAS this master grants no lock: it stalled for longer than rlock.stall-ms and is in quarantine until its replicas acknowledge again; it may have been replaced, retry on the current master"
-            }
-            Self::NoRecentCheck => {
-                "NOREPLICAS this master grants no lock: its replicas were not checked recently (it stalled, or became master just now); it may have been replaced, retry on the current master"
-            }
-            Self::HadReplicasFile => {
-                "NOREPLICAS this master grants no lock: the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone"
-            }
-            Self::RestartQuarantine => {
-                "NOREPLICAS this master grants no lock: it restarted as a master that had replicas (the file rlock-had-replicas in its working directory) and is in quarantine for rlock.replica-max-lag + 1.5 s; it may have been replaced, retry on the current master"
-            }
-            Self::ReplicasBeforeRestart => {
-                "NOREPLICAS this master grants no lock: it restarted, and fewer of its replicas are in sync than were online before (the file rlock-had-replicas in its working directory, INFO rlock: rlock_replicas_before_restart); a missing one may have been promoted, retry on the current master, or delete the file (or set rlock.min-replicas 0) once it is known not to be"
+
+            /// The `NOREPLICAS` reply to a give-back of counted permits (`RSEM.RELEASE key
+            /// permits`, `RLOCK.CANCEL` of a counted grant) this rule refuses: counted permits
+            /// have no lease, so one given back here and lost with this master's data (it is
+            /// replaced, and its writes thrown away when it is demoted) would be lost for good.
+            #[must_use]
+            pub const fn give_back_message(self) -> &'static str {
+                match self {
+                    $(Self::$rule => concat!(
+                        "NOREPLICAS this master gives back no permits (a give-back here would be lost if it has been replaced): ",
+                        $reason
+                    ),)*
+                }
             }
         }
-    }
+    };
+}
 
+// Every text of the guard's refusal is here.
+refusal_texts! {
+    TooFewReplicas => "too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master",
+    StallQuarantine => "it stalled for longer than rlock.stall-ms and is in quarantine until its replicas acknowledge again; it may have been replaced, retry on the current master",
+    NoRecentCheck => "its replicas were not checked recently (it stalled, or became master just now); it may have been replaced, retry on the current master",
+    HadReplicasFile => "the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone",
+    RestartQuarantine => "it restarted as a master that had replicas (the file rlock-had-replicas in its working directory) and is in quarantine for rlock.replica-max-lag + 1.5 s; it may have been replaced, retry on the current master",
+    ReplicasBeforeRestart => "it restarted, and fewer of its replicas are in sync than were online before (the file rlock-had-replicas in its working directory, INFO rlock: rlock_replicas_before_restart); a missing one may have been promoted, retry on the current master, or delete the file (or set rlock.min-replicas 0) once it is known not to be",
+}
+
+impl Refused {
     /// The rule's name in `INFO rlock`.
     #[must_use]
     pub const fn name(self) -> &'static str {
