@@ -188,23 +188,26 @@ fn give_backs_sent_to_a_stalled_master_are_refused_as_it_resumes_and_done_once_l
     let mut sent = master.conn();
     sent.set_read_timeout(Some(LIMIT)).expect("timeout");
     let give_backs = [
-        redis::cmd("RSEM.RELEASE").arg("sem").arg(1).arg("REQUEST").arg("r1").clone(),
-        redis::cmd("RLOCK.CANCEL").arg("sem").arg("r2").clone(),
+        (
+            "RSEM.RELEASE sem 1 REQUEST r1",
+            redis::cmd("RSEM.RELEASE").arg("sem").arg(1).arg("REQUEST").arg("r1").clone(),
+        ),
+        ("RLOCK.CANCEL sem r2", redis::cmd("RLOCK.CANCEL").arg("sem").arg("r2").clone()),
     ];
     master.pause();
-    for give_back in &give_backs {
+    for (_, give_back) in &give_backs {
         sent.send_packed_command(&give_back.get_packed_command()).expect("sent");
     }
     // The stall itself (longer than rlock.stall-ms, 1.5 s), not a wait for a condition.
     std::thread::sleep(Duration::from_millis(2_000));
     master.resume();
-    for give_back in &give_backs {
+    for (name, _) in &give_backs {
         let reply = match sent.recv_response().expect("a reply") {
             Value::ServerError(e) => Err(format!("{} {}", e.code(), e.details().unwrap_or(""))),
             other => Ok(other),
         };
         let refused = reply.as_ref().is_err_and(|e| e.starts_with(GIVE_BACK_REFUSED));
-        assert!(refused, "{:?}: {reply:?}", give_back.get_packed_command());
+        assert!(refused, "{name}: {reply:?}");
     }
     assert_eq!(available(&mut con, "sem"), 1, "nothing given back");
     poll("grants to be allowed again", LIMIT, || grant_refused(&mut con).is_none().then_some(()));
