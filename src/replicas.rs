@@ -748,6 +748,26 @@ mod tests {
     const UP: Link = Link { online: true, lag: 0 };
 
     #[test]
+    fn a_refused_give_back_says_so_with_the_reason_of_the_refused_grant() {
+        let rules = [
+            Refused::TooFewReplicas,
+            Refused::StallQuarantine,
+            Refused::NoRecentCheck,
+            Refused::HadReplicasFile,
+            Refused::RestartQuarantine,
+            Refused::ReplicasBeforeRestart,
+        ];
+        for rule in rules {
+            let grant = rule.message().strip_prefix("NOREPLICAS this master grants no lock: ");
+            let give_back = rule.give_back_message().strip_prefix(
+                "NOREPLICAS this master gives back no permits (a give-back here would be lost if it has been replaced): ",
+            );
+            assert!(grant.is_some_and(|reason| reason.len() > 20), "{rule:?}");
+            assert_eq!(give_back, grant, "{rule:?}");
+        }
+    }
+
+    #[test]
     fn parses_info_lines() {
         assert_eq!(
             parse_link(b"ip=127.0.0.1,port=6380,state=online,offset=123,lag=1"),
