@@ -5,8 +5,12 @@
 //! refuses every grant (`ACQUIRE`, `RENEW`, hand-offs) while fewer than `rlock.min-replicas` of
 //! them are online with a replication lag of at most `rlock.replica-max-lag` seconds: after a
 //! pause or a partition, Sentinel or the cluster may already have promoted one of them, and
-//! every grant here would be a split-brain grant. The default (`-1`, "auto") requires one
-//! replica once one has been online; `0` turns the check off; `n > 0` requires `n` always.
+//! every grant here would be a split-brain grant. It refuses give-backs of counted permits
+//! too (`RSEM.RELEASE key permits`, `RLOCK.CANCEL` of a counted grant:
+//! [`Refused::give_back_message`]): they have no lease, so one answered here and thrown away
+//! with this master's data when it is demoted would be lost for good. The default (`-1`,
+//! "auto") requires one replica once one has been online; `0` turns the check off; `n > 0`
+//! requires `n` always.
 //! The replicas are checked on Redis's cron (10 times a second at the default `hz`); a check
 //! goes stale quickly, so a master that was stopped (SIGSTOP, a VM pause) grants nothing when it
 //! resumes until a fresh check, and a stall long enough for a failover starts a quarantine
