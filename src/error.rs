@@ -90,6 +90,11 @@ pub enum LockError {
     /// them recently: the rule that refused): it may have been replaced by a promoted replica,
     /// so it grants nothing (retry on the current master).
     NoReplicas(crate::replicas::Refused),
+    /// The same guard refusing a give-back of counted permits (`RSEM.RELEASE key permits`,
+    /// `RLOCK.CANCEL` of a counted grant): given back on a master that was replaced, they would
+    /// be lost with its data, and counted permits have no lease to bring them back (retry on
+    /// the current master).
+    NoReplicasGiveBack(crate::replicas::Refused),
     /// The caller's ACL user may not use the request record (`rlock_request:...`) of an
     /// acquire's or a cancel's `REQUEST id`.
     NoPermRequest,
@@ -206,6 +211,7 @@ impl LockError {
                 "ERR the lock holds more than 100000 read holds in all (its readers' counts): a release or a check would read every hold key; RWLOCK.FORCERELEASE clears it"
             }
             Self::NoReplicas(rule) => rule.message(),
+            Self::NoReplicasGiveBack(rule) => rule.give_back_message(),
             Self::NoPermRequest => {
                 "NOPERM this user has no permissions to access the request record key (rlock_request:...)"
             }

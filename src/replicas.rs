@@ -5,8 +5,12 @@
 //! refuses every grant (`ACQUIRE`, `RENEW`, hand-offs) while fewer than `rlock.min-replicas` of
 //! them are online with a replication lag of at most `rlock.replica-max-lag` seconds: after a
 //! pause or a partition, Sentinel or the cluster may already have promoted one of them, and
-//! every grant here would be a split-brain grant. The default (`-1`, "auto") requires one
-//! replica once one has been online; `0` turns the check off; `n > 0` requires `n` always.
+//! every grant here would be a split-brain grant. It refuses give-backs of counted permits
+//! too (`RSEM.RELEASE key permits`, `RLOCK.CANCEL` of a counted grant:
+//! [`Refused::give_back_message`]): they have no lease, so one answered here and thrown away
+//! with this master's data when it is demoted would be lost for good. The default (`-1`,
+//! "auto") requires one replica once one has been online; `0` turns the check off; `n > 0`
+//! requires `n` always.
 //! The replicas are checked on Redis's cron (10 times a second at the default `hz`); a check
 //! goes stale quickly, so a master that was stopped (SIGSTOP, a VM pause) grants nothing when it
 //! resumes until a fresh check, and a stall long enough for a failover starts a quarantine
@@ -142,32 +146,47 @@ pub enum Refused {
     ReplicasBeforeRestart,
 }
 
-impl Refused {
-    /// The `NOREPLICAS` reply for this rule (every text of the guard's refusal is here).
-    #[must_use]
-    pub const fn message(self) -> &'static str {
-        match self {
-            Self::TooFewReplicas => {
-                "NOREPLICAS this master grants no lock: too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master"
+/// Both `NOREPLICAS` replies of each rule from one table: the rule's reason (and what the
+/// caller can do) after what this master refuses, a grant or a give-back of counted permits.
+macro_rules! refusal_texts {
+    ($($rule:ident => $reason:literal,)*) => {
+        impl Refused {
+            /// The `NOREPLICAS` reply to a grant (an acquire, a renewal) this rule refuses.
+            #[must_use]
+            pub const fn message(self) -> &'static str {
+                match self {
+                    $(Self::$rule => concat!("NOREPLICAS this master grants no lock: ", $reason),)*
+                }
             }
-            Self::StallQuarantine => {
-                "NOREPLICAS this master grants no lock: it stalled for longer than rlock.stall-ms and is in quarantine until its replicas acknowledge again; it may have been replaced, retry on the current master"
-            }
-            Self::NoRecentCheck => {
-                "NOREPLICAS this master grants no lock: its replicas were not checked recently (it stalled, or became master just now); it may have been replaced, retry on the current master"
-            }
-            Self::HadReplicasFile => {
-                "NOREPLICAS this master grants no lock: the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone"
-            }
-            Self::RestartQuarantine => {
-                "NOREPLICAS this master grants no lock: it restarted as a master that had replicas (the file rlock-had-replicas in its working directory) and is in quarantine for rlock.replica-max-lag + 1.5 s; it may have been replaced, retry on the current master"
-            }
-            Self::ReplicasBeforeRestart => {
-                "NOREPLICAS this master grants no lock: it restarted, and fewer of its replicas are in sync than were online before (the file rlock-had-replicas in its working directory, INFO rlock: rlock_replicas_before_restart); a missing one may have been promoted, retry on the current master, or delete the file (or set rlock.min-replicas 0) once it is known not to be"
+
+            /// The `NOREPLICAS` reply to a give-back of counted permits (`RSEM.RELEASE key
+            /// permits`, `RLOCK.CANCEL` of a counted grant) this rule refuses: counted permits
+            /// have no lease, so one given back here and lost with this master's data (it is
+            /// replaced, and its writes thrown away when it is demoted) would be lost for good.
+            #[must_use]
+            pub const fn give_back_message(self) -> &'static str {
+                match self {
+                    $(Self::$rule => concat!(
+                        "NOREPLICAS this master gives back no permits (a give-back here would be lost if it has been replaced): ",
+                        $reason
+                    ),)*
+                }
             }
         }
-    }
+    };
+}
 
+// Every text of the guard's refusal is here.
+refusal_texts! {
+    TooFewReplicas => "too few of its replicas are in sync (rlock.min-replicas, rlock.replica-max-lag); it may have been replaced, retry on the current master",
+    StallQuarantine => "it stalled for longer than rlock.stall-ms and is in quarantine until its replicas acknowledge again; it may have been replaced, retry on the current master",
+    NoRecentCheck => "its replicas were not checked recently (it stalled, or became master just now); it may have been replaced, retry on the current master",
+    HadReplicasFile => "the file rlock-had-replicas in its working directory (INFO rlock: rlock_had_replicas_file) says it has had replicas, and none is in sync (rlock.min-replicas -1); it may have been replaced, retry on the current master, or delete the file (or set rlock.min-replicas 0) to run it standalone",
+    RestartQuarantine => "it restarted as a master that had replicas (the file rlock-had-replicas in its working directory) and is in quarantine for rlock.replica-max-lag + 1.5 s; it may have been replaced, retry on the current master",
+    ReplicasBeforeRestart => "it restarted, and fewer of its replicas are in sync than were online before (the file rlock-had-replicas in its working directory, INFO rlock: rlock_replicas_before_restart); a missing one may have been promoted, retry on the current master, or delete the file (or set rlock.min-replicas 0) once it is known not to be",
+}
+
+impl Refused {
     /// The rule's name in `INFO rlock`.
     #[must_use]
     pub const fn name(self) -> &'static str {
@@ -731,6 +750,26 @@ mod tests {
     use super::*;
 
     const UP: Link = Link { online: true, lag: 0 };
+
+    #[test]
+    fn a_refused_give_back_says_so_with_the_reason_of_the_refused_grant() {
+        let rules = [
+            Refused::TooFewReplicas,
+            Refused::StallQuarantine,
+            Refused::NoRecentCheck,
+            Refused::HadReplicasFile,
+            Refused::RestartQuarantine,
+            Refused::ReplicasBeforeRestart,
+        ];
+        for rule in rules {
+            let grant = rule.message().strip_prefix("NOREPLICAS this master grants no lock: ");
+            let give_back = rule.give_back_message().strip_prefix(
+                "NOREPLICAS this master gives back no permits (a give-back here would be lost if it has been replaced): ",
+            );
+            assert!(grant.is_some_and(|reason| reason.len() > 20), "{rule:?}");
+            assert_eq!(give_back, grant, "{rule:?}");
+        }
+    }
 
     #[test]
     fn parses_info_lines() {

@@ -118,3 +118,73 @@ async def test_an_async_release_unanswered_in_time_goes_on_until_the_link_heals(
         await c.aclose()
         proxy.close()
         probe.close()
+
+
+def _refuse_grants(probe: redis.Redis, refuse: bool) -> None:
+    """Makes the server's replica guard refuse grants (a replica required, none attached: as a
+    master that may have been replaced), and with them give-backs of counted permits
+    (``NOREPLICAS``); or lets it grant again."""
+    probe.config_set("rlock.min-replicas", "1" if refuse else "0")
+
+    def refused() -> bool:
+        try:
+            probe.execute_command("RLOCK.ACQUIRE", "cr:probe", "p", 60000)
+        except redis.exceptions.ResponseError as e:
+            assert str(e).startswith("NOREPLICAS"), e
+            return True
+        probe.execute_command("RLOCK.RELEASE", "cr:probe", "p")
+        return False
+
+    poll("the guard to refuse" if refuse else "grants allowed", 10.0, lambda: refused() == refuse)
+
+
+def test_releases_refused_by_a_master_without_its_replicas_go_on_until_it_accepts_them(
+    server: Server,
+) -> None:
+    probe = server.client()
+    c = redis.Redis(port=server.port)
+    try:
+        sem = rl.Semaphore(c, "cr:norepl", response_timeout=RT)
+        assert sem.try_set_permits(3)
+        guard = sem.permits(2)
+        assert guard is not None
+        assert sem.acquire(1)
+        _refuse_grants(probe, True)
+        # refused (NOREPLICAS) for three response timeouts: the caller is told, the release
+        # is not given up on
+        with pytest.raises(redis.exceptions.TimeoutError, match="NOREPLICAS"):
+            sem.release(1)
+        guard.release()  # refused too: it goes on in the background
+        assert _count(probe, "cr:norepl") == 0, "a refused give-back gives nothing back"
+        _refuse_grants(probe, False)
+        poll("the releases given back", 10.0, lambda: _count(probe, "cr:norepl") == 3)
+        time.sleep(3 * RT)  # nothing more comes: given back once
+        assert _count(probe, "cr:norepl") == 3
+    finally:
+        c.close()
+        probe.close()
+
+
+async def test_async_releases_refused_by_a_master_without_its_replicas_go_on_until_it_accepts_them(
+    server: Server,
+) -> None:
+    probe = server.client()
+    c = aredis.Redis(port=server.port)
+    try:
+        sem = ra.Semaphore(c, "cr:anorepl", response_timeout=RT)
+        assert await sem.try_set_permits(3)
+        guard = await sem.permits(2)
+        assert guard is not None
+        assert await sem.acquire(1)
+        _refuse_grants(probe, True)
+        with pytest.raises(redis.exceptions.TimeoutError):
+            await sem.release(1)
+        await guard.release()
+        assert _count(probe, "cr:anorepl") == 0, "a refused give-back gives nothing back"
+        _refuse_grants(probe, False)
+        await apoll("the releases given back", 10.0, lambda: _count(probe, "cr:anorepl") == 3)
+        await asyncio.sleep(3 * RT)
+        assert _count(probe, "cr:anorepl") == 3
+    finally:
+        await c.aclose()
+        probe.close()

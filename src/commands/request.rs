@@ -89,8 +89,14 @@ pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             Err(e @ LockError::RequestMismatch) => return Err(Refusal::Request(e, id.to_vec())),
             other => other?,
         };
+        let cancel = request_rules::cancel(stored.as_ref(), waits);
+        if let Cancel::GiveBack(Granted::Permits(_)) = cancel {
+            // Counted permits, as `RSEM.RELEASE` gives them back: refused before anything is
+            // written (the record too) where grants are.
+            store::may_give_back(ctx)?;
+        }
         let now = raw::now_ms();
-        let reply = match request_rules::cancel(stored.as_ref(), waits) {
+        let reply = match cancel {
             Cancel::Dequeue => {
                 waiting::dequeue(ctx, name, id);
                 // The waiters behind it may be grantable now (a head that asked for more).

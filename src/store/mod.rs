@@ -78,6 +78,20 @@ pub fn may_grant(ctx: &Context) -> Result<(), LockError> {
     }
 }
 
+/// Refuses a give-back of counted permits where [`may_grant`] refuses a grant: counted permits
+/// have no lease, so a give-back written on a master that was replaced (and whose data is
+/// thrown away when it is demoted) would lose them for good; the caller retries on the current
+/// master.
+///
+/// # Errors
+/// [`LockError::NoReplicasGiveBack`].
+pub fn may_give_back(ctx: &Context) -> Result<(), LockError> {
+    may_grant(ctx).map_err(|e| match e {
+        LockError::NoReplicas(rule) => LockError::NoReplicasGiveBack(rule),
+        e => e,
+    })
+}
+
 /// A lock's key, open (closed on drop). Keep it no longer than one step: a hand-off writes the
 /// same key through its own handle, so callers open, apply and drop before handing off.
 pub struct LockKey<'a> {

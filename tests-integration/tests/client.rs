@@ -479,6 +479,40 @@ async fn a_cancelled_semaphore_acquire_takes_nothing() {
     assert_eq!(slots.release(1).await.expect("release"), 1, "nobody took the permit");
 }
 
+/// A master whose replica guard refuses grants (it may have been replaced) gives back no
+/// counted permits: the client's `release` returns that refusal (nothing was given back, the
+/// caller still holds the permits), and the same call succeeds once the master grants again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counted_release_refused_by_the_replica_guard_returns_the_refusal_and_gives_back_nothing()
+{
+    let server = Server::start();
+    let client = client(&server).await;
+    let slots = client.semaphore("slots");
+    slots.try_set_permits(2).await.expect("set");
+    slots.acquire(2).await.expect("two");
+    let mut admin = server.client().get_multiplexed_async_connection().await.expect("con");
+    let min_replicas =
+        |n: &'static str| redis::cmd("CONFIG").arg("SET").arg("rlock.min-replicas").arg(n).clone();
+    let _: () = min_replicas("1").query_async(&mut admin).await.expect("CONFIG SET");
+    eventually("the guard to refuse", Duration::from_secs(10), || {
+        let mut admin = admin.clone();
+        async move {
+            let probe = redis::cmd("RLOCK.ACQUIRE").arg("probe").arg("p").arg(60_000).clone();
+            let reply: redis::RedisResult<redis::Value> = probe.query_async(&mut admin).await;
+            reply.is_err_and(|e| e.code() == Some("NOREPLICAS"))
+        }
+    })
+    .await;
+    let refused = match slots.release(1).await {
+        Err(Error::Redis(e)) if e.code() == Some("NOREPLICAS") => e.to_string(),
+        other => panic!("not refused as the guard refuses: {other:?}"),
+    };
+    assert!(refused.contains("gives back no permits"), "{refused}");
+    assert_eq!(slots.available().await.expect("available"), 0, "nothing given back");
+    let _: () = min_replicas("0").query_async(&mut admin).await.expect("CONFIG SET");
+    assert_eq!(slots.release(2).await.expect("release"), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leased_permits_are_renewed_by_the_watchdog_released_by_id_and_on_drop() {
     let server = Server::start();

@@ -82,6 +82,17 @@ def is_transient(err: BaseException) -> bool:
     return False
 
 
+def is_resendable(err: BaseException) -> bool:
+    """Whether a give-back that failed with ``err`` is sent again (a counted permits' release,
+    and every background release or cancel): as :func:`is_transient`, and after ``NOREPLICAS``
+    too. The module refuses give-backs of counted permits where it refuses grants (a master
+    that may have been replaced: one answered there would be lost with its data, and counted
+    permits have no lease); nothing was written, and the connection is dropped
+    (:func:`must_drop`), so the next try reaches the current master (through a Sentinel pool),
+    or this one once its replicas are back."""
+    return is_transient(err) or (isinstance(err, ResponseError) and is_noreplicas(err))
+
+
 def must_drop(err: BaseException) -> bool:
     """Whether a call that failed with ``err`` must drop its connection, not give it back to
     the pool: every failure but an error reply (read in full: the connection is sound), and of

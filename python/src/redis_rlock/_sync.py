@@ -22,7 +22,15 @@ from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
 from . import _waits as W
-from ._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
+from ._conn import (
+    TOPOLOGY,
+    Stalled,
+    clone_kwargs,
+    is_resendable,
+    is_transient,
+    log,
+    must_drop,
+)
 from ._fork import check_owner, inherited
 from ._hold import (
     Hold,
@@ -421,20 +429,27 @@ class SyncBackend:
         except Exception as e:  # the next attempt retries
             log.debug("redis_rlock: cluster refresh failed: %s", e)
 
-    def call_until(self, key: bytes, args: list[P.Arg], until: Optional[float]) -> tuple[Any, int]:
-        """Sends an idempotent command, again after transient errors, until a reply or
-        ``until`` (monotonic; None: no limit). Returns (reply, attempts)."""
+    def call_until(
+        self,
+        key: bytes,
+        args: list[P.Arg],
+        until: Optional[float],
+        resend: Callable[[BaseException], bool] = is_transient,
+    ) -> tuple[Any, int]:
+        """Sends an idempotent command, again after errors ``resend`` accepts (transient
+        ones), until a reply or ``until`` (monotonic; None: no limit). Returns (reply,
+        attempts)."""
         backoff, attempts = 0.02, 0
         while True:
             attempts += 1
             try:
                 return self.call(key, args), attempts
             except ResponseError as e:
-                if not is_transient(e):
+                if not resend(e):
                     raise
                 err: BaseException = e
             except Exception as e:
-                if not is_transient(e):
+                if not resend(e):
                     raise
                 err = e
             now = time.monotonic()
@@ -694,9 +709,21 @@ class SyncBackend:
             hold.done = True
             first = time.monotonic()
             until = min(hold.deadline, first + 3 * self.rt)
+            counted = spec.kind == P.COUNTED
             try:
-                reply, attempts = self.call_until(spec.key, args, until)
+                reply, attempts = self.call_until(
+                    spec.key, args, until, is_resendable if counted else is_transient
+                )
             except ResponseError as e:
+                if counted and is_resendable(e):
+                    # NOREPLICAS (a master that may have been replaced gives back no counted
+                    # permits), READONLY ...: never given up while the server remembers it
+                    log.warning(
+                        "redis_rlock: release of %r goes on in the background: %s", spec.key, e
+                    )
+                    self.release_later(hold, args, first)
+                    settled = True
+                    return
                 settled = True
                 hold.done = False  # an error reply changed nothing: the caller still holds it
                 self.watchdog.schedule(hold)
@@ -744,14 +771,20 @@ class SyncBackend:
         remembers it (``P.COUNTED_RESEND_S`` from its first send) and the caller gets the
         error: counted permits have no lease, so a release given up on is a permit lost."""
         first = time.monotonic()
+        until = first + min(3 * self.rt, P.COUNTED_RESEND_S)
         try:
-            return self.call_until(key, args, first + min(3 * self.rt, P.COUNTED_RESEND_S))[0]
+            return self.call_until(key, args, until, is_resendable)[0]
         except BaseException as e:
-            if isinstance(e, Exception) and not is_transient(e):
+            if isinstance(e, Exception) and not is_resendable(e):
                 raise  # an error reply (or a bad argument): nothing was given back
             log.warning("redis_rlock: release of %r goes on in the background: %r", key, e)
             horizon = first + P.COUNTED_RESEND_S - time.monotonic()
             self.releaser.submit(key, args, max(0.0, horizon))
+            if isinstance(e, ResponseError):
+                # refused all along (NOREPLICAS: a master without its replicas gives back no
+                # counted permits), yet not given up: the caller must not release them again
+                msg = f"'RSEM.RELEASE' refused ({e}): it goes on in the background"
+                raise Stalled(msg) from e
             raise
 
     def abandon(self, hold: Hold) -> None:

@@ -13,7 +13,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _proto as P
-from ._conn import is_transient, log
+from ._conn import is_resendable, is_transient, log
 from ._flag import Flag, start_daemon
 from ._fork import inherited
 from ._hold import Hold
@@ -284,7 +284,9 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
         if job is None:  # the releaser was collected
             return
         try:
-            job.reply, _ = job.be.call_until(job.key, job.args, job.until)
+            # NOREPLICAS too: give-backs of counted permits are refused by a master that may have
+            # been replaced (``is_resendable``)
+            job.reply, _ = job.be.call_until(job.key, job.args, job.until, is_resendable)
             if job.then is not None:
                 job.then(job.reply)
         except BaseException as e:

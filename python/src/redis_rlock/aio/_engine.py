@@ -22,7 +22,15 @@ from redis.exceptions import AskError, MovedError, ResponseError
 
 from .. import _proto as P
 from .. import _waits as W
-from .._conn import TOPOLOGY, Stalled, clone_kwargs, is_transient, log, must_drop
+from .._conn import (
+    TOPOLOGY,
+    Stalled,
+    clone_kwargs,
+    is_resendable,
+    is_transient,
+    log,
+    must_drop,
+)
 from .._fork import ForkGuard, check_owner
 from .._hold import (
     LostCallback,
@@ -311,16 +319,21 @@ class AsyncBackend:
         return True, reply
 
     async def call_until(
-        self, key: bytes, args: list[P.Arg], until: Optional[float]
+        self,
+        key: bytes,
+        args: list[P.Arg],
+        until: Optional[float],
+        resend: Callable[[BaseException], bool] = is_transient,
     ) -> tuple[Any, int]:
-        """An idempotent command, again after transient errors, until a reply or ``until``."""
+        """An idempotent command, again after errors ``resend`` accepts (transient ones),
+        until a reply or ``until``."""
         backoff, attempts = 0.02, 0
         while True:
             attempts += 1
             try:
                 return await self.call(key, args), attempts
             except Exception as e:
-                if not is_transient(e):
+                if not resend(e):
                     raise
                 now = time.monotonic()
                 if until is not None and now >= until:
@@ -335,7 +348,11 @@ class AsyncBackend:
         gets the error while it goes on: counted permits have no lease, so a release given
         up on (or cancelled with its caller) would be a permit held by nobody for good."""
         first = time.monotonic()
-        task = self.background(self.call_until(key, args, first + P.COUNTED_RESEND_S))
+        # NOREPLICAS too (``is_resendable``): a master that may have been replaced gives back
+        # no counted permits
+        task = self.background(
+            self.call_until(key, args, first + P.COUNTED_RESEND_S, is_resendable)
+        )
         done, _ = await asyncio.wait({task}, timeout=min(3 * self.rt, P.COUNTED_RESEND_S))
         if task in done:
             return task.result()[0]
@@ -360,7 +377,8 @@ class AsyncBackend:
 
     async def _cleanup(self, key: bytes, args: list[P.Arg], horizon: float) -> Any:
         try:
-            return (await self.call_until(key, args, time.monotonic() + horizon))[0]
+            until = time.monotonic() + horizon
+            return (await self.call_until(key, args, until, is_resendable))[0]
         except Exception as e:
             log.warning("redis_rlock: gave up on %r for %r: %s", args[0], key, e)
             return None
@@ -597,9 +615,17 @@ class AsyncBackend:
         args = hold.release_args()  # idempotent: the same request id every time
         first = time.monotonic()
         until = min(hold.deadline, first + 3 * self.rt)
+        counted = spec.kind == P.COUNTED
         try:
-            reply, attempts = await self.call_until(spec.key, args, until)
+            resend = is_resendable if counted else is_transient
+            reply, attempts = await self.call_until(spec.key, args, until, resend)
         except ResponseError as e:
+            if counted and is_resendable(e):
+                # as the sync engine's: never given up while the server remembers it
+                log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
+                horizon = first + P.COUNTED_RESEND_S - time.monotonic()
+                self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
+                return
             hold.done = False  # an error reply changed nothing: the caller still holds it
             watch(hold, self)
             raise translate(e, spec.key.decode(errors="replace")) from None
