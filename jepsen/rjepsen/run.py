@@ -2,6 +2,7 @@
 
     python3 -m rjepsen run --nemesis partition --mode defaults --seed 1
     python3 -m rjepsen matrix [--quick] [--seeds 1,2,3] [--out DIR]
+    python3 -m rjepsen run --topology cluster --nemesis cluster_failover
 
 A cell starts the servers in fresh namespaces, starts every workload's clients (rlock's and the
 baselines', in the same run), lets the nemesis fault and heal the group while they run, checks
@@ -23,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import checker, nemesis, topology
+from . import checker, cluster, nemesis, topology
 
 HERE = Path(__file__).resolve().parent
 MODES: dict[str, list[str]] = {
@@ -35,9 +36,16 @@ MODES: dict[str, list[str]] = {
 RLOCK_WORKLOADS = {"lock": 3, "lock_ack": 2, "session": 3, "rwlock": 3, "sem": 4, "leased_sem": 4, "latch": 3, "lost_reply": 2}
 BASELINES = {"redisson_lock": 3, "redisson_sem": 4, "setnx": 3}
 TOTALS = {"sem": 3, "leased_sem": 3, "redisson_sem": 3}
+# a cluster's masters have one replica each: no grant could reach rlock.min-replicas 2
+CLUSTER_MODES = ["defaults", "guard_off"]
+Topology = topology.Group | cluster.Cluster
 
 
-def spawn(group: topology.Group, host: str, spec: dict[str, Any]) -> subprocess.Popen[bytes]:
+def key_of(group: Topology, workload: str) -> str:
+    return group.key(workload) if isinstance(group, cluster.Cluster) else workload
+
+
+def spawn(group: Topology, host: str, spec: dict[str, Any]) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(HERE.parent))
     return subprocess.Popen(
         group.net.wrap(host, [sys.executable, "-m", "rjepsen.client", json.dumps(spec)]),
@@ -47,33 +55,39 @@ def spawn(group: topology.Group, host: str, spec: dict[str, Any]) -> subprocess.
     )
 
 
-def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path, binary: str) -> dict[str, Any]:
+def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path, binary: str, topo: str = "sentinel") -> dict[str, Any]:
     rng = random.Random(seed)
     root = topology.fresh_root(out / "servers")
     logs = out / "history"
     logs.mkdir(parents=True, exist_ok=True)
-    meta: dict[str, Any] = {"nemesis": nemesis_name, "mode": mode, "seed": seed, "heals": [], "deaths": {}, "faults": []}
-    group = topology.Group.start(root, binary, MODES[mode])
+    meta: dict[str, Any] = {"topology": topo, "nemesis": nemesis_name, "mode": mode, "seed": seed, "heals": [], "deaths": {}, "faults": []}
+    group: Topology = (cluster.Cluster if topo == "cluster" else topology.Group).start(root, binary, MODES[mode])
+    replicas = 1 if isinstance(group, cluster.Cluster) else 2
     procs: dict[str, tuple[subprocess.Popen[bytes], dict[str, Any], str]] = {}
     stop = threading.Event()
     try:
-        admin = group.servers["n1"].admin()
+        admin = group.servers[group.master()].admin()
         for w, total in TOTALS.items():
-            admin.execute_command("SET", w, total) if w == "redisson_sem" else admin.execute_command("RSEM.SETPERMITS", w, total)
-        admin.execute_command("WAIT", 2, 2000)
+            k = key_of(group, w)
+            admin.execute_command("SET", k, total) if w == "redisson_sem" else admin.execute_command("RSEM.SETPERMITS", k, total)
+        admin.execute_command("WAIT", replicas, 2000)
         start = time.monotonic() + 3.0
         end = start + duration
         meta.update(start=start, end=end)
-        base = {"sentinels": group.sentinel_addrs(), "start": start, "end": end, "run": f"s{seed}", "replicas": 2}
+        where = {"cluster": group.seeds()} if isinstance(group, cluster.Cluster) else {"sentinels": group.sentinel_addrs()}
+        base = {**where, "start": start, "end": end, "run": f"s{seed}", "replicas": replicas}
         for w, n in {**RLOCK_WORKLOADS, **BASELINES}.items():
             for i in range(n):
                 cid = f"{w}{i}"
                 host = group.clients[i % 2]
-                spec = {**base, "workload": w, "key": w, "cid": cid, "index": i, "seed": rng.randrange(2**32), "out": str(logs / f"{cid}.jsonl")}
+                spec = {**base, "workload": w, "key": key_of(group, w), "cid": cid, "index": i, "seed": rng.randrange(2**32), "out": str(logs / f"{cid}.jsonl")}
                 procs[cid] = (spawn(group, host, spec), spec, host)
         killer = threading.Thread(target=kill_sessions, args=(group, procs, meta, rng, stop, end), daemon=True)
         killer.start()
-        make = nemesis.for_group(nemesis_name, group, rng)
+        if isinstance(group, cluster.Cluster):
+            make = nemesis.for_cluster(nemesis_name, group, rng)
+        else:
+            make = nemesis.for_group(nemesis_name, group, rng)
         time.sleep(max(0.0, start - time.monotonic()) + 5.0)
         while make is not None:
             fault = make()
@@ -118,7 +132,7 @@ def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path
                 row.anomalies += 1
                 row.anomaly_kind = (row.anomaly_kind + "; " if row.anomaly_kind else "") + "at the end: " + end_state["left"]
                 row.examples.append("at the end: " + end_state["left"])
-    result = {**{k: meta[k] for k in ("nemesis", "mode", "seed", "faults")}, "rows": [asdict(r) for r in rows]}
+    result = {**{k: meta[k] for k in ("topology", "nemesis", "mode", "seed", "faults")}, "rows": [asdict(r) for r in rows]}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
@@ -126,7 +140,7 @@ def run_cell(nemesis_name: str, mode: str, seed: int, duration: float, out: Path
 LEASED = ("lock", "session", "lost_reply", "lock_ack", "rwlock", "leased_sem", "redisson_lock", "setnx")
 
 
-def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
+def final_state(group: Topology) -> dict[str, dict[str, Any]]:
     """Every client stopped and every lease over (10 s leases at most, plus the timers' slack):
     what each key still holds on the settled master. A hold with a lease still there, leased
     permits not all back, or more counted permits than the total are held by nobody (or made
@@ -139,18 +153,18 @@ def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
     state: dict[str, dict[str, Any]] = {}
     for w in LEASED:
         if w == "leased_sem":
-            avail = int(admin.execute_command("RSEM.AVAILABLE", w))
+            avail = int(admin.execute_command("RSEM.AVAILABLE", key_of(group, w)))
             state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail != TOTALS[w]}
         else:
-            ttl = int(admin.pttl(w))
+            ttl = int(admin.pttl(key_of(group, w)))
             state[w] = {"left": "free" if ttl == -2 else f"still held (pttl {ttl} ms)", "bad": ttl != -2}
     for w in ("sem", "redisson_sem"):
-        avail = int(admin.get(w) or 0)
+        avail = int(admin.get(key_of(group, w)) or 0)
         state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail > TOTALS[w]}
     return state
 
 
-def kill_sessions(group: topology.Group, procs: dict[str, Any], meta: dict[str, Any], rng: random.Random,
+def kill_sessions(group: Topology, procs: dict[str, Any], meta: dict[str, Any], rng: random.Random,
                   stop: threading.Event, end: float) -> None:
     """Every 1 to 3 s, kill -9 one session client (its hold, if any, must end with its
     connection) and start a new one in its place."""
@@ -183,7 +197,8 @@ def table(results: list[dict[str, Any]]) -> str:
             if row["token_repeats"] or row["token_order"]:
                 tok = f"**{tok}**"
             h2g = "—" if row["heal_to_grant_s"] is None else f"{row['heal_to_grant_s']:.1f}"
-            lines.append(f"| {r['nemesis']} | {r['mode']} | {row['workload']} | {row['grants']} | {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} | {row['at_end'] or '—'} | {errs} |")
+            nem = r["nemesis"] if r.get("topology", "sentinel") == "sentinel" else f"{r['topology']} {r['nemesis']}"
+            lines.append(f"| {nem} | {r['mode']} | {row['workload']} | {row['grants']} | {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} | {row['at_end'] or '—'} | {errs} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -203,6 +218,7 @@ def verdict(results: list[dict[str, Any]]) -> list[str]:
 
 
 QUICK = [("partition", "defaults"), ("kill_restart", "defaults"), ("partition", "guard_off")]
+CLUSTER_QUICK = [("cluster_failover", "defaults"), ("cluster_kill", "defaults"), ("partition", "guard_off")]
 
 
 def main() -> None:
@@ -211,9 +227,11 @@ def main() -> None:
     one = sub.add_parser("run")
     one.add_argument("--nemesis", default="partition")
     one.add_argument("--mode", default="defaults", choices=list(MODES))
+    one.add_argument("--topology", default="sentinel", choices=["sentinel", "cluster"])
     mx = sub.add_parser("matrix")
     mx.add_argument("--quick", action="store_true")
     mx.add_argument("--seeds", default="1")
+    mx.add_argument("--topology", default="sentinel", choices=["sentinel", "cluster"])
     for p in (one, mx):
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--duration", type=float, default=60.0)
@@ -227,14 +245,17 @@ def main() -> None:
         cells = [(args.nemesis, args.mode, args.seed)]
     else:
         seeds = [int(s) for s in args.seeds.split(",")]
-        pairs = QUICK if args.quick else [(n, m) for m in MODES for n in nemesis.SENTINEL_NEMESES]
+        if args.topology == "cluster":
+            pairs = CLUSTER_QUICK if args.quick else [(n, m) for m in CLUSTER_MODES for n in nemesis.CLUSTER_NEMESES]
+        else:
+            pairs = QUICK if args.quick else [(n, m) for m in MODES for n in nemesis.SENTINEL_NEMESES]
         cells = [(n, m, s) for s in seeds for n, m in pairs]
     results = []
     for n, m, s in cells:
-        cell = out / f"{n}-{m}-{s}"
+        cell = out / (f"{n}-{m}-{s}" if args.topology == "sentinel" else f"{args.topology}-{n}-{m}-{s}")
         t = time.monotonic()
-        print(f"== {n} / {m} / seed {s}", flush=True)
-        results.append(run_cell(n, m, s, args.duration, cell, args.server))
+        print(f"== {args.topology}: {n} / {m} / seed {s}", flush=True)
+        results.append(run_cell(n, m, s, args.duration, cell, args.server, args.topology))
         print(table(results[-1:]), f"({time.monotonic() - t:.0f} s)", flush=True)
     (out / "results.md").write_text(table(results))
     (out / "results.json").write_text(json.dumps(results, indent=1))
