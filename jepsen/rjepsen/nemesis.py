@@ -121,12 +121,16 @@ def for_cluster(name: str, cluster: Cluster, rng: random.Random) -> Callable[[],
         return make_partition
 
     if name == "cluster_failover":
-        # a coordinated failover (the old master pauses its clients until its replica caught
-        # up), or a forced one while the old master is cut off with c1 and still serving it
+        # in turn (from a random first): a coordinated failover (the old master pauses its
+        # clients until its replica caught up), and a forced one while the old master is cut
+        # off with c1 and still serving it
+        forced = [rng.random() < 0.5]
+
         def make_failover() -> Fault:
             m, rest = target()
             replica = rng.choice(cluster.replicas_of(m) or rest)
-            if rng.random() < 0.5:
+            forced[0] = not forced[0]
+            if not forced[0]:
                 return Fault(name, lambda: failover(replica), lambda: "nothing to heal", 8.0)
             return Fault(name, lambda: isolate(m, rest) + ", then " + failover(replica, "FORCE"), heal, 12.0)
 
@@ -134,11 +138,15 @@ def for_cluster(name: str, cluster: Cluster, rng: random.Random) -> Callable[[],
 
     if name == "cluster_kill":
 
+        # around cluster-node-timeout (5 s): before it, at its edge, after it, long after; in
+        # a shuffled turn, so that a run of three faults has at least one past the timeout
+        delays = rng.sample([3.0, 4.6, 5.3, 9.0], 4)
+
         def make_kill() -> Fault:
             m, _ = target()
             srv = cluster.servers[m]
-            # around cluster-node-timeout (5 s): before it, at its edge, after it, long after
-            delay = rng.choice([3.0, 4.6, 5.3, 9.0])
+            delay = delays.pop(0)
+            delays.append(delay)
 
             def kill() -> str:
                 srv.kill()
