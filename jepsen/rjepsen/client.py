@@ -31,6 +31,7 @@ from typing import Any, Callable
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 now = time.monotonic
@@ -43,6 +44,10 @@ def error_kind(exc: BaseException) -> str:
     message with request ids left out; ``timeout``/``connection`` for a lost reply."""
     if isinstance(exc, redis.TimeoutError):
         return "timeout"
+    # redis-py strips these codes from the message: name them by their class
+    for cls, code in CODED:
+        if isinstance(exc, cls):
+            return code
     if isinstance(exc, (redis.ConnectionError, OSError)):
         return "connection"
     if isinstance(exc, redis.ResponseError):
@@ -53,6 +58,18 @@ def error_kind(exc: BaseException) -> str:
         msg = re.sub(r"request \S+", "request <id>", msg.removeprefix("ERR ")).split(":")[0]
         return "ERR " + msg[:60]
     return type(exc).__name__
+
+
+CODED: list[tuple[type[Exception], str]] = [
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.BusyLoadingError, "LOADING"),
+    (redis.exceptions.MasterDownError, "MASTERDOWN"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
+    (redis.exceptions.MovedError, "MOVED"),
+    (redis.exceptions.AskError, "ASK"),
+    (redis.exceptions.ClusterCrossSlotError, "CROSSSLOT"),
+]
 
 
 class Uncertain(Exception):
@@ -70,11 +87,15 @@ class Refused(Exception):
 @dataclass
 class Master:
     """A connection to whichever server is master, as Sentinel-following clients do: the
-    Sentinels are asked again at least once a second and after every error."""
+    Sentinels are asked again at least once a second and after every error. With
+    ``cluster_seeds``, a ``RedisCluster`` (slot map from the seeds, ``MOVED``/``ASK``
+    followed, nothing re-sent after a lost reply); ``key`` is the workload's key, whose
+    master answers the keyless commands (``WAIT``, ``INFO``)."""
 
     sentinels: list[tuple[str, int]]
     cluster_seeds: list[tuple[str, int]]
     timeout: float
+    key: str = ""
     _conn: Any = None
     _addr: tuple[str, int] | None = None
     _asked: float = 0.0
@@ -106,16 +127,19 @@ class Master:
     def conn(self) -> Any:
         if self.cluster_seeds:
             if self._cluster is None:
-                self._cluster = RedisCluster(
-                    startup_nodes=[
-                        ClusterNode(h, p)  # type: ignore[no-untyped-call]
-                        for h, p in self.cluster_seeds
-                    ],
-                    socket_timeout=self.timeout,
-                    socket_connect_timeout=0.5,
-                    cluster_error_retry_attempts=1,
-                    retry=NO_RETRY,
-                )
+                try:
+                    self._cluster = RedisCluster(
+                        startup_nodes=[
+                            ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                            for h, p in self.cluster_seeds
+                        ],
+                        socket_timeout=self.timeout,
+                        socket_connect_timeout=0.5,
+                        retry=NO_RETRY,
+                    )
+                except (redis.RedisError, RedisClusterException, OSError) as exc:
+                    # no node gave a slot map: nothing was sent
+                    raise Refused("no_cluster") from exc
             return self._cluster
         if self._conn is None or now() - self._asked > 1.0:
             self._asked = now()
@@ -134,7 +158,11 @@ class Master:
                 )
         return self._conn
 
-    def drop(self) -> None:
+    def drop(self, cluster_too: bool = False) -> None:
+        """Forgets the connection to the master (the next call asks the Sentinels again). A
+        cluster client is kept unless ``cluster_too``: it re-reads the slot map itself after a
+        connection error or a ``MOVED``, and building a new one needs the first master of its
+        slot map up (it sends ``COMMAND`` there), which a killed master is not."""
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -142,7 +170,7 @@ class Master:
                 pass
         self._conn = None
         self._asked = 0.0
-        if self._cluster is not None:
+        if self._cluster is not None and cluster_too:
             try:
                 self._cluster.close()
             except Exception:
@@ -157,16 +185,21 @@ class Master:
             return None
         try:
             return conn.execute_command(*args)
-        except (redis.RedisError, OSError):
+        except (redis.RedisError, RedisClusterException, OSError):
             self.drop()
             return None
 
     def call(self, *args: Any) -> Any:
         """One command. A reply lost raises :class:`Uncertain` (the connection is dropped, so
         the next call asks the Sentinels again); an error reply raises :class:`Refused`."""
-        conn = self.conn()
+        conn: Any = self.conn()
+        kw: dict[str, Any] = {}
         try:
-            return conn.execute_command(*args)
+            if self.cluster_seeds and str(args[0]).upper() in ("WAIT", "INFO"):
+                # keyless: RedisCluster would send it to its default node, not to the master
+                # the workload's writes went to (whose replicas it must count)
+                kw["target_nodes"] = conn.get_node_from_key(self.key)
+            return conn.execute_command(*args, **kw)
         except redis.ResponseError as exc:
             kind = error_kind(exc)
             if kind in (
@@ -186,6 +219,11 @@ class Master:
             if isinstance(exc, redis.ConnectionError) and "Connection refused" in str(exc):
                 raise Refused("connection_refused") from exc
             raise Uncertain(kind) from exc
+        except RedisClusterException as exc:
+            # not a RedisError: no slot map, a slot not covered, redirections exhausted, or a
+            # new slot map that failed after a lost reply (so: maybe sent)
+            self.drop(cluster_too=True)
+            raise Uncertain(type(exc).__name__) from exc
 
 
 @dataclass
@@ -232,9 +270,11 @@ class Ctx:
                     "READONLY",
                     "LOADING",
                     "no_master",
+                    "no_cluster",
                     "connection_refused",
                     "CLUSTERDOWN",
                     "MOVED",
+                    "ASK",
                     "TRYAGAIN",
                     "MASTERDOWN",
                 ):
@@ -475,19 +515,15 @@ def w_lost_reply(ctx: Ctx) -> None:
         cmd = ["RLOCK.ACQUIRE", ctx.key, own, LEASE, "WAIT", WAIT, "TOKEN", "REQUEST", req, "GT"]
         t0 = now()
         try:
-            conn = ctx.master.conn()
-            c = (
-                conn.connection_pool.get_connection("_")
-                if hasattr(conn, "connection_pool")
-                else None
-            )
-            if c is None:
-                raise Refused("cluster")
+            conn: Any = ctx.master.conn()
+            if ctx.master.cluster_seeds:
+                conn = conn.get_redis_connection(conn.get_node_from_key(ctx.key))
+            c = conn.connection_pool.get_connection()
             c.send_command(*cmd)
             time.sleep(ctx.rng.uniform(0, 0.02))
             c.disconnect()
             conn.connection_pool.release(c)
-        except (Refused, redis.RedisError, OSError) as exc:
+        except (Refused, redis.RedisError, RedisClusterException, OSError) as exc:
             ctx.log(
                 "fail",
                 t0=t0,
@@ -639,7 +675,8 @@ def replicas_ok(ctx: Ctx) -> bool:
 
 def w_redisson_lock(ctx: Ctx) -> None:
     own = owner(ctx)
-    tkey = "{" + ctx.key + "}:token"
+    # in the key's slot: a name with its own hash tag (a cluster's) keeps it
+    tkey = ctx.key + ":token" if "{" in ctx.key else "{" + ctx.key + "}:token"
     while ctx.running():
         try:
             got = poll(
@@ -747,6 +784,7 @@ def main() -> None:
         sentinels=[(a.split(":")[0], int(a.split(":")[1])) for a in spec.get("sentinels", [])],
         cluster_seeds=[(a.split(":")[0], int(a.split(":")[1])) for a in spec.get("cluster", [])],
         timeout=(WAIT + 2000) / 1000,
+        key=spec["key"],
     )
     with open(spec["out"], "a", buffering=1) as out:
         ctx = Ctx(

@@ -6,8 +6,11 @@ import random
 import signal
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
+import redis
+
+from .cluster import Cluster
 from .topology import Group
 
 
@@ -119,8 +122,98 @@ def for_group(name: str, group: Group, rng: random.Random) -> Callable[[], Fault
 SENTINEL_NEMESES = ["none", "partition", "pause", "kill_restart", "lossy", "bridge"]
 
 
-def settle(group: Group, timeout: float = 60.0) -> float:
-    """Waits (bounded) until one master with both replicas in sync; returns seconds waited."""
+def for_cluster(name: str, cluster: Cluster, rng: random.Random) -> Callable[[], Fault] | None:
+    """A factory of faults of kind ``name`` aimed at the master serving the workloads' slot
+    when the fault starts (``None`` for the control run, ``none``)."""
+    net = cluster.net
+
+    def target() -> tuple[str, list[str]]:
+        m = cluster.master()
+        return m, [h for h in cluster.nodes if h != m]
+
+    def isolate(m: str, rest: list[str]) -> str:
+        net.partition([m, "c1"], [*rest, "c2"])
+        return f"isolated {m} with c1 from {rest} and c2"
+
+    def heal() -> str:
+        net.heal()
+        return "healed"
+
+    def failover(replica: str, *how: str) -> str:
+        what = " ".join(["CLUSTER FAILOVER", *how, "on", replica])
+        try:
+            cluster.command(replica, "CLUSTER", "FAILOVER", *how)
+        except (redis.RedisError, OSError) as exc:
+            return f"{what} refused: {exc}"
+        return what
+
+    if name == "none":
+        return None
+
+    if name == "partition":
+
+        def make_partition() -> Fault:
+            m, rest = target()
+            return Fault(name, lambda: isolate(m, rest), heal, 12.0)
+
+        return make_partition
+
+    if name == "cluster_failover":
+        # in turn (from a random first): a coordinated failover (the old master pauses its
+        # clients until its replica caught up), and a forced one while the old master is cut
+        # off with c1 and still serving it
+        forced = [rng.random() < 0.5]
+
+        def make_failover() -> Fault:
+            m, rest = target()
+            replica = rng.choice(cluster.replicas_of(m) or rest)
+            forced[0] = not forced[0]
+            if not forced[0]:
+                return Fault(name, lambda: failover(replica), lambda: "nothing to heal", 8.0)
+            return Fault(
+                name, lambda: isolate(m, rest) + ", then " + failover(replica, "FORCE"), heal, 12.0
+            )
+
+        return make_failover
+
+    if name == "cluster_kill":
+        # around cluster-node-timeout (5 s): before it or at its edge (3, 4.6, 5.3 s: the
+        # replica is not promoted, which takes the timeout plus the failure reports and the
+        # election, about 6.5 s), and long after it (9 s: promoted), in turn from a random first
+        long = [rng.random() < 0.5]
+
+        def make_kill() -> Fault:
+            m, _ = target()
+            srv = cluster.servers[m]
+            long[0] = not long[0]
+            delay = 9.0 if long[0] else rng.choice([3.0, 4.6, 5.3])
+
+            def kill() -> str:
+                srv.kill()
+                return f"kill -9 {m}"
+
+            def restart() -> str:
+                srv.start()
+                return f"restarted {m} from its AOF after {delay} s"
+
+            return Fault(name, kill, restart, delay)
+
+        return make_kill
+
+    raise SystemExit(f"unknown cluster nemesis {name}")
+
+
+CLUSTER_NEMESES = ["none", "cluster_failover", "cluster_kill", "partition"]
+
+
+class Settles(Protocol):
+    def settled(self) -> bool: ...
+
+
+def settle(group: Settles, timeout: float = 60.0) -> float:
+    """Waits (bounded) until the topology is settled (one master with both replicas in sync;
+    in a cluster, every slot served and every master with its replica in sync); returns
+    seconds waited."""
     t = time.monotonic()
     while time.monotonic() - t < timeout:
         try:

@@ -2,6 +2,7 @@
 
     python3 -m rjepsen run --nemesis partition --mode defaults --seed 1
     python3 -m rjepsen matrix [--quick] [--seeds 1,2,3] [--out DIR]
+    python3 -m rjepsen run --topology cluster --nemesis cluster_failover
 
 A cell starts the servers in fresh namespaces, starts every workload's clients (rlock's and the
 baselines', in the same run), lets the nemesis fault and heal the group while they run, checks
@@ -23,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import checker, nemesis, topology
+from . import checker, cluster, nemesis, topology
 
 HERE = Path(__file__).resolve().parent
 MODES: dict[str, list[str]] = {
@@ -44,9 +45,16 @@ RLOCK_WORKLOADS = {
 }
 BASELINES = {"redisson_lock": 3, "redisson_sem": 4, "setnx": 3}
 TOTALS = {"sem": 3, "leased_sem": 3, "redisson_sem": 3}
+# a cluster's masters have one replica each: no grant could reach rlock.min-replicas 2
+CLUSTER_MODES = ["defaults", "guard_off"]
+Topology = topology.Group | cluster.Cluster
 
 
-def spawn(group: topology.Group, host: str, spec: dict[str, Any]) -> subprocess.Popen[bytes]:
+def key_of(group: Topology, workload: str) -> str:
+    return group.key(workload) if isinstance(group, cluster.Cluster) else workload
+
+
+def spawn(group: Topology, host: str, spec: dict[str, Any]) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(HERE.parent))
     return subprocess.Popen(
         group.net.wrap(host, [sys.executable, "-m", "rjepsen.client", json.dumps(spec)]),
@@ -57,13 +65,20 @@ def spawn(group: topology.Group, host: str, spec: dict[str, Any]) -> subprocess.
 
 
 def run_cell(
-    nemesis_name: str, mode: str, seed: int, duration: float, out: Path, binary: str
+    nemesis_name: str,
+    mode: str,
+    seed: int,
+    duration: float,
+    out: Path,
+    binary: str,
+    topo: str = "sentinel",
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     root = topology.fresh_root(out / "servers")
     logs = out / "history"
     logs.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
+        "topology": topo,
         "nemesis": nemesis_name,
         "mode": mode,
         "seed": seed,
@@ -71,27 +86,29 @@ def run_cell(
         "deaths": {},
         "faults": [],
     }
-    group = topology.Group.start(root, binary, MODES[mode])
+    kind = cluster.Cluster if topo == "cluster" else topology.Group
+    group: Topology = kind.start(root, binary, MODES[mode])
+    replicas = 1 if isinstance(group, cluster.Cluster) else 2
     procs: dict[str, tuple[subprocess.Popen[bytes], dict[str, Any], str]] = {}
     stop = threading.Event()
     try:
-        admin = group.servers["n1"].admin()
+        admin = group.servers[group.master()].admin()
         for w, total in TOTALS.items():
+            k = key_of(group, w)
             if w == "redisson_sem":
-                admin.execute_command("SET", w, total)  # type: ignore[no-untyped-call]
+                admin.execute_command("SET", k, total)  # type: ignore[no-untyped-call]
             else:
-                admin.execute_command("RSEM.SETPERMITS", w, total)  # type: ignore[no-untyped-call]
-        admin.execute_command("WAIT", 2, 2000)  # type: ignore[no-untyped-call]
+                admin.execute_command("RSEM.SETPERMITS", k, total)  # type: ignore[no-untyped-call]
+        admin.execute_command("WAIT", replicas, 2000)  # type: ignore[no-untyped-call]
         start = time.monotonic() + 3.0
         end = start + duration
         meta.update(start=start, end=end)
-        base = {
-            "sentinels": group.sentinel_addrs(),
-            "start": start,
-            "end": end,
-            "run": f"s{seed}",
-            "replicas": 2,
-        }
+        where = (
+            {"cluster": group.seeds()}
+            if isinstance(group, cluster.Cluster)
+            else {"sentinels": group.sentinel_addrs()}
+        )
+        base = {**where, "start": start, "end": end, "run": f"s{seed}", "replicas": replicas}
         for w, n in {**RLOCK_WORKLOADS, **BASELINES}.items():
             for i in range(n):
                 cid = f"{w}{i}"
@@ -99,7 +116,7 @@ def run_cell(
                 spec = {
                     **base,
                     "workload": w,
-                    "key": w,
+                    "key": key_of(group, w),
                     "cid": cid,
                     "index": i,
                     "seed": rng.randrange(2**32),
@@ -110,7 +127,10 @@ def run_cell(
             target=kill_sessions, args=(group, procs, meta, rng, stop, end), daemon=True
         )
         killer.start()
-        make = nemesis.for_group(nemesis_name, group, rng)
+        if isinstance(group, cluster.Cluster):
+            make = nemesis.for_cluster(nemesis_name, group, rng)
+        else:
+            make = nemesis.for_group(nemesis_name, group, rng)
         time.sleep(max(0.0, start - time.monotonic()) + 5.0)
         while make is not None:
             fault = make()
@@ -172,7 +192,7 @@ def run_cell(
                 )
                 row.examples.append("at the end: " + end_state["left"])
     result = {
-        **{k: meta[k] for k in ("nemesis", "mode", "seed", "faults", "crashed")},
+        **{k: meta[k] for k in ("topology", "nemesis", "mode", "seed", "faults", "crashed")},
         "rows": [asdict(r) for r in rows],
     }
     (out / "result.json").write_text(json.dumps(result, indent=1))
@@ -191,7 +211,7 @@ LEASED = (
 )
 
 
-def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
+def final_state(group: Topology) -> dict[str, dict[str, Any]]:
     """Every client stopped and every lease over (10 s leases at most, plus the timers' slack):
     what each key still holds on the settled master. A hold with a lease still there, leased
     permits not all back, rlock's counted permits not all back, or more counted permits than
@@ -204,26 +224,26 @@ def final_state(group: topology.Group) -> dict[str, dict[str, Any]]:
     state: dict[str, dict[str, Any]] = {}
     for w in LEASED:
         if w == "leased_sem":
-            avail = int(admin.execute_command("RSEM.AVAILABLE", w))  # type: ignore[no-untyped-call]
+            avail = int(admin.execute_command("RSEM.AVAILABLE", key_of(group, w)))  # type: ignore[no-untyped-call]
             state[w] = {"left": f"{avail} of {TOTALS[w]} permits", "bad": avail != TOTALS[w]}
         else:
-            ttl = int(admin.pttl(w))
+            ttl = int(admin.pttl(key_of(group, w)))
             state[w] = {
                 "left": "free" if ttl == -2 else f"still held (pttl {ttl} ms)",
                 "bad": ttl != -2,
             }
     # rlock's counted permits must all be back (its clients' give-backs are idempotent and sent
     # until every replica has them); Redisson's INCRBY release can lose some, never add
-    avail = int(admin.get("sem") or 0)
+    avail = int(admin.get(key_of(group, "sem")) or 0)
     state["sem"] = {"left": f"{avail} of {TOTALS['sem']} permits", "bad": avail != TOTALS["sem"]}
-    avail = int(admin.get("redisson_sem") or 0)
+    avail = int(admin.get(key_of(group, "redisson_sem")) or 0)
     total = TOTALS["redisson_sem"]
     state["redisson_sem"] = {"left": f"{avail} of {total} permits", "bad": avail > total}
     return state
 
 
 def kill_sessions(
-    group: topology.Group,
+    group: Topology,
     procs: dict[str, Any],
     meta: dict[str, Any],
     rng: random.Random,
@@ -254,6 +274,16 @@ def kill_sessions(
         procs[new["cid"]] = (spawn(group, host, new), new, host)
 
 
+def nemesis_label(r: dict[str, Any]) -> str:
+    """The nemesis as tables name it: a cluster's cells say so."""
+    cl = r.get("topology", "sentinel") == "cluster"
+    return f"cluster {r['nemesis']}" if cl else str(r["nemesis"])
+
+
+def cell_name(r: dict[str, Any]) -> str:
+    return f"{nemesis_label(r)}/{r['mode']}/seed {r['seed']}"
+
+
 def table(results: list[dict[str, Any]]) -> str:
     head = (
         "| nemesis | mode | workload | grants | anomalies | token repeats / order "
@@ -279,7 +309,7 @@ def table(results: list[dict[str, Any]]) -> str:
                 tok = f"**{tok}**"
             h2g = "—" if row["heal_to_grant_s"] is None else f"{row['heal_to_grant_s']:.1f}"
             lines.append(
-                f"| {r['nemesis']} | {r['mode']} | {row['workload']} | {row['grants']} "
+                f"| {nemesis_label(r)} | {r['mode']} | {row['workload']} | {row['grants']} "
                 f"| {anomalies} | {tok} | {h2g} | {row['longest_gap_s']:.1f} "
                 f"| {row['at_end'] or '—'} | {errs} |"
             )
@@ -291,7 +321,7 @@ def summary(results: list[dict[str, Any]]) -> str:
     baseline apart; the table docs/safety.md publishes."""
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
-        cells.setdefault((r["nemesis"], r["mode"]), []).append(r)
+        cells.setdefault((nemesis_label(r), r["mode"]), []).append(r)
     head = (
         "| nemesis | mode | seeds | rlock grants | rlock anomalies | rlock token faults "
         "| rlock NOREPLICAS | lock heal → grant (s) | lock longest gap (s) "
@@ -342,31 +372,47 @@ def summary(results: list[dict[str, Any]]) -> str:
 
 def verdict(results: list[dict[str, Any]]) -> list[str]:
     """What is wrong with these results: an anomaly of rlock with its guard on, or a broken
-    setup (the guard off under a partition) in which the checkers found nothing."""
+    setup (the guard off under a split brain) in which the checkers found nothing. In a
+    cluster the split brain is the forced failover: a plain partition stops the old master
+    (CLUSTERDOWN after the node timeout) before its replica is promoted."""
     problems = []
     for r in results:
+        cell = cell_name(r)
         if r.get("crashed"):
-            cell = f"{r['nemesis']}/{r['mode']}/seed {r['seed']}"
             problems.append(f"{cell}: client processes crashed: {r['crashed']}")
         rl = [row for row in r["rows"] if row["workload"] in RLOCK_WORKLOADS]
+        split = "cluster_failover" if r.get("topology", "sentinel") == "cluster" else "partition"
         if r["mode"] != "guard_off":
             for row in rl:
                 if not (
                     row["anomalies"] == 0 and row["token_repeats"] == 0 and row["token_order"] == 0
                 ):
-                    cell = f"{r['nemesis']}/{r['mode']}/seed {r['seed']}"
                     problems.append(
                         f"{cell}: {row['workload']}: {row['anomaly_kind']} {row['examples']}"
                     )
-        elif r["nemesis"] == "partition" and all(row["anomalies"] == 0 for row in rl):
-            problems.append(
-                f"partition/guard_off/seed {r['seed']}: "
-                "the checkers found no anomaly in the broken setup"
-            )
+        elif r["nemesis"] == split and all(row["anomalies"] == 0 for row in rl):
+            problems.append(f"{cell}: the checkers found no anomaly in the broken setup")
     return problems
 
 
-QUICK = [("partition", "defaults"), ("kill_restart", "defaults"), ("partition", "guard_off")]
+QUICK = [
+    ("sentinel", "partition", "defaults"),
+    ("sentinel", "kill_restart", "defaults"),
+    ("sentinel", "partition", "guard_off"),
+    ("cluster", "cluster_failover", "defaults"),
+]
+
+
+def matrix_cells(topologies: list[str], modes: list[str]) -> list[tuple[str, str, str]]:
+    """Every nemesis of each topology x each mode it has (a cluster has no min_replicas_2)."""
+    cells = []
+    for topo in topologies:
+        nemeses = nemesis.CLUSTER_NEMESES if topo == "cluster" else nemesis.SENTINEL_NEMESES
+        for m in modes:
+            if topo == "cluster" and m not in CLUSTER_MODES:
+                continue
+            cells += [(topo, n, m) for n in nemeses]
+    return cells
 
 
 def main() -> None:
@@ -375,10 +421,12 @@ def main() -> None:
     one = sub.add_parser("run")
     one.add_argument("--nemesis", default="partition")
     one.add_argument("--mode", default="defaults", choices=list(MODES))
+    one.add_argument("--topology", default="sentinel", choices=["sentinel", "cluster"])
     mx = sub.add_parser("matrix")
     mx.add_argument("--quick", action="store_true")
     mx.add_argument("--seeds", default="1")
     mx.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to run")
+    mx.add_argument("--topology", default="all", choices=["all", "sentinel", "cluster"])
     for p in (one, mx):
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--duration", type=float, default=60.0)
@@ -391,21 +439,26 @@ def main() -> None:
         raise SystemExit("the suite creates network namespaces: run it as root")
     out = Path(args.out)
     if args.cmd == "run":
-        cells = [(args.nemesis, args.mode, args.seed)]
+        cells = [(args.topology, args.nemesis, args.mode, args.seed)]
     else:
         seeds = [int(s) for s in args.seeds.split(",")]
         modes = [m for m in args.modes.split(",") if m]
         unknown = [m for m in modes if m not in MODES]
         if unknown:
             raise SystemExit(f"unknown modes {unknown}: choose from {list(MODES)}")
-        pairs = QUICK if args.quick else [(n, m) for m in modes for n in nemesis.SENTINEL_NEMESES]
-        cells = [(n, m, s) for s in seeds for n, m in pairs]
+        topologies = ["sentinel", "cluster"] if args.topology == "all" else [args.topology]
+        triples = (
+            [c for c in QUICK if c[0] in topologies]
+            if args.quick
+            else matrix_cells(topologies, modes)
+        )
+        cells = [(topo, n, m, s) for s in seeds for topo, n, m in triples]
     results = []
-    for n, m, s in cells:
-        cell = out / f"{n}-{m}-{s}"
+    for topo, n, m, s in cells:
+        cell = out / (f"{n}-{m}-{s}" if topo == "sentinel" else f"cluster-{n}-{m}-{s}")
         t = time.monotonic()
-        print(f"== {n} / {m} / seed {s}", flush=True)
-        results.append(run_cell(n, m, s, args.duration, cell, args.server))
+        print(f"== {topo}: {n} / {m} / seed {s}", flush=True)
+        results.append(run_cell(n, m, s, args.duration, cell, args.server, topo))
         print(table(results[-1:]), f"({time.monotonic() - t:.0f} s)", flush=True)
     (out / "results.md").write_text(table(results))
     (out / "summary.md").write_text(summary(results))
