@@ -135,10 +135,12 @@ failover: build valkey-deps
 
 # The fault-injection suite (jepsen/README.md; as root: it creates network namespaces and
 # cuts links with iptables). `make jepsen`: every nemesis x mode (rlock's defaults, a stronger
-# and a broken setting, the baselines in the same runs) for JEPSEN_SEEDS, each cell
-# JEPSEN_DURATION seconds (about 30 min a seed); the table lands in jepsen/results/<time>/results.md.
-# `make jepsen-quick` (CI): ruff and mypy, the checkers' own tests, then three cells (a partition and a
-# crash-restart with the defaults, a partition with the replica guard off, which must be flagged).
+# and a broken setting, the baselines in the same runs) of the Sentinel group and of the
+# cluster, for JEPSEN_SEEDS, each cell JEPSEN_DURATION seconds (about 35 min a seed); the
+# tables land in jepsen/results/<time>/ (results.md, summary.md).
+# `make jepsen-quick` (CI): ruff and mypy, the checkers' own tests, then four cells (a partition and a
+# crash-restart with the defaults, a partition with the replica guard off, which must be flagged,
+# and a cluster failover, plain and forced, with the defaults).
 JEPSEN_SEEDS ?= 1,2,3
 JEPSEN_DURATION ?= 60
 JEPSEN_MODES ?= defaults,min_replicas_2,guard_off
