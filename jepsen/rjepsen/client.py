@@ -177,6 +177,16 @@ class Master:
                 pass
             self._cluster = None
 
+    def where(self) -> str | None:
+        """The server the next :meth:`call_here` would reach: the master's address, or the
+        cluster node serving the key (``None``: no connection)."""
+        if self._cluster is not None:
+            try:
+                return str(self._cluster.get_node_from_key(self.key).name)  # type: ignore[no-untyped-call]
+            except (redis.RedisError, RedisClusterException):
+                return None
+        return f"{self._addr}" if self._conn is not None else None
+
     def call_here(self, *args: Any) -> Any:
         """One command on the server that answered the last one (no asking the Sentinels
         again): ``None`` when there is no connection, or it fails."""
@@ -287,12 +297,14 @@ class Ctx:
 
 
 def durable(ctx: Ctx, *args: Any) -> tuple[Any, float, float]:
-    """An idempotent command that gives back counted permits (a release or a cancel by request
-    id), sent until a master answers it AND every replica acknowledges it (``WAIT``). Counted
-    permits have no lease: a give-back that a master answered and then lost with its role (it
-    was cut off, or resumed from a stall already replaced) would be lost for good. Sent again to
-    whichever master is current, the request id makes it exact: the new master's record still
-    says granted (given back now) or already released (nothing more)."""
+    """An idempotent give-back (a release or a cancel by request id, a release of leased
+    permits by id), sent until a master answers it AND every replica acknowledges it (``WAIT``).
+    A give-back that a master answered and then lost with its role (it was cut off, or resumed
+    from a stall already replaced) would be lost: counted permits for good (they have no
+    lease), and a lock's count would stay with its owner, whose next acquire is then a
+    re-entry that keeps it alive (a lock held by nobody for as long as the owner comes back).
+    Sent again to whichever master is current, the request id makes it exact: the new
+    master's record still says granted (given back now) or already released (nothing more)."""
     want = int(ctx.spec.get("replicas", 0))
     give_up = ctx.end + 30
     while True:
@@ -331,17 +343,17 @@ def acquire_once(
     hold: tuple[float, float] = (0.0, 0.05),
     lease: int = LEASE,
     after_grant: Callable[[Any], bool] | None = None,
-    counted: bool = False,
     during: Callable[[Any], None] | None = None,
     **tags: Any,
 ) -> None:
     """Acquire with a fresh REQUEST id (waiting in the server), hold, release. A lost reply is
     resolved with ``RLOCK.CANCEL`` until some master answers it, so the client never believes
-    it holds what it does not, and never leaves its grant behind. ``counted``: the give-backs
-    are :func:`durable` (counted permits have no lease)."""
-    give_back: Callable[..., tuple[Any, float, float]] = (
-        (lambda *a: durable(ctx, *a)) if counted else ctx.until_answered
-    )
+    it holds what it does not, and never leaves its grant behind. Every give-back is
+    :func:`durable`."""
+
+    def give_back(*a: Any) -> tuple[Any, float, float]:
+        return durable(ctx, *a)
+
     req = ctx.req()
     t0 = now()
     try:
@@ -430,12 +442,12 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
             return
         except Uncertain as exc:
             ctx.log("reenter", t0=t0, t1=now(), err=exc.kind if hasattr(exc, "kind") else str(exc))
-            ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+            durable(ctx, "RLOCK.CANCEL", ctx.key, req)
             return
         ctx.log("reenter", t0=t0, t1=now(), token=token_of(reply), outer=token_of(outer))
         if token_of(reply) is not None:
             ctx.nap(0.0, 0.01)
-            ctx.until_answered("RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
+            durable(ctx, "RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
 
     acquire_loop(
         ctx,
@@ -479,7 +491,6 @@ def w_sem(ctx: Ctx) -> None:
         lambda _r: None,
         lambda _r, req: ["RSEM.RELEASE", ctx.key, 1, "REQUEST", req],
         lease=10**9,
-        counted=True,
     )
 
 
@@ -493,16 +504,28 @@ def w_leased(ctx: Ctx) -> None:
     )
 
 
-def holds_nothing(ctx: Ctx, own: str, req: str) -> None:
-    """After a resolution that says the request holds nothing, the server that said so must
-    not show the owner holding the lock (the client holds nothing else of it): a ``leak``."""
-    t0 = now()
+def owner_count(ctx: Ctx, own: str) -> tuple[str | None, int | None]:
+    """Where the owner's count was read, and the count (``None``: not read)."""
+    where = ctx.master.where()
     info = ctx.master.call_here("RLOCK.INFO", ctx.key)
+    if where is None or ctx.master.where() != where:
+        return None, None
     if not info:
-        return
+        return where, 0
     fields = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else dict(info)
-    if fields.get(b"owner") == own.encode():
-        ctx.log("leak", t0=t0, t1=now(), req=req, count=int(fields.get(b"count", 0)))
+    return where, int(fields.get(b"count", 0)) if fields.get(b"owner") == own.encode() else 0
+
+
+def holds_nothing(ctx: Ctx, own: str, req: str, before: tuple[str | None, int | None]) -> None:
+    """After a resolution that says the request holds nothing, the owner's count on the server
+    that said so must be no more than it was there before the acquire was sent (a count left
+    by an earlier hold may still be there, until its release reaches it): more is a ``leak``."""
+    t0 = now()
+    where, count = owner_count(ctx, own)
+    if where is None or where != before[0] or count is None or before[1] is None:
+        return
+    if count > before[1]:
+        ctx.log("leak", t0=t0, t1=now(), req=req, count=count, before=before[1])
 
 
 def w_lost_reply(ctx: Ctx) -> None:
@@ -513,6 +536,7 @@ def w_lost_reply(ctx: Ctx) -> None:
     while ctx.running():
         req = ctx.req()
         cmd = ["RLOCK.ACQUIRE", ctx.key, own, LEASE, "WAIT", WAIT, "TOKEN", "REQUEST", req, "GT"]
+        before = owner_count(ctx, own)
         t0 = now()
         try:
             conn: Any = ctx.master.conn()
@@ -535,9 +559,9 @@ def w_lost_reply(ctx: Ctx) -> None:
             continue
         ctx.log("unknown", t0=t0, t1=now(), req=req, err="dropped")
         if ctx.rng.random() < 0.5:
-            r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+            r, c0, c1 = durable(ctx, "RLOCK.CANCEL", ctx.key, req)
             ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
-            holds_nothing(ctx, own, req)
+            holds_nothing(ctx, own, req, before)
             continue
         # retry with the same id: the first grant's reply if it stands, else a fresh acquire
         while ctx.running():
@@ -548,7 +572,7 @@ def w_lost_reply(ctx: Ctx) -> None:
                 if exc.kind == "ERR request <id> was cancelled":
                     # the server rolled the grant back when the connection closed: nothing held
                     ctx.log("resolve", t0=r0, t1=now(), req=req, how="retry", reply="cancelled")
-                    holds_nothing(ctx, own, req)
+                    holds_nothing(ctx, own, req, before)
                     break
                 if exc.kind == "ERR request <id> is already waiting":
                     time.sleep(0.02)  # the dropped wait is still being taken out of the queue
@@ -557,22 +581,22 @@ def w_lost_reply(ctx: Ctx) -> None:
                 time.sleep(0.05)
                 continue
             except Uncertain:
-                r, c0, c1 = ctx.until_answered("RLOCK.CANCEL", ctx.key, req)
+                r, c0, c1 = durable(ctx, "RLOCK.CANCEL", ctx.key, req)
                 ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
-                holds_nothing(ctx, own, req)
+                holds_nothing(ctx, own, req, before)
                 break
             r1 = now()
             tok = token_of(reply)
             ctx.log("resolve", t0=r0, t1=r1, req=req, how="retry", reply=str(reply))
             if tok is None:
-                holds_nothing(ctx, own, req)
+                holds_nothing(ctx, own, req, before)
             else:
                 h = ctx.hold_id()
                 # the lease may have started with the first send: count it from there
                 ctx.log("grant", t0=t0, t1=r1, lease=LEASE, token=tok, n=1, h=h, req=req)
                 ctx.nap(0.0, 0.05)
                 ctx.log("release", t0=now(), h=h)
-                ctx.until_answered("RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
+                durable(ctx, "RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
             break
 
 
