@@ -140,7 +140,7 @@ failover: build valkey-deps
 # tables land in jepsen/results/<time>/ (results.md, summary.md).
 # `make jepsen-quick` (CI): ruff and mypy, the checkers' own tests, then four cells (a partition and a
 # crash-restart with the defaults, a partition with the replica guard off, which must be flagged,
-# and a cluster failover, plain and forced, with the defaults).
+# and a cluster master killed and restarted, with the defaults).
 JEPSEN_SEEDS ?= 1,2,3
 JEPSEN_DURATION ?= 60
 JEPSEN_MODES ?= defaults,min_replicas_2,guard_off

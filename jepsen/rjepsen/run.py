@@ -399,7 +399,7 @@ QUICK = [
     ("sentinel", "partition", "defaults"),
     ("sentinel", "kill_restart", "defaults"),
     ("sentinel", "partition", "guard_off"),
-    ("cluster", "cluster_failover", "defaults"),
+    ("cluster", "cluster_kill", "defaults"),
 ]
 
 
