@@ -161,8 +161,16 @@ def for_cluster(name: str, cluster: Cluster, rng: random.Random) -> Callable[[],
     if name == "cluster_failover":
         # in turn (from a random first): a coordinated failover (the old master pauses its
         # clients until its replica caught up), and a forced one while the old master is cut
-        # off with c1 and still serving it
+        # off with c1 and still serving it. The forced one comes FORCE_AFTER s after the cut,
+        # as the cluster's own failover would (cluster-node-timeout): docs/safety.md's timing
+        # assumption, that no replica is promoted sooner than the old master stops granting
+        # (rlock.replica-max-lag + 2 s), which a promotion at the instant of the cut breaks
         forced = [rng.random() < 0.5]
+
+        def cut_then_force(m: str, rest: list[str], replica: str) -> str:
+            what = isolate(m, rest)
+            time.sleep(FORCE_AFTER)
+            return f"{what}, then after {FORCE_AFTER} s {failover(replica, 'FORCE')}"
 
         def make_failover() -> Fault:
             m, rest = target()
@@ -170,9 +178,7 @@ def for_cluster(name: str, cluster: Cluster, rng: random.Random) -> Callable[[],
             forced[0] = not forced[0]
             if not forced[0]:
                 return Fault(name, lambda: failover(replica), lambda: "nothing to heal", 8.0)
-            return Fault(
-                name, lambda: isolate(m, rest) + ", then " + failover(replica, "FORCE"), heal, 12.0
-            )
+            return Fault(name, lambda: cut_then_force(m, rest, replica), heal, 12.0)
 
         return make_failover
 
@@ -203,6 +209,7 @@ def for_cluster(name: str, cluster: Cluster, rng: random.Random) -> Callable[[],
     raise SystemExit(f"unknown cluster nemesis {name}")
 
 
+FORCE_AFTER = 5.0
 CLUSTER_NEMESES = ["none", "cluster_failover", "cluster_kill", "partition"]
 
 
