@@ -496,13 +496,15 @@ def _stall_sync(monkeypatch: pytest.MonkeyPatch) -> _StalledRenewal:
 
     st, real = _StalledRenewal(), SyncBackend.call_until
 
-    def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+    def call_until(
+        self: Any, key: bytes, args: list[Any], until: Optional[float], *rest: Any
+    ) -> Any:
         if not st.wants(args):
-            return real(self, key, args, until)
+            return real(self, key, args, until, *rest)
         st.sent.set()
         time.sleep(STALL)
         try:
-            return real(self, key, args, None)
+            return real(self, key, args, None, *rest)
         finally:
             st.answered.set()
 
@@ -542,13 +544,15 @@ async def test_an_asyncio_longer_re_entry_while_a_watchdog_renewal_is_in_flight_
 
     st, real = _StalledRenewal(), AsyncBackend.call_until
 
-    async def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+    async def call_until(
+        self: Any, key: bytes, args: list[Any], until: Optional[float], *rest: Any
+    ) -> Any:
         if not st.wants(args):
-            return await real(self, key, args, until)
+            return await real(self, key, args, until, *rest)
         st.sent.set()
         await asyncio.sleep(STALL)
         try:
-            return await real(self, key, args, None)
+            return await real(self, key, args, None, *rest)
         finally:
             st.answered.set()
 
@@ -586,9 +590,11 @@ def _late_sync(monkeypatch: pytest.MonkeyPatch, r: redis.Redis) -> _StalledRenew
         r.execute_command(*args)
         st.answered.set()
 
-    def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+    def call_until(
+        self: Any, key: bytes, args: list[Any], until: Optional[float], *rest: Any
+    ) -> Any:
         if not st.wants(args):
-            return real(self, key, args, until)
+            return real(self, key, args, until, *rest)
         threading.Thread(target=late, args=(args,), daemon=True).start()
         st.sent.set()
         raise redis.TimeoutError("no reply in time")
@@ -634,9 +640,11 @@ async def test_an_asyncio_renewal_given_up_on_and_run_late_never_shortens_a_long
         r.execute_command(*args)
         st.answered.set()
 
-    async def call_until(self: Any, key: bytes, args: list[Any], until: Optional[float]) -> Any:
+    async def call_until(
+        self: Any, key: bytes, args: list[Any], until: Optional[float], *rest: Any
+    ) -> Any:
         if not st.wants(args):
-            return await real(self, key, args, until)
+            return await real(self, key, args, until, *rest)
         threading.Thread(target=late, args=(args,), daemon=True).start()
         st.sent.set()
         raise redis.TimeoutError("no reply in time")
