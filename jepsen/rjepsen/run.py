@@ -193,6 +193,7 @@ def run_cell(
                 row.examples.append("at the end: " + end_state["left"])
     result = {
         **{k: meta[k] for k in ("topology", "nemesis", "mode", "seed", "faults", "crashed")},
+        "hung": meta.get("hung", []),
         "rows": [asdict(r) for r in rows],
     }
     (out / "result.json").write_text(json.dumps(result, indent=1))
@@ -370,6 +371,22 @@ def summary(results: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def coverage(r: dict[str, Any]) -> list[str]:
+    """What makes a clean cell say nothing: a nemesis that ran no fault (none fitted in the
+    run), clients killed for hanging past the end, an rlock workload with no grant (or no row:
+    its clients logged nothing). Each would pass as "0 anomalies" without these."""
+    out = []
+    if r["nemesis"] != "none" and not r.get("faults"):
+        out.append(f"the nemesis {r['nemesis']} ran no fault")
+    if r.get("hung"):
+        out.append(f"client processes hung past the end and were killed: {r['hung']}")
+    grants = {row["workload"]: row["grants"] for row in r["rows"]}
+    dead = [w for w in RLOCK_WORKLOADS if not grants.get(w)]
+    if dead:
+        out.append(f"rlock workloads with no grant: {dead}")
+    return out
+
+
 def verdict(results: list[dict[str, Any]]) -> list[str]:
     """What is wrong with these results: an anomaly of rlock with its guard on, or a broken
     setup (the guard off under a split brain) in which the checkers found nothing. In a
@@ -380,6 +397,7 @@ def verdict(results: list[dict[str, Any]]) -> list[str]:
         cell = cell_name(r)
         if r.get("crashed"):
             problems.append(f"{cell}: client processes crashed: {r['crashed']}")
+        problems += [f"{cell}: {p}" for p in coverage(r)]
         rl = [row for row in r["rows"] if row["workload"] in RLOCK_WORKLOADS]
         split = "cluster_failover" if r.get("topology", "sentinel") == "cluster" else "partition"
         if r["mode"] != "guard_off":

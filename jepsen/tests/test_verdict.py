@@ -7,9 +7,12 @@ from typing import Any
 from rjepsen import run
 
 
-def row(workload: str, anomalies: int = 0, repeats: int = 0, order: int = 0) -> dict[str, Any]:
+def row(
+    workload: str, anomalies: int = 0, repeats: int = 0, order: int = 0, grants: int = 100
+) -> dict[str, Any]:
     return {
         "workload": workload,
+        "grants": grants,
         "anomalies": anomalies,
         "token_repeats": repeats,
         "token_order": order,
@@ -18,8 +21,13 @@ def row(workload: str, anomalies: int = 0, repeats: int = 0, order: int = 0) -> 
     }
 
 
-def cell(nemesis: str, mode: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"nemesis": nemesis, "mode": mode, "seed": 7, "rows": rows}
+def cell(nemesis: str, mode: str, rows: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+    """A cell with a fault (unless ``none``) and every rlock workload granted (clean rows for
+    those ``rows`` leave out)."""
+    named = {r["workload"] for r in rows}
+    full = rows + [row(w) for w in run.RLOCK_WORKLOADS if w not in named]
+    faults = [] if nemesis == "none" else [{"what": nemesis, "settled_after_s": 1.0}]
+    return {"nemesis": nemesis, "mode": mode, "seed": 7, "faults": faults, "rows": full, **kw}
 
 
 def test_clean_rlock_rows_and_anomalous_baselines_pass() -> None:
@@ -46,3 +54,35 @@ def test_the_guard_off_under_a_partition_must_show_an_anomaly() -> None:
     # other nemeses with the guard off are reported, never judged
     assert run.verdict([cell("pause", "guard_off", clean)]) == []
     assert run.verdict([cell("pause", "guard_off", broken)]) == []
+
+
+def test_a_cell_whose_nemesis_ran_no_fault_fails() -> None:
+    # a 15 s lossy link did not fit a short run: the cell was the control run, passing as lossy
+    assert run.verdict([cell("lossy", "defaults", [], faults=[])]) == [
+        "lossy/defaults/seed 7: the nemesis lossy ran no fault"
+    ]
+    assert run.verdict([cell("none", "defaults", [])]) == []
+
+
+def test_clients_killed_for_hanging_fail_the_cell() -> None:
+    assert run.verdict([cell("pause", "defaults", [], hung=["lock1"])]) == [
+        "pause/defaults/seed 7: client processes hung past the end and were killed: ['lock1']"
+    ]
+
+
+def test_an_rlock_workload_with_no_grant_or_no_row_fails_the_cell() -> None:
+    dead = [row("latch", grants=0)]
+    assert run.verdict([cell("pause", "defaults", dead)]) == [
+        "pause/defaults/seed 7: rlock workloads with no grant: ['latch']"
+    ]
+    missing = [r for r in cell("pause", "defaults", [])["rows"] if r["workload"] != "sem"]
+    assert run.verdict([{**cell("pause", "defaults", []), "rows": missing}]) == [
+        "pause/defaults/seed 7: rlock workloads with no grant: ['sem']"
+    ]
+    # a dead baseline is reported, never judged
+    assert run.verdict([cell("pause", "defaults", [row("setnx", grants=0)])]) == []
+    # nor does a dead workload stand in for the anomaly the broken setup must show
+    assert run.verdict([cell("partition", "guard_off", dead)]) == [
+        "partition/guard_off/seed 7: rlock workloads with no grant: ['latch']",
+        "partition/guard_off/seed 7: the checkers found no anomaly in the broken setup",
+    ]
