@@ -213,10 +213,17 @@ def reentries(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
     """A holder that re-enters the lock it believes it holds must be granted at once, with a
     token larger than its hold's (every grant that asks for one gets a new one, re-entries
     too): "held by another" means it believed a hold it no longer had. A re-entry refused
-    with an error (``NOREPLICAS``, a lost reply) says nothing."""
+    with an error (``NOREPLICAS``, a lost reply) says nothing, nor one answered after its
+    hold's lease (``t0 + lease`` of the client's last grant before it): the lock may rightly
+    be another's by then."""
     count, examples = 0, list[str]()
-    for e in events:
+    lease_end: dict[str, float] = {}
+    for e in sorted(events, key=lambda e: e["t0"]):
+        if e["ev"] == "grant":
+            lease_end[e["c"]] = e["t0"] + e["lease"] / 1000.0
         if e["ev"] != "reenter" or "err" in e:
+            continue
+        if e["t1"] > lease_end.get(e["c"], float("inf")):
             continue
         if e.get("token") is None or e.get("outer") is None or e["token"] <= e["outer"]:
             count += 1

@@ -170,6 +170,17 @@ def test_a_reentry_not_granted_or_without_a_larger_token_while_held_is_flagged(
     assert row.anomalies == 1 and "re-entry" in row.anomaly_kind, row
 
 
+def test_a_reentry_answered_after_the_holds_lease_says_nothing() -> None:
+    # the outer grant's reply came late (t1 near t0 + lease): the re-entry, sent while the hold
+    # was believed, was answered after its lease, when another client may rightly hold the lock
+    late = grant("a", "a#1", 1.0, 3.9, lease=3000, token=5)
+    events = [late, reenter("a", 3.95, token=None, outer=5) | {"t1": 4.2}]
+    assert row_of(events).clean()
+    # answered within the lease, the same refusal is a hold believed but not had
+    events = [late, reenter("a", 3.95, token=None, outer=5) | {"t1": 3.99}]
+    assert row_of(events).anomalies == 1
+
+
 def test_a_reentry_refused_with_an_error_says_nothing() -> None:
     events = [*held("a", 1.0, 2.0, token=5), reenter("a", 1.1, err="NOREPLICAS")]
     assert row_of(events).clean()
