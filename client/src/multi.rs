@@ -92,7 +92,7 @@ impl MultiLock {
         // the last ones are taken; the real lease is set on all of them at the end.
         let taking = lease.saturating_mul(2);
         let mut waited_for: Option<(usize, Request)> = None;
-        loop {
+        'rounds: loop {
             // This round's requests: given back (cancelled) unless handed to a guard, whatever
             // ends the round, the future dropped included.
             let mut taken: Vec<(usize, Request)> = waited_for.take().into_iter().collect();
@@ -109,8 +109,15 @@ impl MultiLock {
                         break;
                     }
                     Err(e) => {
+                        let lost = request.try_lost();
                         drop(request); // its outcome is unknown: cancelled in the background
                         cancel_all(&mut taken, settle_within(deadline)).await;
+                        if deadline.is_none() && lost {
+                            // An untimed acquire outlives a killed connection, as a single
+                            // lock's does: everything given back, then a new round.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue 'rounds;
+                        }
                         return Err(if uncertain(&e) { Error::TimedOut } else { e });
                     }
                 }

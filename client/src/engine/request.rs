@@ -217,6 +217,12 @@ impl Request {
     ///
     /// # Errors
     /// As [`Self::run`]; an unanswered try is [`Error::TimedOut`].
+    /// Whether the last try got no answer because its connection was lost (killed, reset),
+    /// not because its time ran out: an untimed acquire may ask again.
+    pub(crate) const fn try_lost(&self) -> bool {
+        self.try_lost
+    }
+
     pub(crate) async fn try_once(&mut self, bound: Option<Instant>) -> Result<Option<Grant>> {
         let cmd = self.command(None);
         let acked = bound.map(|b| crate::engine::hold::after(b, self.ack_time()));
