@@ -697,23 +697,27 @@ def replicas_ok(ctx: Ctx) -> bool:
     return want == 0 or int(ctx.master.call("WAIT", want, 1000)) >= want
 
 
-def w_redisson_lock(ctx: Ctx) -> None:
-    own = owner(ctx)
-    # in the key's slot: a name with its own hash tag (a cluster's) keeps it
-    tkey = ctx.key + ":token" if "{" in ctx.key else "{" + ctx.key + "}:token"
+def baseline_loop(
+    ctx: Ctx,
+    attempt: Callable[[], Any],
+    ok: Callable[[Any], bool],
+    give_back: Callable[[], Any],
+    token: Callable[[Any], int | None],
+    lease: int,
+    check_replicas: bool,
+) -> None:
+    """A baseline's loop: poll ``attempt`` until ``ok`` (as its clients do), optionally
+    Redisson's replica check (the grant given back when it fails), hold, ``give_back`` once
+    (no retry: as those clients release)."""
     while ctx.running():
         try:
-            got = poll(
-                ctx,
-                lambda: ctx.master.call("EVAL", REDISSON_LOCK, 2, ctx.key, tkey, LEASE, own),
-                lambda r: int(r[0]) == 1,
-            )
+            got = poll(ctx, attempt, ok)
             if got is None:
                 ctx.log("fail", t0=now(), t1=now(), err="busy")
                 continue
             reply, t0, t1 = got
-            if not replicas_ok(ctx):
-                ctx.master.call("EVAL", REDISSON_UNLOCK, 1, ctx.key, own)
+            if check_replicas and not replicas_ok(ctx):
+                give_back()
                 ctx.log("fail", t0=t0, t1=now(), err="not_acknowledged")
                 continue
         except (Refused, Uncertain) as exc:
@@ -721,70 +725,53 @@ def w_redisson_lock(ctx: Ctx) -> None:
             time.sleep(0.05)
             continue
         h = ctx.hold_id()
-        ctx.log("grant", t0=t0, t1=t1, lease=LEASE, token=int(reply[1]), n=1, h=h)
+        ctx.log("grant", t0=t0, t1=t1, lease=lease, token=token(reply), n=1, h=h)
         ctx.nap(0.0, 0.05)
         ctx.log("release", t0=now(), h=h)
         try:
-            ctx.master.call("EVAL", REDISSON_UNLOCK, 1, ctx.key, own)
+            give_back()
         except (Refused, Uncertain):
             pass
+
+
+def w_redisson_lock(ctx: Ctx) -> None:
+    own = owner(ctx)
+    # in the key's slot: a name with its own hash tag (a cluster's) keeps it
+    tkey = ctx.key + ":token" if "{" in ctx.key else "{" + ctx.key + "}:token"
+    baseline_loop(
+        ctx,
+        lambda: ctx.master.call("EVAL", REDISSON_LOCK, 2, ctx.key, tkey, LEASE, own),
+        lambda r: int(r[0]) == 1,
+        lambda: ctx.master.call("EVAL", REDISSON_UNLOCK, 1, ctx.key, own),
+        lambda r: int(r[1]),
+        LEASE,
+        check_replicas=True,
+    )
 
 
 def w_redisson_sem(ctx: Ctx) -> None:
-    while ctx.running():
-        try:
-            got = poll(
-                ctx,
-                lambda: ctx.master.call("EVAL", REDISSON_SEM, 1, ctx.key, 1),
-                lambda r: int(r) == 1,
-            )
-            if got is None:
-                ctx.log("fail", t0=now(), t1=now(), err="busy")
-                continue
-            _, t0, t1 = got
-            if not replicas_ok(ctx):
-                ctx.master.call("INCRBY", ctx.key, 1)
-                ctx.log("fail", t0=t0, t1=now(), err="not_acknowledged")
-                continue
-        except (Refused, Uncertain) as exc:
-            ctx.log("fail", t0=now(), t1=now(), err=getattr(exc, "kind", str(exc)))
-            time.sleep(0.05)
-            continue
-        h = ctx.hold_id()
-        ctx.log("grant", t0=t0, t1=t1, lease=10**9, token=None, n=1, h=h)
-        ctx.nap(0.0, 0.05)
-        ctx.log("release", t0=now(), h=h)
-        try:
-            ctx.master.call("INCRBY", ctx.key, 1)
-        except (Refused, Uncertain):
-            pass
+    baseline_loop(
+        ctx,
+        lambda: ctx.master.call("EVAL", REDISSON_SEM, 1, ctx.key, 1),
+        lambda r: int(r) == 1,
+        lambda: ctx.master.call("INCRBY", ctx.key, 1),
+        lambda _r: None,
+        10**9,
+        check_replicas=True,
+    )
 
 
 def w_setnx(ctx: Ctx) -> None:
     val = owner(ctx)
-    while ctx.running():
-        try:
-            got = poll(
-                ctx,
-                lambda: ctx.master.call("SET", ctx.key, val, "NX", "PX", LEASE),
-                lambda r: r is not None and r is not False,
-            )
-        except (Refused, Uncertain) as exc:
-            ctx.log("fail", t0=now(), t1=now(), err=getattr(exc, "kind", str(exc)))
-            time.sleep(0.05)
-            continue
-        if got is None:
-            ctx.log("fail", t0=now(), t1=now(), err="busy")
-            continue
-        _, t0, t1 = got
-        h = ctx.hold_id()
-        ctx.log("grant", t0=t0, t1=t1, lease=LEASE, token=None, n=1, h=h)
-        ctx.nap(0.0, 0.05)
-        ctx.log("release", t0=now(), h=h)
-        try:
-            ctx.master.call("EVAL", CAS_DEL, 1, ctx.key, val)
-        except (Refused, Uncertain):
-            pass
+    baseline_loop(
+        ctx,
+        lambda: ctx.master.call("SET", ctx.key, val, "NX", "PX", LEASE),
+        lambda r: r is not None and r is not False,
+        lambda: ctx.master.call("EVAL", CAS_DEL, 1, ctx.key, val),
+        lambda _r: None,
+        LEASE,
+        check_replicas=False,
+    )
 
 
 WORKLOADS: dict[str, Callable[[Ctx], None]] = {
