@@ -9,7 +9,8 @@ use crate::args::{parse_positive, Mode};
 use crate::error::LockError;
 use crate::rules::Reply;
 
-/// How long the record of a grant with no lease of its own (counted permits) is kept, in ms.
+/// How long the record of a lock grant with no lease of its own is kept, in ms. (A counted
+/// permits grant's record has no end: it lasts until the grant is released or cancelled.)
 pub const REQUEST_RECORD_MS: i64 = 60_000;
 
 /// How long a cancelled request stays cancelled at least, in ms (longer when the grant it
@@ -310,10 +311,13 @@ pub const fn cancel(record: Option<&Record>, waiting: bool) -> Cancel<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CountedRelease {
     /// Give the permits back; the record then says released (a cancel of the request finds
-    /// nothing to undo, a retried release gives back nothing more). Also when there is no
-    /// record (it expired: the holder keeps counted permits as long as it likes).
+    /// nothing to undo, a retried release gives back nothing more).
     GiveBack,
-    /// Already given back (released, or cancelled): nothing more; reply the count left.
+    /// Nothing to give back; reply the count left. Already given back (released, or
+    /// cancelled), or no record: a counted grant's record lasts until it is released or
+    /// cancelled, so none means this server never granted the request (its grant was made on
+    /// a master that failed over before replicating it, or never happened). Giving back there
+    /// would add permits that were never taken.
     Nothing,
 }
 
@@ -324,10 +328,9 @@ pub enum CountedRelease {
 /// or another permit count).
 pub fn release_counted(record: Option<&Record>, permits: u64) -> Result<CountedRelease, LockError> {
     match record {
-        None => Ok(CountedRelease::GiveBack),
         Some(Record::Granted(Granted::Permits(n))) if *n == permits => Ok(CountedRelease::GiveBack),
         Some(Record::Granted(_)) => Err(LockError::RequestMismatch),
-        Some(Record::Cancelled | Record::Released) => Ok(CountedRelease::Nothing),
+        Some(Record::Cancelled | Record::Released) | None => Ok(CountedRelease::Nothing),
     }
 }
 

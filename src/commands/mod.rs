@@ -107,7 +107,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             let owner = cmd.owner.to_vec();
             // Until the lease ends (with `GT`, perhaps later than `deadline`).
             let until = plan.expire_at.map_or(deadline.unix_ms(), Deadline::unix_ms);
-            record.granted(ctx, Granted::Lock { owner, token }, until);
+            record.granted(ctx, Granted::Lock { owner, token }, Some(until));
         }
         Ok(store::to_value(rules::granted(token)))
     })

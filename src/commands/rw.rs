@@ -109,7 +109,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                 if let Some(record) = record {
                     let (mode, owner) = (cmd.mode, cmd.owner.to_vec());
                     let until = plan.grant_until().unwrap_or(deadline.unix_ms());
-                    record.granted(ctx, Granted::Rw { mode, owner, token }, until);
+                    record.granted(ctx, Granted::Rw { mode, owner, token }, Some(until));
                 }
                 waiting::session::rw_granted(ctx, cmd.key, cmd.owner.as_slice(), &plan, bind);
                 waiting::rw_applied(ctx, cmd.key, &plan);

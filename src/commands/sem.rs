@@ -10,7 +10,7 @@ use crate::args;
 use crate::args::Lease;
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
-use crate::request_rules::{Asked, Granted, REQUEST_RECORD_MS};
+use crate::request_rules::{Asked, Granted};
 use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
@@ -121,8 +121,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         drop(key);
         let (Some(leases), Some(until), Some(ids)) = (leases, until, ids) else {
             if let Some(record) = record {
-                let until = now.saturating_add(REQUEST_RECORD_MS);
-                record.granted(ctx, Granted::Permits(cmd.permits), until);
+                record.granted(ctx, Granted::Permits(cmd.permits), None);
             }
             return Ok(store::to_value(plan.reply));
         };
@@ -133,7 +132,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             waiting::session::granted(ctx, cmd.key, held, true, bind, until.unix_ms());
         }
         if let Some(record) = record {
-            record.granted(ctx, Granted::Leased(ids.clone()), until.unix_ms());
+            record.granted(ctx, Granted::Leased(ids.clone()), Some(until.unix_ms()));
         }
         waiting::schedule_check(ctx, &waiting::lock_name(ctx, cmd.key), until.over_at());
         Ok(store::ids_value(&ids))

@@ -62,8 +62,9 @@ impl RequestRecord {
         }
     }
 
-    /// Records `granted` until Unix ms `until` (the grant's lease end).
-    pub fn granted(&self, ctx: &Context, granted: Granted, until: i64) {
+    /// Records `granted` until Unix ms `until` (the grant's lease end; `None`: no end, for
+    /// counted permits, whose record lasts until they are released or cancelled).
+    pub fn granted(&self, ctx: &Context, granted: Granted, until: Option<i64>) {
         self.store(ctx, &Record::Granted(granted), until);
     }
 
@@ -71,19 +72,19 @@ impl RequestRecord {
     /// long as the record it replaces would have lasted.
     pub fn cancel(&self, ctx: &Context, now: i64) {
         let expire_at = Some(Key::open(ctx, &self.name, false).expire_at()).filter(|&at| at >= 0);
-        self.store(ctx, &Record::Cancelled, request_rules::cancelled_until(now, expire_at));
+        self.store(ctx, &Record::Cancelled, Some(request_rules::cancelled_until(now, expire_at)));
     }
 
     /// Records that the request's counted permits were given back, at `now`: kept as long as a
     /// cancelled record is (a late cancel or retried release must find it).
     pub fn released(&self, ctx: &Context, now: i64) {
         let expire_at = Some(Key::open(ctx, &self.name, false).expire_at()).filter(|&at| at >= 0);
-        self.store(ctx, &Record::Released, request_rules::cancelled_until(now, expire_at));
+        self.store(ctx, &Record::Released, Some(request_rules::cancelled_until(now, expire_at)));
     }
 
-    fn store(&self, ctx: &Context, record: &Record, until: i64) {
+    fn store(&self, ctx: &Context, record: &Record, until: Option<i64>) {
         let value = RedisString::create_from_slice(ctx.get_raw(), &record.stored_for(&self.lock));
-        store_string(ctx, &self.name, &value, c"set", Some(until));
+        store_string(ctx, &self.name, &value, c"set", until);
     }
 }
 

@@ -275,8 +275,7 @@ impl Grant<'_> {
                 drop(key);
                 let Some((leases, until, permits)) = leased else {
                     if let Some((record, Kind::Permits(n), _)) = record {
-                        let until = raw::now_ms().saturating_add(REQUEST_RECORD_MS);
-                        record.granted(ctx, Granted::Permits(n), until);
+                        record.granted(ctx, Granted::Permits(n), None);
                     }
                     return Written {
                         reply: plan.reply,
@@ -290,7 +289,7 @@ impl Grant<'_> {
                 let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
                 let _ = leases.lease(ctx, &refs, until);
                 if let Some((record, _, _)) = record {
-                    record.granted(ctx, Granted::Leased(ids.clone()), until);
+                    record.granted(ctx, Granted::Leased(ids.clone()), Some(until));
                 }
                 let reap_at = Some(rules::Deadline::at(until).over_at());
                 return Written {
@@ -312,7 +311,7 @@ impl Grant<'_> {
                 _ => Granted::Lock { owner, token },
             };
             let until = until.unwrap_or_else(|| raw::now_ms().saturating_add(REQUEST_RECORD_MS));
-            record.granted(ctx, granted, until);
+            record.granted(ctx, granted, Some(until));
         }
         Written { reply: rules::granted(token), lease_over_at, reap_at, ids: Vec::new(), stamp }
     }

@@ -231,11 +231,12 @@ fn counted_permits_released_as_their_request_are_not_given_back_again_by_a_cance
     assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "2", "REQUEST", "c1"]), Value::Int(2));
     assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", "p", "c1"]), Value::Int(0));
     assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(2), "created with 2");
-    // A release with a request id whose record is gone (it expired) is a plain release, and
-    // is remembered: its retry gives back nothing more.
+    // A release as a request this server never granted (the grant was made on a master that
+    // failed over before replicating it) gives nothing back: the permit was never taken here.
     assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "1"]), Value::Int(1));
-    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1", "REQUEST", "c2"]), Value::Int(2));
-    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1", "REQUEST", "c2"]), Value::Int(2));
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1", "REQUEST", "c2"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1", "REQUEST", "c2"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1"]), Value::Int(2));
     // A new acquire with a released request's id is a new acquire (a cancel's record, though,
     // stays cancelled).
     assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "2", "REQUEST", "c2"]), Value::Int(1));
@@ -492,4 +493,36 @@ fn a_session_waiter_gone_before_its_reply_is_rolled_back_not_delayed() {
         drop(waiter);
     }
     assert_eq!(info_field(&mut admin, "rlock", "rlock_lock_delays"), 0);
+}
+
+/// A counted grant's record has no end (`PTTL` -1, on the master and on a module-less
+/// replica): a holder may keep counted permits as long as it likes and still release them as
+/// its request, and a release that finds no record gives nothing back.
+#[test]
+fn a_counted_grants_request_record_lasts_until_it_is_released() {
+    let server = Server::start();
+    let replica = Server::builder().without_module().replica_of(&server).start();
+    let (mut con, mut r) = (server.conn(), replica.conn());
+    rlock_tests_integration::wait_link_up(&mut r);
+    cmd(&mut con, &["RSEM.SETPERMITS", "p", "3"]);
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "2", "REQUEST", "c"]), Value::Int(1));
+    let record = "rlock_request:{p}:c";
+    assert_eq!(cmd(&mut con, &["PTTL", record]), Value::Int(-1), "no end on the master");
+    assert_eq!(cmd(&mut con, &["WAIT", "1", "10000"]), Value::Int(1));
+    assert_eq!(cmd(&mut r, &["PTTL", record]), Value::Int(-1), "no end on the replica");
+    // A lock grant's record still ends with its lease.
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "o", "30000", "REQUEST", "c"]);
+    let pttl = int(&cmd(&mut con, &["PTTL", "rlock_request:{l}:c"]));
+    assert!((1..=30_000).contains(&pttl), "a lock grant's record ends with its lease: {pttl}");
+    // Released: the record then lasts 60 s, and a retried release gives nothing more.
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "2", "REQUEST", "c"]), Value::Int(3));
+    let pttl = int(&cmd(&mut con, &["PTTL", record]));
+    assert!((50_000..=60_000).contains(&pttl), "a released record lasts 60 s: {pttl}");
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "2", "REQUEST", "c"]), Value::Int(3));
+    // A grant cancelled: the cancelled record lasts 60 s too.
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "p", "1", "REQUEST", "d"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", "p", "d"]), Value::Int(2));
+    let pttl = int(&cmd(&mut con, &["PTTL", "rlock_request:{p}:d"]));
+    assert!((50_000..=60_000).contains(&pttl), "a cancelled record lasts 60 s: {pttl}");
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(3));
 }

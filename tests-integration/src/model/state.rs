@@ -27,6 +27,9 @@ pub struct Deadline {
 }
 
 impl Deadline {
+    /// No end: the record of a counted permits grant lasts until it is released or cancelled.
+    pub const NEVER: Self = Self { lo: Ms::MAX / 4, hi: Ms::MAX / 4 };
+
     /// `lease` ms after a command that ran in `at`.
     #[must_use]
     pub const fn after(at: Window, lease: Ms) -> Self {
@@ -963,8 +966,11 @@ impl Model {
             Cmd::Cancel { name, id } => {
                 let key = (name.clone(), id.clone());
                 let mut until = Deadline::after(at, 60_000);
+                // A record with no end (a counted grant's) is cancelled for 60 s.
                 if let Some(Record::Granted { until: u, .. }) = self.dbs[db].records.get(&key) {
-                    until = until.max(*u);
+                    if *u != Deadline::NEVER {
+                        until = until.max(*u);
+                    }
                 }
                 let rec = self.dbs[db].records.insert(key, Record::Cancelled { until });
                 let want = match rec {
@@ -1096,7 +1102,7 @@ impl Model {
             }
             Cmd::SemAcquire { name, n, lease, request, session } => {
                 let params = format!("sem {n} {}", lease.is_some());
-                let end = Deadline::after(at, lease.unwrap_or(60_000));
+                let end = lease.map_or(Deadline::NEVER, |l| Deadline::after(at, l));
                 if self.request_step(at, db, name, request.as_ref(), &params, v)?.is_some() {
                     return Ok(());
                 }
@@ -1158,30 +1164,28 @@ impl Model {
                 // As the request: its grant given back once; the record then says released
                 // (a cancel finds nothing, a retried release gives nothing more).
                 let key = (name.clone(), id.clone());
+                // A counted grant's record lasts until it is released or cancelled: with none,
+                // this server never granted the request, and nothing is given back.
                 let give = match self.dbs[db].records.get(&key) {
                     Some(Record::Granted { grant: Grant::Counted { ended }, until, .. })
                         if !until.passed(at) =>
                     {
                         !ended
                     }
-                    Some(Record::Cancelled { until }) if !until.passed(at) => false,
                     Some(Record::Granted { until, .. }) if !until.passed(at) => {
                         return Err(format!("RSEM.RELEASE {name} {n} REQUEST {id}: a record of another grant (not generated)"));
                     }
-                    _ => {
-                        let until = Deadline::after(at, 60_000);
-                        let (params, reply) = ("released".to_owned(), Value::Nil);
-                        let grant = Grant::Counted { ended: true };
-                        self.dbs[db]
-                            .records
-                            .insert(key.clone(), Record::Granted { params, reply, grant, until });
-                        true
-                    }
+                    _ => false,
                 };
-                if let Some(Record::Granted { grant: Grant::Counted { ended }, .. }) =
-                    self.dbs[db].records.get_mut(&key)
-                {
-                    *ended = true;
+                if give {
+                    // Released: kept 60 s (a late cancel or a retried release finds it).
+                    if let Some(Record::Granted {
+                        grant: Grant::Counted { ended }, until, ..
+                    }) = self.dbs[db].records.get_mut(&key)
+                    {
+                        *ended = true;
+                        *until = Deadline::after(at, 60_000);
+                    }
                 }
                 let s = self.sem(db, name)?;
                 if give {
