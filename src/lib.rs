@@ -252,11 +252,21 @@ const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
 /// `[GT]`: a hold the owner already has keeps the later of its lease end and the new one.
 const GT: ArgDoc = ArgDoc::new(c"gt", ArgType::PureToken).token(c"GT").optional();
-/// `RSEM.RELEASE`'s two forms: `permits [REQUEST id]`, or `ID id [id ...]`.
+/// `[REQUEST id | ONCE id]`: the acquire whose counted permits these are, or an ownerless
+/// release's own id.
+const RELEASED_AS: ArgDoc = ArgDoc::one_of(
+    c"released-as",
+    &[
+        ArgDoc::new(c"id", ArgType::String).token(c"REQUEST"),
+        ArgDoc::new(c"release-id", ArgType::String).token(c"ONCE"),
+    ],
+)
+.optional();
+/// `RSEM.RELEASE`'s two forms: `permits [REQUEST id | ONCE id]`, or `ID id [id ...]`.
 const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
     c"permits-or-ids",
     &[
-        ArgDoc::block(c"counted", &[ArgDoc::new(c"permits", ArgType::Integer), REQUEST]),
+        ArgDoc::block(c"counted", &[ArgDoc::new(c"permits", ArgType::Integer), RELEASED_AS]),
         ArgDoc::new(c"id", ArgType::String).token(c"ID").multiple(),
     ],
 );

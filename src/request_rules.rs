@@ -307,27 +307,35 @@ pub const fn cancel(record: Option<&Record>, waiting: bool) -> Cancel<'_> {
     }
 }
 
-/// What `RSEM.RELEASE key permits REQUEST id` does with the request's record.
+/// What `RSEM.RELEASE key permits REQUEST id` (or `ONCE id`) does with the request's record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CountedRelease {
     /// Give the permits back; the record then says released (a cancel of the request finds
-    /// nothing to undo, a retried release gives back nothing more).
+    /// nothing to undo, a retried release gives back nothing more). Also an ownerless release's
+    /// first send (`ONCE id`, no record yet).
     GiveBack,
     /// Nothing to give back; reply the count left. Already given back (released, or
-    /// cancelled), or no record: a counted grant's record lasts until it is released or
+    /// cancelled), or no record for `REQUEST id`: a counted grant's record lasts until it is released or
     /// cancelled, so none means this server never granted the request (its grant was made on
     /// a master that failed over before replicating it, or never happened). Giving back there
     /// would add permits that were never taken.
     Nothing,
 }
 
-/// What releasing `permits` counted permits as request `id` does, from its record.
+/// What releasing `permits` counted permits as request `id` does, from its record. `once`: the
+/// id is an ownerless release's own (`ONCE id`), not an acquire's: with no record it gives
+/// back (the first send of that release).
 ///
 /// # Errors
 /// [`LockError::RequestMismatch`] when the record holds another acquire's grant (another kind,
 /// or another permit count).
-pub fn release_counted(record: Option<&Record>, permits: u64) -> Result<CountedRelease, LockError> {
+pub fn release_counted(
+    record: Option<&Record>,
+    permits: u64,
+    once: bool,
+) -> Result<CountedRelease, LockError> {
     match record {
+        None if once => Ok(CountedRelease::GiveBack),
         Some(Record::Granted(Granted::Permits(n))) if *n == permits => Ok(CountedRelease::GiveBack),
         Some(Record::Granted(_)) => Err(LockError::RequestMismatch),
         Some(Record::Cancelled | Record::Released) | None => Ok(CountedRelease::Nothing),

@@ -278,3 +278,24 @@ fn a_semaphore_takes_no_gt() {
     let args = argv(&["RSEM.ACQUIRE", "s", "1", "LEASE", "5", "GT"]);
     assert_eq!(SemAcquire::parse(&args).map(|_| ()), Err(LockError::Syntax));
 }
+
+#[test]
+fn a_counted_release_names_its_acquire_with_request_or_itself_with_once() {
+    let parse = |words: &[&str]| match SemRelease::parse(&argv(words)) {
+        Ok(SemRelease::Count { permits, request, once, .. }) => {
+            Ok((permits, request.cloned(), once))
+        }
+        Ok(SemRelease::Ids { .. }) => panic!("{words:?}: not counted"),
+        Err(e) => Err(e),
+    };
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2"]), Ok((2, None, false)));
+    assert_eq!(
+        parse(&["RSEM.RELEASE", "s", "2", "REQUEST", "r"]),
+        Ok((2, Some(b"r".to_vec()), false))
+    );
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "once", "r"]), Ok((2, Some(b"r".to_vec()), true)));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE"]), Err(LockError::MissingRequest));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE", ""]), Err(LockError::InvalidRequest));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE", "r", "x"]), Err(LockError::Syntax));
+    assert!(parse(&["RSEM.RELEASE", "s", "0", "ONCE", "r"]).is_err());
+}

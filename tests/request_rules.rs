@@ -110,15 +110,20 @@ fn a_retry_replays_a_grant_still_in_place_and_is_refused_when_cancelled_or_forei
 #[test]
 fn counted_permits_released_as_their_request_are_given_back_once_only_where_granted() {
     let granted = Record::Granted(Granted::Permits(2));
-    assert_eq!(release_counted(Some(&granted), 2), Ok(CountedRelease::GiveBack));
+    assert_eq!(release_counted(Some(&granted), 2, false), Ok(CountedRelease::GiveBack));
     // A counted grant's record has no end: with none, this server never granted the request
     // (a master that failed over before replicating the grant), and nothing comes back.
-    assert_eq!(release_counted(None, 2), Ok(CountedRelease::Nothing), "never granted here");
-    assert_eq!(release_counted(Some(&Record::Released), 2), Ok(CountedRelease::Nothing));
-    assert_eq!(release_counted(Some(&Record::Cancelled), 2), Ok(CountedRelease::Nothing));
-    assert_eq!(release_counted(Some(&granted), 1), Err(LockError::RequestMismatch));
+    assert_eq!(release_counted(None, 2, false), Ok(CountedRelease::Nothing), "never granted here");
+    assert_eq!(release_counted(Some(&Record::Released), 2, false), Ok(CountedRelease::Nothing));
+    assert_eq!(release_counted(Some(&Record::Cancelled), 2, false), Ok(CountedRelease::Nothing));
+    assert_eq!(release_counted(Some(&granted), 1, false), Err(LockError::RequestMismatch));
     let lock = Record::Granted(Granted::Lock { owner: b"o".to_vec(), token: None });
-    assert_eq!(release_counted(Some(&lock), 1), Err(LockError::RequestMismatch));
+    assert_eq!(release_counted(Some(&lock), 1, false), Err(LockError::RequestMismatch));
+    // An ownerless release (`ONCE id`): given back on its first send, then never again.
+    assert_eq!(release_counted(None, 2, true), Ok(CountedRelease::GiveBack));
+    assert_eq!(release_counted(Some(&Record::Released), 2, true), Ok(CountedRelease::Nothing));
+    assert_eq!(release_counted(Some(&granted), 2, true), Ok(CountedRelease::GiveBack));
+    assert_eq!(release_counted(Some(&granted), 1, true), Err(LockError::RequestMismatch));
     // Released: a cancel finds nothing to undo, a retry of the acquire is a new acquire.
     assert_eq!(cancel(Some(&Record::Released), false), request_rules::Cancel::Nothing);
     assert_eq!(check_retry(Some(&Record::Released), &Asked::Permits(2)), Ok(None));

@@ -60,6 +60,8 @@ impl<'a, A: Arg> SemAdd<'a, A> {
 pub const LEASE: &[u8] = b"LEASE";
 /// Option word of `RSEM.RELEASE`: `ID id [id ...]` (leased permits by id).
 pub const ID: &[u8] = b"ID";
+/// `RSEM.RELEASE key permits ONCE id`: an ownerless release, given back once per id.
+pub const ONCE: &[u8] = b"ONCE";
 
 /// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]
 /// [SESSION [LOCKDELAY lockdelay-ms]]` (`SESSION` with `LEASE` only)
@@ -113,14 +115,16 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
     }
 }
 
-/// `RSEM.RELEASE key permits [REQUEST id]` or `RSEM.RELEASE key ID id [id ...]`
+/// `RSEM.RELEASE key permits [REQUEST id | ONCE id]` or `RSEM.RELEASE key ID id [id ...]`
 #[derive(Debug)]
 pub enum SemRelease<'a, A> {
-    /// `request`: the `REQUEST id` of the acquire whose counted permits these are.
+    /// `request`: the `REQUEST id` of the acquire whose counted permits these are, or (`once`)
+    /// the `ONCE id` of an ownerless release.
     Count {
         key: &'a A,
         permits: u64,
         request: Option<&'a A>,
+        once: bool,
     },
     Ids {
         key: &'a A,
@@ -146,13 +150,19 @@ impl<'a, A: Arg> SemRelease<'a, A> {
                 }
                 Ok(Self::Ids { key, ids })
             }
-            [_, key, n] => Ok(Self::Count { key, permits: permits(n, false)?, request: None }),
-            [_, key, n, word, rest @ ..] if word.bytes().eq_ignore_ascii_case(REQUEST) => {
+            [_, key, n] => {
+                Ok(Self::Count { key, permits: permits(n, false)?, request: None, once: false })
+            }
+            [_, key, n, word, rest @ ..]
+                if word.bytes().eq_ignore_ascii_case(REQUEST)
+                    || word.bytes().eq_ignore_ascii_case(ONCE) =>
+            {
                 let permits = permits(n, false)?;
+                let once = word.bytes().eq_ignore_ascii_case(ONCE);
                 match rest {
                     [] => Err(LockError::MissingRequest),
                     [id] if id.bytes().is_empty() => Err(LockError::InvalidRequest),
-                    [id] => Ok(Self::Count { key, permits, request: Some(id) }),
+                    [id] => Ok(Self::Count { key, permits, request: Some(id), once }),
                     _ => Err(LockError::Syntax),
                 }
             }

@@ -116,7 +116,9 @@ pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 
 /// `RSEM.RELEASE key permits REQUEST id`: gives back the counted permits that the acquire with
 /// `REQUEST id` got, once: its record then says released, so a retried release gives back
-/// nothing more and replies the count left, and `RLOCK.CANCEL` of the request replies 0.
+/// nothing more and replies the count left, and `RLOCK.CANCEL` of the request replies 0. With
+/// no record, nothing (this server never granted it). `ONCE id` (`once`): an ownerless release,
+/// given back once per id (no record: given back, and the id then recorded as released).
 ///
 /// # Errors
 /// As `RSEM.RELEASE key permits`; `NOPERM`, `WRONGTYPE` or a corrupt record; the record of
@@ -126,6 +128,7 @@ pub(crate) fn release_counted(
     name: &RedisString,
     permits: u64,
     id: &[u8],
+    once: bool,
 ) -> Result<RedisValue, Refusal> {
     let refused = |e| Refusal::Request(e, id.to_vec());
     let record = RequestRecord::for_caller(ctx, name, id)?;
@@ -137,7 +140,7 @@ pub(crate) fn release_counted(
         LockError::RequestMismatch => refused(e),
         e => e.into(),
     })?;
-    match request_rules::release_counted(stored.as_ref(), permits).map_err(refused)? {
+    match request_rules::release_counted(stored.as_ref(), permits, once).map_err(refused)? {
         CountedRelease::GiveBack => {
             let left = waiting::sem_give_back(ctx, name, permits)?;
             record.released(ctx, raw::now_ms());

@@ -139,17 +139,17 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     })
 }
 
-/// `RSEM.RELEASE key permits [REQUEST id]` or `RSEM.RELEASE key ID id [id ...]`
+/// `RSEM.RELEASE key permits [REQUEST id | ONCE id]` or `RSEM.RELEASE key ID id [id ...]`
 pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     super::guarded_naming(ctx, || match args::SemRelease::parse(&argv)? {
         // Counted permits: refused, before anything is written, where grants are (`store::
         // may_give_back`). Leased ones are given back (their leases end on a new master anyway).
-        args::SemRelease::Count { key, permits, request: Some(id) } => {
+        args::SemRelease::Count { key, permits, request: Some(id), once } => {
             store::may_give_back(ctx)?;
             waiting::apply_pending(ctx, key);
-            super::request::release_counted(ctx, key, permits, id.as_slice())
+            super::request::release_counted(ctx, key, permits, id.as_slice(), once)
         }
-        args::SemRelease::Count { key, permits, request: None } => {
+        args::SemRelease::Count { key, permits, request: None, .. } => {
             store::may_give_back(ctx)?;
             waiting::apply_pending(ctx, key);
             Ok(RedisValue::Integer(waiting::sem_give_back(ctx, key, permits)?))

@@ -246,6 +246,8 @@ struct Run {
     rng: Rng,
     /// Draws `GT` (see [`Run::gt`]).
     gt_rng: Rng,
+    /// Ownerless `ONCE` releases, drawn apart so that other draws replay as before.
+    once_rng: Rng,
     start: Instant,
     step: usize,
     /// Acquires with `REQUEST id`, to retry (the newest last).
@@ -359,6 +361,7 @@ impl Run {
             model,
             rng: Rng(seed),
             gt_rng: Rng((seed ^ 0x4754_4754_4754_4754) | 1),
+            once_rng: Rng((seed ^ 0x4f4e_4345_4f4e_4345) | 1),
             start: Instant::now(),
             step: 0,
             templates: Vec::new(),
@@ -561,7 +564,16 @@ impl Run {
                             _ => None,
                         };
                         let (n, request) = held.unwrap_or((1, None));
-                        Cmd::SemRelease { name, n, request }
+                        // An ownerless release under its own id (sent twice now and then: a
+                        // lost reply), as the clients send `Semaphore.release(n)`.
+                        if request.is_none()
+                            && self.has("counted-request")
+                            && self.once_rng.below(3) == 0
+                        {
+                            let id = format!("once{}", self.once_rng.below(4));
+                            return Cmd::SemRelease { name, n, request: Some(id), once: true };
+                        }
+                        Cmd::SemRelease { name, n, request, once: false }
                     }
                     7..=9 => {
                         let ids = self.some_ids(&name);

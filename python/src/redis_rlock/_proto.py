@@ -15,10 +15,12 @@ Arg = Union[bytes, str, int]
 #: Kinds of hold: a reentrant lock, a read-write lock's sides, leased and counted permits.
 LOCK, READ, WRITE, LEASED, COUNTED = "lock", "read", "write", "leased", "counted"
 
-#: How long the server keeps a counted grant's request record (module: REQUEST_RECORD_MS).
+#: How long the server remembers a counted release once it landed (the record says released;
+#: module: CANCELLED_MS). A counted grant's own record lasts until it is released.
 REQUEST_RECORD_S = 60.0
 
-#: How long after its first send a counted release (``RSEM.RELEASE key n REQUEST id``) is sent
+#: How long after its first send a counted release (``RSEM.RELEASE key n REQUEST id`` or
+#: ``ONCE id``) is sent
 #: again: while the server surely still remembers it (a release that landed is remembered
 #: 60 s from then, so a resend is never a second give-back), 10 s of margin for one in flight.
 COUNTED_RESEND_S = REQUEST_RECORD_S - 10
@@ -342,10 +344,11 @@ class Spec:
 
 
 def counted_release(key: bytes, permits: int) -> list[Arg]:
-    """An ownerless release of ``permits`` counted permits under a request id of its own
-    (``RSEM.RELEASE key n REQUEST id``): the server gives them back once for that id, so the
-    same command sent again (a lost reply, a dropped connection) gives back nothing more."""
-    return ["RSEM.RELEASE", key, permits, "REQUEST", new_id()]
+    """An ownerless release of ``permits`` counted permits under an id of its own
+    (``RSEM.RELEASE key n ONCE id``): the server gives them back once for that id, so the
+    same command sent again (a lost reply, a dropped connection) gives back nothing more.
+    (``REQUEST id`` names an acquire's grant, and gives nothing where there is none.)"""
+    return ["RSEM.RELEASE", key, permits, "ONCE", new_id()]
 
 
 def cancel_args(key: bytes, rid: bytes) -> list[Arg]:

@@ -765,7 +765,7 @@ class SyncBackend:
         self.releaser.submit(hold.spec.key, args, max(0.0, min(horizon, P.REQUEST_RECORD_S)))
 
     def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
-        """``RSEM.RELEASE key n REQUEST id`` (``Semaphore.release``): tried for three response
+        """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``): tried for three response
         timeouts in the caller's thread; unanswered by then, or cut by an exception (a
         KeyboardInterrupt), the same command goes on in the background while the server
         remembers it (``P.COUNTED_RESEND_S`` from its first send) and the caller gets the

@@ -161,7 +161,7 @@ class Semaphore(_SemBase):
 
     def release(self, permits: int = 1) -> int:
         """Gives back ``permits`` (anyone may); returns the count left. Sent with a request id
-        of its own (``RSEM.RELEASE key n REQUEST id``: the server gives back once per id and
+        of its own (``RSEM.RELEASE key n ONCE id``: the server gives back once per id and
         remembers it for 60 s), so after a lost reply or a connection dropped under it (the
         client's ``close()``, a reset) it is sent again, never giving back twice. The call
         waits up to three response timeouts; unanswered by then (or interrupted), it raises

@@ -259,8 +259,10 @@ pub enum Cmd {
     SemRelease {
         name: String,
         n: i64,
-        /// `REQUEST id`: the counted grant given back is that request's.
+        /// `REQUEST id`: the counted grant given back is that request's (`once`: `ONCE id`, an
+        /// ownerless release's own id).
         request: Option<String>,
+        once: bool,
     },
     SemReleaseIds {
         name: String,
@@ -413,9 +415,12 @@ impl Cmd {
                 request_args(&mut a, request.as_ref());
                 a
             }
-            Self::SemRelease { name, n: c, request } => {
+            Self::SemRelease { name, n: c, request, once } => {
                 let mut a = vec![s("RSEM.RELEASE"), s(name), n(*c)];
-                request_args(&mut a, request.as_ref());
+                match request {
+                    Some(id) if *once => a.extend([s("ONCE"), s(id)]),
+                    _ => request_args(&mut a, request.as_ref()),
+                }
                 a
             }
             Self::SemReleaseIds { name, ids } => {
@@ -1148,7 +1153,7 @@ impl Model {
                 };
                 self.record(db, name, request.as_ref(), params, v, grant, end);
             }
-            Cmd::SemRelease { name, n, request: None } => {
+            Cmd::SemRelease { name, n, request: None, .. } => {
                 // Counted permits carry no owner: a plain release ends no request's grant (the
                 // client's own bookkeeping drops a grant of its own without a request).
                 let s = self.sem(db, name)?;
@@ -1160,12 +1165,13 @@ impl Model {
                 }
                 same(&Ok(v.clone()), &Value::Int(c))?;
             }
-            Cmd::SemRelease { name, n, request: Some(id) } => {
+            Cmd::SemRelease { name, n, request: Some(id), once } => {
                 // As the request: its grant given back once; the record then says released
                 // (a cancel finds nothing, a retried release gives nothing more).
                 let key = (name.clone(), id.clone());
                 // A counted grant's record lasts until it is released or cancelled: with none,
-                // this server never granted the request, and nothing is given back.
+                // this server never granted the request, and nothing is given back. An ownerless
+                // release (`ONCE id`) gives back on its first send, and is then remembered 60 s.
                 let give = match self.dbs[db].records.get(&key) {
                     Some(Record::Granted { grant: Grant::Counted { ended }, until, .. })
                         if !until.passed(at) =>
@@ -1174,6 +1180,16 @@ impl Model {
                     }
                     Some(Record::Granted { until, .. }) if !until.passed(at) => {
                         return Err(format!("RSEM.RELEASE {name} {n} REQUEST {id}: a record of another grant (not generated)"));
+                    }
+                    Some(Record::Cancelled { until }) if !until.passed(at) => false,
+                    _ if *once => {
+                        let until = Deadline::after(at, 60_000);
+                        let (params, reply) = ("released".to_owned(), Value::Nil);
+                        let grant = Grant::Counted { ended: true };
+                        self.dbs[db]
+                            .records
+                            .insert(key.clone(), Record::Granted { params, reply, grant, until });
+                        true
                     }
                     _ => false,
                 };

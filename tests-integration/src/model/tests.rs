@@ -72,7 +72,8 @@ fn a_cancel_of_counted_permits_already_given_back_gives_nothing() {
     };
     ok(&mut m, A, 0, &Cmd::SemSet { name: "p".into(), n: 2 }, Value::Int(1));
     ok(&mut m, A, 1, &sem(None), Value::Int(1));
-    let release = Cmd::SemRelease { name: "p".into(), n: 2, request: Some("c1".into()) };
+    let release =
+        Cmd::SemRelease { name: "p".into(), n: 2, request: Some("c1".into()), once: false };
     ok(&mut m, A, 2, &release, Value::Int(2));
     // A retried release gives nothing more; a cancel finds nothing to give back.
     ok(&mut m, A, 3, &release, Value::Int(2));
@@ -94,7 +95,13 @@ fn a_plain_release_of_counted_permits_ends_no_request() {
     ok(&mut m, A, 0, &Cmd::SemSet { name: "p".into(), n: 1 }, Value::Int(1));
     ok(&mut m, A, 1, &sem, Value::Int(1));
     // Permits carry no owner: a plain release is anybody's, the request's grant stays.
-    ok(&mut m, A, 2, &Cmd::SemRelease { name: "p".into(), n: 1, request: None }, Value::Int(1));
+    ok(
+        &mut m,
+        A,
+        2,
+        &Cmd::SemRelease { name: "p".into(), n: 1, request: None, once: false },
+        Value::Int(1),
+    );
     ok(&mut m, A, 3, &sem, Value::Int(1));
 }
 

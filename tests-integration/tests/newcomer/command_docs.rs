@@ -80,7 +80,7 @@ const SYNTAX: &[(&str, &str)] = &[
     ("rsem.setpermits", "key permits"),
     ("rsem.addpermits", "key delta"),
     ("rsem.acquire", "key permits [LEASE lease-ms [SESSION [LOCKDELAY lockdelay-ms]]] [WAIT timeout-ms] [REQUEST id]"),
-    ("rsem.release", "key <permits [REQUEST id] | ID id [id ...]>"),
+    ("rsem.release", "key <permits [REQUEST id | ONCE release-id] | ID id [id ...]>"),
     ("rsem.renew", "key id lease-ms"),
     ("rsem.available", "key"),
     ("rsem.info", "key"),
@@ -205,7 +205,12 @@ fn rsem_release_documents_both_forms() {
         counted.subargs.iter().any(|a| a.name == "permits" && a.kind == "integer"),
         "{forms:?}"
     );
-    assert!(counted.subargs.iter().any(|a| a.token.as_deref() == Some("REQUEST")), "{forms:?}");
+    let released_as = counted.subargs.iter().find(|a| a.kind == "oneof").expect("REQUEST | ONCE");
+    assert!(released_as.optional, "{released_as:?}");
+    for token in ["REQUEST", "ONCE"] {
+        let arg = released_as.subargs.iter().find(|a| a.token.as_deref() == Some(token));
+        assert!(arg.is_some_and(|a| a.kind == "string"), "{token}: {forms:?}");
+    }
     assert!(summary.contains("ID"), "{summary}");
 }
 

@@ -342,7 +342,7 @@ class AsyncBackend:
                 backoff = min(backoff * 2, 1.0)
 
     async def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
-        """``RSEM.RELEASE key n REQUEST id`` (``Semaphore.release``) in a task nobody's
+        """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``) in a task nobody's
         cancellation reaches, retried while the server remembers it (``P.COUNTED_RESEND_S``
         from its first send); the caller waits for it up to three response timeouts, then
         gets the error while it goes on: counted permits have no lease, so a release given
