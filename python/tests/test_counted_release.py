@@ -16,6 +16,7 @@ import redis
 import redis.asyncio as aredis
 from _proxy import Proxy, SlowProxy
 from _servers import Server, apoll, poll
+from conftest import _print_logs
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
@@ -118,3 +119,42 @@ async def test_an_async_release_unanswered_in_time_goes_on_until_the_link_heals(
         await c.aclose()
         proxy.close()
         probe.close()
+
+
+def test_a_release_its_master_lost_with_its_role_is_given_back_by_the_promoted_replica(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A master answers a counted release that never reaches its replica (their link went
+    silent first), then dies; its replica, promoted, still counts the permit taken. The
+    client, not told of any of it, sends the release again until a master's replicas all
+    acknowledged it: the promoted replica gives the permit back (its request id is new there)."""
+    master = Server()
+    link = Proxy(master.port)  # the replication link, cut below
+    replica = Server("--replicaof", "127.0.0.1", str(link.port))
+    front = Proxy(master.port)  # the client's way to whichever server is the master
+    c = redis.Redis(port=front.port)
+    try:
+        sem = rl.Semaphore(c, "cr:durable", response_timeout=RT)
+        assert sem.try_set_permits(3)
+        assert sem.acquire()
+        poll("the replica in sync", 10.0, lambda: _count(replica.client(), "cr:durable") == 2)
+        link.cut()  # the master still counts its replica, which hears nothing more
+        assert sem.release(1) == 3  # answered by the master: never replicated
+        master.kill()
+        replica.client().execute_command("REPLICAOF", "NO", "ONE")
+        assert _count(replica.client(), "cr:durable") == 2  # the release is not there
+        front.retarget(replica.port)
+        poll(
+            "the permit given back on the promoted replica",
+            15.0,
+            lambda: _count(replica.client(), "cr:durable") == 3,
+        )
+        time.sleep(1.0)  # sent again, it gives back nothing more
+        assert _count(replica.client(), "cr:durable") == 3
+    finally:
+        c.close()
+        front.close()
+        link.close()
+        _print_logs(request, [master, replica])
+        for s in (replica, master):
+            s.close()

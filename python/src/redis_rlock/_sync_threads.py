@@ -180,8 +180,11 @@ class Job:
         args: list[P.Arg],
         until: float,
         then: Optional[Callable[[Any], None]] = None,
+        confirm: bool = False,
     ) -> None:
         self.key, self.args, self.until = key, args, until
+        #: a durability check of an answered counted give-back (``SyncBackend.confirm_until``)
+        self.confirm = confirm
         #: called with the reply, once answered (in the releaser's thread)
         self.then = then
         self.done = Flag()  # not an Event: see ``_flag``
@@ -221,10 +224,11 @@ class Releaser:
         args: list[P.Arg],
         horizon: float,
         then: Optional[Callable[[Any], None]] = None,
+        confirm: bool = False,
     ) -> Job:
         """Queues ``args`` for ``key``, to be tried for ``horizon`` seconds (``then``: called
-        with the reply once answered)."""
-        job = Job(key, args, time.monotonic() + horizon, then)
+        with the reply once answered; ``confirm``: checked durable instead of sent once)."""
+        job = Job(key, args, time.monotonic() + horizon, then, confirm)
         job.be = self._be
         try:
             self._q.put(job)  # first: once queued, it is sent whatever lands next
@@ -284,7 +288,10 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
         if job is None:  # the releaser was collected
             return
         try:
-            job.reply, _ = job.be.call_until(job.key, job.args, job.until)
+            if job.confirm:
+                job.reply = job.be.confirm_until(job.key, job.args, job.until)
+            else:
+                job.reply, _ = job.be.call_until(job.key, job.args, job.until, noreplicas=True)
             if job.then is not None:
                 job.then(job.reply)
         except BaseException as e:
