@@ -185,7 +185,11 @@ class SlowProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self._target))
+            try:
+                server = socket.create_connection(("127.0.0.1", self._target))
+            except OSError:
+                client.close()  # nothing listens there any more: refused, as it would be
+                continue
             self._socks += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
