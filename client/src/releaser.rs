@@ -20,6 +20,14 @@
 //! idempotent (a release carrying `REQUEST id`, an `RLOCK.CANCEL`, a leased `RSEM.RELEASE key
 //! ID ..`): a retry may reach a server that already ran the first send.
 //!
+//! A counted give-back (a `Semaphore::release`, an `RLOCK.CANCEL` of a counted request that
+//! answered `2`) is then made durable ([`Durable`]): counted permits have no lease, so one a
+//! master answered and then lost with its role would be a permit lost for good. It is sent
+//! again (idempotent by its request id), and on that connection `INFO replication` gives the
+//! master's replicas and `WAIT n` (1 s) their acknowledgement; fewer acknowledged, the round
+//! is tried again (on the current master) until `until`. These rounds use connections of their
+//! own (a `WAIT` blocks its connection), and count as pending until they end.
+//!
 //! When the releaser is dropped (the last `LockClient` clone, handle and guard are gone) with
 //! jobs still pending, the thread goes on with them (it ends once its last job ends), and:
 //! - outside any tokio runtime (a plain thread, the end of a synchronous `main`), the drop

@@ -205,3 +205,29 @@ async def test_an_async_release_its_master_lost_with_its_role_is_given_back_by_t
         assert f.permits(key) == 3
     finally:
         await c.aclose()
+
+
+def test_a_release_refused_for_want_of_replicas_is_given_back_once_they_are_back(
+    server: Server,
+) -> None:
+    """``NOREPLICAS`` (here Redis's own ``min-replicas-to-write``) refuses a counted release:
+    nothing was given back. The release is not given up on (it raises, as one unanswered in
+    time does, and goes on in the background): once the master may write again, the permit
+    comes back, once."""
+    probe = server.client()
+    c = server.client()
+    key = "cr:noreplicas"
+    try:
+        sem = rl.Semaphore(c, key, response_timeout=RT)
+        assert sem.try_set_permits(1)
+        probe.config_set("min-replicas-to-write", 1)
+        with pytest.raises(redis.exceptions.RedisError):
+            sem.release(1)
+        assert _count(probe, key) == 1  # refused so far
+        probe.config_set("min-replicas-to-write", 0)
+        poll("the refused release given back", 10.0, lambda: _count(probe, key) == 2)
+        time.sleep(3 * RT)  # nothing more comes: given back once
+        assert _count(probe, key) == 2
+    finally:
+        c.close()
+        probe.close()

@@ -50,3 +50,24 @@ async fn a_release_its_master_lost_with_its_role_is_given_back_by_the_promoted_r
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(permits(&replica, key), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_for_want_of_replicas_is_given_back_once_they_are_back() {
+    // `NOREPLICAS` (here Redis's own `min-replicas-to-write`) refuses a counted release: nothing
+    // was given back. The caller gets the refusal, and the release goes on in the background:
+    // once the master may write again, the permit comes back, once.
+    let server = Server::start();
+    let client = LockClient::open(server.url()).await.expect("client");
+    let (key, sem) = ("cf:noreplicas", client.semaphore("cf:noreplicas"));
+    assert!(sem.try_set_permits(1).await.expect("set"));
+    let config = |n: &str| {
+        redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg(n).exec(&mut server.conn())
+    };
+    config("1").expect("config");
+    assert!(sem.release(1).await.is_err(), "a refused release reported as done");
+    assert_eq!(permits(&server, key), 1); // refused so far
+    config("0").expect("config");
+    wait_for("the refused release given back", GIVEN_BACK, || permits(&server, key) == 2);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(permits(&server, key), 2);
+}

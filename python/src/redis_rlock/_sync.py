@@ -838,10 +838,10 @@ class SyncBackend:
         pool = self._pool(key)
         conn: Any = W.get_connection(pool)
         try:
-            for cmd, extra in ((args, 0.0), (["INFO", "replication"], 0.0)):
+            for cmd in (args, ["INFO", "replication"]):
                 conn.send_command(*cmd)
-                if not conn.can_read(timeout=extra + self.rt):
-                    raise Stalled(f"no reply to {cmd[0]!r} within {extra + self.rt:.3f} s")
+                if not conn.can_read(timeout=self.rt):
+                    raise Stalled(f"no reply to {cmd[0]!r} within {self.rt:.3f} s")
                 reply = conn.read_response()
             replicas = P.replicas_of(reply)
             if replicas is None:
