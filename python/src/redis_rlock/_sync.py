@@ -806,29 +806,26 @@ class SyncBackend:
         horizon = first + P.COUNTED_RESEND_S - time.monotonic()
         self.confirmer.submit(key, args, max(0.0, horizon), confirm=True)
 
-    def confirm_until(self, key: bytes, args: list[P.Arg], until: float) -> Any:
-        """Rounds of :meth:`confirm` until one says durable (True) or ``until`` passed (then
-        the last round's failure is raised: the give-back was not known durable)."""
-        backoff = 0.05
-        while True:
-            err: BaseException
-            try:
-                if self.confirm(key, args):
-                    return True
-                err = Stalled(f"{args[0]!r} of {key!r} not acknowledged by every replica")
-            except ResponseError as e:
-                if not is_transient(e) and not P.is_noreplicas(e):
-                    raise  # e.g. NOPERM for INFO or WAIT: durability cannot be checked
-                err = e
-            except Exception as e:
-                if not is_transient(e):
-                    raise
-                err = e
-            now = time.monotonic()
-            if now >= until:
-                raise err
-            time.sleep(min(backoff, until - now))
-            backoff = min(backoff * 2, 1.0)
+    def confirm_round(self, key: bytes, args: list[P.Arg], until: float) -> bool:
+        """One round of :meth:`confirm`: True when durable, False when another round is due;
+        raises when ``until`` passed (the give-back not known durable) or the check is refused
+        (e.g. ``NOPERM`` for ``INFO`` or ``WAIT``: it cannot be checked)."""
+        err: BaseException
+        try:
+            if self.confirm(key, args):
+                return True
+            err = Stalled(f"{args[0]!r} of {key!r} not acknowledged by every replica")
+        except ResponseError as e:
+            if not is_transient(e) and not P.is_noreplicas(e):
+                raise
+            err = e
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            err = e
+        if time.monotonic() >= until:
+            raise err
+        return False
 
     def confirm(self, key: bytes, args: list[P.Arg]) -> bool:
         """One round on one connection (so one server): ``args`` sent again, ``INFO

@@ -183,8 +183,10 @@ class Job:
         confirm: bool = False,
     ) -> None:
         self.key, self.args, self.until = key, args, until
-        #: a durability check of an answered counted give-back (``SyncBackend.confirm_until``)
+        #: a durability check of an answered counted give-back (``SyncBackend.confirm_round``),
+        #: a round per turn: the next not before ``next_at``, ``pause`` after that one
         self.confirm = confirm
+        self.next_at, self.pause = 0.0, 0.05
         #: called with the reply, once answered (in the releaser's thread)
         self.then = then
         self.done = Flag()  # not an Event: see ``_flag``
@@ -287,9 +289,21 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
             continue  # work came meanwhile (another thread may serve it too: both are right)
         if job is None:  # the releaser was collected
             return
+        again = False
         try:
             if job.confirm:
-                job.reply = job.be.confirm_until(job.key, job.args, job.until)
+                # one round per turn: checks waiting on cut-off replicas take turns, so each
+                # is sent again to a new master soon after a failover
+                delay = job.next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(min(delay, 1.0))
+                if not job.be.confirm_round(job.key, job.args, job.until):
+                    job.next_at = time.monotonic() + job.pause
+                    job.pause = min(job.pause * 2, 1.0)
+                    q.put(job)
+                    again = True  # queued again: not ended
+                    continue
+                job.reply = True
             else:
                 job.reply, _ = job.be.call_until(job.key, job.args, job.until, noreplicas=True)
             if job.then is not None:
@@ -298,9 +312,10 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
             job.error = e
             log.warning("redis_rlock: gave up on %r for %r: %s", job.args[0], job.key, e)
         finally:
-            rl = ref()
-            if rl is not None:
-                rl._jobs.pop(job, None)
-            job.be = None
-            job.done.set()
-            del rl
+            if not again:
+                rl = ref()
+                if rl is not None:
+                    rl._jobs.pop(job, None)
+                job.be = None
+                job.done.set()
+                del rl
