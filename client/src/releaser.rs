@@ -20,6 +20,14 @@
 //! idempotent (a release carrying `REQUEST id`, an `RLOCK.CANCEL`, a leased `RSEM.RELEASE key
 //! ID ..`): a retry may reach a server that already ran the first send.
 //!
+//! A counted give-back (a `Semaphore::release`, an `RLOCK.CANCEL` of a counted request that
+//! answered `2`) is then made durable ([`Durable`]): counted permits have no lease, so one a
+//! master answered and then lost with its role would be a permit lost for good. It is sent
+//! again (idempotent by its request id), and on that connection `INFO replication` gives the
+//! master's replicas and `WAIT n` (1 s) their acknowledgement; fewer acknowledged, the round
+//! is tried again (on the current master) until `until`. These rounds use connections of their
+//! own (a `WAIT` blocks its connection), and count as pending until they end.
+//!
 //! When the releaser is dropped (the last `LockClient` clone, handle and guard are gone) with
 //! jobs still pending, the thread goes on with them (it ends once its last job ends), and:
 //! - outside any tokio runtime (a plain thread, the end of a synchronous `main`), the drop
@@ -59,6 +67,8 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 const RESOLVE: Duration = Duration::from_secs(10);
 /// The least time given to a try, even past `until` (every job is tried at least once).
 const MIN_ATTEMPT: Duration = Duration::from_millis(200);
+/// How long one durability check of a counted give-back waits for the replicas (`WAIT n ms`).
+const DURABLE_WAIT_MS: u64 = 1000;
 
 /// Where the releaser sends its jobs: the topology of the client, with settings (database,
 /// credentials, protocol) of the client's own connections.
@@ -76,11 +86,26 @@ pub(crate) enum Route {
 /// thread), neither sees anything.
 pub(crate) type Then = Box<dyn FnOnce(&RedisResult<Value>) + Send>;
 
+/// Whether a job's give-back must also be made durable: sent again and acknowledged by every
+/// replica of the master ([`confirm`]), since counted permits have no lease and a give-back a
+/// master answered and then lost with its role (cut off and replaced before it replicated)
+/// would be a permit lost for good.
+#[derive(Clone, Copy)]
+pub(crate) enum Durable {
+    /// No: sent until answered.
+    Never,
+    /// When its answer says it gave permits back (an `RLOCK.CANCEL` answered `2`).
+    When(fn(&Value) -> bool),
+    /// Already answered (by the caller): only made durable.
+    Now,
+}
+
 /// One job: a command, the key it is for, until when to retry it, and who wants its reply.
 struct Job {
     key: Arc<[u8]>,
     cmd: redis::Cmd,
     until: Instant,
+    durable: Durable,
     done: Option<oneshot::Sender<RedisResult<Value>>>,
     then: Option<Then>,
     /// Counts the job as pending until it is dropped (ended, or never run).
@@ -136,6 +161,7 @@ impl Releaser {
     ///
     /// A server's error reply comes to `done` as an `Err`; so does the last failure when
     /// `until` passed without a reply. The job is tried at least once, even past `until`.
+    #[cfg(test)]
     pub(crate) fn submit(
         &self,
         key: Arc<[u8]>,
@@ -147,6 +173,7 @@ impl Releaser {
             key,
             cmd,
             until,
+            durable: Durable::Never,
             done,
             then: None,
             _ticket: Ticket::new(&self.pending),
@@ -156,8 +183,24 @@ impl Releaser {
     /// As [`Self::submit`], with `then` called with the reply (on the releaser's thread) when
     /// the job ends.
     pub(crate) fn submit_then(&self, key: Arc<[u8]>, cmd: redis::Cmd, until: Instant, then: Then) {
+        self.submit_durable(key, cmd, until, Durable::Never, Some(then));
+    }
+
+    /// As [`Self::submit_then`] (`then` is called with the first answer), the give-back then
+    /// made durable as `durable` says: `cmd` (idempotent by its request id) sent again and
+    /// `WAIT`ed for on that connection by every replica the master has, again on the current
+    /// master until they all acknowledged or `until` passed. Counted as pending (see
+    /// [`Self::flush`]) until then.
+    pub(crate) fn submit_durable(
+        &self,
+        key: Arc<[u8]>,
+        cmd: redis::Cmd,
+        until: Instant,
+        durable: Durable,
+        then: Option<Then>,
+    ) {
         let ticket = Ticket::new(&self.pending);
-        self.enqueue(Job { key, cmd, until, done: None, then: Some(then), _ticket: ticket });
+        self.enqueue(Job { key, cmd, until, durable, done: None, then, _ticket: ticket });
     }
 
     fn enqueue(&self, job: Job) {
@@ -270,14 +313,17 @@ fn run_thread(route: &Arc<Route>, mut jobs: mpsc::UnboundedReceiver<Job>) {
         while jobs.try_recv().is_ok() {}
         return;
     };
-    let conns = Arc::new(Conns::new(Arc::clone(route)));
+    let conns = Arc::new(Conns::new(Arc::clone(route), false));
+    // Durability checks block their connection in `WAIT` (up to a second while replicas are
+    // cut off): connections of their own, so they never delay a release.
+    let apart = Arc::new(Conns::new(Arc::clone(route), true));
     runtime.block_on(async move {
         let mut running = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
                 job = jobs.recv() => match job {
                     Some(job) => {
-                        running.spawn(run_job(Arc::clone(&conns), job));
+                        running.spawn(run_job(Arc::clone(&conns), Arc::clone(&apart), job));
                     }
                     None => break,
                 },
@@ -288,8 +334,48 @@ fn run_thread(route: &Arc<Route>, mut jobs: mpsc::UnboundedReceiver<Job>) {
     });
 }
 
-/// Runs one job to a reply, or until its `until` passes (at least one try).
-async fn run_job(conns: Arc<Conns>, mut job: Job) {
+/// Runs one job to a reply, or until its `until` passes (at least one try); then, if its
+/// give-back must be made durable, checks it on `apart`'s connections ([`confirm`]).
+async fn run_job(conns: Arc<Conns>, apart: Arc<Conns>, mut job: Job) {
+    let answered = match job.durable {
+        Durable::Now => true,
+        Durable::Never => {
+            send_job(&conns, &mut job).await;
+            false
+        }
+        Durable::When(gave_back) => {
+            matches!(send_job(&conns, &mut job).await, Some(Ok(v)) if gave_back(&v))
+        }
+    };
+    if answered {
+        confirm(&apart, &job.key, &job.cmd, tokio::time::Instant::from_std(job.until)).await;
+    }
+}
+
+/// Makes an answered counted give-back durable: rounds of [`Conns::confirm`] (with the pauses
+/// of a job's tries) until every replica acknowledged it, `until` passed, or the server refused
+/// it otherwise than as a server that is not (or not yet) the master.
+async fn confirm(conns: &Conns, key: &[u8], cmd: &redis::Cmd, until: tokio::time::Instant) {
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let budget = until.saturating_duration_since(tokio::time::Instant::now());
+        match conns.confirm(key, cmd, budget.clamp(MIN_ATTEMPT, ATTEMPT)).await {
+            Ok(true) => return,
+            Err(e) if !worth_retrying(&e) => return,
+            Ok(false) | Err(_) => {}
+        }
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+}
+
+/// Sends one job until a reply or its `until`, and hands the reply to whoever wants it;
+/// returns it (a copy of a value; `None` for an error).
+async fn send_job(conns: &Conns, job: &mut Job) -> Option<RedisResult<Value>> {
     let until = tokio::time::Instant::from_std(job.until);
     let (mut pause, mut patience) = (FIRST_PAUSE, ATTEMPT);
     let reply = loop {
@@ -310,9 +396,11 @@ async fn run_job(conns: Arc<Conns>, mut job: Job) {
     if let Some(then) = job.then.take() {
         then(&reply);
     }
+    let copy = reply.as_ref().ok().map(|v| Ok(v.clone()));
     if let Some(done) = job.done.take() {
         let _ = done.send(reply);
     }
+    copy
 }
 
 /// The error of a try that took longer than its budget.
@@ -341,19 +429,75 @@ fn connection_failed(e: &RedisError) -> bool {
 /// The releaser's connections (only ever used on its thread).
 struct Conns {
     route: Arc<Route>,
+    /// Connections of its own also for a Sentinel group's master (the resolver's own
+    /// connection serves the other jobs), kept in `single` with the master's address.
+    apart: bool,
     /// One server: the connection (made on first use, dropped after a connection failure).
     single: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// With `apart`: the Sentinel group's master the connection in `single` goes to.
+    single_addr: std::sync::Mutex<Option<redis::ConnectionAddr>>,
     /// A cluster: the cluster connection (made on first use; it repairs itself).
     cluster: tokio::sync::Mutex<Option<ClusterConnection>>,
 }
 
 impl Conns {
-    fn new(route: Arc<Route>) -> Self {
+    fn new(route: Arc<Route>, apart: bool) -> Self {
         Self {
             route,
+            apart,
             single: tokio::sync::Mutex::new(None),
+            single_addr: std::sync::Mutex::new(None),
             cluster: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// One durability check of a give-back, on one connection (so one server): `cmd` sent
+    /// again (idempotent by its request id: a master that ran it does nothing more, a new one
+    /// whose record still says granted gives back now), `INFO replication` (the replicas the
+    /// master has; a server that is no longer master: `false`), then `WAIT n`
+    /// ([`DURABLE_WAIT_MS`]). `true` when all `n` acknowledged (or there are none).
+    async fn confirm(&self, key: &[u8], cmd: &redis::Cmd, budget: Duration) -> RedisResult<bool> {
+        let mut con = self.connection().await?;
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        let mut reply = Ok(Value::Nil);
+        for (cmd, budget) in [(cmd, budget), (&info, budget)] {
+            reply = self.try_on(&mut con, key, cmd, budget).await;
+            reply.as_ref().map_err(Clone::clone)?;
+        }
+        let Some(replicas) = replicas_of(&reply?) else {
+            self.forget().await; // a demoted master: the next try finds the current one
+            return Ok(false);
+        };
+        if replicas == 0 {
+            return Ok(true);
+        }
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(DURABLE_WAIT_MS);
+        let budget = budget + Duration::from_millis(DURABLE_WAIT_MS);
+        let acked = self.try_on(&mut con, key, &wait, budget).await?;
+        Ok(redis::from_redis_value::<u64>(acked).is_ok_and(|n| n >= replicas))
+    }
+
+    /// One command on `con` within `budget`, as [`Self::send`] (a failed connection forgotten).
+    async fn try_on(
+        &self,
+        con: &mut Con<'_>,
+        key: &[u8],
+        cmd: &redis::Cmd,
+        budget: Duration,
+    ) -> RedisResult<Value> {
+        let reply = match tokio::time::timeout(budget, con.req(key, cmd)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(timed_out("the server did not answer in time")),
+        };
+        if let Con::Sentinel(sentinel, _) = con {
+            sentinel.check_reply(&reply);
+        }
+        if reply.as_ref().is_err_and(connection_failed) {
+            self.forget().await;
+        }
+        reply.and_then(Value::extract_error)
     }
 
     /// One try of `cmd` for `key`, the command given `budget` to answer (connecting is bounded
@@ -361,17 +505,7 @@ impl Conns {
     /// server's error reply is an `Err`.
     async fn send(&self, key: &[u8], cmd: &redis::Cmd, budget: Duration) -> RedisResult<Value> {
         let mut con = self.connection().await?;
-        let reply = match tokio::time::timeout(budget, con.req(key, cmd)).await {
-            Ok(reply) => reply,
-            Err(_) => Err(timed_out("the server did not answer in time")),
-        };
-        if let Con::Sentinel(sentinel, _) = &con {
-            sentinel.check_reply(&reply);
-        }
-        if reply.as_ref().is_err_and(connection_failed) {
-            self.forget().await;
-        }
-        reply.and_then(Value::extract_error)
+        self.try_on(&mut con, key, cmd, budget).await
     }
 
     /// A connection to where jobs go now: made (or, for Sentinel, the master found) on first
@@ -398,7 +532,11 @@ impl Conns {
                 // try asks again.
                 let connecting = async {
                     sentinel.refresh_capped().await;
-                    sentinel.connection().await
+                    if !self.apart {
+                        return sentinel.connection().await;
+                    }
+                    let (client, _) = sentinel.master().await?;
+                    self.own_connection(&client).await
                 };
                 let con = tokio::time::timeout(RESOLVE, connecting)
                     .await
@@ -418,12 +556,34 @@ impl Conns {
         }
     }
 
+    /// With `apart`, a connection of its own to the Sentinel group's master `client` (kept
+    /// while that master stays the same).
+    async fn own_connection(&self, client: &redis::Client) -> RedisResult<MultiplexedConnection> {
+        let addr = client.get_connection_info().addr().clone();
+        let mut slot = self.single.lock().await;
+        let same =
+            self.single_addr.lock().unwrap_or_else(PoisonError::into_inner).as_ref() == Some(&addr);
+        if let (Some(con), true) = (slot.as_ref(), same) {
+            return Ok(con.clone());
+        }
+        let config = config();
+        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        let con = tokio::time::timeout(ATTEMPT, connecting)
+            .await
+            .map_err(|_| timed_out("connecting took too long"))??;
+        *self.single_addr.lock().unwrap_or_else(PoisonError::into_inner) = Some(addr);
+        Ok(slot.insert(con).clone())
+    }
+
     /// Forgets the connection after a failure or a timeout: the next try connects again (one
     /// server), or asks the Sentinels again. A cluster connection repairs itself.
     async fn forget(&self) {
         match &*self.route {
             Route::Single(_) => *self.single.lock().await = None,
-            Route::Sentinel(sentinel) => sentinel.forget(),
+            Route::Sentinel(sentinel) => {
+                sentinel.forget();
+                *self.single.lock().await = None;
+            }
             Route::Cluster(_) => {}
         }
     }
@@ -448,6 +608,19 @@ impl Con<'_> {
             }
         }
     }
+}
+
+/// The replicas a master has (`connected_slaves` of `INFO replication`); `None` when the
+/// server that answered is not a master (or the reply is not one of `INFO`).
+fn replicas_of(info: &Value) -> Option<u64> {
+    let text: String = redis::from_redis_value(info.clone()).ok()?;
+    let field = |name: &str| {
+        text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':').map(str::trim))
+    };
+    if field("role")? != "master" {
+        return None;
+    }
+    field("connected_slaves").map_or(Some(0), |n| n.parse().ok())
 }
 
 /// Settings of the releaser's connection to one server (each try bounds its own wait).

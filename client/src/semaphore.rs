@@ -45,6 +45,10 @@ impl std::fmt::Debug for Semaphore {
     }
 }
 
+/// How long after its first send a counted release is sent again until durable: while the
+/// server remembers its request id (60 s), with room to spare.
+const COUNTED_RESEND: Duration = Duration::from_secs(50);
+
 /// The most permits one count takes (the server's integers are `i64`).
 const MAX_PERMITS: u64 = i64::MAX.unsigned_abs();
 
@@ -111,14 +115,35 @@ impl Semaphore {
 
     /// Gives `permits` back; returns the count left after the server served its waiters.
     ///
+    /// Sent with a release id of its own (`RSEM.RELEASE key n ONCE id`: the server gives back
+    /// once per id and remembers it for 60 s). Counted permits have no lease, so once the
+    /// server answered, the client's background releaser makes the release durable: it sends
+    /// the same command again and `WAIT`s for every replica of the master, again on the current
+    /// master until they all acknowledged (for 50 s): a master that answered and then lost its
+    /// role before it replicated (cut off and replaced) would lose it, and the permit with it.
+    /// The call does not wait for that. When the call fails otherwise than by the server's
+    /// refusal (a lost reply, a dropped connection, `NOREPLICAS`/`READONLY` from a server that
+    /// is not the master), the same release goes on in the background the same way: do not
+    /// release those permits again.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a count outside 1 to `i64::MAX` (nothing sent);
     /// [`Error::Redis`] when Redis fails.
     pub async fn release(&self, permits: u64) -> Result<i64> {
         checked_permits("the permits released", permits, 1, MAX_PERMITS)?;
         let mut command = redis::cmd("RSEM.RELEASE");
-        command.arg(&*self.name).arg(permits);
-        self.shared.on_master(&command).await
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        command.arg(&*self.name).arg(permits).arg("ONCE").arg(id);
+        let until = crate::releaser::until_after(COUNTED_RESEND);
+        let reply = self.shared.on_master(&command).await;
+        let refused = matches!(&reply, Err(Error::Redis(e))
+            if crate::error::from_server(e) && !crate::conn::not_master(e));
+        if !refused {
+            let key = Arc::clone(&self.name);
+            let durable = crate::releaser::Durable::Now;
+            self.shared.releaser.submit_durable(key, command, until, durable, None);
+        }
+        reply
     }
 
     /// Takes `permits`, waiting in the server as long as it takes.

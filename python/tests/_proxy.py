@@ -48,6 +48,11 @@ class Proxy:
         with self._lock:
             self._cut = False
 
+    def retarget(self, port: int) -> None:
+        """New connections go to ``port`` from now on (open ones stay where they are)."""
+        with self._lock:
+            self._target = port
+
     def hold(self) -> list[int]:
         """Holds back the bytes of every connection open now, both ways, until released or
         severed; returns their ids in the order accepted (the newest last)."""
@@ -134,7 +139,13 @@ class Proxy:
 
     def _accept(self) -> None:
         client, _ = self._listener.accept()
-        server = socket.create_connection(("127.0.0.1", self._target))
+        with self._lock:
+            target = self._target
+        try:
+            server = socket.create_connection(("127.0.0.1", target))
+        except OSError:
+            client.close()  # nothing listens there (a killed server): refused, as it would be
+            return
         with self._lock:
             # one shared flag per pair: [peer, dead]
             a, b = [server, self._cut], [client, self._cut]
@@ -174,7 +185,11 @@ class SlowProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self._target))
+            try:
+                server = socket.create_connection(("127.0.0.1", self._target))
+            except OSError:
+                client.close()  # nothing listens there any more: refused, as it would be
+                continue
             self._socks += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()

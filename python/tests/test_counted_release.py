@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
 import redis.asyncio as aredis
 from _proxy import Proxy, SlowProxy
 from _servers import Server, apoll, poll
+from conftest import _print_logs
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
@@ -187,4 +189,115 @@ async def test_async_releases_refused_by_a_master_without_its_replicas_go_on_unt
         assert _count(probe, "cr:anorepl") == 3
     finally:
         await c.aclose()
+        probe.close()
+
+
+class Failover:
+    """A master whose replica hears it through a link (``link``) the test cuts, and the
+    client's way in (``front``) to whichever server is the master."""
+
+    def __init__(self) -> None:
+        self.master = Server()
+        self.link = Proxy(self.master.port)
+        self.replica = Server("--replicaof", "127.0.0.1", str(self.link.port))
+        self.front = Proxy(self.master.port)
+
+    def permits(self, key: str) -> int:
+        return _count(self.replica.client(), key)
+
+    def lose_the_master(self, key: str, before: int) -> None:
+        """Kills the master, promotes its replica (which must still count ``before`` permits of
+        ``key``: what the master did since the cut never reached it) and sends the client
+        there."""
+        self.master.kill()
+        self.replica.client().execute_command("REPLICAOF", "NO", "ONE")
+        assert self.permits(key) == before, "the replica was not cut off in time"
+        self.front.retarget(self.replica.port)
+
+    def close(self, request: pytest.FixtureRequest) -> None:
+        self.front.close()
+        self.link.close()
+        _print_logs(request, [self.master, self.replica])
+        for s in (self.replica, self.master):
+            s.close()
+
+
+@pytest.fixture
+def failover(request: pytest.FixtureRequest) -> Iterator[Failover]:
+    f = Failover()
+    yield f
+    f.close(request)
+
+
+def test_a_release_its_master_lost_with_its_role_is_given_back_by_the_promoted_replica(
+    failover: Failover,
+) -> None:
+    """A master answers a counted release that never reaches its replica (their link went
+    silent first), then dies; its replica, promoted, still counts the permit taken. The
+    client, told nothing of it, sends the release again until a master's replicas all
+    acknowledged it: the promoted replica gives the permit back (the release's request id is
+    new there), once."""
+    f, key = failover, "cr:durable"
+    c = redis.Redis(port=f.front.port)
+    try:
+        sem = rl.Semaphore(c, key, response_timeout=RT)
+        assert sem.try_set_permits(3)
+        assert sem.acquire()
+        poll("the replica in sync", 10.0, lambda: f.permits(key) == 2)
+        f.link.cut()  # the master still counts its replica, which hears nothing more
+        assert sem.release(1) == 3  # answered by the master: never replicated
+        f.lose_the_master(key, 2)
+        poll("the permit given back on the promoted replica", 15.0, lambda: f.permits(key) == 3)
+        time.sleep(1.0)  # sent again, it gives back nothing more
+        assert f.permits(key) == 3
+    finally:
+        c.close()
+
+
+async def test_an_async_release_its_master_lost_with_its_role_is_given_back_by_the_promoted_replica(
+    failover: Failover,
+) -> None:
+    """As the sync test, with the asyncio client."""
+    f, key = failover, "cr:adurable"
+    c = aredis.Redis(port=f.front.port)
+    try:
+        sem = ra.Semaphore(c, key, response_timeout=RT)
+        assert await sem.try_set_permits(3)
+        assert await sem.acquire()
+        await apoll("the replica in sync", 10.0, lambda: f.permits(key) == 2)
+        f.link.cut()
+        assert await sem.release(1) == 3
+        f.lose_the_master(key, 2)
+        await apoll(
+            "the permit given back on the promoted replica", 15.0, lambda: f.permits(key) == 3
+        )
+        await asyncio.sleep(1.0)
+        assert f.permits(key) == 3
+    finally:
+        await c.aclose()
+
+
+def test_a_release_refused_for_want_of_replicas_is_given_back_once_they_are_back(
+    server: Server,
+) -> None:
+    """``NOREPLICAS`` (here Redis's own ``min-replicas-to-write``) refuses a counted release:
+    nothing was given back. The release is not given up on (it raises, as one unanswered in
+    time does, and goes on in the background): once the master may write again, the permit
+    comes back, once."""
+    probe = server.client()
+    c = server.client()
+    key = "cr:noreplicas"
+    try:
+        sem = rl.Semaphore(c, key, response_timeout=RT)
+        assert sem.try_set_permits(1)
+        probe.config_set("min-replicas-to-write", 1)
+        with pytest.raises(redis.exceptions.RedisError):
+            sem.release(1)
+        assert _count(probe, key) == 1  # refused so far
+        probe.config_set("min-replicas-to-write", 0)
+        poll("the refused release given back", 10.0, lambda: _count(probe, key) == 2)
+        time.sleep(3 * RT)  # nothing more comes: given back once
+        assert _count(probe, key) == 2
+    finally:
+        c.close()
         probe.close()

@@ -18,7 +18,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -40,6 +40,8 @@ struct State {
     sockets: Mutex<Vec<TcpStream>>,
     /// Every connection forwarded without lag, in the order accepted (its id is its index).
     links: Mutex<Vec<Arc<Link>>>,
+    /// The port of the server new connections go to.
+    target: AtomicU16,
 }
 
 /// One forwarded connection's two directions (0: client to server, 1: server to client).
@@ -94,6 +96,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().expect("the proxy's address").port();
         let state = Arc::new(State::default());
+        state.target.store(server_port, Ordering::SeqCst);
         let accepting = Arc::clone(&state);
         thread::spawn(move || {
             for client in listener.incoming() {
@@ -101,7 +104,8 @@ impl Proxy {
                     return;
                 }
                 let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)) else {
+                let target = accepting.target.load(Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue; // the server is down: the client sees its connection closed
                 };
                 let born = if accepting.cut.load(Ordering::SeqCst) {
@@ -135,6 +139,12 @@ impl Proxy {
             }
         });
         Self { port, state }
+    }
+
+    /// Sends new connections to the server at `port` from now on (open ones stay where they
+    /// are): the client's way to whichever server is the master now.
+    pub fn retarget(&self, port: u16) {
+        self.state.target.store(port, Ordering::SeqCst);
     }
 
     /// The proxy's port.

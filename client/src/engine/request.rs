@@ -588,7 +588,8 @@ impl Request {
             }
             let _ = done.send(());
         });
-        self.shared.releaser.submit_then(Arc::clone(&self.key), self.cancel_cmd(), until, then);
+        let (key, cmd, durable) = (Arc::clone(&self.key), self.cancel_cmd(), self.durable());
+        self.shared.releaser.submit_durable(key, cmd, until, durable, Some(then));
         let _ = tokio::time::timeout(max, answer).await;
     }
 
@@ -613,6 +614,15 @@ impl Request {
         }))
     }
 
+    /// A cancellation of a counted request that gave its permits back (answered `2`) is made
+    /// durable (see [`crate::releaser::Durable`]): counted permits have no lease.
+    fn durable(&self) -> crate::releaser::Durable {
+        match self.kind {
+            Kind::Counted(_) => crate::releaser::Durable::When(|v| matches!(v, Value::Int(2))),
+            _ => crate::releaser::Durable::Never,
+        }
+    }
+
     fn cancel_cmd(&self) -> redis::Cmd {
         kind::cancel(&self.key, &self.id)
     }
@@ -634,11 +644,9 @@ impl Drop for Request {
     fn drop(&mut self) {
         if self.armed {
             let until = self.cancel_until();
-            let (key, cmd) = (Arc::clone(&self.key), self.cancel_cmd());
-            match self.kept_by_cancel() {
-                Some(then) => self.shared.releaser.submit_then(key, cmd, until, then),
-                None => self.shared.releaser.submit(key, cmd, until, None),
-            }
+            let (key, cmd, durable) = (Arc::clone(&self.key), self.cancel_cmd(), self.durable());
+            let then = self.kept_by_cancel();
+            self.shared.releaser.submit_durable(key, cmd, until, durable, then);
         }
     }
 }

@@ -24,6 +24,8 @@ REQUEST_RECORD_S = 60.0
 #: again: while the server surely still remembers it (a release that landed is remembered
 #: 60 s from then, so a resend is never a second give-back), 10 s of margin for one in flight.
 COUNTED_RESEND_S = REQUEST_RECORD_S - 10
+#: How long one check that a counted give-back reached every replica waits (``WAIT n ms``).
+DURABLE_WAIT_MS = 1000
 #: How long a cancelled record stays (module: CANCELLED_MS).
 CANCELLED_S = 60.0
 #: Most permits one leased acquire may ask for (the module refuses more).
@@ -349,6 +351,18 @@ def counted_release(key: bytes, permits: int) -> list[Arg]:
     same command sent again (a lost reply, a dropped connection) gives back nothing more.
     (``REQUEST id`` names an acquire's grant, and gives nothing where there is none.)"""
     return ["RSEM.RELEASE", key, permits, "ONCE", new_id()]
+
+
+def replicas_of(info: Any) -> Optional[int]:
+    """The replicas a master has (``connected_slaves`` of ``INFO replication``); None when the
+    server that answered is not a master (a demoted one: a give-back there is not known)."""
+    text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+    fields = dict(
+        line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#")
+    )
+    if fields.get("role", "").strip() != "master":
+        return None
+    return int(fields.get("connected_slaves", "0").strip() or 0)
 
 
 def cancel_args(key: bytes, rid: bytes) -> list[Arg]:

@@ -172,6 +172,9 @@ class SyncBackend:
         self.closes = 0
         self.watchdog = Watchdog(self)
         self.releaser = Releaser(self)
+        #: makes answered counted give-backs durable (``confirm_later``): a thread of its own,
+        #: so a check waiting on cut-off replicas never delays releases
+        self.confirmer = Releaser(self)
 
     def new_owner(self) -> bytes:
         """A fresh owner id ``<client-uuid>:<n>`` (unique per hold)."""
@@ -202,8 +205,10 @@ class SyncBackend:
         self._opened = {}
         self.watchdog.finalizer.detach()
         self.releaser.finalizer.detach()
+        self.confirmer.finalizer.detach()
         self.watchdog = Watchdog(self)
         self.releaser = Releaser(self)
+        self.confirmer = Releaser(self)
 
     # -- connections -------------------------------------------------------------------------
     def _pool(self, key: bytes, at: Optional[tuple[str, int]] = None, wait: bool = False) -> Any:
@@ -646,7 +651,10 @@ class SyncBackend:
         if spec.peers is not None:
             spec.peers.settling(spec.key)  # may give a grant of the owner back
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
-        job = self.releaser.submit(spec.key, P.cancel_args(spec.key, rid), horizon + self.rt, then)
+        args = P.cancel_args(spec.key, rid)
+        if spec.kind == P.COUNTED:
+            then = functools.partial(self._cancelled_counted, spec.key, args, t0)
+        job = self.releaser.submit(spec.key, args, horizon + self.rt, then)
         job.wait(2 * self.rt)
 
     # -- re-entry / renewal / release -----------------------------------------------------------
@@ -736,6 +744,8 @@ class SyncBackend:
                 settled = True
                 return
             settled = True
+            if spec.kind == P.COUNTED:
+                self.confirm_later(spec.key, args, first)
             if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
                 hold.done = False
                 hold.mark_lost()
@@ -760,32 +770,119 @@ class SyncBackend:
             args = hold.release_args()
         now = time.monotonic()
         horizon = hold.deadline - now
+        then = None
         if hold.spec.kind == P.COUNTED:
             horizon = (now if first is None else first) + P.COUNTED_RESEND_S - now
-        self.releaser.submit(hold.spec.key, args, max(0.0, min(horizon, P.REQUEST_RECORD_S)))
+            sent = now if first is None else first
+            then = functools.partial(self._answered_give_back, hold.spec.key, args, sent)
+        horizon = max(0.0, min(horizon, P.REQUEST_RECORD_S))
+        self.releaser.submit(hold.spec.key, args, horizon, then)
 
     def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
         """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``): tried for three response
-        timeouts in the caller's thread; unanswered by then, or cut by an exception (a
-        KeyboardInterrupt), the same command goes on in the background while the server
-        remembers it (``P.COUNTED_RESEND_S`` from its first send) and the caller gets the
-        error: counted permits have no lease, so a release given up on is a permit lost."""
+        timeouts in the caller's thread (``NOREPLICAS`` refusals too: nothing was given back);
+        unanswered by then, or cut by an exception (a KeyboardInterrupt), the same command goes
+        on in the background while the server remembers it (``P.COUNTED_RESEND_S`` from its
+        first send) and the caller gets the error: counted permits have no lease, so a release
+        given up on is a permit lost. Answered, it is made durable in the background
+        (:meth:`confirm_later`)."""
         first = time.monotonic()
         until = first + min(3 * self.rt, P.COUNTED_RESEND_S)
         try:
-            return self.call_until(key, args, until, is_resendable)[0]
+            reply = self.call_until(key, args, until, is_resendable)[0]
         except BaseException as e:
             if isinstance(e, Exception) and not is_resendable(e):
                 raise  # an error reply (or a bad argument): nothing was given back
             log.warning("redis_rlock: release of %r goes on in the background: %r", key, e)
             horizon = first + P.COUNTED_RESEND_S - time.monotonic()
-            self.releaser.submit(key, args, max(0.0, horizon))
+            then = functools.partial(self._answered_give_back, key, args, first)
+            self.releaser.submit(key, args, max(0.0, horizon), then)
             if isinstance(e, ResponseError):
                 # refused all along (NOREPLICAS: a master without its replicas gives back no
                 # counted permits), yet not given up: the caller must not release them again
                 msg = f"'RSEM.RELEASE' refused ({e}): it goes on in the background"
                 raise Stalled(msg) from e
             raise
+        self.confirm_later(key, args, first)
+        return reply
+
+    def _cancelled_counted(self, key: bytes, args: list[P.Arg], first: float, reply: Any) -> None:
+        """An ``RLOCK.CANCEL`` of a counted request answered ``2`` gave its permits back: made
+        durable as a counted release is (:meth:`confirm_later`)."""
+        if reply == 2:
+            self.confirm_later(key, args, first)
+
+    def _answered_give_back(self, key: bytes, args: list[P.Arg], first: float, _: Any) -> None:
+        self.confirm_later(key, args, first)
+
+    def confirm_later(self, key: bytes, args: list[P.Arg], first: float) -> None:
+        """Makes an answered counted give-back (``args``: a ``RSEM.RELEASE key n REQUEST id``,
+        or an ``RLOCK.CANCEL`` that gave counted permits back) durable, in the background: a
+        master that answered it and then lost its role (cut off and replaced, resumed from a
+        stall already replaced) loses it with its data, and counted permits have no lease to
+        bring them back. The confirmer sends ``args`` again (idempotent by its request id: the
+        master that ran it does nothing more, a new master whose record still says granted
+        gives back now) and ``WAIT``s on that connection for every replica the master has,
+        again (the current master) until they all acknowledged or the server forgets the
+        request (``P.COUNTED_RESEND_S`` from ``first``)."""
+        horizon = first + P.COUNTED_RESEND_S - time.monotonic()
+        self.confirmer.submit(key, args, max(0.0, horizon), confirm=True)
+
+    def confirm_round(self, key: bytes, args: list[P.Arg], until: float) -> bool:
+        """One round of :meth:`confirm`: True when durable, False when another round is due;
+        raises when ``until`` passed (the give-back not known durable) or the check is refused
+        (e.g. ``NOPERM`` for ``INFO`` or ``WAIT``: it cannot be checked)."""
+        err: BaseException
+        try:
+            if self.confirm(key, args):
+                return True
+            err = Stalled(f"{args[0]!r} of {key!r} not acknowledged by every replica")
+        except ResponseError as e:
+            if not is_transient(e) and not P.is_noreplicas(e):
+                raise
+            err = e
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            err = e
+        if time.monotonic() >= until:
+            raise err
+        return False
+
+    def confirm(self, key: bytes, args: list[P.Arg]) -> bool:
+        """One round on one connection (so one server): ``args`` sent again, ``INFO
+        replication`` (the master's replicas; a server no longer master: False), then ``WAIT n``
+        (:data:`P.DURABLE_WAIT_MS`). True when all ``n`` replicas acknowledged (or none)."""
+        closes = self.closes
+        pool = self._pool(key)
+        conn: Any = W.get_connection(pool)
+        try:
+            for cmd in (args, ["INFO", "replication"]):
+                conn.send_command(*cmd)
+                if not conn.can_read(timeout=self.rt):
+                    raise Stalled(f"no reply to {cmd[0]!r} within {self.rt:.3f} s")
+                reply = conn.read_response()
+            replicas = P.replicas_of(reply)
+            if replicas is None:
+                conn.disconnect()  # a demoted master: a new connection finds the current one
+                return False
+            if replicas == 0:
+                return True
+            wait_s = P.DURABLE_WAIT_MS / 1000.0
+            conn.send_command("WAIT", replicas, P.DURABLE_WAIT_MS)
+            if not conn.can_read(timeout=wait_s + self.rt):
+                raise Stalled(f"no reply to 'WAIT' within {wait_s + self.rt:.3f} s")
+            return int(conn.read_response()) >= replicas
+        except BaseException as e:
+            if must_drop(e):
+                conn.disconnect()
+            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+                self._refresh_topology()
+            raise
+        finally:
+            if self.closes != closes:
+                conn.disconnect()
+            pool.release(conn)
 
     def abandon(self, hold: Hold) -> None:
         """Undoes a grant its caller will never know of (an exception landed after it was
@@ -794,17 +891,33 @@ class SyncBackend:
         spec = hold.spec
         horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S - 10
         hold.settled = True
-        self.releaser.submit(spec.key, P.cancel_args(spec.key, hold.rid), horizon + self.rt)
+        args = P.cancel_args(spec.key, hold.rid)
+        then = None
+        if spec.kind == P.COUNTED:
+            then = functools.partial(self._cancelled_counted, spec.key, args, time.monotonic())
+        self.releaser.submit(spec.key, args, horizon + self.rt, then)
         hold.done = True
 
 
 def flush_all(timeout: float = 5.0) -> bool:
-    """Waits (bounded) until every background cancel and release of this process was sent."""
+    """Waits (bounded) until every background cancel and release of this process was sent.
+    The checks that answered counted give-backs reached every replica are not waited for
+    (they may go on for 50 s on a master whose replicas are cut off): see :func:`_at_exit`."""
     end = time.monotonic() + timeout
     ok = True
     for be in list(_ALL):
         ok = be.releaser.flush(max(0.0, end - time.monotonic())) and ok
     return ok
+
+
+def _at_exit(timeout: float) -> None:
+    """At the interpreter's exit: background releases sent, then, within the same bound,
+    the checks of counted give-backs done (a give-back still unconfirmed then is logged)."""
+    end = time.monotonic() + timeout
+    flush_all(timeout)
+    for be in list(_ALL):
+        if not be.confirmer.flush(max(0.0, end - time.monotonic())):
+            log.warning("redis_rlock: counted give-backs not known durable at exit")
 
 
 def _after_fork_in_child() -> None:
@@ -814,6 +927,6 @@ def _after_fork_in_child() -> None:
         be.after_fork()
 
 
-atexit.register(flush_all, 5.0)
+atexit.register(_at_exit, 5.0)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

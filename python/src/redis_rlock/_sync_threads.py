@@ -180,8 +180,13 @@ class Job:
         args: list[P.Arg],
         until: float,
         then: Optional[Callable[[Any], None]] = None,
+        confirm: bool = False,
     ) -> None:
         self.key, self.args, self.until = key, args, until
+        #: a durability check of an answered counted give-back (``SyncBackend.confirm_round``),
+        #: a round per turn: the next not before ``next_at``, ``pause`` after that one
+        self.confirm = confirm
+        self.next_at, self.pause = 0.0, 0.05
         #: called with the reply, once answered (in the releaser's thread)
         self.then = then
         self.done = Flag()  # not an Event: see ``_flag``
@@ -221,10 +226,11 @@ class Releaser:
         args: list[P.Arg],
         horizon: float,
         then: Optional[Callable[[Any], None]] = None,
+        confirm: bool = False,
     ) -> Job:
         """Queues ``args`` for ``key``, to be tried for ``horizon`` seconds (``then``: called
-        with the reply once answered)."""
-        job = Job(key, args, time.monotonic() + horizon, then)
+        with the reply once answered; ``confirm``: checked durable instead of sent once)."""
+        job = Job(key, args, time.monotonic() + horizon, then, confirm)
         job.be = self._be
         try:
             self._q.put(job)  # first: once queued, it is sent whatever lands next
@@ -283,19 +289,35 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
             continue  # work came meanwhile (another thread may serve it too: both are right)
         if job is None:  # the releaser was collected
             return
+        again = False
         try:
-            # NOREPLICAS too: give-backs of counted permits are refused by a master that may have
-            # been replaced (``is_resendable``)
-            job.reply, _ = job.be.call_until(job.key, job.args, job.until, is_resendable)
+            if job.confirm:
+                # one round per turn: checks waiting on cut-off replicas take turns, so each
+                # is sent again to a new master soon after a failover
+                delay = job.next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(min(delay, 1.0))
+                if not job.be.confirm_round(job.key, job.args, job.until):
+                    job.next_at = time.monotonic() + job.pause
+                    job.pause = min(job.pause * 2, 1.0)
+                    q.put(job)
+                    again = True  # queued again: not ended
+                    continue
+                job.reply = True
+            else:
+                # NOREPLICAS too: give-backs of counted permits are refused by a master that
+                # may have been replaced (``is_resendable``)
+                job.reply, _ = job.be.call_until(job.key, job.args, job.until, is_resendable)
             if job.then is not None:
                 job.then(job.reply)
         except BaseException as e:
             job.error = e
             log.warning("redis_rlock: gave up on %r for %r: %s", job.args[0], job.key, e)
         finally:
-            rl = ref()
-            if rl is not None:
-                rl._jobs.pop(job, None)
-            job.be = None
-            job.done.set()
-            del rl
+            if not again:
+                rl = ref()
+                if rl is not None:
+                    rl._jobs.pop(job, None)
+                job.be = None
+                job.done.set()
+                del rl

@@ -109,6 +109,9 @@ class AsyncBackend:
         self._pools: dict[str, Any] = {}
         self._waits: dict[str, tuple[Any, W.AsyncGate]] = {}
         self._bg: set[asyncio.Task[Any]] = set()
+        #: checks that answered counted give-backs reached every replica (``confirm_later``):
+        #: apart from ``_bg``, so ``flush`` (and a session's close) never waits for them
+        self._confirming: set[asyncio.Task[Any]] = set()
         self._fork = ForkGuard()
 
     async def aclose(self) -> None:
@@ -348,17 +351,90 @@ class AsyncBackend:
         gets the error while it goes on: counted permits have no lease, so a release given
         up on (or cancelled with its caller) would be a permit held by nobody for good."""
         first = time.monotonic()
-        # NOREPLICAS too (``is_resendable``): a master that may have been replaced gives back
-        # no counted permits
-        task = self.background(
-            self.call_until(key, args, first + P.COUNTED_RESEND_S, is_resendable)
-        )
+        task = self.background(self._give_back(key, args, first))
         done, _ = await asyncio.wait({task}, timeout=min(3 * self.rt, P.COUNTED_RESEND_S))
         if task in done:
-            return task.result()[0]
+            return task.result()
         task.add_done_callback(_report_unseen)
         msg = f"no reply to 'RSEM.RELEASE' within {3 * self.rt:.3f} s: it goes on in the background"
         raise Stalled(msg)
+
+    async def _give_back(self, key: bytes, args: list[P.Arg], first: float) -> Any:
+        """A counted give-back sent (``NOREPLICAS`` too) until answered while the server
+        remembers it, then made durable (:meth:`confirm_later`); returns the reply."""
+        reply = (await self.call_until(key, args, first + P.COUNTED_RESEND_S, is_resendable))[0]
+        self.confirm_later(key, args, first)
+        return reply
+
+    def confirm_later(self, key: bytes, args: list[P.Arg], first: float) -> None:
+        """As the sync engine's: an answered counted give-back (``RSEM.RELEASE key n REQUEST
+        id``, or an ``RLOCK.CANCEL`` that gave counted permits back) sent again and ``WAIT``ed
+        for every replica of the master, again on the current master until all acknowledged
+        or ``P.COUNTED_RESEND_S`` from ``first`` passed; in a task of its own (not waited for
+        by :meth:`flush`)."""
+        task = asyncio.ensure_future(self._confirm_until(key, args, first + P.COUNTED_RESEND_S))
+        self._confirming.add(task)
+        task.add_done_callback(self._confirming.discard)
+        task.add_done_callback(_retrieve)
+
+    async def _confirm_until(self, key: bytes, args: list[P.Arg], until: float) -> bool:
+        backoff = 0.05
+        while True:
+            try:
+                if await self._confirm(key, args):
+                    return True
+                err: BaseException = Stalled(f"{args[0]!r} not acknowledged by every replica")
+            except Exception as e:
+                refused = isinstance(e, ResponseError) and P.is_noreplicas(e)
+                if not is_transient(e) and not refused:
+                    log.warning("redis_rlock: %r of %r not made durable: %s", args[0], key, e)
+                    return False  # e.g. NOPERM for INFO or WAIT: it cannot be checked
+                err = e
+            now = time.monotonic()
+            if now >= until:
+                log.warning("redis_rlock: gave up on %r for %r: %s", args[0], key, err)
+                return False
+            await asyncio.sleep(min(backoff, until - now))
+            backoff = min(backoff * 2, 1.0)
+
+    async def _confirm(self, key: bytes, args: list[P.Arg]) -> bool:
+        """As the sync engine's ``confirm``: on one connection, ``args`` again, ``INFO
+        replication`` (a server no longer master: False), ``WAIT n``; True when all ``n``
+        replicas acknowledged (or none)."""
+        pool = await self._pool(key)
+        conn: Any = await _connection(pool, self.rt, args[0])
+        try:
+            reply: Any = None
+            for cmd in (args, ["INFO", "replication"]):
+                await conn.send_command(*cmd)
+                try:
+                    reply = await asyncio.wait_for(conn.read_response(), self.rt)
+                except asyncio.TimeoutError:
+                    raise Stalled(f"no reply to {cmd[0]!r} within {self.rt:.3f} s") from None
+            replicas = P.replicas_of(reply)
+            if replicas is None:
+                await _drop(conn)  # a demoted master: a new connection finds the current one
+                return False
+            if replicas == 0:
+                return True
+            wait_s = P.DURABLE_WAIT_MS / 1000.0
+            await conn.send_command("WAIT", replicas, P.DURABLE_WAIT_MS)
+            try:
+                acked = await asyncio.wait_for(conn.read_response(), wait_s + self.rt)
+            except asyncio.TimeoutError:
+                raise Stalled(f"no reply to 'WAIT' within {wait_s + self.rt:.3f} s") from None
+            return int(acked) >= replicas
+        except BaseException as e:
+            if must_drop(e):
+                await _drop(conn)
+            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+                try:
+                    await self.client.nodes_manager.initialize()
+                except Exception as err:
+                    log.debug("redis_rlock: cluster refresh failed: %s", err)
+            raise
+        finally:
+            await pool.release(conn)
 
     def background(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """Runs ``coro`` as a task nobody's cancellation reaches (kept until done)."""
@@ -428,12 +504,23 @@ class AsyncBackend:
         if spec.peers is not None:
             spec.peers.settling(spec.key)  # may give a grant of the owner back
         asked_at = time.monotonic()
-        task = self.background(self._cleanup(spec.key, P.cancel_args(spec.key, rid), horizon))
+        args = P.cancel_args(spec.key, rid)
+        task = self.background(self._cleanup(spec.key, args, horizon))
         task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0, asked_at))
+        if spec.kind == P.COUNTED:
+            task.add_done_callback(functools.partial(self._cancelled_counted, spec.key, args, t0))
         try:
             await asyncio.wait_for(asyncio.shield(task), 2 * self.rt)
         except asyncio.TimeoutError:
             pass
+
+    def _cancelled_counted(
+        self, key: bytes, args: list[P.Arg], first: float, task: asyncio.Task[Any]
+    ) -> None:
+        """A cancellation of a counted request answered ``2`` gave its permits back: made
+        durable as a counted release is (:meth:`confirm_later`)."""
+        if not task.cancelled() and task.exception() is None and task.result() == 2:
+            self.confirm_later(key, args, first)
 
     async def acquire(
         self,
@@ -621,10 +708,8 @@ class AsyncBackend:
             reply, attempts = await self.call_until(spec.key, args, until, resend)
         except ResponseError as e:
             if counted and is_resendable(e):
-                # as the sync engine's: never given up while the server remembers it
-                log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-                horizon = first + P.COUNTED_RESEND_S - time.monotonic()
-                self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
+                # refused so far (nothing given back): sent on while the server remembers it
+                self.background(self._give_back(spec.key, args, first))
                 return
             hold.done = False  # an error reply changed nothing: the caller still holds it
             watch(hold, self)
@@ -634,10 +719,13 @@ class AsyncBackend:
                 raise
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
             horizon = hold.deadline - time.monotonic()
-            if spec.kind == P.COUNTED:  # while the server remembers the release
-                horizon = first + P.COUNTED_RESEND_S - time.monotonic()
+            if spec.kind == P.COUNTED:  # while the server remembers the release, then durable
+                self.background(self._give_back(spec.key, args, first))
+                return
             self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
             return
+        if spec.kind == P.COUNTED:
+            self.confirm_later(spec.key, args, first)
         if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
             hold.done = False
             hold.mark_lost()
