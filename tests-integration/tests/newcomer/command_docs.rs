@@ -150,7 +150,7 @@ fn sample(kind: &str, name: &str) -> String {
         ("integer", "timeout-ms") => "1".to_owned(),
         ("integer", "permits" | "delta" | "count" | "amount") => "1".to_owned(),
         ("string", "owner") => "o".to_owned(),
-        ("string", "id") => "i".to_owned(),
+        ("string", "id" | "release-id") => "i".to_owned(),
         other => panic!("no sample value for {other:?}: add one"),
     }
 }
