@@ -117,6 +117,8 @@ pub enum LockError {
     LockDelayNeedsSession,
     /// `RSEM.ACQUIRE ... SESSION` without `LEASE`: counted permits have nothing to bind.
     SessionNeedsLease,
+    /// `RSEM.ACQUIRE ... OWNERLESS` without `REQUEST id`.
+    OwnerlessNeedsRequest,
     /// `SESSION` where the caller's connection cannot be known (a script, another module's
     /// call): the hold could never end with it.
     SessionNoConnection,
@@ -234,6 +236,9 @@ impl LockError {
             }
             Self::SessionNeedsLease => {
                 "ERR SESSION needs LEASE: counted permits have no holder to bind to a connection"
+            }
+            Self::OwnerlessNeedsRequest => {
+                "ERR OWNERLESS needs REQUEST id: it sets how long the request's record lasts"
             }
             Self::SessionNoConnection => {
                 "ERR SESSION needs the caller's own connection: not inside a script (EVAL, FCALL) or another module's call"

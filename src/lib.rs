@@ -250,6 +250,16 @@ const MODE: ArgDoc = ArgDoc::one_of(
 const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
 const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
 const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
+/// `[REQUEST id [OWNERLESS]]`: `OWNERLESS`, counted permits that will be released ownerless
+/// (their request record lasts 60 s, not until released).
+const SEM_REQUEST: ArgDoc = ArgDoc::block(
+    c"request",
+    &[
+        ArgDoc::new(c"id", ArgType::String).token(c"REQUEST"),
+        ArgDoc::new(c"ownerless", ArgType::PureToken).token(c"OWNERLESS").optional(),
+    ],
+)
+.optional();
 /// `[GT]`: a hold the owner already has keeps the later of its lease end and the new one.
 const GT: ArgDoc = ArgDoc::new(c"gt", ArgType::PureToken).token(c"GT").optional();
 /// `[REQUEST id | ONCE id]`: the acquire whose counted permits these are, or an ownerless
@@ -360,7 +370,7 @@ rlock_module! {
             KEY_RW | KEY_ACCESS | KEY_UPDATE, -3,
             "Takes permits; 1 (or, with LEASE, their ids): taken, 0 (nil): not enough or WAIT timed out",
             &[KEY, ArgDoc::new(c"permits", ArgType::Integer),
-              LEASED, WAIT, REQUEST],
+              LEASED, WAIT, SEM_REQUEST],
             "O(1); with LEASE, O(P log N) where P is the number of permits taken and N the number of leased permits; plus O(log N) for each ended lease put back (at most 10000)"],
         ["rsem.release", commands::sem::release, "write deny-oom",
             KEY_RW | KEY_UPDATE, -3,

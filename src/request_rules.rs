@@ -9,8 +9,9 @@ use crate::args::{parse_positive, Mode};
 use crate::error::LockError;
 use crate::rules::Reply;
 
-/// How long the record of a lock grant with no lease of its own is kept, in ms. (A counted
-/// permits grant's record has no end: it lasts until the grant is released or cancelled.)
+/// How long the record of a grant with no lease of its own is kept, in ms: a lock's, and counted
+/// permits acquired `OWNERLESS`. (Other counted grants' records have no end: they last until
+/// the grant is released with `REQUEST id` or cancelled.)
 pub const REQUEST_RECORD_MS: i64 = 60_000;
 
 /// How long a cancelled request stays cancelled at least, in ms (longer when the grant it

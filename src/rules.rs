@@ -189,6 +189,8 @@ pub struct Request {
     /// `GT`: should its grant come as a re-entry (the owner got the lock meanwhile through
     /// another waiter), it never shortens the owner's lease.
     pub gt: bool,
+    /// `OWNERLESS` (counted permits): its request record lasts 60 s, not until released.
+    pub ownerless: bool,
 }
 
 impl Request {

@@ -299,3 +299,28 @@ fn a_counted_release_names_its_acquire_with_request_or_itself_with_once() {
     assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE", "r", "x"]), Err(LockError::Syntax));
     assert!(parse(&["RSEM.RELEASE", "s", "0", "ONCE", "r"]).is_err());
 }
+
+#[test]
+fn ownerless_comes_with_a_request_id() {
+    let parse = |words: &[&str]| SemAcquire::parse(&argv(words)).map(|c| c.ownerless);
+    assert_eq!(parse(&["RSEM.ACQUIRE", "s", "1", "REQUEST", "r", "OWNERLESS"]), Ok(true));
+    assert_eq!(
+        parse(&["RSEM.ACQUIRE", "s", "1", "ownerless", "WAIT", "5", "REQUEST", "r"]),
+        Ok(true)
+    );
+    assert_eq!(parse(&["RSEM.ACQUIRE", "s", "1", "REQUEST", "r"]), Ok(false));
+    // With LEASE it changes nothing (a leased grant's record ends with its lease).
+    assert_eq!(
+        parse(&["RSEM.ACQUIRE", "s", "1", "LEASE", "9", "REQUEST", "r", "OWNERLESS"]),
+        Ok(true)
+    );
+    assert_eq!(
+        parse(&["RSEM.ACQUIRE", "s", "1", "OWNERLESS"]),
+        Err(LockError::OwnerlessNeedsRequest)
+    );
+    let twice = ["RSEM.ACQUIRE", "s", "1", "REQUEST", "r", "OWNERLESS", "OWNERLESS"];
+    assert!(parse(&twice).is_err());
+    assert!(LockError::OwnerlessNeedsRequest
+        .message()
+        .starts_with("ERR OWNERLESS needs REQUEST id"));
+}

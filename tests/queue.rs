@@ -21,6 +21,7 @@ fn push(q: &mut Queues<u32, Request>, key: &str, handle: u32, timeout_at: Option
         id: None,
         session: None,
         gt: false,
+        ownerless: false,
     };
     q.push(lock(key), request, handle, timeout_at)
 }
@@ -68,6 +69,7 @@ fn locks_are_separate_per_key_and_database() {
         id: None,
         session: None,
         gt: false,
+        ownerless: false,
     };
     q.push(LockName { db: 1, key: b"a".to_vec() }, request, 3, None);
     assert_eq!((q.waiting(0, b"a"), q.waiting(0, b"b"), q.waiting(1, b"a")), (1, 1, 1));
@@ -326,6 +328,7 @@ fn waiters_apart_are_passed_by_and_taken_wherever_they_stand() {
             id: None,
             session: None,
             gt: false,
+            ownerless: false,
         };
         let joining = rlock::queue::Joining { apart: true, ..Default::default() };
         q.enqueue(lock("l"), request, handle, Some(50), joining)
@@ -369,6 +372,7 @@ fn looking_at_the_heads_walks_no_waiter_apart() {
             id: None,
             session: None,
             gt: false,
+            ownerless: false,
         };
         let joining = rlock::queue::Joining { apart: true, ..Default::default() };
         ids.push(q.enqueue(lock("l"), request, handle, Some(50), joining));
@@ -401,6 +405,7 @@ fn a_queue_lists_its_line_and_its_waiters_apart_in_order_of_arrival() {
             id: None,
             session: None,
             gt: false,
+            ownerless: false,
         };
         let joining = rlock::queue::Joining { apart: true, ..Default::default() };
         q.enqueue(lock("l"), request, handle, None, joining)

@@ -181,6 +181,7 @@ fn a_waiter_is_granted_a_free_lock_only() {
         id: None,
         session: None,
         gt: false,
+        ownerless: false,
     };
     let plan = request.grant(View::Free, 1_000, -1).expect("free: granted");
     assert_eq!((plan.write, plan.reply), (Write::SetCount(1), Reply::Nil));
@@ -247,6 +248,7 @@ fn gt_changes_neither_a_fresh_grant_nor_what_another_owner_or_a_free_lock_gets()
         id: None,
         session: None,
         gt: true,
+        ownerless: false,
     };
     let plan = request.grant(held, 0, 5_000).expect("a re-entry is granted");
     assert_eq!((plan.write, plan.expire_at), (Write::SetCount(2), Some(Deadline::at(5_000))));

@@ -62,9 +62,14 @@ pub const LEASE: &[u8] = b"LEASE";
 pub const ID: &[u8] = b"ID";
 /// `RSEM.RELEASE key permits ONCE id`: an ownerless release, given back once per id.
 pub const ONCE: &[u8] = b"ONCE";
+/// `RSEM.ACQUIRE key permits REQUEST id OWNERLESS`: counted permits that will be released
+/// ownerless (plain or `ONCE`), so the request's record lasts 60 s, not until released.
+pub const OWNERLESS: &[u8] = b"OWNERLESS";
 
-/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]
-/// [SESSION [LOCKDELAY lockdelay-ms]]` (`SESSION` with `LEASE` only)
+/// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id [OWNERLESS]]
+/// [SESSION [LOCKDELAY lockdelay-ms]]` (`SESSION` with `LEASE` only, `OWNERLESS`
+/// with `REQUEST` only; with `LEASE` it changes nothing: a leased grant's record ends with its
+/// lease)
 #[derive(Debug)]
 pub struct SemAcquire<'a, A> {
     pub key: &'a A,
@@ -76,6 +81,9 @@ pub struct SemAcquire<'a, A> {
     pub request: Option<&'a A>,
     /// `SESSION`: each leased permit ends when the caller's connection closes.
     pub session: Option<Session>,
+    /// `OWNERLESS`: a counted grant's request record lasts 60 s (the grant is given back by a
+    /// plain or `ONCE` release) instead of until `RSEM.RELEASE key permits REQUEST id`.
+    pub ownerless: bool,
 }
 
 impl<'a, A: Arg> SemAcquire<'a, A> {
@@ -89,6 +97,7 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
         let permits = permits(p.required()?, false)?;
         let (mut lease, mut wait, mut request) = (None, None, None);
         let mut session = SessionWords::default();
+        let mut ownerless = false;
         loop {
             if lease.is_none() && p.option(LEASE) {
                 let ms = p.take().ok_or(int::missing(IntArg::LeaseMs))?;
@@ -97,6 +106,8 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
                 wait = Some(WaitFor::parse_after_word(p.take())?);
             } else if request.is_none() && p.peek_is(REQUEST) {
                 request = p.request()?;
+            } else if !ownerless && p.option(OWNERLESS) {
+                ownerless = true;
             } else if !session.take(&mut p)? {
                 break;
             }
@@ -111,7 +122,10 @@ impl<'a, A: Arg> SemAcquire<'a, A> {
             // Counted permits have no owner and no id: nothing to bind to a connection.
             return Err(LockError::SessionNeedsLease);
         }
-        Ok(Self { key, permits, lease, wait, request, session })
+        if ownerless && request.is_none() {
+            return Err(LockError::OwnerlessNeedsRequest);
+        }
+        Ok(Self { key, permits, lease, wait, request, session, ownerless })
     }
 }
 

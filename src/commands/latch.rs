@@ -109,6 +109,7 @@ pub fn await_open(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             id: None,
             session: None,
             gt: false,
+            ownerless: false,
         };
         waiting::block(ctx, waiting::lock_name(ctx, cmd.key), request, cmd.wait, -1);
         Ok(RedisValue::NoReply)

@@ -79,6 +79,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
                     gt: cmd.gt,
+                    ownerless: false,
                 };
                 // The caller's user name, looked up once (the search's keys and the waiter).
                 let user = raw::User::current_name(ctx);

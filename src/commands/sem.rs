@@ -10,7 +10,7 @@ use crate::args;
 use crate::args::Lease;
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
-use crate::request_rules::{Asked, Granted};
+use crate::request_rules::{Asked, Granted, REQUEST_RECORD_MS};
 use crate::rules::{Deadline, Reply};
 use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
@@ -101,6 +101,7 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
                     id: cmd.request.map(|id| id.to_vec()),
                     session: bind,
                     gt: false,
+                    ownerless: cmd.ownerless,
                 };
                 // Polled while it waits (`waiting`): permits may come back without an RSEM
                 // command (a Redisson client's INCRBY).
@@ -121,7 +122,8 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         drop(key);
         let (Some(leases), Some(until), Some(ids)) = (leases, until, ids) else {
             if let Some(record) = record {
-                record.granted(ctx, Granted::Permits(cmd.permits), None);
+                let until = cmd.ownerless.then(|| now.saturating_add(REQUEST_RECORD_MS));
+                record.granted(ctx, Granted::Permits(cmd.permits), until);
             }
             return Ok(store::to_value(plan.reply));
         };

@@ -38,7 +38,7 @@ pub struct Grant<'a> {
     token: Option<(TokenCounter, u64)>,
     /// The waiter's request record (it asked with `REQUEST id`), with its lock kind and owner
     /// (boxed: most waiters have none).
-    record: Option<Box<(RequestRecord, Kind, Vec<u8>)>>,
+    record: Option<Box<(RequestRecord, Kind, Vec<u8>, bool)>>,
 }
 
 enum Write<'a> {
@@ -214,7 +214,9 @@ pub fn consider<'a>(
         None
     };
     let record = match request.id.as_deref().map(|id| record_of(ctx, name, id)).transpose() {
-        Ok(record) => record.map(|record| Box::new((record, request.kind, request.owner.clone()))),
+        Ok(record) => record.map(|record| {
+            Box::new((record, request.kind, request.owner.clone(), request.ownerless))
+        }),
         Err(e) => return Head::Refuse(e),
     };
     Head::Grant(Grant { write, token, record })
@@ -274,8 +276,11 @@ impl Grant<'_> {
                 key.apply(state, &plan);
                 drop(key);
                 let Some((leases, until, permits)) = leased else {
-                    if let Some((record, Kind::Permits(n), _)) = record {
-                        record.granted(ctx, Granted::Permits(n), None);
+                    if let Some((record, Kind::Permits(n), _, ownerless)) = record {
+                        // Until released, or (`OWNERLESS`) 60 s.
+                        let until =
+                            ownerless.then(|| raw::now_ms().saturating_add(REQUEST_RECORD_MS));
+                        record.granted(ctx, Granted::Permits(n), until);
                     }
                     return Written {
                         reply: plan.reply,
@@ -288,7 +293,7 @@ impl Grant<'_> {
                 let ids = sem::new_ids(permits);
                 let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
                 let _ = leases.lease(ctx, &refs, until);
-                if let Some((record, _, _)) = record {
+                if let Some((record, _, _, _)) = record {
                     record.granted(ctx, Granted::Leased(ids.clone()), Some(until));
                 }
                 let reap_at = Some(rules::Deadline::at(until).over_at());
@@ -305,7 +310,7 @@ impl Grant<'_> {
             counter.store(ctx, token);
             token
         });
-        if let Some((record, kind, owner)) = record {
+        if let Some((record, kind, owner, _)) = record {
             let granted = match kind {
                 Kind::Rw(mode) => Granted::Rw { mode, owner, token },
                 _ => Granted::Lock { owner, token },

@@ -526,3 +526,31 @@ fn a_counted_grants_request_record_lasts_until_it_is_released() {
     assert!((50_000..=60_000).contains(&pttl), "a cancelled record lasts 60 s: {pttl}");
     assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(3));
 }
+
+/// Counted permits acquired `OWNERLESS` (to be given back by a plain or `ONCE` release, as the
+/// clients' `Semaphore.acquire(n)` / `release(n)`): the request's record lasts 60 s, granted at
+/// once or by a hand-off, so records of grants no release names never pile up.
+#[test]
+fn an_ownerless_counted_grants_record_lasts_60_s() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "p", "1"]);
+    let now = ["RSEM.ACQUIRE", "p", "1", "REQUEST", "a", "OWNERLESS"];
+    assert_eq!(cmd(&mut con, &now), Value::Int(1));
+    let pttl = int(&cmd(&mut con, &["PTTL", "rlock_request:{p}:a"]));
+    assert!((50_000..=60_000).contains(&pttl), "granted at once: {pttl}");
+    // A retry within the record's life replays the grant.
+    assert_eq!(cmd(&mut con, &now), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", "p"]), Value::Int(0));
+    let wait = &["RSEM.ACQUIRE", "p", "1", "WAIT", "10000", "OWNERLESS", "REQUEST", "b"];
+    let waiting = Pending::start_str(&server, wait);
+    wait_blocked(&mut con, 1);
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1", "ONCE", "x"]), Value::Int(0));
+    let (reply, _) = waiting.reply(Duration::from_secs(10));
+    assert_eq!(reply, Ok(Value::Int(1)), "handed over");
+    let pttl = int(&cmd(&mut con, &["PTTL", "rlock_request:{p}:b"]));
+    assert!((50_000..=60_000).contains(&pttl), "by a hand-off: {pttl}");
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1"]), Value::Int(1));
+    let refused = run(&mut con, &[b"RSEM.ACQUIRE", b"p", b"1", b"OWNERLESS"]);
+    assert!(refused.is_err_and(|e| e.starts_with("ERR OWNERLESS needs REQUEST id")));
+}

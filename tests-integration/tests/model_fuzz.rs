@@ -552,14 +552,18 @@ impl Run {
                             None
                         };
                         let session = if leased { self.session() } else { None };
-                        Cmd::SemAcquire { name, n, lease, request, session }
+                        // Now and then ownerless (as the clients' `Semaphore.acquire(n)`), its
+                        // permits then given back by a plain or `ONCE` release.
+                        let ownerless = !leased && request.is_some() && self.once_rng.below(2) == 0;
+                        Cmd::SemAcquire { name, n, lease, request, session, ownerless }
                     }
                     7..=8 if !leased => {
                         // Give back what a client holds (the oldest grant, as its request when
                         // it has one, as clients do), now and then more.
                         let held = match self.model.dbs[0].keys.get(&name) {
                             Some(rlock_tests_integration::model::Entity::Sem(s)) => {
-                                s.held.first().map(|h| (h.permits, h.request.clone()))
+                                let h = s.held.first();
+                                h.map(|h| (h.permits, h.request.clone().filter(|_| !h.ownerless)))
                             }
                             _ => None,
                         };

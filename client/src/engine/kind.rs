@@ -121,6 +121,11 @@ impl Kind {
             cmd.arg("TOKEN");
         }
         cmd.arg("REQUEST").arg(request);
+        if let Self::Counted(_) = self {
+            // Given back ownerless (`Semaphore::release`, `ONCE id`): the request's record
+            // lasts 60 s (a retry or a cancel of this acquire), not until a release names it.
+            cmd.arg("OWNERLESS");
+        }
         cmd
     }
 
@@ -328,7 +333,7 @@ mod tests {
         );
         assert_eq!(
             a(Kind::Counted(3), Some(0), true),
-            ["RSEM.ACQUIRE", "k", "3", "WAIT", "0", "REQUEST", "r1"]
+            ["RSEM.ACQUIRE", "k", "3", "WAIT", "0", "REQUEST", "r1", "OWNERLESS"]
         );
         assert_eq!(
             a(Kind::Leased(2), None, false),

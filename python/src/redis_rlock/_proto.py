@@ -246,6 +246,9 @@ class Spec:
     #: a session's acquire: ``SESSION`` (and ``LOCKDELAY lock_delay_ms`` when above 0)
     session: bool = False
     lock_delay_ms: int = 0
+    #: counted permits the caller gives back ownerless (``Semaphore.release(n)``, ``ONCE id``):
+    #: ``OWNERLESS``, so the request's record lasts 60 s, not until a release names it
+    ownerless: bool = False
     #: an owner's holds of this key (``_peers.Peers``; None: a hold of its own): the lease sent
     #: is never shorter than what any live one of them was promised
     peers: Any = field(default=None, compare=False, repr=False)
@@ -290,6 +293,8 @@ class Spec:
         if self.token and self.kind in (LOCK, WRITE):
             args.append("TOKEN")
         args += ["REQUEST", rid]
+        if self.ownerless and self.kind == COUNTED:
+            args.append("OWNERLESS")
         if self.session:
             args.append("SESSION")
             if self.lock_delay_ms:

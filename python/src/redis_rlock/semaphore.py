@@ -134,7 +134,7 @@ class Semaphore(_SemBase):
         """Takes ``permits``, waiting in the server (FIFO, no barging) up to ``timeout``."""
         got: list[Hold] = []
         try:
-            self._take(permits, blocking, timeout, got.append)
+            self._take(permits, blocking, timeout, got.append, ownerless=True)
             taken = bool(got)  # (no call right before the ``return``: see ``_abandon``)
             return taken
         except BaseException:
@@ -154,9 +154,17 @@ class Semaphore(_SemBase):
             raise
 
     def _take(
-        self, permits: int, blocking: bool, timeout: float, store: Callable[[Hold], None]
+        self,
+        permits: int,
+        blocking: bool,
+        timeout: float,
+        store: Callable[[Hold], None],
+        ownerless: bool = False,
     ) -> None:
-        spec = P.Spec(P.COUNTED, self.name, permits=P.check_permits(permits, False))
+        """``ownerless``: the caller gives the permits back with :meth:`release` (``ONCE``),
+        not through the guard (``REQUEST`` of the acquire)."""
+        n = P.check_permits(permits, False)
+        spec = P.Spec(P.COUNTED, self.name, permits=n, ownerless=ownerless)
         self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, store)
 
     def release(self, permits: int = 1) -> int:

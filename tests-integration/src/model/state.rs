@@ -119,6 +119,8 @@ pub struct Sem {
 pub struct Counted {
     pub permits: i64,
     pub request: Option<String>,
+    /// Acquired `OWNERLESS`: given back by a plain or `ONCE` release, not as its request.
+    pub ownerless: bool,
 }
 
 /// What a name holds.
@@ -255,6 +257,8 @@ pub enum Cmd {
         lease: Option<Ms>,
         request: Option<String>,
         session: Option<Ms>,
+        /// `OWNERLESS` (with `request`, counted): the record lasts 60 s, not until released.
+        ownerless: bool,
     },
     SemRelease {
         name: String,
@@ -406,13 +410,16 @@ impl Cmd {
             Self::RwForceRelease { name } => vec![s("RWLOCK.FORCERELEASE"), s(name)],
             Self::SemSet { name, n: c } => vec![s("RSEM.SETPERMITS"), s(name), n(*c)],
             Self::SemAdd { name, d } => vec![s("RSEM.ADDPERMITS"), s(name), n(*d)],
-            Self::SemAcquire { name, n: c, lease, request, session } => {
+            Self::SemAcquire { name, n: c, lease, request, session, ownerless } => {
                 let mut a = vec![s("RSEM.ACQUIRE"), s(name), n(*c)];
                 if let Some(l) = lease {
                     a.extend([s("LEASE"), n(*l)]);
                     session_args(&mut a, *session);
                 }
                 request_args(&mut a, request.as_ref());
+                if *ownerless {
+                    a.push(s("OWNERLESS"));
+                }
                 a
             }
             Self::SemRelease { name, n: c, request, once } => {
@@ -1105,9 +1112,13 @@ impl Model {
                 s.count = Some(c);
                 same(&Ok(v.clone()), &Value::Int(c))?;
             }
-            Cmd::SemAcquire { name, n, lease, request, session } => {
+            Cmd::SemAcquire { name, n, lease, request, session, ownerless } => {
                 let params = format!("sem {n} {}", lease.is_some());
-                let end = lease.map_or(Deadline::NEVER, |l| Deadline::after(at, l));
+                let end = match lease {
+                    Some(l) => Deadline::after(at, *l),
+                    None if *ownerless => Deadline::after(at, 60_000),
+                    None => Deadline::NEVER,
+                };
                 if self.request_step(at, db, name, request.as_ref(), &params, v)?.is_some() {
                     return Ok(());
                 }
@@ -1121,7 +1132,8 @@ impl Model {
                     None => {
                         same(&Ok(v.clone()), &Value::Int(1))?;
                         s.count = Some(avail - n);
-                        s.held.push(Counted { permits: *n, request: request.clone() });
+                        let (permits, request) = (*n, request.clone());
+                        s.held.push(Counted { permits, request, ownerless: *ownerless });
                         Grant::Counted { ended: false }
                     }
                     Some(l) => {
@@ -1206,9 +1218,10 @@ impl Model {
                 let s = self.sem(db, name)?;
                 if give {
                     s.count = Some(s.count.unwrap_or(0) + n);
-                    if let Some(i) =
-                        s.held.iter().position(|h| h.request.as_deref() == Some(id.as_str()))
-                    {
+                    // (An ownerless release names no grant: a cancel of the request still finds
+                    // it, so the model keeps its count.)
+                    let named = |h: &Counted| h.request.as_deref() == Some(id.as_str());
+                    if let Some(i) = s.held.iter().position(named) {
                         s.held.remove(i);
                     }
                 }

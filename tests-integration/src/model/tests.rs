@@ -69,6 +69,7 @@ fn a_cancel_of_counted_permits_already_given_back_gives_nothing() {
         lease: None,
         request: Some("c1".into()),
         session: c,
+        ownerless: false,
     };
     ok(&mut m, A, 0, &Cmd::SemSet { name: "p".into(), n: 2 }, Value::Int(1));
     ok(&mut m, A, 1, &sem(None), Value::Int(1));
@@ -91,6 +92,7 @@ fn a_plain_release_of_counted_permits_ends_no_request() {
         lease: None,
         request: Some("c1".into()),
         session: None,
+        ownerless: false,
     };
     ok(&mut m, A, 0, &Cmd::SemSet { name: "p".into(), n: 1 }, Value::Int(1));
     ok(&mut m, A, 1, &sem, Value::Int(1));
@@ -116,6 +118,7 @@ fn a_delayed_leased_permit_is_not_renewed() {
         lease: Some(30_000),
         request: None,
         session: Some(1500),
+        ownerless: false,
     };
     ok(&mut m, A, 1, &acq, Value::Array(vec![Value::BulkString(id.clone())]));
     m.close(A, at(5));

@@ -79,7 +79,7 @@ const SYNTAX: &[(&str, &str)] = &[
     ("rwlock.info", "key"),
     ("rsem.setpermits", "key permits"),
     ("rsem.addpermits", "key delta"),
-    ("rsem.acquire", "key permits [LEASE lease-ms [SESSION [LOCKDELAY lockdelay-ms]]] [WAIT timeout-ms] [REQUEST id]"),
+    ("rsem.acquire", "key permits [LEASE lease-ms [SESSION [LOCKDELAY lockdelay-ms]]] [WAIT timeout-ms] [REQUEST id [OWNERLESS]]"),
     ("rsem.release", "key <permits [REQUEST id | ONCE release-id] | ID id [id ...]>"),
     ("rsem.renew", "key id lease-ms"),
     ("rsem.available", "key"),

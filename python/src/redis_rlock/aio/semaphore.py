@@ -96,14 +96,21 @@ class Semaphore(_SemBase):
     """Counted permits (see the sync :class:`redis_rlock.Semaphore`)."""
 
     async def acquire(self, permits: int = 1, blocking: bool = True, timeout: float = -1) -> bool:
-        """Takes ``permits``, waiting in the server up to ``timeout``."""
-        return await self.permits(permits, blocking, timeout) is not None
+        """Takes ``permits``, waiting in the server up to ``timeout`` (given back with
+        :meth:`release`: ownerless)."""
+        return await self._take(permits, blocking, timeout, ownerless=True) is not None
 
     async def permits(
         self, permits: int = 1, blocking: bool = True, timeout: float = -1
     ) -> Optional[AsyncHold]:
         """Takes ``permits``; their guard, or None when not in time."""
-        spec = P.Spec(P.COUNTED, self.name, permits=P.check_permits(permits, False))
+        return await self._take(permits, blocking, timeout, ownerless=False)
+
+    async def _take(
+        self, permits: int, blocking: bool, timeout: float, ownerless: bool
+    ) -> Optional[AsyncHold]:
+        n = P.check_permits(permits, False)
+        spec = P.Spec(P.COUNTED, self.name, permits=n, ownerless=ownerless)
         return await self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, _noop)
 
     async def release(self, permits: int = 1) -> int:
