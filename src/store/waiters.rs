@@ -19,6 +19,9 @@ use crate::rules::{self, Kind, Plan, Reply, Request, View};
 use crate::rw_rules::{self, Acquired, Effect, Mode, RwPlan};
 use crate::sem_rules::{self, SemPlan, SemState};
 
+/// A waiter's request record, with its lock kind, owner, and `OWNERLESS` (counted permits).
+type WaiterRecord = (RequestRecord, Kind, Vec<u8>, bool);
+
 /// The waiter at the head of a queue, as the lock stands now.
 pub enum Head<'a> {
     /// It can be granted: write it with [`Grant::write`].
@@ -38,7 +41,7 @@ pub struct Grant<'a> {
     token: Option<(TokenCounter, u64)>,
     /// The waiter's request record (it asked with `REQUEST id`), with its lock kind and owner
     /// (boxed: most waiters have none).
-    record: Option<Box<(RequestRecord, Kind, Vec<u8>, bool)>>,
+    record: Option<Box<WaiterRecord>>,
 }
 
 enum Write<'a> {
