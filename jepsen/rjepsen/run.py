@@ -445,6 +445,9 @@ def main() -> None:
     mx.add_argument("--seeds", default="1")
     mx.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to run")
     mx.add_argument("--topology", default="all", choices=["all", "sentinel", "cluster"])
+    pub = sub.add_parser("publish", help="write the docs' tables from result directories")
+    pub.add_argument("dirs", nargs="+", help="result directories (later ones replace cells)")
+    pub.add_argument("--docs", default=str(HERE.parent.parent / "docs"))
     for p in (one, mx):
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--duration", type=float, default=60.0)
@@ -453,6 +456,13 @@ def main() -> None:
         )
         p.add_argument("--server", default="redis-server")
     args = ap.parse_args()
+    if args.cmd == "publish":
+        from .publish import publish
+
+        published = publish([Path(d) for d in args.dirs], Path(args.docs))
+        print(summary(published))
+        print(f"{len(published)} cells; problems: {verdict(published)[:5]}")
+        return
     if os.geteuid() != 0:
         raise SystemExit("the suite creates network namespaces: run it as root")
     out = Path(args.out)
