@@ -373,10 +373,7 @@ class SyncBackend:
                     raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
             return conn.read_response()
         except BaseException as e:
-            if must_drop(e):
-                conn.disconnect()
-            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
-                self._refresh_topology()
+            self._failed(conn, e)
             raise
         finally:
             if self.closes != closes:
@@ -427,6 +424,14 @@ class SyncBackend:
             return False, None  # the reply was on its way: read it
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
         return True, reply
+
+    def _failed(self, conn: Any, e: BaseException) -> None:
+        """After a command on ``conn`` failed with ``e``: the connection dropped when its
+        state is unknown, a cluster's slot map refreshed after a topology or transient error."""
+        if must_drop(e):
+            conn.disconnect()
+        if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+            self._refresh_topology()
 
     def _refresh_topology(self) -> None:
         try:
@@ -874,10 +879,7 @@ class SyncBackend:
                 raise Stalled(f"no reply to 'WAIT' within {wait_s + self.rt:.3f} s")
             return int(conn.read_response()) >= replicas
         except BaseException as e:
-            if must_drop(e):
-                conn.disconnect()
-            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
-                self._refresh_topology()
+            self._failed(conn, e)
             raise
         finally:
             if self.closes != closes:

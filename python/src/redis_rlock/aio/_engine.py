@@ -271,13 +271,7 @@ class AsyncBackend:
                 raise e.reply from None  # "was cancelled": the wait is over, holding nothing
             return e.reply
         except BaseException as e:
-            if must_drop(e):
-                await _drop(conn)
-            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
-                try:
-                    await self.client.nodes_manager.initialize()
-                except Exception as err:
-                    log.debug("redis_rlock: cluster refresh failed: %s", err)
+            await self._failed(conn, e)
             raise
         finally:
             if read is not None and not read.done():
@@ -320,6 +314,18 @@ class AsyncBackend:
             return False, None
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
         return True, reply
+
+    async def _failed(self, conn: Any, e: BaseException) -> None:
+        """After a command on ``conn`` failed with ``e``: the connection dropped when its
+        state is unknown, a cluster's slot map refreshed after a topology or transient error
+        (the next attempt retries)."""
+        if must_drop(e):
+            await _drop(conn)
+        if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+            try:
+                await self.client.nodes_manager.initialize()
+            except Exception as err:
+                log.debug("redis_rlock: cluster refresh failed: %s", err)
 
     async def call_until(
         self,
@@ -425,13 +431,7 @@ class AsyncBackend:
                 raise Stalled(f"no reply to 'WAIT' within {wait_s + self.rt:.3f} s") from None
             return int(acked) >= replicas
         except BaseException as e:
-            if must_drop(e):
-                await _drop(conn)
-            if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
-                try:
-                    await self.client.nodes_manager.initialize()
-                except Exception as err:
-                    log.debug("redis_rlock: cluster refresh failed: %s", err)
+            await self._failed(conn, e)
             raise
         finally:
             await pool.release(conn)
