@@ -43,6 +43,8 @@ class Row:
     token_repeats: int = 0
     token_order: int = 0
     heal_to_grant_s: float | None = None
+    #: no grant came after the slowest heal before the end (heal_to_grant_s is a lower bound)
+    no_grant_after_heal: bool = False
     longest_gap_s: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
     unknown: int = 0
@@ -237,14 +239,21 @@ def reentries(events: list[dict[str, Any]]) -> tuple[int, list[str]]:
 
 def liveness(
     grant_times: list[float], heals: list[float], start: float, end: float
-) -> tuple[float | None, float]:
+) -> tuple[float | None, float, bool]:
+    """The slowest heal → next grant (a heal with no grant after it counts until the end, and
+    the third value says so: the time is a lower bound), and the longest time without a grant."""
     times = sorted(t for t in grant_times if start <= t <= end)
     gaps = [b - a for a, b in zip([start, *times], [*times, end])]
-    after = []
+    after: list[tuple[float, bool]] = []
     for h in heals:
         i = bisect.bisect_left(times, h)
-        after.append((times[i] - h) if i < len(times) else (end - h))
-    return (max(after) if after else None), (max(gaps) if gaps else end - start)
+        after.append((times[i] - h, False) if i < len(times) else (end - h, True))
+    slowest = max(after) if after else None
+    return (
+        None if slowest is None else slowest[0],
+        max(gaps) if gaps else end - start,
+        slowest is not None and slowest[1],
+    )
 
 
 def check(events: list[dict[str, Any]], meta: dict[str, Any]) -> list[Row]:
@@ -297,12 +306,13 @@ def check(events: list[dict[str, Any]], meta: dict[str, Any]) -> list[Row]:
         grant_times = [h.start for h in gap_holds] or [
             e["t1"] for e in evs if e["ev"] == "latch_await" and e["open"]
         ]
-        row.heal_to_grant_s, row.longest_gap_s = liveness(
+        row.heal_to_grant_s, row.longest_gap_s, row.no_grant_after_heal = liveness(
             grant_times, meta.get("heals", []), meta["start"], meta["end"]
         )
-        row.errors = dict(
-            Counter(e["err"] for e in evs if e["ev"] == "fail" and e["err"] != "busy")
-        )
+        errors = Counter(e["err"] for e in evs if e["ev"] == "fail" and e["err"] != "busy")
+        # a release given up on (an error reply, or unanswered until the end)
+        errors += Counter(f"release {e['err']}" for e in evs if e["ev"] == "release_failed")
+        row.errors = dict(errors)
         row.unknown = sum(1 for e in evs if e["ev"] == "unknown")
         row.resolved = dict(
             Counter(f"{e['how']}:{e['reply']}" for e in evs if e["ev"] == "resolve")

@@ -217,16 +217,16 @@ class Settles(Protocol):
     def settled(self) -> bool: ...
 
 
-def settle(group: Settles, timeout: float = 60.0) -> float:
+def settle(group: Settles, timeout: float = 60.0) -> tuple[float, bool]:
     """Waits (bounded) until the topology is settled (one master with both replicas in sync;
     in a cluster, every slot served and every master with its replica in sync); returns
-    seconds waited."""
+    seconds waited and whether it settled."""
     t = time.monotonic()
     while time.monotonic() - t < timeout:
         try:
             if group.settled():
-                return time.monotonic() - t
+                return time.monotonic() - t, True
         except Exception:
             pass
         time.sleep(0.2)
-    return time.monotonic() - t
+    return time.monotonic() - t, False

@@ -469,16 +469,19 @@ def test_a_refused_count_down_does_not_count(err: str) -> None:
 
 
 def test_liveness_reports_the_slowest_heal_to_grant_and_the_longest_gap() -> None:
-    after, gap = checker.liveness([2.0, 5.0, 9.0], [4.0, 8.5], 0.0, 10.0)
+    after, gap, open_ended = checker.liveness([2.0, 5.0, 9.0], [4.0, 8.5], 0.0, 10.0)
     assert after == pytest.approx(1.0)  # 4.0 -> 5.0; 8.5 -> 9.0 is faster
     assert gap == pytest.approx(4.0)  # 5.0 -> 9.0
-    # no grant after a heal: it waited until the end
-    assert checker.liveness([2.0], [4.0], 0.0, 10.0) == (6.0, 8.0)
+    assert not open_ended
+    # no grant after a heal: it waited until the end, and says so (a lower bound)
+    assert checker.liveness([2.0], [4.0], 0.0, 10.0) == (6.0, 8.0, True)
+    # a slower heal with a grant outranks a faster one without
+    assert checker.liveness([9.5], [1.0, 9.9], 0.0, 10.0) == (8.5, 9.5, False)
     # no heal: nothing to report; no grant at all: the whole run is one gap
-    assert checker.liveness([2.0], [], 0.0, 10.0) == (None, 8.0)
-    assert checker.liveness([], [], 3.0, 10.0) == (None, 7.0)
+    assert checker.liveness([2.0], [], 0.0, 10.0) == (None, 8.0, False)
+    assert checker.liveness([], [], 3.0, 10.0) == (None, 7.0, False)
     # grants outside the workload's time are not counted
-    assert checker.liveness([-1.0, 11.0], [], 0.0, 10.0) == (None, 10.0)
+    assert checker.liveness([-1.0, 11.0], [], 0.0, 10.0) == (None, 10.0, False)
 
 
 def test_check_reports_liveness_per_workload() -> None:
@@ -512,6 +515,17 @@ def test_errors_are_counted_by_kind_without_busy_replies() -> None:
     events = [fail("NOREPLICAS"), fail("NOREPLICAS"), fail("busy"), fail("timeout")]
     events += [
         {
+            "ev": "release_failed",
+            "c": "a",
+            "w": "lock",
+            "t0": 3.0,
+            "t1": 9.0,
+            "h": "x",
+            "err": "gave_up",
+        }
+    ]
+    events += [
+        {
             "ev": "unknown",
             "c": "a",
             "w": "lock",
@@ -535,7 +549,7 @@ def test_errors_are_counted_by_kind_without_busy_replies() -> None:
         for h, r in [("cancel", "1"), ("cancel", "1"), ("retry", "cancelled")]
     ]
     row = row_of(events)
-    assert row.errors == {"NOREPLICAS": 2, "timeout": 1}
+    assert row.errors == {"NOREPLICAS": 2, "timeout": 1, "release gave_up": 1}
     assert row.unknown == 1
     assert row.resolved == {"cancel:1": 2, "retry:cancelled": 1}
     assert (row.grants, row.anomalies) == (0, 0)

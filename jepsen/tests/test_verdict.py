@@ -86,3 +86,44 @@ def test_an_rlock_workload_with_no_grant_or_no_row_fails_the_cell() -> None:
         "partition/guard_off/seed 7: rlock workloads with no grant: ['latch']",
         "partition/guard_off/seed 7: the checkers found no anomaly in the broken setup",
     ]
+
+
+def test_an_error_of_the_suite_itself_fails_the_cell() -> None:
+    # the session killer's thread died: the session workload ran without its kills
+    failed = cell("pause", "defaults", [], suite_errors=["kill_sessions: Traceback ..."])
+    assert run.verdict([failed]) == [
+        "pause/defaults/seed 7: the suite failed: kill_sessions: Traceback ..."
+    ]
+
+
+def test_a_topology_that_never_settled_after_a_fault_fails_the_cell() -> None:
+    faults = [
+        {"what": "paused n1", "settled_after_s": 2.0, "settled": True},
+        {"what": "paused n2", "settled_after_s": 60.0, "settled": False},
+    ]
+    assert run.verdict([cell("pause", "defaults", [], faults=faults)]) == [
+        "pause/defaults/seed 7: the topology did not settle within 60 s after: ['paused n2']"
+    ]
+
+
+def test_a_heal_with_no_grant_after_it_is_shown_as_a_lower_bound() -> None:
+    rows = [
+        {
+            **row("lock"),
+            "heal_to_grant_s": 12.0,
+            "no_grant_after_heal": True,
+            "longest_gap_s": 12.0,
+            "errors": {},
+            "at_end": "",
+            "worst_ms": 0.0,
+        }
+    ]
+    c = cell("pause", "defaults", rows)
+    for r in c["rows"]:
+        r.setdefault("heal_to_grant_s", 0.5)
+        r.setdefault("longest_gap_s", 1.0)
+        r.setdefault("errors", {})
+        r.setdefault("at_end", "")
+        r.setdefault("worst_ms", 0.0)
+    assert "| > 12.0 | 12.0 |" in run.table([c])
+    assert "| > 12.0 | 12.0 |" in run.summary([c])
