@@ -137,6 +137,7 @@ def run_cell(
             if time.monotonic() + fault.length + 10 > end:
                 break
             t = time.monotonic()
+            before = master_of(group)
             what = fault.start()
             time.sleep(fault.length)
             healed = fault.heal()
@@ -151,6 +152,9 @@ def run_cell(
                     "healed_at": h,
                     "settled_after_s": round(settled, 2),
                     "settled": ok,
+                    # whether the fault moved the lock's master (a failover happened)
+                    "master_before": before,
+                    "master_after": master_of(group),
                 }
             )
             time.sleep(3.0)
@@ -243,6 +247,14 @@ def final_state(group: Topology) -> dict[str, dict[str, Any]]:
     total = TOTALS["redisson_sem"]
     state["redisson_sem"] = {"left": f"{avail} of {total} permits", "bad": avail > total}
     return state
+
+
+def master_of(group: Topology) -> str | None:
+    """The lock's master as the topology says now (None when it cannot tell)."""
+    try:
+        return str(group.master())
+    except Exception:
+        return None
 
 
 def kill_sessions(
@@ -515,7 +527,10 @@ def main() -> None:
         t = time.monotonic()
         print(f"== {topo}: {n} / {m} / seed {s}", flush=True)
         results.append(run_cell(n, m, s, args.duration, cell, args.server, topo))
-        print(table(results[-1:]), f"({time.monotonic() - t:.0f} s)", flush=True)
+        faults = results[-1]["faults"]
+        moved = sum(1 for f in faults if f.get("master_before") != f.get("master_after"))
+        print(table(results[-1:]), f"({time.monotonic() - t:.0f} s;", end=" ")
+        print(f"{len(faults)} faults, {moved} moved the master)", flush=True)
     (out / "results.md").write_text(table(results))
     (out / "summary.md").write_text(summary(results))
     print(summary(results))
