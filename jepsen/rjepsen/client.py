@@ -601,10 +601,12 @@ def w_lost_reply(ctx: Ctx) -> None:
 
 
 def w_latch(ctx: Ctx) -> None:
-    """Client 0 sets the latch to N (acknowledged by every replica before it counts it as
-    set), then counts it down N times; the others await it."""
+    """One client (``latch_setter``, drawn per run: clients alternate between the two client
+    hosts, so the setter is on either side of a partition) sets the latch to N (acknowledged
+    by every replica before it counts it as set), then counts it down N times; the others
+    await it."""
     n = 4
-    if ctx.spec["index"] == 0:
+    if ctx.spec["index"] == ctx.spec.get("latch_setter", 0):
         while ctx.running():
             t0 = now()
             try:

@@ -108,7 +108,14 @@ def run_cell(
             if isinstance(group, cluster.Cluster)
             else {"sentinels": group.sentinel_addrs()}
         )
-        base = {**where, "start": start, "end": end, "run": f"s{seed}", "replicas": replicas}
+        base = {
+            **where,
+            "start": start,
+            "end": end,
+            "run": f"s{seed}",
+            "replicas": replicas,
+            "latch_setter": rng.randrange(RLOCK_WORKLOADS["latch"]),
+        }
         for w, n in {**RLOCK_WORKLOADS, **BASELINES}.items():
             for i in range(n):
                 cid = f"{w}{i}"
