@@ -56,6 +56,30 @@ def test_the_guard_off_under_a_partition_must_show_an_anomaly() -> None:
     assert run.verdict([cell("pause", "guard_off", broken)]) == []
 
 
+def test_in_a_cluster_either_split_brain_cell_of_a_seed_may_show_the_broken_setups_anomaly() -> (
+    None
+):
+    clean = [row("lock"), row("sem")]
+    broken = [row("session", anomalies=1)]
+
+    def of(nemesis: str, rows: list[dict[str, Any]], seed: int = 7) -> dict[str, Any]:
+        return {**cell(nemesis, "guard_off", rows), "topology": "cluster", "seed": seed}
+
+    assert run.verdict([of("cluster_failover", clean), of("partition", broken)]) == []
+    assert run.verdict([of("cluster_failover", broken), of("partition", clean)]) == []
+    assert run.verdict([of("cluster_failover", clean), of("partition", clean)]) == [
+        "cluster cluster_failover/guard_off/seed 7, cluster partition/guard_off/seed 7: "
+        "the checkers found no anomaly in the broken setup"
+    ]
+    # each seed on its own: another seed's anomaly does not stand in
+    assert run.verdict([of("cluster_failover", clean), of("partition", broken, seed=8)]) == [
+        "cluster cluster_failover/guard_off/seed 7: the checkers found no anomaly in the broken "
+        "setup"
+    ]
+    # a cluster's kill is no split brain: not judged
+    assert run.verdict([of("cluster_kill", clean)]) == []
+
+
 def test_a_cell_whose_nemesis_ran_no_fault_fails() -> None:
     # a 15 s lossy link did not fit a short run: the cell was the control run, passing as lossy
     assert run.verdict([cell("lossy", "defaults", [], faults=[])]) == [
