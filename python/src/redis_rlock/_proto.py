@@ -26,6 +26,11 @@ REQUEST_RECORD_S = 60.0
 COUNTED_RESEND_S = REQUEST_RECORD_S - 10
 #: How long one check that a counted give-back reached every replica waits (``WAIT n ms``).
 DURABLE_WAIT_MS = 1000
+#: How long after its first send a lock's or read-write side's release (``REQUEST id``) is
+#: sent again in the background: well inside the 10 s the server remembers the release by its
+#: id, so a resend never ends a later hold of the same owner (the lease ends a hold whose
+#: release was given up on).
+RELEASE_RESEND_S = 6.0
 #: How long a cancelled record stays (module: CANCELLED_MS).
 CANCELLED_S = 60.0
 #: Most permits one leased acquire may ask for (the module refuses more).

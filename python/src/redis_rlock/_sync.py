@@ -711,6 +711,7 @@ class SyncBackend:
         lost, it goes on in the background: the release is idempotent, so sending it twice
         does no harm."""
         settled = False
+        first: Optional[float] = None
         try:
             check_owner(hold)
             if hold.is_lost():
@@ -761,7 +762,7 @@ class SyncBackend:
                 # KeyboardInterrupt / SystemExit / an unexpected error mid-release: the
                 # release was decided (by the call); it goes on in the background (queued
                 # first, then the hold marked done)
-                self.release_later(hold)
+                self.release_later(hold, None, first)
                 hold.done = True
             raise
 
@@ -769,17 +770,21 @@ class SyncBackend:
         self, hold: Hold, args: Optional[list[P.Arg]] = None, first: Optional[float] = None
     ) -> None:
         """Sends ``hold``'s (idempotent) release in the background, until answered or its
-        lease would have ended (counted permits: while the server remembers the release,
-        counted from ``first``, its first send)."""
+        lease would have ended; counted permits: while the server remembers the release; a
+        lock's or side's: at most ``P.RELEASE_RESEND_S`` (both from ``first``, its first send):
+        sent again after the server forgot its id (10 s), a release would end a later hold of
+        the same owner (the lease ends a hold whose release was given up on)."""
         if args is None:
             args = hold.release_args()
         now = time.monotonic()
         horizon = hold.deadline - now
         then = None
+        sent = now if first is None else first
         if hold.spec.kind == P.COUNTED:
-            horizon = (now if first is None else first) + P.COUNTED_RESEND_S - now
-            sent = now if first is None else first
+            horizon = sent + P.COUNTED_RESEND_S - now
             then = functools.partial(self._answered_give_back, hold.spec.key, args, sent)
+        elif hold.spec.kind != P.LEASED:
+            horizon = min(horizon, sent + P.RELEASE_RESEND_S - now)
         horizon = max(0.0, min(horizon, P.REQUEST_RECORD_S))
         self.releaser.submit(hold.spec.key, args, horizon, then)
 

@@ -718,10 +718,15 @@ class AsyncBackend:
             if not is_transient(e):
                 raise
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-            horizon = hold.deadline - time.monotonic()
             if spec.kind == P.COUNTED:  # while the server remembers the release, then durable
                 self.background(self._give_back(spec.key, args, first))
                 return
+            # until the lease ends, at most P.RELEASE_RESEND_S from the first send: sent again
+            # after the server forgot its id, it would end a later hold of the same owner
+            end = hold.deadline
+            if spec.kind != P.LEASED:
+                end = min(end, first + P.RELEASE_RESEND_S)
+            horizon = end - time.monotonic()
             self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
             return
         if spec.kind == P.COUNTED:
