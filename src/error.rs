@@ -21,6 +21,10 @@ pub enum LockError {
     InvalidRequest,
     /// `REQUEST` without an id.
     MissingRequest,
+    /// `ONCE` (of `RSEM.RELEASE`) without an id.
+    MissingOnce,
+    /// An empty id after `ONCE`.
+    InvalidOnce,
     /// An empty `id` argument (`RLOCK.CANCEL`, `RSEM.RENEW`).
     EmptyId,
     /// The server became a replica while the client waited.
@@ -145,6 +149,8 @@ impl LockError {
             Self::BadInteger(arg, problem) => arg.message(problem),
             Self::InvalidRequest => "ERR request id (after REQUEST) must not be empty",
             Self::MissingRequest => "ERR request id is missing after REQUEST",
+            Self::MissingOnce => "ERR release id is missing after ONCE",
+            Self::InvalidOnce => "ERR release id (after ONCE) must not be empty",
             Self::EmptyId => "ERR id must not be empty",
             Self::Demoted => {
                 "READONLY the server became a replica while this client waited for the lock"

@@ -294,8 +294,12 @@ fn a_counted_release_names_its_acquire_with_request_or_itself_with_once() {
         Ok((2, Some(b"r".to_vec()), false))
     );
     assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "once", "r"]), Ok((2, Some(b"r".to_vec()), true)));
-    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE"]), Err(LockError::MissingRequest));
-    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE", ""]), Err(LockError::InvalidRequest));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE"]), Err(LockError::MissingOnce));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE", ""]), Err(LockError::InvalidOnce));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "REQUEST"]), Err(LockError::MissingRequest));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "REQUEST", ""]), Err(LockError::InvalidRequest));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "OWNERLESS"]), Err(LockError::Syntax));
+    assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "OWNERLESS", "r"]), Err(LockError::Syntax));
     assert_eq!(parse(&["RSEM.RELEASE", "s", "2", "ONCE", "r", "x"]), Err(LockError::Syntax));
     assert!(parse(&["RSEM.RELEASE", "s", "0", "ONCE", "r"]).is_err());
 }

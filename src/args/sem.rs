@@ -173,12 +173,22 @@ impl<'a, A: Arg> SemRelease<'a, A> {
             {
                 let permits = permits(n, false)?;
                 let once = word.bytes().eq_ignore_ascii_case(ONCE);
+                let (missing, empty) = if once {
+                    (LockError::MissingOnce, LockError::InvalidOnce)
+                } else {
+                    (LockError::MissingRequest, LockError::InvalidRequest)
+                };
                 match rest {
-                    [] => Err(LockError::MissingRequest),
-                    [id] if id.bytes().is_empty() => Err(LockError::InvalidRequest),
+                    [] => Err(missing),
+                    [id] if id.bytes().is_empty() => Err(empty),
                     [id] => Ok(Self::Count { key, permits, request: Some(id), once }),
                     _ => Err(LockError::Syntax),
                 }
+            }
+            // a word after the count that is neither REQUEST nor ONCE
+            [_, _, n, _, ..] => {
+                permits(n, false)?;
+                Err(LockError::Syntax)
             }
             _ => Err(LockError::WrongArity),
         }
