@@ -40,6 +40,11 @@ class Flag:
             except RuntimeError:
                 pass  # woken already
 
+    def _at_fork_reinit(self) -> None:
+        """In a forked child (``threading._after_fork`` calls it on a thread's ``_started``, as
+        ``Event``'s): the parent's waiters are not in the child; the flag keeps its state."""
+        self._sleepers = {}
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until the flag is raised (True) or ``timeout`` seconds passed (the flag)."""
         if self._on:
