@@ -434,17 +434,21 @@ def coverage(r: dict[str, Any]) -> list[str]:
     return out
 
 
-#: the nemeses that split the brain, per topology: the broken setup (the guard off) must show
-#: an anomaly under at least one of them in each seed. In a cluster both: a plain partition
-#: promotes the replica after cluster-node-timeout while the old master, cut off, still holds
-#: sessions and serves until it notices; the forced failover comes at that same timeout.
-SPLITS = {"sentinel": ("partition",), "cluster": ("cluster_failover", "partition")}
+#: the nemeses whose guard-off cells may show the broken setup's anomalies (every faulted one):
+#: the broken setup (the guard off) must show an anomaly in at least one of them per topology
+#: and seed. Which fault opens a split-brain window where a client still gets grants depends on
+#: the run (who held the lock when the fault came, whether a lossy link made Sentinel fail
+#: over): seed 2 of 2026-11-28 showed none in its partition but 54 under the lossy link.
+SPLITS = {
+    "sentinel": ("partition", "pause", "kill_restart", "lossy", "bridge"),
+    "cluster": ("cluster_failover", "cluster_kill", "partition"),
+}
 
 
 def verdict(results: list[dict[str, Any]]) -> list[str]:
     """What is wrong with these results: an anomaly of rlock with its guard on, or a broken
-    setup (the guard off under a split brain) in which the checkers found nothing in any
-    split-brain cell of its topology and seed (see ``SPLITS``)."""
+    setup (the guard off) in which the checkers found nothing in any faulted cell of its
+    topology and seed (see ``SPLITS``)."""
     problems = []
     broken: dict[tuple[str, int], list[tuple[str, bool]]] = {}
     for r in results:
