@@ -723,6 +723,8 @@ class SyncBackend:
             hold.done = True
             first = time.monotonic()
             until = min(hold.deadline, first + 3 * self.rt)
+            if spec.kind not in (P.COUNTED, P.LEASED):  # never resent past the id's 10 s
+                until = min(until, first + P.RELEASE_RESEND_S)
             counted = spec.kind == P.COUNTED
             try:
                 reply, attempts = self.call_until(

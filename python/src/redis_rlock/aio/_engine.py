@@ -702,6 +702,8 @@ class AsyncBackend:
         args = hold.release_args()  # idempotent: the same request id every time
         first = time.monotonic()
         until = min(hold.deadline, first + 3 * self.rt)
+        if spec.kind not in (P.COUNTED, P.LEASED):  # never resent past the id's 10 s
+            until = min(until, first + P.RELEASE_RESEND_S)
         counted = spec.kind == P.COUNTED
         try:
             resend = is_resendable if counted else is_transient
