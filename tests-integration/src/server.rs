@@ -255,11 +255,22 @@ impl Server {
                 }
             }
             if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) {
-                let info: redis::RedisResult<String> =
-                    redis::cmd("INFO").arg("persistence").query(&mut con);
-                // The line itself: `async_loading:0` is there while `loading:1` too.
-                if matches!(info, Ok(ref s) if s.lines().any(|l| l.trim() == "loading:0")) {
-                    return Ok(());
+                // Another test's server may hold the port this one failed to bind (it then
+                // exits): only this child's own process counts as ready.
+                let own = self.child.as_ref().map(std::process::Child::id);
+                let server: redis::RedisResult<String> =
+                    redis::cmd("INFO").arg("server").query(&mut con);
+                let pid = server.ok().and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.trim().strip_prefix("process_id:")?.parse::<u32>().ok())
+                });
+                if own.is_none() || pid == own {
+                    let info: redis::RedisResult<String> =
+                        redis::cmd("INFO").arg("persistence").query(&mut con);
+                    // The line itself: `async_loading:0` is there while `loading:1` too.
+                    if matches!(info, Ok(ref s) if s.lines().any(|l| l.trim() == "loading:0")) {
+                        return Ok(());
+                    }
                 }
             }
             if Instant::now() > until {

@@ -481,7 +481,8 @@ async fn a_cancelled_semaphore_acquire_takes_nothing() {
 
 /// A master whose replica guard refuses grants (it may have been replaced) gives back no
 /// counted permits: the client's `release` returns that refusal (nothing was given back, the
-/// caller still holds the permits), and the same call succeeds once the master grants again.
+/// caller still holds the permits), and the same release goes on in the background until the
+/// master grants again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_counted_release_refused_by_the_replica_guard_returns_the_refusal_and_gives_back_nothing()
 {
@@ -510,7 +511,14 @@ async fn a_counted_release_refused_by_the_replica_guard_returns_the_refusal_and_
     assert!(refused.contains("gives back no permits"), "{refused}");
     assert_eq!(slots.available().await.expect("available"), 0, "nothing given back");
     let _: () = min_replicas("0").query_async(&mut admin).await.expect("CONFIG SET");
-    assert_eq!(slots.release(2).await.expect("release"), 2);
+    // The refused release goes on in the background (the caller must not release those
+    // permits again): it gives its permit back once the master grants again, exactly once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while slots.available().await.expect("available") != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the refused release never went on");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(slots.release(1).await.expect("release"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
