@@ -28,33 +28,53 @@ impl Sentinel {
     /// When it does not answer `PING` within the bounded start-up wait.
     #[must_use]
     pub fn start(master: &Server, quorum: u32, down_after_ms: u64) -> Self {
-        let dir = tempfile::Builder::new().prefix("rlock-sentinel-").tempdir().expect("temp dir");
-        let port = free_port();
-        let config = format!(
-            "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
-             sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master} {quorum}\n\
-             sentinel down-after-milliseconds {SENTINEL_MASTER} {down_after_ms}\n\
-             sentinel failover-timeout {SENTINEL_MASTER} 10000\n\
-             sentinel parallel-syncs {SENTINEL_MASTER} 2\n",
-            dir = dir.path().display(),
-            master = master.port(),
-        );
-        let path = dir.path().join("sentinel.conf");
-        fs::write(&path, config).expect("sentinel.conf");
-        let child = Command::new(server_binary())
-            .arg(&path)
-            .arg("--sentinel")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start a sentinel");
-        let sentinel = Self { child: Some(child), port, dir };
-        let client = redis::Client::open(sentinel.url()).expect("client");
-        poll("the sentinel to answer", START_TIMEOUT, || {
-            let mut con = client.get_connection_with_timeout(Duration::from_millis(200)).ok()?;
-            redis::cmd("PING").query::<String>(&mut con).ok()
-        });
-        sentinel
+        // A port found free may be taken before the Sentinel binds it (it then exits): try a
+        // few, and count as started only a Sentinel whose own process answers on its port.
+        for _ in 0..5 {
+            let dir =
+                tempfile::Builder::new().prefix("rlock-sentinel-").tempdir().expect("temp dir");
+            let port = free_port();
+            let config = format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+                 sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master} {quorum}\n\
+                 sentinel down-after-milliseconds {SENTINEL_MASTER} {down_after_ms}\n\
+                 sentinel failover-timeout {SENTINEL_MASTER} 10000\n\
+                 sentinel parallel-syncs {SENTINEL_MASTER} 2\n",
+                dir = dir.path().display(),
+                master = master.port(),
+            );
+            let path = dir.path().join("sentinel.conf");
+            fs::write(&path, config).expect("sentinel.conf");
+            let child = Command::new(server_binary())
+                .arg(&path)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start a sentinel");
+            let own = child.id();
+            let mut sentinel = Self { child: Some(child), port, dir };
+            let client = redis::Client::open(sentinel.url()).expect("client");
+            let started = poll("the sentinel to answer", START_TIMEOUT, || {
+                if let Some(child) = sentinel.child.as_mut() {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return Some(false); // exited: its port was taken
+                    }
+                }
+                let mut con =
+                    client.get_connection_with_timeout(Duration::from_millis(200)).ok()?;
+                let info: String = redis::cmd("INFO").arg("server").query(&mut con).ok()?;
+                let pid = info
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("process_id:")?.parse::<u32>().ok());
+                (pid == Some(own)).then_some(true)
+            });
+            if started {
+                return sentinel;
+            }
+            eprintln!("sentinel port {port} taken, trying another");
+        }
+        panic!("no free port for a sentinel");
     }
 
     /// The Sentinel's port (for a [`crate::Proxy`] in front of it).
