@@ -276,39 +276,28 @@ def kill_sessions(
     connection) and start a new one in its place. An error here is the suite's own: recorded
     in ``meta["suite_errors"]`` (the verdict fails the cell), never lost with the thread."""
     try:
-        _kill_sessions(group, procs, meta, rng, stop, end)
+        gen = 0
+        while not stop.wait(rng.uniform(1.0, 3.0)) and time.monotonic() < end - 2:
+            victims = [
+                cid for cid in procs if cid.startswith("session") and procs[cid][0].poll() is None
+            ]
+            if not victims:
+                continue
+            cid = rng.choice(victims)
+            p, spec, host = procs[cid]
+            p.kill()
+            meta["deaths"][cid] = time.monotonic()  # the client believes nothing after this
+            p.wait()
+            gen += 1
+            new = {
+                **spec,
+                "cid": f"{spec['cid']}r{gen}",
+                "out": spec["out"].replace(".jsonl", f"r{gen}.jsonl"),
+                "start": 0,
+            }
+            procs[new["cid"]] = (spawn(group, host, new), new, host)
     except Exception:
         meta.setdefault("suite_errors", []).append("kill_sessions: " + traceback.format_exc())
-
-
-def _kill_sessions(
-    group: Topology,
-    procs: dict[str, Any],
-    meta: dict[str, Any],
-    rng: random.Random,
-    stop: threading.Event,
-    end: float,
-) -> None:
-    gen = 0
-    while not stop.wait(rng.uniform(1.0, 3.0)) and time.monotonic() < end - 2:
-        victims = [
-            cid for cid in procs if cid.startswith("session") and procs[cid][0].poll() is None
-        ]
-        if not victims:
-            continue
-        cid = rng.choice(victims)
-        p, spec, host = procs[cid]
-        p.kill()
-        meta["deaths"][cid] = time.monotonic()  # the client believes nothing after this
-        p.wait()
-        gen += 1
-        new = {
-            **spec,
-            "cid": f"{spec['cid']}r{gen}",
-            "out": spec["out"].replace(".jsonl", f"r{gen}.jsonl"),
-            "start": 0,
-        }
-        procs[new["cid"]] = (spawn(group, host, new), new, host)
 
 
 def nemesis_label(r: dict[str, Any]) -> str:
