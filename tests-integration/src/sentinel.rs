@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use crate::server::{free_port, server_binary, START_TIMEOUT};
+use crate::server::{free_port, process_id, server_binary, START_TIMEOUT};
 use crate::{poll, Server};
 
 /// A Sentinel on a loopback port, monitoring one master as `mymaster` (the server binary in
@@ -63,11 +63,7 @@ impl Sentinel {
                 }
                 let mut con =
                     client.get_connection_with_timeout(Duration::from_millis(200)).ok()?;
-                let info: String = redis::cmd("INFO").arg("server").query(&mut con).ok()?;
-                let pid = info
-                    .lines()
-                    .find_map(|l| l.trim().strip_prefix("process_id:")?.parse::<u32>().ok());
-                (pid == Some(own)).then_some(true)
+                (process_id(&mut con) == Some(own)).then_some(true)
             });
             if started {
                 return sentinel;

@@ -258,13 +258,7 @@ impl Server {
                 // Another test's server may hold the port this one failed to bind (it then
                 // exits): only this child's own process counts as ready.
                 let own = self.child.as_ref().map(std::process::Child::id);
-                let server: redis::RedisResult<String> =
-                    redis::cmd("INFO").arg("server").query(&mut con);
-                let pid = server.ok().and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.trim().strip_prefix("process_id:")?.parse::<u32>().ok())
-                });
-                if own.is_none() || pid == own {
+                if own.is_none() || process_id(&mut con) == own {
                     let info: redis::RedisResult<String> =
                         redis::cmd("INFO").arg("persistence").query(&mut con);
                     // The line itself: `async_loading:0` is there while `loading:1` too.
@@ -298,6 +292,13 @@ impl Drop for Server {
             eprintln!("{}", self.log_banner());
         }
     }
+}
+
+/// The process id of the server on `con` (`INFO server`), if it answers: a server or
+/// Sentinel that failed to bind its port may find another test's process answering there.
+pub(crate) fn process_id(con: &mut redis::Connection) -> Option<u32> {
+    let info: String = redis::cmd("INFO").arg("server").query(con).ok()?;
+    info.lines().find_map(|l| l.trim().strip_prefix("process_id:")?.parse().ok())
 }
 
 pub(crate) fn free_port() -> u16 {
