@@ -427,3 +427,10 @@ def info_map(reply: Any) -> Optional[dict[bytes, Any]]:
         return {bytes(k) if not isinstance(k, str) else k.encode(): v for k, v in reply.items()}
     it = iter(reply)
     return {bytes(k) if not isinstance(k, str) else k.encode(): v for k, v in zip(it, it)}
+
+
+def resend_end(kind: str, first: float, end: float) -> float:
+    """Until when a hold's release first sent at ``first`` may be sent (again), given ``end``
+    (its lease, or the caller's bound): a lock's or side's at most ``RELEASE_RESEND_S`` after
+    ``first``; counted and leased permits' releases are idempotent for longer."""
+    return end if kind in (COUNTED, LEASED) else min(end, first + RELEASE_RESEND_S)

@@ -722,9 +722,7 @@ class SyncBackend:
             args = hold.release_args()
             hold.done = True
             first = time.monotonic()
-            until = min(hold.deadline, first + 3 * self.rt)
-            if spec.kind not in (P.COUNTED, P.LEASED):  # never resent past the id's 10 s
-                until = min(until, first + P.RELEASE_RESEND_S)
+            until = P.resend_end(spec.kind, first, min(hold.deadline, first + 3 * self.rt))
             counted = spec.kind == P.COUNTED
             try:
                 reply, attempts = self.call_until(
@@ -779,14 +777,13 @@ class SyncBackend:
         if args is None:
             args = hold.release_args()
         now = time.monotonic()
-        horizon = hold.deadline - now
         then = None
         sent = now if first is None else first
         if hold.spec.kind == P.COUNTED:
             horizon = sent + P.COUNTED_RESEND_S - now
             then = functools.partial(self._answered_give_back, hold.spec.key, args, sent)
-        elif hold.spec.kind != P.LEASED:
-            horizon = min(horizon, sent + P.RELEASE_RESEND_S - now)
+        else:
+            horizon = P.resend_end(hold.spec.kind, sent, hold.deadline) - now
         horizon = max(0.0, min(horizon, P.REQUEST_RECORD_S))
         self.releaser.submit(hold.spec.key, args, horizon, then)
 

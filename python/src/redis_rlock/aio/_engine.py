@@ -701,9 +701,7 @@ class AsyncBackend:
         spec = hold.spec
         args = hold.release_args()  # idempotent: the same request id every time
         first = time.monotonic()
-        until = min(hold.deadline, first + 3 * self.rt)
-        if spec.kind not in (P.COUNTED, P.LEASED):  # never resent past the id's 10 s
-            until = min(until, first + P.RELEASE_RESEND_S)
+        until = P.resend_end(spec.kind, first, min(hold.deadline, first + 3 * self.rt))
         counted = spec.kind == P.COUNTED
         try:
             resend = is_resendable if counted else is_transient
@@ -723,12 +721,8 @@ class AsyncBackend:
             if spec.kind == P.COUNTED:  # while the server remembers the release, then durable
                 self.background(self._give_back(spec.key, args, first))
                 return
-            # until the lease ends, at most P.RELEASE_RESEND_S from the first send: sent again
-            # after the server forgot its id, it would end a later hold of the same owner
-            end = hold.deadline
-            if spec.kind != P.LEASED:
-                end = min(end, first + P.RELEASE_RESEND_S)
-            horizon = end - time.monotonic()
+            # sent again after the server forgot its id, it would end a later hold of the owner
+            horizon = P.resend_end(spec.kind, first, hold.deadline) - time.monotonic()
             self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
             return
         if spec.kind == P.COUNTED:
