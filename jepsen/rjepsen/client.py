@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import re
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -70,6 +72,25 @@ CODED: list[tuple[type[Exception], str]] = [
     (redis.exceptions.AskError, "ASK"),
     (redis.exceptions.ClusterCrossSlotError, "CROSSSLOT"),
 ]
+
+
+#: refusals that say "not here, not now" (no master, a stale one, replicas missing): a give-back
+#: refused so is sent again
+RETRIED = frozenset(
+    {
+        "NOREPLICAS",
+        "READONLY",
+        "LOADING",
+        "no_master",
+        "no_cluster",
+        "connection_refused",
+        "CLUSTERDOWN",
+        "MOVED",
+        "ASK",
+        "TRYAGAIN",
+        "MASTERDOWN",
+    }
+)
 
 
 class Uncertain(Exception):
@@ -247,11 +268,14 @@ class Ctx:
     end: float
     _next: int = 0
     stats: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    giver: Giver | None = None
 
     def log(self, ev: str, **kw: Any) -> None:
         kw.update(ev=ev, c=self.cid, k=self.key, w=self.spec["workload"])
-        self.out.write(json.dumps(kw) + "\n")
-        self.out.flush()
+        with self._lock:
+            self.out.write(json.dumps(kw) + "\n")
+            self.out.flush()
 
     def hold_id(self) -> str:
         self._next += 1
@@ -275,19 +299,7 @@ class Ctx:
             try:
                 return self.master.call(*args), t0, now()
             except Refused as exc:
-                if exc.kind not in (
-                    "NOREPLICAS",
-                    "READONLY",
-                    "LOADING",
-                    "no_master",
-                    "no_cluster",
-                    "connection_refused",
-                    "CLUSTERDOWN",
-                    "MOVED",
-                    "ASK",
-                    "TRYAGAIN",
-                    "MASTERDOWN",
-                ):
+                if exc.kind not in RETRIED:
                     return "error:" + exc.kind, t0, now()
             except Uncertain:
                 pass
@@ -321,6 +333,97 @@ def durable(ctx: Ctx, *args: Any) -> tuple[Any, float, float]:
         time.sleep(0.1)
 
 
+class Giver:
+    """The client's give-backs made durable in the background, on a connection of their own:
+    a give-back the current master did not answer, or answered without its replicas'
+    acknowledgement (the master is cut off, or stalled), is sent on with :func:`durable` while
+    the workload goes on asking, as a client with several holders would. Every give-back
+    names what it ends (a request id, a hold's own owner, a permit id), so a late one cannot
+    end a later hold."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        m = ctx.master
+        self.ctx = Ctx(
+            ctx.spec,
+            Master(m.sentinels, m.cluster_seeds, m.timeout, m.key),
+            ctx.out,
+            random.Random(),
+            ctx.cid,
+            ctx.key,
+            ctx.end,
+            _lock=ctx._lock,
+        )
+        self.todo: queue.Queue[tuple[tuple[Any, ...], str | None, float] | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def put(self, args: tuple[Any, ...], h: str | None, t0: float) -> None:
+        self.todo.put((args, h, t0))
+
+    def _run(self) -> None:
+        while (item := self.todo.get()) is not None:
+            args, h, t0 = item
+            r, _, t1 = durable(self.ctx, *args)
+            if h is not None and isinstance(r, str) and (r.startswith("error:") or r == "gave_up"):
+                self.ctx.log("release_failed", t0=t0, t1=t1, h=h, err=r)
+            self.todo.task_done()
+
+    def close(self) -> None:
+        """Waits (bounded: :func:`durable` gives up 30 s after the run's end) for every
+        give-back handed over."""
+        self.todo.put(None)
+        self.thread.join(timeout=max(0.0, self.ctx.end + 36 - now()))
+
+
+def give_back(ctx: Ctx, *args: Any, h: str | None = None) -> None:
+    """A release sent once here (so the next holder need not wait for the lease); when its
+    reply or the replicas' acknowledgement is missing, handed to the background
+    :class:`Giver` to be made :func:`durable`. Give-backs need no order among themselves: each
+    names the one hold or grant it ends."""
+    t0 = now()
+    try:
+        ctx.master.call(*args)
+        if acknowledged(ctx):
+            return
+    except Refused as exc:
+        if exc.kind not in RETRIED:
+            if h is not None:
+                ctx.log("release_failed", t0=t0, t1=now(), h=h, err="error:" + exc.kind)
+            return
+    except Uncertain:
+        pass
+    in_background(ctx, args, h, t0)
+
+
+def cancel(ctx: Ctx, req: str) -> tuple[Any, float, float]:
+    """``RLOCK.CANCEL`` of request ``req``, sent here until a master answers it (its reply says
+    what it undid), then made :func:`durable` in the background when the replicas did not
+    acknowledge it. Returns (reply or error kind, t0, t1) as :meth:`Ctx.until_answered`."""
+    args = ("RLOCK.CANCEL", ctx.key, req)
+    r, t0, t1 = ctx.until_answered(*args)
+    if isinstance(r, str) and (r.startswith("error:") or r == "gave_up"):
+        return r, t0, t1
+    try:
+        if acknowledged(ctx):
+            return r, t0, t1
+    except (Refused, Uncertain):
+        pass
+    in_background(ctx, args, None, t0)
+    return r, t0, t1
+
+
+def acknowledged(ctx: Ctx) -> bool:
+    """Whether every replica acknowledged what this client wrote last (``WAIT``, 100 ms)."""
+    want = int(ctx.spec.get("replicas", 0))
+    return want == 0 or int(ctx.master.call("WAIT", want, 100)) >= want
+
+
+def in_background(ctx: Ctx, args: tuple[Any, ...], h: str | None, t0: float) -> None:
+    if ctx.giver is None:
+        ctx.giver = Giver(ctx)
+    ctx.giver.put(args, h, t0)
+
+
 # --- rlock workloads --------------------------------------------------------------------
 
 LEASE = 3000
@@ -343,17 +446,15 @@ def acquire_once(
     hold: tuple[float, float] = (0.0, 0.05),
     lease: int = LEASE,
     after_grant: Callable[[Any], bool] | None = None,
-    during: Callable[[Any], None] | None = None,
+    during: Callable[[Any, str], None] | None = None,
     **tags: Any,
 ) -> None:
     """Acquire with a fresh REQUEST id (waiting in the server), hold, release. A lost reply is
     resolved with ``RLOCK.CANCEL`` until some master answers it, so the client never believes
-    it holds what it does not, and never leaves its grant behind. Every give-back is
-    :func:`durable`."""
-
-    def give_back(*a: Any) -> tuple[Any, float, float]:
-        return durable(ctx, *a)
-
+    it holds what it does not, and never leaves its grant behind. Every give-back is made
+    :func:`durable`, in the background when the master does not answer it with its replicas,
+    so the client goes on asking: a :func:`cancel` (answered here first), a release
+    (:func:`give_back`)."""
     req = ctx.req()
     t0 = now()
     try:
@@ -364,7 +465,7 @@ def acquire_once(
         return
     except Uncertain as exc:
         ctx.log("unknown", t0=t0, t1=now(), err=str(exc), req=req)
-        r, c0, c1 = give_back("RLOCK.CANCEL", ctx.key, req)
+        r, c0, c1 = cancel(ctx, req)
         ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
         return
     t1 = now()
@@ -377,21 +478,18 @@ def acquire_once(
         acked = False
     if not acked:
         # not acknowledged by the replicas: rolled back, believed by nobody
-        r, _, _ = give_back("RLOCK.CANCEL", ctx.key, req)
+        r, _, _ = cancel(ctx, req)
         ctx.log("fail", t0=t0, t1=now(), err="not_acknowledged", undo=str(r))
         return
     h = ctx.hold_id()
     ctx.log("grant", t0=t0, t1=t1, lease=lease, token=token(reply), n=n, h=h, req=req, **tags)
     if during is not None:
-        during(reply)
+        during(reply, req)
     ctx.nap(*hold)
-    rt0 = now()
-    ctx.log("release", t0=rt0, h=h)
+    ctx.log("release", t0=now(), h=h)
     # releases by request id or permit id are idempotent: sent until some master answers, as
     # rlock's clients do, so a release cut off with an old master reaches the new one
-    r, _, t1 = give_back(*release(reply, req))
-    if isinstance(r, str) and (r.startswith("error:") or r == "gave_up"):
-        ctx.log("release_failed", t0=rt0, t1=t1, h=h, err=r)
+    give_back(ctx, *release(reply, req), h=h)
 
 
 def acquire_loop(ctx: Ctx, *args: Any, **kw: Any) -> None:
@@ -399,12 +497,14 @@ def acquire_loop(ctx: Ctx, *args: Any, **kw: Any) -> None:
         acquire_once(ctx, *args, **kw)
 
 
-def owner(ctx: Ctx) -> str:
-    return f"{ctx.spec['run']}-{ctx.cid}:1"
+def owner(ctx: Ctx, req: str = "1") -> str:
+    """The owner id of the hold acquired with request ``req``: one per hold, so a give-back
+    still being sent in the background (it names the owner) can never end a later hold of
+    the same client."""
+    return f"{ctx.spec['run']}-{ctx.cid}:{req}"
 
 
 def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
-    own = owner(ctx)
     lease = 10000 if ack else LEASE
     hold = (0.0, 1.0) if ack else ((0.0, 0.3) if session else (0.0, 0.05))
 
@@ -412,7 +512,7 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
         cmd: list[Any] = [
             "RLOCK.ACQUIRE",
             ctx.key,
-            own,
+            owner(ctx, req),
             lease,
             "WAIT",
             WAIT,
@@ -426,11 +526,12 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
     def acked(_reply: Any) -> bool:
         return int(ctx.master.call("WAIT", ack, 1000)) >= ack
 
-    def reenter(outer: Any) -> None:
+    def reenter(outer: Any, outer_req: str) -> None:
         """Sometimes re-enters the lock it holds (the count goes to 2 and back): granted
         at once (a new, larger token), as the holder still holds it."""
         if ctx.rng.random() > 0.3:
             return
+        own = owner(ctx, outer_req)
         req = ctx.req()
         t0 = now()
         try:
@@ -442,19 +543,19 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
             return
         except Uncertain as exc:
             ctx.log("reenter", t0=t0, t1=now(), err=exc.kind if hasattr(exc, "kind") else str(exc))
-            durable(ctx, "RLOCK.CANCEL", ctx.key, req)
+            cancel(ctx, req)
             return
         ctx.log("reenter", t0=t0, t1=now(), token=token_of(reply), outer=token_of(outer))
         if token_of(reply) is not None:
             ctx.nap(0.0, 0.01)
-            durable(ctx, "RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
+            give_back(ctx, "RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
 
     acquire_loop(
         ctx,
         build,
         lambda r: token_of(r) is not None,
         token_of,
-        lambda _r, req: ["RLOCK.RELEASE", ctx.key, own, "REQUEST", req],
+        lambda _r, req: ["RLOCK.RELEASE", ctx.key, owner(ctx, req), "REQUEST", req],
         hold=hold,
         lease=lease,
         after_grant=acked if ack else None,
@@ -463,22 +564,24 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
 
 
 def w_rwlock(ctx: Ctx) -> None:
-    own = owner(ctx)
     while ctx.running():
-        rw_once(ctx, own, "WRITE" if ctx.rng.random() < 0.4 else "READ")
+        rw_once(ctx, "WRITE" if ctx.rng.random() < 0.4 else "READ")
 
 
-def rw_once(ctx: Ctx, own: str, side: str) -> None:
+def rw_once(ctx: Ctx, side: str) -> None:
     write = side == "WRITE"
     acquire_once(
         ctx,
         lambda req: (
-            ["RWLOCK.ACQUIRE", ctx.key, own, side, LEASE, "WAIT", WAIT, "REQUEST", req, "GT"]
+            [
+                *("RWLOCK.ACQUIRE", ctx.key, owner(ctx, req), side, LEASE),
+                *("WAIT", WAIT, "REQUEST", req, "GT"),
+            ]
             + (["TOKEN"] if write else [])
         ),
         lambda r: token_of(r) is not None if write else r is None,
         lambda r: token_of(r) if write else None,
-        lambda _r, req: ["RWLOCK.RELEASE", ctx.key, own, side, "REQUEST", req],
+        lambda _r, req: ["RWLOCK.RELEASE", ctx.key, owner(ctx, req), side, "REQUEST", req],
         side=side,
     )
 
@@ -532,9 +635,9 @@ def w_lost_reply(ctx: Ctx) -> None:
     """Acquires whose replies are thrown away unread (the connection closed after sending),
     then resolved exactly through their ``REQUEST`` id: half by a retry with the same id (its
     reply is the first one's grant, or a new acquire), half by ``RLOCK.CANCEL``."""
-    own = owner(ctx)
     while ctx.running():
         req = ctx.req()
+        own = owner(ctx, req)
         cmd = ["RLOCK.ACQUIRE", ctx.key, own, LEASE, "WAIT", WAIT, "TOKEN", "REQUEST", req, "GT"]
         before = owner_count(ctx, own)
         t0 = now()
@@ -559,7 +662,7 @@ def w_lost_reply(ctx: Ctx) -> None:
             continue
         ctx.log("unknown", t0=t0, t1=now(), req=req, err="dropped")
         if ctx.rng.random() < 0.5:
-            r, c0, c1 = durable(ctx, "RLOCK.CANCEL", ctx.key, req)
+            r, c0, c1 = cancel(ctx, req)
             ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
             holds_nothing(ctx, own, req, before)
             continue
@@ -581,7 +684,7 @@ def w_lost_reply(ctx: Ctx) -> None:
                 time.sleep(0.05)
                 continue
             except Uncertain:
-                r, c0, c1 = durable(ctx, "RLOCK.CANCEL", ctx.key, req)
+                r, c0, c1 = cancel(ctx, req)
                 ctx.log("resolve", t0=c0, t1=c1, req=req, how="cancel", reply=str(r))
                 holds_nothing(ctx, own, req, before)
                 break
@@ -596,7 +699,7 @@ def w_lost_reply(ctx: Ctx) -> None:
                 ctx.log("grant", t0=t0, t1=r1, lease=LEASE, token=tok, n=1, h=h, req=req)
                 ctx.nap(0.0, 0.05)
                 ctx.log("release", t0=now(), h=h)
-                durable(ctx, "RLOCK.RELEASE", ctx.key, own, "REQUEST", req)
+                give_back(ctx, "RLOCK.RELEASE", ctx.key, own, "REQUEST", req, h=h)
             break
 
 
@@ -813,6 +916,8 @@ def main() -> None:
         while now() < float(spec["start"]):
             time.sleep(0.01)
         WORKLOADS[spec["workload"]](ctx)
+        if ctx.giver is not None:
+            ctx.giver.close()
         ctx.log("stop", t0=now())
 
 
