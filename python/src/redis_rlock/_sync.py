@@ -796,16 +796,14 @@ class SyncBackend:
         given up on is a permit lost. Answered, it is made durable in the background
         (:meth:`confirm_later`)."""
         first = time.monotonic()
-        until = first + min(3 * self.rt, P.COUNTED_RESEND_S)
         try:
+            until = first + min(3 * self.rt, P.COUNTED_RESEND_S)
             reply = self.call_until(key, args, until, is_resendable)[0]
         except BaseException as e:
             if isinstance(e, Exception) and not is_resendable(e):
                 raise  # an error reply (or a bad argument): nothing was given back
             log.warning("redis_rlock: release of %r goes on in the background: %r", key, e)
-            horizon = first + P.COUNTED_RESEND_S - time.monotonic()
-            then = functools.partial(self._answered_give_back, key, args, first)
-            self.releaser.submit(key, args, max(0.0, horizon), then)
+            self.counted_release_later(key, args, first)
             if isinstance(e, ResponseError):
                 # refused all along (NOREPLICAS: a master without its replicas gives back no
                 # counted permits), yet not given up: the caller must not release them again
@@ -814,6 +812,15 @@ class SyncBackend:
             raise
         self.confirm_later(key, args, first)
         return reply
+
+    def counted_release_later(self, key: bytes, args: list[P.Arg], first: float) -> None:
+        """Sends the counted release ``args`` (``ONCE id``: given back once per id, however
+        often it is sent) in the background while the server remembers it
+        (``P.COUNTED_RESEND_S`` from ``first``), then makes it durable: the release of a call
+        interrupted or unanswered, which the caller must not repeat."""
+        horizon = first + P.COUNTED_RESEND_S - time.monotonic()
+        then = functools.partial(self._answered_give_back, key, args, first)
+        self.releaser.submit(key, args, max(0.0, horizon), then)
 
     def _cancelled_counted(self, key: bytes, args: list[P.Arg], first: float, reply: Any) -> None:
         """An ``RLOCK.CANCEL`` of a counted request answered ``2`` gave its permits back: made

@@ -5,6 +5,7 @@ and :class:`LeasedSemaphore` (leased permits with ids, Redisson's
 from __future__ import annotations
 
 import threading
+import time
 from types import TracebackType
 from typing import Any, Callable, Optional
 
@@ -176,11 +177,25 @@ class Semaphore(_SemBase):
         and the same release goes on in the background for 50 s from its first send: do not
         release those permits again (counted permits have no lease: a release given up on
         would be a permit held by nobody for good)."""
-        args = P.counted_release(self.name, P.check_permits(permits, False))
-        try:
+        try:  # first: no bytecode of this call may be interrupted outside it
+            first = time.monotonic()
+            args = P.counted_release(self.name, P.check_permits(permits, False))
             return int(self._be.counted_release(self.name, args))
         except ResponseError as e:
             raise translate(e, self.name.decode(errors="replace")) from None
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                self._release_interrupted(permits, locals())
+            raise
+
+    def _release_interrupted(self, permits: int, seen: dict[str, Any]) -> None:
+        """:meth:`release` interrupted (a KeyboardInterrupt) at any point, the engine's own
+        handling included or not: the release goes on in the background. With the id the
+        call made, if it made one (sent again, it gives back once); else with a new one (the
+        call sent nothing)."""
+        first = seen.get("first", time.monotonic())
+        args = seen.get("args") or P.counted_release(self.name, P.check_permits(permits, False))
+        self._be.counted_release_later(self.name, args, first)
 
     def _take_one(self, store: Callable[[Hold], None]) -> Optional[Hold]:
         spec = P.Spec(P.COUNTED, self.name, permits=1)
