@@ -111,6 +111,11 @@ pub enum LockError {
     RequestOwnerTooLong,
     /// An acquire whose request id already waits in this lock's queue.
     RequestWaiting,
+    /// A release with a `REQUEST`/`ONCE` id, or an `OWNERLESS` acquire, whose id this server has
+    /// no record of, run right after the server stalled: it may be a resend that waited in the
+    /// server's buffers through the stall while the record of its first send ended
+    /// (`replicas::resumed_from_stall`).
+    UnknownIdAfterStall,
     /// An acquire whose request id's record holds the grant of another acquire (another owner,
     /// mode, permit count, or `TOKEN`).
     RequestMismatch,
@@ -231,6 +236,9 @@ impl LockError {
             }
             Self::RequestCancelled => "ERR request was cancelled",
             Self::RequestWaiting => "ERR request is already waiting",
+            Self::UnknownIdAfterStall => {
+                "TRYAGAIN this server did not run for longer than rlock.stall-ms just now; an id it has no record of may be a late resend of one whose record ended meanwhile, so it is not taken as new before the server's next check (within 100 ms): retry"
+            }
             Self::RequestMismatch => {
                 "ERR request belongs to another acquire (another owner, mode, permit count or TOKEN)"
             }

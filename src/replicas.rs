@@ -254,6 +254,9 @@ pub struct Health {
     pub quarantine_until: i64,
     /// How long a check stays valid (ms): a few cron periods.
     pub valid_ms: i64,
+    /// When the last check that found a stall (a gap over the threshold) ran (Unix ms); 0:
+    /// never.
+    pub stalled_at: i64,
 }
 
 impl Health {
@@ -267,6 +270,7 @@ impl Health {
         checked_at: 0,
         quarantine_until: 0,
         valid_ms: 500,
+        stalled_at: 0,
     };
 
     /// A master loaded with [`STATE_FILE`] present, whose count says `before` replicas were
@@ -310,6 +314,7 @@ impl Health {
             checked_at: now,
             quarantine_until,
             valid_ms,
+            stalled_at: if stalled { now } else { self.stalled_at },
         }
     }
 
@@ -420,6 +425,25 @@ pub fn may_grant(now: i64) -> Result<(), LockError> {
 #[must_use]
 pub fn grants_allowed(now: i64) -> bool {
     HEALTH.get().may_grant(now, MIN_REPLICAS.load(Ordering::Relaxed)).is_ok()
+}
+
+/// How long after the check that found a stall an id the server has no record of is not
+/// taken as new ([`resumed_from_stall`]), at least: the commands buffered through the stall
+/// run right after that check.
+pub const AFTER_STALL_MS: i64 = 500;
+
+/// Whether the server stalled (stopped, or busy: no check for longer than [`stall_ms`]) just
+/// now: its last check (Redis's cron, on a master) is that old at `now`, or found such a gap
+/// less than [`AFTER_STALL_MS`] (and two cron periods) ago. A command run now may have waited
+/// in the server's buffers through the stall, sent before the record of an id it carries
+/// ended meanwhile. (After a SIGSTOP, or a long command, Redis runs its cron before it reads
+/// the commands that arrived meanwhile: the first check sees the gap, then they run.)
+#[must_use]
+pub fn resumed_from_stall(now: i64) -> bool {
+    let health = HEALTH.get();
+    let unchecked = health.checked_at > 0 && now - health.checked_at > stall_ms();
+    let after = AFTER_STALL_MS.max(2 * longest_period());
+    unchecked || (health.stalled_at > 0 && now - health.stalled_at <= after)
 }
 
 /// Commands refused by [`may_grant`] since load.
@@ -782,6 +806,16 @@ mod tests {
             Some(Link { online: false, lag: 0 })
         );
         assert_eq!(parse_link(b"ip=::1,port=1"), None);
+    }
+
+    #[test]
+    fn a_check_after_a_gap_over_the_threshold_records_when_it_found_the_stall() {
+        let h = Health::NEW.checked(1_000, &[], 2, STALL_MS).checked(1_100, &[], 2, STALL_MS);
+        assert_eq!(h.stalled_at, 0, "a cron period is no stall");
+        let h = h.checked(1_100 + STALL_MS + 1, &[], 2, STALL_MS);
+        assert_eq!(h.stalled_at, 1_100 + STALL_MS + 1);
+        let h = h.checked(1_200 + STALL_MS + 1, &[], 2, STALL_MS);
+        assert_eq!(h.stalled_at, 1_100 + STALL_MS + 1, "kept until the next stall");
     }
 
     #[test]

@@ -169,6 +169,13 @@ pub(crate) fn from_server(e: &RedisError) -> bool {
     matches!(e.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension)
 }
 
+/// Whether `e` is `TRYAGAIN`: the server changed nothing and asks for the same command again
+/// (the module's refusal of an id it has no record of right after a stall; a cluster's slot
+/// being moved).
+pub(crate) fn try_again(e: &RedisError) -> bool {
+    e.code() == Some("TRYAGAIN")
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

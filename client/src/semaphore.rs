@@ -123,8 +123,8 @@ impl Semaphore {
     /// role before it replicated (cut off and replaced) would lose it, and the permit with it.
     /// The call does not wait for that. When the call fails otherwise than by the server's
     /// refusal (a lost reply, a dropped connection, `NOREPLICAS`/`READONLY` from a server that
-    /// is not the master), the same release goes on in the background the same way: do not
-    /// release those permits again.
+    /// is not the master, `TRYAGAIN` from a server that just resumed from a stall), the same
+    /// release goes on in the background the same way: do not release those permits again.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a count outside 1 to `i64::MAX` (nothing sent);
@@ -136,8 +136,11 @@ impl Semaphore {
         command.arg(&*self.name).arg(permits).arg("ONCE").arg(id);
         let until = crate::releaser::until_after(COUNTED_RESEND);
         let reply = self.shared.on_master(&command).await;
+        // `TRYAGAIN` (an id the server does not take as new right after a stall): nothing ran,
+        // and it goes on in the background as after a lost reply.
         let refused = matches!(&reply, Err(Error::Redis(e))
-            if crate::error::from_server(e) && !crate::conn::not_master(e));
+            if crate::error::from_server(e) && !crate::conn::not_master(e)
+                && !crate::error::try_again(e));
         if !refused {
             let key = Arc::clone(&self.name);
             let durable = crate::releaser::Durable::Now;

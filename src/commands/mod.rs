@@ -140,6 +140,8 @@ pub(crate) fn latched(
         if let Some(first) = latch.result(ctx)? {
             return Ok(RedisValue::Integer(first));
         }
+        // Unknown here: not a late resend of one forgotten during a stall.
+        store::may_take_unknown_id(ctx)?;
     }
     let reply = release()?;
     if let (Some(latch), Some(result)) = (latch, rules::remembered(reply)) {

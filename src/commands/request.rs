@@ -140,6 +140,10 @@ pub(crate) fn release_counted(
         LockError::RequestMismatch => refused(e),
         e => e.into(),
     })?;
+    if once && stored.is_none() {
+        // An id given back once: not a late resend of one forgotten during a stall.
+        store::may_take_unknown_id(ctx)?;
+    }
     match request_rules::release_counted(stored.as_ref(), permits, once).map_err(refused)? {
         CountedRelease::GiveBack => {
             let left = waiting::sem_give_back(ctx, name, permits)?;

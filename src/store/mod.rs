@@ -78,6 +78,21 @@ pub fn may_grant(ctx: &Context) -> Result<(), LockError> {
     }
 }
 
+/// Refuses to take an id this master has no record of as new (a release's `REQUEST`/`ONCE`
+/// id, an `OWNERLESS` acquire's) right after a stall, when it may be a late resend whose first
+/// send's record ended during the stall ([`replicas::resumed_from_stall`]); the client
+/// retries.
+///
+/// # Errors
+/// [`LockError::UnknownIdAfterStall`].
+pub fn may_take_unknown_id(ctx: &Context) -> Result<(), LockError> {
+    if raw::is_master(ctx) && replicas::resumed_from_stall(raw::now_ms()) {
+        Err(LockError::UnknownIdAfterStall)
+    } else {
+        Ok(())
+    }
+}
+
 /// Refuses a give-back of counted permits where [`may_grant`] refuses a grant: counted permits
 /// have no lease, so a give-back written on a master that was replaced (and whose data is
 /// thrown away when it is demoted) would lose them for good; the caller retries on the current

@@ -124,8 +124,14 @@ impl Hold {
                     retried = true;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                Err(e) if retries > 0 && crate::error::try_again(&e) => {
+                    // Nothing ran (the server just resumed from a stall): the same release
+                    // again, as a first one, once the server's next check ran (within 500 ms).
+                    retries -= 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
                 Err(e) => {
-                    if !redis_uncertain(&e) {
+                    if !redis_uncertain(&e) && !crate::error::try_again(&e) {
                         pending.cmd = None; // refused: the server changed nothing
                     }
                     return Err(e.into());
