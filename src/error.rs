@@ -111,10 +111,9 @@ pub enum LockError {
     RequestOwnerTooLong,
     /// An acquire whose request id already waits in this lock's queue.
     RequestWaiting,
-    /// A release with a `REQUEST`/`ONCE` id, or an `OWNERLESS` acquire, whose id this server has
-    /// no record of, run right after the server stalled: it may be a resend that waited in the
-    /// server's buffers through the stall while the record of its first send ended
-    /// (`replicas::resumed_from_stall`).
+    /// A release with a `REQUEST`/`ONCE` id this server has no record of, run right after the
+    /// server stalled: it may be a resend that waited in the server's buffers through the
+    /// stall while the record of its first send ended (`replicas::resumed_from_stall`).
     UnknownIdAfterStall,
     /// An acquire whose request id's record holds the grant of another acquire (another owner,
     /// mode, permit count, or `TOKEN`).

@@ -79,10 +79,6 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
             Prelude::Replay(reply) => return Ok(reply),
             Prelude::Fresh(record) => record,
         };
-        if cmd.ownerless {
-            // Its record lasts 60 s: not a late retry of a grant forgotten during a stall.
-            store::may_take_unknown_id(ctx)?;
-        }
         waiting::sem_reclaim_due(ctx, cmd.key)?;
         // Waiters first: permits they are owed go to them.
         waiting::settle(ctx, cmd.key);

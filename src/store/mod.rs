@@ -79,7 +79,7 @@ pub fn may_grant(ctx: &Context) -> Result<(), LockError> {
 }
 
 /// Refuses to take an id this master has no record of as new (a release's `REQUEST`/`ONCE`
-/// id, an `OWNERLESS` acquire's) right after a stall, when it may be a late resend whose first
+/// id) right after a stall, when it may be a late resend whose first
 /// send's record ended during the stall ([`replicas::resumed_from_stall`]); the client
 /// retries.
 ///
