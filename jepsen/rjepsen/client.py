@@ -120,6 +120,8 @@ class Master:
     _conn: Any = None
     _addr: tuple[str, int] | None = None
     _asked: float = 0.0
+    #: when the connection to the master was last closed (a session's holds end with it)
+    dropped_at: float = 0.0
     _cluster: RedisCluster | None = None
 
     def _discover(self) -> tuple[str, int] | None:
@@ -185,6 +187,7 @@ class Master:
         connection error or a ``MOVED``, and building a new one needs the first master of its
         slot map up (it sends ``COMMAND`` there), which a killed master is not."""
         if self._conn is not None:
+            self.dropped_at = now()
             try:
                 self._conn.close()
             except Exception:
@@ -486,7 +489,11 @@ def acquire_once(
     if during is not None:
         during(reply, req)
     ctx.nap(*hold)
-    ctx.log("release", t0=now(), h=h)
+    end = now()
+    if tags.get("session") and ctx.master.dropped_at > t0:
+        # the client closed the connection its session hold is bound to: the hold ended then
+        end = min(end, ctx.master.dropped_at)
+    ctx.log("release", t0=end, h=h)
     # releases by request id or permit id are idempotent: sent until some master answers, as
     # rlock's clients do, so a release cut off with an old master reaches the new one
     give_back(ctx, *release(reply, req), h=h)
@@ -522,6 +529,8 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
             "GT",
         ]
         return cmd + (["SESSION"] if session else [])
+
+    tags = {"session": True} if session else {}
 
     def acked(_reply: Any) -> bool:
         return int(ctx.master.call("WAIT", ack, 1000)) >= ack
@@ -560,6 +569,7 @@ def w_lock(ctx: Ctx, session: bool = False, ack: int = 0) -> None:
         lease=lease,
         after_grant=acked if ack else None,
         during=reenter,
+        **tags,
     )
 
 
