@@ -490,8 +490,9 @@ def acquire_once(
         during(reply, req)
     ctx.nap(*hold)
     end = now()
-    if tags.get("session") and ctx.master.dropped_at > t0:
+    if tags.get("session") and ctx.master.dropped_at > t1:
         # the client closed the connection its session hold is bound to: the hold ended then
+        # (a drop before t1 came before the acquire was sent: the hold is bound to the new one)
         end = min(end, ctx.master.dropped_at)
     ctx.log("release", t0=end, h=h)
     # releases by request id or permit id are idempotent: sent until some master answers, as

@@ -392,9 +392,12 @@ impl Drop for Claim {
 /// Runs `step` (a renewal or a read on the shared connection, which may be sent again) until it
 /// is answered: after its connection was lost (killed, reset, refused; the shared connection is
 /// replaced then) it is sent again, pausing as a wait's attempts do, until `bound` passes
-/// ([`Error::TimedOut`]; without a bound, as long as it takes). An acquire's re-entry thus
-/// outlives what its wait would (`CLIENT KILL`, a restart), instead of ending with a transport
-/// error. A response timeout (a stall) ends it as before.
+/// ([`Error::TimedOut`]; without a bound, as long as it takes); so is a refusal only a server
+/// that is not (or no longer, or not yet) the master gives (`READONLY`, `NOREPLICAS`,
+/// `MASTERDOWN`, `LOADING`: nothing ran; a Sentinel client asks the Sentinels again then), as
+/// the old master answers during a failover. An acquire's re-entry thus outlives what its wait
+/// would (`CLIENT KILL`, a restart, a failover), instead of ending with a transport error or a
+/// refusal. A response timeout (a stall) ends it as before.
 async fn answered<T, F, Fut>(bound: Option<Instant>, mut step: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -404,6 +407,7 @@ where
     loop {
         match within(bound, step()).await {
             Err(e) if connection_lost(&e) => {} // no answer: asked again
+            Err(Error::Redis(e)) if crate::conn::not_master(&e) => {} // nothing ran: again
             answer => return answer,
         }
         let now = Instant::now();

@@ -197,6 +197,10 @@ impl Request {
                 // connection of its own, which replays a grant the try got. (A try the server
                 // did not answer in time, a stall, stays `TimedOut`.)
                 Err(_) if self.armed && self.try_lost && !Self::passed(deadline) => {}
+                // Refused by a server that is not (or not yet) the master to ask (the old
+                // master during a failover: nothing ran): the wait asks where the key is
+                // served now, as it does after a failover.
+                Err(Error::Redis(e)) if crate::conn::not_master(&e) && !Self::passed(deadline) => {}
                 Err(e) => return Err(e),
             }
             if Self::passed(deadline) {

@@ -35,14 +35,21 @@ pub(crate) const REPLY_GRACE: Duration = Duration::from_secs(1);
 /// Whether a failed attempt of a wait may be sent again: the connection failed or timed out
 /// (killed, a restart, a stall, a Sentinel failover), or the server is not (yet) the one to
 /// wait on (a master demoted by a failover: `READONLY`, a cluster failover's `UNBLOCKED`, a
-/// cluster reconfiguring, a server loading its data).
+/// cluster reconfiguring, a server loading its data, a master whose replica guard grants
+/// nothing now: `NOREPLICAS`, as the old master answers during a failover).
 pub(crate) fn resumable(e: &Error) -> bool {
     let Error::Redis(e) = e else { return false };
     redis_uncertain(e)
         || e.code().is_some_and(|code| {
             matches!(
                 code,
-                "READONLY" | "UNBLOCKED" | "MASTERDOWN" | "LOADING" | "CLUSTERDOWN" | "TRYAGAIN"
+                "READONLY"
+                    | "UNBLOCKED"
+                    | "MASTERDOWN"
+                    | "LOADING"
+                    | "CLUSTERDOWN"
+                    | "TRYAGAIN"
+                    | "NOREPLICAS"
             )
         })
 }
@@ -86,6 +93,7 @@ mod tests {
         assert!(resumable(&parse("READONLY the server became a replica")));
         assert!(resumable(&parse("UNBLOCKED force unblock from blocking operation")));
         assert!(resumable(&parse("LOADING loading the dataset")));
+        assert!(resumable(&parse("NOREPLICAS this master grants no lock: too few replicas")));
         assert!(!resumable(&parse("WRONGTYPE Operation against a key")));
         assert!(!resumable(&parse("ERR request r1 was cancelled")));
         assert!(!resumable(&parse("NOPERM no permissions")));

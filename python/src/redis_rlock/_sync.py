@@ -45,6 +45,9 @@ from ._hold import (
 from ._sync_threads import Releaser, Watchdog, on_background_thread
 from .errors import RLockError, translate
 
+#: set on an exception whose counted release the engine already handed to the background
+HANDED_OVER = "_rlock_release_handed_over"
+
 _ALL: weakref.WeakSet[SyncBackend] = weakref.WeakSet()
 
 
@@ -804,6 +807,7 @@ class SyncBackend:
                 raise  # an error reply (or a bad argument): nothing was given back
             log.warning("redis_rlock: release of %r goes on in the background: %r", key, e)
             self.counted_release_later(key, args, first)
+            setattr(e, HANDED_OVER, True)  # the caller's own handler need not hand it over
             if isinstance(e, ResponseError):
                 # refused all along (NOREPLICAS: a master without its replicas gives back no
                 # counted permits), yet not given up: the caller must not release them again

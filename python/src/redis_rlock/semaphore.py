@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold, LostCallback
-from ._sync import SyncBackend, backend_for
+from ._sync import HANDED_OVER, SyncBackend, backend_for
 from .errors import LockTimeout, NotHeld, RLockError, translate
 
 
@@ -177,14 +177,16 @@ class Semaphore(_SemBase):
         and the same release goes on in the background for 50 s from its first send: do not
         release those permits again (counted permits have no lease: a release given up on
         would be a permit held by nobody for good)."""
-        try:  # first: no bytecode of this call may be interrupted outside it
+        # (A signal handled at the call's very first instruction, before this ``try``, is
+        # CPython's, as at the caller's: nothing was sent, and it raises from here.)
+        try:
             first = time.monotonic()
             args = P.counted_release(self.name, P.check_permits(permits, False))
             return int(self._be.counted_release(self.name, args))
         except ResponseError as e:
             raise translate(e, self.name.decode(errors="replace")) from None
         except BaseException as e:
-            if not isinstance(e, Exception):
+            if not isinstance(e, Exception) and not getattr(e, HANDED_OVER, False):
                 self._release_interrupted(permits, locals())
             raise
 
