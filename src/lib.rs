@@ -91,6 +91,12 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
+    for &(name, entry, flags) in ENTRIES {
+        if let Err(e) = raw::dispatch::create_command(ctx, name, entry, flags) {
+            ctx.log_warning(&format!("rlock: {e}"));
+            return Status::Err;
+        }
+    }
     match check_server(ctx) {
         Ok(()) => Status::Ok,
         Err(e) => {
@@ -222,6 +228,23 @@ macro_rules! rlock_module {
             args: $args,
         }),*];
 
+        /// Every command's name, entry and flags, registered at load (one key, at position 1).
+        const ENTRIES: &[(&CStr, raw::dispatch::Entry, &CStr)] = &[$((
+            c_name(concat!($name, "\0")),
+            {
+                extern "C" fn entry(
+                    ctx: *mut redis_module::raw::RedisModuleCtx,
+                    argv: *mut *mut redis_module::raw::RedisModuleString,
+                    argc: std::ffi::c_int,
+                ) -> std::ffi::c_int {
+                    // SAFETY: Redis calls a command's entry with its live context and arguments.
+                    unsafe { raw::dispatch::run(ctx, argv, argc, $handler) }
+                }
+                entry
+            },
+            c_name(concat!($flags, "\0")),
+        )),*];
+
         redis_module! {
             name: "rlock",
             version: version::MODULE_VERSION,
@@ -230,8 +253,6 @@ macro_rules! rlock_module {
             data_types: [QUIET_DEFRAG],
             init: init,
             deinit: deinit,
-            // Every command has one key, at position 1.
-            commands: [$([$name, $handler, $flags, 1, 1, 1, ""]),*],
             $($rest)*
         }
     };

@@ -50,9 +50,9 @@ fn settled<'a>(
 }
 
 /// `RLATCH.SETCOUNT key count`
-pub fn set_count(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn set_count(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::LatchSet::parse(&argv)?;
+        let cmd = args::LatchSet::parse(argv)?;
         let (key, current) = settled(ctx, cmd.key)?;
         let plan = latch_rules::set_count(current, cmd.count);
         apply(ctx, cmd.key, key, current, &plan)
@@ -60,9 +60,9 @@ pub fn set_count(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RLATCH.COUNTDOWN key [amount]`
-pub fn count_down(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn count_down(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::LatchCountDown::parse(&argv)?;
+        let cmd = args::LatchCountDown::parse(argv)?;
         let (key, current) = settled(ctx, cmd.key)?;
         let plan = latch_rules::count_down(current, cmd.amount);
         apply(ctx, cmd.key, key, current, &plan)
@@ -70,9 +70,9 @@ pub fn count_down(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RLATCH.DELETE key`
-pub fn delete(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn delete(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         let (key, current) = settled(ctx, cmd.key)?;
         let plan = latch_rules::delete(current);
         apply(ctx, cmd.key, key, current, &plan)
@@ -80,18 +80,18 @@ pub fn delete(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RLATCH.COUNT key`
-pub fn count(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn count(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         let count = LatchKey::open(ctx, cmd.key, false).count()?;
         Ok(RedisValue::Integer(count.unwrap_or(0)))
     })
 }
 
 /// `RLATCH.AWAIT key timeout-ms`
-pub fn await_open(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn await_open(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::LatchAwait::parse(&argv)?;
+        let cmd = args::LatchAwait::parse(argv)?;
         let count = LatchKey::open(ctx, cmd.key, false).count()?;
         if latch_rules::is_open(count) {
             return Ok(RedisValue::Integer(1));

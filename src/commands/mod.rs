@@ -49,13 +49,13 @@ pub(crate) fn guarded_naming(
 
 /// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION
 /// [LOCKDELAY lockdelay-ms]] [GT]`
-pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded_naming(ctx, || {
-        let cmd = args::Acquire::parse(&argv)?;
+        let cmd = args::Acquire::parse(argv)?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
-        store::may_grant(ctx)?;
+        store::may_grant_at(ctx, now)?;
         let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Lock)?;
         waiting::apply_pending(ctx, cmd.key);
         // Everything that can refuse is checked before anything is written.
@@ -98,8 +98,10 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         key.apply(Some(cmd.owner), &plan);
         drop(key);
         if let (rules::Write::SetCount(count), Some(at)) = (plan.write, plan.expire_at) {
-            let held = Held::Lock(cmd.owner.to_vec());
-            waiting::session::granted(ctx, cmd.key, held, count == 1, bind, at.unix_ms());
+            if waiting::session::watching(bind.is_some()) {
+                let held = Held::Lock(cmd.owner.to_vec());
+                waiting::session::granted(ctx, cmd.key, held, count == 1, bind, at.unix_ms());
+            }
         }
         if let (Some(counter), Some(token)) = (counter, token) {
             counter.store(ctx, token);
@@ -115,9 +117,9 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RLOCK.RELEASE key owner [lease-ms] [REQUEST id]`
-pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::Release::parse(&argv)?;
+        let cmd = args::Release::parse(argv)?;
         waiting::apply_pending(ctx, cmd.key);
         let deadline = cmd.lease.map(|lease| Deadline::after(raw::now_ms(), lease)).transpose()?;
         latched(ctx, cmd.key, cmd.request, || {
@@ -151,9 +153,9 @@ pub(crate) fn latched(
 }
 
 /// `RLOCK.RENEW key owner lease-ms [GT]`
-pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::Renew::parse(&argv)?;
+        let cmd = args::Renew::parse(argv)?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
         store::may_grant(ctx)?;
@@ -163,7 +165,7 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
         let plan = rules::renew(key.view(Some(cmd.owner))?, deadline, extend);
         key.apply(Some(cmd.owner), &plan);
         drop(key);
-        if let Some(at) = plan.expire_at {
+        if let Some(at) = plan.expire_at.filter(|_| waiting::session::watching(false)) {
             let held = Held::Lock(cmd.owner.to_vec());
             waiting::session::renewed(ctx, cmd.key, held, at.unix_ms());
         }
@@ -172,9 +174,9 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RLOCK.FORCERELEASE key`
-pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn force_release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         waiting::apply_pending(ctx, cmd.key);
         waiting::settle(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
@@ -193,9 +195,9 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RLOCK.PTTL key`
-pub fn pttl(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn pttl(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         let view = LockKey::open(ctx, cmd.key, false).view(None)?;
         Ok(RedisValue::Integer(rules::pttl(view)))
     })
@@ -207,9 +209,9 @@ pub(crate) fn clamp(n: u64) -> i64 {
 }
 
 /// `RLOCK.INFO key`
-pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         let key = LockKey::open(ctx, cmd.key, false);
         let pttl = match key.view(None)? {
             View::Free => return Ok(RedisValue::Null),

@@ -72,9 +72,9 @@ pub(crate) fn prelude(
 /// gives some names and ids the same key): nothing of that request is touched; a request of
 /// this lock that waits still leaves the queue (1), else `ERR request <id> belongs to another
 /// acquire`.
-pub fn cancel(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn cancel(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     super::guarded_naming(ctx, || {
-        let cmd = args::Cancel::parse(&argv)?;
+        let cmd = args::Cancel::parse(argv)?;
         waiting::apply_pending(ctx, cmd.key);
         let (name, id) = (cmd.key, cmd.request.as_slice());
         let record = RequestRecord::for_caller(ctx, name, id)?;

@@ -72,9 +72,9 @@ fn decide<'a>(
 
 /// `RWLOCK.ACQUIRE key owner READ|WRITE lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id]
 /// [SESSION [LOCKDELAY lockdelay-ms]] [GT]`
-pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     super::guarded_naming(ctx, || {
-        let cmd = args::RwAcquire::parse(&argv)?;
+        let cmd = args::RwAcquire::parse(argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
@@ -140,9 +140,9 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RWLOCK.RELEASE key owner READ|WRITE [REQUEST id]`
-pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::RwRelease::parse(&argv)?;
+        let cmd = args::RwRelease::parse(argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
         waiting::apply_pending(ctx, cmd.key);
         super::latched(ctx, cmd.key, cmd.request, || {
@@ -152,9 +152,9 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RWLOCK.RENEW key owner lease-ms [READ|WRITE] [GT]`
-pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::RwRenew::parse(&argv)?;
+        let cmd = args::RwRenew::parse(argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
@@ -191,9 +191,9 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RWLOCK.FORCERELEASE key`
-pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn force_release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         waiting::apply_pending(ctx, cmd.key);
         let mode = RwKey::open(ctx, cmd.key, false).state_of(None)?.mode;
         if mode.is_some() || waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0 {
@@ -212,9 +212,9 @@ pub fn force_release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RWLOCK.INFO key`
-pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         let state = RwKey::open(ctx, cmd.key, false).state()?;
         let Some(mode) = state.mode else { return Ok(RedisValue::Null) };
         let db = raw::selected_db(ctx);

@@ -40,9 +40,9 @@ fn after(
 }
 
 /// `RSEM.SETPERMITS key permits`
-pub fn set_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::SemCount::parse_set(&argv)?;
+        let cmd = args::SemCount::parse_set(argv)?;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::set_permits(state, cmd.permits);
@@ -51,9 +51,9 @@ pub fn set_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RSEM.ADDPERMITS key delta`
-pub fn add_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn add_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::SemAdd::parse(&argv)?;
+        let cmd = args::SemAdd::parse(argv)?;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::add_permits(state, cmd.delta)?;
@@ -62,9 +62,9 @@ pub fn add_permits(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RSEM.ACQUIRE key permits [LEASE lease-ms] [WAIT timeout-ms] [REQUEST id]`
-pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     super::guarded_naming(ctx, || {
-        let cmd = args::SemAcquire::parse(&argv)?;
+        let cmd = args::SemAcquire::parse(argv)?;
         store::may_grant(ctx)?;
         let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Permits(0))?;
         let now = raw::now_ms();
@@ -142,8 +142,8 @@ pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RSEM.RELEASE key permits [REQUEST id | ONCE id]` or `RSEM.RELEASE key ID id [id ...]`
-pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    super::guarded_naming(ctx, || match args::SemRelease::parse(&argv)? {
+pub fn release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
+    super::guarded_naming(ctx, || match args::SemRelease::parse(argv)? {
         // Counted permits: refused, before anything is written, where grants are (`store::
         // may_give_back`). Leased ones are given back (their leases end on a new master anyway).
         args::SemRelease::Count { key, permits, request: Some(id), once } => {
@@ -165,9 +165,9 @@ pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RSEM.RENEW key id lease-ms`
-pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::sem::parse_renew(&argv)?;
+        let cmd = args::sem::parse_renew(argv)?;
         sessions::check_permit(cmd.owner.as_slice())?;
         store::may_grant(ctx)?;
         let until = Deadline::after(raw::now_ms(), cmd.lease)?;
@@ -186,18 +186,18 @@ pub fn renew(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RSEM.AVAILABLE key`
-pub fn available(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn available(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         let available = store::sem::available_now(ctx, cmd.key, raw::now_ms())?;
         Ok(RedisValue::Integer(available.unwrap_or(0)))
     })
 }
 
 /// `RSEM.INFO key`
-pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::KeyOnly::parse(&argv)?;
+        let cmd = args::KeyOnly::parse(argv)?;
         let now = raw::now_ms();
         // It reports the lease zset, even that it is empty: the caller must be allowed to read it.
         let leases = Leases::for_reading(ctx, cmd.key)?;

@@ -33,9 +33,9 @@ fn reply_waiters(
 }
 
 /// `RLOCK.WAITERS key [COUNT n]`
-pub fn rlock(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn rlock(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::Waiters::parse(&argv)?;
+        let cmd = args::Waiters::parse(argv)?;
         // A read-write lock's hash, or another type: WRONGTYPE (a missing key lists its queue).
         LockKey::open(ctx, cmd.key, false).check_kind()?;
         reply_waiters(
@@ -55,9 +55,9 @@ pub fn rlock(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RWLOCK.WAITERS key [COUNT n]`
-pub fn rwlock(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn rwlock(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::Waiters::parse(&argv)?;
+        let cmd = args::Waiters::parse(argv)?;
         // A reentrant lock's hash, or another type: WRONGTYPE.
         RwKey::open(ctx, cmd.key, false).state_of(None)?;
         reply_waiters(
@@ -82,9 +82,9 @@ pub fn rwlock(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RSEM.WAITERS key [COUNT n]`
-pub fn rsem(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+pub fn rsem(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
-        let cmd = args::Waiters::parse(&argv)?;
+        let cmd = args::Waiters::parse(argv)?;
         // A hash or another type: WRONGTYPE; a string that is not a count: its error.
         SemKey::open(ctx, cmd.key, false).state()?;
         reply_waiters(

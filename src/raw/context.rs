@@ -1,8 +1,9 @@
 //! The clock, the context's flags and selected database, strings, keyspace notifications,
 //! publishing, key slots.
 
+use std::cell::Cell;
 use std::ffi::{c_int, CStr};
-use std::ptr::NonNull;
+use std::mem::ManuallyDrop;
 
 use redis_module::{raw, Context, RedisString};
 
@@ -16,8 +17,10 @@ pub fn now_ms() -> i64 {
 /// The context's flags (`REDISMODULE_CTX_FLAGS_*`).
 pub(crate) fn flags(ctx: &Context) -> u32 {
     let flags = api!(RedisModule_GetContextFlags);
-    // SAFETY: live context; only reads flags.
-    unsafe { flags(ctx.get_raw()) as u32 }
+    super::dispatch::remembered_flags(ctx.get_raw(), || {
+        // SAFETY: live context; only reads flags.
+        unsafe { flags(ctx.get_raw()) as u32 }
+    })
 }
 
 /// Whether this server runs in cluster mode.
@@ -68,19 +71,56 @@ pub fn select_db(ctx: &Context, db: i32) -> bool {
     unsafe { select(ctx.get_raw(), db) == raw::REDISMODULE_OK as c_int }
 }
 
+/// A hold count as a Redis string, for a hash value and its replicated command: 1 (every fresh
+/// hold) is one string made once and shared, read by the server and never changed (a hash
+/// set copies its value); other counts are made as [`int_string`].
+pub fn count_string(ctx: &Context, n: i64) -> CountString {
+    if n != 1 {
+        return CountString::Made(int_string(ctx, n));
+    }
+    let mut one = ONE.get();
+    if one.is_null() {
+        let create = api!(RedisModule_CreateString);
+        // SAFETY: no context: a string of its own (not freed with any context), with one
+        // reference, which the module keeps for as long as it is loaded.
+        one = unsafe { create(std::ptr::null_mut(), c"1".as_ptr(), 1) };
+        ONE.set(one);
+    }
+    CountString::Shared(ManuallyDrop::new(RedisString::from_redis_module_string(
+        ctx.get_raw(),
+        one,
+    )))
+}
+
+thread_local! {
+    // Redis calls the module on its main thread only.
+    static ONE: Cell<*mut raw::RedisModuleString> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// What [`count_string`] gives: the shared 1, never freed, or a count made for this use.
+pub enum CountString {
+    Shared(ManuallyDrop<RedisString>),
+    Made(RedisString),
+}
+
+impl std::ops::Deref for CountString {
+    type Target = RedisString;
+
+    fn deref(&self) -> &RedisString {
+        match self {
+            Self::Shared(one) => one,
+            Self::Made(count) => count,
+        }
+    }
+}
+
 /// An integer as a Redis string (for replicated arguments and hash values).
 pub fn int_string(ctx: &Context, n: i64) -> RedisString {
     let create = api!(RedisModule_CreateStringFromLongLong);
-    let free = api!(RedisModule_FreeString);
-    // SAFETY: live context; returns a new string with one reference, which `RedisString::new`
-    // retains once more and the explicit free below gives back, leaving the RedisString the
-    // only owner.
-    unsafe {
-        let s = create(ctx.get_raw(), n);
-        let owned = RedisString::new(NonNull::new(ctx.get_raw()), s);
-        free(ctx.get_raw(), s);
-        owned
-    }
+    // SAFETY: live context (the module does not use automatic memory, so the string is not
+    // freed with the context); returns a new string with one reference, which the RedisString
+    // takes over (not retaining it again) and gives back when dropped.
+    unsafe { RedisString::from_redis_module_string(ctx.get_raw(), create(ctx.get_raw(), n)) }
 }
 
 /// The hash slot of `key` as the server computes it (`RedisModule_ClusterKeySlot`, 7.4+ and

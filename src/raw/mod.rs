@@ -21,6 +21,7 @@
 //! - [`defrag`]: no defrag warning at load on servers without the defrag callbacks API.
 //! - [`reply`]: map replies.
 //! - [`scan`]: a walk over a database's key names, a step at a time.
+//! - [`dispatch`]: the entry of every command (its arguments borrowed), registering commands.
 //! - [`work`]: the meter of the work done (keys opened, fields scanned, clients unblocked).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -74,6 +75,7 @@ declare_apis! {
     required: [
         RedisModule_OpenKey,
         RedisModule_CloseKey,
+        RedisModule_CreateCommand,
         RedisModule_KeyType,
         RedisModule_ValueLength,
         RedisModule_HashGet,
@@ -98,6 +100,7 @@ declare_apis! {
         RedisModule_GetBlockedClientHandle,
         RedisModule_GetBlockedClientPrivateData,
         RedisModule_ReplicateVerbatim,
+        RedisModule_CreateString,
         RedisModule_CreateStringFromLongLong,
         RedisModule_SubscribeToServerEvent,
         RedisModule_AvoidReplicaTraffic,
@@ -142,6 +145,7 @@ pub mod blocking;
 pub mod command_info;
 pub mod context;
 pub mod defrag;
+pub mod dispatch;
 pub mod events;
 pub mod info;
 pub mod keys;
@@ -153,8 +157,8 @@ pub mod work;
 pub use acl::{KeyUse, User};
 pub use blocking::{block_client, may_block, unblock_client, BlockHandler, Blocked};
 pub use context::{
-    connection_id, in_cluster, int_string, is_master, key_slot, notify, now_ms, publish,
-    publish_shard, select_db, selected_db, signal_modified, Notify,
+    connection_id, count_string, in_cluster, int_string, is_master, key_slot, notify, now_ms,
+    publish, publish_shard, select_db, selected_db, signal_modified, Notify,
 };
 pub use keys::{Key, KeyKind, KeyRef, OwnedString};
 pub use replication::{

@@ -71,8 +71,16 @@ pub fn replicating(ctx: &Context) -> bool {
 /// # Errors
 /// [`LockError::NoReplicas`].
 pub fn may_grant(ctx: &Context) -> Result<(), LockError> {
+    may_grant_at(ctx, raw::now_ms())
+}
+
+/// [`may_grant`] at `now` (Unix ms), the command's clock read once.
+///
+/// # Errors
+/// [`LockError::NoReplicas`].
+pub fn may_grant_at(ctx: &Context, now: i64) -> Result<(), LockError> {
     if raw::is_master(ctx) {
-        replicas::may_grant(raw::now_ms())
+        replicas::may_grant(now)
     } else {
         Ok(())
     }
@@ -201,7 +209,7 @@ impl<'a> LockKey<'a> {
         match (plan.write, owner) {
             (Write::Keep, _) => {}
             (Write::SetCount(n), Some(owner)) => {
-                let count = raw::int_string(ctx, n as i64);
+                let count = raw::count_string(ctx, n as i64);
                 self.key.hash_set(owner, &count);
                 raw::notify(ctx, raw::Notify::Hash, c"hincrby", name);
                 if replicate {

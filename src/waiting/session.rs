@@ -46,6 +46,13 @@ fn quiet() -> bool {
     SESSIONS.with(|s| s.try_borrow().map_or(true, |s| s.is_empty()))
 }
 
+/// Whether a grant (`bound`: with `SESSION`) or a renewal must be told to the sessions: not
+/// when nothing is bound anywhere and this one is not (cheap: a plain acquire asks, and builds
+/// what it would tell only when it must).
+pub fn watching(bound: bool) -> bool {
+    bound || !quiet()
+}
+
 /// Whether holds of closed connections wait to be ended (cheap: every command asks).
 pub fn ends_pending() -> bool {
     SESSIONS.with(|s| s.try_borrow().is_ok_and(|s| s.ends_pending()))
