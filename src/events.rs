@@ -13,7 +13,7 @@ use redis_module::{Context, InfoContext, RedisResult};
 use crate::queue::WAIT_BUCKETS_MS;
 use crate::raw::{self, events::ServerEvents};
 use crate::replicas::{self, RecordNews};
-use crate::waiting::{self, timers::defer, STATS};
+use crate::waiting::{self, schedule::defer, STATS};
 
 /// The server events subscribed through `raw::events`.
 pub struct Events;
@@ -23,7 +23,7 @@ impl ServerEvents for Events {
     /// its database no longer holds it, checked at its new holder's deadline otherwise); grants
     /// waiting to be undone follow their data to its new database.
     fn on_swapdb(ctx: &Context, first: i32, second: i32) {
-        waiting::timers::swapped(first, second);
+        waiting::schedule::swapped(first, second);
         waiting::session::swapped(first, second);
         waiting::swap_checks(first, second);
         if waiting::anyone_waits() {

@@ -41,7 +41,7 @@ pub(crate) fn prelude(
     let Some(id) = id.map(RedisString::as_slice) else { return Ok(Prelude::Fresh(None)) };
     let refused = |e| Refusal::Request(e, id.to_vec());
     let record = RequestRecord::for_caller(ctx, name, id)?;
-    if waiting::timers::undo_pending(&waiting::lock_name(ctx, name), id) {
+    if waiting::schedule::undo_pending(&waiting::lock_name(ctx, name), id) {
         // Its grant is being undone (its client left before the reply): cancelled.
         return Err(refused(LockError::RequestCancelled));
     }

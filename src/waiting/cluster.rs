@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis_module::{CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
-use super::{anyone_waits, bump, unblock, with_queues, Outcome, STATS};
+use super::state::{anyone_waits, bump, unblock, with_queues, Outcome, STATS};
 use crate::cluster::{key_slot, ClusterView, SlotState};
 use crate::queue::LockName;
 use crate::raw::{self, Key, KeyKind};
@@ -112,7 +112,7 @@ fn sweep(ctx: &Context) {
             redirect_all(&lock, &redirect);
         }
     }
-    super::timers::arm(ctx);
+    super::schedule::arm(ctx);
 }
 
 /// An atomic slot migration ended (exported, imported, aborted) or the server trimmed migrated

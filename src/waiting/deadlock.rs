@@ -9,7 +9,7 @@
 
 use redis_module::{Context, RedisString};
 
-use super::{anyone_waits, QUEUES};
+use super::state::{anyone_waits, QUEUES};
 use crate::deadlock_rules::{self, Found, Graph, Holders, Wants};
 use crate::error::Refusal;
 use crate::names;

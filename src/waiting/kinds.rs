@@ -4,10 +4,9 @@
 
 use redis_module::{Context, RedisString};
 
-use super::{
-    check_release_publish, forget_check, freed_as, lock_name, schedule_check, settle, Publish,
-    QUEUES,
-};
+use super::hand_off::{check_release_publish, freed_as, settle, Publish};
+use super::schedule::{forget_check, schedule_check};
+use super::state::{lock_name, QUEUES};
 use crate::error::LockError;
 use crate::raw;
 use crate::rules::Reply;

@@ -15,7 +15,8 @@ use std::cell::{Cell, RefCell};
 
 use redis_module::Context;
 
-use super::{schedule_check, session};
+use super::schedule::{forget_checks, schedule_check};
+use super::session;
 use crate::queue::LockName;
 use crate::sessions::Dropped;
 
@@ -37,7 +38,7 @@ thread_local! {
 /// go, set aside in case a load brings the data back (replacing whatever an earlier flush set
 /// aside: that one was not a reload's).
 pub fn flushed(ctx: &Context, db: Option<i32>) {
-    let checks = super::forget_checks(ctx, db);
+    let checks = forget_checks(ctx, db);
     let sessions = session::flushed(db);
     let aside = (!checks.is_empty() || !sessions.is_empty()).then_some(SetAside {
         sessions,

@@ -1,7 +1,7 @@
 //! Who waits, for `*.WAITERS` and the contention figures of `*.INFO` and `INFO rlock`: read-only
 //! looks at the queues (nothing here blocks, grants or writes).
 
-use super::QUEUES;
+use super::state::QUEUES;
 use crate::queue::{QueueStats, WaitTimes};
 use crate::rules::Request;
 

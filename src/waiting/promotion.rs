@@ -22,8 +22,9 @@ use std::cell::RefCell;
 
 use redis_module::{Context, RedisString};
 
-use super::timers::Budget;
-use super::{kinds, lock_name, schedule_check};
+use super::kinds;
+use super::schedule::{schedule_check, Budget};
+use super::state::lock_name;
 use crate::names;
 use crate::queue::LockName;
 use crate::raw::{self, scan::KeyScan, KeyKind};
@@ -43,7 +44,7 @@ thread_local! {
 /// tick.
 pub fn promoted(ctx: &Context) {
     WALK.with(|w| *w.borrow_mut() = Some(Walk { db: 0, scan: KeyScan::new() }));
-    super::timers::defer(ctx, |d| d.promotion_walk = true);
+    super::schedule::defer(ctx, |d| d.promotion_walk = true);
 }
 
 /// A master loaded its data from disk (a restart from its AOF or RDB, `DEBUG RELOAD`): the

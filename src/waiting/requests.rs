@@ -3,14 +3,15 @@
 
 use redis_module::{Context, RedisString};
 
-use super::{bump, timers, unblock, with_queues, Outcome, STATS};
+use super::schedule as timers;
+use super::state::{bump, unblock, with_queues, Outcome, STATS};
 use crate::queue::End;
 use crate::raw;
 use crate::store::waiters;
 
 /// Whether request `id` waits in the queue of the lock `name` (the context's database).
 pub fn waits_as(ctx: &Context, name: &RedisString, id: &[u8]) -> bool {
-    super::anyone_waits()
+    super::state::anyone_waits()
         && with_queues(|q| q.find_tagged(raw::selected_db(ctx), name.as_slice(), id).is_some())
 }
 

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, RedisString};
 
-use super::{lock_name, timers};
+use super::schedule as timers;
+use super::state::lock_name;
 use crate::args;
 use crate::error::LockError;
 use crate::raw;

@@ -15,9 +15,11 @@ use std::sync::atomic::Ordering;
 
 use redis_module::{Context, RedisString};
 
+use super::hand_off::{freed, settle};
+use super::kinds::{rw_applied, sem_give_back_ids};
+use super::schedule::{schedule_check, Budget};
 use super::session::{with, SESSION_STATS};
-use super::timers::Budget;
-use super::{freed, lock_name, rw_applied, schedule_check, sem_give_back_ids, settle};
+use super::state::lock_name;
 use crate::error::LockError;
 use crate::queue::LockName;
 use crate::raw;
@@ -71,19 +73,19 @@ pub(super) fn end_pending(ctx: &Context, budget: &Budget) -> bool {
 /// own lazy expiry deletes a key that a command then refuses to use.
 pub fn apply_pending(ctx: &Context, name: &RedisString) {
     let ends = super::session::ends_pending();
-    let undos = super::timers::undos_pending();
+    let undos = super::schedule::undos_pending();
     if !(ends || undos) || !raw::is_master(ctx) {
         return;
     }
     let lock = lock_name(ctx, name);
-    let undos = undos && super::timers::undo_due(&lock);
+    let undos = undos && super::schedule::undo_due(&lock);
     let ends = ends && with(|s| s.ending(&lock));
     if !(ends || undos) {
         return;
     }
     crate::store::module_work(ctx, || {
         if undos {
-            super::timers::undo_now(ctx, &lock);
+            super::undo::undo_now(ctx, &lock);
         }
         if ends {
             let budget = Budget::unbounded();
