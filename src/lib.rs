@@ -13,7 +13,9 @@
 //! - [`events`]: what the server tells the module outside commands (server events, the cron
 //!   tick, `INFO rlock`; no keyspace events).
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off (several grants at once where
-//!   the lock kind allows), timers (the poll of locks with waiters), cluster redirects.
+//!   the lock kind allows), timers (the poll of locks with waiters), cluster redirects; in
+//!   floors of its own, without a circle (its `mod.rs` lists them): the queues at the bottom,
+//!   the timers' work ([`waiting::schedule::Tick`]) at the top.
 //! - [`store`]: a lock on Redis: open its key, read a `View`, apply a `Plan` (write, notify,
 //!   replicate), the unlock message, derived keys (token counter, release latch), ACL checks;
 //!   the read-write lock's and the semaphore's layouts; what waiting asks of each lock kind.
@@ -26,7 +28,8 @@
 //!   [`sessions`] (session holds: bindings to connections, lock-delays), [`error`] (the one
 //!   error enum and its replies), [`version`] (the module's version and commit).
 //! - [`raw`]: the floor: every unsafe `RedisModule_*` call, by concern, each with a
-//!   `// SAFETY:` note; it knows no caller (callbacks come in through traits).
+//!   `// SAFETY:` note; it knows no caller (callbacks come in through traits). Commands enter
+//!   through [`raw::dispatch`], which lends each handler the client's arguments.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
