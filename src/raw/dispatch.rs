@@ -5,7 +5,7 @@
 //! few percent of a plain acquire), and [`create_command`] registers it.
 //!
 //! While a command runs, the context's flags are read from the server once and remembered for
-//! that context ([`super::context::flags`]): several floors ask whether this is a master, whether
+//! that context (`context::flags`): several floors ask whether this is a master, whether
 //! it may block, whether writes propagate.
 
 use std::cell::Cell;
