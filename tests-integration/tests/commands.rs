@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{cmd, digest, hgetall, pexpiretime, poll, run, run_str, Server};
 
 fn int(v: &Value) -> i64 {
@@ -470,4 +471,50 @@ fn the_server_under_test_is_the_one_asked_for() {
     for other in modules.iter().filter(|m| text(m, "name") != "rlock") {
         assert!(!text(other, "path").ends_with(".so"), "only built-in modules besides: {other:?}");
     }
+}
+
+// ---- number errors ---------------------------------------------------------------------------
+
+/// Every integer argument of every command, each odd spelling Redis itself refuses (`""`,
+/// `-0`, `+1`, `0x10`, ` 1`, `1 `, over and under i64): an `ERR` naming that argument, nothing
+/// changed. i64::MAX is a number (a valid one, or out of the argument's own range).
+#[test]
+fn every_integer_argument_refuses_every_odd_spelling_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "unrelated", "1"]);
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "3"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "L", "a", "60000"]);
+    cmd(&mut con, &["RWLOCK.ACQUIRE", "R", "a", "READ", "60000"]);
+    let before = digest(&mut con);
+    let odd = ["", "-0", "+1", "0x10", " 1", "1 ", "9223372036854775808", "-9223372036854775809"];
+    // (the command with X where the number goes, the argument's name)
+    let forms: [(&[&str], &str); 14] = [
+        (&["RLOCK.ACQUIRE", "L", "b", "X"], "lease-ms"),
+        (&["RLOCK.ACQUIRE", "L", "b", "10", "WAIT", "X"], "timeout-ms"),
+        (&["RLOCK.RENEW", "L", "a", "X"], "lease-ms"),
+        (&["RWLOCK.ACQUIRE", "R", "b", "READ", "X"], "lease-ms"),
+        (&["RWLOCK.ACQUIRE", "R", "b", "WRITE", "10", "WAIT", "X"], "timeout-ms"),
+        (&["RWLOCK.RENEW", "R", "a", "X"], "lease-ms"),
+        (&["RSEM.ACQUIRE", "S", "X"], "permits"),
+        (&["RSEM.ACQUIRE", "S", "1", "LEASE", "X"], "lease-ms"),
+        (&["RSEM.ACQUIRE", "S", "1", "WAIT", "X"], "timeout-ms"),
+        (&["RSEM.RELEASE", "S", "X"], "permits"),
+        (&["RSEM.SETPERMITS", "S", "X"], "permits"),
+        (&["RSEM.ADDPERMITS", "S", "X"], "delta"),
+        (&["RSEM.RENEW", "S", "someid", "X"], "lease-ms"),
+        (&["RLOCK.RELEASE", "L", "a", "X"], "lease-ms"),
+    ];
+    let mut wrong = Vec::new();
+    for (form, name) in forms {
+        for value in odd {
+            let args: Vec<&str> = form.iter().map(|a| if *a == "X" { value } else { a }).collect();
+            match run_str(&mut con, &args) {
+                Err(e) if e.starts_with(&format!("ERR {name} ")) => {}
+                other => wrong.push(format!("{args:?}: {other:?}")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(digest(&mut con), before, "an error changed something");
 }

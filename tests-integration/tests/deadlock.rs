@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{
     blocked_clients, cmd, deadlock_links, poll, queue, queue_str, run, run_str, wait_state, Link,
     Pending, Server,
@@ -275,6 +276,7 @@ fn a_cycle_through_a_key_the_user_may_not_read_is_not_named() {
 }
 
 const OWNERS: [&str; 4] = ["A", "B", "C", "D"];
+
 const LOCKS: [&str; 5] = ["r0", "r1", "r2", "w0", "w1"];
 
 /// Checks a `DEADLOCK` reply to `owner`'s wait for `key` against the data as it is (nothing
@@ -388,4 +390,113 @@ fn waits_for_many_locks_at_random_never_report_a_false_deadlock() {
     });
     eprintln!("{steps} steps: {queued} waits queued, {refused_count} refused as deadlocks");
     assert!(refused_count > 0 || steps < 100, "the run never closed a cycle: seed {seed}");
+}
+
+/// The `DEADLOCK` text the module gives for `links` (waiter, key, holder), cut as it cuts it:
+/// at most 1,024 bytes of links, then `; ...`.
+fn expected_text(links: &[(String, String, String)]) -> String {
+    let mut text = String::from("DEADLOCK this wait would close a cycle: ");
+    let base = text.len();
+    for (i, (w, k, h)) in links.iter().enumerate() {
+        let part = format!("{w} waits for {k} held by {h}");
+        if text.len() - base + part.len() > 1024 {
+            text.push_str("; ...");
+            break;
+        }
+        if i > 0 {
+            text.push_str("; ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+/// Lock `i` of the ring: every third one a read-write lock (its holder writes, its waiter asks
+/// to write), the others reentrant locks.
+fn ring_lock(i: usize) -> (String, bool) {
+    (format!("ring{i}"), i.is_multiple_of(3))
+}
+
+fn hold(con: &mut Connection, (key, rw): &(String, bool), owner: &str) {
+    if *rw {
+        cmd(con, &["RWLOCK.ACQUIRE", key, owner, "WRITE", "60000"]);
+    } else {
+        cmd(con, &["RLOCK.ACQUIRE", key, owner, "60000"]);
+    }
+}
+
+fn wait_args<'a>((key, rw): &'a (String, bool), owner: &'a str, wait: &'a str) -> Vec<&'a str> {
+    if *rw {
+        vec!["RWLOCK.ACQUIRE", key, owner, "WRITE", "60000", "WAIT", wait]
+    } else {
+        vec!["RLOCK.ACQUIRE", key, owner, "60000", "WAIT", wait]
+    }
+}
+
+/// A ring of `n` owners (owner `o{i}` holds lock `i` and waits for lock `i + 1`), but for the
+/// last wait (`o{n-1}` for lock 0), which is then asked with `WAIT 100` and its reply returned.
+/// `branches`: each ring owner also waits (on other connections) for that many locks held by
+/// owners who wait for a lock held by an owner who waits nowhere: dead ends the breadth-first
+/// search walks before it reaches the end of the ring. `broken`: the ring owner that does not
+/// wait for the next lock (no cycle then).
+fn ring(n: usize, branches: usize, broken: Option<usize>) -> (Result<Value, String>, Vec<Pending>) {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut waits = Vec::new();
+    for i in 0..n {
+        hold(&mut con, &ring_lock(i), &format!("o{i}"));
+        for b in 0..branches {
+            let (x, y) = (format!("x{i}.{b}"), format!("y{i}.{b}"));
+            cmd(&mut con, &["RLOCK.ACQUIRE", &x, &format!("d{i}.{b}"), "60000"]);
+            cmd(&mut con, &["RLOCK.ACQUIRE", &y, &format!("e{i}.{b}"), "60000"]);
+            let owner = format!("o{i}");
+            waits.push(queue_str(
+                &server,
+                &mut con,
+                &["RLOCK.ACQUIRE", &x, &owner, "1", "WAIT", "0"],
+            ));
+            let d = format!("d{i}.{b}");
+            waits.push(queue_str(&server, &mut con, &["RLOCK.ACQUIRE", &y, &d, "1", "WAIT", "0"]));
+        }
+    }
+    for i in (0..n - 1).filter(|i| Some(*i) != broken) {
+        let owner = format!("o{i}");
+        waits.push(queue_str(&server, &mut con, &wait_args(&ring_lock(i + 1), &owner, "0")));
+    }
+    let last = format!("o{}", n - 1);
+    let reply = run_str(&mut con, &wait_args(&ring_lock(0), &last, "100"));
+    (reply, waits)
+}
+
+/// The links of the ring of `n` owners, from the closing wait on.
+fn ring_links(n: usize) -> Vec<(String, String, String)> {
+    let mut links = vec![(format!("o{}", n - 1), ring_lock(0).0, "o0".to_owned())];
+    for i in 0..n - 1 {
+        links.push((format!("o{i}"), ring_lock(i + 1).0, format!("o{}", i + 1)));
+    }
+    links
+}
+
+#[test]
+fn rings_of_20_and_40_owners_are_refused_naming_exactly_the_ring() {
+    for n in [20, 40] {
+        let (reply, _waits) = ring(n, 0, None);
+        let e = reply.expect_err("the closing wait is refused");
+        assert_eq!(e, expected_text(&ring_links(n)), "{n} owners");
+        if n == 20 {
+            assert_eq!(deadlock_links(&e).map(|l| l.len()), Some(20), "{e}");
+        }
+    }
+}
+
+#[test]
+fn a_ring_with_many_dead_end_branches_is_refused_exactly_and_a_broken_one_waits() {
+    // 20 ring owners each waiting in 3 queues, 40 branch owners waiting, 40 dead ends: more
+    // than 16 owners and locks reached before the ring closes (the search's map is hashed).
+    let (reply, _waits) = ring(20, 2, None);
+    assert_eq!(reply.expect_err("refused"), expected_text(&ring_links(20)));
+    for broken in [0, 9, 18] {
+        let (reply, _waits) = ring(20, 2, Some(broken));
+        assert!(matches!(reply, Ok(Value::Int(_))), "no cycle without o{broken}'s wait: {reply:?}");
+    }
 }

@@ -3,9 +3,11 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
+
 use rlock_client::{LockClient, Options};
 use rlock_tests_integration::{
-    blocked_clients, cmd, digest, granted_token, poll, run_str, wait_link_up, Pending, Server,
+    blocked_clients, cmd, digest, granted_token, hgetall, poll, run_str, wait_blocked,
+    wait_link_up, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -185,4 +187,96 @@ async fn a_paused_holder_s_stale_write_is_refused_by_a_resource_that_checks_toke
     assert_eq!(value, "from B");
     assert!(matches!(a.release().await, Err(rlock_client::Error::NotHeld)));
     b.release().await.expect("release");
+}
+
+fn exists(con: &mut Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
+}
+
+fn get(con: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(con).expect("GET")
+}
+
+/// `MULTI; DEL k; RLOCK.ACQUIRE k X ... TOKEN; EXEC` with a TOKEN waiter queued: the acquire hands
+/// the lock to the waiter first; the two grants must never share a token.
+fn nested_handoff_tokens(caller: &str) {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    let waiter =
+        Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "X", "60000", "WAIT", "0", "TOKEN"]);
+    wait_blocked(&mut con, 1);
+    cmd(&mut con, &["MULTI"]);
+    cmd(&mut con, &["DEL", "k"]);
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", caller, "60000", "TOKEN"]);
+    let Value::Array(results) = cmd(&mut con, &["EXEC"]) else { panic!("EXEC") };
+    let (reply, _) = waiter.reply(LIMIT);
+    let first = granted_token(&reply.expect("the waiter's reply"));
+    assert_eq!(first, 1, "the waiter is served first");
+    let counter: i64 = get(&mut con, "redisson_lock_token:{k}").expect("counter").parse().unwrap();
+    match &results[1] {
+        // Same owner: it re-entered after the hand-off, with the next token.
+        Value::Array(_) if caller == "X" => {
+            assert_eq!(granted_token(&results[1]), 2);
+            assert_eq!(counter, 2);
+        }
+        // Another owner: busy, holding nothing; the counter is the waiter's.
+        Value::Array(items) => {
+            assert_eq!(items[0], Value::Int(0), "busy: {items:?}");
+            assert_eq!(counter, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_nested_hand_off_and_a_reentry_never_share_a_token() {
+    nested_handoff_tokens("X");
+}
+
+#[test]
+fn a_nested_hand_off_leaves_another_owner_busy_with_the_counter_intact() {
+    nested_handoff_tokens("Y");
+}
+
+/// A waiter asking for a token, then one without, queue behind a holder; `spoil` then makes the
+/// token impossible. The release must answer the first with the error (`refused` starts or is
+/// in its text), never a grant, and hand the lock to the second.
+fn spoiled_token_refuses_the_waiter_and_grants_the_next(spoil: &[&str], refused: &str) {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "job", "h", "30000"]);
+    let w1 =
+        Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w1", "30000", "WAIT", "0", "TOKEN"]);
+    wait_blocked(&mut con, 1);
+    let w2 = Pending::start_str(&server, &["RLOCK.ACQUIRE", "job", "w2", "30000", "WAIT", "0"]);
+    wait_blocked(&mut con, 2);
+    cmd(&mut con, spoil);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "job", "h"]), Value::Int(1));
+    let (r1, _) = w1.reply(LIMIT);
+    assert!(r1.as_ref().is_err_and(|e| e.contains(refused)), "{r1:?}");
+    assert_eq!(w2.reply(LIMIT).0, Ok(Value::Nil), "the next waiter gets the lock");
+    assert_eq!(hgetall(&mut con, b"job"), vec![(b"w2".to_vec(), b"1".to_vec())]);
+}
+
+// ---- 6 and 10. a counter at its limit -------------------------------------------------------
+
+#[test]
+fn a_counter_that_cannot_grow_refuses_before_anything_is_written() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "redisson_lock_token:{job}", "9223372036854775807"]);
+    let before = digest(&mut con);
+    let err = run_str(&mut con, &["RLOCK.ACQUIRE", "job", "c1", "30000", "TOKEN"]).unwrap_err();
+    assert!(err.starts_with("ERR") && err.contains("cannot grow"), "{err}");
+    assert_eq!(digest(&mut con), before, "no lock written");
+    assert!(!exists(&mut con, "job"));
+}
+
+#[test]
+fn a_hand_off_never_grants_with_an_error_or_a_nil_token() {
+    spoiled_token_refuses_the_waiter_and_grants_the_next(
+        &["SET", "redisson_lock_token:{job}", "9223372036854775807"],
+        "cannot grow",
+    );
 }

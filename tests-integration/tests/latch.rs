@@ -7,12 +7,14 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{
     assert_replica_matches, blocked_clients, cmd, digest, info_field, poll, queue_str, run_str,
-    wait_replica_online, BlockedCall, Pending, Server,
+    wait_blocked, wait_replica_online, BlockedCall, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
+
 const CHANNEL: &str = "redisson_countdownlatch__channel__{l}";
 
 fn int(v: &Value) -> i64 {
@@ -365,4 +367,55 @@ fn a_redisson_client_and_rlatch_share_a_latch_both_ways() {
     assert_eq!(cmd(&mut con, &["RLATCH.DELETE", "l"]), Value::Int(1));
     assert_eq!(sub.get_message().expect("1").get_payload::<String>().ok(), Some("1".into()));
     assert_eq!(eval(&mut con, REDISSON_DELETE, "1"), Value::Int(0), "gone for Redisson too");
+}
+
+/// Defect: a latch and a semaphore share Redisson's layout (an integer string), and their
+/// waiters shared one FIFO queue per key. A closed latch's awaiter at the head held up every
+/// semaphore waiter behind it, and even a newcomer's plain `RSEM.ACQUIRE` with permits free
+/// was refused (replied 0: "others wait"); an `RLATCH.AWAIT key 0` starved the semaphore for
+/// ever. The other way round, a semaphore waiter at the head kept the awaiters behind it
+/// blocked after the latch opened (answered only at the waiter's own timeout), breaking
+/// "every awaiter is answered at once when the latch opens". An awaiter holds nothing and is
+/// in nobody's way: it is answered when the latch opens, wherever it stands in the queue.
+#[test]
+fn latch_awaiters_and_semaphore_waiters_on_one_key_hold_each_other_up_nowhere() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RLATCH.SETCOUNT", "l", "5"]), Value::Int(1));
+    let first = queue_str(&server, &mut con, &["RLATCH.AWAIT", "l", "0"]);
+    // Five permits are free: a newcomer takes one at once, whatever awaits the latch.
+    assert_eq!(cmd(&mut con, &["RSEM.ACQUIRE", "l", "1"]), Value::Int(1), "not held up");
+    let sem = queue_str(&server, &mut con, &["RSEM.ACQUIRE", "l", "10", "WAIT", "20000"]);
+    // Permits that come back without an RSEM command are found at the waiters' poll, whoever
+    // awaits the latch ahead of the semaphore's waiter (the latch stays closed at 1).
+    assert_eq!(cmd(&mut con, &["SET", "l", "11"]), Value::Okay);
+    assert_eq!(sem.reply(LIMIT).0, Ok(Value::Int(1)), "granted while the latch is closed");
+    assert_eq!(cmd(&mut con, &["GET", "l"]), Value::BulkString(b"1".to_vec()));
+    assert!(!first.replied(), "the latch is still closed");
+
+    let sem = queue_str(&server, &mut con, &["RSEM.ACQUIRE", "l", "5", "WAIT", "20000"]);
+    let second = queue_str(&server, &mut con, &["RLATCH.AWAIT", "l", "0"]);
+    assert_eq!(cmd(&mut con, &["RLATCH.COUNTDOWN", "l"]), Value::Int(0));
+    assert_eq!(first.reply(LIMIT).0, Ok(Value::Int(1)));
+    assert_eq!(second.reply(LIMIT).0, Ok(Value::Int(1)), "answered when the latch opened");
+    assert_eq!(info_field(&mut con, "rlock", "rlock_latch_releases"), 2);
+    assert!(!sem.replied(), "the semaphore waiter still waits");
+    wait_blocked(&mut con, 1);
+    assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "l", "5"]), Value::Int(0));
+    assert_eq!(sem.reply(LIMIT).0, Ok(Value::Int(1)));
+    poll("nobody blocked", LIMIT, || (blocked_clients(&mut con) == 0).then_some(()));
+    assert!(!server.log().contains("Guru Meditation"), "{}", server.log());
+}
+
+#[test]
+fn a_latch_holding_a_foreign_string_is_named_not_called_wrongtype() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    cmd(&mut con, &["SET", "redisson_unlock_latch:{k}:r", "x"]);
+    let err = run_str(&mut con, &["RLOCK.RELEASE", "k", "h", "REQUEST", "r"]).unwrap_err();
+    assert!(err.starts_with("ERR the unlock latch"), "{err}");
+    cmd(&mut con, &["HSET", "redisson_unlock_latch:{k}:h", "f", "v"]);
+    let err = run_str(&mut con, &["RLOCK.RELEASE", "k", "h", "REQUEST", "h"]).unwrap_err();
+    assert!(err.starts_with("WRONGTYPE"), "{err}");
 }

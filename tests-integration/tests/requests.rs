@@ -7,9 +7,10 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{
-    assert_replica_matches, blocked_clients, cmd, digest, hgetall, info_field, pexpiretime, poll,
-    run_str, wait_blocked, wait_replica_online, Pending, Server,
+    assert_replica_matches, blocked_clients, cmd, digest, hgetall, info_field, kill_client,
+    pexpiretime, poll, queue_str, run_str, wait_blocked, wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -916,4 +917,64 @@ fn a3_a_side_renewal_renews_only_the_side_the_owner_holds() {
         vec![(b"mode".to_vec(), b"write".to_vec()), (b"o:write".to_vec(), b"1".to_vec()),]
     );
     let _ = LIMIT;
+}
+
+fn strs(a: &[String; 8]) -> Vec<&str> {
+    a.iter().map(String::as_str).collect()
+}
+
+/// The request id `id` may wait on `key` again: nothing of an earlier waiter's tag is left.
+fn tag_is_free(server: &Server, con: &mut Connection, key: &str, id: &str) {
+    let args = ["RLOCK.ACQUIRE", key, "w", "60000", "WAIT", "0", "REQUEST", id];
+    let again = queue_str(server, con, &args);
+    let waiters = run_str(con, &["RLOCK.WAITERS", key]).expect("WAITERS");
+    assert!(format!("{waiters:?}").contains(id), "{waiters:?}");
+    assert_eq!(run_str(con, &["RLOCK.CANCEL", key, id]), Ok(Value::Int(1)), "cancel by id");
+    assert!(matches!(again.reply(LIMIT).0, Ok(Value::Int(_))), "answered as a timeout");
+}
+
+#[test]
+fn a_request_tag_is_freed_on_every_way_its_waiter_leaves() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let acquire = |key: &str, id: &str, wait: &str| {
+        ["RLOCK.ACQUIRE", key, "w", "60000", "WAIT", wait, "REQUEST", id].map(str::to_owned)
+    };
+    // Timeout, CLIENT UNBLOCK, CLIENT KILL, a duplicate refused: the tag goes with the waiter.
+    for (n, how) in ["timeout", "unblock", "kill"].into_iter().enumerate() {
+        let (key, id) = (format!("t{n}"), format!("id-{how}"));
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "h", "60000"]);
+        let wait = if how == "timeout" { "200" } else { "0" };
+        let w = queue_str(&server, &mut con, &strs(&acquire(&key, &id, wait)));
+        let dup = run_str(&mut con, &strs(&acquire(&key, &id, "0"))).expect_err("duplicate");
+        assert!(dup.contains("already waiting"), "{dup}");
+        match how {
+            "unblock" => cmd(&mut con, &["CLIENT", "UNBLOCK", &w.client_id().to_string()]),
+            "kill" => {
+                kill_client(&mut con, w.client_id());
+                Value::Nil
+            }
+            _ => Value::Nil,
+        };
+        drop(w.reply(LIMIT));
+        poll("the waiter left", LIMIT, || (blocked_clients(&mut con) == 0).then_some(()));
+        tag_is_free(&server, &mut con, &key, &id);
+    }
+    // A grant (the holder's release, a FLUSHDB, a SWAPDB that frees the lock): the tag goes.
+    for (n, how) in ["release", "flushdb", "swapdb"].into_iter().enumerate() {
+        let (key, id) = (format!("g{n}"), format!("id-{how}"));
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "h", "60000"]);
+        let w = queue_str(&server, &mut con, &strs(&acquire(&key, &id, "0")));
+        match how {
+            "release" => cmd(&mut con, &["RLOCK.RELEASE", &key, "h"]),
+            "flushdb" => cmd(&mut con, &["FLUSHDB"]),
+            _ => cmd(&mut con, &["SWAPDB", "0", "1"]),
+        };
+        assert_eq!(w.reply(LIMIT).0, Ok(Value::Nil), "{how}: granted");
+        // Its grant taken away: the same request may wait again (its tag left with it).
+        cmd(&mut con, &["RLOCK.FORCERELEASE", &key]);
+        cmd(&mut con, &["RLOCK.ACQUIRE", &key, "h", "60000"]);
+        tag_is_free(&server, &mut con, &key, &id);
+    }
+    wait_blocked(&mut con, 0);
 }

@@ -2,9 +2,10 @@
 //! (readers behind a queued writer, readers granted together), dead readers removed, and a
 //! Redisson client's scripts sharing the same locks.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::redisson::{Call, RedissonRw};
 use rlock_tests_integration::{
     blocked_clients, cmd, digest, granted_token, hgetall, info_field, poll, run_str, wait_blocked,
@@ -649,4 +650,60 @@ fn a_retried_release_replies_what_the_first_did_and_lua_never_blocks() {
     assert_eq!(cmd(&mut con, &["CLIENT", "UNBLOCK", &id]), Value::Int(1));
     assert!(matches!(waiter.reply(LIMIT).0, Ok(Value::Int(n)) if n > 0));
     assert_eq!(blocked_clients(&mut con), 0);
+}
+
+/// A read-write lock hash with `fields` readers holding `count` read holds each (a foreign
+/// writer's: no hold key exists), written in one pipeline.
+fn foreign_readers(con: &mut Connection, name: &str, fields: usize, count: u64) {
+    let mut pipe = redis::pipe();
+    pipe.cmd("HSET").arg(name).arg("mode").arg("read").ignore();
+    for i in 0..fields {
+        pipe.cmd("HSET").arg(name).arg(format!("r{i}")).arg(count).ignore();
+    }
+    let () = pipe.query(con).expect("HSET pipeline");
+}
+
+/// The 1,000-read-holds-per-owner limit bounds one owner's count, not a lock's: a foreign hash
+/// of 20,000 readers at 1,000 holds each made one `RWLOCK.RELEASE` read 20 million hold keys
+/// (5.8 s with the server blocked, every other client waiting), and so would every dead-reader
+/// check and every later release. A release, and a waiter's dead-reader check, now refuse a
+/// lock with more read holds in all than a release may walk (nothing changes), at once.
+#[test]
+fn a_lock_with_more_read_holds_in_all_than_a_release_may_walk_is_refused_at_once() {
+    let server = Server::start();
+    let mut con = server.conn();
+    con.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    // Just past the limit: refused, nothing changes.
+    foreign_readers(&mut con, "K", 101, 1000);
+    let before = digest(&mut con);
+    for mode in ["READ", "WRITE"] {
+        let err = run_str(&mut con, &["RWLOCK.RELEASE", "K", "r1", mode]).unwrap_err();
+        assert!(err.starts_with("ERR the lock holds more than 100000 read holds"), "{err}");
+    }
+    assert_eq!(digest(&mut con), before, "nothing changes on the refusal");
+    // RWLOCK.INFO reads only the hash: it still reports the lock.
+    let Value::Array(info) = cmd(&mut con, &["RWLOCK.INFO", "K"]) else { panic!("INFO") };
+    assert!(info.contains(&Value::Int(101_000)), "{info:?}");
+    // RWLOCK.FORCERELEASE clears it.
+    assert_eq!(cmd(&mut con, &["RWLOCK.FORCERELEASE", "K"]), Value::Int(1));
+
+    // 20 million holds: the refusal comes at once, not after a walk of every hold key.
+    foreign_readers(&mut con, "K", 20_000, 1000);
+    let before = digest(&mut con);
+    let started = Instant::now();
+    let err = run_str(&mut con, &["RWLOCK.RELEASE", "K", "r1", "READ"]).unwrap_err();
+    let took = started.elapsed();
+    assert!(err.starts_with("ERR the lock holds more than"), "{err}");
+    assert!(took < Duration::from_millis(500), "the release blocked the server for {took:?}");
+    assert_eq!(digest(&mut con), before);
+
+    // A writer waiting for it: its dead-reader check must not block the server either.
+    let mut waiter = server.conn();
+    waiter.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let started = Instant::now();
+    let reply = run_str(&mut waiter, &["RWLOCK.ACQUIRE", "K", "w", "WRITE", "1000", "WAIT", "300"]);
+    assert_eq!(reply, Ok(Value::Int(-1)), "timed out: the lock is still held");
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1500), "the wait's checks blocked for {took:?}");
+    assert_eq!(digest(&mut con), before);
 }

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{
     blocked_clients, cmd, digest, info_field, poll, run_str, wait_blocked, Pending, Server,
 };
@@ -456,4 +457,42 @@ fn a_counted_command_looks_for_the_lease_zset_once() {
         assert_eq!(cmd(&mut con, args), Value::Int(if args[0] == "RSEM.ACQUIRE" { 1 } else { 5 }));
         assert_eq!(misses(&mut con) - before, 1, "{args:?}: the missing {{S}}:timeout, once");
     }
+}
+
+/// A waiter for leased permits was granted when the count alone sufficed without the lease
+/// "zset" being looked at: a foreign writer had made `{s}:timeout` a list, the count went down
+/// (5 -> 3), the `ZADD` of the ids failed (its error ignored), and the waiter got two ids that
+/// no zset holds: permits lost for good (no lease ends, no release by id finds them). The
+/// grant now checks the zset's type before anything is written: the waiter is not granted.
+#[test]
+fn a_leased_waiter_is_not_granted_when_the_lease_zset_holds_another_type() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["SET", "s", "0"]);
+    let waiter =
+        Pending::start_str(&server, &["RSEM.ACQUIRE", "s", "2", "LEASE", "60000", "WAIT", "400"]);
+    wait_blocked(&mut con, 1);
+    // Foreign writes: the lease zset becomes a list, then permits come back with a SET (found
+    // by the waiters' poll).
+    cmd(&mut con, &["RPUSH", "{s}:timeout", "x"]);
+    cmd(&mut con, &["SET", "s", "5"]);
+    let (reply, _) = waiter.reply(Duration::from_secs(10));
+    assert!(
+        matches!(reply, Ok(Value::Nil)) || matches!(&reply, Err(e) if e.starts_with("WRONGTYPE")),
+        "granted ids it could not record: {reply:?}"
+    );
+    assert_eq!(cmd(&mut con, &["GET", "s"]), Value::BulkString(b"5".to_vec()), "count unchanged");
+    assert_eq!(cmd(&mut con, &["LLEN", "{s}:timeout"]), Value::Int(1));
+    // Every other path refuses such a semaphore with WRONGTYPE before writing.
+    for args in [
+        &["RSEM.ACQUIRE", "s", "1", "LEASE", "1000"][..],
+        &["RSEM.ACQUIRE", "s", "1"],
+        &["RSEM.RELEASE", "s", "1"],
+        &["RSEM.RENEW", "s", "0123456789abcdef", "1000"],
+        &["RSEM.INFO", "s"],
+    ] {
+        let err = run_str(&mut con, args).unwrap_err();
+        assert!(err.starts_with("WRONGTYPE"), "{args:?}: {err}");
+    }
+    assert_eq!(cmd(&mut con, &["GET", "s"]), Value::BulkString(b"5".to_vec()));
 }

@@ -4,8 +4,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{
-    blocked_clients, cmd, hgetall, info_field, pexpiretime, poll, wait_link_up, Pending, Server,
+    blocked_clients, cmd, hgetall, info_field, pexpiretime, poll, run_str, wait_blocked,
+    wait_link_up, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -456,4 +458,35 @@ fn a_waiter_killed_before_the_release_is_never_granted() {
     assert!(gone.reply(LIMIT).0.is_err());
     assert_eq!(cmd(&mut con, &["RLOCK.PTTL", "l"]), Value::Int(-2), "nobody got it");
     assert_eq!(info_field(&mut con, "rlock", "rlock_handoffs"), 0);
+}
+
+/// A writer waiting for a read-write lock whose hash a foreign writer corrupted (a read count
+/// that is not a number): the waiters' poll asked for a dead-reader check every 10 ms and each
+/// one logged its failure, 100 warnings a second for as long as anyone waited (8.6 million
+/// lines a day from one key and one client). The warning is now logged at most once per
+/// 10 s.
+#[test]
+fn a_corrupt_lock_with_a_waiter_does_not_flood_the_log() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["HSET", "K", "mode", "read", "x", "abc"]);
+    let reply = run_str(&mut con, &["RWLOCK.ACQUIRE", "K", "w", "WRITE", "1000", "WAIT", "1000"]);
+    assert_eq!(reply, Ok(Value::Int(-1)), "timed out");
+    let warnings = server.log().matches("could not check a read-write lock").count();
+    assert!((1..=2).contains(&warnings), "{warnings} warnings in one second");
+}
+
+#[test]
+fn a_wait_ending_on_a_key_of_another_type_replies_wrongtype() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "400"]);
+    wait_blocked(&mut con, 1);
+    cmd(&mut con, &["MULTI"]);
+    cmd(&mut con, &["DEL", "k"]);
+    cmd(&mut con, &["SET", "k", "a string"]);
+    cmd(&mut con, &["EXEC"]);
+    let (reply, _) = waiter.reply(LIMIT);
+    assert!(reply.as_ref().is_err_and(|e| e.starts_with("WRONGTYPE")), "{reply:?}");
 }

@@ -1,11 +1,12 @@
-//! A hostile look at exact cancellation (issue 24, part A): `REQUEST id` on the acquires and
-//! `RLOCK.CANCEL`. Each test here failed on the code it was written against; the defect is named
-//! in its doc comment. Every test runs each kind: a reentrant lock, a read-write lock's read and
-//! write sides, counted and leased semaphore permits.
+//! Exact cancellation: `REQUEST id` on the acquires and `RLOCK.CANCEL`. Each test here failed
+//! on the code it was written against; the defect is named in its doc comment. Every test runs
+//! each kind: a reentrant lock, a read-write lock's read and write sides, counted and leased
+//! semaphore permits.
 
 use std::time::Duration;
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{cmd, digest, hgetall, run_str, wait_blocked, Pending, Server};
 
 const LIMIT: Duration = Duration::from_secs(10);
