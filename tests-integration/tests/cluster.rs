@@ -543,12 +543,15 @@ fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_
     assert!(!migrating.is_empty(), "a migration is under way");
     eprintln!("the migration when the lock is released: {migrating:?}");
     assert_eq!(cmd(&mut src, &["RLOCK.RELEASE", &key, "b"]), Value::Int(1));
+    // The release handed the lock to w1 on the source, in the command itself. Its reply is
+    // written in the source's next event loop, which may first wait on the stopped target (the
+    // migration's connection): the target resumes before the reply is awaited.
+    cluster.nodes[1].resume();
     let mut waiters = waiters.into_iter();
     let first = waiters.next().expect("w1");
     let (reply, _) = first.reply(LIMIT);
     let t_w1 = granted_token(&reply.expect("w1 granted on the source during the migration"));
     assert!(t_w1 > t2);
-    cluster.nodes[1].resume();
     poll("the target to own the slot", LIMIT, || {
         (cluster.node_of(key.as_bytes()) == 1).then_some(())
     });
