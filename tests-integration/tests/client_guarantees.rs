@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use tokio::time::{sleep, timeout, Instant};
+
 use rlock_client::{Error, LockClient, MultiLock, Options, RedLock, Remaining};
 use rlock_tests_integration::{blocked_clients, hgetall, poll, Server};
-use tokio::time::{sleep, timeout, Instant};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -382,4 +383,76 @@ async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_b
         let now = rlock_tests_integration::info_field(&mut con, "clients", "connected_clients");
         (now <= baseline + 2).then_some(())
     });
+}
+
+/// A lease long enough that a hold it leaks is still there when the test looks.
+const LONG: Duration = Duration::from_secs(60);
+
+/// Polls (blocking, at most [`LIMIT`]) until the key `name` is gone.
+fn until_gone(server: &Server, name: &str, what: &str) {
+    let mut con = server.conn();
+    poll(what, LIMIT, || {
+        let n: i64 = redis::cmd("EXISTS").arg(name).query(&mut con).expect("EXISTS");
+        (n == 0).then_some(())
+    });
+}
+
+/// Which side holds in [`clones_used_concurrently_keep_mutual_exclusion_and_leave_nothing`].
+#[derive(Default)]
+struct Holders([std::sync::atomic::AtomicI64; 2]);
+
+/// One client's tasks on clones of one handle (they share holds: re-entries) race another
+/// client's, each acquire dropped at a random point (a random `timeout`), each guard released
+/// or dropped at random. A guard of one client never coexists with a guard of the other, and
+/// when every task is done nothing is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_used_concurrently_keep_mutual_exclusion_and_leave_nothing() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::Arc;
+    let server = Server::start();
+    let seed = rlock_tests_integration::fuzz_seed();
+    for (round, name) in ["clones", "clones-rw"].into_iter().enumerate() {
+        let holders = Arc::new(Holders::default());
+        let (mut tasks, mut clients) = (Vec::new(), Vec::new());
+        for side in 0..2usize {
+            let c = client(&server).await;
+            let handle = if round == 0 { c.lock(name) } else { c.rw_lock(name).write().clone() };
+            for t in 0..3u64 {
+                let (handle, holders) = (handle.clone(), Arc::clone(&holders));
+                let mut rng =
+                    seed ^ (side as u64 * 97 + t * 13 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                tasks.push(tokio::spawn(async move {
+                    let mut next = move || {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        rng
+                    };
+                    for _ in 0..25 {
+                        let cut = Duration::from_millis(next() % 40);
+                        let lease = (next() % 2 == 0).then_some(LONG);
+                        let got = tokio::time::timeout(cut, handle.acquire(lease)).await;
+                        let Ok(Ok(guard)) = got else { continue };
+                        holders.0[side].fetch_add(1, SeqCst);
+                        let other = holders.0[1 - side].load(SeqCst);
+                        assert_eq!(other, 0, "both clients hold {name} (seed {seed})");
+                        tokio::time::sleep(Duration::from_millis(next() % 5)).await;
+                        assert!(!guard.is_lost(), "a guard lost without a stall");
+                        holders.0[side].fetch_sub(1, SeqCst);
+                        if next() % 2 == 0 {
+                            drop(guard);
+                        } else {
+                            let _ = guard.release().await;
+                        }
+                    }
+                }));
+            }
+            clients.push(c);
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        until_gone(&server, name, "nothing held when every task is done");
+        drop(clients);
+    }
 }

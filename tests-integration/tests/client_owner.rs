@@ -6,11 +6,13 @@
 
 use std::time::Duration;
 
-use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options, Owner};
-use rlock_tests_integration::{fuzz_seed, hgetall, lease_end, poll, Proxy, Rng, Server};
 use tokio::time::timeout;
 
+use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options, Owner};
+use rlock_tests_integration::{exists, fuzz_seed, hgetall, lease_end, poll, Proxy, Rng, Server};
+
 const LIMIT: Duration = Duration::from_secs(10);
+
 /// The nested acquires' lease: far shorter than the outer guard's watchdog lease (30 s).
 const SHORT: Duration = Duration::from_millis(200);
 
@@ -460,4 +462,28 @@ async fn an_owner_s_renewal_reaching_the_server_late_never_shortens_a_later_leas
     for guard in guards {
         guard.release().await.expect("release");
     }
+}
+
+const LEASE: Option<Duration> = Some(Duration::from_secs(60));
+
+/// One owner's read-write lock: write then read re-enters, releasing the write downgrades, and
+/// asking to write while reading is the upgrade the server refuses: the caller gets a typed
+/// error to match on (as Python's `UpgradeRefused`), not a `Redis` error to parse, and nothing
+/// changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_upgrade_is_refused_with_a_typed_error_and_changes_nothing() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let client = client(&server).await;
+    let owner = client.owner();
+    let (rw1, rw2) = (owner.rw_lock("rw"), owner.rw_lock("rw"));
+    let write = rw1.write().acquire(LEASE).await.expect("write");
+    let read = rw2.read().try_acquire(Duration::ZERO, LEASE).await.expect("write -> read");
+    write.release().await.expect("downgrade");
+    let before = rlock_tests_integration::hgetall(&mut admin, b"rw");
+    let upgrade = rw1.write().try_acquire(Duration::from_secs(2), LEASE).await;
+    assert!(matches!(upgrade, Err(Error::UpgradeRefused)), "{upgrade:?}");
+    assert_eq!(rlock_tests_integration::hgetall(&mut admin, b"rw"), before, "nothing changed");
+    read.release().await.expect("release the read");
+    assert!(!exists(&mut admin, "rw"));
 }
