@@ -159,11 +159,21 @@ pub struct Db {
     /// Names whose token counter key exists.
     pub counters: BTreeMap<String, ()>,
     /// Bindings left at a name by a lock `MOVE`d or `RENAME`d away (a binding stays with the
-    /// name): the owner and the binding. A lock of that owner brought back under the name is
-    /// bound again; a fresh grant there resets it.
-    pub ghosts: BTreeMap<String, (String, Bound)>,
+    /// name and its owner, as the module keys it): `(name, owner)` → the binding. A lock of that
+    /// owner brought back under the name is bound again; a fresh grant of that owner there
+    /// resets it (another owner's grant does not), and any end that frees the lock at the name
+    /// drops every one of the name (a release to zero, a force-release, a give-back, a session
+    /// end: the module drops every binding of a lock it frees; a lease's end drops none).
+    pub ghosts: BTreeMap<(String, String), Bound>,
     /// The clients blocked in `RLOCK.ACQUIRE ... WAIT` on each lock, in queue order.
     pub queues: BTreeMap<String, Vec<Waiting>>,
+}
+
+impl Db {
+    /// The lock at `name` was freed: the module drops every binding of the name.
+    fn forget_ghosts(&mut self, name: &str) {
+        self.ghosts.retain(|(n, _), _| n != name);
+    }
 }
 
 /// A client blocked in `RLOCK.ACQUIRE ... WAIT`.
@@ -598,7 +608,7 @@ impl Model {
                 }
                 let w = q.remove(0);
                 let bound = w.session.map(|delay| Bound { conn: w.conn, delay });
-                db.ghosts.remove(name);
+                db.ghosts.remove(&(name.clone(), w.owner.clone()));
                 let l =
                     Lock { owner: w.owner, count: 1, end: Deadline::after(now, w.lease), bound };
                 db.keys.insert(name.clone(), Entity::Lock(l));
@@ -625,7 +635,7 @@ impl Model {
         match d.keys.get_mut(name) {
             None if !queued => {
                 let bound = w.session.map(|delay| Bound { conn: c, delay });
-                d.ghosts.remove(name);
+                d.ghosts.remove(&(name.to_owned(), w.owner.clone()));
                 let l = Lock { owner: w.owner, count: 1, end: Deadline::after(at, w.lease), bound };
                 d.keys.insert(name.to_owned(), Entity::Lock(l));
                 Some(Value::Nil)
@@ -918,7 +928,7 @@ impl Model {
                             self.take_token(name, db, t)?;
                         }
                         let bound = session.map(|delay| Bound { conn: c, delay });
-                        self.dbs[db].ghosts.remove(name);
+                        self.dbs[db].ghosts.remove(&(name.clone(), owner.clone()));
                         let l = Lock { owner: owner.clone(), count: 1, end, bound };
                         self.dbs[db].keys.insert(name.clone(), Entity::Lock(l));
                         let grant = Grant::Lock { owner: owner.clone() };
@@ -952,6 +962,7 @@ impl Model {
                         l.count -= 1;
                         if l.count == 0 {
                             self.dbs[db].keys.remove(name);
+                            self.dbs[db].forget_ghosts(name);
                             Value::Int(1)
                         } else {
                             Value::Int(0)
@@ -973,6 +984,9 @@ impl Model {
             }
             Cmd::ForceRelease { name } | Cmd::RwForceRelease { name } => {
                 let gone = self.dbs[db].keys.remove(name).is_some();
+                if gone {
+                    self.dbs[db].forget_ghosts(name);
+                }
                 same(&Ok(v.clone()), &Value::Int(i64::from(gone)))?;
             }
             Cmd::Cancel { name, id } => {
@@ -1318,18 +1332,16 @@ impl Model {
     fn relocate(&mut self, db: usize, name: &str, to: usize, to_name: &str, mut e: Entity) {
         if let Entity::Lock(l) = &mut e {
             if let Some(b) = l.bound.take() {
-                self.dbs[db].ghosts.insert(name.to_owned(), (l.owner.clone(), b));
+                self.dbs[db].ghosts.insert((name.to_owned(), l.owner.clone()), b);
             }
             // A lock the rename overwrites leaves its binding at the name too.
             if let Some(Entity::Lock(old)) = self.dbs[to].keys.get(to_name) {
                 if let Some(b) = old.bound {
-                    self.dbs[to].ghosts.insert(to_name.to_owned(), (old.owner.clone(), b));
+                    self.dbs[to].ghosts.insert((to_name.to_owned(), old.owner.clone()), b);
                 }
             }
-            if let Some((owner, b)) = self.dbs[to].ghosts.get(to_name) {
-                if *owner == l.owner {
-                    l.bound = Some(*b);
-                }
+            if let Some(b) = self.dbs[to].ghosts.get(&(to_name.to_owned(), l.owner.clone())) {
+                l.bound = Some(*b);
             }
         }
         self.dbs[to].keys.insert(to_name.to_owned(), e);
@@ -1353,6 +1365,7 @@ impl Model {
         };
         if free {
             self.dbs[db].keys.remove(name);
+            self.dbs[db].forget_ghosts(name);
         }
     }
 
@@ -1364,6 +1377,7 @@ impl Model {
                     l.count -= 1;
                     if l.count == 0 {
                         self.dbs[db].keys.remove(name);
+                        self.dbs[db].forget_ghosts(name);
                     }
                 }
             }
@@ -1415,11 +1429,11 @@ impl Model {
             let ghosts: Vec<(String, String, Bound)> = db
                 .ghosts
                 .iter()
-                .filter(|(_, (_, b))| b.conn == conn)
-                .map(|(n, (o, b))| (n.clone(), o.clone(), *b))
+                .filter(|(_, b)| b.conn == conn)
+                .map(|((n, o), b)| (n.clone(), o.clone(), *b))
                 .collect();
             for (name, owner, b) in ghosts {
-                db.ghosts.remove(&name);
+                db.ghosts.remove(&(name.clone(), owner.clone()));
                 if let Some(Entity::Lock(l)) = db.keys.get_mut(&name) {
                     if l.owner == owner && l.bound.is_none() {
                         l.bound = Some(b);
@@ -1427,10 +1441,13 @@ impl Model {
                 }
             }
             let mut gone = Vec::new();
+            let mut freed = Vec::new();
             for (name, e) in &mut db.keys {
                 match e {
                     Entity::Lock(l) => {
                         if let Some(b) = l.bound.filter(|b| b.conn == conn) {
+                            // The module drops every binding of the lock it ends.
+                            freed.push(name.clone());
                             if b.delay > 0 {
                                 let end = Deadline::after(at, b.delay).min(l.end);
                                 *l = Lock {
@@ -1503,6 +1520,9 @@ impl Model {
                     }
                     Entity::Latch(_) => {}
                 }
+            }
+            for name in gone.iter().chain(&freed) {
+                db.forget_ghosts(name);
             }
             for name in gone {
                 db.keys.remove(&name);
