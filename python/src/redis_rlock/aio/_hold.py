@@ -6,14 +6,20 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from .._conn import is_transient, log
 from .._fork import inherited
 from .._hold import Hold
 
-if TYPE_CHECKING:
-    from ._engine import AsyncBackend
+
+class Renewer(Protocol):
+    """What a watchdog task needs of the asyncio engine (``_engine.AsyncBackend``)."""
+
+    rt: float
+
+    async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
+        """Renews ``hold``; True when the server confirmed."""
 
 
 class AsyncHold(Hold):
@@ -99,7 +105,7 @@ class AsyncLossSignal:
         return self.is_set()
 
 
-def watch(hold: AsyncHold, be: AsyncBackend) -> None:
+def watch(hold: AsyncHold, be: Renewer) -> None:
     """Starts what watches ``hold``: its watchdog task (renewals every third of its lease), or
     a timer that marks it lost at its deadline."""
     ref = weakref.ref(hold)
@@ -121,7 +127,7 @@ def _deadline(ref: weakref.ref[AsyncHold], loop: asyncio.AbstractEventLoop) -> N
         )
 
 
-async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
+async def _watchdog(ref: weakref.ref[AsyncHold], be: Renewer) -> None:
     hold = ref()
     if hold is None:
         return
