@@ -5,7 +5,6 @@ threads are ``_sync_threads``'s)."""
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import functools
 import itertools
 import math
@@ -31,6 +30,7 @@ from ._conn import (
     log,
     must_drop,
 )
+from ._core import Acquiring, Step, Wait
 from ._fork import check_owner, inherited
 from ._hold import (
     Hold,
@@ -114,33 +114,6 @@ class _Addressed:
         self.connection_kwargs = dict(src.connection_kwargs, host=host, port=port)
         self.connection_class = src.connection_class
         self.max_connections = getattr(src, "max_connections", 1)
-
-
-class Wait:
-    """What a call that waits in the server needs: its deadline (for a connection too), and
-    the same acquire without ``WAIT`` to check on it from another connection (None: no check).
-    ``probed`` is set when that check's answer replaced the reply of a silent connection;
-    ``answered`` when a check was answered otherwise than "already waiting": the server no
-    longer queued the request then, so the check itself may have been granted (a grant under
-    the request's id that only a cancellation gives back when the acquire ends without one);
-    so is a try (below) whose answer was lost."""
-
-    def __init__(
-        self,
-        until: Optional[float],
-        probe: Optional[list[P.Arg]],
-        spec: Optional[P.Spec] = None,
-        rid: bytes = b"",
-    ) -> None:
-        self.until, self.probe = until, probe
-        self.probed = False
-        self.answered = False
-        self.sent: Callable[[], None] = lambda: None
-        #: an acquire's wait queued for a connection is tried without ``WAIT`` (``spec``'s,
-        #: same request id as ``probe``; see ``_waits``): its place in line, the granted reply
-        self.spec, self.rid = spec, rid
-        self.key = None if spec is None else W.line_key(spec)
-        self.tried: Any = None
 
 
 class SessionLink(Protocol):
@@ -486,116 +459,53 @@ class SyncBackend:
         without that (timeout, lost reply, stall, KeyboardInterrupt, an error) cancels the
         request exactly (``RLOCK.CANCEL``), so nothing stays held by nobody. With ``session``
         (a session's acquire: ``spec.session``) the command runs on the session's connection,
-        and the hold is recorded with the session."""
-        rid = P.new_id()
-        t0 = time.monotonic()
-        end = None if wait is None else t0 + wait
-        retry_end = (
-            t0 + self.rt if wait == 0.0 else end
-        )  # one try: transient errors retried briefly
-        need_cancel = False
+        and the hold is recorded with the session. What to do after each attempt is
+        :class:`~._core.Acquiring`'s to say."""
+        run = Acquiring(spec, wait, self.rt)
         hold: Optional[Hold] = None
-        backoff, attempts = 0.02, 0
-        waiting: Optional[Wait] = None
         try:
             while True:
-                now = time.monotonic()
-                waiting = None
-                if wait == 0.0:
-                    wait_ms: Optional[int] = None
-                elif end is None:
-                    wait_ms = 0
-                else:
-                    wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
-                need_cancel = True
-                attempts += 1
+                waiting: Optional[Wait] = None
+                wait_ms, extra = run.attempt()
                 try:
-                    args, extra = (
-                        spec.acquire(rid, wait_ms),
-                        (wait_ms or 0) / 1000.0 if end is not None else 1e9,
-                    )
-                    if session is not None and wait_ms is not None:
-                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
-                        waiting = Wait(end, probe)
-                        reply = session.call(
-                            args, extra, functools.partial(self._answered, spec, waiting)
-                        )
+                    args, waiting = run.command(wait_ms, session is not None)
+                    if session is not None and waiting is not None:
+                        check = functools.partial(self._answered, spec, waiting)
+                        reply = session.call(args, extra, check)
                     elif session is not None:
                         reply = session.call(args, extra)
-                    elif wait_ms is None:
-                        reply = self.call(spec.key, args, extra)
                     else:
-                        waiting = Wait(end, spec.acquire(rid, None), spec, rid)
                         reply = self.call(spec.key, args, extra, waiting)
                 except Exception as e:
-                    if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
-                        # the request holds nothing and never will: the server rolled back a
-                        # grant made into a connection that went (closed, dropped) before its
-                        # reply was read; asked again, a new request, with the time left
-                        need_cancel = False
-                        if wait != 0.0 and (end is None or time.monotonic() < end):
-                            rid = P.new_id()
-                            continue
-                        return None
-                    if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
-                        # a failover ended the wait (UNBLOCKED at a demotion): asked again with
-                        # the same id, where the key is served now, within the deadline
-                        e = Stalled(str(e))
-                    if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
-                        # this master grants nothing until its replicas are in sync (a promoted
-                        # master waiting for one, a master that lost them): asked again, backing
-                        # off, within the acquire's deadline; NoReplicas when it passes
-                        now = time.monotonic()
-                        if end is not None and now + min(backoff, 0.05) >= end:
-                            need_cancel = attempts > 1  # an earlier attempt may have queued
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        step = backoff if end is None else min(backoff, end - now)
-                        time.sleep(max(step, 0.0))
-                        backoff = min(backoff * 2, 1.0)
-                        continue
-                    if not is_transient(e):
-                        if isinstance(e, ResponseError):
-                            # an error reply changed nothing, unless a check was answered
-                            need_cancel = waiting is not None and waiting.answered
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        raise
-                    now = time.monotonic()
-                    if retry_end is not None and now >= retry_end:
-                        if wait == 0.0:
-                            raise
-                        self.cancel(spec, rid, t0)  # an attempt may have queued, or been granted
-                        need_cancel = False
-                        return None
-                    step = backoff if retry_end is None else min(backoff, retry_end - now)
-                    time.sleep(max(step, 0.0))
-                    backoff = min(backoff * 2, 1.0)
+                    step = run.failed(e, waiting)
+                else:
+                    step = run.granted(reply, waiting)
+                if step.cancel is not None:
+                    self.cancel(spec, step.cancel, run.t0)
+                if step.kind == Step.AGAIN:
                     continue
-                ok, token, ids, again = spec.granted(reply)
-                if (
-                    not ok
-                    and waiting is not None
-                    and waiting.probed
-                    and (end is None or time.monotonic() < end)
-                ):
-                    # the wait's connection died silently and the server no longer queues it
-                    # (a restart, a failover, a connection the server closed): a new request
-                    # with what is left of the deadline
-                    rid = P.new_id()
+                if step.kind == Step.SLEEP:
+                    time.sleep(step.delay)
                     continue
-                if not ok:
-                    need_cancel = False
-                    if waiting is not None and waiting.answered:
-                        # a check of this wait, sent while the server no longer queued it, may
-                        # have been granted under its id after the answer "not granted": given
-                        # back exactly, and any next attempt is a new request
-                        self.cancel(spec, rid, t0)
-                        rid = P.new_id()
-                    if again and (end is None or time.monotonic() < end) and wait != 0.0:
-                        continue
+                if step.kind == Step.CANCEL_NONE:
+                    self.cancel(
+                        spec, run.rid, run.t0
+                    )  # an attempt may have queued, or been granted
+                    run.need_cancel = False
                     return None
+                if step.kind == Step.NONE:
+                    return None
+                if step.kind == Step.RAISE:
+                    assert step.error is not None
+                    if step.raw:
+                        raise step.error
+                    raise step.error from None
+                rid = run.rid
                 self.release_stale(stale_writes(spec, rid))
                 self.release_stale(self.taken_over(spec, rid))
-                hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
+                hold = Hold(
+                    spec, rid, run.t0, spec.lease_ms, watchdog, step.token, step.ids, on_lost
+                )
                 hold.engine = self
                 if session is not None:
                     session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
@@ -606,11 +516,11 @@ class SyncBackend:
             # Whatever ends the call with an exception, wherever it lands (an error, a
             # KeyboardInterrupt between any two lines, after the grant was stored too): the
             # caller is told nothing was taken, so the grant, if any, is cancelled exactly.
-            if need_cancel:
+            if run.need_cancel:
                 if hold is not None:
                     hold.settled = True  # given back by the cancel below
                     hold.done = True  # a stored guard of a cancelled grant says "not held"
-                self.cancel(spec, rid, t0)
+                self.cancel(spec, run.rid, run.t0)
             raise
 
     def _answered(self, spec: P.Spec, wait: Wait) -> bool:

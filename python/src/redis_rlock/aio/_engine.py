@@ -6,7 +6,6 @@ watch them, are ``_hold``'s."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import itertools
 import math
@@ -31,6 +30,7 @@ from .._conn import (
     log,
     must_drop,
 )
+from .._core import Acquiring, Step, Wait
 from .._fork import ForkGuard, check_owner
 from .._hold import (
     LostCallback,
@@ -531,109 +531,48 @@ class AsyncBackend:
         store: Callable[[AsyncHold], None],
         session: Optional[AsyncSessionLink] = None,
     ) -> Optional[AsyncHold]:
-        """As the sync engine's ``acquire``; a cancellation at any await cancels exactly. With
-        ``session`` the command runs on the session's connection, the hold is recorded with it."""
-        rid = P.new_id()
-        t0 = time.monotonic()
-        end = None if wait is None else t0 + wait
-        retry_end = (
-            t0 + self.rt if wait == 0.0 else end
-        )  # one try: transient errors retried briefly
-        need_cancel = handed = False
-        backoff, attempts = 0.02, 0
+        """As the sync engine's ``acquire`` (its decisions: :class:`~.._core.Acquiring`); a
+        cancellation at any await cancels exactly. With ``session`` the command runs on the
+        session's connection, the hold is recorded with it."""
+        run = Acquiring(spec, wait, self.rt)
+        handed = False
         try:
             while True:
-                now = time.monotonic()
-                if wait == 0.0:
-                    wait_ms: Optional[int] = None
-                elif end is None:
-                    wait_ms = 0
-                else:
-                    wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
-                need_cancel = True
-                attempts += 1
-                extra = (wait_ms or 0) / 1000.0 if end is not None else 1e9
-                waiting = None
+                waiting: Optional[Wait] = None
+                wait_ms, extra = run.attempt()
                 try:
-                    if session is not None and wait_ms is not None:
-                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
-                        waiting = Wait(end, probe)
+                    args, waiting = run.command(wait_ms, session is not None)
+                    if session is not None and waiting is not None:
                         check = functools.partial(self._answered, spec, waiting)
-                        reply = await session.call(spec.acquire(rid, wait_ms), extra, check)
+                        reply = await session.call(args, extra, check)
                     elif session is not None:
-                        reply = await session.call(spec.acquire(rid, wait_ms), extra)
-                    elif wait_ms is None:
-                        reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
+                        reply = await session.call(args, extra)
                     else:
-                        waiting = Wait(end, spec.acquire(rid, None), spec, rid)
-                        reply = await self.call(
-                            spec.key, spec.acquire(rid, wait_ms), extra, waiting
-                        )
+                        reply = await self.call(spec.key, args, extra, waiting)
                 except Exception as e:
-                    if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
-                        # the request holds nothing and never will: the server rolled back a
-                        # grant made into a connection that went (closed, dropped) before its
-                        # reply was read; asked again, a new request, with the time left
-                        need_cancel = False
-                        if wait != 0.0 and (end is None or time.monotonic() < end):
-                            rid = P.new_id()
-                            continue
-                        return None
-                    if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
-                        # a failover ended the wait (UNBLOCKED at a demotion): asked again with
-                        # the same id, where the key is served now, within the deadline
-                        e = Stalled(str(e))
-                    if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
-                        # this master grants nothing until its replicas are in sync (a promoted
-                        # master waiting for one, a master that lost them): asked again, backing
-                        # off, within the acquire's deadline; NoReplicas when it passes
-                        now = time.monotonic()
-                        if end is not None and now + min(backoff, 0.05) >= end:
-                            need_cancel = attempts > 1  # an earlier attempt may have queued
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        step = backoff if end is None else min(backoff, end - now)
-                        await asyncio.sleep(max(step, 0.0))
-                        backoff = min(backoff * 2, 1.0)
-                        continue
-                    if not is_transient(e):
-                        if isinstance(e, ResponseError):
-                            # an error reply changed nothing, unless a check was answered
-                            need_cancel = waiting is not None and waiting.answered
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        raise
-                    now = time.monotonic()
-                    if retry_end is not None and now >= retry_end:
-                        if wait == 0.0:
-                            raise
-                        return None
-                    step = backoff if retry_end is None else min(backoff, retry_end - now)
-                    await asyncio.sleep(max(step, 0.0))
-                    backoff = min(backoff * 2, 1.0)
+                    step = run.failed(e, waiting)
+                else:
+                    step = run.granted(reply, waiting)
+                if step.cancel is not None:
+                    await self.cancel(spec, step.cancel, run.t0)
+                if step.kind == Step.AGAIN:
                     continue
-                ok, token, ids, again = spec.granted(reply)
-                if (
-                    not ok
-                    and waiting is not None
-                    and waiting.probed
-                    and (end is None or time.monotonic() < end)
-                ):
-                    # as the sync engine: a silent wait the server no longer queues, asked anew
-                    rid = P.new_id()
+                if step.kind == Step.SLEEP:
+                    await asyncio.sleep(step.delay)
                     continue
-                if not ok:
-                    need_cancel = False
-                    if waiting is not None and waiting.answered:
-                        # a check of this wait, sent while the server no longer queued it, may
-                        # have been granted under its id after the answer "not granted": given
-                        # back exactly, and any next attempt is a new request
-                        await self.cancel(spec, rid, t0)
-                        rid = P.new_id()
-                    if again and (end is None or time.monotonic() < end) and wait != 0.0:
-                        continue
-                    return None
+                if step.kind in (Step.NONE, Step.CANCEL_NONE):
+                    return None  # CANCEL_NONE: ``need_cancel`` is set, the cancel below
+                if step.kind == Step.RAISE:
+                    assert step.error is not None
+                    if step.raw:
+                        raise step.error
+                    raise step.error from None
+                rid = run.rid
                 await self.release_stale(stale_writes(spec, rid))
                 await self.release_stale(await self.taken_over(spec, rid))
-                hold = AsyncHold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
+                hold = AsyncHold(
+                    spec, rid, run.t0, spec.lease_ms, watchdog, step.token, step.ids, on_lost
+                )
                 hold.engine = self
                 if session is not None:
                     session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
@@ -642,8 +581,8 @@ class AsyncBackend:
                 watch(hold, self)
                 return hold
         finally:
-            if need_cancel and not handed:
-                await self.cancel(spec, rid, t0)
+            if run.need_cancel and not handed:
+                await self.cancel(spec, run.rid, run.t0)
 
     async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
         """Renews every part of ``hold``; True when the server confirmed."""
@@ -732,26 +671,6 @@ class AsyncBackend:
             hold.mark_lost()
             hold.done = True
             raise hold.lost_error()
-
-
-class Wait:
-    """As the sync engine's ``Wait``: a call's deadline, its check, and the tries of an
-    acquire's wait queued for a connection (see ``_waits``)."""
-
-    def __init__(
-        self,
-        until: Optional[float],
-        probe: Optional[list[P.Arg]],
-        spec: Optional[P.Spec] = None,
-        rid: bytes = b"",
-    ) -> None:
-        self.until, self.probe = until, probe
-        self.probed = False
-        self.answered = False
-        self.spec, self.rid = spec, rid
-        self.key = None if spec is None else W.line_key(spec)
-        self.tried: Any = None
-        self.sent: Callable[[], None] = lambda: None
 
 
 class _Silent(Exception):

@@ -1,0 +1,243 @@
+"""The engines' decisions, with no I/O, no threads and no tasks: one copy for the sync engine
+(``_sync``) and the asyncio one (``aio._engine``), which send the commands, sleep and hand
+work to the background each in their own way, and ask this module what to do next.
+
+Each decision is a plain call that returns what the engine does next (a :class:`Step`) and
+changes only the state object it is given: an interrupt landing around it (the sync side's
+KeyboardInterrupt, the asyncio side's cancellation) finds that state as it would have found
+the engine's own locals, so each engine's exception handling decides as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable, Optional
+
+from redis.exceptions import ResponseError
+
+from . import _proto as P
+from . import _waits as W
+from ._conn import Stalled, is_resendable, is_transient
+from .errors import LockLost, translate
+
+
+class Wait:
+    """What a call that waits in the server needs: its deadline (for a connection too), and
+    the same acquire without ``WAIT`` to check on it from another connection (None: no check).
+    ``probed`` is set when that check's answer replaced the reply of a silent connection;
+    ``answered`` when a check was answered otherwise than "already waiting": the server no
+    longer queued the request then, so the check itself may have been granted (a grant under
+    the request's id that only a cancellation gives back when the acquire ends without one);
+    so is a try (below) whose answer was lost."""
+
+    def __init__(
+        self,
+        until: Optional[float],
+        probe: Optional[list[P.Arg]],
+        spec: Optional[P.Spec] = None,
+        rid: bytes = b"",
+    ) -> None:
+        self.until, self.probe = until, probe
+        self.probed = False
+        self.answered = False
+        self.sent: Callable[[], None] = lambda: None
+        #: an acquire's wait queued for a connection is tried without ``WAIT`` (``spec``'s,
+        #: same request id as ``probe``; see ``_waits``): its place in line, the granted reply
+        self.spec, self.rid = spec, rid
+        self.key = None if spec is None else W.line_key(spec)
+        self.tried: Any = None
+
+
+class Step:
+    """What an engine does next in an acquire (:class:`Acquiring`): ``kind`` is one of
+
+    - ``AGAIN``: the next attempt at once (with ``Acquiring.rid``, perhaps a new one);
+    - ``SLEEP``: the next attempt after ``delay`` seconds;
+    - ``NONE``: the acquire returns None (not taken; nothing to give back);
+    - ``CANCEL_NONE``: the request is cancelled (``RLOCK.CANCEL`` of ``cancel``: an attempt
+      may have queued, or been granted), then the acquire returns None;
+    - ``RAISE``: ``error`` is raised (the package's translation of an error reply, or the
+      call's own exception when it is ``raw``);
+    - ``GRANTED``: the grant (``token``, ``ids``) is the caller's.
+
+    ``cancel`` (a request id), when set with ``AGAIN`` or ``NONE``, is cancelled first: a
+    check of a wait may have been granted under that id after the answer "not granted"."""
+
+    AGAIN, SLEEP, NONE, CANCEL_NONE, RAISE, GRANTED = "again", "sleep", "none", "cn", "raise", "ok"
+
+    __slots__ = ("cancel", "delay", "error", "ids", "kind", "raw", "token")
+
+    def __init__(
+        self,
+        kind: str,
+        delay: float = 0.0,
+        error: Optional[BaseException] = None,
+        raw: bool = False,
+        cancel: Optional[bytes] = None,
+        token: Optional[int] = None,
+        ids: Optional[list[bytes]] = None,
+    ) -> None:
+        self.kind, self.delay, self.error, self.raw = kind, delay, error, raw
+        self.cancel, self.token, self.ids = cancel, token, ids
+
+
+class Acquiring:
+    """One acquire of ``spec``, waiting up to ``wait`` seconds in the server (0: one try; None:
+    no limit), as a state machine: the engine asks :meth:`attempt` for the next command,
+    sends it, and hands the reply to :meth:`granted` or the exception to :meth:`failed`; each
+    says what to do next. ``rid`` is the request id to cancel should the acquire end without
+    handing a grant over while ``need_cancel`` is set."""
+
+    def __init__(self, spec: P.Spec, wait: Optional[float], rt: float) -> None:
+        self.spec, self.wait = spec, wait
+        self.rid = P.new_id()
+        self.t0 = time.monotonic()
+        self.end = None if wait is None else self.t0 + wait
+        # one try: transient errors retried briefly
+        self.retry_end = self.t0 + rt if wait == 0.0 else self.end
+        self.need_cancel = False
+        self.backoff, self.attempts = 0.02, 0
+
+    def _time_left(self) -> bool:
+        return self.end is None or time.monotonic() < self.end
+
+    def attempt(self) -> tuple[Optional[int], float]:
+        """The next attempt's ``WAIT`` in ms (None: one try without ``WAIT``; 0: no limit)
+        and how much longer than the response timeout its reply may take; from here on the
+        request may be queued or granted (``need_cancel``)."""
+        now = time.monotonic()
+        if self.wait == 0.0:
+            wait_ms: Optional[int] = None
+        elif self.end is None:
+            wait_ms = 0
+        else:
+            wait_ms = max(1, math.ceil((self.end - now) * 1000)) if self.end > now else None
+        self.need_cancel = True
+        self.attempts += 1
+        return wait_ms, (wait_ms or 0) / 1000.0 if self.end is not None else 1e9
+
+    def command(self, wait_ms: Optional[int], session: bool) -> tuple[list[P.Arg], Optional[Wait]]:
+        """The acquire command of this attempt and what its wait needs (None: no wait, or a
+        session's wait on its own connection without a check: ``wait_ms`` None). A session's
+        wait is checked by the same acquire without ``WAIT`` and ``SESSION``; another wait by
+        the acquire without ``WAIT``, which also tries it while it queues for a connection."""
+        spec, rid = self.spec, self.rid
+        args = spec.acquire(rid, wait_ms)
+        if wait_ms is None:
+            return args, None
+        if session:
+            probe = dataclasses.replace(spec, session=False).acquire(rid, None)
+            return args, Wait(self.end, probe)
+        return args, Wait(self.end, spec.acquire(rid, None), spec, rid)
+
+    def failed(self, e: Exception, waiting: Optional[Wait]) -> Step:
+        """The attempt raised ``e`` (its wait: ``waiting``)."""
+        spec, wait = self.spec, self.wait
+        if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
+            # the request holds nothing and never will: the server rolled back a grant made
+            # into a connection that went (closed, dropped) before its reply was read; asked
+            # again, a new request, with the time left
+            self.need_cancel = False
+            if wait != 0.0 and self._time_left():
+                self.rid = P.new_id()
+                return Step(Step.AGAIN)
+            return Step(Step.NONE)
+        if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
+            # a failover ended the wait (UNBLOCKED at a demotion): asked again with the same
+            # id, where the key is served now, within the deadline
+            e = Stalled(str(e))
+        if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
+            # this master grants nothing until its replicas are in sync (a promoted master
+            # waiting for one, a master that lost them): asked again, backing off, within the
+            # acquire's deadline; NoReplicas when it passes
+            now = time.monotonic()
+            if self.end is not None and now + min(self.backoff, 0.05) >= self.end:
+                self.need_cancel = self.attempts > 1  # an earlier attempt may have queued
+                return Step(Step.RAISE, error=translate(e, _name(spec)))
+            return self._sleep(now, self.end)
+        if not is_transient(e):
+            if isinstance(e, ResponseError):
+                # an error reply changed nothing, unless a check was answered
+                self.need_cancel = waiting is not None and waiting.answered
+                return Step(Step.RAISE, error=translate(e, _name(spec)))
+            return Step(Step.RAISE, error=e, raw=True)
+        now = time.monotonic()
+        if self.retry_end is not None and now >= self.retry_end:
+            if wait == 0.0:
+                return Step(Step.RAISE, error=e, raw=True)
+            return Step(Step.CANCEL_NONE, cancel=self.rid)
+        return self._sleep(now, self.retry_end)
+
+    def _sleep(self, now: float, until: Optional[float]) -> Step:
+        step = self.backoff if until is None else min(self.backoff, until - now)
+        self.backoff = min(self.backoff * 2, 1.0)
+        return Step(Step.SLEEP, delay=max(step, 0.0))
+
+    def granted(self, reply: Any, waiting: Optional[Wait]) -> Step:
+        """The attempt was answered ``reply`` (its wait: ``waiting``)."""
+        ok, token, ids, again = self.spec.granted(reply)
+        if ok:
+            return Step(Step.GRANTED, token=token, ids=ids)
+        if waiting is not None and waiting.probed and self._time_left():
+            # the wait's connection died silently and the server no longer queues it (a
+            # restart, a failover, a connection the server closed): a new request with what
+            # is left of the deadline
+            self.rid = P.new_id()
+            return Step(Step.AGAIN)
+        self.need_cancel = False
+        cancel = None
+        if waiting is not None and waiting.answered:
+            # a check of this wait, sent while the server no longer queued it, may have been
+            # granted under its id after the answer "not granted": given back exactly, and any
+            # next attempt is a new request
+            cancel, self.rid = self.rid, P.new_id()
+        if again and self._time_left() and self.wait != 0.0:
+            return Step(Step.AGAIN, cancel=cancel)
+        return Step(Step.NONE, cancel=cancel)
+
+
+def _name(spec: P.Spec) -> str:
+    return spec.key.decode(errors="replace")
+
+
+def cancel_horizon(spec: P.Spec, rt: float) -> float:
+    """How long an ``RLOCK.CANCEL`` of an acquire of ``spec`` is sent again: until the grant's
+    lease would have ended (no lease: while the server remembers the request), plus one
+    response timeout."""
+    return (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + rt
+
+
+def reentry(hold: Any, lease_ms: int, wait: Optional[float], rt: float) -> tuple[int, float]:
+    """The lease a re-entry of ``hold`` renews it for (never shorter than what it has: a
+    watchdog hold's period, another's time left) and until when it is tried (``wait``, or
+    one response timeout for a one-try or unbounded acquire)."""
+    remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
+    lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
+    return lease, time.monotonic() + (rt if not wait else wait)
+
+
+def release_bounds(hold: Any, rt: float) -> tuple[float, float, Callable[[BaseException], bool]]:
+    """A release of ``hold`` sent now: (its first send, until when it is sent again in the
+    caller's time, which errors send it again: counted permits' ``NOREPLICAS`` too)."""
+    first = time.monotonic()
+    until = P.resend_end(hold.spec.kind, first, min(hold.deadline, first + 3 * rt))
+    return first, until, is_resendable if hold.spec.kind == P.COUNTED else is_transient
+
+
+def release_missed(hold: Any, reply: Any, attempts: int) -> bool:
+    """Whether the release's ``reply`` says the hold was gone (lost before it was sent). A
+    leased permits' release sent again may find its own first send's work done."""
+    spec = hold.spec
+    return not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1)
+
+
+def gone(hold: Any) -> LockLost:
+    """A release found ``hold`` gone (:func:`release_missed`): it is marked lost (its
+    callback called), then done; returns the error its release raises."""
+    hold.done = False
+    hold.mark_lost()
+    hold.done = True
+    err: LockLost = hold.lost_error()
+    return err
