@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 from . import _proto as P
 from . import _waits as W
 from ._conn import Stalled, is_resendable, is_transient
+from ._hold import Hold, late_renewal
 from .errors import LockLost, translate
 
 
@@ -209,7 +210,7 @@ def cancel_horizon(spec: P.Spec, rt: float) -> float:
     return (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + rt
 
 
-def reentry(hold: Any, lease_ms: int, wait: Optional[float], rt: float) -> tuple[int, float]:
+def reentry(hold: Hold, lease_ms: int, wait: Optional[float], rt: float) -> tuple[int, float]:
     """The lease a re-entry of ``hold`` renews it for (never shorter than what it has: a
     watchdog hold's period, another's time left) and until when it is tried (``wait``, or
     one response timeout for a one-try or unbounded acquire)."""
@@ -218,7 +219,7 @@ def reentry(hold: Any, lease_ms: int, wait: Optional[float], rt: float) -> tuple
     return lease, time.monotonic() + (rt if not wait else wait)
 
 
-def release_bounds(hold: Any, rt: float) -> tuple[float, float, Callable[[BaseException], bool]]:
+def release_bounds(hold: Hold, rt: float) -> tuple[float, float, Callable[[BaseException], bool]]:
     """A release of ``hold`` sent now: (its first send, until when it is sent again in the
     caller's time, which errors send it again: counted permits' ``NOREPLICAS`` too)."""
     first = time.monotonic()
@@ -226,18 +227,26 @@ def release_bounds(hold: Any, rt: float) -> tuple[float, float, Callable[[BaseEx
     return first, until, is_resendable if hold.spec.kind == P.COUNTED else is_transient
 
 
-def release_missed(hold: Any, reply: Any, attempts: int) -> bool:
+def release_missed(hold: Hold, reply: Any, attempts: int) -> bool:
     """Whether the release's ``reply`` says the hold was gone (lost before it was sent). A
     leased permits' release sent again may find its own first send's work done."""
     spec = hold.spec
     return not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1)
 
 
-def gone(hold: Any) -> LockLost:
+def gone(hold: Hold) -> LockLost:
     """A release found ``hold`` gone (:func:`release_missed`): it is marked lost (its
     callback called), then done; returns the error its release raises."""
     hold.done = False
     hold.mark_lost()
     hold.done = True
-    err: LockLost = hold.lost_error()
-    return err
+    return hold.lost_error()
+
+
+def renewed(hold: Hold, confirms: float) -> list[Hold]:
+    """A renewal of ``hold`` was confirmed (every command "1"): the server holds it at least
+    until ``confirms``. Returns the holds whose count that confirmation kept on the server
+    held by nobody (``_hold.late_renewal``: the guard was declared lost meanwhile), for the
+    engine to release in the background."""
+    hold.extend(confirms)
+    return late_renewal(hold)

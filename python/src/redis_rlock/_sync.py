@@ -30,14 +30,23 @@ from ._conn import (
     log,
     must_drop,
 )
-from ._core import Acquiring, Step, Wait
+from ._core import (
+    Acquiring,
+    Step,
+    Wait,
+    cancel_horizon,
+    gone,
+    reentry,
+    release_bounds,
+    release_missed,
+    renewed,
+)
 from ._fork import check_owner, inherited
 from ._hold import (
     Hold,
     LostCallback,
     count_field,
     kept_by_cancel,
-    late_renewal,
     stale_present,
     stale_writes,
     taken_over,
@@ -565,14 +574,14 @@ class SyncBackend:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
         until answered or the grant's lease would have ended; waits for it a bounded time (two
         response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
-        horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
+        horizon = cancel_horizon(spec, self.rt)
         if spec.peers is not None:
             spec.peers.settling(spec.key)  # may give a grant of the owner back
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         args = P.cancel_args(spec.key, rid)
         if spec.kind == P.COUNTED:
             then = functools.partial(self._cancelled_counted, spec.key, args, t0)
-        job = self.releaser.submit(spec.key, args, horizon + self.rt, then)
+        job = self.releaser.submit(spec.key, args, horizon, then)
         job.wait(2 * self.rt)
 
     # -- re-entry / renewal / release -----------------------------------------------------------
@@ -587,9 +596,8 @@ class SyncBackend:
                     return False
         finally:
             hold.ledger.done(ticket)  # answered, or given up on
-        hold.extend(confirms)
         # confirmed after the guard was declared lost: its count, held by nobody, released
-        self.release_stale(late_renewal(hold), wait=False)
+        self.release_stale(renewed(hold, confirms), wait=False)
         return True
 
     def reenter(self, hold: Hold, lease_ms: int, wait: Optional[float]) -> bool:
@@ -597,9 +605,7 @@ class SyncBackend:
         the lease); raises :class:`LockLost` when it is gone."""
         check_owner(hold)
         hold.check()
-        remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
-        lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
-        until = time.monotonic() + (self.rt if not wait else wait)
+        lease, until = reentry(hold, lease_ms, wait, self.rt)
         try:
             confirmed = self.renew(hold, lease, until)
         except ResponseError as e:
@@ -634,13 +640,10 @@ class SyncBackend:
             spec = hold.spec
             args = hold.release_args()
             hold.done = True
-            first = time.monotonic()
-            until = P.resend_end(spec.kind, first, min(hold.deadline, first + 3 * self.rt))
+            first, until, resend = release_bounds(hold, self.rt)
             counted = spec.kind == P.COUNTED
             try:
-                reply, attempts = self.call_until(
-                    spec.key, args, until, is_resendable if counted else is_transient
-                )
+                reply, attempts = self.call_until(spec.key, args, until, resend)
             except ResponseError as e:
                 if counted and is_resendable(e):
                     # NOREPLICAS (a master that may have been replaced gives back no counted
@@ -665,11 +668,8 @@ class SyncBackend:
             settled = True
             if spec.kind == P.COUNTED:
                 self.confirm_later(spec.key, args, first)
-            if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
-                hold.done = False
-                hold.mark_lost()
-                hold.done = True
-                raise hold.lost_error()
+            if release_missed(hold, reply, attempts):
+                raise gone(hold)
         except BaseException as e:
             if not settled and not isinstance(e, RLockError) and not inherited(hold):
                 # KeyboardInterrupt / SystemExit / an unexpected error mid-release: the

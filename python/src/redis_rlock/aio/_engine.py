@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import math
 import time
 import uuid
 import weakref
@@ -30,13 +29,22 @@ from .._conn import (
     log,
     must_drop,
 )
-from .._core import Acquiring, Step, Wait
+from .._core import (
+    Acquiring,
+    Step,
+    Wait,
+    cancel_horizon,
+    gone,
+    reentry,
+    release_bounds,
+    release_missed,
+    renewed,
+)
 from .._fork import ForkGuard, check_owner
 from .._hold import (
     LostCallback,
     count_field,
     kept_by_cancel,
-    late_renewal,
     stale_present,
     stale_writes,
     taken_over,
@@ -500,7 +508,7 @@ class AsyncBackend:
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
-        horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
+        horizon = cancel_horizon(spec, self.rt)
         if spec.peers is not None:
             spec.peers.settling(spec.key)  # may give a grant of the owner back
         asked_at = time.monotonic()
@@ -595,18 +603,15 @@ class AsyncBackend:
                     return False
         finally:
             hold.ledger.done(ticket)  # answered, or given up on
-        hold.extend(confirms)
         # confirmed after the guard was declared lost: its count, held by nobody, released
-        await self.release_stale(late_renewal(hold), wait=False)
+        await self.release_stale(renewed(hold, confirms), wait=False)
         return True
 
     async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
         """Joins ``hold`` again once the server confirmed it; :class:`LockLost` if gone."""
         check_owner(hold)
         hold.check()
-        remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
-        lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
-        until = time.monotonic() + (self.rt if not wait else wait)
+        lease, until = reentry(hold, lease_ms, wait, self.rt)
         try:
             confirmed = await self.renew(hold, lease, until)
         except ResponseError as e:
@@ -639,11 +644,9 @@ class AsyncBackend:
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
         args = hold.release_args()  # idempotent: the same request id every time
-        first = time.monotonic()
-        until = P.resend_end(spec.kind, first, min(hold.deadline, first + 3 * self.rt))
+        first, until, resend = release_bounds(hold, self.rt)
         counted = spec.kind == P.COUNTED
         try:
-            resend = is_resendable if counted else is_transient
             reply, attempts = await self.call_until(spec.key, args, until, resend)
         except ResponseError as e:
             if counted and is_resendable(e):
@@ -666,11 +669,8 @@ class AsyncBackend:
             return
         if spec.kind == P.COUNTED:
             self.confirm_later(spec.key, args, first)
-        if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
-            hold.done = False
-            hold.mark_lost()
-            hold.done = True
-            raise hold.lost_error()
+        if release_missed(hold, reply, attempts):
+            raise gone(hold)
 
 
 class _Silent(Exception):
