@@ -19,7 +19,7 @@ from redis.exceptions import ResponseError
 
 from . import _proto as P
 from . import _waits as W
-from ._conn import Stalled, is_resendable, is_transient
+from ._conn import Stalled, is_resendable, is_transient, log
 from ._hold import Hold, late_renewal
 from .errors import LockLost, translate
 
@@ -250,3 +250,72 @@ def renewed(hold: Hold, confirms: float) -> list[Hold]:
     engine to release in the background."""
     hold.extend(confirms)
     return late_renewal(hold)
+
+
+class LatchWaiting:
+    """One ``CountDownLatch.wait(timeout)`` of the latch ``key``, as a state machine: with no
+    time to wait (``look``) one ``RLATCH.COUNT`` (:meth:`looked` reads its outcome); else
+    :meth:`next` gives each ``RLATCH.AWAIT`` slice (None: the time is up, the wait is False),
+    :meth:`answered` reads its reply, :meth:`failed` its exception, :meth:`pause` says how
+    long to wait before the next one (None: the time is up)."""
+
+    def __init__(self, key: bytes, timeout: Optional[float], rt: float) -> None:
+        self.key = key
+        budget = P.latch_budget(timeout)
+        t0 = time.monotonic()
+        #: a look without waiting, its answer due by ``look_until``
+        self.look, self.look_until = budget == 0.0, t0 + rt
+        self.end = None if budget is None else t0 + budget
+        self.backoff = 0.02
+        self._sent_at = t0
+
+    def looked(self, reply: Any = None, error: Optional[Exception] = None) -> bool:
+        """The look's outcome: open, or not (no answer within the response timeout, from a
+        stalled, unreachable or loading server, is False as for a timed wait, never an
+        exception); an error reply raises the package's exception."""
+        if error is not None:
+            if not is_transient(error):
+                if isinstance(error, ResponseError):
+                    raise translate(error, self.key.decode(errors="replace")) from None
+                raise error
+            return False
+        return int(reply) <= 0
+
+    def next(self) -> Optional[tuple[list[P.Arg], float]]:
+        """The next ``RLATCH.AWAIT`` slice and how long its reply may take beyond the
+        response timeout; None when the time is up."""
+        now = time.monotonic()
+        if self.end is not None and now >= self.end:
+            return None
+        self._sent_at = now
+        return P.latch_await(self.key, self.end, now)
+
+    def answered(self, reply: Any) -> bool:
+        """True: the latch is open. 0: its time (or its slice) ran out, or a server that does
+        not block (a replica) or CLIENT UNBLOCK ended it early: sent again while time is left,
+        at once when it lasted (a working wait whose slice ended)."""
+        if reply == 1:
+            return True
+        if time.monotonic() - self._sent_at >= 1.0:
+            self.backoff = 0.0
+        return False
+
+    def failed(self, e: Exception) -> None:
+        """A slice raised ``e``: sent again after a lost connection or a failover's
+        ``UNBLOCKED``; an error reply otherwise raises the package's exception."""
+        if isinstance(e, ResponseError):
+            if not (is_transient(e) or P.is_unblocked(e)):
+                raise translate(e, self.key.decode(errors="replace")) from None
+        elif not is_transient(e):
+            raise e
+        log.debug("redis_rlock: latch wait on %r sent again: %s", self.key, e)
+
+    def pause(self) -> Optional[float]:
+        """How long to wait before the next slice (backing off up to 1 s); None when the time
+        is up."""
+        now = time.monotonic()
+        if self.end is not None and now >= self.end:
+            return None
+        delay = self.backoff if self.end is None else min(self.backoff, self.end - now)
+        self.backoff = min(max(self.backoff * 2, 0.02), 1.0)
+        return delay
