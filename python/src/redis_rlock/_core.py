@@ -57,8 +57,8 @@ class Step:
     - ``AGAIN``: the next attempt at once (with ``Acquiring.rid``, perhaps a new one);
     - ``SLEEP``: the next attempt after ``delay`` seconds;
     - ``NONE``: the acquire returns None (not taken; nothing to give back);
-    - ``CANCEL_NONE``: the request is cancelled (``RLOCK.CANCEL`` of ``cancel``: an attempt
-      may have queued, or been granted), then the acquire returns None;
+    - ``CANCEL_NONE``: the request (``Acquiring.rid``) is cancelled (an attempt may have
+      queued, or been granted), then the acquire returns None;
     - ``RAISE``: ``error`` is raised (the package's translation of an error reply, or the
       call's own exception when it is ``raw``);
     - ``GRANTED``: the grant (``token``, ``ids``) is the caller's.
@@ -168,7 +168,7 @@ class Acquiring:
         if self.retry_end is not None and now >= self.retry_end:
             if wait == 0.0:
                 return Step(Step.RAISE, error=e, raw=True)
-            return Step(Step.CANCEL_NONE, cancel=self.rid)
+            return Step(Step.CANCEL_NONE)
         return self._sleep(now, self.retry_end)
 
     def _sleep(self, now: float, until: Optional[float]) -> Step:
