@@ -50,6 +50,84 @@ class Wait:
         self.key = None if spec is None else W.line_key(spec)
         self.tried: Any = None
 
+    # -- a try of a wait queued for a connection (the acquire without ``WAIT``, same id) ----
+    def try_answered(self, reply: Any) -> bool:
+        """The try was answered ``reply``: True when granted (the reply kept in ``tried``)."""
+        assert self.spec is not None
+        if not self.spec.granted(reply)[0]:
+            return False
+        self.tried = reply
+        return True
+
+    def try_failed(self, e: Exception) -> bool:
+        """The try raised ``e``. Failed otherwise than by an error reply (a lost answer, a
+        connection refused or broken at ``maxclients``, whatever redis-py raised then), it
+        may have been granted: the wait is marked ``answered`` (the acquire cancels its id
+        unless it ends holding it) and stays in line (False). An error reply other than a
+        transient one is the acquire's answer (raised: refused, cancelled, NOPERM,
+        NOREPLICAS ..., the wait would be too)."""
+        if isinstance(e, ResponseError) and not is_transient(e):
+            raise e
+        self.answered = True
+        key = None if self.spec is None else self.spec.key
+        log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
+        return False
+
+    # -- a check of a wait from another connection (see ``_waits``) ------------------------
+    def checking(self) -> bool:
+        """A check is about to be sent: granted, perhaps, from the moment it is sent (the
+        acquire cancels the id unless it takes the grant; a "not granted" answer of the wait
+        itself may come first). Returns what ``answered`` was, for :meth:`check_failed`."""
+        before, self.answered = self.answered, True
+        return before
+
+    def check_failed(self, e: Exception, before: bool) -> Optional[BaseException]:
+        """The check raised ``e``: None while no conclusion (the server still queues the wait
+        and the check took nothing; or no answer), else the wait's answer (``was
+        cancelled``: over, holding nothing; see ``_waits.probe_answer``), to be raised."""
+        answer = W.probe_answer(e)
+        if answer == "waiting":
+            self.answered = before  # the server queued it then: the check took nothing
+        return e if answer == "over" else None
+
+    def session_check(self, e: Optional[Exception]) -> bool:
+        """Whether the server answered a session's wait (its acquire sent again without
+        ``WAIT`` and ``SESSION``, same id, from another connection) while its connection is
+        silent: anything but ``already waiting`` (``e`` None: answered, perhaps a grant the
+        acquire's cancel gives back). "was cancelled" says it is not waiting any more (its
+        connection, the session's, is gone on the server), holding nothing; any other error:
+        no answer, no conclusion."""
+        if e is not None:
+            return W.probe_answer(e) == "over"
+        self.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
+        return True
+
+
+class Resending:
+    """An idempotent command sent again after the errors ``resend`` accepts (transient ones),
+    backing off up to 1 s, until a reply or ``until`` (monotonic; None: no limit)."""
+
+    def __init__(self, until: Optional[float], resend: Callable[[BaseException], bool]) -> None:
+        self.until, self.resend = until, resend
+        self.backoff, self.attempts = 0.02, 0
+
+    def attempt(self) -> int:
+        """Counts the next send; returns how many there were."""
+        self.attempts += 1
+        return self.attempts
+
+    def failed(self, e: Exception) -> float:
+        """The send raised ``e``: raised again when it is not one to resend after or the time
+        is up, else how long to wait before the next send."""
+        if not self.resend(e):
+            raise e
+        now = time.monotonic()
+        if self.until is not None and now >= self.until:
+            raise e
+        delay = min(self.backoff, self.until - now) if self.until is not None else self.backoff
+        self.backoff = min(self.backoff * 2, 1.0)
+        return delay
+
 
 class Step:
     """What an engine does next in an acquire (:class:`Acquiring`): ``kind`` is one of

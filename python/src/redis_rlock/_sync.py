@@ -32,6 +32,7 @@ from ._conn import (
 )
 from ._core import (
     Acquiring,
+    Resending,
     Step,
     Wait,
     cancel_horizon,
@@ -367,44 +368,28 @@ class SyncBackend:
 
     def _try(self, key: bytes, wait: Wait) -> bool:
         """The acquire of a wait queued for a connection, without ``WAIT`` (same request id), on
-        a short-command connection: True when granted (the reply in ``wait.tried``). A try that
-        failed otherwise than by an error reply (a lost answer, a connection refused or broken
-        at ``maxclients``, whatever redis-py raised then) may have been granted: the wait is
-        marked ``answered`` (the acquire cancels its id unless it ends holding it) and stays in
-        line. An error reply other than a transient one is the acquire's answer (raised)."""
+        a short-command connection: True when granted (``Wait.try_answered``, ``try_failed``)."""
         assert wait.spec is not None
         try:
             reply = self.call(key, wait.spec.acquire(wait.rid, None))
         except Exception as e:
-            if isinstance(e, ResponseError) and not is_transient(e):
-                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
-            wait.answered = True
-            log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
-            return False
-        if not wait.spec.granted(reply)[0]:
-            return False
-        wait.tried = reply
-        return True
+            return wait.try_failed(e)
+        return wait.try_answered(reply)
 
     def _probe(self, key: bytes, wait: Wait, conn: Any) -> tuple[bool, Any]:
         """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
         while the server still queues it, or its connection answers within the response
         timeout after all; (True, reply) when that connection is silent: the acquire's answer
         now (the grant, replayed, or not granted: the request is spent; or the error reply
-        ``was cancelled``, the wait's answer, to be raised: see ``_waits.probe_answer``)."""
-        # Granted, perhaps, from the moment it is sent: the acquire cancels the id unless it
-        # takes the grant (a "not granted" answer of the wait itself may come first).
-        before, wait.answered = wait.answered, True
+        ``was cancelled``, the wait's answer, to be raised: ``Wait.check_failed``)."""
+        before = wait.checking()
         try:
             assert wait.probe is not None
             reply = self.call(key, wait.probe)
         except Exception as e:
-            answer = W.probe_answer(e)
-            if answer == "waiting":
-                wait.answered = before  # the server queued it then: the check took nothing
-            if answer != "over":
+            reply = wait.check_failed(e, before)
+            if reply is None:
                 return False, None
-            reply = e
         if conn.can_read(timeout=self.rt):
             return False, None  # the reply was on its way: read it
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
@@ -432,26 +417,16 @@ class SyncBackend:
         resend: Callable[[BaseException], bool] = is_transient,
     ) -> tuple[Any, int]:
         """Sends an idempotent command, again after errors ``resend`` accepts (transient
-        ones), until a reply or ``until`` (monotonic; None: no limit). Returns (reply,
-        attempts)."""
-        backoff, attempts = 0.02, 0
+        ones), until a reply or ``until`` (monotonic; None: no limit): :class:`~._core.Resending`.
+        Returns (reply, attempts)."""
+        run = Resending(until, resend)
         while True:
-            attempts += 1
+            attempts = run.attempt()
             try:
                 return self.call(key, args), attempts
-            except ResponseError as e:
-                if not resend(e):
-                    raise
-                err: BaseException = e
             except Exception as e:
-                if not resend(e):
-                    raise
-                err = e
-            now = time.monotonic()
-            if until is not None and now >= until:
-                raise err
-            time.sleep(min(backoff, until - now) if until is not None else backoff)
-            backoff = min(backoff * 2, 1.0)
+                delay = run.failed(e)
+            time.sleep(delay)
 
     # -- acquire / cancel ----------------------------------------------------------------------
     def acquire(
@@ -533,19 +508,13 @@ class SyncBackend:
             raise
 
     def _answered(self, spec: P.Spec, wait: Wait) -> bool:
-        """Whether the server answered a session's wait (its acquire sent again without
-        ``WAIT`` and ``SESSION``, same id, from another connection) while its connection is
-        silent: anything but ``already waiting`` (a grant the acquire's cancel gives back)."""
+        """Whether the server answered a session's wait elsewhere (``Wait.session_check``)."""
         try:
             assert wait.probe is not None
             self.call(spec.key, wait.probe)
         except Exception as e:
-            # "already waiting": still queued; "was cancelled": not waiting any more (its
-            # connection, the session's, is gone on the server), holding nothing; else: no
-            # answer, no conclusion
-            return W.probe_answer(e) == "over"
-        wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
-        return True
+            return wait.session_check(e)
+        return wait.session_check(None)
 
     def release_stale(self, holds: list[Hold], wait: bool = True) -> None:
         """Releases lost holds whose count a grant or renewal just read may have kept on the

@@ -31,6 +31,7 @@ from .._conn import (
 )
 from .._core import (
     Acquiring,
+    Resending,
     Step,
     Wait,
     cancel_horizon,
@@ -292,31 +293,20 @@ class AsyncBackend:
         try:
             reply = await self.call(key, wait.spec.acquire(wait.rid, None))
         except Exception as e:
-            if isinstance(e, ResponseError) and not is_transient(e):
-                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
-            wait.answered = True  # perhaps granted: the acquire cancels it unless it takes it
-            log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
-            return False
-        if not wait.spec.granted(reply)[0]:
-            return False
-        wait.tried = reply
-        return True
+            return wait.try_failed(e)
+        return wait.try_answered(reply)
 
     async def _probe(self, key: bytes, wait: Wait, read: asyncio.Future[Any]) -> tuple[bool, Any]:
         """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
         silent and the server answered its acquire (again, same request id) itself."""
-        # Granted, perhaps, from the moment it is sent (see the sync engine's).
-        before, wait.answered = wait.answered, True
+        before = wait.checking()
         try:
             assert wait.probe is not None
             reply = await self.call(key, wait.probe)
-        except Exception as e:  # see ``_waits.probe_answer``
-            answer = W.probe_answer(e)
-            if answer == "waiting":
-                wait.answered = before  # the server queued it then: the check took nothing
-            if answer != "over":
+        except Exception as e:
+            reply = wait.check_failed(e, before)
+            if reply is None:
                 return False, None
-            reply = e  # "was cancelled": the wait's answer, raised
         await asyncio.wait({read}, timeout=self.rt)
         if read.done():
             return False, None
@@ -343,20 +333,15 @@ class AsyncBackend:
         resend: Callable[[BaseException], bool] = is_transient,
     ) -> tuple[Any, int]:
         """An idempotent command, again after errors ``resend`` accepts (transient ones),
-        until a reply or ``until``."""
-        backoff, attempts = 0.02, 0
+        until a reply or ``until``: :class:`~.._core.Resending`."""
+        run = Resending(until, resend)
         while True:
-            attempts += 1
+            attempts = run.attempt()
             try:
                 return await self.call(key, args), attempts
             except Exception as e:
-                if not resend(e):
-                    raise
-                now = time.monotonic()
-                if until is not None and now >= until:
-                    raise
-                await asyncio.sleep(min(backoff, until - now) if until is not None else backoff)
-                backoff = min(backoff * 2, 1.0)
+                delay = run.failed(e)
+            await asyncio.sleep(delay)
 
     async def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
         """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``) in a task nobody's
@@ -472,10 +457,9 @@ class AsyncBackend:
         try:
             assert wait.probe is not None
             await self.call(spec.key, wait.probe)
-        except Exception as e:  # as the sync engine's: "was cancelled" says it is not waiting
-            return W.probe_answer(e) == "over"
-        wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
-        return True
+        except Exception as e:
+            return wait.session_check(e)
+        return wait.session_check(None)
 
     async def release_stale(self, holds: list[Any], wait: bool = True) -> None:
         """As the sync engine's: lost holds a grant or renewal may have kept on the server,
