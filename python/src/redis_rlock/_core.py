@@ -397,3 +397,38 @@ class LatchWaiting:
         delay = self.backoff if self.end is None else min(self.backoff, self.end - now)
         self.backoff = min(max(self.backoff * 2, 0.02), 1.0)
         return delay
+
+
+def reentry_failed(hold: Hold, e: Exception, wait: Optional[float]) -> bool:
+    """A re-entry's renewal raised ``e``: an error reply raises the package's exception; a
+    transient error of a re-entry with a wait is "not taken" (False); anything else raises."""
+    if isinstance(e, ResponseError):
+        raise translate(e, _name(hold.spec)) from None
+    if is_transient(e) and wait is not None:
+        return False
+    raise e
+
+
+def reentered(hold: Hold, confirmed: bool) -> bool:
+    """A re-entry's renewal was answered (``confirmed``: the server holds it): one more count
+    of ``hold``; :class:`LockLost` when it was lost (found gone, or lost while the renewal was
+    in flight: no re-entry of a lost hold)."""
+    if not confirmed:
+        hold.mark_lost()
+    hold.check()
+    hold.count += 1
+    return True
+
+
+def renewal_period(hold: Hold) -> float:
+    """How often a watchdog renews ``hold``: every third of its lease."""
+    return hold.lease_ms / 3000.0
+
+
+def renewal_failed(hold: Hold, e: Exception, backoff: float) -> float:
+    """A watchdog's renewal of ``hold`` raised ``e`` (said unless transient): the next
+    backoff, doubling from 50 ms up to the renewal period (the next renewal is due then, or
+    at the hold's deadline if sooner)."""
+    if not is_transient(e):
+        log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
+    return min(renewal_period(hold), max(0.05, backoff * 2))

@@ -37,7 +37,9 @@ from ._core import (
     Wait,
     cancel_horizon,
     gone,
+    reentered,
     reentry,
+    reentry_failed,
     release_bounds,
     release_missed,
     renewed,
@@ -577,17 +579,9 @@ class SyncBackend:
         lease, until = reentry(hold, lease_ms, wait, self.rt)
         try:
             confirmed = self.renew(hold, lease, until)
-        except ResponseError as e:
-            raise translate(e, hold.spec.key.decode(errors="replace")) from None
         except Exception as e:
-            if is_transient(e) and wait is not None:
-                return False
-            raise
-        if not confirmed:
-            hold.mark_lost()
-        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
-        hold.count += 1
-        return True
+            return reentry_failed(hold, e, wait)
+        return reentered(hold, confirmed)
 
     def release(self, hold: Hold) -> None:
         """Gives ``hold`` back (its last count): a release with a request id fixed for the hold

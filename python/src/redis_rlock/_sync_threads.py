@@ -13,7 +13,8 @@ import weakref
 from typing import Any, Callable, Optional, Protocol
 
 from . import _proto as P
-from ._conn import is_resendable, is_transient, log
+from ._conn import is_resendable, log
+from ._core import renewal_failed, renewal_period
 from ._flag import Flag, start_daemon
 from ._fork import inherited
 from ._hold import Hold
@@ -87,7 +88,7 @@ class Watchdog:
         """Looks at ``hold`` at ``when`` (default: a third of its lease, or its deadline)."""
         if when is None:
             if hold.watchdog:
-                when = time.monotonic() + hold.lease_ms / 3000.0
+                when = time.monotonic() + renewal_period(hold)
             elif hold.deadline == float("inf"):
                 return
             else:
@@ -130,10 +131,7 @@ class Watchdog:
         try:
             ok = self._be.renew(hold, hold.lease_ms, min(hold.deadline, now + self._be.rt))
         except Exception as e:
-            if not is_transient(e):
-                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
-            period = hold.lease_ms / 3000.0
-            nxt = min(period, max(0.05, backoff * 2))
+            nxt = renewal_failed(hold, e, backoff)
             self.schedule(hold, min(time.monotonic() + nxt, hold.deadline), nxt)
             return
         if not ok:

@@ -36,7 +36,9 @@ from .._core import (
     Wait,
     cancel_horizon,
     gone,
+    reentered,
     reentry,
+    reentry_failed,
     release_bounds,
     release_missed,
     renewed,
@@ -598,17 +600,9 @@ class AsyncBackend:
         lease, until = reentry(hold, lease_ms, wait, self.rt)
         try:
             confirmed = await self.renew(hold, lease, until)
-        except ResponseError as e:
-            raise translate(e, hold.spec.key.decode(errors="replace")) from None
         except Exception as e:
-            if is_transient(e) and wait is not None:
-                return False
-            raise
-        if not confirmed:
-            hold.mark_lost()
-        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
-        hold.count += 1
-        return True
+            return reentry_failed(hold, e, wait)
+        return reentered(hold, confirmed)
 
     async def release(self, hold: AsyncHold) -> None:
         """Gives ``hold`` back in a shielded task (a cancelled release still completes)."""

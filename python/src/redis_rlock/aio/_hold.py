@@ -8,7 +8,7 @@ import time
 import weakref
 from typing import Any, Optional, Protocol
 
-from .._conn import is_transient, log
+from .._core import renewal_failed, renewal_period
 from .._fork import inherited
 from .._hold import Hold
 
@@ -131,7 +131,7 @@ async def _watchdog(ref: weakref.ref[AsyncHold], be: Renewer) -> None:
     hold = ref()
     if hold is None:
         return
-    period = hold.lease_ms / 3000.0
+    period = renewal_period(hold)
     delay, backoff = period, 0.0
     del hold
     while True:
@@ -149,9 +149,7 @@ async def _watchdog(ref: weakref.ref[AsyncHold], be: Renewer) -> None:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            if not is_transient(e):
-                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
-            backoff = min(period, max(0.05, backoff * 2))
+            backoff = renewal_failed(hold, e, backoff)
             delay = max(0.0, min(backoff, hold.deadline - time.monotonic()))
             del hold
             continue
