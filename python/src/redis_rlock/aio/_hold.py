@@ -10,7 +10,7 @@ from typing import Any, Optional, Protocol
 
 from .._core import renewal_failed, renewal_period
 from .._fork import inherited
-from .._hold import Hold
+from .._hold import Hold, LossView
 
 
 class Renewer(Protocol):
@@ -61,20 +61,14 @@ class AsyncHold(Hold):
     async def wait_lost_async(self, timeout: Optional[float]) -> bool:
         """Waits until lost (True) or ``timeout`` seconds (False)."""
         end = None if timeout is None else time.monotonic() + timeout
-        while not self.is_lost():
-            now = time.monotonic()
-            step = self.deadline - now
-            if end is not None:
-                step = min(step, end - now)
-                if step <= 0:
-                    return False
+        while True:
+            over, step = self.lost_wait_step(end)
+            if over is not None:
+                return over
             try:
-                await asyncio.wait_for(
-                    self._aevent.wait(), None if step == float("inf") else max(step, 0.0)
-                )
+                await asyncio.wait_for(self._aevent.wait(), step)
             except asyncio.TimeoutError:
                 pass
-        return True
 
     def stop(self) -> None:
         """Stops the watchdog task (one awaiting a renewal's reply ends once it is read) and
@@ -85,24 +79,15 @@ class AsyncHold(Hold):
             self._timer.cancel()
 
 
-class AsyncLossSignal:
+class AsyncLossSignal(LossView):
     """Event-like view of an asyncio hold's loss."""
 
-    __slots__ = ("_hold",)
-
-    def __init__(self, hold: AsyncHold) -> None:
-        self._hold = hold
-
-    def is_set(self) -> bool:
-        """True once the hold is lost."""
-        return self._hold.is_lost()
+    __slots__ = ()
+    _hold: AsyncHold
 
     async def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits until the hold is lost (True) or ``timeout`` seconds passed (False)."""
         return await self._hold.wait_lost_async(timeout)
-
-    def __bool__(self) -> bool:
-        return self.is_set()
 
 
 def watch(hold: AsyncHold, be: Renewer) -> None:
