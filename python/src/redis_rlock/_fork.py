@@ -4,12 +4,15 @@ parent's sockets, owner ids or holds (a parent thread may have held them at the 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import NotHeld
 
-if TYPE_CHECKING:
-    from ._hold import Hold
+
+class Owned(Protocol):
+    """What the fork checks read of a hold: the process that took it."""
+
+    pid: int
 
 
 def current_pid() -> int:
@@ -36,13 +39,13 @@ class ForkGuard:
         return True
 
 
-def inherited(hold: Hold) -> bool:
+def inherited(hold: Owned) -> bool:
     """Whether ``hold`` was taken by another process (one this process was forked from): it is
     not this process's to re-enter, renew or release."""
     return hold.pid != current_pid()
 
 
-def check_owner(hold: Hold) -> None:
+def check_owner(hold: Owned) -> None:
     """Raises :class:`NotHeld` for a hold taken by the process this one was forked from."""
     if inherited(hold):
         raise NotHeld("the hold belongs to the process this one was forked from")

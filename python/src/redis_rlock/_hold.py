@@ -274,15 +274,25 @@ class Hold:
         """Blocks until lost or ``timeout`` seconds; returns whether lost."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            if self.is_lost():
-                return True
-            now = time.monotonic()
-            step = self.deadline - now
-            if end is not None:
-                step = min(step, end - now)
-                if step <= 0:
-                    return False
-            self._lost.wait(None if step == float("inf") else max(step, 0.0))
+            over, step = self.lost_wait_step(end)
+            if over is not None:
+                return over
+            self._lost.wait(step)
+
+    def lost_wait_step(self, end: Optional[float]) -> tuple[Optional[bool], Optional[float]]:
+        """One step of a wait for the loss until ``end`` (monotonic; None: no limit), sync or
+        asyncio: (True, None) once lost, (False, None) once ``end`` passed, else (None, how
+        long to wait for the loss signal before the next step: at most until the deadline,
+        where the hold is lost unless renewed; None: no limit)."""
+        if self.is_lost():
+            return True, None
+        now = time.monotonic()
+        step = self.deadline - now
+        if end is not None:
+            step = min(step, end - now)
+            if step <= 0:
+                return False, None
+        return None, None if step == float("inf") else max(step, 0.0)
 
     def __repr__(self) -> str:
         state = "lost" if self._lost.is_set() else "released" if self.done else "held"
@@ -434,8 +444,8 @@ def stale_present(spec: Spec, rid: bytes, stale: list[Hold], count: Any) -> list
     return stale[: max(0, n)]
 
 
-class LossSignal:
-    """Event-like view of a hold's loss (``threading.Event``'s ``is_set``/``wait``)."""
+class LossView:
+    """What the sync and asyncio loss signals share: ``is_set()``, truth."""
 
     __slots__ = ("_hold",)
 
@@ -446,9 +456,15 @@ class LossSignal:
         """True once the hold is lost."""
         return self._hold.is_lost()
 
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+
+class LossSignal(LossView):
+    """Event-like view of a hold's loss (``threading.Event``'s ``is_set``/``wait``)."""
+
+    __slots__ = ()
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks until the hold is lost (True) or ``timeout`` seconds passed (False)."""
         return self._hold.wait_lost(timeout)
-
-    def __bool__(self) -> bool:
-        return self.is_set()

@@ -5,7 +5,6 @@ threads are ``_sync_threads``'s)."""
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import functools
 import itertools
 import math
@@ -31,13 +30,26 @@ from ._conn import (
     log,
     must_drop,
 )
+from ._core import (
+    Acquiring,
+    Resending,
+    Step,
+    Wait,
+    cancel_horizon,
+    gone,
+    reentered,
+    reentry,
+    reentry_failed,
+    release_bounds,
+    release_missed,
+    renewed,
+)
 from ._fork import check_owner, inherited
 from ._hold import (
     Hold,
     LostCallback,
     count_field,
     kept_by_cancel,
-    late_renewal,
     stale_present,
     stale_writes,
     taken_over,
@@ -114,33 +126,6 @@ class _Addressed:
         self.connection_kwargs = dict(src.connection_kwargs, host=host, port=port)
         self.connection_class = src.connection_class
         self.max_connections = getattr(src, "max_connections", 1)
-
-
-class Wait:
-    """What a call that waits in the server needs: its deadline (for a connection too), and
-    the same acquire without ``WAIT`` to check on it from another connection (None: no check).
-    ``probed`` is set when that check's answer replaced the reply of a silent connection;
-    ``answered`` when a check was answered otherwise than "already waiting": the server no
-    longer queued the request then, so the check itself may have been granted (a grant under
-    the request's id that only a cancellation gives back when the acquire ends without one);
-    so is a try (below) whose answer was lost."""
-
-    def __init__(
-        self,
-        until: Optional[float],
-        probe: Optional[list[P.Arg]],
-        spec: Optional[P.Spec] = None,
-        rid: bytes = b"",
-    ) -> None:
-        self.until, self.probe = until, probe
-        self.probed = False
-        self.answered = False
-        self.sent: Callable[[], None] = lambda: None
-        #: an acquire's wait queued for a connection is tried without ``WAIT`` (``spec``'s,
-        #: same request id as ``probe``; see ``_waits``): its place in line, the granted reply
-        self.spec, self.rid = spec, rid
-        self.key = None if spec is None else W.line_key(spec)
-        self.tried: Any = None
 
 
 class SessionLink(Protocol):
@@ -385,44 +370,28 @@ class SyncBackend:
 
     def _try(self, key: bytes, wait: Wait) -> bool:
         """The acquire of a wait queued for a connection, without ``WAIT`` (same request id), on
-        a short-command connection: True when granted (the reply in ``wait.tried``). A try that
-        failed otherwise than by an error reply (a lost answer, a connection refused or broken
-        at ``maxclients``, whatever redis-py raised then) may have been granted: the wait is
-        marked ``answered`` (the acquire cancels its id unless it ends holding it) and stays in
-        line. An error reply other than a transient one is the acquire's answer (raised)."""
+        a short-command connection: True when granted (``Wait.try_answered``, ``try_failed``)."""
         assert wait.spec is not None
         try:
             reply = self.call(key, wait.spec.acquire(wait.rid, None))
         except Exception as e:
-            if isinstance(e, ResponseError) and not is_transient(e):
-                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
-            wait.answered = True
-            log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
-            return False
-        if not wait.spec.granted(reply)[0]:
-            return False
-        wait.tried = reply
-        return True
+            return wait.try_failed(e)
+        return wait.try_answered(reply)
 
     def _probe(self, key: bytes, wait: Wait, conn: Any) -> tuple[bool, Any]:
         """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
         while the server still queues it, or its connection answers within the response
         timeout after all; (True, reply) when that connection is silent: the acquire's answer
         now (the grant, replayed, or not granted: the request is spent; or the error reply
-        ``was cancelled``, the wait's answer, to be raised: see ``_waits.probe_answer``)."""
-        # Granted, perhaps, from the moment it is sent: the acquire cancels the id unless it
-        # takes the grant (a "not granted" answer of the wait itself may come first).
-        before, wait.answered = wait.answered, True
+        ``was cancelled``, the wait's answer, to be raised: ``Wait.check_failed``)."""
+        before = wait.checking()
         try:
             assert wait.probe is not None
             reply = self.call(key, wait.probe)
         except Exception as e:
-            answer = W.probe_answer(e)
-            if answer == "waiting":
-                wait.answered = before  # the server queued it then: the check took nothing
-            if answer != "over":
+            reply = wait.check_failed(e, before)
+            if reply is None:
                 return False, None
-            reply = e
         if conn.can_read(timeout=self.rt):
             return False, None  # the reply was on its way: read it
         log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
@@ -450,26 +419,16 @@ class SyncBackend:
         resend: Callable[[BaseException], bool] = is_transient,
     ) -> tuple[Any, int]:
         """Sends an idempotent command, again after errors ``resend`` accepts (transient
-        ones), until a reply or ``until`` (monotonic; None: no limit). Returns (reply,
-        attempts)."""
-        backoff, attempts = 0.02, 0
+        ones), until a reply or ``until`` (monotonic; None: no limit): :class:`~._core.Resending`.
+        Returns (reply, attempts)."""
+        run = Resending(until, resend)
         while True:
-            attempts += 1
+            attempts = run.attempt()
             try:
                 return self.call(key, args), attempts
-            except ResponseError as e:
-                if not resend(e):
-                    raise
-                err: BaseException = e
             except Exception as e:
-                if not resend(e):
-                    raise
-                err = e
-            now = time.monotonic()
-            if until is not None and now >= until:
-                raise err
-            time.sleep(min(backoff, until - now) if until is not None else backoff)
-            backoff = min(backoff * 2, 1.0)
+                delay = run.failed(e)
+            time.sleep(delay)
 
     # -- acquire / cancel ----------------------------------------------------------------------
     def acquire(
@@ -486,116 +445,53 @@ class SyncBackend:
         without that (timeout, lost reply, stall, KeyboardInterrupt, an error) cancels the
         request exactly (``RLOCK.CANCEL``), so nothing stays held by nobody. With ``session``
         (a session's acquire: ``spec.session``) the command runs on the session's connection,
-        and the hold is recorded with the session."""
-        rid = P.new_id()
-        t0 = time.monotonic()
-        end = None if wait is None else t0 + wait
-        retry_end = (
-            t0 + self.rt if wait == 0.0 else end
-        )  # one try: transient errors retried briefly
-        need_cancel = False
+        and the hold is recorded with the session. What to do after each attempt is
+        :class:`~._core.Acquiring`'s to say."""
+        run = Acquiring(spec, wait, self.rt)
         hold: Optional[Hold] = None
-        backoff, attempts = 0.02, 0
-        waiting: Optional[Wait] = None
         try:
             while True:
-                now = time.monotonic()
-                waiting = None
-                if wait == 0.0:
-                    wait_ms: Optional[int] = None
-                elif end is None:
-                    wait_ms = 0
-                else:
-                    wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
-                need_cancel = True
-                attempts += 1
+                waiting: Optional[Wait] = None
+                wait_ms, extra = run.attempt()
                 try:
-                    args, extra = (
-                        spec.acquire(rid, wait_ms),
-                        (wait_ms or 0) / 1000.0 if end is not None else 1e9,
-                    )
-                    if session is not None and wait_ms is not None:
-                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
-                        waiting = Wait(end, probe)
-                        reply = session.call(
-                            args, extra, functools.partial(self._answered, spec, waiting)
-                        )
+                    args, waiting = run.command(wait_ms, session is not None)
+                    if session is not None and waiting is not None:
+                        check = functools.partial(self._answered, spec, waiting)
+                        reply = session.call(args, extra, check)
                     elif session is not None:
                         reply = session.call(args, extra)
-                    elif wait_ms is None:
-                        reply = self.call(spec.key, args, extra)
                     else:
-                        waiting = Wait(end, spec.acquire(rid, None), spec, rid)
                         reply = self.call(spec.key, args, extra, waiting)
                 except Exception as e:
-                    if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
-                        # the request holds nothing and never will: the server rolled back a
-                        # grant made into a connection that went (closed, dropped) before its
-                        # reply was read; asked again, a new request, with the time left
-                        need_cancel = False
-                        if wait != 0.0 and (end is None or time.monotonic() < end):
-                            rid = P.new_id()
-                            continue
-                        return None
-                    if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
-                        # a failover ended the wait (UNBLOCKED at a demotion): asked again with
-                        # the same id, where the key is served now, within the deadline
-                        e = Stalled(str(e))
-                    if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
-                        # this master grants nothing until its replicas are in sync (a promoted
-                        # master waiting for one, a master that lost them): asked again, backing
-                        # off, within the acquire's deadline; NoReplicas when it passes
-                        now = time.monotonic()
-                        if end is not None and now + min(backoff, 0.05) >= end:
-                            need_cancel = attempts > 1  # an earlier attempt may have queued
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        step = backoff if end is None else min(backoff, end - now)
-                        time.sleep(max(step, 0.0))
-                        backoff = min(backoff * 2, 1.0)
-                        continue
-                    if not is_transient(e):
-                        if isinstance(e, ResponseError):
-                            # an error reply changed nothing, unless a check was answered
-                            need_cancel = waiting is not None and waiting.answered
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        raise
-                    now = time.monotonic()
-                    if retry_end is not None and now >= retry_end:
-                        if wait == 0.0:
-                            raise
-                        self.cancel(spec, rid, t0)  # an attempt may have queued, or been granted
-                        need_cancel = False
-                        return None
-                    step = backoff if retry_end is None else min(backoff, retry_end - now)
-                    time.sleep(max(step, 0.0))
-                    backoff = min(backoff * 2, 1.0)
+                    step = run.failed(e, waiting)
+                else:
+                    step = run.granted(reply, waiting)
+                if step.cancel is not None:
+                    self.cancel(spec, step.cancel, run.t0)
+                if step.kind == Step.AGAIN:
                     continue
-                ok, token, ids, again = spec.granted(reply)
-                if (
-                    not ok
-                    and waiting is not None
-                    and waiting.probed
-                    and (end is None or time.monotonic() < end)
-                ):
-                    # the wait's connection died silently and the server no longer queues it
-                    # (a restart, a failover, a connection the server closed): a new request
-                    # with what is left of the deadline
-                    rid = P.new_id()
+                if step.kind == Step.SLEEP:
+                    time.sleep(step.delay)
                     continue
-                if not ok:
-                    need_cancel = False
-                    if waiting is not None and waiting.answered:
-                        # a check of this wait, sent while the server no longer queued it, may
-                        # have been granted under its id after the answer "not granted": given
-                        # back exactly, and any next attempt is a new request
-                        self.cancel(spec, rid, t0)
-                        rid = P.new_id()
-                    if again and (end is None or time.monotonic() < end) and wait != 0.0:
-                        continue
+                if step.kind == Step.CANCEL_NONE:
+                    self.cancel(
+                        spec, run.rid, run.t0
+                    )  # an attempt may have queued, or been granted
+                    run.need_cancel = False
                     return None
+                if step.kind == Step.NONE:
+                    return None
+                if step.kind == Step.RAISE:
+                    assert step.error is not None
+                    if step.raw:
+                        raise step.error
+                    raise step.error from None
+                rid = run.rid
                 self.release_stale(stale_writes(spec, rid))
                 self.release_stale(self.taken_over(spec, rid))
-                hold = Hold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
+                hold = Hold(
+                    spec, rid, run.t0, spec.lease_ms, watchdog, step.token, step.ids, on_lost
+                )
                 hold.engine = self
                 if session is not None:
                     session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
@@ -606,27 +502,21 @@ class SyncBackend:
             # Whatever ends the call with an exception, wherever it lands (an error, a
             # KeyboardInterrupt between any two lines, after the grant was stored too): the
             # caller is told nothing was taken, so the grant, if any, is cancelled exactly.
-            if need_cancel:
+            if run.need_cancel:
                 if hold is not None:
                     hold.settled = True  # given back by the cancel below
                     hold.done = True  # a stored guard of a cancelled grant says "not held"
-                self.cancel(spec, rid, t0)
+                self.cancel(spec, run.rid, run.t0)
             raise
 
     def _answered(self, spec: P.Spec, wait: Wait) -> bool:
-        """Whether the server answered a session's wait (its acquire sent again without
-        ``WAIT`` and ``SESSION``, same id, from another connection) while its connection is
-        silent: anything but ``already waiting`` (a grant the acquire's cancel gives back)."""
+        """Whether the server answered a session's wait elsewhere (``Wait.session_check``)."""
         try:
             assert wait.probe is not None
             self.call(spec.key, wait.probe)
         except Exception as e:
-            # "already waiting": still queued; "was cancelled": not waiting any more (its
-            # connection, the session's, is gone on the server), holding nothing; else: no
-            # answer, no conclusion
-            return W.probe_answer(e) == "over"
-        wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
-        return True
+            return wait.session_check(e)
+        return wait.session_check(None)
 
     def release_stale(self, holds: list[Hold], wait: bool = True) -> None:
         """Releases lost holds whose count a grant or renewal just read may have kept on the
@@ -655,14 +545,14 @@ class SyncBackend:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
         until answered or the grant's lease would have ended; waits for it a bounded time (two
         response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
-        horizon = spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S
+        horizon = cancel_horizon(spec, self.rt)
         if spec.peers is not None:
             spec.peers.settling(spec.key)  # may give a grant of the owner back
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         args = P.cancel_args(spec.key, rid)
         if spec.kind == P.COUNTED:
             then = functools.partial(self._cancelled_counted, spec.key, args, t0)
-        job = self.releaser.submit(spec.key, args, horizon + self.rt, then)
+        job = self.releaser.submit(spec.key, args, horizon, then)
         job.wait(2 * self.rt)
 
     # -- re-entry / renewal / release -----------------------------------------------------------
@@ -677,9 +567,8 @@ class SyncBackend:
                     return False
         finally:
             hold.ledger.done(ticket)  # answered, or given up on
-        hold.extend(confirms)
         # confirmed after the guard was declared lost: its count, held by nobody, released
-        self.release_stale(late_renewal(hold), wait=False)
+        self.release_stale(renewed(hold, confirms), wait=False)
         return True
 
     def reenter(self, hold: Hold, lease_ms: int, wait: Optional[float]) -> bool:
@@ -687,22 +576,12 @@ class SyncBackend:
         the lease); raises :class:`LockLost` when it is gone."""
         check_owner(hold)
         hold.check()
-        remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
-        lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
-        until = time.monotonic() + (self.rt if not wait else wait)
+        lease, until = reentry(hold, lease_ms, wait, self.rt)
         try:
             confirmed = self.renew(hold, lease, until)
-        except ResponseError as e:
-            raise translate(e, hold.spec.key.decode(errors="replace")) from None
         except Exception as e:
-            if is_transient(e) and wait is not None:
-                return False
-            raise
-        if not confirmed:
-            hold.mark_lost()
-        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
-        hold.count += 1
-        return True
+            return reentry_failed(hold, e, wait)
+        return reentered(hold, confirmed)
 
     def release(self, hold: Hold) -> None:
         """Gives ``hold`` back (its last count): a release with a request id fixed for the hold
@@ -724,13 +603,10 @@ class SyncBackend:
             spec = hold.spec
             args = hold.release_args()
             hold.done = True
-            first = time.monotonic()
-            until = P.resend_end(spec.kind, first, min(hold.deadline, first + 3 * self.rt))
+            first, until, resend = release_bounds(hold, self.rt)
             counted = spec.kind == P.COUNTED
             try:
-                reply, attempts = self.call_until(
-                    spec.key, args, until, is_resendable if counted else is_transient
-                )
+                reply, attempts = self.call_until(spec.key, args, until, resend)
             except ResponseError as e:
                 if counted and is_resendable(e):
                     # NOREPLICAS (a master that may have been replaced gives back no counted
@@ -755,11 +631,8 @@ class SyncBackend:
             settled = True
             if spec.kind == P.COUNTED:
                 self.confirm_later(spec.key, args, first)
-            if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
-                hold.done = False
-                hold.mark_lost()
-                hold.done = True
-                raise hold.lost_error()
+            if release_missed(hold, reply, attempts):
+                raise gone(hold)
         except BaseException as e:
             if not settled and not isinstance(e, RLockError) and not inherited(hold):
                 # KeyboardInterrupt / SystemExit / an unexpected error mid-release: the

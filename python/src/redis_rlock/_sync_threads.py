@@ -10,16 +10,35 @@ import queue
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from . import _proto as P
-from ._conn import is_resendable, is_transient, log
+from ._conn import is_resendable, log
+from ._core import renewal_failed, renewal_period
 from ._flag import Flag, start_daemon
 from ._fork import inherited
 from ._hold import Hold
 
-if TYPE_CHECKING:
-    from ._sync import SyncBackend
+
+class Engine(Protocol):
+    """What the threads need of the sync engine (``_sync.SyncBackend``)."""
+
+    rt: float
+
+    def renew(self, hold: Hold, lease_ms: int, until: Optional[float]) -> bool:
+        """Renews ``hold``; True when the server confirmed."""
+
+    def call_until(
+        self,
+        key: bytes,
+        args: list[P.Arg],
+        until: Optional[float],
+        resend: Callable[[BaseException], bool] = ...,
+    ) -> tuple[Any, int]:
+        """An idempotent command, again after errors ``resend`` accepts, until ``until``."""
+
+    def confirm_round(self, key: bytes, args: list[P.Arg], until: float) -> bool:
+        """One round of making an answered counted give-back durable."""
 
 
 #: How long a thread of the engine's stays with nothing to do before it ends (the next hold,
@@ -56,7 +75,7 @@ class Watchdog:
     ends on the server). The thread keeps the watchdog (and its engine) only by weak reference
     too: a client that was collected leaves no thread behind."""
 
-    def __init__(self, be: SyncBackend) -> None:
+    def __init__(self, be: Engine) -> None:
         self._be = be
         self._inbox: queue.SimpleQueue[Optional[tuple[float, weakref.ref[Hold], float]]] = (
             queue.SimpleQueue()
@@ -69,7 +88,7 @@ class Watchdog:
         """Looks at ``hold`` at ``when`` (default: a third of its lease, or its deadline)."""
         if when is None:
             if hold.watchdog:
-                when = time.monotonic() + hold.lease_ms / 3000.0
+                when = time.monotonic() + renewal_period(hold)
             elif hold.deadline == float("inf"):
                 return
             else:
@@ -112,10 +131,7 @@ class Watchdog:
         try:
             ok = self._be.renew(hold, hold.lease_ms, min(hold.deadline, now + self._be.rt))
         except Exception as e:
-            if not is_transient(e):
-                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
-            period = hold.lease_ms / 3000.0
-            nxt = min(period, max(0.05, backoff * 2))
+            nxt = renewal_failed(hold, e, backoff)
             self.schedule(hold, min(time.monotonic() + nxt, hold.deadline), nxt)
             return
         if not ok:
@@ -208,7 +224,7 @@ class Releaser:
     (``RLOCK.CANCEL``, releases with a request id) until they are answered or their hold's
     lease would have ended. A queued job keeps its engine alive until it was sent."""
 
-    def __init__(self, be: SyncBackend) -> None:
+    def __init__(self, be: Engine) -> None:
         self._be = be
         self._q: queue.SimpleQueue[Optional[Job]] = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from redis.exceptions import ResponseError
 
 from . import _proto as P
-from ._conn import is_transient, log
+from ._core import LatchWaiting
 from ._sync import SyncBackend, backend_for
 from .errors import translate
 
@@ -68,49 +68,25 @@ class CountDownLatch:
         wait lasts at most 30 s (a longer one is sent again as it ends), so a connection that
         died silently is noticed within that and the response timeout. Error replies
         (``WRONGTYPE``, ``NOPERM``, ...) raise the package's exceptions."""
-        budget = P.latch_budget(timeout)
-        t0 = time.monotonic()
-        if budget == 0.0:
-            # one look; no answer within the response timeout (a stalled, unreachable or
-            # loading server) is False, as for a timed wait, never an exception
+        run = LatchWaiting(self.name, timeout, self._be.rt)
+        if run.look:
             try:
                 reply, _ = self._be.call_until(
-                    self.name, ["RLATCH.COUNT", self.name], t0 + self._be.rt
+                    self.name, ["RLATCH.COUNT", self.name], run.look_until
                 )
-            except ResponseError as e:
-                if not is_transient(e):
-                    raise translate(e, self.name.decode(errors="replace")) from None
-                return False
             except Exception as e:
-                if not is_transient(e):
-                    raise
-                return False
-            return int(reply) <= 0
-        end = None if budget is None else t0 + budget
-        backoff = 0.02
+                return run.looked(error=e)
+            return run.looked(reply)
         while True:
-            now = time.monotonic()
-            if end is not None and now >= end:
+            slice_ = run.next()
+            if slice_ is None:
                 return False
-            args, extra = P.latch_await(self.name, end, now)
             try:
-                if self._be.call(self.name, args, extra) == 1:
+                if run.answered(self._be.call(self.name, *slice_)):
                     return True
-                # 0: its time (or its slice) ran out, or a server that does not block (a
-                # replica) or CLIENT UNBLOCK ended it early: sent again while time is left, at
-                # once when it lasted (a working wait whose slice ended)
-                if time.monotonic() - now >= 1.0:
-                    backoff = 0.0
-            except ResponseError as e:
-                if not (is_transient(e) or P.is_unblocked(e)):
-                    raise translate(e, self.name.decode(errors="replace")) from None
-                log.debug("redis_rlock: latch wait on %r sent again: %s", self.name, e)
             except Exception as e:
-                if not is_transient(e):
-                    raise
-                log.debug("redis_rlock: latch wait on %r sent again: %s", self.name, e)
-            now = time.monotonic()
-            if end is not None and now >= end:
+                run.failed(e)
+            delay = run.pause()
+            if delay is None:
                 return False
-            time.sleep(backoff if end is None else min(backoff, end - now))
-            backoff = min(max(backoff * 2, 0.02), 1.0)
+            time.sleep(delay)

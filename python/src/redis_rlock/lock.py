@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import threading
 import time
-import weakref
 from types import TracebackType
 from typing import Any, Optional
 
@@ -20,51 +19,25 @@ from redis.exceptions import ResponseError
 
 from . import _proto as P
 from ._fork import inherited
-from ._hold import Hold, LossSignal, LostCallback
+from ._hold import Hold, LossSignal
+from ._locks import DEFAULT, LockCore, live, other_reads, read_keys_refused, read_keys_until
 from ._sync import SyncBackend, backend_for
 from .errors import (
     LockTimeout,
     NotHeld,
     RLockError,
-    SessionClosed,
-    UpgradeRefused,
-    translate,
 )
 
-_DEFAULT: Any = object()
 
+class _Base(LockCore[Hold]):
+    """What every sync lock side shares: the per-thread hold, the threading.Lock API."""
 
-class _Base:
-    """What every sync lock side shares: options, per-thread hold, the threading.Lock API."""
+    _be: SyncBackend
 
-    _kind = P.LOCK
-    #: the session its holds are bound to (set by ``Session.lock`` / ``Session.rw_lock``)
-    _session: Any = None
-    #: the owner every hold is stored under (set by ``Owner.lock`` / ``Owner.rw_lock``);
-    #: None: an owner id of its own per hold
-    _owner_id: Any = None
+    def _engine(self, client: Any, response_timeout: float) -> SyncBackend:
+        return backend_for(client, response_timeout)
 
-    def __init__(
-        self,
-        client: Any,
-        name: P.Name,
-        *,
-        lease: Optional[float] = None,
-        blocking: bool = True,
-        timeout: float = -1,
-        fencing: bool = False,
-        on_lost: Optional[LostCallback] = None,
-        watchdog_timeout: float = 30.0,
-        response_timeout: float = 2.0,
-    ) -> None:
-        self.name = P.name_bytes(name, client)
-        self._be: SyncBackend = backend_for(client, response_timeout)
-        self._lease_ms = None if lease is None else P.to_ms(lease, "lease")
-        self._watchdog_ms = P.watchdog_ms(watchdog_timeout)
-        P.wait_budget(blocking, timeout)
-        self._blocking, self._timeout = blocking, timeout
-        self._fencing = fencing
-        self._on_lost = on_lost
+    def _start(self) -> None:
         self._local = threading.local()
 
     # -- per-thread state ---------------------------------------------------------------------
@@ -78,42 +51,21 @@ class _Base:
             return None
         return hold
 
-    def _owner(self) -> bytes:
-        if self._owner_id is not None:
-            return bytes(self._owner_id.id)
-        return self._be.new_owner()
-
     # -- threading.Lock API -------------------------------------------------------------------
-    def acquire(self, blocking: bool = True, timeout: float = -1, *, lease: Any = _DEFAULT) -> bool:
+    def acquire(self, blocking: bool = True, timeout: float = -1, *, lease: Any = DEFAULT) -> bool:
         """Takes the lock (or re-enters it): waits in the server, FIFO, up to ``timeout``
         seconds (-1: no limit; ``blocking=False``: one try). ``lease`` (seconds) overrides the
         lock's; no lease means a watchdog renews the hold until release. Returns whether held.
         Raises :class:`LockLost` when re-entering a hold that was lost."""
         wait = P.wait_budget(blocking, timeout)
-        lease_ms = (
-            self._lease_ms
-            if lease is _DEFAULT
-            else (None if lease is None else P.to_ms(lease, "lease"))
-        )
-        session = self._session
-        if session is not None and session.closed.is_set():
-            raise SessionClosed("the session is closed", lock_name=self._lock_name())
+        lease_ms = self._lease_of(lease)
+        session = self._open_session()
         prev = self._current()
         count = 0 if prev is None else prev.count
         try:
             if prev is not None:
                 return self._be.reenter(prev, lease_ms or self._watchdog_ms, wait)
-            spec = P.Spec(
-                self._kind,
-                self.name,
-                owner=self._owner(),
-                lease_ms=lease_ms or self._watchdog_ms,
-                token=self._fencing and self._kind != P.READ,
-                session=session is not None,
-                lock_delay_ms=0 if session is None else session.lock_delay_ms,
-                peers=None if self._owner_id is None else self._owner_id.peers,
-                under=self._under(),
-            )
+            spec = self._spec(lease_ms, session)
             store = functools.partial(setattr, self._local, self._slot())
             return (
                 self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
@@ -122,10 +74,6 @@ class _Base:
         except BaseException:
             self._undo(prev, count)
             raise
-
-    def _under(self) -> Optional[weakref.ref[Hold]]:
-        """The write hold a read acquire re-enters under the same owner id (see ``_Side``)."""
-        return None
 
     def _undo(self, prev: Optional[Hold], count: int) -> None:
         """An acquire (or ``with``) that ends with an exception, wherever it landed (a
@@ -147,7 +95,7 @@ class _Base:
         this thread's (not released yet) or released (in the background if need be)."""
         hold = self._current()
         if hold is None:
-            raise NotHeld("this thread does not hold the lock", lock_name=self._lock_name())
+            raise self._not_held()
         if hold.count > 1:
             hold.check()
             hold.count -= 1
@@ -160,35 +108,10 @@ class _Base:
         """Whether anybody holds the lock now (any owner, any process)."""
         return bool(self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
 
-    def owned(self) -> bool:
-        """Whether this thread holds it (a live hold of its own)."""
-        hold = self._current()
-        return hold is not None and not hold.is_lost()
-
-    @property
-    def hold(self) -> Hold:
-        """This thread's hold (raises :class:`NotHeld` if none)."""
-        hold = self._current()
-        if hold is None:
-            raise NotHeld("this thread does not hold the lock", lock_name=self._lock_name())
-        return hold
-
     @property
     def lost(self) -> LossSignal:
         """Event-like loss signal of this thread's hold."""
         return self.hold.lost
-
-    def check(self) -> None:
-        """Raises :class:`LockLost` if this thread's hold was lost, :class:`NotHeld` if none."""
-        self.hold.check()
-
-    @property
-    def token(self) -> Optional[int]:
-        """The fencing token of this thread's hold (``fencing=True``), else None."""
-        return self.hold.token
-
-    def _lock_name(self) -> str:
-        return self.name.decode(errors="replace")
 
     def __enter__(self) -> _Base:
         prev = self._current()
@@ -242,24 +165,17 @@ class _Side(_Base):
 
     def release(self) -> None:
         hold = self._current()
-        if hold is not None and hold.count == 1 and not hold.is_lost() and _other_reads(hold):
-            # the server drops the owner's last read lease key, not necessarily this hold's:
-            # first every key of the owner's reads as long as the longest promise (an error
+        if hold is not None and hold.count == 1 and not hold.is_lost() and other_reads(hold):
+            # every key of the owner's reads as long as the longest promise first (an error
             # here raises with nothing released: the hold stays this thread's)
-            until = min(hold.deadline, time.monotonic() + self._be.rt)
+            until = read_keys_until(hold, self._be.rt)
             backoff = 0.02
             while True:
                 try:
                     self._be.renew(hold, hold.lease_ms, until)
                     break
                 except ResponseError as e:
-                    # NOREPLICAS: an old master after a failover (the connection was dropped:
-                    # asked again, a Sentinel client reaches the new one) or a master without
-                    # its replicas; the package's error once the time is up
-                    left = until - time.monotonic()
-                    if not P.is_noreplicas(e) or left <= 0:
-                        raise translate(e, self._lock_name()) from None
-                    time.sleep(min(backoff, left))
+                    time.sleep(read_keys_refused(e, until, backoff, self._lock_name()))
                     backoff *= 2
         super().release()
 
@@ -267,35 +183,9 @@ class _Side(_Base):
         """Whether anybody holds the read-write lock now (either side)."""
         return bool(self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
 
-    def _other(self) -> Optional[Hold]:
+    def _other_side(self) -> Optional[Hold]:
         other = P.WRITE if self._kind == P.READ else P.READ
-        hold: Optional[Hold] = getattr(self._local, other, None)
-        if hold is None or hold.done or inherited(hold) or hold.is_lost():
-            return None
-        return hold
-
-    def _under(self) -> Optional[weakref.ref[Hold]]:
-        # write -> read re-entry under one owner id: the read hold keeps the key, so the write
-        # hold's field, as long as the write is confirmed (an Owner's find it in its peers)
-        other = self._other() if self._kind == P.READ else None
-        return None if other is None else weakref.ref(other)
-
-    def _owner(self) -> bytes:
-        other = self._other()
-        if self._kind == P.WRITE and other is not None:
-            raise UpgradeRefused(
-                "upgrade refused: this thread holds the read side; release it first",
-                lock_name=self._lock_name(),
-            )
-        if self._kind == P.READ and other is not None:
-            return other.spec.owner  # write -> read re-entry: the server grants it at once
-        return super()._owner()
-
-
-def _other_reads(hold: Hold) -> bool:
-    """A read hold of an Owner whose other live read holds share its key."""
-    peers = hold.spec.peers
-    return hold.spec.kind == P.READ and peers is not None and bool(peers.other_reads(hold))
+        return live(getattr(self._local, other, None))
 
 
 class RWLock:

@@ -13,47 +13,36 @@ from redis.exceptions import ResponseError
 
 from . import _proto as P
 from ._fork import inherited
-from ._hold import Hold, LostCallback
+from ._hold import Hold
+from ._sems import LeasedCore, SemCore
 from ._sync import HANDED_OVER, SyncBackend, backend_for
 from .errors import LockTimeout, NotHeld, RLockError, translate
 
 
-class _SemBase:
-    def __init__(
-        self,
-        client: Any,
-        name: P.Name,
-        *,
-        blocking: bool = True,
-        timeout: float = -1,
-        response_timeout: float = 2.0,
-    ) -> None:
-        self.name = P.name_bytes(name, client)
-        self._be: SyncBackend = backend_for(client, response_timeout)
-        P.wait_budget(blocking, timeout)
-        self._blocking, self._timeout = blocking, timeout
+class _SemBase(SemCore):
+    """What both sync semaphores share: the per-thread stack of ``with`` guards."""
+
+    _be: SyncBackend
+
+    def _engine(self, client: Any, response_timeout: float) -> SyncBackend:
+        return backend_for(client, response_timeout)
+
+    def _start(self) -> None:
         self._local = threading.local()
 
     def _cmd(self, *args: P.Arg) -> Any:
         try:
             return self._be.call(self.name, list(args))
-        except Exception as e:
-            from redis.exceptions import ResponseError
-
-            if isinstance(e, ResponseError):
-                raise translate(e, self.name.decode(errors="replace")) from None
-            raise
+        except ResponseError as e:
+            raise translate(e, self._lock_name()) from None
 
     def try_set_permits(self, permits: int) -> bool:
         """Creates the semaphore with ``permits`` (0 allowed) if it does not exist."""
-        if isinstance(permits, bool) or not isinstance(permits, int) or not 0 <= permits < 2**63:
-            raise ValueError(f"permits must be a non-negative 64-bit integer, got {permits!r}")
-        return bool(self._cmd("RSEM.SETPERMITS", self.name, permits) == 1)
+        return bool(self._cmd(*self._set_permits(permits)) == 1)
 
     def add_permits(self, delta: int) -> int:
         """Adds ``delta`` permits (may be negative); returns the new count."""
-        P.check_delta(delta)
-        return int(self._cmd("RSEM.ADDPERMITS", self.name, delta))
+        return int(self._cmd(*self._add_permits(delta)))
 
     def available(self) -> int:
         """The permits available now (0 when the semaphore does not exist)."""
@@ -164,8 +153,7 @@ class Semaphore(_SemBase):
     ) -> None:
         """``ownerless``: the caller gives the permits back with :meth:`release` (``ONCE``),
         not through the guard (``REQUEST`` of the acquire)."""
-        n = P.check_permits(permits, False)
-        spec = P.Spec(P.COUNTED, self.name, permits=n, ownerless=ownerless)
+        spec = self._counted(permits, ownerless)
         self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, store)
 
     def release(self, permits: int = 1) -> int:
@@ -181,7 +169,7 @@ class Semaphore(_SemBase):
         # CPython's, as at the caller's: nothing was sent, and it raises from here.)
         try:
             first = time.monotonic()
-            args = P.counted_release(self.name, P.check_permits(permits, False))
+            args = self._release_args(permits)
             return int(self._be.counted_release(self.name, args))
         except ResponseError as e:
             raise translate(e, self.name.decode(errors="replace")) from None
@@ -196,39 +184,19 @@ class Semaphore(_SemBase):
         call made, if it made one (sent again, it gives back once); else with a new one (the
         call sent nothing)."""
         first = seen.get("first", time.monotonic())
-        args = seen.get("args") or P.counted_release(self.name, P.check_permits(permits, False))
+        args = seen.get("args") or self._release_args(permits)
         self._be.counted_release_later(self.name, args, first)
 
     def _take_one(self, store: Callable[[Hold], None]) -> Optional[Hold]:
-        spec = P.Spec(P.COUNTED, self.name, permits=1)
+        spec = self._counted(1)
         return self._be.acquire(
             spec, P.wait_budget(self._blocking, self._timeout), False, None, store
         )
 
 
-class LeasedSemaphore(_SemBase):
+class LeasedSemaphore(LeasedCore, _SemBase):
     """Leased permits, each with an id and a lease the server enforces. No lease: a watchdog
     renews them (``RSEM.RENEW``) until released."""
-
-    #: the session its permits are bound to (set by ``Session.leased_semaphore``)
-    _session: Any = None
-
-    def __init__(
-        self,
-        client: Any,
-        name: P.Name,
-        *,
-        lease: Optional[float] = None,
-        on_lost: Optional[LostCallback] = None,
-        watchdog_timeout: float = 30.0,
-        **kw: Any,
-    ) -> None:
-        super().__init__(client, name, **kw)
-        if lease is not None:
-            P.to_ms(lease, "lease")  # refused at once, not at the first acquire
-        self._lease = lease
-        self._on_lost = on_lost
-        self._watchdog_ms = P.watchdog_ms(watchdog_timeout)
 
     def acquire(
         self,
@@ -255,17 +223,7 @@ class LeasedSemaphore(_SemBase):
         lease: Optional[float],
         store: Callable[[Hold], None],
     ) -> Optional[Hold]:
-        lease = self._lease if lease is None else lease
-        lease_ms = None if lease is None else P.to_ms(lease, "lease")
-        session = self._session
-        spec = P.Spec(
-            P.LEASED,
-            self.name,
-            permits=P.check_permits(permits, True),
-            lease_ms=lease_ms or self._watchdog_ms,
-            session=session is not None,
-            lock_delay_ms=0 if session is None else session.lock_delay_ms,
-        )
+        spec, lease_ms, session = self._leased(permits, lease)
         wait = P.wait_budget(blocking, timeout)
         return self._be.acquire(spec, wait, lease_ms is None, self._on_lost, store, session)
 

@@ -6,10 +6,8 @@ watch them, are ``_hold``'s."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import itertools
-import math
 import time
 import uuid
 import weakref
@@ -31,12 +29,25 @@ from .._conn import (
     log,
     must_drop,
 )
+from .._core import (
+    Acquiring,
+    Resending,
+    Step,
+    Wait,
+    cancel_horizon,
+    gone,
+    reentered,
+    reentry,
+    reentry_failed,
+    release_bounds,
+    release_missed,
+    renewed,
+)
 from .._fork import ForkGuard, check_owner
 from .._hold import (
     LostCallback,
     count_field,
     kept_by_cancel,
-    late_renewal,
     stale_present,
     stale_writes,
     taken_over,
@@ -284,31 +295,20 @@ class AsyncBackend:
         try:
             reply = await self.call(key, wait.spec.acquire(wait.rid, None))
         except Exception as e:
-            if isinstance(e, ResponseError) and not is_transient(e):
-                raise  # refused (cancelled, NOPERM, NOREPLICAS ...): the wait would be too
-            wait.answered = True  # perhaps granted: the acquire cancels it unless it takes it
-            log.debug("redis_rlock: a try of a queued wait on %r: %s", key, e)
-            return False
-        if not wait.spec.granted(reply)[0]:
-            return False
-        wait.tried = reply
-        return True
+            return wait.try_failed(e)
+        return wait.try_answered(reply)
 
     async def _probe(self, key: bytes, wait: Wait, read: asyncio.Future[Any]) -> tuple[bool, Any]:
         """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
         silent and the server answered its acquire (again, same request id) itself."""
-        # Granted, perhaps, from the moment it is sent (see the sync engine's).
-        before, wait.answered = wait.answered, True
+        before = wait.checking()
         try:
             assert wait.probe is not None
             reply = await self.call(key, wait.probe)
-        except Exception as e:  # see ``_waits.probe_answer``
-            answer = W.probe_answer(e)
-            if answer == "waiting":
-                wait.answered = before  # the server queued it then: the check took nothing
-            if answer != "over":
+        except Exception as e:
+            reply = wait.check_failed(e, before)
+            if reply is None:
                 return False, None
-            reply = e  # "was cancelled": the wait's answer, raised
         await asyncio.wait({read}, timeout=self.rt)
         if read.done():
             return False, None
@@ -335,20 +335,15 @@ class AsyncBackend:
         resend: Callable[[BaseException], bool] = is_transient,
     ) -> tuple[Any, int]:
         """An idempotent command, again after errors ``resend`` accepts (transient ones),
-        until a reply or ``until``."""
-        backoff, attempts = 0.02, 0
+        until a reply or ``until``: :class:`~.._core.Resending`."""
+        run = Resending(until, resend)
         while True:
-            attempts += 1
+            attempts = run.attempt()
             try:
                 return await self.call(key, args), attempts
             except Exception as e:
-                if not resend(e):
-                    raise
-                now = time.monotonic()
-                if until is not None and now >= until:
-                    raise
-                await asyncio.sleep(min(backoff, until - now) if until is not None else backoff)
-                backoff = min(backoff * 2, 1.0)
+                delay = run.failed(e)
+            await asyncio.sleep(delay)
 
     async def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
         """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``) in a task nobody's
@@ -464,10 +459,9 @@ class AsyncBackend:
         try:
             assert wait.probe is not None
             await self.call(spec.key, wait.probe)
-        except Exception as e:  # as the sync engine's: "was cancelled" says it is not waiting
-            return W.probe_answer(e) == "over"
-        wait.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
-        return True
+        except Exception as e:
+            return wait.session_check(e)
+        return wait.session_check(None)
 
     async def release_stale(self, holds: list[Any], wait: bool = True) -> None:
         """As the sync engine's: lost holds a grant or renewal may have kept on the server,
@@ -500,7 +494,7 @@ class AsyncBackend:
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
-        horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + self.rt
+        horizon = cancel_horizon(spec, self.rt)
         if spec.peers is not None:
             spec.peers.settling(spec.key)  # may give a grant of the owner back
         asked_at = time.monotonic()
@@ -531,109 +525,48 @@ class AsyncBackend:
         store: Callable[[AsyncHold], None],
         session: Optional[AsyncSessionLink] = None,
     ) -> Optional[AsyncHold]:
-        """As the sync engine's ``acquire``; a cancellation at any await cancels exactly. With
-        ``session`` the command runs on the session's connection, the hold is recorded with it."""
-        rid = P.new_id()
-        t0 = time.monotonic()
-        end = None if wait is None else t0 + wait
-        retry_end = (
-            t0 + self.rt if wait == 0.0 else end
-        )  # one try: transient errors retried briefly
-        need_cancel = handed = False
-        backoff, attempts = 0.02, 0
+        """As the sync engine's ``acquire`` (its decisions: :class:`~.._core.Acquiring`); a
+        cancellation at any await cancels exactly. With ``session`` the command runs on the
+        session's connection, the hold is recorded with it."""
+        run = Acquiring(spec, wait, self.rt)
+        handed = False
         try:
             while True:
-                now = time.monotonic()
-                if wait == 0.0:
-                    wait_ms: Optional[int] = None
-                elif end is None:
-                    wait_ms = 0
-                else:
-                    wait_ms = max(1, math.ceil((end - now) * 1000)) if end > now else None
-                need_cancel = True
-                attempts += 1
-                extra = (wait_ms or 0) / 1000.0 if end is not None else 1e9
-                waiting = None
+                waiting: Optional[Wait] = None
+                wait_ms, extra = run.attempt()
                 try:
-                    if session is not None and wait_ms is not None:
-                        probe = dataclasses.replace(spec, session=False).acquire(rid, None)
-                        waiting = Wait(end, probe)
+                    args, waiting = run.command(wait_ms, session is not None)
+                    if session is not None and waiting is not None:
                         check = functools.partial(self._answered, spec, waiting)
-                        reply = await session.call(spec.acquire(rid, wait_ms), extra, check)
+                        reply = await session.call(args, extra, check)
                     elif session is not None:
-                        reply = await session.call(spec.acquire(rid, wait_ms), extra)
-                    elif wait_ms is None:
-                        reply = await self.call(spec.key, spec.acquire(rid, wait_ms), extra)
+                        reply = await session.call(args, extra)
                     else:
-                        waiting = Wait(end, spec.acquire(rid, None), spec, rid)
-                        reply = await self.call(
-                            spec.key, spec.acquire(rid, wait_ms), extra, waiting
-                        )
+                        reply = await self.call(spec.key, args, extra, waiting)
                 except Exception as e:
-                    if isinstance(e, ResponseError) and P.is_cancelled_reply(e):
-                        # the request holds nothing and never will: the server rolled back a
-                        # grant made into a connection that went (closed, dropped) before its
-                        # reply was read; asked again, a new request, with the time left
-                        need_cancel = False
-                        if wait != 0.0 and (end is None or time.monotonic() < end):
-                            rid = P.new_id()
-                            continue
-                        return None
-                    if isinstance(e, ResponseError) and P.is_unblocked(e) and wait != 0.0:
-                        # a failover ended the wait (UNBLOCKED at a demotion): asked again with
-                        # the same id, where the key is served now, within the deadline
-                        e = Stalled(str(e))
-                    if isinstance(e, ResponseError) and P.is_noreplicas(e) and wait != 0.0:
-                        # this master grants nothing until its replicas are in sync (a promoted
-                        # master waiting for one, a master that lost them): asked again, backing
-                        # off, within the acquire's deadline; NoReplicas when it passes
-                        now = time.monotonic()
-                        if end is not None and now + min(backoff, 0.05) >= end:
-                            need_cancel = attempts > 1  # an earlier attempt may have queued
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        step = backoff if end is None else min(backoff, end - now)
-                        await asyncio.sleep(max(step, 0.0))
-                        backoff = min(backoff * 2, 1.0)
-                        continue
-                    if not is_transient(e):
-                        if isinstance(e, ResponseError):
-                            # an error reply changed nothing, unless a check was answered
-                            need_cancel = waiting is not None and waiting.answered
-                            raise translate(e, spec.key.decode(errors="replace")) from None
-                        raise
-                    now = time.monotonic()
-                    if retry_end is not None and now >= retry_end:
-                        if wait == 0.0:
-                            raise
-                        return None
-                    step = backoff if retry_end is None else min(backoff, retry_end - now)
-                    await asyncio.sleep(max(step, 0.0))
-                    backoff = min(backoff * 2, 1.0)
+                    step = run.failed(e, waiting)
+                else:
+                    step = run.granted(reply, waiting)
+                if step.cancel is not None:
+                    await self.cancel(spec, step.cancel, run.t0)
+                if step.kind == Step.AGAIN:
                     continue
-                ok, token, ids, again = spec.granted(reply)
-                if (
-                    not ok
-                    and waiting is not None
-                    and waiting.probed
-                    and (end is None or time.monotonic() < end)
-                ):
-                    # as the sync engine: a silent wait the server no longer queues, asked anew
-                    rid = P.new_id()
+                if step.kind == Step.SLEEP:
+                    await asyncio.sleep(step.delay)
                     continue
-                if not ok:
-                    need_cancel = False
-                    if waiting is not None and waiting.answered:
-                        # a check of this wait, sent while the server no longer queued it, may
-                        # have been granted under its id after the answer "not granted": given
-                        # back exactly, and any next attempt is a new request
-                        await self.cancel(spec, rid, t0)
-                        rid = P.new_id()
-                    if again and (end is None or time.monotonic() < end) and wait != 0.0:
-                        continue
-                    return None
+                if step.kind in (Step.NONE, Step.CANCEL_NONE):
+                    return None  # CANCEL_NONE: ``need_cancel`` is set, the cancel below
+                if step.kind == Step.RAISE:
+                    assert step.error is not None
+                    if step.raw:
+                        raise step.error
+                    raise step.error from None
+                rid = run.rid
                 await self.release_stale(stale_writes(spec, rid))
                 await self.release_stale(await self.taken_over(spec, rid))
-                hold = AsyncHold(spec, rid, t0, spec.lease_ms, watchdog, token, ids, on_lost)
+                hold = AsyncHold(
+                    spec, rid, run.t0, spec.lease_ms, watchdog, step.token, step.ids, on_lost
+                )
                 hold.engine = self
                 if session is not None:
                     session.adopt(hold)  # SessionClosed when it closed meanwhile: cancelled
@@ -642,8 +575,8 @@ class AsyncBackend:
                 watch(hold, self)
                 return hold
         finally:
-            if need_cancel and not handed:
-                await self.cancel(spec, rid, t0)
+            if run.need_cancel and not handed:
+                await self.cancel(spec, run.rid, run.t0)
 
     async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
         """Renews every part of ``hold``; True when the server confirmed."""
@@ -656,31 +589,20 @@ class AsyncBackend:
                     return False
         finally:
             hold.ledger.done(ticket)  # answered, or given up on
-        hold.extend(confirms)
         # confirmed after the guard was declared lost: its count, held by nobody, released
-        await self.release_stale(late_renewal(hold), wait=False)
+        await self.release_stale(renewed(hold, confirms), wait=False)
         return True
 
     async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
         """Joins ``hold`` again once the server confirmed it; :class:`LockLost` if gone."""
         check_owner(hold)
         hold.check()
-        remaining = max(0, math.ceil((hold.deadline - time.monotonic()) * 1000))
-        lease = max(lease_ms, hold.lease_ms if hold.watchdog else remaining, 1)
-        until = time.monotonic() + (self.rt if not wait else wait)
+        lease, until = reentry(hold, lease_ms, wait, self.rt)
         try:
             confirmed = await self.renew(hold, lease, until)
-        except ResponseError as e:
-            raise translate(e, hold.spec.key.decode(errors="replace")) from None
         except Exception as e:
-            if is_transient(e) and wait is not None:
-                return False
-            raise
-        if not confirmed:
-            hold.mark_lost()
-        hold.check()  # lost while the renewal was in flight: no re-entry of a lost hold
-        hold.count += 1
-        return True
+            return reentry_failed(hold, e, wait)
+        return reentered(hold, confirmed)
 
     async def release(self, hold: AsyncHold) -> None:
         """Gives ``hold`` back in a shielded task (a cancelled release still completes)."""
@@ -700,11 +622,9 @@ class AsyncBackend:
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
         args = hold.release_args()  # idempotent: the same request id every time
-        first = time.monotonic()
-        until = P.resend_end(spec.kind, first, min(hold.deadline, first + 3 * self.rt))
+        first, until, resend = release_bounds(hold, self.rt)
         counted = spec.kind == P.COUNTED
         try:
-            resend = is_resendable if counted else is_transient
             reply, attempts = await self.call_until(spec.key, args, until, resend)
         except ResponseError as e:
             if counted and is_resendable(e):
@@ -727,31 +647,8 @@ class AsyncBackend:
             return
         if spec.kind == P.COUNTED:
             self.confirm_later(spec.key, args, first)
-        if not spec.released(reply, hold.ids) and not (spec.kind == P.LEASED and attempts > 1):
-            hold.done = False
-            hold.mark_lost()
-            hold.done = True
-            raise hold.lost_error()
-
-
-class Wait:
-    """As the sync engine's ``Wait``: a call's deadline, its check, and the tries of an
-    acquire's wait queued for a connection (see ``_waits``)."""
-
-    def __init__(
-        self,
-        until: Optional[float],
-        probe: Optional[list[P.Arg]],
-        spec: Optional[P.Spec] = None,
-        rid: bytes = b"",
-    ) -> None:
-        self.until, self.probe = until, probe
-        self.probed = False
-        self.answered = False
-        self.spec, self.rid = spec, rid
-        self.key = None if spec is None else W.line_key(spec)
-        self.tried: Any = None
-        self.sent: Callable[[], None] = lambda: None
+        if release_missed(hold, reply, attempts):
+            raise gone(hold)
 
 
 class _Silent(Exception):

@@ -6,14 +6,20 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
-from .._conn import is_transient, log
+from .._core import renewal_failed, renewal_period
 from .._fork import inherited
-from .._hold import Hold
+from .._hold import Hold, LossView
 
-if TYPE_CHECKING:
-    from ._engine import AsyncBackend
+
+class Renewer(Protocol):
+    """What a watchdog task needs of the asyncio engine (``_engine.AsyncBackend``)."""
+
+    rt: float
+
+    async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
+        """Renews ``hold``; True when the server confirmed."""
 
 
 class AsyncHold(Hold):
@@ -55,20 +61,14 @@ class AsyncHold(Hold):
     async def wait_lost_async(self, timeout: Optional[float]) -> bool:
         """Waits until lost (True) or ``timeout`` seconds (False)."""
         end = None if timeout is None else time.monotonic() + timeout
-        while not self.is_lost():
-            now = time.monotonic()
-            step = self.deadline - now
-            if end is not None:
-                step = min(step, end - now)
-                if step <= 0:
-                    return False
+        while True:
+            over, step = self.lost_wait_step(end)
+            if over is not None:
+                return over
             try:
-                await asyncio.wait_for(
-                    self._aevent.wait(), None if step == float("inf") else max(step, 0.0)
-                )
+                await asyncio.wait_for(self._aevent.wait(), step)
             except asyncio.TimeoutError:
                 pass
-        return True
 
     def stop(self) -> None:
         """Stops the watchdog task (one awaiting a renewal's reply ends once it is read) and
@@ -79,27 +79,18 @@ class AsyncHold(Hold):
             self._timer.cancel()
 
 
-class AsyncLossSignal:
+class AsyncLossSignal(LossView):
     """Event-like view of an asyncio hold's loss."""
 
-    __slots__ = ("_hold",)
-
-    def __init__(self, hold: AsyncHold) -> None:
-        self._hold = hold
-
-    def is_set(self) -> bool:
-        """True once the hold is lost."""
-        return self._hold.is_lost()
+    __slots__ = ()
+    _hold: AsyncHold
 
     async def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits until the hold is lost (True) or ``timeout`` seconds passed (False)."""
         return await self._hold.wait_lost_async(timeout)
 
-    def __bool__(self) -> bool:
-        return self.is_set()
 
-
-def watch(hold: AsyncHold, be: AsyncBackend) -> None:
+def watch(hold: AsyncHold, be: Renewer) -> None:
     """Starts what watches ``hold``: its watchdog task (renewals every third of its lease), or
     a timer that marks it lost at its deadline."""
     ref = weakref.ref(hold)
@@ -121,11 +112,11 @@ def _deadline(ref: weakref.ref[AsyncHold], loop: asyncio.AbstractEventLoop) -> N
         )
 
 
-async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
+async def _watchdog(ref: weakref.ref[AsyncHold], be: Renewer) -> None:
     hold = ref()
     if hold is None:
         return
-    period = hold.lease_ms / 3000.0
+    period = renewal_period(hold)
     delay, backoff = period, 0.0
     del hold
     while True:
@@ -143,9 +134,7 @@ async def _watchdog(ref: weakref.ref[AsyncHold], be: AsyncBackend) -> None:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            if not is_transient(e):
-                log.warning("redis_rlock: renewal of %r failed: %s", hold.spec.key, e)
-            backoff = min(period, max(0.05, backoff * 2))
+            backoff = renewal_failed(hold, e, backoff)
             delay = max(0.0, min(backoff, hold.deadline - time.monotonic()))
             del hold
             continue

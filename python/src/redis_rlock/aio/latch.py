@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Optional
 
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
-from .._conn import is_transient, log
+from .._core import LatchWaiting
 from ..errors import translate
 from ._engine import AsyncBackend, backend_for
 
@@ -55,48 +54,25 @@ class CountDownLatch:
         look without waiting; None: no limit). As the sync ``wait``: within ``timeout`` plus
         the response timeout even when the server stalls; sent again after a lost
         connection."""
-        budget = P.latch_budget(timeout)
-        t0 = time.monotonic()
-        if budget == 0.0:
-            # one look; no answer within the response timeout is False, as for a timed wait
+        run = LatchWaiting(self.name, timeout, self._be.rt)
+        if run.look:
             try:
                 reply, _ = await self._be.call_until(
-                    self.name, ["RLATCH.COUNT", self.name], t0 + self._be.rt
+                    self.name, ["RLATCH.COUNT", self.name], run.look_until
                 )
-            except ResponseError as e:
-                if not is_transient(e):
-                    raise translate(e, self.name.decode(errors="replace")) from None
-                return False
             except Exception as e:
-                if not is_transient(e):
-                    raise
-                return False
-            return int(reply) <= 0
-        end = None if budget is None else t0 + budget
-        backoff = 0.02
+                return run.looked(error=e)
+            return run.looked(reply)
         while True:
-            now = time.monotonic()
-            if end is not None and now >= end:
+            slice_ = run.next()
+            if slice_ is None:
                 return False
-            args, extra = P.latch_await(self.name, end, now)
             try:
-                if await self._be.call(self.name, args, extra) == 1:
+                if run.answered(await self._be.call(self.name, *slice_)):
                     return True
-                # 0: its time (or its slice) ran out, or a server that does not block (a
-                # replica) or CLIENT UNBLOCK ended it early: sent again while time is left, at
-                # once when it lasted (a working wait whose slice ended)
-                if time.monotonic() - now >= 1.0:
-                    backoff = 0.0
-            except ResponseError as e:
-                if not (is_transient(e) or P.is_unblocked(e)):
-                    raise translate(e, self.name.decode(errors="replace")) from None
-                log.debug("redis_rlock: latch wait on %r sent again: %s", self.name, e)
             except Exception as e:
-                if not is_transient(e):
-                    raise
-                log.debug("redis_rlock: latch wait on %r sent again: %s", self.name, e)
-            now = time.monotonic()
-            if end is not None and now >= end:
+                run.failed(e)
+            delay = run.pause()
+            if delay is None:
                 return False
-            await asyncio.sleep(backoff if end is None else min(backoff, end - now))
-            backoff = min(max(backoff * 2, 0.02), 1.0)
+            await asyncio.sleep(delay)

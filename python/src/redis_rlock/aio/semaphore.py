@@ -8,45 +8,37 @@ from typing import Any, Optional
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
-from .._hold import LostCallback
+from .._sems import LeasedCore, SemCore
 from ..errors import LockTimeout, NotHeld, translate
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold
 from .lock import _serial, _task_holds
 
 
-class _SemBase:
-    def __init__(
-        self,
-        client: Any,
-        name: P.Name,
-        *,
-        blocking: bool = True,
-        timeout: float = -1,
-        response_timeout: float = 2.0,
-    ) -> None:
-        self.name = P.name_bytes(name, client)
-        self._be: AsyncBackend = backend_for(client, response_timeout)
-        P.wait_budget(blocking, timeout)
-        self._blocking, self._timeout = blocking, timeout
+class _SemBase(SemCore):
+    """What both asyncio semaphores share: the per-task stack of ``async with`` guards."""
+
+    _be: AsyncBackend
+
+    def _engine(self, client: Any, response_timeout: float) -> AsyncBackend:
+        return backend_for(client, response_timeout)
+
+    def _start(self) -> None:
         self._id = next(_serial)
 
     async def _cmd(self, *args: P.Arg) -> Any:
         try:
             return await self._be.call(self.name, list(args))
         except ResponseError as e:
-            raise translate(e, self.name.decode(errors="replace")) from None
+            raise translate(e, self._lock_name()) from None
 
     async def try_set_permits(self, permits: int) -> bool:
         """Creates the semaphore with ``permits`` if it does not exist."""
-        if isinstance(permits, bool) or not isinstance(permits, int) or not 0 <= permits < 2**63:
-            raise ValueError(f"permits must be a non-negative 64-bit integer, got {permits!r}")
-        return bool(await self._cmd("RSEM.SETPERMITS", self.name, permits) == 1)
+        return bool(await self._cmd(*self._set_permits(permits)) == 1)
 
     async def add_permits(self, delta: int) -> int:
         """Adds ``delta`` permits; returns the new count."""
-        P.check_delta(delta)
-        return int(await self._cmd("RSEM.ADDPERMITS", self.name, delta))
+        return int(await self._cmd(*self._add_permits(delta)))
 
     async def available(self) -> int:
         """The permits available now."""
@@ -109,8 +101,7 @@ class Semaphore(_SemBase):
     async def _take(
         self, permits: int, blocking: bool, timeout: float, ownerless: bool
     ) -> Optional[AsyncHold]:
-        n = P.check_permits(permits, False)
-        spec = P.Spec(P.COUNTED, self.name, permits=n, ownerless=ownerless)
+        spec = self._counted(permits, ownerless)
         return await self._be.acquire(spec, P.wait_budget(blocking, timeout), False, None, _noop)
 
     async def release(self, permits: int = 1) -> int:
@@ -118,7 +109,7 @@ class Semaphore(_SemBase):
         own, sent again after a lost reply or a dropped connection, never giving back twice;
         unanswered within three response timeouts (or cancelled) it raises and goes on in the
         background for 50 s from its first send: do not release those permits again."""
-        args = P.counted_release(self.name, P.check_permits(permits, False))
+        args = self._release_args(permits)
         try:
             return int(await self._be.counted_release(self.name, args))
         except ResponseError as e:
@@ -128,28 +119,8 @@ class Semaphore(_SemBase):
         return await self.permits(1, self._blocking, self._timeout)
 
 
-class LeasedSemaphore(_SemBase):
+class LeasedSemaphore(LeasedCore, _SemBase):
     """Leased permits with ids (see the sync :class:`redis_rlock.LeasedSemaphore`)."""
-
-    #: the session its permits are bound to (set by ``Session.leased_semaphore``)
-    _session: Any = None
-
-    def __init__(
-        self,
-        client: Any,
-        name: P.Name,
-        *,
-        lease: Optional[float] = None,
-        on_lost: Optional[LostCallback] = None,
-        watchdog_timeout: float = 30.0,
-        **kw: Any,
-    ) -> None:
-        super().__init__(client, name, **kw)
-        if lease is not None:
-            P.to_ms(lease, "lease")  # refused at once, not at the first acquire
-        self._lease = lease
-        self._on_lost = on_lost
-        self._watchdog_ms = P.watchdog_ms(watchdog_timeout)
 
     async def acquire(
         self,
@@ -160,17 +131,7 @@ class LeasedSemaphore(_SemBase):
         lease: Optional[float] = None,
     ) -> Optional[AsyncHold]:
         """Takes ``permits`` leased permits: their guard, or None when not in time."""
-        lease = self._lease if lease is None else lease
-        lease_ms = None if lease is None else P.to_ms(lease, "lease")
-        session = self._session
-        spec = P.Spec(
-            P.LEASED,
-            self.name,
-            permits=P.check_permits(permits, True),
-            lease_ms=lease_ms or self._watchdog_ms,
-            session=session is not None,
-            lock_delay_ms=0 if session is None else session.lock_delay_ms,
-        )
+        spec, lease_ms, session = self._leased(permits, lease)
         wait = P.wait_budget(blocking, timeout)
         return await self._be.acquire(spec, wait, lease_ms is None, self._on_lost, _noop, session)
 
