@@ -1,6 +1,6 @@
 //! Integer arguments (`lease-ms`, `timeout-ms`, `permits`, `delta`), read as Redis reads an
 //! integer and checked against the argument's range, each refusal telling apart what is wrong
-//! (`error::IntArg`, `error::IntProblem`: the texts are in `error.rs`).
+//! (`error::IntArg`, `error::IntProblem`: the texts are in `error/int_arg.rs`).
 
 use crate::error::{IntArg, IntProblem, LockError};
 
