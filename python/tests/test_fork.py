@@ -13,7 +13,7 @@ import sys
 import textwrap
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import redis
@@ -22,6 +22,22 @@ from _servers import Server, info, session_holds
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
+
+
+def _exit_code_of_child(child: Callable[[], int]) -> int:
+    """Forks: the child runs ``child`` and leaves with the code it returns (99, after printing
+    it, if it raised), never returning into the test; the parent waits for it and returns its
+    exit code."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 99
+        try:
+            code = child()
+        except BaseException as e:
+            print(f"the child failed: {e!r}", flush=True)
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
 
 
 def test_a_fork_with_the_watchdog_alive_leaves_threading_consistent_in_the_child(
@@ -127,24 +143,21 @@ def test_a_forked_child_neither_renews_nor_releases_the_parents_hold(r: redis.Re
     lock = rl.Lock(r, "fork", watchdog_timeout=0.9)
     lock.acquire()
     owner = lock.hold.owner
-    pid = os.fork()
-    if pid == 0:  # the child
+
+    def child() -> int:
         code = 0
+        if lock.owned():
+            code = 1
         try:
-            if lock.owned():
-                code = 1
-            try:
-                lock.release()
-                code = 2
-            except rl.NotHeld:
-                pass
-            if rl.Lock(r, "fork").acquire(blocking=False):
-                code = 3
-        except BaseException:
-            code = 4
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+            lock.release()
+            code = 2
+        except rl.NotHeld:
+            pass
+        if rl.Lock(r, "fork").acquire(blocking=False):
+            code = 3
+        return code
+
+    assert _exit_code_of_child(child) == 0
     time.sleep(1.0)  # the subject: longer than the lease; the parent's watchdog renews
     assert lock.owned() and info(r, "fork")["owner"] == owner
     lock.release()
@@ -152,24 +165,19 @@ def test_a_forked_child_neither_renews_nor_releases_the_parents_hold(r: redis.Re
 
 
 def test_a_permit_guard_used_after_fork_in_the_child_does_nothing(r: redis.Redis) -> None:
-    import os
-
     sem = rl.LeasedSemaphore(r, "forksem", lease=30)
     sem.try_set_permits(1)
     hold = sem.acquire(1)
     assert hold is not None
-    pid = os.fork()
-    if pid == 0:  # child: must not give the parent's permit back
-        code = 1
+
+    def child() -> int:  # must not give the parent's permit back
         try:
             hold.release()
         except rl.NotHeld:
-            code = 0
-        except BaseException:
-            code = 2
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+            return 0
+        return 1
+
+    assert _exit_code_of_child(child) == 0
     assert sem.available() == 0  # the parent's permit is untouched
     hold.release()
     assert sem.available() == 1
@@ -185,22 +193,17 @@ def test_a_forked_child_never_uses_its_parent_s_session_socket(r: redis.Redis) -
     s = rl.Session(r)
     parent = s.lock("a", lease=60)
     assert parent.acquire()
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 0
+
+    def child() -> int:
         try:
-            try:
-                s.lock("child", lease=60).acquire(blocking=False)
-                code = 1  # acquired through the parent's socket
-            except rl.SessionClosed:
-                code = 0 if s.closed.is_set() else 2
-            s.close()
-        except BaseException as e:
-            print(f"the child failed: {e!r}", flush=True)
-            code = 3
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "the child used the parent's session"
+            s.lock("child", lease=60).acquire(blocking=False)
+            code = 1  # acquired through the parent's socket
+        except rl.SessionClosed:
+            code = 0 if s.closed.is_set() else 2
+        s.close()
+        return code
+
+    assert _exit_code_of_child(child) == 0, "the child used the parent's session"
     assert r.exists("child") == 0, "nothing taken for the child"
     assert not s.closed.is_set() and not parent.hold.is_lost()
     assert s.lock("b", lease=60).acquire(blocking=False), "the parent's session still works"
@@ -216,18 +219,11 @@ async def test_async_a_forked_child_sees_the_session_closed(
     s = ra.Session(ar)
     parent = s.lock("a", lease=60)
     assert await parent.acquire()
-    pid = os.fork()
-    if pid == 0:  # the child: no event loop of its own to run, only what needs none
-        code = 0
-        try:
-            if not s.closed.is_set():
-                code = 1
-        except BaseException as e:
-            print(f"the child failed: {e!r}", flush=True)
-            code = 3
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "the child saw the parent's session open"
+
+    def child() -> int:  # no event loop of its own to run, only what needs none
+        return 0 if s.closed.is_set() else 1
+
+    assert _exit_code_of_child(child) == 0, "the child saw the parent's session open"
     assert not s.closed.is_set() and not parent.hold.is_lost()
     assert await s.lock("b", lease=60).acquire(blocking=False), "the parent's session works"
     assert session_holds(r) == 2
