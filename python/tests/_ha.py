@@ -1,5 +1,6 @@
-"""What the session failover tests share (``test_session_ha.py``, ``test_session_ha_aio.py``):
-a Sentinel group, a cluster with replicas, and small probes."""
+"""What the failover tests share (``test_failover.py``, ``test_session_ha.py``,
+``test_session_ha_aio.py``, ``test_latch.py``, ``test_client_model.py``): a Sentinel group, a
+cluster with replicas, and small probes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Real servers for the tests: redis-server (or $REDIS_SERVER) with the built module, on a
 free loopback port, in a temporary directory, started within a bound, killed on teardown; and
 the readers the tests share (``poll``, ``apoll``, ``info``, blocked clients, session holds),
-``raise_once_here``, the interrupt the tests inject, and ``cluster_of``, a Redis Cluster of
-them."""
+``raise_once_here``, the interrupt the tests inject, an ACL user whose releases the server
+refuses, and ``cluster_of``, a Redis Cluster of them."""
 
 from __future__ import annotations
 
@@ -192,6 +192,21 @@ def info(r: redis.Redis, name: object, cmd: str = "RLOCK.INFO") -> dict[str, obj
         it = iter(reply)
         items = list(zip(it, it))
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in items}
+
+
+def user_who_cannot_release(admin: redis.Redis) -> str:
+    """Makes the ACL user ``half`` (any password), who may take locks named ``ok:*`` (it may
+    write their keys and its request records) but whose releases the server refuses (it may
+    not publish on the unlock channel nor write the latch). Returns its name."""
+    admin.execute_command(
+        "ACL", "SETUSER", "half", "on", "nopass", "+@all", "~ok:*", "~rlock_request:*"
+    )
+    return "half"
+
+
+def let_release(admin: redis.Redis, user: str) -> None:
+    """Gives ``user`` every key and channel: its releases go through again."""
+    admin.execute_command("ACL", "SETUSER", user, "&*", "~*")
 
 
 def _here() -> tuple[int, Optional[asyncio.Task[Any]]]:

@@ -8,7 +8,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 from _ha import Group, group
-from _servers import Server
+from _servers import Server, cluster_of
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 
@@ -73,3 +73,16 @@ def quick_group(request: Any) -> Iterator[Group]:
 def manual_group(request: Any) -> Iterator[Group]:
     """A Sentinel group that fails over only when asked (``SENTINEL FAILOVER``)."""
     yield from group(request, 5000)
+
+
+@pytest.fixture
+def paused(server: Server) -> Iterator[Server]:
+    """The test's server, resumed at teardown (a test stops it with ``server.pause()``)."""
+    yield server
+    server.resume()
+
+
+@pytest.fixture(scope="module")
+def cluster(request: Any) -> Iterator[list[Server]]:
+    """A Redis Cluster of three masters, no replicas, shared by a module's tests."""
+    yield from cluster_of(request, 0)

@@ -2,10 +2,15 @@
 drop-in's ``timeout`` / ``extend`` time) below one millisecond, the server's unit (it was sent
 as 1 ms: ``acquire()`` answered True for a hold already over), and a ``watchdog_timeout`` below
 0.1 s (renewed every third of it: 2 ms meant ~1,200 renewals a second, 1 ns a hold over before
-its first renewal). Values from the floors up are taken and held."""
+its first renewal). Values from the floors up are taken and held.
+Likewise out of range, refused before anything is sent: timeouts that are NaN or negative
+(infinity is no limit), or beyond any wait (``OverflowError``, as ``threading`` raises), leases
+that are NaN, infinite, zero or huge, and permit counts that are zero, negative, huge, a bool or
+not a whole number."""
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import time
@@ -138,3 +143,64 @@ def test_watchdog_timeouts_from_the_floor_up_are_taken_and_renewed_without_a_bus
             lock.release()
     r.close()
     probe.close()
+
+
+# -- timeouts, leases and permit counts out of range -------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [math.nan, -5, -math.inf, -0.5])
+def test_bad_timeouts_are_refused_before_anything_is_sent(r: redis.Redis, bad: float) -> None:
+    lock = rl.Lock(r, "odd")
+    with pytest.raises(ValueError):
+        lock.acquire(timeout=bad)
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 0, -1, 1e300])
+def test_bad_leases_are_refused(r: redis.Redis, bad: float) -> None:
+    with pytest.raises(ValueError):
+        rl.Lock(r, "odd", lease=bad)
+    with pytest.raises(ValueError):
+        rl.LeasedSemaphore(r, "odd").acquire(1, lease=bad)
+    assert r.dbsize() == 0
+
+
+def test_a_timeout_beyond_any_wait_is_refused_at_once_as_threading_does(r: redis.Redis) -> None:
+    lock = rl.Lock(r, "huge")
+    for bad in (1e300, 2.0**53):
+        with pytest.raises(OverflowError):
+            lock.acquire(timeout=bad)
+        with pytest.raises(OverflowError):
+            rl.Semaphore(r, "huge-p").acquire(1, timeout=bad)
+    assert r.dbsize() == 0
+    assert lock.acquire(timeout=math.inf)  # infinity is no limit, as -1
+    lock.release()
+
+
+async def test_async_a_timeout_beyond_any_wait_is_refused_at_once(
+    r: redis.Redis, ar: aredis.Redis
+) -> None:
+    with pytest.raises(OverflowError):
+        await ra.Lock(ar, "huge").acquire(timeout=1e300)
+    with pytest.raises(ValueError):
+        await ra.Semaphore(ar, "huge-p").add_permits(2**63)
+    assert r.dbsize() == 0
+
+
+def test_permit_counts_zero_huge_and_bool_are_refused(r: redis.Redis) -> None:
+    sem = rl.Semaphore(r, "p")
+    for bad in (0, -1, 2**63, True, 1.5):
+        with pytest.raises((ValueError, TypeError)):
+            sem.acquire(bad, timeout=0.1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        sem.try_set_permits(2**64)
+    assert sem.try_set_permits(1)
+    assert not sem.acquire(2**62, timeout=0.1)  # never satisfiable: times out, nothing taken
+    assert sem.available() == 1
+    for bad in (2**70, 2**63, -(2**63) - 1):
+        with pytest.raises(ValueError):
+            sem.add_permits(bad)
+    assert sem.available() == 1
+    leased = rl.LeasedSemaphore(r, "lp")
+    with pytest.raises(ValueError):
+        leased.acquire(10_001)

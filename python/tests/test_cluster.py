@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 import redis.asyncio.cluster as acluster
-from _servers import Server, cluster_of
+from _servers import Server
 from redis.cluster import RedisCluster
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
-
-
-@pytest.fixture(scope="module")
-def cluster(request: Any) -> Iterator[list[Server]]:
-    """Three masters, no replicas."""
-    yield from cluster_of(request, 0)
-
 
 NAMES = [f"{{user:{i}}}:lock" for i in range(12)]
 

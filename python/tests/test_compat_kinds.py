@@ -1,4 +1,6 @@
-"""The redis-py drop-in, read-write locks and semaphores (sync), interop with raw commands."""
+"""The redis-py drop-in, read-write locks and semaphores (sync), interop with raw commands; the
+drop-in against redis-py's own ``Lock`` expectations (its errors, ``extend``/``reacquire``,
+``thread_local=False`` shared between threads)."""
 
 from __future__ import annotations
 
@@ -180,3 +182,78 @@ def test_drop_in_extend_given_up_on_and_run_late_never_shortens_a_later_extend(
     assert lock.extend(0.2, replace_ttl=True)  # the caller's explicit ask: exactly 0.2 s
     assert r.pttl("resource") <= 200
     lock.release()
+
+
+# -- the drop-in against redis-py's own Lock expectations --------------------------------------
+
+
+def test_drop_in_matches_redis_py_lock_expectations(r: redis.Redis) -> None:
+    lock = r.lock("c", timeout=10, lock_class=rl.RLockCompat)
+    with pytest.raises(LockError):
+        lock.extend(5)  # "Cannot extend an unlocked lock"
+    with pytest.raises(LockError):
+        lock.release()  # "Cannot release an unlocked lock"
+    assert not lock.locked() and not lock.owned()
+    assert lock.acquire(blocking=False, token="tok")
+    assert lock.local.token == b"tok"
+    assert lock.locked() and lock.owned()
+    assert not lock.acquire(blocking=False)  # not reentrant, as redis-py's
+    other = r.lock("c", timeout=10, lock_class=rl.RLockCompat)
+    t0 = time.monotonic()
+    assert not other.acquire(blocking_timeout=0.2)
+    assert 0.15 < time.monotonic() - t0 < 2
+    assert not other.owned()
+    busy = r.lock("c", blocking_timeout=0.1, lock_class=rl.RLockCompat)
+    with pytest.raises(LockError, match="Unable to acquire"), busy:
+        pass
+    assert lock.extend(10)  # adds to the remaining ~10 s
+    assert 15_000 < int(r.execute_command("RLOCK.PTTL", "c")) <= 20_000
+    assert lock.extend(5, replace_ttl=True)
+    assert 4_000 < int(r.execute_command("RLOCK.PTTL", "c")) <= 5_000
+    assert lock.reacquire()
+    assert 9_000 < int(r.execute_command("RLOCK.PTTL", "c")) <= 10_000
+    lock.release()
+    assert not r.exists("c")
+    with pytest.raises(LockError):
+        lock.release()
+
+    noexp = r.lock("c2", lock_class=rl.RLockCompat)  # timeout None
+    assert noexp.acquire()
+    with pytest.raises(LockError):
+        noexp.extend(5)  # "Cannot extend a lock with no timeout"
+    with pytest.raises(LockError):
+        noexp.reacquire()
+    noexp.release()
+
+    lost = r.lock("c3", timeout=10, lock_class=rl.RLockCompat)
+    assert lost.acquire()
+    r.execute_command("RLOCK.FORCERELEASE", "c3")
+    with pytest.raises(LockNotOwnedError):
+        lost.extend(5)
+    with pytest.raises(LockNotOwnedError):
+        lost.reacquire()
+    assert not lost.owned()
+
+
+def test_drop_in_thread_local_false_is_shared_between_threads(r: redis.Redis) -> None:
+    lock = r.lock("tl", timeout=10, thread_local=False, lock_class=rl.RLockCompat)
+    assert lock.acquire()
+    t = threading.Thread(target=lock.release)
+    t.start()
+    t.join(10)
+    assert not r.exists("tl")
+    local = r.lock("tl2", timeout=10, lock_class=rl.RLockCompat)
+    assert local.acquire()
+    err: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            local.release()
+        except BaseException as e:
+            err.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(10)
+    assert err and isinstance(err[0], LockError) and r.exists("tl2")
+    local.release()

@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis
 import redis.asyncio.sentinel as asentinel
-from _servers import Server, info, poll
+from _ha import Group
+from _servers import info, poll
 from redis.sentinel import Sentinel
 
 import redis_rlock as rl
@@ -24,66 +23,13 @@ import redis_rlock.aio as ra
 LIMIT = 40.0
 
 
-class Group:
-    """A master, one replica and one Sentinel (quorum 1) monitoring them as ``mymaster``."""
-
-    def __init__(self) -> None:
-        self.master = Server()
-        self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
-        poll("the replica link", LIMIT, lambda: _link_up(self.replica.client()))
-        self.sentinel = Server(
-            sentinel_conf=(
-                f"sentinel monitor mymaster 127.0.0.1 {self.master.port} 1\n"
-                "sentinel down-after-milliseconds mymaster 1000\n"
-                "sentinel failover-timeout mymaster 10000\n"
-            )
-        )
-        self.s = redis.Redis(port=self.sentinel.port, socket_timeout=5)
-        poll("the sentinel to know the replica", LIMIT, lambda: len(self._replicas()) == 1)
-
-    def _replicas(self) -> list[Any]:
-        return list(self.s.sentinel_slaves("mymaster"))
-
-    def master_port(self) -> int:
-        return int(self.s.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")[1])
-
-    def failover(self) -> None:
-        """Promotes the replica (a manual failover) and waits until the Sentinel names it."""
-        # refused (NOGOODSLAVE) until the Sentinel has had a reply to INFO from the replica
-        poll(
-            "the sentinel to accept a failover",
-            LIMIT,
-            lambda: self.s.execute_command("SENTINEL", "FAILOVER", "mymaster") is not None,
-            step=0.1,
-        )
-        poll("the promotion", LIMIT, lambda: self.master_port() == self.replica.port)
-
-    def close(self) -> None:
-        for s in (self.sentinel, self.replica, self.master):
-            s.close()
-
-
-def _link_up(c: redis.Redis) -> bool:
-    return bool(c.info("replication").get("master_link_status") == "up")
-
-
-@pytest.fixture
-def group(request: Any) -> Iterator[Group]:
-    g = Group()
-    yield g
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        for s in (g.master, g.replica, g.sentinel):
-            print(f"----- log (port {s.port}) -----\n{s.log()[-4000:]}")
-    g.close()
-
-
 def _truthful(new: redis.Redis, key: str, hold: rl.Hold) -> bool:
     """The hold is either on the new master under its owner, or signalled lost."""
     return hold.lost.is_set() or info(new, key).get("owner") == hold.owner
 
 
-def test_sync_holds_and_a_wait_across_a_failover(group: Group) -> None:
+def test_sync_holds_and_a_wait_across_a_failover(quick_group: Group) -> None:
+    group = quick_group  # fails over a master silent for a second, or when asked
     master = Sentinel([("127.0.0.1", group.sentinel.port)], socket_timeout=5).master_for("mymaster")
     held = rl.Lock(master, "held", watchdog_timeout=6)
     leased = rl.Lock(master, "leased", lease=30)
@@ -146,7 +92,8 @@ def _try(lock: rl.Lock) -> bool:
         return False
 
 
-async def test_async_holds_and_a_wait_across_a_failover(group: Group) -> None:
+async def test_async_holds_and_a_wait_across_a_failover(quick_group: Group) -> None:
+    group = quick_group
     sent = asentinel.Sentinel([("127.0.0.1", group.sentinel.port)], socket_timeout=5)
     master = sent.master_for("mymaster")
     held = ra.Lock(master, "aheld", watchdog_timeout=6)

@@ -6,7 +6,11 @@ says held is held; nothing else stays held (bounded poll); permits are conserved
 
 The interrupt is injected with ``sys.settrace`` on the test's thread only (deterministic:
 one run per line event, until a run ends before the k-th event), so the watchdog's and the
-releaser's threads are never interrupted."""
+releaser's threads are never interrupted.
+
+And single interrupts where they land in practice: a ``KeyboardInterrupt`` in a lock's or a
+semaphore guard's release (the release goes on in the background), and a real ``SIGINT`` in a
+wait (the waiter leaves the line; the lock is not handed to it)."""
 
 from __future__ import annotations
 
@@ -23,10 +27,10 @@ from typing import Any, Callable, Optional
 import pytest
 import redis
 import redis.connection
-from _servers import Server, poll
+from _servers import Server, info, poll, raise_once_here
 
 import redis_rlock as rl
-from redis_rlock import Hold
+from redis_rlock import Hold, _sync
 
 PKG = os.path.dirname(rl.__file__) + os.sep
 PERMITS = 3
@@ -895,3 +899,52 @@ def test_work_handed_to_a_background_thread_while_interrupted_is_done(server: Se
 
     n = sweep(scenario, check, run_interrupted_at_signal_point)
     assert n > 20
+
+
+# -- a KeyboardInterrupt inside a release ------------------------------------------------------
+
+
+def test_keyboard_interrupt_in_release_still_releases(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = rl.Lock(r, "kbi")
+    assert lock.acquire()
+    # the next command this thread sends raises before it is sent (an interrupt landing between
+    # two bytecodes of the release); the watchdog's and releaser's threads send theirs
+    raise_once_here(monkeypatch, _sync.SyncBackend, "call", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        lock.release()
+    # the release goes on in the background (same request id: never twice); nothing stays
+    # held by nobody until the 30 s watchdog lease ends
+    poll("the interrupted release to reach the server", 5, lambda: not r.exists("kbi"))
+
+
+def test_keyboard_interrupt_in_a_semaphore_guard_release_gives_back(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sem = rl.Semaphore(r, "kbisem")
+    sem.try_set_permits(2)
+    hold = sem.permits(2)
+    assert hold is not None and sem.available() == 0
+    # the next command this thread sends raises before it is sent (an interrupt landing between
+    # two bytecodes of the release); the watchdog's and releaser's threads send theirs
+    raise_once_here(monkeypatch, _sync.SyncBackend, "call", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        hold.release()
+    poll("the permits to come back", 5, lambda: sem.available() == 2)
+
+
+# -- a real SIGINT in a wait -------------------------------------------------------------------
+
+
+def test_keyboard_interrupt_in_a_wait_leaves_nothing(r: redis.Redis) -> None:
+    holder = rl.Lock(r, "kbd")
+    holder.acquire()
+    lock = rl.Lock(r, "kbd")
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire()
+    assert not lock.owned()
+    poll("the waiter gone", 5, lambda: info(r, "kbd")["waiters"] == 0)
+    holder.release()
+    assert not r.exists("kbd")  # not handed to the interrupted waiter

@@ -1,5 +1,6 @@
 """What the package opens for a client ends with it: threads and connections after the
-client's close and collection, the package's connections at ``close()`` / ``aclose()``; and
+client's close and collection, the renewals of a lock object collected while it holds (its lease
+then ends), the package's connections at ``close()`` / ``aclose()``; and
 periods it would sleep or wait on (response timeouts, session keepalives) are refused at once
 when out of range."""
 
@@ -379,3 +380,14 @@ async def test_an_async_counted_release_racing_aclose_is_sent_again_and_given_ba
         await c.aclose()
         proxy.close()
         probe.close()
+
+
+# -- a lock object collected while it holds ----------------------------------------------------
+
+
+def test_a_dropped_lock_object_stops_renewing_and_its_lease_ends(r: redis.Redis) -> None:
+    lock = rl.Lock(r, "dropped", watchdog_timeout=1)
+    assert lock.acquire()
+    del lock
+    gc.collect()
+    poll("the unrenewed lease to end", 5, lambda: not r.exists("dropped"))

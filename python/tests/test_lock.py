@@ -1,9 +1,13 @@
-"""Sync Lock: every API path against a real server with the module."""
+"""Sync Lock: every API path against a real server with the module, ownership per thread (another
+thread can neither release nor renew a thread's hold), a restart that makes a watchdog hold
+lost, and typed errors (an ACL user limited to a key pattern gets ``LockPermissionError`` and
+holds nothing)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -259,3 +263,71 @@ def test_module_missing_is_named() -> None:
             rl.Lock(s.client(), "x").acquire()
     finally:
         s.close()
+
+
+# -- threads sharing one Lock object -----------------------------------------------------------
+
+
+def test_another_thread_cannot_release_or_renew_a_threads_hold(r: redis.Redis) -> None:
+    lock = rl.Lock(r, "shared")
+    assert lock.acquire()
+    out: dict[str, Any] = {}
+
+    def other() -> None:
+        try:
+            lock.release()
+        except BaseException as e:
+            out["release"] = e
+        out["owned"] = lock.owned()
+        out["try"] = lock.acquire(timeout=0.1)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(10)
+    assert isinstance(out["release"], rl.NotHeld)
+    assert out["owned"] is False and out["try"] is False
+    assert lock.owned() and info(r, "shared")["owner"] == lock.hold.owner
+    lock.release()
+    assert not r.exists("shared")
+
+
+# -- a restart under the watchdog --------------------------------------------------------------
+
+
+RT = 0.5  # the package's response timeout in these tests
+
+
+def test_restart_makes_a_watchdog_hold_lost(server: Server) -> None:
+    r = server.client()
+    lost = threading.Event()
+    lock = rl.Lock(
+        r, "restart", watchdog_timeout=0.9, response_timeout=RT, on_lost=lambda h: lost.set()
+    )
+    lock.acquire()
+    server.restart_same_port()
+    assert lost.wait(10)
+    with pytest.raises(rl.LockLost):
+        lock.release()
+    assert not r.exists("restart")
+
+
+# -- an ACL user limited to a key pattern ------------------------------------------------------
+
+
+def test_acl_user_limited_to_a_key_pattern_gets_typed_errors_and_holds_nothing(
+    server: Server,
+) -> None:
+    admin = server.client()
+    admin.execute_command("ACL", "SETUSER", "narrow", "on", "nopass", "+@all", "~mine:*")
+    r = server.client(username="narrow", password="x")
+    for attempt in (
+        lambda: rl.Lock(r, "other").acquire(timeout=0.2),
+        lambda: rl.Lock(r, "mine:x").acquire(timeout=0.2),  # its request record is not allowed
+        lambda: rl.RWLock(r, "mine:rw").read.acquire(timeout=0.2),
+        lambda: rl.Semaphore(r, "mine:s").acquire(1, timeout=0.2),
+        lambda: rl.LeasedSemaphore(r, "mine:l").acquire(1, timeout=0.2),
+    ):
+        with pytest.raises(rl.LockPermissionError):
+            attempt()
+    assert admin.keys("*") == [] or all(not k.startswith(b"mine:") for k in admin.keys("*"))
+    assert admin.dbsize() == 0

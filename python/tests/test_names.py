@@ -2,7 +2,8 @@
 semaphores, leased semaphores, latches, an owner's and a session's locks, the redis-py
 drop-ins), are the key redis-py would use for them: its ``Encoder``'s bytes (str in the
 client's encoding, int and float as their ``repr``, bytes-like as they are). A bool, None or
-any other type raises redis-py's ``DataError`` at once, before anything is sent."""
+any other type raises redis-py's ``DataError`` at once, before anything is sent.
+Names with braces (unbalanced too), NUL bytes and non-ASCII text work for every kind."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Callable
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import Server
+from _servers import Server, info
 from redis.exceptions import DataError
 
 import redis_rlock as rl
@@ -197,3 +198,23 @@ async def test_async_a_name_of_another_type_is_refused_at_once(server: Server, a
             makers[api](name)
     assert r.dbsize() == 0
     await c.aclose()
+
+
+# -- braces and NUL bytes in names -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [b"a{b}c", b"{x", b"}{", b"nul\x00in\x00it", "\u00e9{\u00e9}"])
+def test_names_with_braces_and_nul_bytes(r: redis.Redis, name: Any) -> None:
+    key = name if isinstance(name, bytes) else name.encode()
+    lock = rl.Lock(r, name, fencing=True)
+    with lock:
+        assert info(r, key)["owner"] == lock.hold.owner
+        assert lock.token is not None
+    assert not r.exists(key)
+    rw = rl.RWLock(r, name + (b":rw" if isinstance(name, bytes) else ":rw"))
+    with rw.write, rw.read:
+        pass
+    sem = rl.LeasedSemaphore(r, key + b":s", lease=5)
+    sem.try_set_permits(1)
+    with sem:
+        assert rl.LeasedSemaphore(r, key + b":s").acquire(1, blocking=False) is None

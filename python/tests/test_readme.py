@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import redis
 from _servers import ROOT, Server
-from test_cluster import cluster  # noqa: F401  (the 3-master cluster fixture)
 
 MAKE_RUN_PORT = "6390"
 CLUSTER_PORT = "7000"

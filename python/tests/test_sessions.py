@@ -1,7 +1,14 @@
 """Sessions (issue 27 §1): ``redis_rlock.Session`` / ``redis_rlock.aio.Session`` hold one
 connection of their own whose locks are session holds (``SESSION [LOCKDELAY ms]``): the server
 ends them when that connection closes (the process killed, the session closed, ``CLIENT
-KILL``), and every hold taken through the session is marked lost at once."""
+KILL``), and every hold taken through the session is marked lost at once.
+
+A session is one connection, bound once: it is never silently made again. An interrupt or a
+cancellation inside redis-py's read or send of a session command drops the connection, so the
+session closes and refuses further acquires; a session closed by another thread while a grant
+is recorded hands out no hold that says held; and every hold is lost by the time ``closed`` is
+set. A session in a forked child is in ``test_fork.py``, over a Unix socket in
+``test_connection_kinds.py``, under failovers in ``test_session_ha.py``."""
 
 from __future__ import annotations
 
@@ -10,12 +17,13 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aredis
-from _servers import PROMPT, Server, apoll, blocked_clients, poll, session_holds
+from _servers import PROMPT, Server, apoll, blocked_clients, poll, raise_once_here, session_holds
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
@@ -265,3 +273,111 @@ async def test_async_a_timed_acquire_queued_behind_the_sessions_wait_ends_at_its
 
 async def _blocked(ar: aredis.Redis) -> bool:
     return int((await ar.info("clients"))["blocked_clients"]) == 1
+
+
+# -- an interrupt or a cancellation inside the session connection's read or send ---------------
+
+
+def test_an_interrupt_while_reading_a_session_reply_closes_the_session(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C landing inside redis-py's read of a session reply makes redis-py drop the socket
+    (it disconnects on any BaseException there): the server ends every hold of the session. The
+    session must see it (holds lost, closed) and refuse further acquires, never reconnect."""
+    s = rl.Session(r)
+    first = s.lock("a", lease=60)
+    assert first.acquire()
+    hold = first.hold
+    # Only this thread's read: the watcher's ping (it wakes on the acquire's reply) reads too.
+    raise_once_here(monkeypatch, s._conn._parser, "read_response", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        s.lock("b", lease=60).acquire(blocking=False)
+    poll("the server ends the session's hold", PROMPT, lambda: r.exists("a") == 0)
+    assert hold.is_lost(), "the server ended it: the hold must say lost"
+    assert s.closed.is_set()
+    with pytest.raises(rl.SessionClosed):
+        s.lock("c", lease=60).acquire(blocking=False)
+    assert r.exists("b", "c") == 0 and session_holds(r) == 0
+    s.close()
+
+
+async def test_async_a_cancel_while_sending_on_a_session_closes_it(
+    r: redis.Redis, ar: aredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task cancelled inside redis-py's send of a session command makes redis-py drop the
+    connection: the session must close (its holds lost), never reconnect on the next acquire."""
+    s = ra.Session(ar)
+    first = s.lock("a", lease=60)
+    assert await first.acquire()
+    hold = first.hold
+    # Only this task's send: the watcher task's ping sends too.
+    raise_once_here(monkeypatch, s._conn._writer, "writelines", asyncio.CancelledError())
+    with pytest.raises(asyncio.CancelledError):
+        await s.lock("b", lease=60).acquire(blocking=False)
+    await apoll("the server to end the hold", PROMPT, lambda: not r.exists("a"))
+    assert hold.is_lost(), "the server ended it: the hold must say lost"
+    with pytest.raises(rl.SessionClosed):
+        await s.lock("c", lease=60).acquire(blocking=False)
+    assert r.exists("b", "c") == 0 and session_holds(r) == 0
+    await s.close()
+
+
+# -- a session closed from another thread or by the server -------------------------------------
+
+
+class _ClosesFirst(weakref.WeakSet):  # type: ignore[type-arg]
+    """A session's hold set whose ``add`` lets another thread close the session first: the
+    instant between the grant's check that the session is open and its record."""
+
+    def __init__(self, session: rl.Session) -> None:
+        super().__init__()
+        self.session = session
+
+    def add(self, item: Any) -> None:
+        closer = threading.Thread(target=self.session.close)
+        closer.start()
+        closer.join(PROMPT)
+        super().add(item)
+
+
+def test_a_session_closed_by_another_thread_while_a_grant_is_recorded_loses_that_hold(
+    r: redis.Redis,
+) -> None:
+    """``close()`` from another thread (a shutdown hook, a supervisor) while an acquire's grant
+    is being recorded: the connection closes, so the server ends that hold. The acquire must
+    not hand out a hold that says held (a guard the application would trust while another
+    client takes the lock): it is lost, or the acquire raises ``SessionClosed``."""
+    s = rl.Session(r)
+    s._holds = _ClosesFirst(s)
+    lk = s.lock("raced", lease=60)
+    try:
+        got = lk.acquire(blocking=False)
+    except rl.SessionClosed:
+        got = False
+    assert s.closed.is_set()
+    poll("the server ends the closed session's hold", PROMPT, lambda: r.exists("raced") == 0)
+    if got:
+        assert lk.hold is not None and lk.hold.is_lost(), "a hold the server ended says held"
+
+
+def test_every_hold_of_a_session_is_lost_by_the_time_closed_is_set(r: redis.Redis) -> None:
+    """``closed`` is documented as set once the session is closed, with every hold taken
+    through it lost: a thread woken by ``closed.wait()`` (the server killed the connection,
+    the watcher closed the session) must never find one of them still saying held."""
+    for round_ in range(40):
+        s = rl.Session(r)
+        locks = [s.lock(f"a{round_}", lease=60), s.lock(f"b{round_}", lease=60)]
+        assert all(lk.acquire(blocking=False) for lk in locks)
+        holds = [lk.hold for lk in locks]
+        seen: list[bool] = []
+
+        def watch(s: rl.Session = s, holds: list[Any] = holds, seen: list[bool] = seen) -> None:
+            s.closed.wait(PROMPT)
+            seen.extend(h.is_lost() for h in holds)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        r.client_kill_filter(_id=s.client_id)
+        watcher.join(PROMPT)
+        assert seen == [True, True], f"round {round_}: closed is set, a hold says held"
+        s.close()

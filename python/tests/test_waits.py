@@ -1,7 +1,8 @@
-"""Server-side waits and their connections (sync and asyncio): a wait whose connection died
-without a word (a cut network) is noticed and served once the network heals, for every kind,
-nothing lost; waits keep to the user's pool cap, in order, and at the server's ``maxclients``
-the holders' releases still go through and every waiter is served."""
+"""Server-side waits and their connections (sync and asyncio): a wait whose connection died without
+a word (a cut network) is noticed and served once the network heals, for every kind, nothing
+lost; a wait whose connection is killed (``CLIENT KILL``) queues again and is served; waits keep
+to the user's pool cap, in order, and at the server's ``maxclients`` the holders' releases still
+go through and every waiter is served."""
 
 from __future__ import annotations
 
@@ -924,3 +925,24 @@ def test_a_session_wait_whose_request_was_cancelled_under_a_silent_connection_cl
     holder.release()
     assert not rl.Lock(r, "scw").locked()
     via.close()
+
+
+# -- CLIENT KILL of a waiting connection -------------------------------------------------------
+
+
+def test_client_kill_of_the_waiting_connection_keeps_the_wait_going(r: redis.Redis) -> None:
+    holder = rl.Lock(r, "kill")
+    holder.acquire()
+    lock = rl.Lock(r, "kill")
+    res: list[bool] = []
+    t = threading.Thread(target=lambda: res.append(lock.acquire(timeout=10)))
+    t.start()
+    poll("queued", 5, lambda: info(r, "kill")["waiters"] == 1)
+    blocked = [c for c in r.client_list() if c["cmd"] == "rlock.acquire"]
+    assert len(blocked) == 1
+    r.client_kill_filter(_id=blocked[0]["id"])
+    poll("queued again", 5, lambda: info(r, "kill")["waiters"] == 1)
+    holder.release()
+    t.join(10)
+    assert res == [True]
+    assert info(r, "kill")["waiters"] == 0

@@ -1,14 +1,12 @@
-"""Hostile tests of issue 27's Python sessions and owners, third round: the package used as a
-user would, over a Unix-socket server, and a session closed from another thread while one of
-its acquires is being granted."""
+"""Every kind of lock, owner and session on every kind of redis-py connection: RESP3 and
+``decode_responses`` clients, and a server reached over a Unix socket, where a session's holds
+are bound to its Unix connection and end when it is killed (sync and asyncio)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +17,51 @@ from _servers import PROMPT, Server, apoll, poll, session_holds
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
+
+# -- RESP3 and decoded clients -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [{"protocol": 3}, {"protocol": 3, "decode_responses": True}])
+def test_every_kind_on_resp3_and_decoded_clients(server: Server, kw: dict[str, Any]) -> None:
+    c = server.client(**kw)
+    lock = rl.Lock(c, "r3", fencing=True)
+    with lock:
+        assert lock.locked() and lock.owned() and lock.token is not None
+        assert lock.acquire(timeout=1)  # re-entry
+        lock.release()
+    rw = rl.RWLock(c, "r3rw", fencing=True)
+    with rw.write:
+        assert rw.write.token is not None
+    sem = rl.Semaphore(c, "r3s")
+    sem.try_set_permits(2)
+    with sem:
+        assert sem.available() == 1
+    leased = rl.LeasedSemaphore(c, "r3l", lease=5)
+    leased.try_set_permits(1)
+    hold = leased.acquire(1)
+    assert hold is not None and len(hold.ids) == 1
+    hold.release()
+    compat = c.lock("r3c", timeout=5, lock_class=rl.RLockCompat)
+    assert compat.acquire() and compat.owned() and compat.locked()
+    compat.release()
+    assert not server.client().exists("r3", "r3rw", "r3c")
+
+
+async def test_async_every_kind_on_resp3(server: Server) -> None:
+    c = aredis.Redis(port=server.port, protocol=3, decode_responses=True)
+    lock = ra.Lock(c, "ar3", fencing=True)
+    async with lock:
+        assert await lock.locked() and lock.token is not None
+    sem = ra.LeasedSemaphore(c, "ar3l", lease=5)
+    await sem.try_set_permits(1)
+    hold = await sem.acquire(1)
+    assert hold is not None and len(hold.ids) == 1
+    await hold.release()
+    assert await sem.available() == 1
+    await c.aclose()
+
+
+# -- a Unix socket -----------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -78,61 +121,3 @@ async def test_async_locks_owners_and_sessions_work_over_a_unix_socket(
             "the hold is marked lost", PROMPT, lambda: held.hold is None or held.hold.is_lost()
         )
     await ar.aclose()
-
-
-class _ClosesFirst(weakref.WeakSet):  # type: ignore[type-arg]
-    """A session's hold set whose ``add`` lets another thread close the session first: the
-    instant between the grant's check that the session is open and its record."""
-
-    def __init__(self, session: rl.Session) -> None:
-        super().__init__()
-        self.session = session
-
-    def add(self, item: Any) -> None:
-        closer = threading.Thread(target=self.session.close)
-        closer.start()
-        closer.join(PROMPT)
-        super().add(item)
-
-
-def test_a_session_closed_by_another_thread_while_a_grant_is_recorded_loses_that_hold(
-    r: redis.Redis,
-) -> None:
-    """``close()`` from another thread (a shutdown hook, a supervisor) while an acquire's grant
-    is being recorded: the connection closes, so the server ends that hold. The acquire must
-    not hand out a hold that says held (a guard the application would trust while another
-    client takes the lock): it is lost, or the acquire raises ``SessionClosed``."""
-    s = rl.Session(r)
-    s._holds = _ClosesFirst(s)
-    lk = s.lock("raced", lease=60)
-    try:
-        got = lk.acquire(blocking=False)
-    except rl.SessionClosed:
-        got = False
-    assert s.closed.is_set()
-    poll("the server ends the closed session's hold", PROMPT, lambda: r.exists("raced") == 0)
-    if got:
-        assert lk.hold is not None and lk.hold.is_lost(), "a hold the server ended says held"
-
-
-def test_every_hold_of_a_session_is_lost_by_the_time_closed_is_set(r: redis.Redis) -> None:
-    """``closed`` is documented as set once the session is closed, with every hold taken
-    through it lost: a thread woken by ``closed.wait()`` (the server killed the connection,
-    the watcher closed the session) must never find one of them still saying held."""
-    for round_ in range(40):
-        s = rl.Session(r)
-        locks = [s.lock(f"a{round_}", lease=60), s.lock(f"b{round_}", lease=60)]
-        assert all(lk.acquire(blocking=False) for lk in locks)
-        holds = [lk.hold for lk in locks]
-        seen: list[bool] = []
-
-        def watch(s: rl.Session = s, holds: list[Any] = holds, seen: list[bool] = seen) -> None:
-            s.closed.wait(PROMPT)
-            seen.extend(h.is_lost() for h in holds)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        r.client_kill_filter(_id=s.client_id)
-        watcher.join(PROMPT)
-        assert seen == [True, True], f"round {round_}: closed is set, a hold says held"
-        s.close()
