@@ -338,6 +338,20 @@ pub fn exists(con: &mut Connection, key: &str) -> bool {
     cmd(con, &["EXISTS", key]) == Value::Int(1)
 }
 
+/// A connection to `server` authenticated as the ACL user `user` (password `any`, as the tests
+/// create their users), with a 60 s read timeout (a blocking command's reply may take that
+/// long).
+///
+/// # Panics
+/// When the connection fails (the `AUTH` reply is the caller's to check).
+#[must_use]
+pub fn conn_as(server: &Server, user: &str) -> Connection {
+    let mut con = server.conn();
+    con.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    cmd(&mut con, &["AUTH", user, "any"]);
+    con
+}
+
 /// An integer reply.
 ///
 /// # Panics

@@ -4,20 +4,29 @@
 //! reachable cluster node), after a stall, outside any runtime, or at the end of a
 //! `current_thread` `block_on`. Each test is named after the item it covers.
 
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
 
 use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options};
 use rlock_tests_integration::{
     blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Proxy, Sentinel, Server,
     SENTINEL_MASTER,
 };
-use tokio::time::{sleep, Instant};
 
 /// How long a dropped guard's release may take to show (leases are 30 s or more).
 const RELEASED: Duration = Duration::from_secs(10);
+
 /// How long a drop may block the dropping thread.
 const AT_ONCE: Duration = Duration::from_millis(50);
+
 const FAILOVER_LIMIT: Duration = Duration::from_secs(40);
+
 const LEASE: Option<Duration> = Some(Duration::from_secs(60));
 
 /// Whether `server` holds the lock hash `name` (false when it cannot be asked).
@@ -575,4 +584,88 @@ fn guards_dropped_at_the_end_of_a_runtime_let_it_shut_down_as_soon_as_released()
         }
         assert_eq!(available(&server, "s"), 1, "multi_thread {multi_thread}: the permit is back");
     }
+}
+
+/// A TCP proxy in front of `port` that, once armed, forwards the next `RLOCK.RELEASE` to the
+/// server and then cuts that connection before the reply can come back (a lost reply).
+struct LossyProxy {
+    port: u16,
+    armed: Arc<AtomicBool>,
+}
+
+impl LossyProxy {
+    fn start(server_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let arm = Arc::clone(&armed);
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)) else { return };
+                let cut = Arc::new(AtomicBool::new(false));
+                let (c2, s2) =
+                    (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+                let (cut_up, cut_down, arm) =
+                    (Arc::clone(&cut), Arc::clone(&cut), Arc::clone(&arm));
+                thread::spawn(move || {
+                    pump(client, server, |chunk| {
+                        let release =
+                            chunk.windows(13).any(|w| w.eq_ignore_ascii_case(b"RLOCK.RELEASE"));
+                        if release && arm.swap(false, Ordering::SeqCst) {
+                            cut_up.store(true, Ordering::SeqCst); // before the command reaches Redis
+                        }
+                        false
+                    })
+                });
+                thread::spawn(move || pump(s2, c2, |_| cut_down.load(Ordering::SeqCst)));
+            }
+        });
+        Self { port, armed }
+    }
+}
+
+/// Copies `from` to `to` until either closes, or `cut(chunk)` says to drop the chunk and close
+/// both.
+fn pump(mut from: TcpStream, mut to: TcpStream, cut: impl Fn(&[u8]) -> bool) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if cut(&buf[..n]) || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_retries_a_release_whose_reply_was_lost_with_the_same_request_id() {
+    let server = Server::start();
+    let proxy = LossyProxy::start(server.port());
+    let url = format!("redis://127.0.0.1:{}/", proxy.port);
+    let client = rlock_client::LockClient::new(redis::Client::open(url).expect("url"))
+        .await
+        .expect("client");
+    let lock = client.lock("l");
+    let guard = lock.acquire(Some(Duration::from_secs(60))).await.expect("acquired");
+    let mut con = server.conn();
+    proxy.armed.store(true, Ordering::SeqCst);
+    // Reported released, not "not held": the retry, with the same request id, gets the first
+    // release's result (a fresh release would find nothing and say nil).
+    guard.release().await.expect("released once, reported once");
+    assert!(!proxy.armed.load(Ordering::SeqCst), "the proxy cut a release");
+    // The server saw the release twice (the lost one and the retry) and released once.
+    let calls: String = redis::cmd("INFO").arg("commandstats").query(&mut con).expect("INFO");
+    let releases = calls
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cmdstat_rlock.release:calls=")?.split(',').next()?.parse().ok()
+        })
+        .unwrap_or(0);
+    assert_eq!(releases, 2, "{calls}");
+    assert!(hgetall(&mut con, b"l").is_empty(), "released");
 }

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 
-use rlock_tests_integration::{cmd, digest, hgetall, pexpiretime, poll, run, run_str, Server};
+use rlock_tests_integration::{
+    cmd, digest, exists, hgetall, pexpiretime, poll, run, run_str, Server,
+};
 
 fn int(v: &Value) -> i64 {
     match v {
@@ -15,10 +17,6 @@ fn int(v: &Value) -> i64 {
 
 fn hget(con: &mut Connection, key: &str, field: &str) -> Option<i64> {
     redis::cmd("HGET").arg(key).arg(field).query(con).expect("HGET")
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
 }
 
 #[test]
@@ -517,4 +515,71 @@ fn every_integer_argument_refuses_every_odd_spelling_and_changes_nothing() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert_eq!(digest(&mut con), before, "an error changed something");
+}
+
+#[test]
+fn command_info_shows_the_flags_and_key_specs() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let expected = [
+        ("rlock.acquire", -4, &["write", "denyoom"][..], &["RW", "access", "update"][..]),
+        ("rlock.release", -3, &["write"], &["RW", "access", "delete"]),
+        ("rlock.renew", -4, &["write", "denyoom"], &["RW", "update"]),
+        ("rlock.forcerelease", 2, &["write"], &["RW", "delete"]),
+        ("rlock.pttl", 2, &["readonly", "fast"], &["RO", "access"]),
+        ("rlock.info", 2, &["readonly", "fast"], &["RO", "access"]),
+        ("rlock.cancel", 3, &["write"], &["RW", "access", "delete"]),
+        ("rwlock.acquire", -5, &["write", "denyoom"], &["RW", "access", "update"]),
+        ("rwlock.renew", -4, &["write", "denyoom"], &["RW", "update"]),
+        ("rsem.acquire", -3, &["write", "denyoom"], &["RW", "access", "update"]),
+    ];
+    for (name, arity, flags, key_flags) in expected {
+        let info: Value =
+            redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut con).expect("INFO");
+        let Value::Array(mut entries) = info else { panic!("{info:?}") };
+        let Value::Array(entry) = entries.remove(0) else { panic!("{name}: no info") };
+        assert_eq!(entry[1], Value::Int(arity), "{name}: arity");
+        let strings = |v: &Value| -> Vec<String> {
+            match v {
+                Value::Array(items) | Value::Set(items) => items
+                    .iter()
+                    .filter_map(|i| redis::from_redis_value::<String>(i.clone()).ok())
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        let got = strings(&entry[2]);
+        for flag in flags {
+            assert!(got.iter().any(|f| f == flag), "{name}: flags {got:?} lack {flag}");
+        }
+        // Key specs: [... "flags", [..] ...] in entry 8.
+        let specs = format!("{:?}", entry[8]);
+        for flag in key_flags {
+            assert!(
+                specs.contains(&format!("\"{flag}\"")),
+                "{name}: key spec {specs} lacks {flag}"
+            );
+        }
+        let docs: Value =
+            redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut con).expect("DOCS");
+        let docs = format!("{docs:?}");
+        assert!(docs.contains("summary") && docs.contains("since"), "{name}: {docs}");
+        // The arguments (redis-cli's hints read them): names, option words, optional flags.
+        let arguments: &[&str] = match name {
+            "rlock.acquire" => {
+                &["key", "owner", "lease-ms", "timeout-ms", "WAIT", "TOKEN", "REQUEST", "optional"]
+            }
+            "rlock.cancel" => &["key", "id"],
+            "rwlock.acquire" => &["key", "owner", "READ", "WRITE", "lease-ms", "REQUEST"],
+            "rwlock.renew" => &["key", "owner", "lease-ms", "READ", "WRITE", "optional"],
+            "rsem.acquire" => &["key", "permits", "LEASE", "timeout-ms", "REQUEST"],
+            "rlock.release" => &["key", "owner", "lease-ms", "REQUEST", "optional"],
+            "rlock.renew" => &["key", "owner", "lease-ms"],
+            _ => &["key"],
+        };
+        assert!(docs.contains("arguments"), "{name}: no arguments in {docs}");
+        for word in arguments {
+            assert!(docs.contains(&format!("\"{word}\"")), "{name}: {word} missing in {docs}");
+        }
+    }
 }

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{
-    barrier, client_id, cmd, exists, hgetall, info_field, int, kill_client, poll, run,
-    session_ends, wait_blocked, Pending, Server,
+    barrier, client_id, cmd, exists, hgetall, info_field, int, kill_client, poll, run, run_str,
+    session_ends, wait_blocked, wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -553,4 +554,102 @@ fn an_ownerless_counted_grants_record_lasts_60_s() {
     assert_eq!(cmd(&mut con, &["RSEM.RELEASE", "p", "1"]), Value::Int(1));
     let refused = run(&mut con, &[b"RSEM.ACQUIRE", b"p", b"1", b"OWNERLESS"]);
     assert!(refused.is_err_and(|e| e.starts_with("ERR OWNERLESS needs REQUEST id")));
+}
+
+fn in_sync(con: &mut Connection) -> i64 {
+    info_field(con, "rlock_replicas", "rlock_replicas_in_sync")
+}
+
+/// A replica of `master` (with the module) that the master's guard counts in sync.
+fn attach_replica(master: &Server, con: &mut Connection) -> Server {
+    let replica = Server::builder().replica_of(master).start();
+    wait_replica_online(master);
+    poll("the master to count its replica", LIMIT, || (in_sync(con) == 1).then_some(()));
+    replica
+}
+
+/// `MULTI; RLOCK.RELEASE l a` (a hand-off to `b`)`; CLIENT KILL ID <b>; <then>; EXEC`.
+fn hand_off_then_kill(con: &mut Connection, waiter: &Pending, then: &[&str]) {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    pipe.cmd("RLOCK.RELEASE").arg("l").arg("a");
+    pipe.cmd("CLIENT").arg("KILL").arg("ID").arg(waiter.client_id());
+    let mut next = redis::cmd(then[0]);
+    for arg in &then[1..] {
+        next.arg(*arg);
+    }
+    pipe.add_command(next);
+    let replies: Vec<Value> = pipe.query(con).expect("MULTI/EXEC");
+    assert_eq!(replies[0], Value::Int(1), "the release freed the lock: {replies:?}");
+}
+
+#[test]
+fn undoing_a_grant_never_releases_a_later_hold_of_the_same_owner() {
+    let server = Server::start();
+    let mut con = server.conn();
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]), Value::Nil);
+    let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "b", "100", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    hand_off_then_kill(&mut con, &waiter, &["CLIENT", "PAUSE", "20000", "WRITE"]);
+    let rollbacks = info_field(&mut con, "rlock_waits", "rlock_grants_rolled_back");
+    assert_eq!(rollbacks, 1, "the grant to the killed waiter is to be undone");
+    // b's granted lease ends while writes are paused (the undo waits for the pause's end) ...
+    poll("the granted lease to end", LIMIT, || {
+        (cmd(&mut con, &["RLOCK.PTTL", "l"]) == Value::Int(-2)).then_some(())
+    });
+    // ... and b (Redisson reuses `<uuid>:<thread>` across reconnects) asks again: its command
+    // waits for the pause and runs as soon as it ends, before the module's timers.
+    let again = Pending::start_str(&server, &["RLOCK.ACQUIRE", "l", "b", "10000"]);
+    poll("the new acquire to be paused", LIMIT, || {
+        let paused = info_field(&mut con, "clients", "blocked_clients") >= 1;
+        paused.then_some(())
+    });
+    cmd(&mut con, &["CLIENT", "UNPAUSE"]);
+    let (reply, _) = again.reply(LIMIT);
+    assert_eq!(reply, Ok(Value::Nil), "b holds the lock again");
+    // The undo has run (no timer left armed for it) and left b's new hold alone.
+    poll("the deferred undo to run", LIMIT, || {
+        (info_field(&mut con, "rlock_waits", "rlock_timers_armed") == 0).then_some(())
+    });
+    assert_eq!(hgetall(&mut con, b"l"), vec![(b"b".to_vec(), b"1".to_vec())]);
+    let other = run_str(&mut con, &["RLOCK.ACQUIRE", "l", "c", "10000"]).expect("acquire");
+    assert!(matches!(other, Value::Int(pttl) if pttl > 5_000), "c is refused: {other:?}");
+}
+
+#[test]
+fn a_grant_is_never_undone_on_a_server_that_became_a_replica() {
+    let master = Server::start();
+    let mut con = master.conn();
+    let replica = attach_replica(&master, &mut con);
+    // Every write so far is on the replica.
+    cmd(&mut con, &["WAIT", "1", "5000"]);
+    assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]), Value::Nil);
+    let waiter = Pending::start_str(&master, &["RLOCK.ACQUIRE", "l", "b", "60000", "WAIT", "0"]);
+    wait_blocked(&mut con, 1);
+    hand_off_then_kill(&mut con, &waiter, &["FAILOVER"]);
+    let mut promoted = replica.conn();
+    poll("the replica to be promoted", LIMIT, || {
+        let role = cmd(&mut promoted, &["ROLE"]);
+        matches!(role, Value::Array(ref r) if r.first() == Some(&Value::BulkString(b"master".to_vec())))
+            .then_some(())
+    });
+    poll("the old master to follow the new one", LIMIT, || {
+        let info = cmd(&mut con, &["INFO", "replication"]);
+        let text = match info {
+            Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            Value::VerbatimString { text, .. } => text,
+            _ => String::new(),
+        };
+        text.contains("master_link_status:up").then_some(())
+    });
+    // Writes on the new master reach the old one: the two must agree.
+    cmd(&mut promoted, &["SET", "marker", "1"]);
+    cmd(&mut promoted, &["WAIT", "1", "5000"]);
+    poll("the marker to reach the old master", LIMIT, || {
+        (cmd(&mut con, &["GET", "marker"]) == Value::BulkString(b"1".to_vec())).then_some(())
+    });
+    // The grant to b was replicated before the failover; the old master must not have undone it
+    // on its own (it was a replica by then).
+    assert_eq!(hgetall(&mut promoted, b"l"), vec![(b"b".to_vec(), b"1".to_vec())]);
+    assert_eq!(hgetall(&mut con, b"l"), hgetall(&mut promoted, b"l"), "the two nodes diverged");
 }

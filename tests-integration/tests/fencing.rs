@@ -6,7 +6,7 @@ use redis::{Connection, Value};
 
 use rlock_client::{LockClient, Options};
 use rlock_tests_integration::{
-    blocked_clients, cmd, digest, granted_token, hgetall, poll, run_str, wait_blocked,
+    blocked_clients, cmd, digest, exists, granted_token, hgetall, poll, run_str, wait_blocked,
     wait_link_up, Pending, Server,
 };
 
@@ -187,10 +187,6 @@ async fn a_paused_holder_s_stale_write_is_refused_by_a_resource_that_checks_toke
     assert_eq!(value, "from B");
     assert!(matches!(a.release().await, Err(rlock_client::Error::NotHeld)));
     b.release().await.expect("release");
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
 }
 
 fn get(con: &mut Connection, key: &str) -> Option<String> {

@@ -10,8 +10,8 @@ use redis::{Connection, Value};
 
 use rlock_tests_integration::sessions::{session_ends, session_holds};
 use rlock_tests_integration::{
-    client_id, cmd, exists, granted_token, info_field, kill_client, module_path, poll, run_str,
-    Pending, Server,
+    client_id, cmd, exists, granted_token, hgetall, info_field, kill_client, module_path,
+    pexpiretime, poll, run_str, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -407,4 +407,57 @@ fn info_counters_start_from_zero_after_a_module_reload() {
     cmd(&mut con, &["MODULE", "LOAD", path.to_str().expect("path")]);
     assert_eq!(info_field(&mut con, "rlock", "rlock_waits"), 0);
     assert_eq!(info_field(&mut con, "rlock", "rlock_timeouts"), 0);
+}
+
+#[test]
+fn a_flush_drops_the_checks_of_the_locks_it_emptied() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut other = server.conn();
+    cmd(&mut other, &["SELECT", "1"]);
+    for (c, prefix) in [(&mut con, "a"), (&mut other, "b")] {
+        for i in 0..100 {
+            let name = format!("{prefix}{i}");
+            cmd(c, &["RSEM.SETPERMITS", &name, "1"]);
+            let ids = cmd(c, &["RSEM.ACQUIRE", &name, "1", "LEASE", "600000"]);
+            assert!(matches!(ids, Value::Array(_)), "{ids:?}");
+        }
+    }
+    assert_eq!(scheduled_checks(&mut con), 200, "a check at each lease's end");
+    cmd(&mut other, &["FLUSHDB"]);
+    assert_eq!(scheduled_checks(&mut con), 100, "database 1's are gone, database 0's kept");
+    cmd(&mut con, &["FLUSHALL"]);
+    assert_eq!(scheduled_checks(&mut con), 0, "nothing kept until the old deadlines");
+    assert_eq!(info_field(&mut con, "rlock_waits", "rlock_timers_armed"), 0);
+}
+
+#[test]
+fn leases_and_tokens_survive_an_rdb_restart() {
+    let mut server = Server::start();
+    let mut con = server.conn();
+    let token = cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000", "TOKEN"]);
+    assert_eq!(token, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000", "TOKEN"]);
+    let expiry = pexpiretime(&mut con, b"l");
+    cmd(&mut con, &["SAVE"]);
+    drop(con);
+    server.restart(); // SIGKILL, then from dump.rdb (no AOF)
+    let mut con = server.conn();
+    assert_eq!(hgetall(&mut con, b"l"), vec![(b"a".to_vec(), b"2".to_vec())]);
+    assert_eq!(pexpiretime(&mut con, b"l"), expiry, "the same absolute deadline");
+    let busy = cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "60000", "TOKEN"]);
+    assert!(matches!(&busy, Value::Array(v) if v[0] == Value::Int(0)), "{busy:?}");
+    cmd(&mut con, &["RLOCK.FORCERELEASE", "l"]);
+    let next = cmd(&mut con, &["RLOCK.ACQUIRE", "l", "b", "60000", "TOKEN"]);
+    // Tokens go on, above the floor the load from disk raised (grants after the last save
+    // may be lost with it, and their tokens must not come back).
+    let Value::Array(parts) = &next else { panic!("{next:?}") };
+    assert_eq!(parts[0], Value::Int(1));
+    let Value::Int(token) = parts[1] else { panic!("{next:?}") };
+    assert!(token > 2, "tokens go on: {token}");
+    assert_eq!(
+        token,
+        info_field(&mut con, "rlock", "rlock_token_floor"),
+        "the first above the floor"
+    );
 }

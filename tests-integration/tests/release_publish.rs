@@ -8,16 +8,9 @@
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use rlock_tests_integration::{cmd, digest, run_str, wait_blocked, Pending, Server};
+use rlock_tests_integration::{cmd, conn_as, digest, run_str, wait_blocked, Pending, Server};
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-/// A connection authenticated as `user`.
-fn conn_as(server: &Server, user: &str) -> Connection {
-    let mut con = server.conn();
-    cmd(&mut con, &["AUTH", user, "any"]);
-    con
-}
 
 /// A server with the user `lim`: every command, keys `locks:*`, no channel.
 fn limited() -> (Server, Connection, Connection) {

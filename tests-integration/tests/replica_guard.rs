@@ -6,8 +6,10 @@
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
+
 use rlock_tests_integration::{
-    cmd, info_field, info_text, poll, queue_str, run_str, wait_replica_online, Server,
+    cmd, info_field, info_text, poll, queue_str, run_str, wait_blocked, wait_replica_online,
+    Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -149,4 +151,133 @@ fn a_refusal_names_the_rule_that_refused_in_its_reply_and_in_info() {
     assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "stall_quarantine");
     poll("the quarantine to end", LIMIT, || refusal(&mut con).is_none().then_some(()));
     assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "none");
+}
+
+fn in_sync(con: &mut Connection) -> i64 {
+    info_field(con, "rlock_replicas", "rlock_replicas_in_sync")
+}
+
+/// A replica of `master` (with the module) that the master's guard counts in sync.
+fn attach_replica(master: &Server, con: &mut Connection) -> Server {
+    let replica = Server::builder().replica_of(master).start();
+    wait_replica_online(master);
+    poll("the master to count its replica", LIMIT, || (in_sync(con) == 1).then_some(()));
+    replica
+}
+
+/// A held reentrant lock and a semaphore whose one permit is leased, both for `lease_ms`, each
+/// with a waiter; returns the two waiters (lock, semaphore).
+fn held_with_waiters(master: &Server, con: &mut Connection, lease_ms: &str) -> (Pending, Pending) {
+    assert_eq!(cmd(con, &["RLOCK.ACQUIRE", "l", "h", lease_ms]), Value::Nil);
+    assert_eq!(cmd(con, &["RSEM.SETPERMITS", "s", "1"]), Value::Int(1));
+    let ids = cmd(con, &["RSEM.ACQUIRE", "s", "1", "LEASE", lease_ms]);
+    assert!(matches!(ids, Value::Array(ref a) if a.len() == 1), "{ids:?}");
+    let lock = Pending::start_str(master, &["RLOCK.ACQUIRE", "l", "w", "60000", "WAIT", "0"]);
+    let sem = Pending::start_str(master, &["RSEM.ACQUIRE", "s", "1", "WAIT", "0"]);
+    wait_blocked(con, 2);
+    (lock, sem)
+}
+
+fn both_served(lock: Pending, sem: Pending) {
+    let (reply, _) = lock.reply(LIMIT);
+    assert_eq!(reply, Ok(Value::Nil), "the lock's waiter is granted");
+    let (reply, _) = sem.reply(LIMIT);
+    assert_eq!(reply, Ok(Value::Int(1)), "the semaphore's waiter is granted");
+}
+
+#[test]
+fn waiters_held_back_by_a_stall_quarantine_are_served_when_it_ends() {
+    let master = Server::start();
+    let mut con = master.conn();
+    let _replica = attach_replica(&master, &mut con);
+    let (lock, sem) = held_with_waiters(&master, &mut con, "1500");
+    // A 2 s stall starts the grant quarantine; both leases end inside it.
+    let mut stall = master.conn();
+    stall.set_read_timeout(Some(LIMIT)).expect("timeout");
+    cmd(&mut stall, &["DEBUG", "SLEEP", "2"]);
+    poll("the quarantine to refuse grants", LIMIT, || {
+        let allowed = info_field(&mut con, "rlock_replicas", "rlock_grants_allowed");
+        (allowed == 0).then_some(())
+    });
+    both_served(lock, sem);
+}
+
+#[test]
+fn waiters_held_back_by_a_lost_replica_are_served_when_the_guard_is_turned_off() {
+    let master = Server::start();
+    let mut con = master.conn();
+    let replica = attach_replica(&master, &mut con);
+    let (lock, sem) = held_with_waiters(&master, &mut con, "800");
+    // The replica leaves (promoted by hand): the master refuses grants, and the leases end.
+    cmd(&mut replica.conn(), &["REPLICAOF", "NO", "ONE"]);
+    poll("the master to refuse grants", LIMIT, || {
+        (info_field(&mut con, "rlock_replicas", "rlock_grants_allowed") == 0).then_some(())
+    });
+    poll("both leases to end", LIMIT, || {
+        let lock = cmd(&mut con, &["RLOCK.PTTL", "l"]) == Value::Int(-2);
+        let leased = cmd(&mut con, &["ZCARD", "{s}:timeout"]);
+        let ended = cmd(&mut con, &["ZCOUNT", "{s}:timeout", "(0", "+inf"]) == Value::Int(0)
+            || leased == Value::Int(0);
+        (lock && ended).then_some(())
+    });
+    // What the README tells an operator to do.
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]);
+    both_served(lock, sem);
+}
+
+fn refused(con: &mut Connection, key: &str) -> bool {
+    matches!(run_str(con, &["RLOCK.ACQUIRE", key, "a", "60000"]), Err(e) if e.starts_with("NOREPLICAS"))
+}
+
+#[test]
+fn a_master_restarted_before_its_failover_is_noticed_grants_nothing_until_a_replica_is_back() {
+    let mut master = Server::start();
+    let mut con = master.conn();
+    assert!(!master.dir().join("rlock-had-replicas").exists(), "nothing to remember yet");
+    let mut replica = attach_replica(&master, &mut con);
+    poll("the master to remember its replica", LIMIT, || {
+        master.dir().join("rlock-had-replicas").exists().then_some(())
+    });
+    // The replica goes (promoted elsewhere, say), and the master restarts before anything
+    // demotes it: it must not grant as a standalone server.
+    replica.kill();
+    master.restart();
+    let mut con = master.conn();
+    assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_replicas_required"), 1);
+    assert!(refused(&mut con, "l"), "a restarted master that had replicas grants nothing");
+    // A replica in sync again: grants resume.
+    let _replica = attach_replica(&master, &mut con);
+    poll("grants with the replica back", LIMIT, || {
+        (run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]) == Ok(Value::Nil)).then_some(())
+    });
+    // The documented opt-out still works on a restarted master.
+    drop(_replica);
+    master.restart();
+    let mut con = master.conn();
+    assert!(refused(&mut con, "m"));
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]);
+    assert_eq!(run_str(&mut con, &["RLOCK.ACQUIRE", "m", "a", "60000"]), Ok(Value::Nil));
+}
+
+#[test]
+fn a_stall_over_the_operators_threshold_is_quarantined() {
+    let master = Server::builder().config("rlock.stall-ms", "800").start();
+    let mut con = master.conn();
+    let _replica = attach_replica(&master, &mut con);
+    assert_eq!(run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]), Ok(Value::Nil));
+    // A 1.1 s stall: under the old fixed 1.5 s threshold, above the operator's 0.8 s.
+    cmd(&mut con, &["DEBUG", "SLEEP", "1.1"]);
+    let resumed = std::time::Instant::now();
+    poll("a check after the stall", LIMIT, || {
+        (info_field(&mut con, "rlock_replicas", "rlock_grants_allowed") == 0).then_some(())
+    });
+    assert!(refused(&mut con, "m"), "quarantined after the stall");
+    let granted_at = poll("grants after the quarantine", LIMIT, || {
+        (run_str(&mut con, &["RLOCK.ACQUIRE", "m", "a", "60000"]) == Ok(Value::Nil))
+            .then(std::time::Instant::now)
+    });
+    assert!(granted_at - resumed >= Duration::from_millis(2_500), "no quarantine");
+    // The setting is the module's own, checked like the others.
+    let err = run_str(&mut con, &["CONFIG", "SET", "rlock.stall-ms", "50"]).expect_err("50");
+    assert!(err.starts_with("ERR"), "{err}");
 }

@@ -12,7 +12,7 @@ use redis::{Connection, Value};
 
 use rlock_tests_integration::{
     all_keys, blocked_clients, cmd, digest, pexpiretime, poll, queue_str, run_str, wait_link_up,
-    Server,
+    wait_replica_online, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -406,4 +406,42 @@ fn a_writable_replica_never_blocks_a_waiter_it_cannot_serve() {
     let reply = cmd(&mut r, &["RLOCK.ACQUIRE", "k", "w", "30000", "WAIT", "0"]);
     assert!(matches!(reply, Value::Int(n) if n > 0), "{reply:?}");
     assert_eq!(blocked_clients(&mut r), 0);
+}
+
+/// `DUMP key` on `con`.
+fn dump(con: &mut Connection, key: &str) -> Value {
+    cmd(con, &["DUMP", key])
+}
+
+#[test]
+fn a_module_less_replica_keeps_the_masters_hash_encoding_under_the_servers_listpack_limit() {
+    // The limit set in the config file on both, and changed at run time on both.
+    let master = Server::builder().config("hash-max-listpack-value", "32").start();
+    let replica = Server::builder()
+        .without_module()
+        .config("hash-max-listpack-value", "32")
+        .replica_of(&master)
+        .start();
+    wait_replica_online(&master);
+    let mut con = master.conn();
+    let mut rcon = replica.conn();
+    let check = |con: &mut Connection, rcon: &mut Connection, key: &str, owner: &str| {
+        assert_eq!(cmd(con, &["RLOCK.ACQUIRE", key, owner, "60000"]), Value::Nil);
+        assert_eq!(cmd(con, &["RLOCK.ACQUIRE", key, owner, "60000"]), Value::Nil);
+        cmd(con, &["WAIT", "1", "5000"]);
+        let encoding = cmd(con, &["OBJECT", "ENCODING", key]);
+        assert_eq!(cmd(rcon, &["OBJECT", "ENCODING", key]), encoding, "{key}");
+        assert_eq!(dump(rcon, key), dump(con, key), "{key}: the replica's hash differs");
+    };
+    let owner38 = "o".repeat(38);
+    check(&mut con, &mut rcon, "l38", &owner38);
+    check(&mut con, &mut rcon, "l20", &"p".repeat(20));
+    for c in [&mut con, &mut rcon] {
+        cmd(c, &["CONFIG", "SET", "hash-max-listpack-value", "100"]);
+    }
+    check(&mut con, &mut rcon, "l70", &"q".repeat(70));
+    for c in [&mut con, &mut rcon] {
+        cmd(c, &["CONFIG", "SET", "hash-max-listpack-value", "8"]);
+    }
+    check(&mut con, &mut rcon, "l10", &"r".repeat(10));
 }

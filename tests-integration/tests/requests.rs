@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use redis::{Connection, Value};
 
 use rlock_tests_integration::{
-    assert_replica_matches, blocked_clients, cmd, digest, hgetall, info_field, kill_client,
-    pexpiretime, poll, queue_str, run_str, wait_blocked, wait_replica_online, Pending, Server,
+    assert_replica_matches, blocked_clients, cmd, conn_as, digest, hgetall, info_field,
+    kill_client, pexpiretime, poll, queue_str, run_str, wait_blocked, wait_replica_online, Pending,
+    Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -597,12 +598,6 @@ fn a_waiting_request_cancelled_during_a_stall_that_ends_its_holder_s_lease_holds
 }
 
 // ---- ACL, MULTI and Lua, RESP3 ------------------------------------------------------------------
-
-fn conn_as(server: &Server, user: &str) -> Connection {
-    let mut con = server.conn();
-    cmd(&mut con, &["AUTH", user, "any"]);
-    con
-}
 
 /// The request record is checked against the caller's ACL user before anything changes, and
 /// before a `WAIT` blocks; `RLOCK.CANCEL` too. A hand-off writes it as the waiter's user: a

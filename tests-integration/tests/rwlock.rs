@@ -2,6 +2,7 @@
 //! (readers behind a queued writer, readers granted together), dead readers removed, and a
 //! Redisson client's scripts sharing the same locks.
 
+use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
@@ -706,4 +707,150 @@ fn a_lock_with_more_read_holds_in_all_than_a_release_may_walk_is_refused_at_once
     let took = started.elapsed();
     assert!(took < Duration::from_millis(1500), "the wait's checks blocked for {took:?}");
     assert_eq!(digest(&mut con), before);
+}
+
+// ---- Cost independent of the number of readers ---------------------------------------------
+
+/// `n` readers on Redisson's layout, as its scripts write them: one field and one hold key each.
+fn readers(con: &mut Connection, name: &str, n: usize) {
+    let script = "for i = 1, tonumber(ARGV[1]) do \
+                    redis.call('HSET', KEYS[1], 'r' .. i, 1) \
+                    redis.call('SET', '{' .. KEYS[1] .. '}:r' .. i .. ':rwlock_timeout:1', 1, 'PX', 600000) \
+                  end \
+                  redis.call('HSET', KEYS[1], 'mode', 'read') \
+                  return redis.call('PEXPIRE', KEYS[1], 600000)";
+    cmd(con, &["EVAL", script, "1", name, &n.to_string()]);
+}
+
+fn usec_per_call(con: &mut Connection, command: &str) -> f64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    let line = info
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+        .unwrap_or_else(|| panic!("no stats for {command}: {info}"));
+    let value = line.split(',').find_map(|kv| kv.strip_prefix("usec_per_call=")).expect("usec");
+    value.parse().expect("a number")
+}
+
+fn cpu_seconds(con: &mut Connection) -> f64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query(con).expect("INFO cpu");
+    ["used_cpu_sys:", "used_cpu_user:"]
+        .iter()
+        .map(|f| {
+            let line = info.lines().find_map(|l| l.strip_prefix(f)).expect("cpu field");
+            line.trim().parse::<f64>().expect("a number")
+        })
+        .sum()
+}
+
+/// The acquire's server cost (µs per call) on a lock with `n` readers and a waiting writer.
+fn acquire_cost(server: &Server, con: &mut Connection, name: &str) -> f64 {
+    cmd(con, &["CONFIG", "RESETSTAT"]);
+    for i in 0..200 {
+        // A re-entry (granted) and a newcomer (queued behind the writer: busy).
+        cmd(con, &["RWLOCK.ACQUIRE", name, "r1", "READ", "60000"]);
+        cmd(con, &["RWLOCK.ACQUIRE", name, &format!("new{i}"), "READ", "60000"]);
+    }
+    let _ = server;
+    usec_per_call(con, "rwlock.acquire")
+}
+
+#[test]
+fn a_lock_with_20000_readers_costs_what_one_with_10_costs() {
+    let server = Server::start();
+    let mut con = server.conn();
+    readers(&mut con, "small", 10);
+    readers(&mut con, "big", 20_000);
+    let _small = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "small", "w", "WRITE", "60000", "WAIT", "100000"],
+    );
+    let _big = Pending::start_str(
+        &server,
+        &["RWLOCK.ACQUIRE", "big", "w", "WRITE", "60000", "WAIT", "100000"],
+    );
+    wait_blocked(&mut con, 2);
+
+    // The waiters' poll looks at both locks every 10 ms: over 2 s the server stays nearly idle
+    // (it spent ~90 % of a core opening every hold key of `big` at each look).
+    let (cpu, started) = (cpu_seconds(&mut con), Instant::now());
+    thread::sleep(Duration::from_secs(2));
+    let share = (cpu_seconds(&mut con) - cpu) / started.elapsed().as_secs_f64();
+    eprintln!("waiting: {:.1} % of a core", share * 100.0);
+    assert!(share < 0.25, "the server used {:.0} % of a core waiting", share * 100.0);
+
+    let small = acquire_cost(&server, &mut con, "small");
+    let big = acquire_cost(&server, &mut con, "big");
+    eprintln!("acquire: {big:.2} µs with 20,000 readers, {small:.2} µs with 10");
+    assert!(
+        big < small * 5.0 + 20.0,
+        "acquire: {big:.1} µs with 20,000 readers, {small:.1} µs with 10"
+    );
+}
+
+// ---- Counts in the hash bound nothing ---------------------------------------------------------
+
+/// A read count written by a foreign `HSET` (9e18) hung the server in a release: now it is a
+/// corrupt count, and nothing changes.
+#[test]
+fn a_huge_foreign_read_count_is_refused_by_a_release_not_looped_over() {
+    let server = Server::start();
+    let mut con = server.conn();
+    con.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    cmd(&mut con, &["HSET", "K", "mode", "read", "x", "9000000000000000000"]);
+    let before = digest(&mut con);
+    let err = run_str(&mut con, &["RWLOCK.RELEASE", "K", "x", "READ"]).unwrap_err();
+    assert!(err.starts_with("ERR the lock hash holds a hold count"), "{err}");
+    assert_eq!(digest(&mut con), before);
+    // Another reader's release, and the INFO, see the same corrupt count.
+    cmd(&mut con, &["HSET", "K", "y", "1"]);
+    let err = run_str(&mut con, &["RWLOCK.RELEASE", "K", "y", "READ"]).unwrap_err();
+    assert!(err.starts_with("ERR the lock hash holds a hold count"), "{err}");
+    let err = run_str(&mut con, &["RWLOCK.INFO", "K"]).unwrap_err();
+    assert!(err.starts_with("ERR the lock hash holds a hold count"), "{err}");
+}
+
+/// A read count above the documented maximum (1,000) is corrupt for a renewal (10^10 made
+/// `RENEW` allocate one effect per hold until the OOM killer came).
+#[test]
+fn a_read_count_above_the_maximum_is_refused_by_a_renewal() {
+    let server = Server::start();
+    let mut con = server.conn();
+    con.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    for count in ["1001", "10000000000"] {
+        cmd(&mut con, &["HSET", "K", "mode", "read", "x", count]);
+        let before = digest(&mut con);
+        let err = run_str(&mut con, &["RWLOCK.RENEW", "K", "x", "1000"]).unwrap_err();
+        assert!(err.starts_with("ERR the lock hash holds a hold count"), "{count}: {err}");
+        let err = run_str(&mut con, &["RWLOCK.ACQUIRE", "K", "x", "READ", "1000"]).unwrap_err();
+        assert!(err.starts_with("ERR the lock hash holds a hold count"), "{count}: {err}");
+        assert_eq!(digest(&mut con), before, "{count}");
+    }
+}
+
+/// An owner re-enters the read lock at most 1,000 times; the next re-entry is refused with a
+/// clear error and nothing changes.
+#[test]
+fn read_re_entry_stops_at_the_documented_maximum() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut pipe = redis::pipe();
+    for _ in 0..1000 {
+        pipe.cmd("RWLOCK.ACQUIRE").arg("K").arg("o").arg("READ").arg("60000");
+    }
+    let replies: Vec<Value> = pipe.query(&mut con).expect("pipeline");
+    assert!(replies.iter().all(|r| *r == Value::Nil), "every re-entry up to 1,000 is granted");
+    let before = digest(&mut con);
+    let err = run_str(&mut con, &["RWLOCK.ACQUIRE", "K", "o", "READ", "60000"]).unwrap_err();
+    assert!(err.starts_with("ERR read hold limit"), "{err}");
+    let err = run_str(&mut con, &["RWLOCK.ACQUIRE", "K", "o", "READ", "60000", "WAIT", "100"]);
+    assert!(err.unwrap_err().starts_with("ERR read hold limit"));
+    assert_eq!(digest(&mut con), before);
+    // Renewing and releasing all 1,000 holds works.
+    assert_eq!(cmd(&mut con, &["RWLOCK.RENEW", "K", "o", "30000"]), Value::Int(1));
+    for _ in 0..999 {
+        assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "K", "o", "READ"]), Value::Int(0));
+    }
+    assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "K", "o", "READ"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["DBSIZE"]), Value::Int(0));
 }

@@ -1,5 +1,7 @@
 //! Server-side waiting: `RLOCK.ACQUIRE ... WAIT timeout-ms` and the FIFO hand-off.
 
+use std::io::Write;
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -489,4 +491,64 @@ fn a_wait_ending_on_a_key_of_another_type_replies_wrongtype() {
     cmd(&mut con, &["EXEC"]);
     let (reply, _) = waiter.reply(LIMIT);
     assert!(reply.as_ref().is_err_and(|e| e.starts_with("WRONGTYPE")), "{reply:?}");
+}
+
+fn wait(server: &Server, con: &mut Connection, owner: &str, lease: &str) -> Pending {
+    let before = blocked_clients(con);
+    let pending = Pending::start_str(server, &["RLOCK.ACQUIRE", "l", owner, lease, "WAIT", "0"]);
+    poll("the waiter to block", LIMIT, || (blocked_clients(con) == before + 1).then_some(()));
+    pending
+}
+
+#[test]
+fn exactly_one_waiter_is_woken_per_del_unlink_flushdb_and_expiry() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "h", "60000"]);
+    let w1 = wait(&server, &mut con, "w1", "60000");
+    let w2 = wait(&server, &mut con, "w2", "60000");
+    let w3 = wait(&server, &mut con, "w3", "300");
+    let w4 = wait(&server, &mut con, "w4", "60000");
+    let w5 = wait(&server, &mut con, "w5", "60000");
+    let mut waiting = 5;
+    for (event, served, owner) in [
+        (Some(&["DEL", "l"][..]), w1, "w1"),
+        (Some(&["UNLINK", "l"]), w2, "w2"),
+        (Some(&["FLUSHDB"]), w3, "w3"),
+        (None, w4, "w4"), // w3's 300 ms lease runs out
+    ] {
+        if let Some(event) = event {
+            cmd(&mut con, event);
+        }
+        assert_eq!(served.reply(LIMIT).0, Ok(Value::Nil), "{owner} after {event:?}");
+        waiting -= 1;
+        // The hand-off is one step: had it woken more than one, they would be gone already.
+        assert_eq!(blocked_clients(&mut con), waiting, "after {event:?}");
+        assert_eq!(hgetall(&mut con, b"l"), vec![(owner.as_bytes().to_vec(), b"1".to_vec())]);
+    }
+    assert_eq!(info_field(&mut con, "rlock", "rlock_handoffs"), 4);
+    cmd(&mut con, &["DEL", "l"]);
+    assert_eq!(w5.reply(LIMIT).0, Ok(Value::Nil));
+}
+
+#[test]
+fn a_waiter_that_just_disconnects_leaves_the_queue() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RLOCK.ACQUIRE", "l", "h", "60000"]);
+    // A bare socket: send the blocking command, then close the socket (no QUIT, no kill).
+    let mut socket = TcpStream::connect(("127.0.0.1", server.port())).expect("connect");
+    socket
+        .write_all(b"*6\r\n$13\r\nRLOCK.ACQUIRE\r\n$1\r\nl\r\n$4\r\ngone\r\n$5\r\n60000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n")
+        .expect("send");
+    poll("the waiter to block", LIMIT, || (blocked_clients(&mut con) == 1).then_some(()));
+    let next = wait(&server, &mut con, "next", "60000");
+    drop(socket);
+    poll("the gone waiter to leave", LIMIT, || {
+        (info_field(&mut con, "rlock", "rlock_left_while_waiting") == 1).then_some(())
+    });
+    assert_eq!(info_field(&mut con, "rlock", "rlock_waiting_clients"), 1);
+    assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "h"]), Value::Int(1));
+    assert_eq!(next.reply(LIMIT).0, Ok(Value::Nil), "the next waiter, not the gone one");
+    assert_eq!(hgetall(&mut con, b"l"), vec![(b"next".to_vec(), b"1".to_vec())]);
 }

@@ -1,5 +1,4 @@
-//! What a newcomer trips over (issue 26 §3), and the version a loaded module reports (§2): the
-//! version `MODULE LIST` shows, the version and commit in `INFO rlock` and the load log, a load
+//! The module's surface as a first user meets it: the version `MODULE LIST` shows, the version and commit in `INFO rlock` and the load log, a load
 //! log without the redis-module crate's defrag warning, `COMMAND DOCS` that say what the parser
 //! accepts and summaries that name what the replies hold, no timer left armed once the holds
 //! are gone (so `MODULE UNLOAD` works), and number errors in Redis's terms that name only their
@@ -13,15 +12,15 @@
 //! - `numbers`: number errors (§5);
 //! - `tour`: `RWLOCK.INFO`'s readers (§6) and a newcomer's tour (§8).
 
-#[path = "newcomer/command_docs.rs"]
+#[path = "module_surface/command_docs.rs"]
 mod command_docs;
-#[path = "newcomer/numbers.rs"]
+#[path = "module_surface/numbers.rs"]
 mod numbers;
-#[path = "newcomer/timers.rs"]
+#[path = "module_surface/timers.rs"]
 mod timers;
-#[path = "newcomer/tour.rs"]
+#[path = "module_surface/tour.rs"]
 mod tour;
-#[path = "newcomer/version.rs"]
+#[path = "module_surface/version.rs"]
 mod version;
 
 use redis::Value;
