@@ -21,7 +21,7 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import Stalled, is_resendable, is_transient, log
 from ._hold import Hold, late_renewal
-from .errors import LockLost, translate
+from .errors import LockLost, RLockError, translate
 
 
 class Wait:
@@ -319,6 +319,33 @@ def gone(hold: Hold) -> LockLost:
     hold.mark_lost()
     hold.done = True
     return hold.lost_error()
+
+
+#: What a release's failure leads to (:func:`release_failed`). REFUSED: an error reply that
+#: changed nothing (the caller still holds it: its watchdog goes on, the error is raised);
+#: SEND_ON: a transient failure, the (idempotent) release goes on in the background;
+#: SEND_ON_REFUSED: counted permits' give-back refused (``NOREPLICAS``: a master that may have
+#: been replaced gives back no counted permits; ``READONLY`` ...), nothing given back: it goes
+#: on in the background while the server remembers it.
+RELEASE_REFUSED = "refused"
+RELEASE_SEND_ON = "send on"
+RELEASE_SEND_ON_REFUSED = "send on, refused"
+
+
+def release_failed(hold: Hold, e: Exception) -> Optional[str]:
+    """What the failure ``e`` of ``hold``'s release (after its resends) leads to; None: an
+    unexpected error, raised as it is."""
+    if isinstance(e, ResponseError):
+        if hold.spec.kind == P.COUNTED and is_resendable(e):
+            return RELEASE_SEND_ON_REFUSED
+        return RELEASE_REFUSED
+    return RELEASE_SEND_ON if is_transient(e) else None
+
+
+def release_refused(hold: Hold, e: Exception) -> RLockError:
+    """The error a release :func:`release_failed` called REFUSED raises."""
+    assert isinstance(e, ResponseError)
+    return translate(e, _name(hold.spec))
 
 
 def renewed(hold: Hold, confirms: float) -> list[Hold]:

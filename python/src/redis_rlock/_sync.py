@@ -31,6 +31,7 @@ from ._conn import (
     must_drop,
 )
 from ._core import (
+    RELEASE_REFUSED,
     Acquiring,
     Resending,
     Step,
@@ -41,7 +42,9 @@ from ._core import (
     reentry,
     reentry_failed,
     release_bounds,
+    release_failed,
     release_missed,
+    release_refused,
     renewed,
 )
 from ._fork import check_owner, inherited
@@ -55,7 +58,7 @@ from ._hold import (
     taken_over,
 )
 from ._sync_threads import Releaser, Watchdog, on_background_thread
-from .errors import RLockError, translate
+from .errors import RLockError
 
 #: set on an exception whose counted release the engine already handed to the background
 HANDED_OVER = "_rlock_release_handed_over"
@@ -604,13 +607,15 @@ class SyncBackend:
             args = hold.release_args()
             hold.done = True
             first, until, resend = release_bounds(hold, self.rt)
-            counted = spec.kind == P.COUNTED
             try:
                 reply, attempts = self.call_until(spec.key, args, until, resend)
-            except ResponseError as e:
-                if counted and is_resendable(e):
-                    # NOREPLICAS (a master that may have been replaced gives back no counted
-                    # permits), READONLY ...: never given up while the server remembers it
+            except Exception as e:
+                failed = release_failed(hold, e)
+                if failed is None:
+                    raise
+                if failed != RELEASE_REFUSED:
+                    # a counted give-back refused (never given up while the server remembers
+                    # it), or a transient failure: the release is idempotent
                     log.warning(
                         "redis_rlock: release of %r goes on in the background: %s", spec.key, e
                     )
@@ -620,14 +625,7 @@ class SyncBackend:
                 settled = True
                 hold.done = False  # an error reply changed nothing: the caller still holds it
                 self.watchdog.schedule(hold)
-                raise translate(e, spec.key.decode(errors="replace")) from None
-            except Exception as e:
-                if not is_transient(e):
-                    raise
-                log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-                self.release_later(hold, args, first)
-                settled = True
-                return
+                raise release_refused(hold, e) from None
             settled = True
             if spec.kind == P.COUNTED:
                 self.confirm_later(spec.key, args, first)

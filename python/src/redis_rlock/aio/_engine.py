@@ -30,6 +30,8 @@ from .._conn import (
     must_drop,
 )
 from .._core import (
+    RELEASE_REFUSED,
+    RELEASE_SEND_ON_REFUSED,
     Acquiring,
     Resending,
     Step,
@@ -40,7 +42,9 @@ from .._core import (
     reentry,
     reentry_failed,
     release_bounds,
+    release_failed,
     release_missed,
+    release_refused,
     renewed,
 )
 from .._fork import ForkGuard, check_owner
@@ -52,7 +56,6 @@ from .._hold import (
     stale_writes,
     taken_over,
 )
-from ..errors import translate
 from ._hold import AsyncHold, watch
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], AsyncBackend] = (
@@ -623,20 +626,20 @@ class AsyncBackend:
         spec = hold.spec
         args = hold.release_args()  # idempotent: the same request id every time
         first, until, resend = release_bounds(hold, self.rt)
-        counted = spec.kind == P.COUNTED
         try:
             reply, attempts = await self.call_until(spec.key, args, until, resend)
-        except ResponseError as e:
-            if counted and is_resendable(e):
+        except Exception as e:
+            failed = release_failed(hold, e)
+            if failed is None:
+                raise
+            if failed == RELEASE_SEND_ON_REFUSED:
                 # refused so far (nothing given back): sent on while the server remembers it
                 self.background(self._give_back(spec.key, args, first))
                 return
-            hold.done = False  # an error reply changed nothing: the caller still holds it
-            watch(hold, self)
-            raise translate(e, spec.key.decode(errors="replace")) from None
-        except Exception as e:
-            if not is_transient(e):
-                raise
+            if failed == RELEASE_REFUSED:
+                hold.done = False  # an error reply changed nothing: the caller still holds it
+                watch(hold, self)
+                raise release_refused(hold, e) from None
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
             if spec.kind == P.COUNTED:  # while the server remembers the release, then durable
                 self.background(self._give_back(spec.key, args, first))
