@@ -20,8 +20,8 @@ from redis.exceptions import ResponseError
 from . import _proto as P
 from . import _waits as W
 from ._conn import Stalled, is_resendable, is_transient, log
-from ._hold import Hold, late_renewal
-from .errors import LockLost, translate
+from ._hold import Hold, count_field, late_renewal, stale_present, taken_over
+from .errors import LockLost, RLockError, translate
 
 
 class Wait:
@@ -319,6 +319,103 @@ def gone(hold: Hold) -> LockLost:
     hold.mark_lost()
     hold.done = True
     return hold.lost_error()
+
+
+#: What a release's failure leads to (:func:`release_failed`). REFUSED: an error reply that
+#: changed nothing (the caller still holds it: its watchdog goes on, the error is raised);
+#: SEND_ON: a transient failure, the (idempotent) release goes on in the background;
+#: SEND_ON_REFUSED: counted permits' give-back refused (``NOREPLICAS``: a master that may have
+#: been replaced gives back no counted permits; ``READONLY`` ...), nothing given back: it goes
+#: on in the background while the server remembers it.
+RELEASE_REFUSED = "refused"
+RELEASE_SEND_ON = "send on"
+RELEASE_SEND_ON_REFUSED = "send on, refused"
+
+
+def release_failed(hold: Hold, e: Exception) -> Optional[str]:
+    """What the failure ``e`` of ``hold``'s release (after its resends) leads to; None: an
+    unexpected error, raised as it is."""
+    if isinstance(e, ResponseError):
+        if hold.spec.kind == P.COUNTED and is_resendable(e):
+            return RELEASE_SEND_ON_REFUSED
+        return RELEASE_REFUSED
+    return RELEASE_SEND_ON if is_transient(e) else None
+
+
+def release_refused(hold: Hold, e: Exception) -> RLockError:
+    """The error a release :func:`release_failed` called REFUSED raises."""
+    assert isinstance(e, ResponseError)
+    return translate(e, _name(hold.spec))
+
+
+class Confirming:
+    """One round, on one connection (so one server), of making an answered counted give-back
+    (``args``: its ``RSEM.RELEASE`` or ``RLOCK.CANCEL``, idempotent by its request id) durable:
+    :attr:`commands` sent in turn, each reply read within a response timeout (``args`` again,
+    then ``INFO replication``), then :meth:`seen` says what the master's replicas lead to: a
+    server no longer master ends the round (False: the engine drops the connection, a new one
+    finds the current master), none is durable at once (True), else ``WAIT`` for all of them
+    (:meth:`wait_args`, its reply read within :attr:`wait_s` plus a response timeout) and
+    :meth:`acked` concludes."""
+
+    __slots__ = ("commands", "replicas")
+
+    #: how long ``WAIT`` waits in the server
+    wait_s = P.DURABLE_WAIT_MS / 1000.0
+
+    def __init__(self, args: list[P.Arg]) -> None:
+        self.commands: tuple[list[P.Arg], ...] = (args, ["INFO", "replication"])
+        self.replicas: Optional[int] = None
+
+    def seen(self, info: Any) -> Optional[bool]:
+        """``INFO replication``'s reply read: the round's answer, or None (WAIT for them)."""
+        self.replicas = P.replicas_of(info)
+        if self.replicas is None:
+            return False
+        if self.replicas == 0:
+            return True
+        return None
+
+    def wait_args(self) -> list[P.Arg]:
+        assert self.replicas is not None
+        return ["WAIT", self.replicas, P.DURABLE_WAIT_MS]
+
+    def acked(self, reply: Any) -> bool:
+        """``WAIT``'s reply: durable when every replica acknowledged."""
+        assert self.replicas is not None
+        return int(reply) >= self.replicas
+
+    @staticmethod
+    def again(e: Exception) -> bool:
+        """Whether a round that failed with ``e`` is followed by another (a transient failure,
+        ``NOREPLICAS``: a master whose replicas are not back yet); else the give-back cannot
+        be checked (e.g. ``NOPERM`` for ``INFO`` or ``WAIT``)."""
+        return is_resendable(e)
+
+
+class CountRead:
+    """An Owner's lock or write grant that may have found lost holds' counts of its owner
+    (``_hold.taken_over``, claimed here): the owner's count, read right after (:attr:`args`;
+    None: nothing to read), says how many of them are there (``_hold.stale_present``);
+    nothing when it cannot be read (the count ends with the key)."""
+
+    __slots__ = ("args", "rid", "spec", "stale")
+
+    def __init__(self, spec: P.Spec, rid: bytes) -> None:
+        self.spec, self.rid = spec, rid
+        self.stale = taken_over(spec, rid)
+        self.args: Optional[list[P.Arg]] = (
+            ["HGET", spec.key, count_field(spec)] if self.stale else None
+        )
+
+    def read(self, count: Any) -> list[Hold]:
+        """The holds to release, given the count read."""
+        return stale_present(self.spec, self.rid, self.stale, count)
+
+    def failed(self, e: Exception) -> list[Hold]:
+        """The count was not read: none released."""
+        log.warning("redis_rlock: count of %r not read: %s", self.spec.key, e)
+        return []
 
 
 def renewed(hold: Hold, confirms: float) -> list[Hold]:

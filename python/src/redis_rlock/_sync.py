@@ -31,7 +31,10 @@ from ._conn import (
     must_drop,
 )
 from ._core import (
+    RELEASE_REFUSED,
     Acquiring,
+    Confirming,
+    CountRead,
     Resending,
     Step,
     Wait,
@@ -41,21 +44,20 @@ from ._core import (
     reentry,
     reentry_failed,
     release_bounds,
+    release_failed,
     release_missed,
+    release_refused,
     renewed,
 )
 from ._fork import check_owner, inherited
 from ._hold import (
     Hold,
     LostCallback,
-    count_field,
     kept_by_cancel,
-    stale_present,
     stale_writes,
-    taken_over,
 )
 from ._sync_threads import Releaser, Watchdog, on_background_thread
-from .errors import RLockError, translate
+from .errors import RLockError
 
 #: set on an exception whose counted release the engine already handed to the background
 HANDED_OVER = "_rlock_release_handed_over"
@@ -531,15 +533,14 @@ class SyncBackend:
         """An Owner's lock or write grant that may have found lost holds' counts of its owner
         (``_hold.taken_over``): the owner's count read right after it says how many of them
         are there (``_hold.stale_present``); nothing when it cannot be read."""
-        stale = taken_over(spec, rid)
-        if not stale:
+        read = CountRead(spec, rid)
+        if read.args is None:
             return []
         try:
-            count = self.call(spec.key, ["HGET", spec.key, count_field(spec)])
-        except Exception as e:  # not known: nothing released (the count ends with the key)
-            log.warning("redis_rlock: count of %r not read: %s", spec.key, e)
-            return []
-        return stale_present(spec, rid, stale, count)
+            count = self.call(spec.key, read.args)
+        except Exception as e:
+            return read.failed(e)
+        return read.read(count)
 
     def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
@@ -604,13 +605,15 @@ class SyncBackend:
             args = hold.release_args()
             hold.done = True
             first, until, resend = release_bounds(hold, self.rt)
-            counted = spec.kind == P.COUNTED
             try:
                 reply, attempts = self.call_until(spec.key, args, until, resend)
-            except ResponseError as e:
-                if counted and is_resendable(e):
-                    # NOREPLICAS (a master that may have been replaced gives back no counted
-                    # permits), READONLY ...: never given up while the server remembers it
+            except Exception as e:
+                failed = release_failed(hold, e)
+                if failed is None:
+                    raise
+                if failed != RELEASE_REFUSED:
+                    # a counted give-back refused (never given up while the server remembers
+                    # it), or a transient failure: the release is idempotent
                     log.warning(
                         "redis_rlock: release of %r goes on in the background: %s", spec.key, e
                     )
@@ -620,14 +623,7 @@ class SyncBackend:
                 settled = True
                 hold.done = False  # an error reply changed nothing: the caller still holds it
                 self.watchdog.schedule(hold)
-                raise translate(e, spec.key.decode(errors="replace")) from None
-            except Exception as e:
-                if not is_transient(e):
-                    raise
-                log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-                self.release_later(hold, args, first)
-                settled = True
-                return
+                raise release_refused(hold, e) from None
             settled = True
             if spec.kind == P.COUNTED:
                 self.confirm_later(spec.key, args, first)
@@ -730,12 +726,8 @@ class SyncBackend:
             if self.confirm(key, args):
                 return True
             err = Stalled(f"{args[0]!r} of {key!r} not acknowledged by every replica")
-        except ResponseError as e:
-            if not is_transient(e) and not P.is_noreplicas(e):
-                raise
-            err = e
         except Exception as e:
-            if not is_transient(e):
+            if not Confirming.again(e):
                 raise
             err = e
         if time.monotonic() >= until:
@@ -747,25 +739,25 @@ class SyncBackend:
         replication`` (the master's replicas; a server no longer master: False), then ``WAIT n``
         (:data:`P.DURABLE_WAIT_MS`). True when all ``n`` replicas acknowledged (or none)."""
         closes = self.closes
+        round_ = Confirming(args)
         pool = self._pool(key)
         conn: Any = W.get_connection(pool)
         try:
-            for cmd in (args, ["INFO", "replication"]):
+            for cmd in round_.commands:
                 conn.send_command(*cmd)
                 if not conn.can_read(timeout=self.rt):
                     raise Stalled(f"no reply to {cmd[0]!r} within {self.rt:.3f} s")
                 reply = conn.read_response()
-            replicas = P.replicas_of(reply)
-            if replicas is None:
-                conn.disconnect()  # a demoted master: a new connection finds the current one
-                return False
-            if replicas == 0:
-                return True
-            wait_s = P.DURABLE_WAIT_MS / 1000.0
-            conn.send_command("WAIT", replicas, P.DURABLE_WAIT_MS)
-            if not conn.can_read(timeout=wait_s + self.rt):
-                raise Stalled(f"no reply to 'WAIT' within {wait_s + self.rt:.3f} s")
-            return int(conn.read_response()) >= replicas
+            seen = round_.seen(reply)
+            if seen is not None:
+                if not seen:
+                    conn.disconnect()  # a demoted master: a new connection finds the current one
+                return seen
+            within = round_.wait_s + self.rt
+            conn.send_command(*round_.wait_args())
+            if not conn.can_read(timeout=within):
+                raise Stalled(f"no reply to 'WAIT' within {within:.3f} s")
+            return round_.acked(conn.read_response())
         except BaseException as e:
             self._failed(conn, e)
             raise

@@ -28,29 +28,16 @@ from ._flag import Flag, start_daemon
 from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
+from ._sessions import MAX_LOCK_DELAY_S as MAX_LOCK_DELAY_S
+from ._sessions import SessionCore
+from ._sessions import check_keepalive as check_keepalive
+from ._sessions import lock_delay_ms as lock_delay_ms
+from ._sessions import turn_within as turn_within
 from ._sync import SyncBackend, backend_for
 from ._sync_threads import mark_background
 from .errors import SessionClosed
 from .lock import Lock, RWLock
 from .semaphore import LeasedSemaphore
-
-#: The most lock-delay the module accepts (``LOCKDELAY`` 0 to 60000 ms).
-MAX_LOCK_DELAY_S = 60.0
-
-
-def lock_delay_ms(lock_delay: float) -> int:
-    """``lock_delay`` seconds as ``LOCKDELAY`` milliseconds (0: none); refuses what the module
-    would (negative, NaN, above 60 s) before anything is opened."""
-    if isinstance(lock_delay, bool) or not isinstance(lock_delay, (int, float)):
-        raise TypeError("lock_delay must be a number of seconds")
-    if not math.isfinite(lock_delay) or not 0 <= lock_delay <= MAX_LOCK_DELAY_S:
-        raise ValueError(f"lock_delay must be from 0 to 60 seconds, got {lock_delay!r}")
-    return math.ceil(lock_delay * 1000)
-
-
-def check_keepalive(keepalive: float) -> float:
-    """A keepalive period: a positive, finite number of seconds, at most a day."""
-    return P.check_period(keepalive, "keepalive")
 
 
 class ClosedSignal:
@@ -73,7 +60,7 @@ class ClosedSignal:
         return self.is_set()
 
 
-class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
+class Session(SessionCore[Hold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
     """A session on a ``redis.Redis`` client (a Sentinel master's included; not a cluster):
     one connection of its own, whose :meth:`lock`, :meth:`rw_lock` and
     :meth:`leased_semaphore` take session holds. Acquires (tries and waits) run on that
@@ -98,12 +85,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         keepalive: float = 1.0,
         response_timeout: float = 2.0,
     ) -> None:
-        if isinstance(client, RedisCluster):
-            raise TypeError("sessions need one server: a cluster client has none")
-        self._delay_ms = lock_delay_ms(lock_delay)
-        self._keepalive = check_keepalive(keepalive)
-        self._client = client
-        self._rt = P.check_period(response_timeout, "response_timeout")
+        self._options(client, RedisCluster, lock_delay, keepalive, response_timeout)
         self._be: SyncBackend = backend_for(client, response_timeout)
         self._pool = self._be._pool(b"")
         # A connection of its own, never the pool's: once closed it can never be handed to
@@ -114,11 +96,9 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         # an Event's lock may be left held by a KeyboardInterrupt in a caller's wait)
         self._closed = Flag()  # closing: no command, no new hold from now on
         self._ended = Flag()  # closed, every hold lost (``closed``)
-        self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
-        # guards ``_holds`` only, never held across I/O: a grant is recorded at once, not
-        # behind the session's next command (a wait, perhaps for the lock just granted)
-        self._holds_lock = threading.Lock()
-        self._pending = 0  # replies of interrupted commands, read before the next command
+        # ``_holds``' lock, never held across I/O: a grant is recorded at once, not behind the
+        # session's next command (a wait, perhaps for the lock just granted)
+        self._new_records(threading.Lock())
         self._fork = ForkGuard()  # a forked child never uses the parent's socket
         try:
             self._conn.connect()
@@ -147,15 +127,10 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         self._closed, self._ended = Flag(), Flag()
         self._closed.set()
         self._ended.set()
-        # Its holds are the parent's: the child's copies of them act on nothing (their pid).
-        self._holds = weakref.WeakSet()
-        self._holds_lock = threading.Lock()  # perhaps held by a parent's thread at the fork
+        # Its holds are the parent's: the child's copies of them act on nothing (their pid);
+        # a new lock (the old one perhaps held by a parent's thread at the fork).
+        self._new_records(threading.Lock())
         return True
-
-    @property
-    def lock_delay_ms(self) -> int:
-        """The ``LOCKDELAY`` its acquires carry (0: none)."""
-        return self._delay_ms
 
     def close(self) -> None:
         """Closes the connection (the server ends its holds); every hold taken through the
@@ -168,10 +143,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             conn.disconnect()
         except Exception as e:
             log.debug("redis_rlock: session disconnect: %s", e)
-        with self._holds_lock:
-            holds = list(self._holds)
-        for hold in holds:
-            hold.mark_lost()
+        self._lose_all()
         self._ended.set()  # only now: whoever ``closed`` wakes finds every hold lost
 
     def __enter__(self) -> Session:
@@ -253,71 +225,56 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
             if getattr(conn, "_sock", None) is None:
                 self.close()  # redis-py dropped the socket: the server ends the holds
             elif sent:
-                self._pending += 1  # interrupted: its reply is still to come
+                self._ka.pending += 1  # interrupted: its reply is still to come
             raise
 
     def _kill_server_side(self) -> None:
         """Ends the server's side of a connection that went silent (its holds end with it);
         without the right (ACL) they end with their leases, no longer renewed."""
-        if self.client_id is None:
+        kill = self._kill_args(self.client_id)
+        if kill is None:
             return
         try:
-            self._be.call(b"", ["CLIENT", "KILL", "ID", self.client_id])
+            self._be.call(b"", kill)
         except Exception as e:
             log.info("redis_rlock: a silent session's connection stays on the server: %s", e)
 
     def _drain(self) -> None:
         """Reads the replies of interrupted commands (their requests were cancelled, which
         answers a blocked wait at once)."""
-        while self._pending:
-            if not self._conn.can_read(timeout=2 * self._rt):
+        while self._ka.pending:
+            if not self._conn.can_read(timeout=self._ka.drain_within()):
                 raise SessionClosed("an interrupted command was never answered")
             try:
                 self._conn.read_response()
             except ResponseError:
                 pass
-            self._pending -= 1
+            self._ka.pending -= 1
 
     def adopt(self, hold: Hold) -> None:
         """Records a hold granted through the session (lost when it closes)."""
         if self._forked():
             hold.mark_lost()
             raise SessionClosed("the session belongs to the process that forked this one")
-        with self._holds_lock:  # not ``_mutex``: the session's next acquire may hold it
-            if not self._closed.is_set():
-                self._holds.add(hold)
-            # ``close()`` sets the flag, then marks the holds it finds lost. Asked again
-            # after the add, a close that came meanwhile, and may have missed this hold, is
-            # seen here.
-            if self._closed.is_set():
-                hold.mark_lost()
-                raise SessionClosed("the session closed before its grant was recorded")
+        # (under the records' own lock, not ``_mutex``: the session's next acquire may hold it)
+        self._record(hold, self._closed.is_set)
 
     def ping(self) -> None:
         """The watcher's check of an idle connection: a close by the server, or a ping not
         answered within ``keepalive``, closes the session."""
-        if not self._mutex.acquire(timeout=self._keepalive):
+        if not self._mutex.acquire(timeout=self._ka.turn()):
             return  # an acquire is in flight: it checks the connection itself
         try:
             if self._closed.is_set():
                 return
-            self._raw(["PING"], self._keepalive - self._rt)
+            args, extra = self._ka.ping()
+            self._raw(args, extra)
         except ResponseError:
             pass  # an answer all the same
         except Exception as e:
             log.info("redis_rlock: session closed: %s", e)
         finally:
             self._mutex.release()
-
-
-def turn_within(extra: float, rt: float) -> Optional[float]:
-    """How long a command may wait for the session's connection while another acquire of the
-    session holds it: its wait (``extra``; None: no limit), a one-try the response timeout.
-    Past it the command raises :class:`Stalled`, nothing sent: an acquire ends at its
-    deadline, not behind another's wait."""
-    if extra >= 1e9:  # the engine's "no limit"
-        return None
-    return extra if extra > 0 else rt
 
 
 def _watch(ref: weakref.ref[Session]) -> None:
@@ -339,7 +296,7 @@ def _watch_loop(ref: weakref.ref[Session]) -> None:
         session = ref()
         if session is None or session._closed.is_set():
             return
-        period = session._keepalive
+        period = session._ka.due_in()
         sock = getattr(session._conn, "_sock", None)
         closed = session._closed
         del session

@@ -30,7 +30,11 @@ from .._conn import (
     must_drop,
 )
 from .._core import (
+    RELEASE_REFUSED,
+    RELEASE_SEND_ON_REFUSED,
     Acquiring,
+    Confirming,
+    CountRead,
     Resending,
     Step,
     Wait,
@@ -40,19 +44,17 @@ from .._core import (
     reentry,
     reentry_failed,
     release_bounds,
+    release_failed,
     release_missed,
+    release_refused,
     renewed,
 )
 from .._fork import ForkGuard, check_owner
 from .._hold import (
     LostCallback,
-    count_field,
     kept_by_cancel,
-    stale_present,
     stale_writes,
-    taken_over,
 )
-from ..errors import translate
 from ._hold import AsyncHold, watch
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], AsyncBackend] = (
@@ -386,8 +388,7 @@ class AsyncBackend:
                     return True
                 err: BaseException = Stalled(f"{args[0]!r} not acknowledged by every replica")
             except Exception as e:
-                refused = isinstance(e, ResponseError) and P.is_noreplicas(e)
-                if not is_transient(e) and not refused:
+                if not Confirming.again(e):
                     log.warning("redis_rlock: %r of %r not made durable: %s", args[0], key, e)
                     return False  # e.g. NOPERM for INFO or WAIT: it cannot be checked
                 err = e
@@ -402,29 +403,29 @@ class AsyncBackend:
         """As the sync engine's ``confirm``: on one connection, ``args`` again, ``INFO
         replication`` (a server no longer master: False), ``WAIT n``; True when all ``n``
         replicas acknowledged (or none)."""
+        round_ = Confirming(args)
         pool = await self._pool(key)
         conn: Any = await _connection(pool, self.rt, args[0])
         try:
             reply: Any = None
-            for cmd in (args, ["INFO", "replication"]):
+            for cmd in round_.commands:
                 await conn.send_command(*cmd)
                 try:
                     reply = await asyncio.wait_for(conn.read_response(), self.rt)
                 except asyncio.TimeoutError:
                     raise Stalled(f"no reply to {cmd[0]!r} within {self.rt:.3f} s") from None
-            replicas = P.replicas_of(reply)
-            if replicas is None:
-                await _drop(conn)  # a demoted master: a new connection finds the current one
-                return False
-            if replicas == 0:
-                return True
-            wait_s = P.DURABLE_WAIT_MS / 1000.0
-            await conn.send_command("WAIT", replicas, P.DURABLE_WAIT_MS)
+            seen = round_.seen(reply)
+            if seen is not None:
+                if not seen:
+                    await _drop(conn)  # a demoted master: a new connection finds the current one
+                return seen
+            within = round_.wait_s + self.rt
+            await conn.send_command(*round_.wait_args())
             try:
-                acked = await asyncio.wait_for(conn.read_response(), wait_s + self.rt)
+                acked = await asyncio.wait_for(conn.read_response(), within)
             except asyncio.TimeoutError:
-                raise Stalled(f"no reply to 'WAIT' within {wait_s + self.rt:.3f} s") from None
-            return int(acked) >= replicas
+                raise Stalled(f"no reply to 'WAIT' within {within:.3f} s") from None
+            return round_.acked(acked)
         except BaseException as e:
             await self._failed(conn, e)
             raise
@@ -481,15 +482,14 @@ class AsyncBackend:
 
     async def taken_over(self, spec: P.Spec, rid: bytes) -> list[Any]:
         """As the sync engine's: lost holds' counts an Owner's grant found, read right after."""
-        stale = taken_over(spec, rid)
-        if not stale:
+        read = CountRead(spec, rid)
+        if read.args is None:
             return []
         try:
-            count = await self.call(spec.key, ["HGET", spec.key, count_field(spec)])
-        except Exception as e:  # not known: nothing released (the count ends with the key)
-            log.warning("redis_rlock: count of %r not read: %s", spec.key, e)
-            return []
-        return stale_present(spec, rid, stale, count)
+            count = await self.call(spec.key, read.args)
+        except Exception as e:
+            return read.failed(e)
+        return read.read(count)
 
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
@@ -623,20 +623,20 @@ class AsyncBackend:
         spec = hold.spec
         args = hold.release_args()  # idempotent: the same request id every time
         first, until, resend = release_bounds(hold, self.rt)
-        counted = spec.kind == P.COUNTED
         try:
             reply, attempts = await self.call_until(spec.key, args, until, resend)
-        except ResponseError as e:
-            if counted and is_resendable(e):
+        except Exception as e:
+            failed = release_failed(hold, e)
+            if failed is None:
+                raise
+            if failed == RELEASE_SEND_ON_REFUSED:
                 # refused so far (nothing given back): sent on while the server remembers it
                 self.background(self._give_back(spec.key, args, first))
                 return
-            hold.done = False  # an error reply changed nothing: the caller still holds it
-            watch(hold, self)
-            raise translate(e, spec.key.decode(errors="replace")) from None
-        except Exception as e:
-            if not is_transient(e):
-                raise
+            if failed == RELEASE_REFUSED:
+                hold.done = False  # an error reply changed nothing: the caller still holds it
+                watch(hold, self)
+                raise release_refused(hold, e) from None
             log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
             if spec.kind == P.COUNTED:  # while the server remembers the release, then durable
                 self.background(self._give_back(spec.key, args, first))

@@ -11,6 +11,7 @@ session's next command, so the session stays usable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from types import TracebackType
@@ -24,8 +25,8 @@ from .. import _waits as W
 from .._conn import Stalled, log
 from .._fork import ForkGuard
 from .._handles import SessionHandles
+from .._sessions import SessionCore, turn_within
 from ..errors import SessionClosed
-from ..session import check_keepalive, lock_delay_ms, turn_within
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold
 from .lock import Lock, RWLock
@@ -57,7 +58,7 @@ class AsyncClosedSignal:
         return self.is_set()
 
 
-class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
+class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
     """A session on a ``redis.asyncio.Redis`` client (not a cluster): see the sync
     :class:`redis_rlock.Session`. ``async with ra.Session(client) as s:`` opens it and closes
     it; ``await s.close()`` closes it (the server ends its holds)."""
@@ -74,19 +75,15 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         keepalive: float = 1.0,
         response_timeout: float = 2.0,
     ) -> None:
-        if isinstance(client, RedisCluster):
-            raise TypeError("sessions need one server: a cluster client has none")
-        self._delay_ms = lock_delay_ms(lock_delay)
-        self._keepalive = check_keepalive(keepalive)
-        self._client = client
-        self._rt = P.check_period(response_timeout, "response_timeout")
+        self._options(client, RedisCluster, lock_delay, keepalive, response_timeout)
         self._be: AsyncBackend = backend_for(client, response_timeout)
         self._pool: Any = None
         self._conn: Any = None
         self._mutex = asyncio.Lock()
         self._is_closed = False
         self._event: Optional[asyncio.Event] = None
-        self._holds: weakref.WeakSet[AsyncHold] = weakref.WeakSet()
+        self._new_records(contextlib.nullcontext())  # one thread: no lock
+        # the reply of a cancelled command, read before the next command
         self._reader: Optional[asyncio.Future[Any]] = None
         self._watcher: Optional[asyncio.Task[None]] = None
         self.client_id: Optional[int] = None
@@ -97,11 +94,6 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         """Event-like close signal: ``is_set()``, ``await wait(timeout)``."""
         return AsyncClosedSignal(self)
 
-    @property
-    def lock_delay_ms(self) -> int:
-        """The ``LOCKDELAY`` its acquires carry (0: none)."""
-        return self._delay_ms
-
     def _forked(self) -> bool:
         """In a process forked from the session's: closed here (its socket is the parent's),
         without a byte on it; the parent's session is untouched."""
@@ -110,7 +102,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         self._is_closed, self._conn, self._reader, self._watcher = True, None, None, None
         self._mutex, self._event = asyncio.Lock(), None
         # Its holds are the parent's: the child's copies of them act on nothing (their pid).
-        self._holds = weakref.WeakSet()
+        self._new_records(contextlib.nullcontext())
         return True
 
     def _closed_event(self) -> asyncio.Event:
@@ -156,8 +148,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         conn, self._conn = self._conn, None
         if conn is not None:
             self._be.background(self._drop(conn))
-        for hold in list(self._holds):
-            hold.mark_lost()
+        self._lose_all()
 
     async def _drop(self, conn: Any) -> None:
         try:
@@ -255,10 +246,11 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
 
     async def _kill_server_side(self) -> None:
         """As the sync session's: ends the server's side of a silent connection."""
-        if self.client_id is None:
+        kill = self._kill_args(self.client_id)
+        if kill is None:
             return
         try:
-            await self._be.call(b"", ["CLIENT", "KILL", "ID", self.client_id])
+            await self._be.call(b"", kill)
         except Exception as e:
             log.info("redis_rlock: a silent session's connection stays on the server: %s", e)
 
@@ -268,7 +260,7 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
         if reader is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(reader), 2 * self._rt)
+            await asyncio.wait_for(asyncio.shield(reader), self._ka.drain_within())
         except ResponseError:
             pass
         except asyncio.TimeoutError:
@@ -276,10 +268,8 @@ class Session(SessionHandles[Lock, RWLock, LeasedSemaphore]):
 
     def adopt(self, hold: AsyncHold) -> None:
         """Records a hold granted through the session (lost when it closes)."""
-        if self._forked() or self._is_closed:
-            hold.mark_lost()
-            raise SessionClosed("the session closed before its grant was recorded")
-        self._holds.add(hold)
+        self._forked()  # closed in a forked child
+        self._record(hold, lambda: self._is_closed)
 
 
 async def _take(mutex: asyncio.Lock, within: Optional[float], what: P.Arg) -> None:
@@ -313,16 +303,16 @@ async def _watch(ref: weakref.ref[Session]) -> None:
         session = ref()
         if session is None or session._is_closed:
             return
-        period = session._keepalive
+        period = session._ka.due_in()
         del session
         await asyncio.sleep(period)
         session = ref()
         if session is None or session._is_closed:
             return
-        if not session._mutex.locked():
+        if not session._mutex.locked():  # else a command in flight checks the connection
             try:
                 async with session._mutex:
-                    await session._raw(["PING"], period - session._rt)
+                    await session._raw(*session._ka.ping())
             except ResponseError:
                 pass  # an answer all the same
             except Exception as e:
