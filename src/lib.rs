@@ -7,7 +7,8 @@
 //! # Layout
 //! Floors point down: each layer calls only the ones below it.
 //! - `lib.rs`: the one command table (name, handler, flags, key spec, arity, summary,
-//!   arguments), module settings, load-time checks.
+//!   arguments; the arguments' descriptions shared by several commands in `arg_docs.rs`),
+//!   module settings, load-time checks.
 //! - [`commands`]: one handler per command: parse, call the store and waiting, reply
 //!   (`RLOCK.*`, `RWLOCK.*` in `rw`, `RSEM.*` in `sem`).
 //! - [`events`]: what the server tells the module outside commands (server events, the cron
@@ -33,6 +34,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod arg_docs;
 pub mod args;
 pub mod cluster;
 pub mod commands;
@@ -60,6 +62,10 @@ use std::ffi::CStr;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
+use arg_docs::{
+    COUNT, GT, KEY, LEASE, LEASED, MODE, OWNER, REQUEST, SEM_RELEASED, SEM_REQUEST, SESSION, TOKEN,
+    WAIT,
+};
 use raw::command_info::{
     ArgDoc, ArgType, CommandDoc, KEY_ACCESS, KEY_DELETE, KEY_RO, KEY_RW, KEY_UPDATE,
 };
@@ -260,66 +266,6 @@ macro_rules! rlock_module {
         }
     };
 }
-
-const KEY: ArgDoc = ArgDoc::new(c"key", ArgType::Key);
-const OWNER: ArgDoc = ArgDoc::new(c"owner", ArgType::String);
-const LEASE: ArgDoc = ArgDoc::new(c"lease-ms", ArgType::Integer);
-const MODE: ArgDoc = ArgDoc::one_of(
-    c"mode",
-    &[
-        ArgDoc::new(c"read", ArgType::PureToken).token(c"READ"),
-        ArgDoc::new(c"write", ArgType::PureToken).token(c"WRITE"),
-    ],
-);
-const WAIT: ArgDoc = ArgDoc::new(c"timeout-ms", ArgType::Integer).token(c"WAIT").optional();
-const TOKEN: ArgDoc = ArgDoc::new(c"token", ArgType::PureToken).token(c"TOKEN").optional();
-const REQUEST: ArgDoc = ArgDoc::new(c"id", ArgType::String).token(c"REQUEST").optional();
-/// `[REQUEST id [OWNERLESS]]`: `OWNERLESS`, counted permits that will be released ownerless
-/// (their request record lasts 60 s, not until released).
-const SEM_REQUEST: ArgDoc = ArgDoc::block(
-    c"request",
-    &[
-        ArgDoc::new(c"id", ArgType::String).token(c"REQUEST"),
-        ArgDoc::new(c"ownerless", ArgType::PureToken).token(c"OWNERLESS").optional(),
-    ],
-)
-.optional();
-/// `[GT]`: a hold the owner already has keeps the later of its lease end and the new one.
-const GT: ArgDoc = ArgDoc::new(c"gt", ArgType::PureToken).token(c"GT").optional();
-/// `[REQUEST id | ONCE id]`: the acquire whose counted permits these are, or an ownerless
-/// release's own id.
-const RELEASED_AS: ArgDoc = ArgDoc::one_of(
-    c"released-as",
-    &[
-        ArgDoc::new(c"id", ArgType::String).token(c"REQUEST"),
-        ArgDoc::new(c"release-id", ArgType::String).token(c"ONCE"),
-    ],
-)
-.optional();
-/// `RSEM.RELEASE`'s two forms: `permits [REQUEST id | ONCE id]`, or `ID id [id ...]`.
-const SEM_RELEASED: ArgDoc = ArgDoc::one_of(
-    c"permits-or-ids",
-    &[
-        ArgDoc::block(c"counted", &[ArgDoc::new(c"permits", ArgType::Integer), RELEASED_AS]),
-        ArgDoc::new(c"id", ArgType::String).token(c"ID").multiple(),
-    ],
-);
-/// `[SESSION [LOCKDELAY lockdelay-ms]]`: a lock-delay only comes with a session hold.
-const SESSION: ArgDoc = ArgDoc::block(
-    c"session-hold",
-    &[
-        ArgDoc::new(c"session", ArgType::PureToken).token(c"SESSION"),
-        ArgDoc::new(c"lockdelay-ms", ArgType::Integer).token(c"LOCKDELAY").optional(),
-    ],
-)
-.optional();
-/// `[LEASE lease-ms [SESSION [LOCKDELAY lockdelay-ms]]]`: only a leased permit has a holder to bind.
-const LEASED: ArgDoc = ArgDoc::block(
-    c"leased",
-    &[ArgDoc::new(c"lease-ms", ArgType::Integer).token(c"LEASE"), SESSION],
-)
-.optional();
-const COUNT: ArgDoc = ArgDoc::new(c"count", ArgType::Integer).token(c"COUNT").optional();
 
 rlock_module! {
     commands: [

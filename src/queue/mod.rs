@@ -16,6 +16,8 @@
 //! Floors point down: `index`, `figures` and `schedule` add to [`Queues`] what this file
 //! defines; `stats` (the counters' types) stands below it.
 //! - this file: the types, and the queues themselves (push, head, remove, drain);
+//! - `line`: one lock's queue (its line and the waiters apart from it) and the walk to a
+//!   list's first live id;
 //! - `index`: what a waiter is found by besides its id and handle (its tag, its owner) and
 //!   what it carries (its ACL user, its start);
 //! - `figures`: who waits and how many, each queue's counters, how long waits lasted;
@@ -24,16 +26,18 @@
 //! - `id_hash`: the fast hasher of the maps keyed by module-numbered values (ids, handles,
 //!   databases; lock names, owners and tags keep SipHash).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
 mod figures;
 mod id_hash;
 mod index;
+mod line;
 mod schedule;
 mod stats;
 
 use id_hash::IdMap;
+use line::{live_front, Queue};
 pub use stats::{End, QueueStats, WaitTimes, WAIT_BUCKETS_MS};
 
 /// A waiter's id, unique for the life of the module.
@@ -125,61 +129,6 @@ pub const POLLS_PER_SECOND: usize = 5_000;
 
 /// A position in the schedule: (time in Unix ms, sequence number for ties).
 type Slot = (i64, u64);
-
-/// One lock's waiters, in two FIFO lists of ids: its line, and those who wait apart from it
-/// ([`Joining::apart`], a latch's awaiters). Ids grow with every enqueue, so the two lists
-/// merged by id are the order of arrival; each head is found without walking the other list
-/// (thousands of awaiters never slow down a look at the line, nor the reverse).
-#[derive(Debug, Default)]
-struct Queue {
-    /// The line's ids (and ids of waiters that left, skipped lazily).
-    line: VecDeque<WaiterId>,
-    /// The ids of the waiters apart from the line (and of some that left).
-    aside: VecDeque<WaiterId>,
-    live: usize,
-    /// How many of the live waiters wait apart from the line ([`Joining::apart`]).
-    apart: usize,
-    lease_check: Option<Slot>,
-    stats: QueueStats,
-}
-
-impl Queue {
-    fn list_mut(&mut self, apart: bool) -> &mut VecDeque<WaiterId> {
-        if apart {
-            &mut self.aside
-        } else {
-            &mut self.line
-        }
-    }
-
-    /// Every id of the queue (live or not), in order of arrival: the two lists merged.
-    fn ids(&self) -> impl Iterator<Item = WaiterId> + '_ {
-        let (mut line, mut aside) =
-            (self.line.iter().copied().peekable(), self.aside.iter().copied().peekable());
-        std::iter::from_fn(move || match (line.peek().copied(), aside.peek().copied()) {
-            (Some(a), Some(b)) if b < a => aside.next(),
-            (Some(_), _) => line.next(),
-            (None, _) => aside.next(),
-        })
-    }
-}
-
-/// The first live id of `list`, the ids of waiters that left before it dropped; every id
-/// looked at is counted in `walked`.
-fn live_front<H, R>(
-    list: &mut VecDeque<WaiterId>,
-    waiters: &IdMap<WaiterId, Waiter<H, R>>,
-    walked: &mut u64,
-) -> Option<WaiterId> {
-    while let Some(&id) = list.front() {
-        *walked += 1;
-        if waiters.contains_key(&id) {
-            return Some(id);
-        }
-        list.pop_front();
-    }
-    None
-}
 
 /// All queues, the waiter table and the schedule.
 #[derive(Debug)]
