@@ -352,6 +352,39 @@ pub fn conn_as(server: &Server, user: &str) -> Connection {
     con
 }
 
+/// Whether the request id `id` may wait on `key` again (nothing of an earlier waiter's tag is
+/// left): a new `WAIT` under it queues, is listed, is cancelled by id and answered as a
+/// timeout within `limit`.
+///
+/// # Panics
+/// When any of that does not happen.
+pub fn tag_is_free(server: &Server, con: &mut Connection, key: &str, id: &str, limit: Duration) {
+    let args = ["RLOCK.ACQUIRE", key, "w", "60000", "WAIT", "0", "REQUEST", id];
+    let again = queue_str(server, con, &args);
+    let waiters = run_str(con, &["RLOCK.WAITERS", key]).expect("WAITERS");
+    assert!(format!("{waiters:?}").contains(id), "{waiters:?}");
+    assert_eq!(run_str(con, &["RLOCK.CANCEL", key, id]), Ok(Value::Int(1)), "cancel by id");
+    assert!(matches!(again.reply(limit).0, Ok(Value::Int(_))), "answered as a timeout");
+}
+
+/// How many replicas the master's replica guard counts in sync (`INFO rlock`).
+pub fn replicas_in_sync(con: &mut Connection) -> i64 {
+    info_field(con, "rlock_replicas", "rlock_replicas_in_sync")
+}
+
+/// A replica of `master` (with the module) that the master's guard counts in sync within
+/// `limit`.
+///
+/// # Panics
+/// When it is not counted in time.
+#[must_use]
+pub fn attach_replica(master: &Server, con: &mut Connection, limit: Duration) -> Server {
+    let replica = Server::builder().replica_of(master).start();
+    crate::server::wait_replica_online(master);
+    poll("the master to count its replica", limit, || (replicas_in_sync(con) == 1).then_some(()));
+    replica
+}
+
 /// An integer reply.
 ///
 /// # Panics

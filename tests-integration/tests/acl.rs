@@ -9,20 +9,10 @@ use redis::{Connection, Value};
 
 use rlock_tests_integration::{
     blocked_clients, cmd, conn_as, digest, exists, granted_token, hgetall, poll, queue_str,
-    run_str, wait_blocked, Pending, Server,
+    run_str, tag_is_free, wait_blocked, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// The request id `id` may wait on `key` again: nothing of an earlier waiter's tag is left.
-fn tag_is_free(server: &Server, con: &mut Connection, key: &str, id: &str) {
-    let args = ["RLOCK.ACQUIRE", key, "w", "60000", "WAIT", "0", "REQUEST", id];
-    let again = queue_str(server, con, &args);
-    let waiters = run_str(con, &["RLOCK.WAITERS", key]).expect("WAITERS");
-    assert!(format!("{waiters:?}").contains(id), "{waiters:?}");
-    assert_eq!(run_str(con, &["RLOCK.CANCEL", key, id]), Ok(Value::Int(1)), "cancel by id");
-    assert!(matches!(again.reply(LIMIT).0, Ok(Value::Int(_))), "answered as a timeout");
-}
 
 #[test]
 fn a_wait_after_auth_to_another_user_is_granted_as_that_user() {
@@ -81,7 +71,7 @@ fn a_waiter_whose_user_is_deleted_leaves_and_the_next_one_is_served() {
     // The same request id may wait again (its tag left with the deleted user's waiter).
     cmd(&mut admin, &["RLOCK.FORCERELEASE", "k"]);
     cmd(&mut admin, &["RLOCK.ACQUIRE", "k", "H", "60000"]);
-    tag_is_free(&server, &mut admin, "k", "ru");
+    tag_is_free(&server, &mut admin, "k", "ru", LIMIT);
 }
 
 fn acl_log_objects(con: &mut Connection) -> Vec<String> {

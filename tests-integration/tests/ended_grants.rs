@@ -8,8 +8,8 @@ use std::time::Duration;
 use redis::{Connection, Value};
 
 use rlock_tests_integration::{
-    barrier, client_id, cmd, exists, hgetall, info_field, int, kill_client, poll, run, run_str,
-    session_ends, wait_blocked, wait_replica_online, Pending, Server,
+    attach_replica, barrier, client_id, cmd, exists, hgetall, info_field, int, kill_client, poll,
+    run, run_str, session_ends, wait_blocked, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -556,18 +556,6 @@ fn an_ownerless_counted_grants_record_lasts_60_s() {
     assert!(refused.is_err_and(|e| e.starts_with("ERR OWNERLESS needs REQUEST id")));
 }
 
-fn in_sync(con: &mut Connection) -> i64 {
-    info_field(con, "rlock_replicas", "rlock_replicas_in_sync")
-}
-
-/// A replica of `master` (with the module) that the master's guard counts in sync.
-fn attach_replica(master: &Server, con: &mut Connection) -> Server {
-    let replica = Server::builder().replica_of(master).start();
-    wait_replica_online(master);
-    poll("the master to count its replica", LIMIT, || (in_sync(con) == 1).then_some(()));
-    replica
-}
-
 /// `MULTI; RLOCK.RELEASE l a` (a hand-off to `b`)`; CLIENT KILL ID <b>; <then>; EXEC`.
 fn hand_off_then_kill(con: &mut Connection, waiter: &Pending, then: &[&str]) {
     let mut pipe = redis::pipe();
@@ -620,7 +608,7 @@ fn undoing_a_grant_never_releases_a_later_hold_of_the_same_owner() {
 fn a_grant_is_never_undone_on_a_server_that_became_a_replica() {
     let master = Server::start();
     let mut con = master.conn();
-    let replica = attach_replica(&master, &mut con);
+    let replica = attach_replica(&master, &mut con, LIMIT);
     // Every write so far is on the replica.
     cmd(&mut con, &["WAIT", "1", "5000"]);
     assert_eq!(cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]), Value::Nil);

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use redis::{Connection, Value};
 
 use rlock_tests_integration::{
-    cmd, info_field, info_text, poll, queue_str, run_str, wait_blocked, wait_replica_online,
-    Pending, Server,
+    attach_replica, cmd, info_field, info_text, poll, queue_str, run_str, wait_blocked,
+    wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -153,18 +153,6 @@ fn a_refusal_names_the_rule_that_refused_in_its_reply_and_in_info() {
     assert_eq!(info_text(&mut con, "rlock", "rlock_guard_refuses"), "none");
 }
 
-fn in_sync(con: &mut Connection) -> i64 {
-    info_field(con, "rlock_replicas", "rlock_replicas_in_sync")
-}
-
-/// A replica of `master` (with the module) that the master's guard counts in sync.
-fn attach_replica(master: &Server, con: &mut Connection) -> Server {
-    let replica = Server::builder().replica_of(master).start();
-    wait_replica_online(master);
-    poll("the master to count its replica", LIMIT, || (in_sync(con) == 1).then_some(()));
-    replica
-}
-
 /// A held reentrant lock and a semaphore whose one permit is leased, both for `lease_ms`, each
 /// with a waiter; returns the two waiters (lock, semaphore).
 fn held_with_waiters(master: &Server, con: &mut Connection, lease_ms: &str) -> (Pending, Pending) {
@@ -189,7 +177,7 @@ fn both_served(lock: Pending, sem: Pending) {
 fn waiters_held_back_by_a_stall_quarantine_are_served_when_it_ends() {
     let master = Server::start();
     let mut con = master.conn();
-    let _replica = attach_replica(&master, &mut con);
+    let _replica = attach_replica(&master, &mut con, LIMIT);
     let (lock, sem) = held_with_waiters(&master, &mut con, "1500");
     // A 2 s stall starts the grant quarantine; both leases end inside it.
     let mut stall = master.conn();
@@ -206,7 +194,7 @@ fn waiters_held_back_by_a_stall_quarantine_are_served_when_it_ends() {
 fn waiters_held_back_by_a_lost_replica_are_served_when_the_guard_is_turned_off() {
     let master = Server::start();
     let mut con = master.conn();
-    let replica = attach_replica(&master, &mut con);
+    let replica = attach_replica(&master, &mut con, LIMIT);
     let (lock, sem) = held_with_waiters(&master, &mut con, "800");
     // The replica leaves (promoted by hand): the master refuses grants, and the leases end.
     cmd(&mut replica.conn(), &["REPLICAOF", "NO", "ONE"]);
@@ -234,7 +222,7 @@ fn a_master_restarted_before_its_failover_is_noticed_grants_nothing_until_a_repl
     let mut master = Server::start();
     let mut con = master.conn();
     assert!(!master.dir().join("rlock-had-replicas").exists(), "nothing to remember yet");
-    let mut replica = attach_replica(&master, &mut con);
+    let mut replica = attach_replica(&master, &mut con, LIMIT);
     poll("the master to remember its replica", LIMIT, || {
         master.dir().join("rlock-had-replicas").exists().then_some(())
     });
@@ -246,7 +234,7 @@ fn a_master_restarted_before_its_failover_is_noticed_grants_nothing_until_a_repl
     assert_eq!(info_field(&mut con, "rlock_replicas", "rlock_replicas_required"), 1);
     assert!(refused(&mut con, "l"), "a restarted master that had replicas grants nothing");
     // A replica in sync again: grants resume.
-    let _replica = attach_replica(&master, &mut con);
+    let _replica = attach_replica(&master, &mut con, LIMIT);
     poll("grants with the replica back", LIMIT, || {
         (run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]) == Ok(Value::Nil)).then_some(())
     });
@@ -263,7 +251,7 @@ fn a_master_restarted_before_its_failover_is_noticed_grants_nothing_until_a_repl
 fn a_stall_over_the_operators_threshold_is_quarantined() {
     let master = Server::builder().config("rlock.stall-ms", "800").start();
     let mut con = master.conn();
-    let _replica = attach_replica(&master, &mut con);
+    let _replica = attach_replica(&master, &mut con, LIMIT);
     assert_eq!(run_str(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]), Ok(Value::Nil));
     // A 1.1 s stall: under the old fixed 1.5 s threshold, above the operator's 0.8 s.
     cmd(&mut con, &["DEBUG", "SLEEP", "1.1"]);

@@ -10,8 +10,8 @@ use redis::{Connection, Value};
 
 use rlock_tests_integration::{
     assert_replica_matches, blocked_clients, cmd, conn_as, digest, hgetall, info_field,
-    kill_client, pexpiretime, poll, queue_str, run_str, wait_blocked, wait_replica_online, Pending,
-    Server,
+    kill_client, pexpiretime, poll, queue_str, run_str, tag_is_free, wait_blocked,
+    wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -918,16 +918,6 @@ fn strs(a: &[String; 8]) -> Vec<&str> {
     a.iter().map(String::as_str).collect()
 }
 
-/// The request id `id` may wait on `key` again: nothing of an earlier waiter's tag is left.
-fn tag_is_free(server: &Server, con: &mut Connection, key: &str, id: &str) {
-    let args = ["RLOCK.ACQUIRE", key, "w", "60000", "WAIT", "0", "REQUEST", id];
-    let again = queue_str(server, con, &args);
-    let waiters = run_str(con, &["RLOCK.WAITERS", key]).expect("WAITERS");
-    assert!(format!("{waiters:?}").contains(id), "{waiters:?}");
-    assert_eq!(run_str(con, &["RLOCK.CANCEL", key, id]), Ok(Value::Int(1)), "cancel by id");
-    assert!(matches!(again.reply(LIMIT).0, Ok(Value::Int(_))), "answered as a timeout");
-}
-
 #[test]
 fn a_request_tag_is_freed_on_every_way_its_waiter_leaves() {
     let server = Server::start();
@@ -953,7 +943,7 @@ fn a_request_tag_is_freed_on_every_way_its_waiter_leaves() {
         };
         drop(w.reply(LIMIT));
         poll("the waiter left", LIMIT, || (blocked_clients(&mut con) == 0).then_some(()));
-        tag_is_free(&server, &mut con, &key, &id);
+        tag_is_free(&server, &mut con, &key, &id, LIMIT);
     }
     // A grant (the holder's release, a FLUSHDB, a SWAPDB that frees the lock): the tag goes.
     for (n, how) in ["release", "flushdb", "swapdb"].into_iter().enumerate() {
@@ -969,7 +959,7 @@ fn a_request_tag_is_freed_on_every_way_its_waiter_leaves() {
         // Its grant taken away: the same request may wait again (its tag left with it).
         cmd(&mut con, &["RLOCK.FORCERELEASE", &key]);
         cmd(&mut con, &["RLOCK.ACQUIRE", &key, "h", "60000"]);
-        tag_is_free(&server, &mut con, &key, &id);
+        tag_is_free(&server, &mut con, &key, &id, LIMIT);
     }
     wait_blocked(&mut con, 0);
 }
