@@ -92,17 +92,18 @@ mod tests {
     use super::*;
     use crate::error::LockError;
 
+    const EVERY_RULE: [Refused; 6] = [
+        Refused::TooFewReplicas,
+        Refused::StallQuarantine,
+        Refused::NoRecentCheck,
+        Refused::HadReplicasFile,
+        Refused::RestartQuarantine,
+        Refused::ReplicasBeforeRestart,
+    ];
+
     #[test]
     fn a_refused_give_back_says_so_with_the_reason_of_the_refused_grant() {
-        let rules = [
-            Refused::TooFewReplicas,
-            Refused::StallQuarantine,
-            Refused::NoRecentCheck,
-            Refused::HadReplicasFile,
-            Refused::RestartQuarantine,
-            Refused::ReplicasBeforeRestart,
-        ];
-        for rule in rules {
+        for rule in EVERY_RULE {
             let grant = rule.message().strip_prefix("NOREPLICAS this master grants no lock: ");
             let give_back = rule.give_back_message().strip_prefix(
                 "NOREPLICAS this master gives back no permits (a give-back here would be lost if it has been replaced): ",
@@ -114,14 +115,7 @@ mod tests {
 
     #[test]
     fn each_refusal_names_its_rule() {
-        for rule in [
-            Refused::TooFewReplicas,
-            Refused::StallQuarantine,
-            Refused::NoRecentCheck,
-            Refused::HadReplicasFile,
-            Refused::RestartQuarantine,
-            Refused::ReplicasBeforeRestart,
-        ] {
+        for rule in EVERY_RULE {
             let text = LockError::NoReplicas(rule).message();
             assert!(text.starts_with("NOREPLICAS "), "{text}");
             assert!(!rule.name().is_empty());
