@@ -39,6 +39,7 @@ pub mod args;
 pub mod cluster;
 pub mod commands;
 pub mod deadlock_rules;
+mod door;
 pub mod dump;
 pub mod error;
 pub mod events;

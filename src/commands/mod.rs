@@ -15,6 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
+use crate::door::{self, Entered, Entry};
 use crate::error::{LockError, Refusal};
 use crate::raw::{self, reply::Field};
 use crate::request_rules::{Asked, Granted};
@@ -48,23 +49,28 @@ pub(crate) fn guarded_naming(
 }
 
 /// `RLOCK.ACQUIRE key owner lease-ms [WAIT timeout-ms] [TOKEN] [REQUEST id] [SESSION
-/// [LOCKDELAY lockdelay-ms]] [GT]`
+/// [LOCKDELAY lockdelay-ms]] [GT]`, through the door ([`door`]: load, decide, write, wake).
 pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded_naming(ctx, || {
         let cmd = args::Acquire::parse(argv)?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
-        store::may_grant_at(ctx, now)?;
-        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Lock)?;
-        waiting::apply_pending(ctx, cmd.key);
-        // Everything that can refuse is checked before anything is written.
-        let asked = Asked::Lock { owner: cmd.owner.as_slice(), token: cmd.token };
-        let record = match request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
-            request::Prelude::Replay(reply) => return Ok(reply),
-            request::Prelude::Fresh(record) => record,
+        // Load: everything that can refuse is checked before anything is written.
+        let entry = Entry {
+            key: cmd.key,
+            session: cmd.session,
+            unlocked: Unlocked::Lock,
+            request: cmd.request,
+            asked: Asked::Lock { owner: cmd.owner.as_slice(), token: cmd.token },
+            token: cmd.token,
+            now,
         };
-        let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
+        let admitted = match door::enter(ctx, entry)? {
+            Entered::Replay(reply) => return Ok(reply),
+            Entered::Fresh(admitted) => admitted,
+        };
+        // Decide, on the lock as its waiters left it.
         let (key, view) = waiting::settled_view(ctx, cmd.key, cmd.owner)?;
         let extend = rules::Extend::new(cmd.gt, key.raw().expire_at());
         let plan = rules::acquire(view, deadline, extend)?;
@@ -77,7 +83,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
                     lease: cmd.lease,
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
-                    session: bind,
+                    session: admitted.bind,
                     gt: cmd.gt,
                     ownerless: false,
                 };
@@ -94,24 +100,20 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         if let Reply::Int(pttl) = plan.reply {
             return Ok(store::to_value(rules::busy(pttl, cmd.token)));
         }
-        let token = counter.as_ref().map(|c| c.next(ctx)).transpose()?;
+        // Write.
+        let token = admitted.token(ctx)?;
         key.apply(Some(cmd.owner), &plan);
         drop(key);
-        if let (rules::Write::SetCount(count), Some(at)) = (plan.write, plan.expire_at) {
-            if waiting::session::watching(bind.is_some()) {
-                let held = Held::Lock(cmd.owner.to_vec());
-                waiting::session::granted(ctx, cmd.key, held, count == 1, bind, at.unix_ms());
+        // Until the lease ends (with `GT`, perhaps later than `deadline`).
+        let until = plan.expire_at.map_or(deadline.unix_ms(), Deadline::unix_ms);
+        let granted = || (Granted::Lock { owner: cmd.owner.to_vec(), token }, Some(until));
+        let bound = match plan.write {
+            rules::Write::SetCount(count) if plan.expire_at.is_some() => {
+                Some((Held::Lock(cmd.owner.to_vec()), count == 1, until))
             }
-        }
-        if let (Some(counter), Some(token)) = (counter, token) {
-            counter.store(ctx, token);
-        }
-        if let Some(record) = record {
-            let owner = cmd.owner.to_vec();
-            // Until the lease ends (with `GT`, perhaps later than `deadline`).
-            let until = plan.expire_at.map_or(deadline.unix_ms(), Deadline::unix_ms);
-            record.granted(ctx, Granted::Lock { owner, token }, Some(until));
-        }
+            _ => None,
+        };
+        admitted.written(ctx, cmd.key, token, granted, bound);
         Ok(store::to_value(rules::granted(token)))
     })
 }

@@ -1,68 +1,18 @@
-//! Exact cancellation (`request_rules`): the step every acquire with `REQUEST id` takes first
-//! ([`prelude`]: a retry replays the first grant, a cancelled or already waiting request is
-//! refused), and `RLOCK.CANCEL key id`, which undoes whatever the request got and makes sure it
-//! never gets anything later.
+//! Exact cancellation (`request_rules`): `RLOCK.CANCEL key id`, which undoes whatever the
+//! request got and makes sure it never gets anything later, and the counted give-back by
+//! request id. (The step every acquire with `REQUEST id` takes first is the door's:
+//! `door::request`.)
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::args;
 use crate::error::{LockError, Refusal};
 use crate::raw;
-use crate::request_rules::{self, replies, Asked, Cancel, CountedRelease, Granted, Record};
+use crate::request_rules::{self, replies, Cancel, CountedRelease, Granted, Record};
 use crate::rules::Reply;
 use crate::store;
 use crate::store::request::{self as record, RequestRecord};
 use crate::waiting;
-
-/// What an acquire does after its request's record was read.
-pub(crate) enum Prelude {
-    /// A retry whose first grant is still in place: reply this, change nothing.
-    Replay(RedisValue),
-    /// Go on as a new acquire; a grant writes this record (`None`: no `REQUEST id`).
-    Fresh(Option<RequestRecord>),
-}
-
-/// The first step of an acquire with `REQUEST id` on the lock `name` at `now`, before anything
-/// is written (and before a `WAIT` blocks): the record must be in the lock's slot and usable by
-/// the caller; a retry of a grant still in place replies the first grant; a request that was
-/// cancelled, answers another acquire, or waits already is refused.
-///
-/// # Errors
-/// [`LockError::CrossSlot`], `NOPERM`, `WRONGTYPE` or [`LockError::CorruptRequest`] for the
-/// record; [`LockError::RequestCancelled`], [`LockError::RequestMismatch`],
-/// [`LockError::RequestWaiting`] naming the id; what reading the grant's lock refuses.
-pub(crate) fn prelude(
-    ctx: &Context,
-    name: &RedisString,
-    id: Option<&RedisString>,
-    asked: Asked<'_>,
-    now: i64,
-) -> Result<Prelude, Refusal> {
-    let Some(id) = id.map(RedisString::as_slice) else { return Ok(Prelude::Fresh(None)) };
-    let refused = |e| Refusal::Request(e, id.to_vec());
-    let record = RequestRecord::for_caller(ctx, name, id)?;
-    if waiting::schedule::undo_pending(&waiting::lock_name(ctx, name), id) {
-        // Its grant is being undone (its client left before the reply): cancelled.
-        return Err(refused(LockError::RequestCancelled));
-    }
-    let stored = record.read(ctx).map_err(|e| match e {
-        // Another lock's request holds this record key: the id is taken.
-        LockError::RequestMismatch => refused(e),
-        e => e.into(),
-    })?;
-    if let Some(granted) = request_rules::check_retry(stored.as_ref(), &asked).map_err(refused)? {
-        let in_place = record::in_place(ctx, name, granted, now)?;
-        match request_rules::replay(granted, in_place) {
-            Some(Ok(reply)) => return Ok(Prelude::Replay(store::to_value(reply))),
-            Some(Err(ids)) => return Ok(Prelude::Replay(store::ids_value(&ids))),
-            None => {}
-        }
-    }
-    if waiting::waits_as(ctx, name, id) {
-        return Err(refused(LockError::RequestWaiting));
-    }
-    Ok(Prelude::Fresh(Some(record)))
-}
 
 /// `RLOCK.CANCEL key id`: 2, request `id`'s grant on the lock `key` was given back; 1, it was
 /// waiting and left the queue (its client answered as a wait that timed out); 0, nothing to

@@ -5,8 +5,8 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::guarded;
-use super::request::Prelude;
 use crate::args::{self, Mode};
+use crate::door::{self, Entered, Entry};
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
 use crate::request_rules::{Asked, Granted};
@@ -79,38 +79,40 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
-        store::may_grant(ctx)?;
-        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Rw(cmd.mode))?;
-        waiting::apply_pending(ctx, cmd.key);
-        // Everything that can refuse is checked before anything is written.
-        let asked = Asked::Rw { mode: cmd.mode, owner: cmd.owner.as_slice(), token: cmd.token };
-        let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
-            Prelude::Replay(reply) => return Ok(reply),
-            Prelude::Fresh(record) => record,
+        // Load: everything that can refuse is checked before anything is written.
+        let entry = Entry {
+            key: cmd.key,
+            session: cmd.session,
+            unlocked: Unlocked::Rw(cmd.mode),
+            request: cmd.request,
+            asked: Asked::Rw { mode: cmd.mode, owner: cmd.owner.as_slice(), token: cmd.token },
+            token: cmd.token,
+            now,
         };
-        let counter = cmd.token.then(|| TokenCounter::for_caller(ctx, cmd.key)).transpose()?;
+        let admitted = match door::enter(ctx, entry)? {
+            Entered::Replay(reply) => return Ok(reply),
+            Entered::Fresh(admitted) => admitted,
+        };
+        let counter = admitted.counter.as_ref();
         let db = raw::selected_db(ctx);
         if waiting::waiting(db, cmd.key.as_slice()) > 0 {
             // Refusals first, even of the hand-off below: a command that replies an error
             // writes nothing. (One refusal can follow the hand-off: the waiter it grants may be
             // this owner's read, and then its write is an upgrade; that grant was owed.)
-            drop(decide(ctx, &cmd, counter.as_ref(), now, deadline, true)?);
+            drop(decide(ctx, &cmd, counter, now, deadline, true)?);
             // Waiters first: a lock they are owed goes to them (on its own key handle).
             waiting::settle(ctx, cmd.key);
         }
         let queued = waiting::in_line(db, cmd.key.as_slice()) > 0;
-        match decide(ctx, &cmd, counter.as_ref(), now, deadline, queued)? {
+        match decide(ctx, &cmd, counter, now, deadline, queued)? {
             Decision::Grant { key, plan, token } => {
                 key.apply(&plan);
                 drop(key);
-                if let (Some(counter), Some(token)) = (counter, token) {
-                    counter.store(ctx, token);
-                }
-                if let Some(record) = record {
-                    let (mode, owner) = (cmd.mode, cmd.owner.to_vec());
-                    let until = plan.grant_until().unwrap_or(deadline.unix_ms());
-                    record.granted(ctx, Granted::Rw { mode, owner, token }, Some(until));
-                }
+                let bind = admitted.bind;
+                let (mode, owner) = (cmd.mode, cmd.owner.to_vec());
+                let until = plan.grant_until().unwrap_or(deadline.unix_ms());
+                let granted = || (Granted::Rw { mode, owner, token }, Some(until));
+                admitted.written(ctx, cmd.key, token, granted, None);
                 waiting::session::rw_granted(ctx, cmd.key, cmd.owner.as_slice(), &plan, bind);
                 waiting::rw_applied(ctx, cmd.key, &plan);
                 Ok(store::to_value(rules::granted(token)))
@@ -122,7 +124,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
                     lease: cmd.lease,
                     token: cmd.token,
                     id: cmd.request.map(|id| id.to_vec()),
-                    session: bind,
+                    session: admitted.bind,
                     gt: cmd.gt,
                     ownerless: false,
                 };

@@ -5,8 +5,8 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::guarded;
-use super::request::Prelude;
 use crate::args;
+use crate::door::{self, Entered, Entry};
 use crate::args::Lease;
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
@@ -65,20 +65,27 @@ pub fn add_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::SemAcquire::parse(argv)?;
-        store::may_grant(ctx)?;
-        let bind = waiting::session::caller(ctx, cmd.key, cmd.session, Unlocked::Permits(0))?;
         let now = raw::now_ms();
         let until = cmd.lease.map(|lease| Deadline::after(now, lease)).transpose()?;
         let leases = cmd.lease.map(|_| Leases::for_caller(ctx, cmd.key)).transpose()?;
-        waiting::apply_pending(ctx, cmd.key);
-        let asked = match cmd.lease {
-            Some(_) => Asked::Leased(cmd.permits),
-            None => Asked::Permits(cmd.permits),
+        // Load: everything that can refuse is checked before anything is written.
+        let entry = Entry {
+            key: cmd.key,
+            session: cmd.session,
+            unlocked: Unlocked::Permits(0),
+            request: cmd.request,
+            asked: match cmd.lease {
+                Some(_) => Asked::Leased(cmd.permits),
+                None => Asked::Permits(cmd.permits),
+            },
+            token: false,
+            now,
         };
-        let record = match super::request::prelude(ctx, cmd.key, cmd.request, asked, now)? {
-            Prelude::Replay(reply) => return Ok(reply),
-            Prelude::Fresh(record) => record,
+        let admitted = match door::enter(ctx, entry)? {
+            Entered::Replay(reply) => return Ok(reply),
+            Entered::Fresh(admitted) => admitted,
         };
+        let (bind, record) = (admitted.bind, admitted.record);
         waiting::sem_reclaim_due(ctx, cmd.key)?;
         // Waiters first: permits they are owed go to them.
         waiting::settle(ctx, cmd.key);

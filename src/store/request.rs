@@ -4,17 +4,17 @@
 //! written, on a key opened and closed at once, as the latch is; replicated as `SET` and
 //! `PEXPIREAT`, so a replica or an AOF without the module holds the same record.
 
-use redis_module::{Context, RedisString};
+use redis_module::{Context, RedisString, RedisValue};
 
 use super::access::check_key;
 use super::derived::{derived_name, store_string};
 use super::rw::RwKey;
 use super::sem::Leases;
 use super::LockKey;
-use crate::error::LockError;
+use crate::error::{LockError, Refusal};
 use crate::names;
 use crate::raw::{Key, KeyKind, KeyUse};
-use crate::request_rules::{self, Granted, Record};
+use crate::request_rules::{self, Asked, Granted, Record};
 use crate::rules::View;
 use crate::rw_rules::Mode;
 use crate::sem_rules;
@@ -153,4 +153,64 @@ pub fn still_leased(
         .filter(|(_, score)| score.is_some_and(|at| at > now))
         .map(|(id, _)| id.clone())
         .collect())
+}
+
+/// What the waiting machinery knows of a request on a lock (the door reads it before the
+/// store).
+#[derive(Clone, Copy)]
+pub struct Queued {
+    /// Its grant is being undone (its client left before the reply).
+    pub undoing: bool,
+    /// It waits in the lock's queue.
+    pub waits: bool,
+}
+
+/// What an acquire does after its request's record was read.
+pub enum Prelude {
+    /// A retry whose first grant is still in place: reply this, change nothing.
+    Replay(RedisValue),
+    /// Go on as a new acquire; a grant writes this record.
+    Fresh(RequestRecord),
+}
+
+/// The step an acquire with `REQUEST id` takes on the lock `name` at `now`, before anything is
+/// written (and before a `WAIT` blocks): the record must be in the lock's slot and usable by
+/// the caller; a retry of a grant still in place replies the first grant; a request that was
+/// cancelled, answers another acquire, or waits already (`queued`) is refused.
+///
+/// # Errors
+/// [`LockError::CrossSlot`], `NOPERM`, `WRONGTYPE` or [`LockError::CorruptRequest`] for the
+/// record; [`LockError::RequestCancelled`], [`LockError::RequestMismatch`],
+/// [`LockError::RequestWaiting`] naming the id; what reading the grant's lock refuses.
+pub fn prelude(
+    ctx: &Context,
+    name: &RedisString,
+    id: &[u8],
+    asked: Asked<'_>,
+    now: i64,
+    queued: Queued,
+) -> Result<Prelude, Refusal> {
+    let refused = |e| Refusal::Request(e, id.to_vec());
+    let record = RequestRecord::for_caller(ctx, name, id)?;
+    if queued.undoing {
+        // Its grant is being undone (its client left before the reply): cancelled.
+        return Err(refused(LockError::RequestCancelled));
+    }
+    let stored = record.read(ctx).map_err(|e| match e {
+        // Another lock's request holds this record key: the id is taken.
+        LockError::RequestMismatch => refused(e),
+        e => e.into(),
+    })?;
+    if let Some(granted) = request_rules::check_retry(stored.as_ref(), &asked).map_err(refused)? {
+        let in_place = in_place(ctx, name, granted, now)?;
+        match request_rules::replay(granted, in_place) {
+            Some(Ok(reply)) => return Ok(Prelude::Replay(super::to_value(reply))),
+            Some(Err(ids)) => return Ok(Prelude::Replay(super::ids_value(&ids))),
+            None => {}
+        }
+    }
+    if queued.waits {
+        return Err(refused(LockError::RequestWaiting));
+    }
+    Ok(Prelude::Fresh(record))
 }

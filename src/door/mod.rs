@@ -1,0 +1,134 @@
+//! The door: the one path every acquire takes into a lock, in floor order.
+//!
+//! 1. **Load** ([`enter`]): what the waiting machinery knows of the lock, in memory (the
+//!    caller's `SESSION` binding, the lock's pending ends applied first: holds of closed
+//!    connections, grants to clients that left before their reply; a `REQUEST` id being
+//!    undone or waiting), then what the store holds (may this master grant, the request's
+//!    record: a retry of a grant still in place replays it here and goes no further; the
+//!    token counter). Everything that can refuse is checked before anything is written.
+//! 2. **Decide**: the command opens its lock's key once (waiters owed a free lock served first,
+//!    `waiting::settled_view`) and asks the pure rules (`rules`, `rw_rules`, `sem_rules`) for
+//!    a plan: a reply, the writes, whether to wait.
+//! 3. **Write** ([`Admitted::token`], [`Admitted::written`]): the store's writes (the token,
+//!    the lock, the request's record), then the grant's session binding (in memory).
+//! 4. **Wake**: a wait is queued (`waiting::block_as`, after the deadlock search); a release
+//!    hands off to the waiters (`waiting::hand_off`).
+//!
+//! Timers, server events and session ends do not enter here: they are the module's own work,
+//! done by `waiting` (its `tick`, `session_end`, `undo`); the load step of every command
+//! applies the ends due on its lock, so no command reads a lock whose end is pending.
+
+use redis_module::{Context, RedisString, RedisValue};
+
+use crate::args;
+use crate::error::{LockError, Refusal};
+use crate::request_rules::{Asked, Granted};
+use crate::sessions::{Bind, Held};
+use crate::store::derived::TokenCounter;
+use crate::store::request::{self, Prelude, Queued, RequestRecord};
+use crate::store::{self, Unlocked};
+use crate::waiting;
+
+/// What an acquire brings to the door.
+pub(crate) struct Entry<'a> {
+    /// The lock's key (the command's key).
+    pub key: &'a RedisString,
+    /// `SESSION [LOCKDELAY ms]`.
+    pub session: Option<args::Session>,
+    /// The unlock message a session end of this kind publishes (its channel is ACL-checked).
+    pub unlocked: Unlocked,
+    /// `REQUEST id`.
+    pub request: Option<&'a RedisString>,
+    /// What the request asks (its record must agree on a retry).
+    pub asked: Asked<'a>,
+    /// `TOKEN`: the counter's key is checked (slot, ACL) here.
+    pub token: bool,
+    /// The command's time (Unix ms).
+    pub now: i64,
+}
+
+/// Through the door, or answered at it.
+pub(crate) enum Entered {
+    /// A retry whose first grant is still in place: reply this, change nothing.
+    Replay(RedisValue),
+    /// A new acquire, checked: what its grant writes beside the lock.
+    Fresh(Admitted),
+}
+
+/// An acquire let in: its binding, its request's record and its token counter, each checked.
+pub(crate) struct Admitted {
+    pub bind: Option<Bind>,
+    pub record: Option<RequestRecord>,
+    pub counter: Option<TokenCounter>,
+}
+
+/// Step 1 of the door (see the module's doc) for the acquire `entry`.
+///
+/// # Errors
+/// What the session binding refuses (on a replica, in a script, `NOPERM` for the channel);
+/// `NOREPLICAS` ([`store::may_grant_at`]); what the request's record refuses (naming its id);
+/// `NOPERM` or `CROSSSLOT` for the token counter.
+pub(crate) fn enter(ctx: &Context, entry: Entry<'_>) -> Result<Entered, Refusal> {
+    // The waiting machinery's floor: in memory, and the ends owed to this lock.
+    waiting::apply_pending(ctx, entry.key);
+    let queued = entry.request.map(|id| queued(ctx, entry.key, id.as_slice()));
+    let bind = waiting::session::caller(ctx, entry.key, entry.session, entry.unlocked)?;
+    // The store's floor.
+    store::may_grant_at(ctx, entry.now)?;
+    let record = match (entry.request, queued) {
+        (Some(id), Some(queued)) => {
+            match request::prelude(ctx, entry.key, id.as_slice(), entry.asked, entry.now, queued)? {
+                Prelude::Replay(reply) => return Ok(Entered::Replay(reply)),
+                Prelude::Fresh(record) => Some(record),
+            }
+        }
+        _ => None,
+    };
+    let counter = entry.token.then(|| TokenCounter::for_caller(ctx, entry.key)).transpose()?;
+    Ok(Entered::Fresh(Admitted { bind, record, counter }))
+}
+
+impl Admitted {
+    /// Step 3 of the door, before the lock is written: the grant's token (if `TOKEN`), drawn
+    /// from the counter as it is now (after any hand-off of the decide step); nothing is
+    /// written.
+    ///
+    /// # Errors
+    /// A corrupt counter, or one at its end: nothing may be written then.
+    pub fn token(&self, ctx: &Context) -> Result<Option<u64>, LockError> {
+        self.counter.as_ref().map(|c| c.next(ctx)).transpose()
+    }
+
+    /// Step 3 of the door, after the lock was written with `token` ([`Self::token`]): the
+    /// counter and the request's record (`granted`, kept until `until`, Unix ms), then the
+    /// grant's binding in memory (`bound`: the hold, whether it is fresh, its lease end), for
+    /// the session ends to come.
+    pub fn written(
+        self,
+        ctx: &Context,
+        name: &RedisString,
+        token: Option<u64>,
+        granted: impl FnOnce() -> (Granted, Option<i64>),
+        bound: Option<(Held, bool, i64)>,
+    ) {
+        if let (Some(counter), Some(token)) = (self.counter, token) {
+            counter.store(ctx, token);
+        }
+        if let Some(record) = self.record {
+            let (granted, until) = granted();
+            record.granted(ctx, granted, until);
+        }
+        if let Some((held, fresh, until)) = bound {
+            if waiting::session::watching(self.bind.is_some()) {
+                waiting::session::granted(ctx, name, held, fresh, self.bind, until);
+            }
+        }
+    }
+}
+
+/// What the queues and the deferred undos know of request `id` on the lock `name` (the
+/// context's database).
+fn queued(ctx: &Context, name: &RedisString, id: &[u8]) -> Queued {
+    let undoing = waiting::schedule::undo_pending(&waiting::lock_name(ctx, name), id);
+    Queued { undoing, waits: waiting::waits_as(ctx, name, id) }
+}
