@@ -9,8 +9,18 @@
 //! - `lib.rs`: the one command table (name, handler, flags, key spec, arity, summary,
 //!   arguments; the arguments' descriptions shared by several commands in `arg_docs.rs`),
 //!   module settings, load-time checks.
-//! - [`commands`]: one handler per command: parse, call the store and waiting, reply
-//!   (`RLOCK.*`, `RWLOCK.*` in `rw`, `RSEM.*` in `sem`).
+//! - [`commands`]: one handler per command: parse, go through the door, decide with the
+//!   rules, reply (`RLOCK.*`, `RWLOCK.*` in `rw`, `RSEM.*` in `sem`).
+//! - `door`: the one path of every acquire, in floor order: **load** (`door::enter`: the
+//!   lock's pending ends applied, what the queues know of its `REQUEST` id, the `SESSION`
+//!   binding; then the store's checks: may this master grant, the request's record, where a
+//!   retry replays its grant and goes no further, the token counter) → **decide** (the
+//!   command opens the lock once, its owed waiters served first, and asks the pure rules for
+//!   a plan) → **write** (the token, the lock, the counter and the record through the store,
+//!   then the session binding) → **wake** (a wait queued after the deadlock search; a release
+//!   hands off). Everything that can refuse is checked before anything is written. Timers,
+//!   server events and session ends are the module's own work (`waiting`); every command's
+//!   load step applies the ends due on its lock first.
 //! - [`events`]: what the server tells the module outside commands (server events, the cron
 //!   tick, `INFO rlock`; no keyspace events).
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off (several grants at once where
@@ -22,7 +32,8 @@
 //!   the read-write lock's and the semaphore's layouts; what waiting asks of each lock kind.
 //! - Plain Rust, driven by unit tests without a server: [`rules`] (the reentrant lock rules and
 //!   what a waiter asks for), [`rw_rules`] (the read-write lock), [`sem_rules`] (the
-//!   semaphore), [`deadlock_rules`] (the wait-for graph and its search), [`queue`] (FIFO
+//!   semaphore), [`deadlock_rules`] (the wait-for graph's search, sans I/O: it asks,
+//!   `waiting::deadlock` answers from the queues and keys), [`queue`] (FIFO
 //!   queues and the schedule of timed events), [`args`] (argument parsing), [`names`] (Redisson's derived names), [`dump`] (a lock hash in `DUMP` format, for
 //!   replication as one `RESTORE`), [`cluster`] (key slots, slot ownership),
 //!   [`replicas`] (failover safety), [`server`] (which server, which capabilities),

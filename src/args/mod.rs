@@ -234,6 +234,11 @@ impl<'a, A: Arg> Parser<'a, A> {
         Lease::parse(self.required()?.bytes())
     }
 
+    /// Whether every argument was read (no option follows).
+    pub(crate) const fn done(&self) -> bool {
+        self.next >= self.args.len()
+    }
+
     /// Whether the next argument is the option word `word` (not consumed).
     pub(crate) fn peek_is(&self, word: &[u8]) -> bool {
         self.args.get(self.next).is_some_and(|a| a.bytes().eq_ignore_ascii_case(word))
@@ -302,7 +307,7 @@ impl<'a, A: Arg> Acquire<'a, A> {
         let (key, owner, lease) = (p.required()?, p.owner()?, p.lease()?);
         let (mut wait, mut token, mut request, mut gt) = (None, false, None, false);
         let mut session = session::SessionWords::default();
-        loop {
+        while !p.done() {
             if wait.is_none() && p.option(WAIT) {
                 wait = Some(WaitFor::parse_after_word(p.take())?);
             } else if !token && p.option(TOKEN) {

@@ -112,7 +112,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
                 let (mode, owner) = (cmd.mode, cmd.owner.to_vec());
                 let until = plan.grant_until().unwrap_or(deadline.unix_ms());
                 let granted = || (Granted::Rw { mode, owner, token }, Some(until));
-                admitted.written(ctx, cmd.key, token, granted, None);
+                admitted.written(ctx, cmd.key, token, granted, || None);
                 waiting::session::rw_granted(ctx, cmd.key, cmd.owner.as_slice(), &plan, bind);
                 waiting::rw_applied(ctx, cmd.key, &plan);
                 Ok(store::to_value(rules::granted(token)))

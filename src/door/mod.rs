@@ -101,15 +101,15 @@ impl Admitted {
 
     /// Step 3 of the door, after the lock was written with `token` ([`Self::token`]): the
     /// counter and the request's record (`granted`, kept until `until`, Unix ms), then the
-    /// grant's binding in memory (`bound`: the hold, whether it is fresh, its lease end), for
-    /// the session ends to come.
+    /// grant's binding in memory (`bound`: the hold, whether it is fresh, its lease end; asked
+    /// only where holds are watched), for the session ends to come.
     pub fn written(
         self,
         ctx: &Context,
         name: &RedisString,
         token: Option<u64>,
         granted: impl FnOnce() -> (Granted, Option<i64>),
-        bound: Option<(Held, bool, i64)>,
+        bound: impl FnOnce() -> Option<(Held, bool, i64)>,
     ) {
         if let (Some(counter), Some(token)) = (self.counter, token) {
             counter.store(ctx, token);
@@ -118,10 +118,11 @@ impl Admitted {
             let (granted, until) = granted();
             record.granted(ctx, granted, until);
         }
-        if let Some((held, fresh, until)) = bound {
-            if waiting::session::watching(self.bind.is_some()) {
-                waiting::session::granted(ctx, name, held, fresh, self.bind, until);
-            }
+        if !waiting::session::watching(self.bind.is_some()) {
+            return;
+        }
+        if let Some((held, fresh, until)) = bound() {
+            waiting::session::granted(ctx, name, held, fresh, self.bind, until);
         }
     }
 }
