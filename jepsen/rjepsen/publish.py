@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import run
+from . import tables
 
 BEGIN, END = "<!-- BEGIN jepsen summary -->\n", "<!-- END jepsen summary -->"
 NEMESES = ["none", "partition", "pause", "kill_restart", "lossy", "bridge"]
@@ -45,7 +45,7 @@ def collect(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     order = {n: i for i, n in enumerate(NEMESES + CLUSTER)}
 
     def key(r: dict[str, Any]) -> tuple[bool, int, int, int]:
-        label = run.nemesis_label(r)
+        label = tables.nemesis_label(r)
         return (r["topology"] == "cluster", MODES.index(r["mode"]), order[label], r["seed"])
 
     return sorted(cells.values(), key=key)
@@ -76,6 +76,6 @@ def publish(dirs: list[Path], docs: Path) -> list[dict[str, Any]]:
     if not cells:
         raise SystemExit(f"no */result.json under {[str(d) for d in dirs]}")
     safety = docs / "safety.md"
-    safety.write_text(between_markers(safety.read_text(), run.summary(cells)))
-    (docs / "jepsen-results.md").write_text(INTRO + run.table(cells))
+    safety.write_text(between_markers(safety.read_text(), tables.summary(cells)))
+    (docs / "jepsen-results.md").write_text(INTRO + tables.table(cells))
     return cells

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rjepsen import run
+from rjepsen import run, tables
 
 
 def row(
@@ -25,7 +25,7 @@ def cell(nemesis: str, mode: str, rows: list[dict[str, Any]], **kw: Any) -> dict
     """A cell with a fault (unless ``none``) and every rlock workload granted (clean rows for
     those ``rows`` leave out)."""
     named = {r["workload"] for r in rows}
-    full = rows + [row(w) for w in run.RLOCK_WORKLOADS if w not in named]
+    full = rows + [row(w) for w in tables.RLOCK_WORKLOADS if w not in named]
     faults = [] if nemesis == "none" else [{"what": nemesis, "settled_after_s": 1.0}]
     return {"nemesis": nemesis, "mode": mode, "seed": 7, "faults": faults, "rows": full, **kw}
 
@@ -153,5 +153,5 @@ def test_a_heal_with_no_grant_after_it_is_shown_as_a_lower_bound() -> None:
         r.setdefault("errors", {})
         r.setdefault("at_end", "")
         r.setdefault("worst_ms", 0.0)
-    assert "| > 12.0 | 12.0 |" in run.table([c])
-    assert "| > 12.0 | 12.0 |" in run.summary([c])
+    assert "| > 12.0 | 12.0 |" in tables.table([c])
+    assert "| > 12.0 | 12.0 |" in tables.summary([c])
