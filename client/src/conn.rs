@@ -137,7 +137,7 @@ impl Direct {
 
     /// Forgets connection `generation` after an error that leaves it in doubt.
     fn check(&self, generation: u64, e: &redis::RedisError) {
-        if crate::engine::redis_uncertain(e) {
+        if crate::error::redis_uncertain(e) {
             let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
             if current.as_ref().is_some_and(|(g, _)| *g == generation) {
                 *current = None;

@@ -179,6 +179,20 @@ pub(crate) fn try_again(e: &RedisError) -> bool {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// [`Error::InvalidArgument`] for a duration beyond [`crate::MAX_DURATION`].
+pub(crate) fn too_long(what: &str, value: std::time::Duration) -> Error {
+    Error::InvalidArgument(format!(
+        "{what} of {value:?} is longer than the longest the client takes ({:?})",
+        crate::MAX_DURATION
+    ))
+}
+
+/// Whether a redis error leaves the outcome of a command unknown (it may have run, or still
+/// run): a timeout, an I/O error, a dropped or refused connection.
+pub(crate) fn redis_uncertain(e: &redis::RedisError) -> bool {
+    e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

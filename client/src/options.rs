@@ -102,7 +102,7 @@ impl Options {
         ];
         for (what, value) in timeouts {
             if let Some(value) = value.filter(|v| *v > crate::MAX_DURATION) {
-                return Err(crate::engine::too_long(what, value));
+                return Err(crate::error::too_long(what, value));
             }
         }
         Ok(())

@@ -100,7 +100,7 @@ impl RedLock {
             [("node timeout", self.node_timeout), ("retry delay", self.retry_delay)]
         {
             if value > crate::MAX_DURATION {
-                return Err(crate::engine::too_long(&format!("a RedLock's {what}"), value));
+                return Err(crate::error::too_long(&format!("a RedLock's {what}"), value));
             }
         }
         Ok(())

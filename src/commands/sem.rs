@@ -6,8 +6,8 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::guarded;
 use crate::args;
-use crate::door::{self, Entered, Entry};
 use crate::args::Lease;
+use crate::door::{self, Entered, Entry};
 use crate::error::LockError;
 use crate::raw::{self, reply::Field};
 use crate::request_rules::{Asked, Granted, REQUEST_RECORD_MS};

@@ -43,7 +43,11 @@ struct Visit {
 /// Where the search stands: the question it waits on.
 enum Waiting {
     /// The holders of `lock`, to visit for `from` asking `wants`.
-    Holders { from: Vec<u8>, lock: Vec<u8>, wants: Wants },
+    Holders {
+        from: Vec<u8>,
+        lock: Vec<u8>,
+        wants: Wants,
+    },
     /// Whether the current visit's blocker waits anywhere.
     Waits,
     /// Whether the current visit's blocker (a reader) is live.
@@ -104,9 +108,9 @@ impl Search {
         let blocker = || self.visit.as_ref().and_then(|v| Some((v, v.blockers.get(v.at)?)));
         match &self.waiting {
             Waiting::Holders { lock, .. } => Ask::Holders(lock),
-            Waiting::Waits => blocker().map_or(Ask::Done(&Found::NoCycle), |(_, (b, _))| {
-                Ask::Waits(b)
-            }),
+            Waiting::Waits => {
+                blocker().map_or(Ask::Done(&Found::NoCycle), |(_, (b, _))| Ask::Waits(b))
+            }
             Waiting::ReaderLive => match blocker() {
                 Some((v, (owner, Some(reads)))) => {
                     Ask::ReaderLive { key: &v.lock, owner, reads: *reads }
@@ -308,4 +312,3 @@ fn path(
     links.reverse();
     links
 }
-

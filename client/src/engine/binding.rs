@@ -97,7 +97,7 @@ impl Binding {
             return Err(Error::InvalidArgument("a session's keepalive must be above zero".into()));
         }
         if keepalive > crate::MAX_DURATION {
-            return Err(crate::engine::too_long("a session's keepalive", keepalive));
+            return Err(crate::error::too_long("a session's keepalive", keepalive));
         }
         let info = client.get_connection_info();
         let config = AsyncConnectionConfig::new().set_response_timeout(None);

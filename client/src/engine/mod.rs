@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::Error;
+use crate::error::{redis_uncertain, too_long, Error};
 
 /// How long past its deadline a call may take: room for the server's own timeout reply to a
 /// wait, and the one response bound of a `Duration::ZERO` try (redis-rs's default response
@@ -86,14 +86,6 @@ pub(crate) fn checked_lease(what: &str, lease: Duration) -> crate::error::Result
     Ok(Duration::from_millis(millis(lease)))
 }
 
-/// [`Error::InvalidArgument`] for a duration beyond [`crate::MAX_DURATION`].
-pub(crate) fn too_long(what: &str, value: Duration) -> Error {
-    Error::InvalidArgument(format!(
-        "{what} of {value:?} is longer than the longest the client takes ({:?})",
-        crate::MAX_DURATION
-    ))
-}
-
 /// The deadline of a wait of `wait` from now; `None` (no limit) for a wait beyond
 /// [`crate::MAX_DURATION`] or too far to add to the clock.
 pub(crate) fn deadline_after(wait: Duration) -> Option<Instant> {
@@ -116,11 +108,6 @@ pub(crate) fn uncertain(e: &Error) -> bool {
 /// may have run, and sending it again on a new connection is answered at once.
 pub(crate) fn connection_lost(e: &Error) -> bool {
     matches!(e, Error::Redis(e) if redis_uncertain(e) && !e.is_timeout())
-}
-
-/// As [`uncertain`], for a redis error.
-pub(crate) fn redis_uncertain(e: &redis::RedisError) -> bool {
-    e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
 /// `tokio::time::timeout_at` when there is a bound; [`Error::TimedOut`] when it passes.

@@ -424,11 +424,11 @@ impl Request {
                         Ok(Answer::Busy) => Ended::Answer(Answer::Busy),
                         Err(e) => Ended::Unknown(e),
                     },
-                    Err(e) if crate::engine::redis_uncertain(&e) && !e.is_timeout() => {
+                    Err(e) if crate::error::redis_uncertain(&e) && !e.is_timeout() => {
                         bound_to.close(); // the connection failed: so did the session
                         Ended::Unknown(Error::SessionClosed)
                     }
-                    Err(e) if crate::engine::redis_uncertain(&e) => Ended::Unknown(e.into()),
+                    Err(e) if crate::error::redis_uncertain(&e) => Ended::Unknown(e.into()),
                     Err(e) => Ended::Refused(e.into()),
                 })
             };

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::engine::redis_uncertain;
+use crate::error::redis_uncertain;
 use crate::error::Error;
 use crate::shared::Shared;
 

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::kind::{Answer, Kind};
 use crate::engine::outcome::{acknowledged, Ended};
-use crate::engine::redis_uncertain;
+use crate::error::redis_uncertain;
 use crate::error::Error;
 use crate::shared::Shared;
 

@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use super::{Hold, WeakHold};
 use crate::engine::kind::Holder;
-use crate::engine::{redis_uncertain, watchdog, SETTLE};
+use crate::engine::{watchdog, SETTLE};
+use crate::error::redis_uncertain;
 use crate::error::{Error, Result};
 
 /// How many times a release is retried (same latch id) after a connection failure.
