@@ -26,6 +26,16 @@ pub fn integer(bytes: &[u8], arg: IntArg) -> Result<i64, LockError> {
     if !canonical {
         return bad(IntProblem::NotInteger);
     }
+    let (least, greatest) = arg.range();
+    if digits.len() <= 18 {
+        // At most 18 digits: within the i64 range, added up without overflow (the common case).
+        let magnitude = digits.iter().fold(0_i64, |n, &d| n * 10 + i64::from(d - b'0'));
+        let value = if negative { -magnitude } else { magnitude };
+        if value < least {
+            return bad(if least >= 0 { IntProblem::TooSmall } else { IntProblem::OutOfRange });
+        }
+        return if value > greatest { bad(IntProblem::OutOfRange) } else { Ok(value) };
+    }
     // The magnitude, saturated past the i64 range (a longer number only needs to be known to
     // be beyond it; the form was checked above, so no digit is skipped unread).
     let mut magnitude: i128 = 0;
@@ -36,7 +46,6 @@ pub fn integer(bytes: &[u8], arg: IntArg) -> Result<i64, LockError> {
         }
     }
     let value = if negative { -magnitude } else { magnitude };
-    let (least, greatest) = arg.range();
     if value < i128::from(least) {
         return bad(if least >= 0 { IntProblem::TooSmall } else { IntProblem::OutOfRange });
     }

@@ -10,7 +10,7 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, CStr};
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr;
 
 use redis_module::{raw, Context, RedisResult, RedisString};
@@ -57,9 +57,16 @@ pub unsafe fn run(
     };
     let outer = RUNNING.replace((ctx, 0));
     let response = if strings.len() <= ON_STACK {
-        let args: [ManuallyDrop<RedisString>; ON_STACK] =
-            std::array::from_fn(|i| borrow(strings.get(i).copied().unwrap_or(ptr::null_mut())));
-        handler(&context, as_strings(&args[..strings.len()]))
+        let mut args = [const { MaybeUninit::<ManuallyDrop<RedisString>>::uninit() }; ON_STACK];
+        for (slot, &s) in args.iter_mut().zip(strings) {
+            slot.write(borrow(s));
+        }
+        // SAFETY: the first `strings.len()` slots were written just above (`zip` stops at the
+        // shorter side, and `strings.len() <= ON_STACK`); `MaybeUninit<T>` has `T`'s layout.
+        let written = unsafe {
+            &*(ptr::from_ref(&args[..strings.len()]) as *const [ManuallyDrop<RedisString>])
+        };
+        handler(&context, as_strings(written))
     } else {
         let args: Vec<ManuallyDrop<RedisString>> = strings.iter().map(|&s| borrow(s)).collect();
         handler(&context, as_strings(&args))
