@@ -10,7 +10,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, TypeVar
 
 from . import _proto as P
 from ._conn import is_resendable, log
@@ -68,6 +68,34 @@ def mark_background() -> None:
 # hand work over through ``queue.SimpleQueue`` (its ``put`` is one C call) and plain dicts.
 
 
+T = TypeVar("T")
+
+
+def hand_over(put: Callable[[T], None], item: T, start: Callable[[], None]) -> None:
+    """``put(item)`` (the thread's inbox), then ``start()`` (a thread to serve it unless one
+    is alive), whatever interrupt lands: one landing before ``put`` ran raises with nothing
+    handed over (as before the call); from then on a thread is started, tried again after an
+    interrupt, which is raised once a thread runs (``_flag.start_daemon``). The loop is here,
+    not in a function called from the ``finally``: a call's first opcode is a point where a
+    signal's handler may run, outside the callee's ``try``."""
+    try:
+        put(item)
+    finally:
+        late: Optional[BaseException] = None
+        while True:
+            try:
+                start()
+                break
+            except Exception:
+                raise
+            except BaseException as e:
+                if late is not None:
+                    raise
+                late = e
+        if late is not None:
+            raise late
+
+
 class Watchdog:
     """One daemon thread per client, while it has holds to watch: renews watchdog holds every
     third of their lease and signals holds lost at their deadline. It keeps holds only by weak
@@ -93,25 +121,7 @@ class Watchdog:
                 return
             else:
                 when = hold.deadline
-        try:
-            self._inbox.put((when, weakref.ref(hold), backoff))  # first: the thread will see it
-        finally:
-            # a thread to serve it, whatever interrupt lands (``_flag.start_daemon``): tried
-            # again after one, which is raised once a thread runs (inline: a call's first
-            # opcode is a point where a signal's handler may run, outside the callee's ``try``)
-            late: Optional[BaseException] = None
-            while True:
-                try:
-                    self._run()
-                    break
-                except Exception:
-                    raise
-                except BaseException as e:
-                    if late is not None:
-                        raise
-                    late = e
-            if late is not None:
-                raise late
+        hand_over(self._inbox.put, (when, weakref.ref(hold), backoff), self._run)
 
     def _run(self) -> None:
         """Starts the watchdog's thread unless one is alive."""
@@ -248,27 +258,14 @@ class Releaser:
         with the reply once answered; ``confirm``: checked durable instead of sent once)."""
         job = Job(key, args, time.monotonic() + horizon, then, confirm)
         job.be = self._be
-        try:
-            self._q.put(job)  # first: once queued, it is sent whatever lands next
-            self._jobs[job] = None
-            if job.finished:
-                self._jobs.pop(job, None)
-        finally:
-            # a thread to send it, whatever interrupt lands: as in ``Watchdog.schedule``
-            late: Optional[BaseException] = None
-            while True:
-                try:
-                    self._run()
-                    break
-                except Exception:
-                    raise
-                except BaseException as e:
-                    if late is not None:
-                        raise
-                    late = e
-            if late is not None:
-                raise late
+        hand_over(self._queue, job, self._run)
         return job
+
+    def _queue(self, job: Job) -> None:
+        self._q.put(job)  # first: once queued, it is sent whatever lands next
+        self._jobs[job] = None
+        if job.finished:
+            self._jobs.pop(job, None)
 
     def _run(self) -> None:
         """Starts the releaser's thread unless one is alive."""
