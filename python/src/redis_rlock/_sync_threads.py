@@ -125,11 +125,7 @@ class Watchdog:
 
     def _run(self) -> None:
         """Starts the watchdog's thread unless one is alive."""
-        t = self._thread
-        if t is None or not t.is_alive():
-            self._thread = start_daemon(
-                _watch_loop, (weakref.ref(self), self._inbox), "redis-rlock-watchdog"
-            )
+        _serve(self, _watch_loop, self._inbox, "redis-rlock-watchdog")
 
     def _tick(self, hold: Hold, backoff: float) -> None:
         now = time.monotonic()
@@ -148,6 +144,28 @@ class Watchdog:
             hold.mark_lost()
             return
         self.schedule(hold)
+
+
+def _serve(owner: Any, loop: Callable[..., None], inbox: Any, name: str) -> None:
+    """Starts ``owner``'s thread (a watchdog's, a releaser's: ``loop(ref, inbox)``, keeping
+    ``owner`` only by weak reference) unless one is alive (run by :func:`hand_over`)."""
+    t = owner._thread
+    if t is None or not t.is_alive():
+        owner._thread = start_daemon(loop, (weakref.ref(owner), inbox), name)
+
+
+def _idle_end(ref: weakref.ref[Any], inbox: queue.SimpleQueue[Any]) -> bool:
+    """A thread of the engine's found nothing to do for :data:`IDLE_S`: whether it ends (its
+    watchdog or releaser, ``ref``, was collected, or nothing came meanwhile). From now on
+    :func:`hand_over` starts another; work that came meanwhile is served by this one (another
+    thread may serve it too: both are right)."""
+    owner = ref()
+    if owner is None:
+        return True
+    if owner._thread is threading.current_thread():
+        owner._thread = None
+    del owner
+    return inbox.empty()
 
 
 def _watch_loop(
@@ -171,15 +189,9 @@ def _watch_loop(
             when, hold_ref, backoff = item
             heapq.heappush(heap, (when, next(seq), hold_ref, backoff))
         elif not heap:
-            wd = ref()
-            if wd is None:
+            if _idle_end(ref, inbox):
                 return
-            if wd._thread is threading.current_thread():
-                wd._thread = None  # ``schedule`` starts another from now on
-            del wd
-            if inbox.empty():
-                return
-            continue  # work came meanwhile (another thread may serve it too: both are right)
+            continue
         while heap and heap[0][0] <= time.monotonic():
             _, _, hold_ref, backoff = heapq.heappop(heap)
             hold = hold_ref()
@@ -269,11 +281,7 @@ class Releaser:
 
     def _run(self) -> None:
         """Starts the releaser's thread unless one is alive."""
-        t = self._thread
-        if t is None or not t.is_alive():
-            self._thread = start_daemon(
-                _release_loop, (weakref.ref(self), self._q), "redis-rlock-releaser"
-            )
+        _serve(self, _release_loop, self._q, "redis-rlock-releaser")
 
     def flush(self, timeout: float) -> bool:
         """Waits (at most ``timeout`` s) until every job submitted so far ended."""
@@ -291,15 +299,9 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
         try:
             job = q.get(timeout=IDLE_S)
         except queue.Empty:
-            rl = ref()
-            if rl is None:
+            if _idle_end(ref, q):
                 return
-            if rl._thread is threading.current_thread():
-                rl._thread = None  # ``submit`` starts another from now on
-            del rl
-            if q.empty():
-                return
-            continue  # work came meanwhile (another thread may serve it too: both are right)
+            continue
         if job is None:  # the releaser was collected
             return
         again = False
