@@ -139,6 +139,16 @@ class LockCore(Generic[H]):
             raise self._not_held()
         return hold
 
+    def _drop_count(self, hold: H) -> bool:
+        """``release``'s first step: True when ``hold`` is down to its last count (the engine
+        releases it on the server); else one count dropped, here (:class:`LockLost`, with
+        nothing dropped, when the hold was lost)."""
+        if hold.count > 1:
+            hold.check()
+            hold.count -= 1
+            return False
+        return True
+
     def _not_held(self) -> NotHeld:
         return NotHeld(f"this {self._who} does not hold the lock", lock_name=self._lock_name())
 

@@ -96,9 +96,7 @@ class _Base(LockCore[Hold]):
         hold = self._current()
         if hold is None:
             raise self._not_held()
-        if hold.count > 1:
-            hold.check()
-            hold.count -= 1
+        if not self._drop_count(hold):
             return
         # the engine marks the hold done (no longer this thread's) as it releases it; an error
         # reply (nothing changed) leaves it this thread's

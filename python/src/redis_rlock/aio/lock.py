@@ -111,9 +111,7 @@ class _Base(LockCore[AsyncHold]):
         hold = self._current()
         if hold is None:
             raise self._not_held()
-        if hold.count > 1:
-            hold.check()
-            hold.count -= 1
+        if not self._drop_count(hold):
             return
         holds = _task_holds()
         holds.pop(self._key(), None)
