@@ -104,6 +104,12 @@ def must_drop(err: BaseException) -> bool:
     return isinstance(err, TOPOLOGY) or is_noreplicas(err)
 
 
+def refreshes_topology(err: BaseException) -> bool:
+    """Whether a cluster client's slot map is refreshed after a call failed with ``err``: a
+    topology error (a redirection, ``CLUSTERDOWN``, ``TRYAGAIN``) or a transient one."""
+    return isinstance(err, TOPOLOGY) or is_transient(err)
+
+
 def redirected(e: AskError, cluster: bool) -> tuple[tuple[str, int], bool]:
     """Where a ``MOVED`` or ``ASK`` reply ``e`` (the command did not run) sends the command
     again, and whether ``ASKING`` goes first (``ASK``); ``e`` raised again outside a cluster."""

@@ -214,6 +214,15 @@ class Step:
         self.kind, self.delay, self.error, self.raw = kind, delay, error, raw
         self.cancel, self.token, self.ids = cancel, token, ids
 
+    def failure(self) -> BaseException:
+        """The error a ``RAISE`` step raises: the call's own as it is (``raw``), else the
+        package's, shown without the error it translates (as ``raise ... from None``)."""
+        assert self.error is not None
+        if not self.raw:
+            self.error.__cause__ = None
+            self.error.__suppress_context__ = True
+        return self.error
+
 
 class Acquiring:
     """One acquire of ``spec``, waiting up to ``wait`` seconds in the server (0: one try; None:

@@ -21,7 +21,6 @@ from redis.sentinel import SentinelConnectionPool
 from . import _proto as P
 from . import _waits as W
 from ._conn import (
-    TOPOLOGY,
     Stalled,
     clone_kwargs,
     is_resendable,
@@ -30,6 +29,7 @@ from ._conn import (
     must_drop,
     pool_name,
     redirected,
+    refreshes_topology,
 )
 from ._core import (
     RELEASE_REFUSED,
@@ -396,7 +396,7 @@ class SyncBackend:
         state is unknown, a cluster's slot map refreshed after a topology or transient error."""
         if must_drop(e):
             conn.disconnect()
-        if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+        if self.cluster and refreshes_topology(e):
             self._refresh_topology()
 
     def _refresh_topology(self) -> None:
@@ -476,10 +476,7 @@ class SyncBackend:
                 if step.kind == Step.NONE:
                     return None
                 if step.kind == Step.RAISE:
-                    assert step.error is not None
-                    if step.raw:
-                        raise step.error
-                    raise step.error from None
+                    raise step.failure()
                 rid = run.rid
                 self.release_stale(stale_writes(spec, rid))
                 self.release_stale(self.taken_over(spec, rid))

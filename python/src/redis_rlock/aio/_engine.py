@@ -21,7 +21,6 @@ from redis.exceptions import AskError
 from .. import _proto as P
 from .. import _waits as W
 from .._conn import (
-    TOPOLOGY,
     Stalled,
     clone_kwargs,
     is_resendable,
@@ -30,6 +29,7 @@ from .._conn import (
     must_drop,
     pool_name,
     redirected,
+    refreshes_topology,
 )
 from .._core import (
     RELEASE_REFUSED,
@@ -318,7 +318,7 @@ class AsyncBackend:
         (the next attempt retries)."""
         if must_drop(e):
             await _drop(conn)
-        if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+        if self.cluster and refreshes_topology(e):
             try:
                 await self.client.nodes_manager.initialize()
             except Exception as err:
@@ -559,10 +559,7 @@ class AsyncBackend:
                 if step.kind in (Step.NONE, Step.CANCEL_NONE):
                     return None  # CANCEL_NONE: ``need_cancel`` is set, the cancel below
                 if step.kind == Step.RAISE:
-                    assert step.error is not None
-                    if step.raw:
-                        raise step.error
-                    raise step.error from None
+                    raise step.failure()
                 rid = run.rid
                 await self.release_stale(stale_writes(spec, rid))
                 await self.release_stale(await self.taken_over(spec, rid))
