@@ -205,6 +205,32 @@ class _Common:
         if reply is None:
             raise _not_owned("release", self._lname)
 
+    def _releasing(self) -> tuple[Any, bytes]:
+        """``release``'s token, as set and as sent; ``LockError`` when there is none."""
+        raw, expected = self._token()
+        if raw is None or expected is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
+        return raw, expected
+
+    def _not_owned_at_release(self, e: Exception) -> None:
+        """A release found the lock not owned (``e``; ``WrongType``: the key was overwritten):
+        redis-py's ``LockNotOwnedError`` raised, unless ``raise_on_release_error=False``."""
+        if getattr(self, "raise_on_release_error", True):
+            if isinstance(e, WrongType):
+                raise _not_owned("release", self._lname) from None
+            raise e
+
+    def _extending(
+        self, additional_time: float, replace_ttl: bool
+    ) -> tuple[Optional[bytes], int, Optional[Hold]]:
+        """``extend``'s arguments checked (no lease of its own, redis-py's key without expiry:
+        ``LockError``): the token, the time in ms, and the hold this object took with it."""
+        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
+        _, token = self._token()
+        ms = _extend_ms(additional_time, replace_ttl)
+        return token, ms, None if token is None else self._hold_of(token)
+
 
 class RLockCompat(_Common, slock.Lock):
     """redis-py's ``Lock`` API on rlock (sync)."""
@@ -259,9 +285,7 @@ class RLockCompat(_Common, slock.Lock):
         """Releases (exactly once, retried after connection errors); ``LockNotOwnedError``
         when the lock was no longer held under this object's token (unless
         ``raise_on_release_error=False``)."""
-        raw, expected = self._token()
-        if raw is None or expected is None:
-            raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
+        raw, expected = self._releasing()
         hold = self._hold_of(expected)
         try:
             if hold is not None:
@@ -279,10 +303,7 @@ class RLockCompat(_Common, slock.Lock):
                 self.do_release(expected)
         except (LockNotOwnedError, WrongType) as e:
             self._forget(raw)
-            if getattr(self, "raise_on_release_error", True):
-                if isinstance(e, WrongType):
-                    raise _not_owned("release", self._lname) from None
-                raise
+            self._not_owned_at_release(e)
             return
         except BaseException:
             if hold is not None and hold.done:
@@ -320,11 +341,7 @@ class RLockCompat(_Common, slock.Lock):
     def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
         """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
         token: its own hold, or (that one gone) whichever hold carries the token."""
-        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
-        _, token = self._token()
-        ms = _extend_ms(additional_time, replace_ttl)
-        hold = None if token is None else self._hold_of(token)
+        token, ms, hold = self._extending(additional_time, replace_ttl)
         if hold is not None:
             sent = time.monotonic()
             lease = self._renew(hold.spec.owner, ms, replace_ttl)
@@ -393,9 +410,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
         (or found the lock not owned). A release cancelled before it ran leaves the hold
         and token as they were (release again); one cancelled while running goes on in a
         shielded task, and a ``release()`` again waits for that one's outcome."""
-        raw, expected = self._token()
-        if raw is None or expected is None:
-            raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
+        raw, expected = self._releasing()
         hold: Any = self._hold_of(expected)
         pending = getattr(self.local, "releasing", None)
         if pending is not None and pending[0] is raw and pending[1] is hold:
@@ -409,10 +424,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
             raise  # the release goes on; the token stays for a release() again
         except (LockNotOwnedError, WrongType) as e:
             self._done_releasing(raw)
-            if getattr(self, "raise_on_release_error", True):
-                if isinstance(e, WrongType):
-                    raise _not_owned("release", self._lname) from None
-                raise
+            self._not_owned_at_release(e)
             return
         except BaseException:
             self.local.releasing = None  # nothing changed (an error reply): release again
@@ -466,11 +478,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
     async def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
         """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
         token: its own hold, or (that one gone) whichever hold carries the token."""
-        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
-        _, token = self._token()
-        ms = _extend_ms(additional_time, replace_ttl)
-        hold = None if token is None else self._hold_of(token)
+        token, ms, hold = self._extending(additional_time, replace_ttl)
         if hold is not None:
             sent = time.monotonic()
             lease = await self._renew(hold.spec.owner, ms, replace_ttl)
