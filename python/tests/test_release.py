@@ -4,8 +4,9 @@ the server is paused in the middle of it (sent again with its request id: releas
 sent to a stopped server (the caller is answered within a bound, the release goes on), and a lock
 release whose reply was lost: sent again in the background, but never after the server forgot its
 id (10 s), where it would end a later hold of the same owner; given up on ``P.RELEASE_RESEND_S``
-after its first send, the lease ends a hold whose release never arrived. Counted permits' releases
-are in ``test_counted_release.py``."""
+after its first send, the lease ends a hold whose release never arrived; leased permits' release
+cut off is sent on until their lease would have ended. Counted permits' releases are in
+``test_counted_release.py``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from _servers import Server, apoll, let_release, poll, user_who_cannot_release
 
 import redis_rlock as rl
 import redis_rlock.aio as ra
+from redis_rlock import _proto as P
 
 # -- a release the server refuses leaves the hold with its owner -------------------------------
 
@@ -224,6 +226,72 @@ async def test_an_async_release_whose_reply_was_lost_is_never_sent_after_the_ser
         p.heal()
         assert await lock._be.flush(15.0), "the background release never ended"
         assert r.hget(key, owner) == b"1", "a stale release ended the owner's later hold"
+    finally:
+        await c.aclose()
+        p.close()
+
+
+# -- leased permits' release cut off: sent on until their lease would have ended ---------------
+
+#: how long the network is cut under a leased release: longer than a lock's release is sent
+#: again (``P.RELEASE_RESEND_S``), far shorter than the permits' lease
+CUT_S = P.RELEASE_RESEND_S + 2.0
+LEASE_S = 40
+
+
+def test_a_leased_release_cut_off_is_sent_on_until_the_lease_would_have_ended(
+    server: Server, r: redis.Redis
+) -> None:
+    """Leased permits released while the network is cut (nothing reaches the server): the
+    caller is answered, the release goes on in the background, and once the network heals it
+    gives the permits back, long before their lease would have ended. A leased release names
+    permit ids no later grant reuses: it is sent on for as long as the permits may be held
+    (a lock's release only ``P.RELEASE_RESEND_S``), the same rule in both engines."""
+    p = Proxy(server.port)
+    c = redis.Redis(port=p.port)
+    key = "dr:leased-cut"
+    try:
+        ls = rl.LeasedSemaphore(c, key, lease=LEASE_S, response_timeout=RT)
+        assert ls.try_set_permits(1)
+        hold = ls.acquire(1)
+        assert hold is not None
+        p.cut()
+        t0 = time.monotonic()
+        hold.release()  # unanswered: goes on in the background
+        time.sleep(CUT_S)  # the outage lasts
+        assert int(r.execute_command("RSEM.AVAILABLE", key)) == 0, "released through a cut"
+        p.heal()
+        poll("the permit back", 10.0, lambda: int(r.execute_command("RSEM.AVAILABLE", key)) == 1)
+        assert time.monotonic() - t0 < LEASE_S, "given back by its lease, not by the release"
+        assert rl.flush_all(5.0), "the background release never ended"
+    finally:
+        c.close()
+        p.close()
+
+
+async def test_an_async_leased_release_cut_off_is_sent_on_until_the_lease_would_have_ended(
+    server: Server, r: redis.Redis
+) -> None:
+    """As the sync test above, for the asyncio engine."""
+    p = Proxy(server.port)
+    c = aredis.Redis(port=p.port)
+    key = "dr:aleased-cut"
+    try:
+        ls = ra.LeasedSemaphore(c, key, lease=LEASE_S, response_timeout=RT)
+        assert await ls.try_set_permits(1)
+        hold = await ls.acquire(1)
+        assert hold is not None
+        p.cut()
+        t0 = time.monotonic()
+        await hold.release()  # unanswered: goes on in the background
+        await asyncio.sleep(CUT_S)  # the outage lasts
+        assert int(r.execute_command("RSEM.AVAILABLE", key)) == 0, "released through a cut"
+        p.heal()
+        await apoll(
+            "the permit back", 10.0, lambda: int(r.execute_command("RSEM.AVAILABLE", key)) == 1
+        )
+        assert time.monotonic() - t0 < LEASE_S, "given back by its lease, not by the release"
+        assert await ls._be.flush(5.0), "the background release never ended"
     finally:
         await c.aclose()
         p.close()

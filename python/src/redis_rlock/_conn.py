@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
 from redis.exceptions import (
     AskError,
@@ -102,6 +102,33 @@ def must_drop(err: BaseException) -> bool:
     if not isinstance(err, ResponseError):
         return True
     return isinstance(err, TOPOLOGY) or is_noreplicas(err)
+
+
+def refreshes_topology(err: BaseException) -> bool:
+    """Whether a cluster client's slot map is refreshed after a call failed with ``err``: a
+    topology error (a redirection, ``CLUSTERDOWN``, ``TRYAGAIN``) or a transient one."""
+    return isinstance(err, TOPOLOGY) or is_transient(err)
+
+
+def redirected(e: AskError, cluster: bool) -> tuple[tuple[str, int], bool]:
+    """Where a ``MOVED`` or ``ASK`` reply ``e`` (the command did not run) sends the command
+    again, and whether ``ASKING`` goes first (``ASK``); ``e`` raised again outside a cluster."""
+    if not cluster:
+        raise e
+    return (e.host, e.port), not isinstance(e, MovedError)
+
+
+def pool_name(at: Optional[tuple[str, int]], node: Any = None, background: bool = False) -> str:
+    """The name an engine keeps its own pools of one server under: a redirection's target
+    ``at``, else a cluster ``node``, as ``host:port``; a client of one server's: "". The sync
+    engine's background threads (``background``) use pools of their own: ``bg:`` first."""
+    if at is not None:
+        name = f"{at[0]}:{at[1]}"
+    elif node is not None:
+        name = f"{node.host}:{node.port}"
+    else:
+        name = ""
+    return "bg:" + name if background else name
 
 
 def clone_kwargs(

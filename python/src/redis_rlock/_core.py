@@ -102,6 +102,59 @@ class Wait:
         self.answered = True  # granted, perhaps (without SESSION): cancelled unless taken
         return True
 
+    def silent(self, key: bytes, reply: Any) -> Any:
+        """The wait's connection was silent (the engine dropped it: its reply, if it ever
+        comes, is not read) and its check answered ``reply``: the acquire's answer (the grant,
+        replayed, or not granted: the request is spent), returned; or the error reply ``was
+        cancelled`` (:meth:`check_failed`), raised: the wait is over, holding nothing."""
+        log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
+        self.probed = True
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+
+class Probing:
+    """A reply awaited on a connection: by ``extra`` plus a response timeout (then the call
+    has :meth:`stalled`), and, for a wait with a check (``wait.probe``), that check sent from
+    another connection every ``_waits.probe_every`` while no reply came (see ``_waits``; its
+    answer on a silent connection: :meth:`Wait.silent`). Made once the command was sent."""
+
+    def __init__(self, wait: Optional[Wait], extra: float, rt: float) -> None:
+        now = time.monotonic()
+        self.within = extra + rt
+        self.end = now + self.within
+        self.every = W.probe_every(rt)
+        self.probes = wait is not None and wait.probe is not None
+        self.probe_at = now + self.every if self.probes else math.inf
+
+    def left(self, most: float) -> float:
+        """How long to wait for the reply before the next look: until the end, at most
+        ``most`` (the sync engine polls its connection, a check sent at the poll it is due)."""
+        return max(0.0, min(self.end - time.monotonic(), most))
+
+    def slice(self) -> float:
+        """How long to wait for the reply before the next look: until the next check is due,
+        or the end."""
+        return max(0.0, min(self.end, self.probe_at) - time.monotonic())
+
+    def due(self, now: float) -> bool:
+        """Whether the next check is due at ``now``."""
+        return now >= self.probe_at
+
+    def probed(self) -> None:
+        """A check found the wait's connection alive (or concluded nothing): the next one in
+        ``every``."""
+        self.probe_at = time.monotonic() + self.every
+
+    def over(self, now: float) -> bool:
+        """Whether the reply's time is up at ``now``."""
+        return now >= self.end
+
+    def stalled(self, what: P.Arg) -> Stalled:
+        """The error of a call whose reply did not come in time (its connection dropped)."""
+        return Stalled(f"no reply to {what!r} within {self.within:.3f} s")
+
 
 class Resending:
     """An idempotent command sent again after the errors ``resend`` accepts (transient ones),
@@ -160,6 +213,15 @@ class Step:
     ) -> None:
         self.kind, self.delay, self.error, self.raw = kind, delay, error, raw
         self.cancel, self.token, self.ids = cancel, token, ids
+
+    def failure(self) -> BaseException:
+        """The error a ``RAISE`` step raises: the call's own as it is (``raw``), else the
+        package's, shown without the error it translates (as ``raise ... from None``)."""
+        assert self.error is not None
+        if not self.raw:
+            self.error.__cause__ = None
+            self.error.__suppress_context__ = True
+        return self.error
 
 
 class Acquiring:
@@ -281,11 +343,15 @@ def _name(spec: P.Spec) -> str:
     return spec.key.decode(errors="replace")
 
 
-def cancel_horizon(spec: P.Spec, rt: float) -> float:
-    """How long an ``RLOCK.CANCEL`` of an acquire of ``spec`` is sent again: until the grant's
-    lease would have ended (no lease: while the server remembers the request), plus one
-    response timeout."""
-    return (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + rt
+def cancelling(spec: P.Spec, rid: bytes, rt: float) -> tuple[list[P.Arg], float]:
+    """An ``RLOCK.CANCEL`` of the acquire ``rid`` of ``spec`` about to be sent: the command,
+    and how long it is sent again (until the grant's lease would have ended; no lease: while
+    the server remembers the request; plus one response timeout). An Owner's peers are told
+    first: the cancel may give a grant of the owner back."""
+    if spec.peers is not None:
+        spec.peers.settling(spec.key)
+    horizon = (spec.lease_ms / 1000.0 if spec.lease_ms else P.REQUEST_RECORD_S) + rt
+    return P.cancel_args(spec.key, rid), horizon
 
 
 def reentry(hold: Hold, lease_ms: int, wait: Optional[float], rt: float) -> tuple[int, float]:
@@ -303,6 +369,20 @@ def release_bounds(hold: Hold, rt: float) -> tuple[float, float, Callable[[BaseE
     first = time.monotonic()
     until = P.resend_end(hold.spec.kind, first, min(hold.deadline, first + 3 * rt))
     return first, until, is_resendable if hold.spec.kind == P.COUNTED else is_transient
+
+
+def resend_until(hold: Hold, first: float) -> float:
+    """Until when (monotonic) ``hold``'s release, first sent at ``first``, is sent again in
+    the background (both engines): counted permits' while the server remembers it
+    (``P.COUNTED_RESEND_S``); a lock's or side's at most ``P.RELEASE_RESEND_S`` (sent after
+    the server forgot its id, it would end a later hold of the same owner); leased permits'
+    until their lease would have ended (``P.resend_end``). Nothing caps it further: a leased
+    release names its permits' ids, which no later grant reuses, so it is safe to send for as
+    long as the permits could still be held, and each one given back before its lease ends
+    serves a waiter at once (the cancel of a grant goes on as long: :func:`cancelling`)."""
+    if hold.spec.kind == P.COUNTED:
+        return first + P.COUNTED_RESEND_S
+    return P.resend_end(hold.spec.kind, first, hold.deadline)
 
 
 def release_missed(hold: Hold, reply: Any, attempts: int) -> bool:

@@ -139,6 +139,20 @@ class LockCore(Generic[H]):
             raise self._not_held()
         return hold
 
+    def _releasing(self) -> Optional[H]:
+        """``release``'s first step: the caller's hold when it is down to its last count (the
+        engine releases it on the server); else None, one count dropped here. Raises
+        :class:`NotHeld` when the caller holds nothing, :class:`LockLost` (nothing dropped)
+        when a re-entered hold was lost."""
+        hold = self._current()
+        if hold is None:
+            raise self._not_held()
+        if hold.count > 1:
+            hold.check()
+            hold.count -= 1
+            return None
+        return hold
+
     def _not_held(self) -> NotHeld:
         return NotHeld(f"this {self._who} does not hold the lock", lock_name=self._lock_name())
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
-import math
 import os
 import time
 import uuid
@@ -16,29 +15,32 @@ from typing import Any, Callable, Optional, Protocol
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, MovedError, ResponseError
+from redis.exceptions import AskError, ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
 from . import _waits as W
 from ._conn import (
-    TOPOLOGY,
     Stalled,
     clone_kwargs,
     is_resendable,
     is_transient,
     log,
     must_drop,
+    pool_name,
+    redirected,
+    refreshes_topology,
 )
 from ._core import (
     RELEASE_REFUSED,
     Acquiring,
     Confirming,
     CountRead,
+    Probing,
     Resending,
     Step,
     Wait,
-    cancel_horizon,
+    cancelling,
     gone,
     reentered,
     reentry,
@@ -48,6 +50,7 @@ from ._core import (
     release_missed,
     release_refused,
     renewed,
+    resend_until,
 )
 from ._fork import check_owner, inherited
 from ._hold import (
@@ -209,24 +212,21 @@ class SyncBackend:
     def _pools_for(
         self, key: bytes, at: Optional[tuple[str, int]], wait: bool
     ) -> tuple[Any, Optional[W.Gate]]:
+        node = None
         if self.cluster and at is not None:
             # a redirection's target: its own pool, on any known node's connection settings
             node = self.client.get_node(host=at[0], port=at[1]) or self.client.get_default_node()
             src = self.client.get_redis_connection(node).connection_pool
-            name = f"{at[0]}:{at[1]}"
             src = _Addressed(src, host=at[0], port=at[1])
         elif self.cluster:
             node = self.client.get_node_from_key(key)
             src = self.client.get_redis_connection(node).connection_pool
-            name = node.name
         else:
             src = self.client.connection_pool
-            name = ""
-        if on_background_thread():
-            # the watchdog's, the releaser's and the session watchers' own pools: no lock a
-            # caller's thread takes (a KeyboardInterrupt may land in redis-py's pool code at any
-            # moment) is ever one these threads wait for; renewals and releases go on regardless
-            name = "bg:" + name
+        # on the watchdog's, the releaser's and the session watchers' threads, their own pools:
+        # no lock a caller's thread takes (a KeyboardInterrupt may land in redis-py's pool code
+        # at any moment) is ever one these threads wait for; renewals and releases go on
+        name = pool_name(at, node, on_background_thread())
         pool = self._pools.get(name)
         if pool is None:  # a pool made twice by a race is dropped unused (no connection yet)
             pool = self._pools.setdefault(name, self._new_pool(src))
@@ -236,9 +236,10 @@ class SyncBackend:
         if pair is None:
             cap = int(getattr(src, "max_connections", 1) or 1)
             pair = self._waits.setdefault(name, (self._new_pool(src), W.Gate(cap)))
-        bg = self._pools.get("bg:" + name)
+        bg_name = pool_name(at, node, background=True)
+        bg = self._pools.get(bg_name)
         if bg is None:
-            bg = self._pools.setdefault("bg:" + name, self._new_pool(src))
+            bg = self._pools.setdefault(bg_name, self._new_pool(src))
         for short in (pool, bg):
             if short._available_connections or short._in_use_connections:
                 continue
@@ -284,9 +285,7 @@ class SyncBackend:
             try:
                 return self._call_at(key, args, extra, at, asking, wait)
             except AskError as e:
-                if not self.cluster:
-                    raise
-                at, asking = (e.host, e.port), not isinstance(e, MovedError)
+                at, asking = redirected(e, self.cluster)
         return self._call_at(key, args, extra, at, asking, wait)
 
     def _call_at(
@@ -343,24 +342,18 @@ class SyncBackend:
             conn.send_command(*args)
             if wait is not None:
                 wait.sent()
-            end = time.monotonic() + extra + self.rt
-            probe_at = math.inf
-            if wait is not None and wait.probe is not None:
-                probe_at = time.monotonic() + W.probe_every(self.rt)
-            while not conn.can_read(timeout=max(0.0, min(end - time.monotonic(), 1.0))):
+            run = Probing(wait, extra, self.rt)
+            while not conn.can_read(timeout=run.left(1.0)):
                 now = time.monotonic()
-                if now >= probe_at:
-                    assert wait is not None and wait.probe is not None
+                if run.due(now):
+                    assert wait is not None
                     found, reply = self._probe(key, wait, conn)
                     if found:
                         conn.disconnect()  # silent: its reply (if it ever comes) is dropped
-                        wait.probed = True
-                        if isinstance(reply, ResponseError):
-                            raise reply  # "was cancelled": the wait is over, holding nothing
-                        return reply
-                    probe_at = time.monotonic() + W.probe_every(self.rt)
-                if now >= end:
-                    raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
+                        return wait.silent(key, reply)
+                    run.probed()
+                if run.over(now):
+                    raise run.stalled(args[0])
             return conn.read_response()
         except BaseException as e:
             self._failed(conn, e)
@@ -396,7 +389,6 @@ class SyncBackend:
                 return False, None
         if conn.can_read(timeout=self.rt):
             return False, None  # the reply was on its way: read it
-        log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
         return True, reply
 
     def _failed(self, conn: Any, e: BaseException) -> None:
@@ -404,7 +396,7 @@ class SyncBackend:
         state is unknown, a cluster's slot map refreshed after a topology or transient error."""
         if must_drop(e):
             conn.disconnect()
-        if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+        if self.cluster and refreshes_topology(e):
             self._refresh_topology()
 
     def _refresh_topology(self) -> None:
@@ -484,10 +476,7 @@ class SyncBackend:
                 if step.kind == Step.NONE:
                     return None
                 if step.kind == Step.RAISE:
-                    assert step.error is not None
-                    if step.raw:
-                        raise step.error
-                    raise step.error from None
+                    raise step.failure()
                 rid = run.rid
                 self.release_stale(stale_writes(spec, rid))
                 self.release_stale(self.taken_over(spec, rid))
@@ -546,11 +535,8 @@ class SyncBackend:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
         until answered or the grant's lease would have ended; waits for it a bounded time (two
         response timeouts). A grant given back leaves the key's expiry: see ``kept_by_cancel``."""
-        horizon = cancel_horizon(spec, self.rt)
-        if spec.peers is not None:
-            spec.peers.settling(spec.key)  # may give a grant of the owner back
+        args, horizon = cancelling(spec, rid, self.rt)
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
-        args = P.cancel_args(spec.key, rid)
         if spec.kind == P.COUNTED:
             then = functools.partial(self._cancelled_counted, spec.key, args, t0)
         job = self.releaser.submit(spec.key, args, horizon, then)
@@ -641,22 +627,17 @@ class SyncBackend:
     def release_later(
         self, hold: Hold, args: Optional[list[P.Arg]] = None, first: Optional[float] = None
     ) -> None:
-        """Sends ``hold``'s (idempotent) release in the background, until answered or its
-        lease would have ended; counted permits: while the server remembers the release; a
-        lock's or side's: at most ``P.RELEASE_RESEND_S`` (both from ``first``, its first send):
-        sent again after the server forgot its id (10 s), a release would end a later hold of
-        the same owner (the lease ends a hold whose release was given up on)."""
+        """Sends ``hold``'s (idempotent) release in the background, until answered or
+        :func:`~._core.resend_until` (from ``first``, its first send; None: now) passed;
+        an answered counted give-back is then made durable."""
         if args is None:
             args = hold.release_args()
         now = time.monotonic()
         then = None
         sent = now if first is None else first
         if hold.spec.kind == P.COUNTED:
-            horizon = sent + P.COUNTED_RESEND_S - now
             then = functools.partial(self._answered_give_back, hold.spec.key, args, sent)
-        else:
-            horizon = P.resend_end(hold.spec.kind, sent, hold.deadline) - now
-        horizon = max(0.0, min(horizon, P.REQUEST_RECORD_S))
+        horizon = max(0.0, resend_until(hold, sent) - now)
         self.releaser.submit(hold.spec.key, args, horizon, then)
 
     def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:

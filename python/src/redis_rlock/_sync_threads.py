@@ -10,7 +10,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, TypeVar
 
 from . import _proto as P
 from ._conn import is_resendable, log
@@ -68,6 +68,34 @@ def mark_background() -> None:
 # hand work over through ``queue.SimpleQueue`` (its ``put`` is one C call) and plain dicts.
 
 
+T = TypeVar("T")
+
+
+def hand_over(put: Callable[[T], None], item: T, start: Callable[[], None]) -> None:
+    """``put(item)`` (the thread's inbox), then ``start()`` (a thread to serve it unless one
+    is alive), whatever interrupt lands: one landing before ``put`` ran raises with nothing
+    handed over (as before the call); from then on a thread is started, tried again after an
+    interrupt, which is raised once a thread runs (``_flag.start_daemon``). The loop is here,
+    not in a function called from the ``finally``: a call's first opcode is a point where a
+    signal's handler may run, outside the callee's ``try``."""
+    try:
+        put(item)
+    finally:
+        late: Optional[BaseException] = None
+        while True:
+            try:
+                start()
+                break
+            except Exception:
+                raise
+            except BaseException as e:
+                if late is not None:
+                    raise
+                late = e
+        if late is not None:
+            raise late
+
+
 class Watchdog:
     """One daemon thread per client, while it has holds to watch: renews watchdog holds every
     third of their lease and signals holds lost at their deadline. It keeps holds only by weak
@@ -93,33 +121,11 @@ class Watchdog:
                 return
             else:
                 when = hold.deadline
-        try:
-            self._inbox.put((when, weakref.ref(hold), backoff))  # first: the thread will see it
-        finally:
-            # a thread to serve it, whatever interrupt lands (``_flag.start_daemon``): tried
-            # again after one, which is raised once a thread runs (inline: a call's first
-            # opcode is a point where a signal's handler may run, outside the callee's ``try``)
-            late: Optional[BaseException] = None
-            while True:
-                try:
-                    self._run()
-                    break
-                except Exception:
-                    raise
-                except BaseException as e:
-                    if late is not None:
-                        raise
-                    late = e
-            if late is not None:
-                raise late
+        hand_over(self._inbox.put, (when, weakref.ref(hold), backoff), self._run)
 
     def _run(self) -> None:
         """Starts the watchdog's thread unless one is alive."""
-        t = self._thread
-        if t is None or not t.is_alive():
-            self._thread = start_daemon(
-                _watch_loop, (weakref.ref(self), self._inbox), "redis-rlock-watchdog"
-            )
+        _serve(self, _watch_loop, self._inbox, "redis-rlock-watchdog")
 
     def _tick(self, hold: Hold, backoff: float) -> None:
         now = time.monotonic()
@@ -138,6 +144,28 @@ class Watchdog:
             hold.mark_lost()
             return
         self.schedule(hold)
+
+
+def _serve(owner: Any, loop: Callable[..., None], inbox: Any, name: str) -> None:
+    """Starts ``owner``'s thread (a watchdog's, a releaser's: ``loop(ref, inbox)``, keeping
+    ``owner`` only by weak reference) unless one is alive (run by :func:`hand_over`)."""
+    t = owner._thread
+    if t is None or not t.is_alive():
+        owner._thread = start_daemon(loop, (weakref.ref(owner), inbox), name)
+
+
+def _idle_end(ref: weakref.ref[Any], inbox: queue.SimpleQueue[Any]) -> bool:
+    """A thread of the engine's found nothing to do for :data:`IDLE_S`: whether it ends (its
+    watchdog or releaser, ``ref``, was collected, or nothing came meanwhile). From now on
+    :func:`hand_over` starts another; work that came meanwhile is served by this one (another
+    thread may serve it too: both are right)."""
+    owner = ref()
+    if owner is None:
+        return True
+    if owner._thread is threading.current_thread():
+        owner._thread = None
+    del owner
+    return inbox.empty()
 
 
 def _watch_loop(
@@ -161,15 +189,9 @@ def _watch_loop(
             when, hold_ref, backoff = item
             heapq.heappush(heap, (when, next(seq), hold_ref, backoff))
         elif not heap:
-            wd = ref()
-            if wd is None:
+            if _idle_end(ref, inbox):
                 return
-            if wd._thread is threading.current_thread():
-                wd._thread = None  # ``schedule`` starts another from now on
-            del wd
-            if inbox.empty():
-                return
-            continue  # work came meanwhile (another thread may serve it too: both are right)
+            continue
         while heap and heap[0][0] <= time.monotonic():
             _, _, hold_ref, backoff = heapq.heappop(heap)
             hold = hold_ref()
@@ -248,35 +270,18 @@ class Releaser:
         with the reply once answered; ``confirm``: checked durable instead of sent once)."""
         job = Job(key, args, time.monotonic() + horizon, then, confirm)
         job.be = self._be
-        try:
-            self._q.put(job)  # first: once queued, it is sent whatever lands next
-            self._jobs[job] = None
-            if job.finished:
-                self._jobs.pop(job, None)
-        finally:
-            # a thread to send it, whatever interrupt lands: as in ``Watchdog.schedule``
-            late: Optional[BaseException] = None
-            while True:
-                try:
-                    self._run()
-                    break
-                except Exception:
-                    raise
-                except BaseException as e:
-                    if late is not None:
-                        raise
-                    late = e
-            if late is not None:
-                raise late
+        hand_over(self._queue, job, self._run)
         return job
+
+    def _queue(self, job: Job) -> None:
+        self._q.put(job)  # first: once queued, it is sent whatever lands next
+        self._jobs[job] = None
+        if job.finished:
+            self._jobs.pop(job, None)
 
     def _run(self) -> None:
         """Starts the releaser's thread unless one is alive."""
-        t = self._thread
-        if t is None or not t.is_alive():
-            self._thread = start_daemon(
-                _release_loop, (weakref.ref(self), self._q), "redis-rlock-releaser"
-            )
+        _serve(self, _release_loop, self._q, "redis-rlock-releaser")
 
     def flush(self, timeout: float) -> bool:
         """Waits (at most ``timeout`` s) until every job submitted so far ended."""
@@ -294,15 +299,9 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
         try:
             job = q.get(timeout=IDLE_S)
         except queue.Empty:
-            rl = ref()
-            if rl is None:
+            if _idle_end(ref, q):
                 return
-            if rl._thread is threading.current_thread():
-                rl._thread = None  # ``submit`` starts another from now on
-            del rl
-            if q.empty():
-                return
-            continue  # work came meanwhile (another thread may serve it too: both are right)
+            continue
         if job is None:  # the releaser was collected
             return
         again = False

@@ -18,7 +18,7 @@ import math
 import re
 import time
 import uuid
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import redis.asyncio.lock as alock
 import redis.lock as slock
@@ -27,6 +27,8 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 from . import _proto as P
 from ._hold import Hold
 from .errors import WrongType
+
+T = TypeVar("T")
 
 _WATCHDOG_MS = 30_000
 #: a wait at least this long (ms) waits without limit: the server takes at most 2**63 - 1
@@ -121,16 +123,38 @@ def _not_owned(what: str, name: str) -> LockNotOwnedError:
     return LockNotOwnedError(f"Cannot {what} a lock that's no longer owned", lock_name=name)
 
 
+def _unless_wrongtype(e: ResponseError, value: T) -> T:
+    """``value`` when the error reply ``e`` is ``WRONGTYPE`` (the key holds something else),
+    else ``e`` raised."""
+    if _is_wrongtype(e):
+        return value
+    raise e
+
+
+def _owner_in(reply: Any) -> Any:
+    """The owner id in an ``RLOCK.INFO`` reply (None: the lock is free)."""
+    info = P.info_map(reply)
+    return None if info is None else info.get(b"owner")
+
+
 class _Common:
     """State shared by the sync and asyncio drop-ins: the encoded name, and which hold of
     this thread's (``thread_local``) or the object's state belongs to its token."""
 
     local: Any
     redis: Any
+    timeout: Any
+    blocking: Any
+    blocking_timeout: Any
+    _be: Any
     _key: bytes
     _lname: str
 
-    def _named(self, redis: Any, name: Any) -> None:
+    def _attach(self, redis: Any, name: Any, engine: Any) -> None:
+        """After redis-py's ``__init__``: a lease that cannot be held refused at once (not at
+        acquire), the engine (``engine(client, response_timeout)``), the encoded name."""
+        _lease(self.timeout)
+        self._be = engine(redis, 2.0)
         self._key = P.name_bytes(name, redis)
         self._lname = name if isinstance(name, str) else self._key.decode(errors="replace")
 
@@ -156,9 +180,56 @@ class _Common:
             self.local.token = None
             self.local.hold = None
 
-    def _spec(self, token: bytes, timeout: Optional[float]) -> tuple[P.Spec, bool]:
-        lease_ms, watchdog = _lease(timeout)
-        return P.Spec(P.LOCK, self._key, owner=_owner_for(token), lease_ms=lease_ms), watchdog
+    def _acquiring(
+        self, blocking: Optional[bool], blocking_timeout: Optional[float], token: Any
+    ) -> tuple[P.Spec, Optional[float], bool, Callable[[Hold], None]]:
+        """``acquire``'s arguments (None: the object's own) as the engine's: the spec (an
+        owner id of its own carrying the token), the wait, whether a watchdog renews the
+        hold, and where the grant is stored (with its token)."""
+        blocking = self.blocking if blocking is None else blocking
+        blocking_timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
+        wait = _wait(blocking, blocking_timeout)
+        tok = _encode_token(self.redis, token)
+        lease_ms, watchdog = _lease(self.timeout)
+        spec = P.Spec(P.LOCK, self._key, owner=_owner_for(tok), lease_ms=lease_ms)
+        return spec, wait, watchdog, lambda h: self._store(h, tok)
+
+    def _release_args(self, token: bytes, owner: Any) -> list[P.Arg]:
+        """``do_release``'s ``RLOCK.RELEASE`` of ``owner`` (read from the server), with a
+        request id; ``LockNotOwnedError`` when ``owner`` does not carry ``token``."""
+        if not _carries(owner, token):
+            raise _not_owned("release", self._lname)
+        return ["RLOCK.RELEASE", self._key, owner, "REQUEST", P.new_id()]
+
+    def _released(self, reply: Any) -> None:
+        if reply is None:
+            raise _not_owned("release", self._lname)
+
+    def _releasing(self) -> tuple[Any, bytes]:
+        """``release``'s token, as set and as sent; ``LockError`` when there is none."""
+        raw, expected = self._token()
+        if raw is None or expected is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
+        return raw, expected
+
+    def _not_owned_at_release(self, e: Exception) -> None:
+        """A release found the lock not owned (``e``; ``WrongType``: the key was overwritten):
+        redis-py's ``LockNotOwnedError`` raised, unless ``raise_on_release_error=False``."""
+        if getattr(self, "raise_on_release_error", True):
+            if isinstance(e, WrongType):
+                raise _not_owned("release", self._lname) from None
+            raise e
+
+    def _extending(
+        self, additional_time: float, replace_ttl: bool
+    ) -> tuple[Optional[bytes], int, Optional[Hold]]:
+        """``extend``'s arguments checked (no lease of its own, redis-py's key without expiry:
+        ``LockError``): the token, the time in ms, and the hold this object took with it."""
+        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
+        _, token = self._token()
+        ms = _extend_ms(additional_time, replace_ttl)
+        return token, ms, None if token is None else self._hold_of(token)
 
 
 class RLockCompat(_Common, slock.Lock):
@@ -166,11 +237,9 @@ class RLockCompat(_Common, slock.Lock):
 
     def __init__(self, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        _lease(self.timeout)  # a lease that cannot be held is refused at once, not at acquire
         from ._sync import backend_for
 
-        self._be = backend_for(redis, 2.0)
-        self._named(redis, name)
+        self._attach(redis, name, backend_for)
 
     def register_scripts(self) -> None:
         """No Lua scripts: the module's commands do the work."""
@@ -185,13 +254,8 @@ class RLockCompat(_Common, slock.Lock):
         """Takes the lock, waiting in the server (FIFO) up to ``blocking_timeout`` (None,
         +inf or beyond the server's range: without limit). Never re-enters: a lock held under
         the same token (by this object or another) is busy, as with redis-py."""
-        blocking = self.blocking if blocking is None else blocking
-        blocking_timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
-        wait = _wait(blocking, blocking_timeout)
-        tok = _encode_token(self.redis, token)
-        spec, watchdog = self._spec(tok, self.timeout)
-        hold = self._be.acquire(spec, wait, watchdog, None, lambda h: self._store(h, tok))
-        return hold is not None
+        spec, wait, watchdog, store = self._acquiring(blocking, blocking_timeout, token)
+        return self._be.acquire(spec, wait, watchdog, None, store) is not None
 
     def do_acquire(self, token: Union[str, bytes]) -> bool:
         """One non-blocking try with ``token``."""
@@ -200,12 +264,9 @@ class RLockCompat(_Common, slock.Lock):
     def _owner(self) -> Any:
         """The owner id the server stores for the lock now (None when free)."""
         try:
-            info = P.info_map(self._be.call(self._key, ["RLOCK.INFO", self._key]))
+            return _owner_in(self._be.call(self._key, ["RLOCK.INFO", self._key]))
         except ResponseError as e:
-            if _is_wrongtype(e):
-                return None  # the key holds something else: nobody holds the lock
-            raise
-        return None if info is None else info.get(b"owner")
+            return _unless_wrongtype(e, None)  # the key holds something else: nobody holds it
 
     def locked(self) -> bool:
         """Whether anybody holds the lock (or the key holds another value, which redis-py
@@ -213,9 +274,7 @@ class RLockCompat(_Common, slock.Lock):
         try:
             return bool(self._be.call(self._key, ["RLOCK.PTTL", self._key]) != -2)
         except ResponseError as e:
-            if _is_wrongtype(e):
-                return True
-            raise
+            return _unless_wrongtype(e, True)
 
     def owned(self) -> bool:
         """Whether the lock is held under this lock object's token."""
@@ -226,9 +285,7 @@ class RLockCompat(_Common, slock.Lock):
         """Releases (exactly once, retried after connection errors); ``LockNotOwnedError``
         when the lock was no longer held under this object's token (unless
         ``raise_on_release_error=False``)."""
-        raw, expected = self._token()
-        if raw is None or expected is None:
-            raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
+        raw, expected = self._releasing()
         hold = self._hold_of(expected)
         try:
             if hold is not None:
@@ -246,10 +303,7 @@ class RLockCompat(_Common, slock.Lock):
                 self.do_release(expected)
         except (LockNotOwnedError, WrongType) as e:
             self._forget(raw)
-            if getattr(self, "raise_on_release_error", True):
-                if isinstance(e, WrongType):
-                    raise _not_owned("release", self._lname) from None
-                raise
+            self._not_owned_at_release(e)
             return
         except BaseException:
             if hold is not None and hold.done:
@@ -261,18 +315,15 @@ class RLockCompat(_Common, slock.Lock):
         """Releases the hold taken with ``expected_token`` (whichever object took it):
         ``RLOCK.RELEASE`` of its owner id, with a request id."""
         token = P.encode(expected_token, self.redis, "lock token")
-        owner = self._owner()
-        if not _carries(owner, token):
-            raise _not_owned("release", self._lname)
-        args: list[P.Arg] = ["RLOCK.RELEASE", self._key, owner, "REQUEST", P.new_id()]
+        args = self._release_args(token, self._owner())
+        until = time.monotonic() + 3 * self._be.rt
         try:
-            reply, _ = self._be.call_until(self._key, args, time.monotonic() + 3 * self._be.rt)
+            reply, _ = self._be.call_until(self._key, args, until)
         except ResponseError as e:
             if _is_wrongtype(e):
                 raise _not_owned("release", self._lname) from None
             raise
-        if reply is None:
-            raise _not_owned("release", self._lname)
+        self._released(reply)
 
     def _renew(self, owner: Any, ms: int, replace_ttl: bool) -> Optional[int]:
         """``RLOCK.RENEW`` of ``owner`` for ``ms`` (added to the lease left, unless
@@ -284,19 +335,13 @@ class RLockCompat(_Common, slock.Lock):
                     return None
             renewed = self._be.call(self._key, _renew_args(self._key, owner, ms, replace_ttl))
         except ResponseError as e:
-            if _is_wrongtype(e):
-                return None
-            raise
+            return _unless_wrongtype(e, None)
         return ms if renewed == 1 else None
 
     def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
         """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
         token: its own hold, or (that one gone) whichever hold carries the token."""
-        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
-        _, token = self._token()
-        ms = _extend_ms(additional_time, replace_ttl)
-        hold = None if token is None else self._hold_of(token)
+        token, ms, hold = self._extending(additional_time, replace_ttl)
         if hold is not None:
             sent = time.monotonic()
             lease = self._renew(hold.spec.owner, ms, replace_ttl)
@@ -320,11 +365,9 @@ class AsyncRLockCompat(_Common, alock.Lock):
 
     def __init__(self, redis: Any, name: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        _lease(self.timeout)  # a lease that cannot be held is refused at once, not at acquire
         from .aio._engine import backend_for
 
-        self._be = backend_for(redis, 2.0)
-        self._named(redis, name)
+        self._attach(redis, name, backend_for)
 
     def register_scripts(self) -> None:
         """No Lua scripts."""
@@ -337,13 +380,8 @@ class AsyncRLockCompat(_Common, alock.Lock):
     ) -> bool:
         """Takes the lock, waiting in the server (FIFO) up to ``blocking_timeout`` (None,
         +inf or beyond the server's range: without limit); never re-enters (see the sync one)."""
-        blocking = self.blocking if blocking is None else blocking
-        blocking_timeout = self.blocking_timeout if blocking_timeout is None else blocking_timeout
-        wait = _wait(blocking, blocking_timeout)
-        tok = _encode_token(self.redis, token)
-        spec, watchdog = self._spec(tok, self.timeout)
-        hold = await self._be.acquire(spec, wait, watchdog, None, lambda h: self._store(h, tok))
-        return hold is not None
+        spec, wait, watchdog, store = self._acquiring(blocking, blocking_timeout, token)
+        return await self._be.acquire(spec, wait, watchdog, None, store) is not None
 
     async def do_acquire(self, token: Union[str, bytes]) -> bool:
         """One non-blocking try with ``token``."""
@@ -351,21 +389,16 @@ class AsyncRLockCompat(_Common, alock.Lock):
 
     async def _owner(self) -> Any:
         try:
-            info = P.info_map(await self._be.call(self._key, ["RLOCK.INFO", self._key]))
+            return _owner_in(await self._be.call(self._key, ["RLOCK.INFO", self._key]))
         except ResponseError as e:
-            if _is_wrongtype(e):
-                return None
-            raise
-        return None if info is None else info.get(b"owner")
+            return _unless_wrongtype(e, None)
 
     async def locked(self) -> bool:
         """Whether anybody holds the lock (or the key holds another value)."""
         try:
             return bool(await self._be.call(self._key, ["RLOCK.PTTL", self._key]) != -2)
         except ResponseError as e:
-            if _is_wrongtype(e):
-                return True
-            raise
+            return _unless_wrongtype(e, True)
 
     async def owned(self) -> bool:
         """Whether the lock is held under this lock object's token."""
@@ -377,9 +410,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
         (or found the lock not owned). A release cancelled before it ran leaves the hold
         and token as they were (release again); one cancelled while running goes on in a
         shielded task, and a ``release()`` again waits for that one's outcome."""
-        raw, expected = self._token()
-        if raw is None or expected is None:
-            raise LockError("Cannot release an unlocked lock", lock_name=self._lname)
+        raw, expected = self._releasing()
         hold: Any = self._hold_of(expected)
         pending = getattr(self.local, "releasing", None)
         if pending is not None and pending[0] is raw and pending[1] is hold:
@@ -393,10 +424,7 @@ class AsyncRLockCompat(_Common, alock.Lock):
             raise  # the release goes on; the token stays for a release() again
         except (LockNotOwnedError, WrongType) as e:
             self._done_releasing(raw)
-            if getattr(self, "raise_on_release_error", True):
-                if isinstance(e, WrongType):
-                    raise _not_owned("release", self._lname) from None
-                raise
+            self._not_owned_at_release(e)
             return
         except BaseException:
             self.local.releasing = None  # nothing changed (an error reply): release again
@@ -425,19 +453,15 @@ class AsyncRLockCompat(_Common, alock.Lock):
     async def do_release(self, expected_token: Union[str, bytes]) -> None:
         """Releases the hold taken with ``expected_token`` (whichever object took it)."""
         token = P.encode(expected_token, self.redis, "lock token")
-        owner = await self._owner()
-        if not _carries(owner, token):
-            raise _not_owned("release", self._lname)
-        args: list[P.Arg] = ["RLOCK.RELEASE", self._key, owner, "REQUEST", P.new_id()]
+        args = self._release_args(token, await self._owner())
+        until = time.monotonic() + 3 * self._be.rt
         try:
-            until = time.monotonic() + 3 * self._be.rt
             reply, _ = await self._be.call_until(self._key, args, until)
         except ResponseError as e:
             if _is_wrongtype(e):
                 raise _not_owned("release", self._lname) from None
             raise
-        if reply is None:
-            raise _not_owned("release", self._lname)
+        self._released(reply)
 
     async def _renew(self, owner: Any, ms: int, replace_ttl: bool) -> Optional[int]:
         """As the sync one's: the lease set, None when ``owner`` does not hold the lock."""
@@ -448,19 +472,13 @@ class AsyncRLockCompat(_Common, alock.Lock):
                     return None
             renewed = await self._be.call(self._key, _renew_args(self._key, owner, ms, replace_ttl))
         except ResponseError as e:
-            if _is_wrongtype(e):
-                return None
-            raise
+            return _unless_wrongtype(e, None)
         return ms if renewed == 1 else None
 
     async def do_extend(self, additional_time: float, replace_ttl: bool) -> bool:  # type: ignore[override]
         """Extends the lease (``replace_ttl``: sets it) of the hold under this object's
         token: its own hold, or (that one gone) whichever hold carries the token."""
-        if not self.timeout:  # 0: no lease of its own (redis-py: a key without expiry)
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self._lname)
-        _, token = self._token()
-        ms = _extend_ms(additional_time, replace_ttl)
-        hold = None if token is None else self._hold_of(token)
+        token, ms, hold = self._extending(additional_time, replace_ttl)
         if hold is not None:
             sent = time.monotonic()
             lease = await self._renew(hold.spec.owner, ms, replace_ttl)

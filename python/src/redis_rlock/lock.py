@@ -93,12 +93,8 @@ class _Base(LockCore[Hold]):
         Raises :class:`NotHeld` when the thread holds nothing, :class:`LockLost` when the hold
         had ended (nothing is sent then). An interrupt landing in it leaves the hold either
         this thread's (not released yet) or released (in the background if need be)."""
-        hold = self._current()
+        hold = self._releasing()
         if hold is None:
-            raise self._not_held()
-        if hold.count > 1:
-            hold.check()
-            hold.count -= 1
             return
         # the engine marks the hold done (no longer this thread's) as it releases it; an error
         # reply (nothing changed) leaves it this thread's

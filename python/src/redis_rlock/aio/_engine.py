@@ -16,29 +16,31 @@ from typing import Any, Awaitable, Callable, Optional, Protocol
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
-from redis.exceptions import AskError, MovedError, ResponseError
+from redis.exceptions import AskError
 
 from .. import _proto as P
 from .. import _waits as W
 from .._conn import (
-    TOPOLOGY,
     Stalled,
     clone_kwargs,
     is_resendable,
     is_transient,
     log,
     must_drop,
+    pool_name,
+    redirected,
+    refreshes_topology,
 )
 from .._core import (
     RELEASE_REFUSED,
-    RELEASE_SEND_ON_REFUSED,
     Acquiring,
     Confirming,
     CountRead,
+    Probing,
     Resending,
     Step,
     Wait,
-    cancel_horizon,
+    cancelling,
     gone,
     reentered,
     reentry,
@@ -48,6 +50,7 @@ from .._core import (
     release_missed,
     release_refused,
     renewed,
+    resend_until,
 )
 from .._fork import ForkGuard, check_owner
 from .._hold import (
@@ -149,6 +152,7 @@ class AsyncBackend:
     ) -> Any:
         """The package's pool for ``key``'s server: of short commands, or with ``wait`` the
         pool and gate of server-side waits (see ``_waits``)."""
+        node = None
         if self.cluster:
             await self.client.initialize()
             node = self.client.get_node_from_key(key)
@@ -156,14 +160,14 @@ class AsyncBackend:
                 # a redirection's target: its own pool, on the key's node's settings
                 node = self.client.get_node(host=at[0], port=at[1]) or node
             host, port = at if at is not None else (node.host, node.port)
-            name = f"{host}:{port}"
             kwargs = dict(node.connection_kwargs, host=host, port=port)
             cls = node.connection_class
             cap = int(getattr(node, "max_connections", 1) or 1)
         else:
             src = self.client.connection_pool
-            name, kwargs, cls = "", src.connection_kwargs, src.connection_class
+            kwargs, cls = src.connection_kwargs, src.connection_class
             cap = int(getattr(src, "max_connections", 1) or 1)
+        name = pool_name(at, node)
         pool = self._pools.get(name)
         if pool is None:
             pool = self._pools[name] = self._new_pool(kwargs, cls)
@@ -199,9 +203,7 @@ class AsyncBackend:
             try:
                 return await self._call_at(key, args, extra, at, asking, wait)
             except AskError as e:
-                if not self.cluster:
-                    raise
-                at, asking = (e.host, e.port), not isinstance(e, MovedError)
+                at, asking = redirected(e, self.cluster)
         return await self._call_at(key, args, extra, at, asking, wait)
 
     async def _call_at(
@@ -257,32 +259,26 @@ class AsyncBackend:
             await conn.send_command(*args)
             if wait is not None:
                 wait.sent()
+            run = Probing(wait, extra, self.rt)
             if wait is None or wait.probe is None:
                 try:
-                    return await asyncio.wait_for(conn.read_response(), extra + self.rt)
+                    return await asyncio.wait_for(conn.read_response(), run.within)
                 except asyncio.TimeoutError:
-                    msg = f"no reply to {args[0]!r} within {extra + self.rt:.3f} s"
-                    raise Stalled(msg) from None
-            end = time.monotonic() + extra + self.rt
+                    raise run.stalled(args[0]) from None
             read = asyncio.ensure_future(conn.read_response())
             while True:
-                step = min(W.probe_every(self.rt), end - time.monotonic())
-                done, _ = await asyncio.wait({read}, timeout=max(0.0, step))
+                done, _ = await asyncio.wait({read}, timeout=run.slice())
                 if done:
                     return read.result()
-                if time.monotonic() >= end:
-                    raise Stalled(f"no reply to {args[0]!r} within {extra + self.rt:.3f} s")
+                if run.over(time.monotonic()):
+                    raise run.stalled(args[0])
                 found, reply = await self._probe(key, wait, read)
                 if read.done():
                     return read.result()
                 if found:
-                    raise _Silent(reply)
-        except _Silent as e:
-            wait.probed = True  # type: ignore[union-attr]
-            await _drop(conn)  # silent: its reply (if it ever comes) is dropped
-            if isinstance(e.reply, ResponseError):
-                raise e.reply from None  # "was cancelled": the wait is over, holding nothing
-            return e.reply
+                    await _drop(conn)  # silent: its reply (if it ever comes) is dropped
+                    return wait.silent(key, reply)
+                run.probed()
         except BaseException as e:
             await self._failed(conn, e)
             raise
@@ -314,7 +310,6 @@ class AsyncBackend:
         await asyncio.wait({read}, timeout=self.rt)
         if read.done():
             return False, None
-        log.warning("redis_rlock: a wait on %r had a silent connection: dropped", key)
         return True, reply
 
     async def _failed(self, conn: Any, e: BaseException) -> None:
@@ -323,7 +318,7 @@ class AsyncBackend:
         (the next attempt retries)."""
         if must_drop(e):
             await _drop(conn)
-        if self.cluster and (isinstance(e, TOPOLOGY) or is_transient(e)):
+        if self.cluster and refreshes_topology(e):
             try:
                 await self.client.nodes_manager.initialize()
             except Exception as err:
@@ -346,6 +341,16 @@ class AsyncBackend:
             except Exception as e:
                 delay = run.failed(e)
             await asyncio.sleep(delay)
+
+    def release_later(self, hold: AsyncHold, args: list[P.Arg], first: float) -> None:
+        """As the sync engine's: ``hold``'s (idempotent) release sent in a background task
+        until answered or :func:`~.._core.resend_until` passed; an answered counted give-back
+        is then made durable."""
+        if hold.spec.kind == P.COUNTED:
+            self.background(self._give_back(hold.spec.key, args, first))
+            return
+        horizon = max(0.0, resend_until(hold, first) - time.monotonic())
+        self.background(self._cleanup(hold.spec.key, args, horizon))
 
     async def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
         """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``) in a task nobody's
@@ -494,11 +499,8 @@ class AsyncBackend:
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
-        horizon = cancel_horizon(spec, self.rt)
-        if spec.peers is not None:
-            spec.peers.settling(spec.key)  # may give a grant of the owner back
+        args, horizon = cancelling(spec, rid, self.rt)
         asked_at = time.monotonic()
-        args = P.cancel_args(spec.key, rid)
         task = self.background(self._cleanup(spec.key, args, horizon))
         task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0, asked_at))
         if spec.kind == P.COUNTED:
@@ -557,10 +559,7 @@ class AsyncBackend:
                 if step.kind in (Step.NONE, Step.CANCEL_NONE):
                     return None  # CANCEL_NONE: ``need_cancel`` is set, the cancel below
                 if step.kind == Step.RAISE:
-                    assert step.error is not None
-                    if step.raw:
-                        raise step.error
-                    raise step.error from None
+                    raise step.failure()
                 rid = run.rid
                 await self.release_stale(stale_writes(spec, rid))
                 await self.release_stale(await self.taken_over(spec, rid))
@@ -629,32 +628,19 @@ class AsyncBackend:
             failed = release_failed(hold, e)
             if failed is None:
                 raise
-            if failed == RELEASE_SEND_ON_REFUSED:
-                # refused so far (nothing given back): sent on while the server remembers it
-                self.background(self._give_back(spec.key, args, first))
+            if failed != RELEASE_REFUSED:
+                # a counted give-back refused (never given up while the server remembers
+                # it), or a transient failure: the release is idempotent
+                log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
+                self.release_later(hold, args, first)
                 return
-            if failed == RELEASE_REFUSED:
-                hold.done = False  # an error reply changed nothing: the caller still holds it
-                watch(hold, self)
-                raise release_refused(hold, e) from None
-            log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-            if spec.kind == P.COUNTED:  # while the server remembers the release, then durable
-                self.background(self._give_back(spec.key, args, first))
-                return
-            # sent again after the server forgot its id, it would end a later hold of the owner
-            horizon = P.resend_end(spec.kind, first, hold.deadline) - time.monotonic()
-            self.background(self._cleanup(spec.key, args, max(0.0, horizon)))
-            return
+            hold.done = False  # an error reply changed nothing: the caller still holds it
+            watch(hold, self)
+            raise release_refused(hold, e) from None
         if spec.kind == P.COUNTED:
             self.confirm_later(spec.key, args, first)
         if release_missed(hold, reply, attempts):
             raise gone(hold)
-
-
-class _Silent(Exception):
-    def __init__(self, reply: Any) -> None:
-        super().__init__("silent connection")
-        self.reply = reply
 
 
 #: How many of its caller's bounds a connection's handshake may go on after the caller gave

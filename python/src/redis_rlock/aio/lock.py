@@ -108,12 +108,8 @@ class _Base(LockCore[AsyncHold]):
     async def release(self) -> None:
         """Drops one count of this task's hold; the last one releases it on the server (in a
         shielded task: cancelling the caller does not cancel the release)."""
-        hold = self._current()
+        hold = self._releasing()
         if hold is None:
-            raise self._not_held()
-        if hold.count > 1:
-            hold.check()
-            hold.count -= 1
             return
         holds = _task_holds()
         holds.pop(self._key(), None)
