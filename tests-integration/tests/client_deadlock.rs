@@ -1,4 +1,4 @@
-//! The Rust client's owners (issue 27 §2 in the clients): `LockClient::owner()` gives one unit
+//! The Rust client's owners (deadlock refusal in the clients): `LockClient::owner()` gives one unit
 //! of work (a task, a request handler) one owner id for every lock it takes, as a Redisson
 //! thread's, so the server's wait-for graph sees its holds and its waits as one party and
 //! refuses a wait that would close a cycle (`Error::Deadlock`). Plain handles

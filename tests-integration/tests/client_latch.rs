@@ -1,4 +1,4 @@
-//! The Rust client's count-down latch (issue 29, `LockClient::latch`): its commands, awaiting in
+//! The Rust client's count-down latch (`LockClient::latch`): its commands, awaiting in
 //! the server, and the hostile cases: a wait dropped at any point, a timed wait through a
 //! server stall (`CLIENT PAUSE ALL`) and a killed connection, a latch opened by a plain `DEL`,
 //! a Sentinel failover and a cluster with a braced name.

@@ -207,7 +207,7 @@ fn kill_nemesis(group: &mut Group) {
     group.servers[old].restart_same_port();
 }
 
-/// Issue 36's nemesis: the master killed and restarted from its AOF on its port `delay` after,
+/// The crash-restart nemesis: the master killed and restarted from its AOF on its port `delay` after,
 /// just before `down-after-milliseconds`. Probes the restarted master with fresh acquires (one
 /// lock name each, so every grant it would make shows) until Sentinel demotes it, watching the
 /// replicas' roles; returns (the probes' answers, when a replica was first seen promoted, when
@@ -249,18 +249,18 @@ fn crash_restart_nemesis(
     (probes, promoted, last_grant)
 }
 
-/// Issue 36: a master killed and restarted around Sentinel's down-after granted as soon as
-/// one replica re-synced from it, while Sentinel promoted another (the restart's quarantine and
-/// the count in `rlock-had-replicas` now refuse). Timing-dependent (whether Sentinel fails over
-/// at all depends on when it sees the master back), so not in `make test`; the regression tests
-/// proper are in `crash_restart.rs`. Run it with
+/// A master killed and restarted around Sentinel's down-after grants nothing while Sentinel
+/// promotes another (the restart's quarantine and the count in `rlock-had-replicas` refuse),
+/// not as soon as one replica re-synced from it. Timing-dependent (whether Sentinel fails over
+/// at all depends on when it sees the master back), so not in `make test`; the deterministic
+/// tests are in `crash_restart.rs`. Run it with
 /// `cargo test -p rlock-tests-integration --test failover -- --ignored`
 /// (`RLOCK_CRASH_DELAY_MS`, default 1100 with down-after 1000: Sentinel, which reconnects and
 /// pings every few hundred ms, sees a restart at 900 to 1000 ms in time here, and fails over at
-/// 1100; in one run the code before the fix granted 3,214 probes until 1.2 s after the
-/// restart, beside the replica promoted 0.26 s after it).
+/// 1100; without the quarantine, one run granted 3,214 probes until 1.2 s after the restart,
+/// beside the replica promoted 0.26 s after it).
 #[test]
-#[ignore = "a timing-dependent Sentinel run of issue 36's crash and restart"]
+#[ignore = "a timing-dependent Sentinel run of a master's crash and restart"]
 fn a_master_restarted_just_before_down_after_grants_nothing_beside_a_promoted_replica() {
     let delay = std::env::var("RLOCK_CRASH_DELAY_MS").ok().and_then(|d| d.parse().ok());
     let mut group = Group::start();

@@ -3,14 +3,13 @@
 //! barging, several waiters served by one release, permits given back when a granted client is
 //! gone, and a Redisson client's scripts on the same semaphore.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
 use rlock_tests_integration::{
-    blocked_clients, cmd, digest, info_field, pexpiretime, poll, run, run_checked, run_str,
-    wait_blocked, wait_replica_online, Pending, Server,
+    blocked_clients, cmd, digest, info_field, pexpiretime, poll, rsem_info, run, run_checked,
+    run_str, wait_blocked, wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -507,26 +506,13 @@ fn zcard(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("ZCARD").arg(key).query(con).expect("ZCARD")
 }
 
-/// `RSEM.INFO` as a map of its integer fields.
-fn info(con: &mut Connection, key: &str) -> HashMap<String, i64> {
-    let reply = cmd(con, &["RSEM.INFO", key]);
-    let Value::Array(items) = reply else { panic!("RSEM.INFO: {reply:?}") };
-    items
-        .chunks(2)
-        .map(|kv| match kv {
-            [Value::BulkString(k), Value::Int(v)] => (String::from_utf8_lossy(k).into_owned(), *v),
-            other => panic!("RSEM.INFO field: {other:?}"),
-        })
-        .collect()
-}
-
 /// Waits until the replica acknowledged everything the master wrote so far.
 fn synced(master: &mut Connection) {
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(master).expect("WAIT");
     assert_eq!(acked, 1, "the replica acknowledged");
 }
 
-// ---- G: the count is parsed exactly as INCRBY parses it -------------------------------------
+// ---- the count is parsed exactly as INCRBY parses it --------------------------------------------
 
 #[test]
 fn a_count_incrby_refuses_is_refused_and_master_and_replica_agree() {
@@ -560,7 +546,8 @@ fn a_count_incrby_refuses_is_refused_and_master_and_replica_agree() {
         cmd(&mut con, &["RSEM.RELEASE", "S", "1"]);
         assert_eq!(get(&mut con, "S").as_deref(), Some(after), "{good}");
     }
-    // The sequence: the master and a replica without the module never part.
+    // A count INCRBY refuses (`05`), released and acquired on: the master and a replica without
+    // the module never part.
     cmd(&mut con, &["SET", "S", "05"]);
     let _ = run_str(&mut con, &["RSEM.RELEASE", "S", "2"]);
     let _ = run_str(&mut con, &["RSEM.ACQUIRE", "S", "1"]);
@@ -569,7 +556,7 @@ fn a_count_incrby_refuses_is_refused_and_master_and_replica_agree() {
     assert_eq!(get(&mut con, "S").as_deref(), Some("05"));
 }
 
-// ---- H: a TTL on the count is kept exactly --------------------------------------------------
+// ---- a TTL on the count is kept exactly ---------------------------------------------------------
 
 #[test]
 fn a_ttl_on_the_count_does_not_drift_over_many_acquires_and_releases() {
@@ -597,7 +584,7 @@ fn a_ttl_on_the_count_does_not_drift_over_many_acquires_and_releases() {
     assert_eq!(pexpiretime(&mut rep, b"S"), deadline, "so does the replica");
 }
 
-// ---- L: a release by id that would overflow changes nothing ---------------------------------
+// ---- a release by id that would overflow changes nothing ----------------------------------------
 
 #[test]
 fn a_release_by_id_that_overflows_the_count_keeps_the_permit() {
@@ -622,7 +609,7 @@ fn a_release_by_id_that_overflows_the_count_keeps_the_permit() {
     assert_eq!(zcard(&mut rep, "{S}:timeout"), 0);
 }
 
-// ---- M: the permits the waiters ask for do not wrap ------------------------------------------
+// ---- the permits the waiters ask for do not wrap ------------------------------------------------
 
 #[test]
 fn waiting_permits_saturate_instead_of_wrapping() {
@@ -633,7 +620,7 @@ fn waiting_permits_saturate_instead_of_wrapping() {
     let a = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", max, "WAIT", "10000"]);
     let b = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", max, "WAIT", "10000"]);
     wait_blocked(&mut con, 2);
-    let fields = info(&mut con, "S");
+    let fields = rsem_info(&mut con, "S").expect("a semaphore");
     assert_eq!(fields["waiters"], 2, "{fields:?}");
     assert_eq!(fields["waiting_permits"], i64::MAX, "{fields:?}");
     for pending in [a, b] {
@@ -642,7 +629,7 @@ fn waiting_permits_saturate_instead_of_wrapping() {
     }
 }
 
-// ---- 1: sizes a client sends are bounded before anything is written ------------------------
+// ---- sizes a client sends are bounded before anything is written --------------------------------
 
 #[test]
 fn a_leased_acquire_of_too_many_permits_is_refused_and_changes_nothing() {
@@ -728,7 +715,7 @@ fn a_huge_foreign_zset_of_ended_leases_is_reclaimed_in_bounded_batches() {
     assert_eq!(get(&mut con, "s"), Some((members - 1).to_string()));
 }
 
-// ---- Suspicious 2: a semaphore whose count key is missing is still a semaphore -------------
+// ---- a semaphore whose count key is missing is still a semaphore --------------------------------
 
 #[test]
 fn leases_of_a_semaphore_whose_count_key_was_deleted_are_reclaimed_by_the_timer() {
