@@ -460,3 +460,21 @@ pub fn rsem_info(con: &mut Connection, key: &str) -> Option<HashMap<String, i64>
         .collect();
     Some(fields)
 }
+
+/// The permit ids of a leased grant (`RSEM.ACQUIRE ... LEASE`'s array reply).
+///
+/// # Panics
+/// When `reply` is no array of ids.
+#[must_use]
+pub fn permit_ids(reply: &Value) -> Vec<Vec<u8>> {
+    match reply {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| match v {
+                Value::BulkString(b) => b.clone(),
+                other => panic!("not an id: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not ids: {other:?}"),
+    }
+}

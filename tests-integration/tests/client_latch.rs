@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 use rlock_client::{Error, Latch, LockClient, Options};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::{
     blocked_clients, cmd, exists, info_field, is_master, poll, wait_link_up, Cluster, Sentinel,
     Server, SENTINEL_MASTER,
@@ -31,10 +32,6 @@ const LATE: Duration = Duration::from_millis(900);
 const LIMIT: Duration = Duration::from_secs(30);
 
 const FAILOVER_LIMIT: Duration = Duration::from_secs(40);
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// A blocking poll from a test on the multi-thread runtime.
 fn wait_for<T>(what: &str, limit: Duration, check: impl FnMut() -> Option<T>) -> T {

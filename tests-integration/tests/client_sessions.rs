@@ -12,6 +12,7 @@ use redis::{Connection, Value};
 use tokio::time::{timeout, Instant};
 
 use rlock_client::{Error, LockClient, Options, SessionOptions};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::{
     cmd, exists, hgetall, info_field, kill_client, poll, run_str, session_holds, wait_blocked,
     wait_replica_online, Cluster, Process, Server,
@@ -23,10 +24,6 @@ const PROMPT: Duration = Duration::from_secs(2);
 const LIMIT: Duration = Duration::from_secs(10);
 
 const LEASE: Option<Duration> = Some(Duration::from_secs(60));
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// The child process's part (run when `RLOCK_SESSION_CHILD` names a server): takes the lock
 /// `proc` through a session, says so on stdout, and waits to be killed.
