@@ -7,6 +7,7 @@ use std::time::Duration;
 use rlock_client::{LockClient, Options};
 
 use crate::helpers::{hgetall, poll};
+use crate::sentinel::{Sentinel, SENTINEL_MASTER};
 use crate::server::Server;
 
 /// How long [`until_gone`] waits: what the client does in the background (a give-back, a
@@ -27,6 +28,21 @@ pub async fn client(server: &Server) -> LockClient {
 /// When the client cannot open.
 pub async fn client_with(server: &Server, options: Options) -> LockClient {
     LockClient::with_options(server.client(), options).await.expect("client")
+}
+
+/// A client of the Sentinel group `sentinel` watches, with the default options.
+///
+/// # Panics
+/// When the client cannot open.
+pub async fn sentinel_client(sentinel: &Sentinel) -> LockClient {
+    LockClient::sentinel(
+        vec![sentinel.url()],
+        SENTINEL_MASTER,
+        "redis://127.0.0.1/",
+        Options::default(),
+    )
+    .await
+    .expect("sentinel client")
 }
 
 /// The hash `name` (a lock or read-write lock) as text pairs, read on a connection of the test.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options};
-use rlock_tests_integration::lock_client::{acl_user, available, has_key};
+use rlock_tests_integration::lock_client::{acl_user, available, has_key, sentinel_client};
 use rlock_tests_integration::{
     blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Proxy, Sentinel, Server,
     SENTINEL_MASTER,
@@ -44,17 +44,6 @@ fn timed_drop<T>(value: T) -> Duration {
 }
 
 // ---- a Sentinel group: releases reach its current master ----------------------------------------
-
-async fn sentinel_client(sentinel: &Sentinel) -> LockClient {
-    LockClient::sentinel(
-        vec![sentinel.url()],
-        SENTINEL_MASTER,
-        "redis://127.0.0.1/",
-        Options::default(),
-    )
-    .await
-    .expect("sentinel client")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_a_guard_dropped_after_a_connection_error_is_released() {
@@ -124,18 +113,8 @@ async fn held_then_failed_over(
 /// A manual failover of the Sentinel's master to `replica`, returning once the Sentinel names
 /// it and it answers as a master (the old master is demoted seconds later).
 fn fail_over(sentinel: &Sentinel, replica: &Server) {
-    poll("the sentinel to know the replica", FAILOVER_LIMIT, || {
-        let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
-        let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
-        info.contains("slaves=1").then_some(())
-    });
-    let mut s = redis::Client::open(sentinel.url()).expect("client").get_connection().expect("con");
-    poll("the sentinel to accept a failover", FAILOVER_LIMIT, || {
-        redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
-    });
-    poll("the promotion", FAILOVER_LIMIT, || {
-        (sentinel.master_port() == replica.port() && is_master(replica)).then_some(())
-    });
+    sentinel.fail_over_to(replica, FAILOVER_LIMIT);
+    poll("the replica to answer as master", FAILOVER_LIMIT, || is_master(replica).then_some(()));
 }
 
 /// The old master keeps answering as a master for seconds after `SENTINEL FAILOVER` (until the

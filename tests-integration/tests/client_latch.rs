@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 use rlock_client::{Error, Latch, LockClient, Options};
-use rlock_tests_integration::lock_client::client;
+use rlock_tests_integration::lock_client::{client, sentinel_client};
 use rlock_tests_integration::{
     blocked_clients, cmd, exists, info_field, is_master, poll, wait_link_up, Cluster, Sentinel,
     Server, SENTINEL_MASTER,
@@ -410,14 +410,7 @@ async fn awaiters_follow_a_sentinel_failover_to_the_new_master() {
     let replica = Server::builder().replica_of(&master).start();
     wait_link_up(&mut replica.conn());
     let sentinel = Sentinel::start(&master, 1, 30_000);
-    let client = LockClient::sentinel(
-        vec![sentinel.url()],
-        SENTINEL_MASTER,
-        "redis://127.0.0.1/",
-        Options::default(),
-    )
-    .await
-    .expect("sentinel client");
+    let client = sentinel_client(&sentinel).await;
     let latch = client.latch("{jobs}:done");
     latch.try_set_count(1).await.expect("set");
     let waits = [spawn_wait(&latch, None), spawn_wait(&latch, Some(Duration::from_secs(60)))];

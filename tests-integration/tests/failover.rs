@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 use rlock_client::{Error, LockClient, Options};
+use rlock_tests_integration::lock_client::sentinel_client;
 use rlock_tests_integration::{
     is_master, poll, wait_link_up, wait_replica_online, Sentinel, Server, SENTINEL_MASTER,
 };
@@ -616,30 +617,11 @@ async fn a_sentinel_client_follows_a_manual_failover() {
     let replica = Server::builder().replica_of(&master).start();
     wait_link_up(&mut replica.conn());
     let sentinel = Sentinel::start(&master, 1, 5_000);
-    let client = LockClient::sentinel(
-        vec![sentinel.url()],
-        SENTINEL_MASTER,
-        "redis://127.0.0.1/",
-        Options::default(),
-    )
-    .await
-    .expect("client");
+    let client = sentinel_client(&sentinel).await;
     let guard =
         client.lock("before").acquire(Some(Duration::from_secs(30))).await.expect("acquire");
     guard.release().await.expect("release");
-    poll("the sentinel to know the replica", FAILOVER_LIMIT, || {
-        let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
-        let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
-        info.contains("slaves=1").then_some(())
-    });
-    let mut s = redis::Client::open(sentinel.url()).expect("client").get_connection().expect("con");
-    // Refused (NOGOODSLAVE) until the Sentinel has had a reply to INFO from the replica.
-    poll("the sentinel to accept a failover", FAILOVER_LIMIT, || {
-        redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
-    });
-    poll("the promotion", FAILOVER_LIMIT, || {
-        (sentinel.master_port() == replica.port()).then_some(())
-    });
+    sentinel.fail_over_to(&replica, FAILOVER_LIMIT);
     poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
     // The next acquire reaches the new master (the old one answers READONLY, then is left).
     let guard = poll_async_acquire(&client, "after").await;
