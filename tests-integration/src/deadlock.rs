@@ -1,6 +1,6 @@
-//! Deadlock refusals (issue 27 §2): reading a `DEADLOCK` reply (`DEADLOCK this wait would
-//! close a cycle: ` and its links `X waits for K held by Y`, separated by `; `, the new wait's
-//! link first), and what a refused wait must leave as it was.
+//! Deadlock refusals (a wait that would close a cycle of owners): reading a `DEADLOCK` reply
+//! (`DEADLOCK this wait would close a cycle: ` and its links `X waits for K held by Y`,
+//! separated by `; `, the new wait's link first), and what a refused wait must leave as it was.
 
 use redis::{Connection, Value};
 

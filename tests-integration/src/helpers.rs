@@ -1,6 +1,8 @@
 //! Helpers the tests share: polling with a bound, commands as text or bytes, replies read, INFO
-//! fields, blocked commands on their own thread (and queued ones), clients by id.
+//! fields, `RSEM.INFO` read as a map, blocked commands on their own thread (and queued ones), a
+//! command run on a thread of its own, clients by id.
 
+use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -422,4 +424,57 @@ pub fn lease_end(con: &mut Connection, key: &str) -> Option<Instant> {
     let replied = Instant::now();
     let ms = u64::try_from(pttl).ok()?;
     Some(replied + Duration::from_millis(ms + 1))
+}
+
+/// Runs `args` on a new connection to `server` in a thread of its own; the reply and how long
+/// it took.
+#[must_use]
+pub fn in_thread(server: &Server, args: &[&str]) -> thread::JoinHandle<(Value, Duration)> {
+    let mut con = server.conn();
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    thread::spawn(move || {
+        let start = Instant::now();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        (cmd(&mut con, &args), start.elapsed())
+    })
+}
+
+/// `RSEM.INFO key` as a map of its integer fields; `None` when the semaphore does not exist.
+///
+/// # Panics
+/// When the reply is neither, or a field is not an integer.
+#[must_use]
+pub fn rsem_info(con: &mut Connection, key: &str) -> Option<HashMap<String, i64>> {
+    let reply = cmd(con, &["RSEM.INFO", key]);
+    let items = match reply {
+        Value::Nil => return None,
+        Value::Array(items) => items,
+        other => panic!("RSEM.INFO {key}: {other:?}"),
+    };
+    let fields = items
+        .chunks(2)
+        .map(|kv| match kv {
+            [Value::BulkString(k), Value::Int(v)] => (String::from_utf8_lossy(k).into_owned(), *v),
+            other => panic!("RSEM.INFO {key} field: {other:?}"),
+        })
+        .collect();
+    Some(fields)
+}
+
+/// The permit ids of a leased grant (`RSEM.ACQUIRE ... LEASE`'s array reply).
+///
+/// # Panics
+/// When `reply` is no array of ids.
+#[must_use]
+pub fn permit_ids(reply: &Value) -> Vec<Vec<u8>> {
+    match reply {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| match v {
+                Value::BulkString(b) => b.clone(),
+                other => panic!("not an id: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not ids: {other:?}"),
+    }
 }

@@ -17,7 +17,9 @@
 //! PRNG, shared with the module's server-free tests), [`fuzz`] (what the live fuzz runs share),
 //! [`deadlock`] (reading a `DEADLOCK` reply's cycle, what a refused wait leaves), [`sessions`]
 //! (session counters, a process to kill), [`proxy`] (a TCP proxy that stops forwarding
-//! silently and heals).
+//! silently and heals), [`kinds`] (the five kinds of hold as commands, for the cancellation
+//! tests), [`idle`] (an unloadable server, the module's timers and waiters), [`lock_client`]
+//! (a Rust client of a test server, what its tests read beside it, ACL users).
 
 pub mod client_model;
 pub mod cluster;
@@ -25,6 +27,9 @@ pub mod deadlock;
 pub mod docs;
 pub mod fuzz;
 pub mod helpers;
+pub mod idle;
+pub mod kinds;
+pub mod lock_client;
 pub mod model;
 pub mod proxy;
 pub mod python;

@@ -100,6 +100,26 @@ impl Sentinel {
         port
     }
 
+    /// A manual failover (`SENTINEL FAILOVER`) to `replica`, the group's one replica: waits, at
+    /// most `limit` each, until this Sentinel knows the replica, accepts the failover (it refuses
+    /// with NOGOODSLAVE until it has had a reply to INFO from the replica) and names the replica
+    /// master. The old master is demoted seconds later.
+    ///
+    /// # Panics
+    /// When any of that takes longer than `limit`.
+    pub fn fail_over_to(&self, replica: &Server, limit: Duration) {
+        poll("the sentinel to know the replica", limit, || {
+            let mut con = redis::Client::open(self.url()).ok()?.get_connection().ok()?;
+            let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
+            info.contains("slaves=1").then_some(())
+        });
+        let mut s = redis::Client::open(self.url()).expect("client").get_connection().expect("con");
+        poll("the sentinel to accept a failover", limit, || {
+            redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
+        });
+        poll("the promotion", limit, || (self.master_port() == replica.port()).then_some(()));
+    }
+
     /// The Sentinel's log so far.
     #[must_use]
     pub fn log(&self) -> String {

@@ -1,5 +1,5 @@
-//! What the session tests share (issue 27 §1): the `INFO rlock` session counters, and a
-//! process of its own that a test kills as a crashed worker.
+//! What the session tests share (holds bound to a connection): the `INFO rlock` session
+//! counters, and a process of its own that a test kills as a crashed worker.
 
 use std::process::Child;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! ACL users limited to key patterns and channels: every key and channel beyond argv is checked
 //! for the right user (the caller, or the waiter its grant is for).
 
-use std::collections::HashMap;
 use std::thread;
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use redis::{Connection, Value};
 
 use rlock_tests_integration::{
     blocked_clients, cmd, conn_as, digest, exists, granted_token, hgetall, poll, queue_str,
-    run_str, tag_is_free, wait_blocked, Pending, Server,
+    rsem_info, run_str, tag_is_free, wait_blocked, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -205,7 +204,7 @@ fn a_read_waiter_that_may_not_write_its_hold_key_is_refused_before_it_blocks() {
     let before = digest(&mut admin);
     let waiter =
         start_as(&server, "lim", &["RWLOCK.ACQUIRE", "K2", "o", "READ", "60000", "WAIT", "5000"]);
-    // Refused at once, or (the defect) blocked: then the hand-off shows what it would write.
+    // Refused at once, or (wrongly) blocked: then the hand-off shows what it would write.
     poll("the waiter to block or reply", LIMIT, || {
         (waiter.is_finished() || blocked_clients(&mut admin) == 1).then_some(())
     });
@@ -341,20 +340,7 @@ fn zcard(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("ZCARD").arg(key).query(con).expect("ZCARD")
 }
 
-/// `RSEM.INFO` as a map of its integer fields.
-fn info(con: &mut Connection, key: &str) -> HashMap<String, i64> {
-    let reply = cmd(con, &["RSEM.INFO", key]);
-    let Value::Array(items) = reply else { panic!("RSEM.INFO: {reply:?}") };
-    items
-        .chunks(2)
-        .map(|kv| match kv {
-            [Value::BulkString(k), Value::Int(v)] => (String::from_utf8_lossy(k).into_owned(), *v),
-            other => panic!("RSEM.INFO field: {other:?}"),
-        })
-        .collect()
-}
-
-// ---- F: INFO and AVAILABLE read the lease zset: the caller must be allowed to ----------------
+// ---- INFO and AVAILABLE read the lease zset: the caller must be allowed to ----------------------
 
 #[test]
 fn info_and_available_check_read_access_to_the_lease_zset() {
@@ -383,12 +369,12 @@ fn info_and_available_check_read_access_to_the_lease_zset() {
     // A read permission on the zset is enough.
     cmd(&mut admin, &["ACL", "SETUSER", "lim", "%R~{sem:*}:timeout"]);
     assert_eq!(cmd(&mut lim, &["RSEM.AVAILABLE", "sem:s"]), Value::Int(3));
-    let fields = info(&mut lim, "sem:s");
+    let fields = rsem_info(&mut lim, "sem:s").expect("a semaphore");
     assert_eq!(fields["leased"], 2, "{fields:?}");
-    assert_eq!(info(&mut lim, "sem:plain")["leased"], 0);
+    assert_eq!(rsem_info(&mut lim, "sem:plain").expect("a semaphore")["leased"], 0);
 }
 
-// ---- Suspicious 1: a reclaim a client command triggers publishes: check the channel --------
+// ---- a reclaim a client command triggers publishes: check the channel ---------------------------
 
 #[test]
 fn a_reclaim_triggered_by_a_user_who_may_not_publish_is_refused() {

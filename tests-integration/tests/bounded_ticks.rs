@@ -1,5 +1,5 @@
 //! The module's timer ticks are bounded by the work they do, not by the number of events or
-//! holds (issue 34 §12-13): thousands of awaiters timing out at once, or a connection bound to
+//! holds: thousands of awaiters timing out at once, or a connection bound to
 //! thousands of read holds closing, are served over several ticks, the server answering its
 //! clients in between, and at a cost that grows with what is done, never with what waits
 //! beside it. `INFO rlock` counts the timers' work (`rlock_timer_work`, about one key read a

@@ -5,12 +5,9 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use rlock_client::{Error, LockClient, Options, Remaining};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::Server;
 use tokio::time::{sleep, timeout, Instant};
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// Polls an async condition every few ms for at most `limit`.
 async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)

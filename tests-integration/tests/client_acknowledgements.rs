@@ -4,26 +4,11 @@
 use std::time::Duration;
 
 use rlock_client::{Error, LockClient, MultiLock, Options, RedLock};
+use rlock_tests_integration::lock_client::{available, client, keys};
 use rlock_tests_integration::Server;
 
 /// A lease long enough that a leaked hold is still there when the test looks.
 const LONG: Option<Duration> = Some(Duration::from_secs(60));
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
-
-fn available(server: &Server, name: &str) -> i64 {
-    redis::cmd("RSEM.AVAILABLE").arg(name).query(&mut server.conn()).expect("RSEM.AVAILABLE")
-}
-
-/// Every key of `server` (for "nothing left behind" checks).
-fn keys(server: &Server) -> Vec<String> {
-    let mut keys: Vec<String> =
-        redis::cmd("KEYS").arg("*").query(&mut server.conn()).expect("KEYS");
-    keys.sort();
-    keys
-}
 
 // ---- replica / AOF acknowledgement failing, every kind -------------------------------------------
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use rlock_client::{Error, LockClient, MultiLock};
+use rlock_tests_integration::lock_client::{acl_user, available, client, keys};
 use rlock_tests_integration::{blocked_clients, poll, Server};
 
 /// How long anything the client does in the background may take to show.
@@ -14,33 +15,7 @@ const LIMIT: Duration = Duration::from_secs(10);
 /// A lease long enough that a leaked hold is still there when the test looks.
 const LONG: Option<Duration> = Some(Duration::from_secs(60));
 
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
-
-fn available(server: &Server, name: &str) -> i64 {
-    redis::cmd("RSEM.AVAILABLE").arg(name).query(&mut server.conn()).expect("RSEM.AVAILABLE")
-}
-
-/// Every key of `server` (for "nothing left behind" checks).
-fn keys(server: &Server) -> Vec<String> {
-    let mut keys: Vec<String> =
-        redis::cmd("KEYS").arg("*").query(&mut server.conn()).expect("KEYS");
-    keys.sort();
-    keys
-}
-
 // ---- ACL users limited to key patterns ------------------------------------------------------------
-
-fn acl_user(server: &Server, name: &str, rules: &[&str]) -> String {
-    let mut setuser = redis::cmd("ACL");
-    setuser.arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw");
-    for rule in rules {
-        setuser.arg(*rule);
-    }
-    let () = setuser.query(&mut server.conn()).expect("ACL SETUSER");
-    format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
-}
 
 /// A user allowed every command but only keys `app:*` (no request records, no read-hold timeout
 /// keys): every kind's acquire, a try and a wait on a held lock alike, gets a typed error at

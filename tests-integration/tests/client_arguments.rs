@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use rlock_client::{Error, LockClient, MultiLock, Options, RedLock, SessionOptions, MAX_DURATION};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::{hgetall, module_calls, poll, Server};
 
 /// A lease or timeout past the longest the client takes.
@@ -162,10 +163,6 @@ const LIMIT: Duration = Duration::from_secs(10);
 
 /// A lease long enough that a hold it leaks is still there when the test looks.
 const LONG: Duration = Duration::from_secs(60);
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// Polls (blocking, at most [`LIMIT`]) until the key `name` is gone.
 fn until_gone(server: &Server, name: &str, what: &str) {

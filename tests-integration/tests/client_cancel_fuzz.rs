@@ -1,4 +1,4 @@
-//! The randomized cancellation run of issue 24: tasks acquire every kind (a lock, a read-write
+//! A randomized cancellation run of the Rust client: tasks acquire every kind (a lock, a read-write
 //! lock's read and write sides, counted and leased permits) through shared and fresh handles, and
 //! drop their acquires at random points (`timeout`, `select!` against a timer, an aborted task),
 //! against a busy server, while connections are killed (`CLIENT KILL TYPE normal`) and the server

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use rlock_client::{LockClient, Options};
+use rlock_tests_integration::lock_client::has_key;
 use rlock_tests_integration::{blocked_clients, poll, Cluster, Server};
 
 /// How long anything the client does in the background may take to show.
@@ -13,16 +14,6 @@ const LIMIT: Duration = Duration::from_secs(10);
 
 /// A lease long enough that a leaked hold is still there when the test looks.
 const LONG: Option<Duration> = Some(Duration::from_secs(60));
-
-/// Whether `server` has the key `name` (false when it cannot be asked).
-fn exists(server: &Server, name: &str) -> bool {
-    let Ok(mut con) = server.client().get_connection_with_timeout(Duration::from_millis(500))
-    else {
-        return false;
-    };
-    let _ = con.set_read_timeout(Some(Duration::from_secs(1)));
-    redis::cmd("EXISTS").arg(name).query::<i64>(&mut con).is_ok_and(|n| n == 1)
-}
 
 // ---- cluster: a seed node down, a slot moved while waiting ----------------------------------------
 
@@ -86,6 +77,6 @@ async fn cluster_a_wait_whose_slot_moves_is_served_on_the_new_node() {
         ),
     }
     poll("nothing held", LIMIT, || {
-        (!exists(&cluster.nodes[1], &key) && !exists(&cluster.nodes[0], &key)).then_some(())
+        (!has_key(&cluster.nodes[1], &key) && !has_key(&cluster.nodes[0], &key)).then_some(())
     });
 }

@@ -1,4 +1,4 @@
-//! The Rust client's owners (issue 27 §2 in the clients): `LockClient::owner()` gives one unit
+//! The Rust client's owners (deadlock refusal in the clients): `LockClient::owner()` gives one unit
 //! of work (a task, a request handler) one owner id for every lock it takes, as a Redisson
 //! thread's, so the server's wait-for graph sees its holds and its waits as one party and
 //! refuses a wait that would close a cycle (`Error::Deadlock`). Plain handles
@@ -8,15 +8,12 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 use rlock_client::{Error, LockClient, Options, Owner};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::{cmd, hgetall, poll, wait_blocked, wait_state, Server};
 use tokio::time::{sleep, Instant};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const LEASE: Option<Duration> = Some(Duration::from_secs(60));
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// The waiters' fields that move while a test looks (time passes).
 const MOVING: &[&str] = &["waited_ms", "left_ms"];

@@ -1,8 +1,8 @@
-//! Guards dropped without `release()` (issue 24, items 6, 9, 10, 11) and opening a client
-//! without `COMMAND INFO` (item 14): a drop never blocks the dropping thread, and the release
-//! reaches the server that serves the lock now (a Sentinel group's current master, any
-//! reachable cluster node), after a stall, outside any runtime, or at the end of a
-//! `current_thread` `block_on`. Each test is named after the item it covers.
+//! Guards dropped without `release()`, and opening a client without `COMMAND INFO`: a drop
+//! never blocks the dropping thread, and the release reaches the server that serves the lock now
+//! (a Sentinel group's current master, any reachable cluster node), after a stall, outside any
+//! runtime, or at the end of a `current_thread` `block_on`; a user without `COMMAND` opens a
+//! client and locks, and an unknown rlock command is `NoModule`.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options};
+use rlock_tests_integration::lock_client::{acl_user, available, has_key, sentinel_client};
 use rlock_tests_integration::{
     blocked_clients, hgetall, is_master, poll, wait_link_up, Cluster, Proxy, Sentinel, Server,
     SENTINEL_MASTER,
@@ -29,25 +30,10 @@ const FAILOVER_LIMIT: Duration = Duration::from_secs(40);
 
 const LEASE: Option<Duration> = Some(Duration::from_secs(60));
 
-/// Whether `server` holds the lock hash `name` (false when it cannot be asked).
-fn held_on(server: &Server, name: &str) -> bool {
-    let Ok(mut con) = server.client().get_connection_with_timeout(Duration::from_millis(500))
-    else {
-        return false;
-    };
-    let _ = con.set_read_timeout(Some(Duration::from_secs(1)));
-    redis::cmd("EXISTS").arg(name).query::<i64>(&mut con).is_ok_and(|n| n == 1)
-}
-
 /// Polls (blocking this thread: the releaser runs on its own) until `server` no longer holds
 /// `name`.
 fn until_released(server: &Server, name: &str, what: &str) {
-    poll(what, RELEASED, || (!held_on(server, name)).then_some(()));
-}
-
-/// `RSEM.AVAILABLE name`, on a connection of the test's own.
-fn available(server: &Server, name: &str) -> i64 {
-    redis::cmd("RSEM.AVAILABLE").arg(name).query(&mut server.conn()).expect("RSEM.AVAILABLE")
+    poll(what, RELEASED, || (!has_key(server, name)).then_some(()));
 }
 
 /// Drops `value`, returning how long the drop took.
@@ -57,21 +43,10 @@ fn timed_drop<T>(value: T) -> Duration {
     started.elapsed()
 }
 
-// ---- item 9: Sentinel ---------------------------------------------------------------------------
-
-async fn sentinel_client(sentinel: &Sentinel) -> LockClient {
-    LockClient::sentinel(
-        vec![sentinel.url()],
-        SENTINEL_MASTER,
-        "redis://127.0.0.1/",
-        Options::default(),
-    )
-    .await
-    .expect("sentinel client")
-}
+// ---- a Sentinel group: releases reach its current master ----------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i9_sentinel_a_guard_dropped_after_a_connection_error_is_released() {
+async fn sentinel_a_guard_dropped_after_a_connection_error_is_released() {
     let master = Server::start();
     let sentinel = Sentinel::start(&master, 1, 30_000);
     let client = sentinel_client(&sentinel).await;
@@ -92,14 +67,14 @@ async fn i9_sentinel_a_guard_dropped_after_a_connection_error_is_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i9_sentinel_a_guard_dropped_after_a_failover_is_released_on_the_new_master() {
+async fn sentinel_a_guard_dropped_after_a_failover_is_released_on_the_new_master() {
     let (master, replica, sentinel, client) = sentinel_group().await;
     // One guard dropped before the failover: the releaser knows (and keeps a connection to)
     // the old master.
     releaser_knows(&client, &master).await;
     let guard = held_then_failed_over(&client, &sentinel, &replica).await;
     poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
-    assert!(held_on(&replica, "l"), "the new master has the hold");
+    assert!(has_key(&replica, "l"), "the new master has the hold");
     let took = timed_drop(guard);
     assert!(took < AT_ONCE, "the drop took {took:?}");
     until_released(&replica, "l", "the release on the new master");
@@ -130,7 +105,7 @@ async fn held_then_failed_over(
     replica: &Server,
 ) -> LockGuard {
     let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
-    poll("the hold to reach the replica", FAILOVER_LIMIT, || held_on(replica, "l").then_some(()));
+    poll("the hold to reach the replica", FAILOVER_LIMIT, || has_key(replica, "l").then_some(()));
     fail_over(sentinel, replica);
     guard
 }
@@ -138,18 +113,8 @@ async fn held_then_failed_over(
 /// A manual failover of the Sentinel's master to `replica`, returning once the Sentinel names
 /// it and it answers as a master (the old master is demoted seconds later).
 fn fail_over(sentinel: &Sentinel, replica: &Server) {
-    poll("the sentinel to know the replica", FAILOVER_LIMIT, || {
-        let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
-        let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
-        info.contains("slaves=1").then_some(())
-    });
-    let mut s = redis::Client::open(sentinel.url()).expect("client").get_connection().expect("con");
-    poll("the sentinel to accept a failover", FAILOVER_LIMIT, || {
-        redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
-    });
-    poll("the promotion", FAILOVER_LIMIT, || {
-        (sentinel.master_port() == replica.port() && is_master(replica)).then_some(())
-    });
+    sentinel.fail_over_to(replica, FAILOVER_LIMIT);
+    poll("the replica to answer as master", FAILOVER_LIMIT, || is_master(replica).then_some(()));
 }
 
 /// The old master keeps answering as a master for seconds after `SENTINEL FAILOVER` (until the
@@ -175,7 +140,7 @@ async fn a_sentinel_guard_released_before_the_old_master_is_demoted_is_released_
     let guard = held_then_failed_over(&client, &sentinel, &replica).await;
     assert!(is_master(&master), "the old master still answers as a master (not demoted yet)");
     guard.release().await.expect("release");
-    assert!(!held_on(&replica, "l"), "the release reached the new master");
+    assert!(!has_key(&replica, "l"), "the release reached the new master");
 }
 
 /// Right after `SENTINEL FAILOVER` (the old master still answers as a master until the Sentinel
@@ -243,10 +208,10 @@ async fn a_guard_dropped_while_the_sentinels_are_silent_is_released_within_the_r
     assert!(released < Duration::from_millis(1_300), "released {released:?} after the drop");
 }
 
-// ---- item 10: a cluster whose first seed node is down -----------------------------------------
+// ---- a cluster whose first seed node is down ----------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i10_cluster_guards_dropped_while_the_first_seed_node_is_down_are_released() {
+async fn cluster_guards_dropped_while_the_first_seed_node_is_down_are_released() {
     // Without full coverage, the other nodes keep serving their slots while node 0 is down.
     let cluster = Cluster::start_with(3, &[("cluster-require-full-coverage", "no")]);
     let urls: Vec<String> = cluster.nodes.iter().map(Server::url).collect();
@@ -268,10 +233,10 @@ async fn i10_cluster_guards_dropped_while_the_first_seed_node_is_down_are_releas
     cluster.nodes[0].resume();
 }
 
-// ---- item 11: drops never block ----------------------------------------------------------------
+// ---- drops never block --------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i11_a_guard_dropped_while_its_server_stalls_returns_at_once_and_is_released_after() {
+async fn a_guard_dropped_while_its_server_stalls_returns_at_once_and_is_released_after() {
     let server = Server::start();
     let client = LockClient::open(server.url()).await.expect("client");
     let guard = client.lock("l").acquire(LEASE).await.expect("acquire");
@@ -284,7 +249,7 @@ async fn i11_a_guard_dropped_while_its_server_stalls_returns_at_once_and_is_rele
 }
 
 #[tokio::test]
-async fn i11_a_stalled_drop_in_a_current_thread_runtime_does_not_freeze_other_watchdogs() {
+async fn a_stalled_drop_in_a_current_thread_runtime_does_not_freeze_other_watchdogs() {
     let (stalled, healthy) = (Server::start(), Server::start());
     let options = Options::default().watchdog_timeout(Duration::from_millis(600));
     let one = LockClient::open(stalled.url()).await.expect("client");
@@ -305,7 +270,7 @@ async fn i11_a_stalled_drop_in_a_current_thread_runtime_does_not_freeze_other_wa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i11_a_multiguard_dropped_while_a_server_stalls_returns_at_once() {
+async fn a_multiguard_dropped_while_a_server_stalls_returns_at_once() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let mut clients = Vec::new();
     for s in &servers {
@@ -409,10 +374,10 @@ async fn a_timed_out_acquire_ending_with_the_last_handle_never_freezes_the_runti
     });
 }
 
-// ---- item 6: permit guards dropped where no runtime runs again --------------------------------
+// ---- guards dropped where no runtime runs again -------------------------------------------------
 
 #[test]
-fn i6_a_permit_guard_dropped_at_the_end_of_a_current_thread_block_on_is_released() {
+fn a_permit_guard_dropped_at_the_end_of_a_current_thread_block_on_is_released() {
     let server = Server::start();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
     runtime.block_on(async {
@@ -427,7 +392,7 @@ fn i6_a_permit_guard_dropped_at_the_end_of_a_current_thread_block_on_is_released
 }
 
 #[test]
-fn i6_a_permit_guard_dropped_outside_any_runtime_is_released() {
+fn a_permit_guard_dropped_outside_any_runtime_is_released() {
     let server = Server::start();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("rt");
     let permit = runtime.block_on(async {
@@ -443,7 +408,7 @@ fn i6_a_permit_guard_dropped_outside_any_runtime_is_released() {
 }
 
 #[test]
-fn i6_a_lock_guard_dropped_while_its_client_lives_on_is_released() {
+fn a_lock_guard_dropped_while_its_client_lives_on_is_released() {
     let server = Server::start();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
     let client = runtime.block_on(async {
@@ -456,21 +421,10 @@ fn i6_a_lock_guard_dropped_while_its_client_lives_on_is_released() {
     drop(client);
 }
 
-// ---- item 14: no COMMAND INFO needed; an unknown rlock command is NoModule --------------------
-
-/// Creates an ACL user `name` (password `pw`) with `rules`.
-fn acl_user(server: &Server, name: &str, rules: &[&str]) -> String {
-    let mut setuser = redis::cmd("ACL");
-    setuser.arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw");
-    for rule in rules {
-        setuser.arg(*rule);
-    }
-    let () = setuser.query(&mut server.conn()).expect("ACL SETUSER");
-    format!("redis://{name}:pw@127.0.0.1:{}/", server.port())
-}
+// ---- no COMMAND INFO needed; an unknown rlock command is NoModule -------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_a_user_without_command_info_opens_and_locks() {
+async fn a_user_without_command_info_opens_and_locks() {
     let server = Server::start();
     let everything_but_command = acl_user(&server, "app", &["~*", "&*", "+@all", "-command"]);
     let only_locks = acl_user(
@@ -479,7 +433,7 @@ async fn i14_a_user_without_command_info_opens_and_locks() {
         &[
             "~app:*",
             "~redisson_unlock_latch:*",
-            // Every acquire carries a request id (issue 24): its record, and its cancellation.
+            // Every acquire carries a request id: its record, and its cancellation.
             "~rlock_request:*",
             "&redisson_lock__channel:*",
             "+rlock.acquire",
@@ -495,7 +449,7 @@ async fn i14_a_user_without_command_info_opens_and_locks() {
         let guard = lock.acquire(LEASE).await.expect("acquire");
         assert!(lock.is_locked().await.expect("is_locked"));
         guard.release().await.expect("release");
-        assert!(!held_on(&server, "app:l"));
+        assert!(!has_key(&server, "app:l"));
         // A dropped guard is released with the same user's rights.
         let guard = lock.acquire(LEASE).await.expect("acquire");
         drop(guard);
@@ -504,7 +458,7 @@ async fn i14_a_user_without_command_info_opens_and_locks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_a_server_without_the_module_is_no_module_for_a_user_without_command_info() {
+async fn a_server_without_the_module_is_no_module_for_a_user_without_command_info() {
     let server = Server::builder().without_module().start();
     let url = acl_user(&server, "app", &["~*", "&*", "+@all", "-command"]);
     let result = LockClient::open(url.as_str()).await;
@@ -512,7 +466,7 @@ async fn i14_a_server_without_the_module_is_no_module_for_a_user_without_command
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_an_unknown_rlock_command_is_no_module_anywhere() {
+async fn an_unknown_rlock_command_is_no_module_anywhere() {
     let server = Server::builder().config("enable-module-command", "yes").start();
     let client = LockClient::open(server.url()).await.expect("client");
     let () = redis::cmd("MODULE")
@@ -580,7 +534,7 @@ fn guards_dropped_at_the_end_of_a_runtime_let_it_shut_down_as_soon_as_released()
         let took = timed_drop(runtime);
         assert!(took < SHUTDOWN, "multi_thread {multi_thread}: the shutdown took {took:?}");
         for name in ["l", "w", "r", "x"] {
-            assert!(!held_on(&server, name), "multi_thread {multi_thread}: {name} still held");
+            assert!(!has_key(&server, name), "multi_thread {multi_thread}: {name} still held");
         }
         assert_eq!(available(&server, "s"), 1, "multi_thread {multi_thread}: the permit is back");
     }

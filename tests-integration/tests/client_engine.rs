@@ -1,5 +1,6 @@
-//! The hold engine's own regressions (issue 24, beyond the numbered items of
-//! `client_items.rs`): what writing the engine once for every kind fixed on the way.
+//! The client's hold engine, one for every kind: a grant after a server-side wait longer than
+//! its lease is not born lost, permits a replica did not acknowledge are given back and
+//! reported, and a grant whose acknowledgement stalls still returns by the call's bound.
 
 use std::time::Duration;
 

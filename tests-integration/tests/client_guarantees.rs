@@ -1,20 +1,16 @@
-//! The client keeps the module's guarantees (issue 10): an acquire that hands out no guard
-//! leaves nothing held (cancelled, stalled, failed), a guard acts only on its own grant, loss is
-//! reported promptly, drops release without a runtime, MultiLock/RedLock keep their budgets.
-//! Each test is named after the defect it covers.
+//! The client keeps the module's guarantees: an acquire that hands out no guard leaves nothing
+//! held (cancelled, stalled, failed), a guard acts only on its own grant, loss is reported
+//! promptly, drops release without a runtime, MultiLock/RedLock keep their budgets.
 
 use std::time::Duration;
 
 use tokio::time::{sleep, timeout, Instant};
 
 use rlock_client::{Error, LockClient, MultiLock, Options, RedLock, Remaining};
+use rlock_tests_integration::lock_client::{client, until_gone};
 use rlock_tests_integration::{blocked_clients, hgetall, poll, Server};
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// The lock's holders, read on a connection of the test's own.
 fn holders(server: &Server, name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -26,10 +22,10 @@ fn until_free(server: &Server, name: &str, what: &str) {
     poll(what, LIMIT, || holders(server, name).is_empty().then_some(()));
 }
 
-// ---- 1. an acquire that hands out no guard leaves nothing held ---------------------------------
+// ---- an acquire that hands out no guard leaves nothing held -------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1a_an_acquire_cancelled_while_the_server_stalls_leaves_nothing_held() {
+async fn an_acquire_cancelled_while_the_server_stalls_leaves_nothing_held() {
     let server = Server::start();
     let client = client(&server).await;
     let lock = client.lock("l");
@@ -49,7 +45,7 @@ async fn d1a_an_acquire_cancelled_while_the_server_stalls_leaves_nothing_held() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1b_a_stall_longer_than_the_response_timeout_is_a_typed_error_and_no_hold() {
+async fn a_stall_longer_than_the_response_timeout_is_a_typed_error_and_no_hold() {
     let server = Server::start();
     let client = client(&server).await;
     let lock = client.lock("l");
@@ -70,7 +66,7 @@ async fn d1b_a_stall_longer_than_the_response_timeout_is_a_typed_error_and_no_ho
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d1c_cancelled_reentries_leave_no_extra_hold() {
+async fn cancelled_reentries_leave_no_extra_hold() {
     let server = Server::start();
     let client = client(&server).await;
     let lock = client.lock("l");
@@ -85,10 +81,10 @@ async fn d1c_cancelled_reentries_leave_no_extra_hold() {
     assert!(holders(&server, "l").is_empty(), "the last release frees it");
 }
 
-// ---- 2. a stale guard never acts on a later hold ----------------------------------------------
+// ---- a stale guard never acts on a later hold ---------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d2_a_guard_whose_lease_ran_out_cannot_release_a_later_hold() {
+async fn a_guard_whose_lease_ran_out_cannot_release_a_later_hold() {
     let server = Server::start();
     let client = client(&server).await;
     let lock = client.lock("l");
@@ -102,7 +98,7 @@ async fn d2_a_guard_whose_lease_ran_out_cannot_release_a_later_hold() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d2_a_watchdog_guard_whose_lock_was_deleted_reports_it_and_never_renews_a_later_hold() {
+async fn a_watchdog_guard_whose_lock_was_deleted_reports_it_and_never_renews_a_later_hold() {
     let server = Server::start();
     let options = Options::default().watchdog_timeout(Duration::from_millis(900));
     let client = LockClient::with_options(server.client(), options).await.expect("client");
@@ -116,10 +112,10 @@ async fn d2_a_watchdog_guard_whose_lock_was_deleted_reports_it_and_never_renews_
     g2.release().await.expect("release");
 }
 
-// ---- 5. saturating budgets --------------------------------------------------------------------
+// ---- saturating budgets -------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d5_a_wait_too_large_to_add_to_now_waits_without_limit_instead_of_panicking() {
+async fn a_wait_too_large_to_add_to_now_waits_without_limit_instead_of_panicking() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let mut clients = Vec::new();
     for s in &servers {
@@ -134,10 +130,10 @@ async fn d5_a_wait_too_large_to_add_to_now_waits_without_limit_instead_of_panick
     red.try_acquire(Duration::MAX, lease).await.expect("redlock").release().await.expect("r");
 }
 
-// ---- 6. guards dropped where no runtime will run again ---------------------------------------
+// ---- guards dropped where no runtime will run again ---------------------------------------------
 
 #[test]
-fn d6_a_guard_dropped_outside_any_runtime_is_released() {
+fn a_guard_dropped_outside_any_runtime_is_released() {
     let server = Server::start();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("rt");
     let guard = runtime.block_on(async {
@@ -151,7 +147,7 @@ fn d6_a_guard_dropped_outside_any_runtime_is_released() {
 }
 
 #[test]
-fn d6_a_guard_dropped_at_the_end_of_a_current_thread_main_is_released() {
+fn a_guard_dropped_at_the_end_of_a_current_thread_main_is_released() {
     let server = Server::start();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
     runtime.block_on(async {
@@ -164,7 +160,7 @@ fn d6_a_guard_dropped_at_the_end_of_a_current_thread_main_is_released() {
 }
 
 #[test]
-fn d6_guards_of_tasks_cancelled_by_a_runtime_shutdown_are_released() {
+fn guards_of_tasks_cancelled_by_a_runtime_shutdown_are_released() {
     let server = Server::start();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("rt");
     runtime.block_on(async {
@@ -184,10 +180,10 @@ fn d6_guards_of_tasks_cancelled_by_a_runtime_shutdown_are_released() {
     }
 }
 
-// ---- 7. re-entry never shortens what a live guard relies on ---------------------------------
+// ---- re-entry never shortens what a live guard relies on ----------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d7_a_shorter_reentry_does_not_undercut_a_watchdog_guard() {
+async fn a_shorter_reentry_does_not_undercut_a_watchdog_guard() {
     let server = Server::start();
     let client = client(&server).await;
     let lock = client.lock("l");
@@ -200,10 +196,10 @@ async fn d7_a_shorter_reentry_does_not_undercut_a_watchdog_guard() {
     g1.release().await.expect("release");
 }
 
-// ---- 8. loss reported promptly after a restart -----------------------------------------------
+// ---- loss reported promptly after a restart -----------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d8_a_loss_after_a_restart_is_reported_at_the_first_renewal_not_a_period_later() {
+async fn a_loss_after_a_restart_is_reported_at_the_first_renewal_not_a_period_later() {
     let mut server = Server::start();
     let options = Options::default().watchdog_timeout(Duration::from_secs(6)); // renews every 2 s
     let client = LockClient::with_options(server.client(), options).await.expect("client");
@@ -220,17 +216,17 @@ async fn d8_a_loss_after_a_restart_is_reported_at_the_first_renewal_not_a_period
     taken.release().await.expect("release");
 }
 
-// ---- 9. a server without the module; RedLock release with a stalled node -------------------
+// ---- a server without the module; RedLock release with a stalled node ---------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d9_opening_a_server_without_the_module_is_a_typed_error() {
+async fn opening_a_server_without_the_module_is_a_typed_error() {
     let server = Server::builder().without_module().start();
     let result = LockClient::open(server.url()).await;
     assert!(matches!(result, Err(Error::NoModule)), "{result:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d9_a_redlock_release_with_a_stalled_node_takes_one_node_timeout() {
+async fn a_redlock_release_with_a_stalled_node_takes_one_node_timeout() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let mut clients = Vec::new();
     for s in &servers {
@@ -248,10 +244,10 @@ async fn d9_a_redlock_release_with_a_stalled_node_takes_one_node_timeout() {
     assert!(took < Duration::from_secs(1), "release took {took:?}");
 }
 
-// ---- 3 and 4. MultiLock with a stalled node; multi watchdogs and transient errors ------------
+// ---- MultiLock with a stalled node; multi watchdogs and transient errors ------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d3_a_multilock_with_a_stalled_node_keeps_its_budget_and_leaks_nothing() {
+async fn a_multilock_with_a_stalled_node_keeps_its_budget_and_leaks_nothing() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let mut clients = Vec::new();
     for s in &servers {
@@ -271,7 +267,7 @@ async fn d3_a_multilock_with_a_stalled_node_keeps_its_budget_and_leaks_nothing()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d3_a_multilock_acquire_dropped_midway_leaks_nothing() {
+async fn a_multilock_acquire_dropped_midway_leaks_nothing() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let mut clients = Vec::new();
     for s in &servers {
@@ -289,7 +285,7 @@ async fn d3_a_multilock_acquire_dropped_midway_leaks_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn d4_a_multilock_watchdog_survives_a_killed_connection() {
+async fn a_multilock_watchdog_survives_a_killed_connection() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let options = Options::default().watchdog_timeout(Duration::from_millis(1_500));
     let mut clients = Vec::new();
@@ -387,15 +383,6 @@ async fn random_cancellations_with_stalls_and_killed_connections_leave_nothing_b
 
 /// A lease long enough that a hold it leaks is still there when the test looks.
 const LONG: Duration = Duration::from_secs(60);
-
-/// Polls (blocking, at most [`LIMIT`]) until the key `name` is gone.
-fn until_gone(server: &Server, name: &str, what: &str) {
-    let mut con = server.conn();
-    poll(what, LIMIT, || {
-        let n: i64 = redis::cmd("EXISTS").arg(name).query(&mut con).expect("EXISTS");
-        (n == 0).then_some(())
-    });
-}
 
 /// Which side holds in [`clones_used_concurrently_keep_mutual_exclusion_and_leave_nothing`].
 #[derive(Default)]

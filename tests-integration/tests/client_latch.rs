@@ -1,4 +1,4 @@
-//! The Rust client's count-down latch (issue 29, `LockClient::latch`): its commands, awaiting in
+//! The Rust client's count-down latch (`LockClient::latch`): its commands, awaiting in
 //! the server, and the hostile cases: a wait dropped at any point, a timed wait through a
 //! server stall (`CLIENT PAUSE ALL`) and a killed connection, a latch opened by a plain `DEL`,
 //! a Sentinel failover and a cluster with a braced name.
@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
 
 use rlock_client::{Error, Latch, LockClient, Options};
+use rlock_tests_integration::lock_client::{client, sentinel_client};
 use rlock_tests_integration::{
     blocked_clients, cmd, exists, info_field, is_master, poll, wait_link_up, Cluster, Sentinel,
     Server, SENTINEL_MASTER,
@@ -31,10 +32,6 @@ const LATE: Duration = Duration::from_millis(900);
 const LIMIT: Duration = Duration::from_secs(30);
 
 const FAILOVER_LIMIT: Duration = Duration::from_secs(40);
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// A blocking poll from a test on the multi-thread runtime.
 fn wait_for<T>(what: &str, limit: Duration, check: impl FnMut() -> Option<T>) -> T {
@@ -413,14 +410,7 @@ async fn awaiters_follow_a_sentinel_failover_to_the_new_master() {
     let replica = Server::builder().replica_of(&master).start();
     wait_link_up(&mut replica.conn());
     let sentinel = Sentinel::start(&master, 1, 30_000);
-    let client = LockClient::sentinel(
-        vec![sentinel.url()],
-        SENTINEL_MASTER,
-        "redis://127.0.0.1/",
-        Options::default(),
-    )
-    .await
-    .expect("sentinel client");
+    let client = sentinel_client(&sentinel).await;
     let latch = client.latch("{jobs}:done");
     latch.try_set_count(1).await.expect("set");
     let waits = [spawn_wait(&latch, None), spawn_wait(&latch, Some(Duration::from_secs(60)))];

@@ -9,16 +9,13 @@ use std::time::Duration;
 use tokio::time::timeout;
 
 use rlock_client::{Error, LockClient, LockGuard, MultiLock, Options, Owner};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::{exists, fuzz_seed, hgetall, lease_end, poll, Proxy, Rng, Server};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
 /// The nested acquires' lease: far shorter than the outer guard's watchdog lease (30 s).
 const SHORT: Duration = Duration::from_millis(200);
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// Fails unless the server's lease of `key` lasts at least until `guard`'s `valid_until` (a
 /// guard already lost promises nothing).

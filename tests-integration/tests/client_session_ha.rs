@@ -1,4 +1,4 @@
-//! The Rust client's sessions (issue 27 §1) when the server side changes under them: a
+//! The Rust client's sessions when the server side changes under them: a
 //! Sentinel failover (the master killed, or replaced by `SENTINEL FAILOVER` and demoted), a
 //! cluster node stopped, and a program whose `current_thread` tokio `main` ends while a session
 //! guard is still alive.

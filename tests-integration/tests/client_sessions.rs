@@ -1,4 +1,4 @@
-//! The Rust client's sessions (issue 27 §1): `LockClient::session()` opens one dedicated
+//! The Rust client's sessions: `LockClient::session()` opens one dedicated
 //! connection whose locks, read-write lock sides and leased permits are session holds
 //! (`SESSION [LOCKDELAY ms]`). When that connection goes away (the session dropped, the process
 //! killed, `CLIENT KILL`, a server that stops answering) the server ends the holds, and every
@@ -12,6 +12,7 @@ use redis::{Connection, Value};
 use tokio::time::{timeout, Instant};
 
 use rlock_client::{Error, LockClient, Options, SessionOptions};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::{
     cmd, exists, hgetall, info_field, kill_client, poll, run_str, session_holds, wait_blocked,
     wait_replica_online, Cluster, Process, Server,
@@ -23,10 +24,6 @@ const PROMPT: Duration = Duration::from_secs(2);
 const LIMIT: Duration = Duration::from_secs(10);
 
 const LEASE: Option<Duration> = Some(Duration::from_secs(60));
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
 
 /// The child process's part (run when `RLOCK_SESSION_CHILD` names a server): takes the lock
 /// `proc` through a session, says so on stdout, and waits to be killed.
@@ -329,9 +326,9 @@ async fn a_session_over_a_unix_socket_binds_its_holds_and_ends_them_when_dropped
 
 /// A session's try with replica acknowledgement is given the acknowledgement's time beyond the
 /// 0.5 s of a zero wait, as any other try: a replica that acknowledges after 0.8 s (within the
-/// 2 s asked for) hands the lock over, through the session as through the client. Before, the
-/// session's try gave up after 0.5 s (`TimedOut`) and cancelled a grant that was on its way to
-/// being acknowledged.
+/// 2 s asked for) hands the lock over, through the session as through the client: the session's
+/// try does not give up after 0.5 s (`TimedOut`) and cancel a grant on its way to being
+/// acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_try_waits_for_a_slow_acknowledgement_as_any_try_does() {
     let master = Server::start();
@@ -360,10 +357,10 @@ fn connected(con: &mut Connection) -> i64 {
     rlock_tests_integration::info_field(con, "clients", "connected_clients")
 }
 
-/// Defect: `Session::closed()` resolved before the session's guards were marked lost (the
-/// close announced itself first, then dropped the connection, stopped its tasks and marked the
-/// guards), so a task woken by `closed()` on another worker could still see a guard of the
-/// closed session say held, against its docs ("every guard taken through it is lost by then").
+/// `Session::closed()` resolves only once every guard of the session is marked lost, as its
+/// docs say ("every guard taken through it is lost by then"): a task woken by `closed()` on
+/// another worker never sees a guard of the closed session say held (as it would if the close
+/// announced itself before dropping the connection, stopping its tasks and marking the guards).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_guard_of_a_session_is_lost_by_the_time_closed_resolves() {
     let server = Server::start();

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use rlock_client::{Error, LockClient, Options};
+use rlock_tests_integration::lock_client::{available, client, has_key};
 use rlock_tests_integration::{blocked_clients, poll, Server};
 
 /// How long anything the client does in the background may take to show.
@@ -15,25 +16,7 @@ const LIMIT: Duration = Duration::from_secs(10);
 /// A lease long enough that a leaked hold is still there when the test looks.
 const LONG: Option<Duration> = Some(Duration::from_secs(60));
 
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
-}
-
-/// Whether `server` has the key `name` (false when it cannot be asked).
-fn exists(server: &Server, name: &str) -> bool {
-    let Ok(mut con) = server.client().get_connection_with_timeout(Duration::from_millis(500))
-    else {
-        return false;
-    };
-    let _ = con.set_read_timeout(Some(Duration::from_secs(1)));
-    redis::cmd("EXISTS").arg(name).query::<i64>(&mut con).is_ok_and(|n| n == 1)
-}
-
-fn available(server: &Server, name: &str) -> i64 {
-    redis::cmd("RSEM.AVAILABLE").arg(name).query(&mut server.conn()).expect("RSEM.AVAILABLE")
-}
-
-/// One guard of any kind, as far as these attacks need.
+/// One guard of any kind, as far as these stalls and pauses need.
 enum Guard {
     Lock(rlock_client::LockGuard),
     Permit(rlock_client::PermitGuard),
@@ -88,7 +71,7 @@ async fn take(client: &LockClient, of: Of, name: &str, lease: Option<Duration>) 
 fn free(server: &Server, of: Of, name: &str) -> bool {
     match of {
         Of::Leased => available(server, name) == 2,
-        _ => !exists(server, name),
+        _ => !has_key(server, name),
     }
 }
 

@@ -1,10 +1,9 @@
 //! A master killed (`kill -9`) and restarted from its AOF before the group noticed: it may be
 //! failed over meanwhile (Sentinel goes on with a failover it started), and a replica it had
-//! re-syncs from it within a second. Issue 36 saw two holders: the restarted master granted with
-//! one replica of two back in sync while the other was promoted. It now starts in a quarantine
-//! as after a stall, and grants only once as many replicas are in sync as were online before the
-//! crash (`rlock-had-replicas` counts them). Both tests failed on the code before the fix (the
-//! restarted master granted as soon as one replica was back).
+//! re-syncs from it within a second. Granting then, with one replica of two back in sync while
+//! the other is promoted, makes two holders. The restarted master starts in a quarantine as
+//! after a stall, and grants only once as many replicas are in sync as were online before the
+//! crash (`rlock-had-replicas` counts them), not as soon as one replica is back.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -32,7 +31,7 @@ fn refusal(con: &mut Connection) -> Option<String> {
     }
 }
 
-/// A master (AOF `everysec`, as in the issue's runs) with `replicas` replicas in sync.
+/// A master (AOF `everysec`, as deployments run it) with `replicas` replicas in sync.
 fn master_with(replicas: usize, max_lag: &str) -> (Server, Vec<Server>) {
     let master = Server::builder()
         .config("appendonly", "yes")
@@ -60,7 +59,7 @@ fn recorded(dir: &Path) -> Option<String> {
 fn a_master_restarted_after_a_crash_grants_only_once_every_replica_it_had_is_back_in_sync() {
     let (mut master, mut replicas) = master_with(2, "1");
     // The file follows the count within a cron tick or so; the behaviour below is what counts
-    // (the code before the fix wrote no count).
+    // (a count must be written at all).
     let until = Instant::now() + Duration::from_secs(3);
     while recorded(master.dir()).as_deref() != Some("2") && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));

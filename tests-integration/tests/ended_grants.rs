@@ -8,24 +8,11 @@ use std::time::Duration;
 use redis::{Connection, Value};
 
 use rlock_tests_integration::{
-    attach_replica, barrier, client_id, cmd, exists, hgetall, info_field, int, kill_client, poll,
-    run, run_str, session_ends, wait_blocked, Pending, Server,
+    attach_replica, barrier, client_id, cmd, exists, hgetall, info_field, int, kill_client,
+    permit_ids, poll, run, run_str, session_ends, wait_blocked, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn ids(reply: &Value) -> Vec<Vec<u8>> {
-    match reply {
-        Value::Array(items) => items
-            .iter()
-            .map(|v| match v {
-                Value::BulkString(b) => b.clone(),
-                other => panic!("not an id: {other:?}"),
-            })
-            .collect(),
-        other => panic!("not ids: {other:?}"),
-    }
-}
 
 #[test]
 fn a_request_retry_after_a_session_close_in_the_same_transaction_is_not_replayed() {
@@ -97,7 +84,8 @@ fn a_leased_permit_in_its_lock_delay_is_not_replayed_renewed_or_cancelled() {
     let mut a = server.conn();
     let a_id = client_id(&mut a);
     let acquire = ["RSEM.ACQUIRE", "s", "1", "LEASE", "30000", "REQUEST", "r1"];
-    let first = ids(&cmd(&mut a, &[&acquire[..], &["SESSION", "LOCKDELAY", "1500"]].concat()));
+    let first =
+        permit_ids(&cmd(&mut a, &[&acquire[..], &["SESSION", "LOCKDELAY", "1500"]].concat()));
     let id = first[0].clone();
     let ends = session_ends(&mut admin);
     kill_client(&mut admin, a_id);
@@ -111,7 +99,7 @@ fn a_leased_permit_in_its_lock_delay_is_not_replayed_renewed_or_cancelled() {
     assert_eq!(cmd(&mut b, &["RLOCK.CANCEL", "s", "r1"]), Value::Int(0), "nor given back");
     assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(0), "the delay holds it");
     // The placeholder holds the permit; nobody may renew it.
-    let members = ids(&cmd(&mut admin, &["ZRANGE", "{s}:timeout", "0", "-1"]));
+    let members = permit_ids(&cmd(&mut admin, &["ZRANGE", "{s}:timeout", "0", "-1"]));
     assert_eq!(members, vec![[b"rlock:lockdelay:".as_slice(), &id].concat()]);
     let renewed = renew(&mut b, &members[0]);
     assert!(renewed.is_err_and(|e| e.contains("reserved")), "the placeholder is not renewable");
@@ -119,7 +107,7 @@ fn a_leased_permit_in_its_lock_delay_is_not_replayed_renewed_or_cancelled() {
     let taken = poll("the permit's return", LIMIT, || {
         match cmd(&mut b, &["RSEM.ACQUIRE", "s", "1", "LEASE", "30000"]) {
             Value::Nil => None,
-            reply => Some(ids(&reply)),
+            reply => Some(permit_ids(&reply)),
         }
     });
     assert_eq!(taken.len(), 1);
@@ -268,8 +256,10 @@ fn a_transaction_that_pauses_writes_still_applies_the_ends_before_its_retries() 
     let first =
         cmd(&mut a, &["RLOCK.ACQUIRE", "k", "o1", "30000", "REQUEST", "r1", "SESSION", "TOKEN"]);
     assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(1)]));
-    let leased =
-        ids(&cmd(&mut a, &["RSEM.ACQUIRE", "s", "1", "LEASE", "30000", "REQUEST", "q", "SESSION"]));
+    let leased = permit_ids(&cmd(
+        &mut a,
+        &["RSEM.ACQUIRE", "s", "1", "LEASE", "30000", "REQUEST", "q", "SESSION"],
+    ));
     let old_id = String::from_utf8_lossy(&leased[0]).into_owned();
     let mut b = server.conn();
     let replies = transaction(
@@ -286,7 +276,7 @@ fn a_transaction_that_pauses_writes_still_applies_the_ends_before_its_retries() 
         Value::Array(vec![Value::Int(1), Value::Int(2)]),
         "a new grant, a new token"
     );
-    let new = ids(&replies[3]);
+    let new = permit_ids(&replies[3]);
     assert_ne!(new, leased, "new ids, not the ended permit's");
     let renew_old = run(&mut b, &[b"RSEM.RENEW", b"s", &leased[0], b"30000"]);
     assert_eq!(renew_old, Ok(Value::Int(0)), "the ended permit {old_id:?} is not renewed");

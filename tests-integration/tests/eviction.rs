@@ -20,7 +20,7 @@ fn token_then_release(con: &mut Connection, key: &str, owner: &str) -> i64 {
 
 #[test]
 fn tokens_keep_increasing_when_an_allkeys_policy_evicts_the_counter() {
-    // Issue 23, item 2: a cache server (allkeys-*) gives tokens, and an evicted counter never
+    // A cache server (allkeys-*) gives tokens, and an evicted counter never
     // restarts below a token already given.
     let server = Server::builder().config("maxmemory-policy", "allkeys-random").start();
     let mut con = server.conn();

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 use rlock_client::{Error, LockClient, Options};
+use rlock_tests_integration::lock_client::sentinel_client;
 use rlock_tests_integration::{
     is_master, poll, wait_link_up, wait_replica_online, Sentinel, Server, SENTINEL_MASTER,
 };
@@ -207,7 +208,7 @@ fn kill_nemesis(group: &mut Group) {
     group.servers[old].restart_same_port();
 }
 
-/// Issue 36's nemesis: the master killed and restarted from its AOF on its port `delay` after,
+/// The crash-restart nemesis: the master killed and restarted from its AOF on its port `delay` after,
 /// just before `down-after-milliseconds`. Probes the restarted master with fresh acquires (one
 /// lock name each, so every grant it would make shows) until Sentinel demotes it, watching the
 /// replicas' roles; returns (the probes' answers, when a replica was first seen promoted, when
@@ -249,18 +250,18 @@ fn crash_restart_nemesis(
     (probes, promoted, last_grant)
 }
 
-/// Issue 36: a master killed and restarted around Sentinel's down-after granted as soon as
-/// one replica re-synced from it, while Sentinel promoted another (the restart's quarantine and
-/// the count in `rlock-had-replicas` now refuse). Timing-dependent (whether Sentinel fails over
-/// at all depends on when it sees the master back), so not in `make test`; the regression tests
-/// proper are in `crash_restart.rs`. Run it with
+/// A master killed and restarted around Sentinel's down-after grants nothing while Sentinel
+/// promotes another (the restart's quarantine and the count in `rlock-had-replicas` refuse),
+/// not as soon as one replica re-synced from it. Timing-dependent (whether Sentinel fails over
+/// at all depends on when it sees the master back), so not in `make test`; the deterministic
+/// tests are in `crash_restart.rs`. Run it with
 /// `cargo test -p rlock-tests-integration --test failover -- --ignored`
 /// (`RLOCK_CRASH_DELAY_MS`, default 1100 with down-after 1000: Sentinel, which reconnects and
 /// pings every few hundred ms, sees a restart at 900 to 1000 ms in time here, and fails over at
-/// 1100; in one run the code before the fix granted 3,214 probes until 1.2 s after the
-/// restart, beside the replica promoted 0.26 s after it).
+/// 1100; without the quarantine, one run granted 3,214 probes until 1.2 s after the restart,
+/// beside the replica promoted 0.26 s after it).
 #[test]
-#[ignore = "a timing-dependent Sentinel run of issue 36's crash and restart"]
+#[ignore = "a timing-dependent Sentinel run of a master's crash and restart"]
 fn a_master_restarted_just_before_down_after_grants_nothing_beside_a_promoted_replica() {
     let delay = std::env::var("RLOCK_CRASH_DELAY_MS").ok().and_then(|d| d.parse().ok());
     let mut group = Group::start();
@@ -616,30 +617,11 @@ async fn a_sentinel_client_follows_a_manual_failover() {
     let replica = Server::builder().replica_of(&master).start();
     wait_link_up(&mut replica.conn());
     let sentinel = Sentinel::start(&master, 1, 5_000);
-    let client = LockClient::sentinel(
-        vec![sentinel.url()],
-        SENTINEL_MASTER,
-        "redis://127.0.0.1/",
-        Options::default(),
-    )
-    .await
-    .expect("client");
+    let client = sentinel_client(&sentinel).await;
     let guard =
         client.lock("before").acquire(Some(Duration::from_secs(30))).await.expect("acquire");
     guard.release().await.expect("release");
-    poll("the sentinel to know the replica", FAILOVER_LIMIT, || {
-        let mut con = redis::Client::open(sentinel.url()).ok()?.get_connection().ok()?;
-        let info: String = redis::cmd("INFO").arg("sentinel").query(&mut con).ok()?;
-        info.contains("slaves=1").then_some(())
-    });
-    let mut s = redis::Client::open(sentinel.url()).expect("client").get_connection().expect("con");
-    // Refused (NOGOODSLAVE) until the Sentinel has had a reply to INFO from the replica.
-    poll("the sentinel to accept a failover", FAILOVER_LIMIT, || {
-        redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
-    });
-    poll("the promotion", FAILOVER_LIMIT, || {
-        (sentinel.master_port() == replica.port()).then_some(())
-    });
+    sentinel.fail_over_to(&replica, FAILOVER_LIMIT);
     poll("the old master to be demoted", FAILOVER_LIMIT, || (!is_master(&master)).then_some(()));
     // The next acquire reaches the new master (the old one answers READONLY, then is left).
     let guard = poll_async_acquire(&client, "after").await;

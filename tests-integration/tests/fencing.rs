@@ -255,7 +255,7 @@ fn spoiled_token_refuses_the_waiter_and_grants_the_next(spoil: &[&str], refused:
     assert_eq!(hgetall(&mut con, b"job"), vec![(b"w2".to_vec(), b"1".to_vec())]);
 }
 
-// ---- 6 and 10. a counter at its limit -------------------------------------------------------
+// ---- a counter at its limit ---------------------------------------------------------------------
 
 #[test]
 fn a_counter_that_cannot_grow_refuses_before_anything_is_written() {

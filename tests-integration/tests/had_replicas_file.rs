@@ -2,7 +2,6 @@
 //! working directory the server has now (after `CONFIG SET dir` too), named by the refusal it
 //! causes, by `INFO rlock` and the log, and looked at again at run time (deleted: the server
 //! runs standalone; planted: it counts), counting the replicas online for a restart to wait for.
-//! Each test failed on the code before its fix.
 
 use std::path::Path;
 use std::time::Duration;
@@ -97,8 +96,8 @@ fn count_line(dir: &Path) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("replicas ").map(str::to_owned))
 }
 
-/// The file counts the replicas online, as a restart must wait for that many (issue 36): it
-/// follows them up at once and down within a second or so. Before, it held no count.
+/// The file counts the replicas online, as a restart after a crash must wait for that many in
+/// sync: it follows them up at once and down within a second or so.
 #[test]
 fn the_had_replicas_file_counts_the_replicas_online() {
     let master = Server::start();

@@ -1,4 +1,4 @@
-//! `RLATCH.*` (issue 29): Redisson's `RCountDownLatch` natively, with awaiting in the server.
+//! `RLATCH.*`: Redisson's `RCountDownLatch` natively, with awaiting in the server.
 //! Every awaiter is answered exactly once: all at once when the latch opens, each alone at its
 //! timeout, disconnect or `CLIENT UNBLOCK`; MULTI and Lua never block. Data, channel and
 //! messages as Redisson's scripts write them; replicas and the AOF without the module end the
@@ -369,14 +369,14 @@ fn a_redisson_client_and_rlatch_share_a_latch_both_ways() {
     assert_eq!(eval(&mut con, REDISSON_DELETE, "1"), Value::Int(0), "gone for Redisson too");
 }
 
-/// Defect: a latch and a semaphore share Redisson's layout (an integer string), and their
-/// waiters shared one FIFO queue per key. A closed latch's awaiter at the head held up every
-/// semaphore waiter behind it, and even a newcomer's plain `RSEM.ACQUIRE` with permits free
-/// was refused (replied 0: "others wait"); an `RLATCH.AWAIT key 0` starved the semaphore for
-/// ever. The other way round, a semaphore waiter at the head kept the awaiters behind it
-/// blocked after the latch opened (answered only at the waiter's own timeout), breaking
-/// "every awaiter is answered at once when the latch opens". An awaiter holds nothing and is
-/// in nobody's way: it is answered when the latch opens, wherever it stands in the queue.
+/// A latch and a semaphore share Redisson's layout (an integer string) and their waiters one
+/// FIFO queue per key, yet neither holds up the other. A closed latch's awaiter at the head
+/// must not hold up the semaphore waiters behind it, nor get a newcomer's plain `RSEM.ACQUIRE`
+/// with permits free refused (replied 0: "others wait"), which would let an
+/// `RLATCH.AWAIT key 0` starve the semaphore for ever. The other way round, a semaphore waiter
+/// at the head must not keep the awaiters behind it blocked after the latch opens ("every
+/// awaiter is answered at once when the latch opens"). An awaiter holds nothing and is in
+/// nobody's way: it is answered when the latch opens, wherever it stands in the queue.
 #[test]
 fn latch_awaiters_and_semaphore_waiters_on_one_key_hold_each_other_up_nowhere() {
     let server = Server::start();

@@ -1,17 +1,18 @@
 //! The module's memory across server events: session bindings, the ends waiting to be applied
 //! and the locks' scheduled checks at `SWAPDB`, `FLUSHALL`, `DEBUG RELOAD` / `DEBUG LOADAOF`
 //! and `MODULE UNLOAD`; the token high-water mark across `MODULE UNLOAD` / `MODULE LOAD`.
-//! Each test failed on the code before its fix.
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Connection, Value};
 
+use rlock_tests_integration::idle::{
+    assert_idle_and_unload, timers_armed, unloadable_server, waiting_clients,
+};
 use rlock_tests_integration::sessions::{session_ends, session_holds};
 use rlock_tests_integration::{
-    client_id, cmd, exists, granted_token, hgetall, info_field, kill_client, module_path,
-    pexpiretime, poll, run_str, Pending, Server,
+    client_id, cmd, exists, granted_token, hgetall, in_thread, info_field, kill_client,
+    module_path, pexpiretime, poll, run_str, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -158,10 +159,6 @@ fn session_bindings_pending_ends_and_checks_survive_a_debug_loadaof() {
     the_module_memory_survives(&["DEBUG", "LOADAOF"], true);
 }
 
-fn unloadable_server() -> Server {
-    Server::builder().config("enable-module-command", "yes").start()
-}
-
 /// Unloads the module once nothing else keeps it (no timer armed), polled with a bound.
 fn unload(con: &mut Connection) {
     poll("the module to unload", LIMIT, || {
@@ -184,9 +181,7 @@ fn module_unload_is_refused_while_a_session_hold_is_bound() {
     let mut holder = server.conn();
     let holder_id = client_id(&mut holder);
     acquire_session(&mut holder, "l", "o");
-    poll("no module timer armed", LIMIT, || {
-        (info_field(&mut admin, "rlock", "rlock_timers_armed") == 0).then_some(())
-    });
+    poll("no module timer armed", LIMIT, || (timers_armed(&mut admin) == 0).then_some(()));
     let refused = run_str(&mut admin, &["MODULE", "UNLOAD", "rlock"]);
     assert!(refused.is_err(), "unloaded with a session hold bound: {refused:?}");
     assert!(server.log().contains("MODULE UNLOAD refused: 1 session hold(s)"), "the log says why");
@@ -270,32 +265,6 @@ fn fencing_tokens_never_repeat_across_reloads_within_one_millisecond() {
     }
 }
 
-fn timers(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_timers_armed")
-}
-
-fn waiting(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_waiting_clients")
-}
-
-/// Idle (no timer armed, no check scheduled, polled with a bound) and the module unloads.
-fn assert_idle_and_unload(con: &mut Connection) {
-    poll("no module timer armed", LIMIT, || (timers(con) == 0).then_some(()));
-    assert_eq!(info_field(con, "rlock", "rlock_scheduled_checks"), 0);
-    assert_eq!(cmd(con, &["MODULE", "UNLOAD", "rlock"]), Value::Okay);
-}
-
-/// Runs `args` on a new connection in a thread; the reply and how long it took.
-fn in_thread(server: &Server, args: &[&str]) -> thread::JoinHandle<(Value, Duration)> {
-    let mut con = server.conn();
-    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-    thread::spawn(move || {
-        let start = Instant::now();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        (cmd(&mut con, &args), start.elapsed())
-    })
-}
-
 // ---- MODULE UNLOAD and LOAD --------------------------------------------------------------------
 
 #[test]
@@ -304,7 +273,7 @@ fn module_unload_is_refused_while_a_client_waits_and_a_hold_is_looked_at() {
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
     let waiter = in_thread(&server, &["RLOCK.ACQUIRE", "l", "b", "60000", "WAIT", "20000"]);
-    poll("the waiter waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
+    poll("the waiter waits", LIMIT, || (waiting_clients(&mut con) == 1).then_some(()));
     assert!(run_str(&mut con, &["MODULE", "UNLOAD", "rlock"]).is_err(), "a client waits");
     assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]), Value::Int(1));
     assert_eq!(waiter.join().expect("waiter").0, Value::Nil);
@@ -325,7 +294,7 @@ fn the_module_loads_again_after_an_unload() {
     cmd(&mut con, &["CONFIG", "SET", "rlock.stall-ms", "2000"]);
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
     let waiter = in_thread(&server, &["RLOCK.ACQUIRE", "l", "b", "60000", "WAIT", "20000"]);
-    poll("the waiter waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
+    poll("the waiter waits", LIMIT, || (waiting_clients(&mut con) == 1).then_some(()));
     cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]);
     assert_eq!(waiter.join().expect("waiter").0, Value::Nil);
     cmd(&mut con, &["RLOCK.RELEASE", "l", "b"]);
@@ -342,7 +311,7 @@ fn the_module_loads_again_after_an_unload() {
     assert_eq!(server.log().matches("<rlock> rlock ").count(), 2, "a load line each time");
     cmd(&mut con, &["RLOCK.ACQUIRE", "l", "a", "60000"]);
     let waiter = in_thread(&server, &["RLOCK.ACQUIRE", "l", "b", "60000", "WAIT", "20000"]);
-    poll("the waiter waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
+    poll("the waiter waits", LIMIT, || (waiting_clients(&mut con) == 1).then_some(()));
     assert_eq!(cmd(&mut con, &["RLOCK.RELEASE", "l", "a"]), Value::Int(1));
     assert_eq!(waiter.join().expect("waiter").0, Value::Nil);
     cmd(&mut con, &["RLOCK.RELEASE", "l", "b"]);
@@ -355,15 +324,15 @@ fn rlock_info(con: &mut Connection, field: &str) -> i64 {
     info_field(con, "rlock", field)
 }
 
-/// Defect: `INFO rlock`'s wait-time buckets (`rlock_wait_ms_*`) were not reset when the module
-/// was loaded again (`MODULE UNLOAD` + `MODULE LOAD`, the library staying mapped), while every
-/// other counter was: `rlock_waits:0` beside `rlock_wait_ms_count:1`, a histogram counting
-/// waits that, by the other counters, never happened. A session binding present at the unload
+/// `INFO rlock`'s wait-time buckets (`rlock_wait_ms_*`) are reset when the module is loaded
+/// again (`MODULE UNLOAD` + `MODULE LOAD`, the library staying mapped), as every other counter
+/// is: never `rlock_waits:0` beside `rlock_wait_ms_count:1`, a histogram counting waits that,
+/// by the other counters, never happened. A session binding present at the unload
 /// refuses it (the hold would no longer end with its connection: lifecycle.rs); once the hold
 /// is released the unload goes through and the new load starts with no binding.
 #[test]
 fn wait_time_buckets_start_from_zero_after_a_module_reload() {
-    let server = Server::builder().config("enable-module-command", "yes").start();
+    let server = unloadable_server();
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
     let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "60000", "WAIT", "20"]);
@@ -392,16 +361,14 @@ fn wait_time_buckets_start_from_zero_after_a_module_reload() {
 
 #[test]
 fn info_counters_start_from_zero_after_a_module_reload() {
-    let server = Server::builder().config("enable-module-command", "yes").start();
+    let server = unloadable_server();
     let mut con = server.conn();
     cmd(&mut con, &["RLOCK.ACQUIRE", "k", "h", "60000"]);
     let waiter = Pending::start_str(&server, &["RLOCK.ACQUIRE", "k", "w", "60000", "WAIT", "100"]);
     let (reply, _) = waiter.reply(LIMIT);
     assert!(matches!(reply, Ok(Value::Int(n)) if n > 0), "timed out: {reply:?}");
     assert_eq!(info_field(&mut con, "rlock", "rlock_waits"), 1);
-    poll("no module timer armed", LIMIT, || {
-        (info_field(&mut con, "rlock", "rlock_timers_armed") == 0).then_some(())
-    });
+    poll("no module timer armed", LIMIT, || (timers_armed(&mut con) == 0).then_some(()));
     cmd(&mut con, &["MODULE", "UNLOAD", "rlock"]);
     let path = rlock_tests_integration::module_path();
     cmd(&mut con, &["MODULE", "LOAD", path.to_str().expect("path")]);

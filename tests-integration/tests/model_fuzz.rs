@@ -68,8 +68,8 @@ const FEATURES: [&str; 18] = [
 /// many readers are spaced out; no force-release of `W0`).
 const EXTRA: [&str; 6] = ["renew", "evict", "encoding", "counted-request", "killswap", "crowd"];
 
-/// The named profiles: each a mix of features, most aimed at where two features meet. The
-/// comment names what each found on the code before issue 34's fixes (see the branch report).
+/// The named profiles: each a mix of features, most aimed at where two features meet; the
+/// comment says what each drives.
 const PROFILES: [(&str, &str); 12] = [
     // Every kind, requests, cancels, tokens, lease ends: no sessions, no server events.
     ("core", "lock,rw,sem,leased,latch,request,cancel,token,short,renew"),
@@ -81,21 +81,21 @@ const PROFILES: [(&str, &str); 12] = [
     // close is timed by the server, and long runs still see the model's window miss it (a
     // waiter answered nil that the model had time out), on today's main as far as analysed.
     ("waiters", "lock,wait,request,cancel,session,lockdelay,kill,short,renew"),
-    // Counted permits with REQUEST given back, then retried or cancelled (issue 34: 5).
+    // Counted permits with REQUEST given back, then retried or cancelled.
     ("counted", "sem,request,counted-request,cancel"),
-    // Leased permits bound to sessions with lock-delays, renewed, retried (issue 34: 1, 2).
+    // Leased permits bound to sessions with lock-delays, renewed, retried.
     ("leased-sessions", "leased,request,cancel,session,lockdelay,kill,renew"),
-    // MULTI with CLIENT KILL beside retries and other commands (issue 34: 3).
+    // MULTI with CLIENT KILL beside retries and other commands.
     ("multikill", "lock,rw,request,session,lockdelay,multikill"),
-    // SWAPDB (also in MULTI after a kill), MOVE, RENAME, FLUSHDB with sessions (issue 34: 6).
+    // SWAPDB (also in MULTI after a kill), MOVE, RENAME, FLUSHDB with sessions.
     ("swapdb", "lock,rw,session,kill,killswap,swapdb,rename"),
-    // DEBUG RELOAD with sessions (issue 34: 7).
+    // DEBUG RELOAD with sessions.
     ("reload", "lock,rw,session,kill,reload"),
-    // MODULE UNLOAD/LOAD with sessions (issue 34: 8).
+    // MODULE UNLOAD/LOAD with sessions.
     ("unload", "lock,rw,session,kill,unload"),
-    // Token counters evicted, MODULE UNLOAD/LOAD (issue 34: 9).
+    // Token counters evicted, MODULE UNLOAD/LOAD.
     ("tokens", "lock,rw,token,unload,evict"),
-    // OBJECT ENCODING of counts and counters (issue 34: 17). Not in CI: the master keeps
+    // OBJECT ENCODING of counts and counters. Not in CI: the master keeps
     // `embstr`/`raw` where a replica holds `int`, a module API limit kept on purpose
     // (docs/operations.md); this profile shows it.
     ("encoding", "sem,latch,token,encoding"),
@@ -324,8 +324,8 @@ impl Run {
         let mut features = features;
         if features.iter().any(|f| f == "unload") && unload_crashes(&mut admin[0]) {
             // Redis 8.2 crashes (SIGSEGV in processCommand) on a command that follows quick
-            // MODULE UNLOAD / MODULE LOAD cycles, with the module of before issue 34 too; left
-            // out there until it is understood (see the closing note of issue 34).
+            // MODULE UNLOAD / MODULE LOAD cycles, with older builds of the module too; left out
+            // there until it is understood.
             eprintln!("model_fuzz {name}: MODULE UNLOAD left out on Redis 8");
             features.retain(|f| f != "unload");
         }

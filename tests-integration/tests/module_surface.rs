@@ -5,12 +5,13 @@
 //! own argument.
 //!
 //! # Layout
-//! This file holds the reply readers the parts share; the parts, in `newcomer/`:
-//! - `version`: the version and commit (§1, §2) and the load log (§7);
-//! - `command_docs`: `COMMAND DOCS` against the parser (§3);
-//! - `timers`: no timer outlives the holds (§4);
-//! - `numbers`: number errors (§5);
-//! - `tour`: `RWLOCK.INFO`'s readers (§6) and a newcomer's tour (§8).
+//! This file holds the reply readers the parts share; the parts, in `module_surface/`:
+//! - `version`: the version and commit, and the load log;
+//! - `command_docs`: `COMMAND DOCS` against the parser;
+//! - `timers`: no timer outlives the holds;
+//! - `numbers`: number errors;
+//! - `tour`: `RWLOCK.INFO`'s readers, `RLOCK.INFO` on a read-write lock, the cost of the
+//!   commands that loop.
 
 #[path = "module_surface/command_docs.rs"]
 mod command_docs;

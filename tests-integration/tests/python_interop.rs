@@ -13,7 +13,8 @@
 use std::time::Duration;
 
 use redis::Value;
-use rlock_client::{Error, LockClient};
+use rlock_client::Error;
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::python::{python_ready, redis_cli, Py, STEP};
 use rlock_tests_integration::{cmd, hgetall, wait_blocked, Pending, Server};
 
@@ -28,10 +29,6 @@ fn pairs(pairs: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-async fn client(server: &Server) -> LockClient {
-    LockClient::open(server.url()).await.expect("client")
 }
 
 /// A spawned crate acquire, awaited with a bound.

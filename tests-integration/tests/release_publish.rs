@@ -1,5 +1,5 @@
 //! A release that hands the lock on publishes nothing, so it needs no permission on the unlock
-//! channel (issue 28 §2: the channel's ACL check was paid by every hand-off). A release that
+//! channel (no hand-off pays the channel's ACL check). A release that
 //! publishes (nobody waits, or every waiter is refused) is checked as before: refused with
 //! `NOPERM` before anything changes when nobody waits; when the waiters it expected are all
 //! refused at the hand-off, the release is done and its message is left out (with an `ACL LOG`

@@ -11,8 +11,8 @@ use std::time::Duration;
 use redis::{Connection, Value};
 
 use rlock_tests_integration::{
-    all_keys, blocked_clients, cmd, digest, pexpiretime, poll, queue_str, run_str, wait_link_up,
-    wait_replica_online, Server,
+    all_keys, blocked_clients, cmd, digest, permit_ids, pexpiretime, poll, queue_str, run_str,
+    wait_link_up, wait_replica_online, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -113,7 +113,7 @@ fn a_read_write_lock_write_replicates_one_command_per_key() {
     assert_eq!(replicated(&mut m, &mut r, counted), expect(&[("decrby", 1)]));
     let mut id = Vec::new();
     let got = replicated(&mut m, &mut r, |m: &mut Connection| {
-        id = ids(&cmd(m, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"])).remove(0);
+        id = permit_ids(&cmd(m, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"])).remove(0);
     });
     assert_eq!(got, expect(&[("decrby", 1), ("exec", 1), ("multi", 1), ("zadd", 1)]));
     let got = replicated(&mut m, &mut r, |m: &mut Connection| {
@@ -203,17 +203,6 @@ fn same(expected: &Snapshot, got: &Snapshot, what: &str, loose_tables: bool) {
     assert_eq!(got.1, expected.1, "{what}: DEBUG DIGEST");
 }
 
-fn ids(reply: &Value) -> Vec<Vec<u8>> {
-    let Value::Array(items) = reply else { panic!("ids expected: {reply:?}") };
-    items
-        .iter()
-        .map(|v| match v {
-            Value::BulkString(b) => b.clone(),
-            other => panic!("{other:?}"),
-        })
-        .collect()
-}
-
 fn rw(con: &mut Connection, args: &[&str]) -> Value {
     cmd(con, &[&["RWLOCK.ACQUIRE"][..], args].concat())
 }
@@ -291,10 +280,10 @@ fn scenario(master: &Server, m: &mut Connection) {
     cmd(m, &["RSEM.RELEASE", "S", "1"]);
     cmd(m, &["RSEM.ADDPERMITS", "S", "-1"]);
     // Leased ones: released by id, renewed, one expiring (reclaimed), and a waiter served.
-    let leased = ids(&cmd(m, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
+    let leased = permit_ids(&cmd(m, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
     redis::cmd("RSEM.RELEASE").arg("S").arg("ID").arg(&leased[0]).query::<i64>(m).expect("ID");
     redis::cmd("RSEM.RENEW").arg("S").arg(&leased[1]).arg(90_000).query::<i64>(m).expect("renew");
-    ids(&cmd(m, &["RSEM.ACQUIRE", "S", "1", "LEASE", "300"]));
+    let _expiring = permit_ids(&cmd(m, &["RSEM.ACQUIRE", "S", "1", "LEASE", "300"]));
     let waiter = queue_str(master, m, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000", "WAIT", "0"]);
     assert!(matches!(waiter.reply(LIMIT).0, Ok(Value::Array(_))), "served once reclaimed");
     cmd(m, &["RSEM.ADDPERMITS", "S", "3"]);

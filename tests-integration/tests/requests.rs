@@ -1,4 +1,4 @@
-//! Exact cancellation (issue 24, part A): `REQUEST id` on every acquire (a retry replies the
+//! Exact cancellation: `REQUEST id` on every acquire (a retry replies the
 //! first grant and adds nothing), `RLOCK.CANCEL key id` (gives a grant back, dequeues a waiter,
 //! and makes sure the request never gets anything later), and the side-checked
 //! `RWLOCK.RENEW key owner lease-ms READ|WRITE`. Every test runs each kind: a reentrant lock, a
@@ -8,39 +8,14 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
+use rlock_tests_integration::kinds::{run_strings, strings, Kind, KINDS};
 use rlock_tests_integration::{
-    assert_replica_matches, blocked_clients, cmd, conn_as, digest, hgetall, info_field,
+    assert_replica_matches, blocked_clients, cmd, conn_as, digest, exists, hgetall, info_field,
     kill_client, pexpiretime, poll, queue_str, run_str, tag_is_free, wait_blocked,
     wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
-}
-
-/// The lock kinds a request may be made for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Lock,
-    Read,
-    Write,
-    Counted,
-    Leased,
-}
-
-const KINDS: [Kind; 5] = [Kind::Lock, Kind::Read, Kind::Write, Kind::Counted, Kind::Leased];
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|a| (*a).to_owned()).collect()
-}
-
-/// Runs a command given as owned strings.
-fn go(con: &mut Connection, args: &[String]) -> Result<Value, String> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run_str(con, &args)
-}
 
 /// The request record of request `id` on the lock `key` (a name without braces).
 fn record(key: &str, id: &str) -> String {
@@ -61,159 +36,26 @@ fn cancelled(con: &mut Connection, key: &str, id: &str) -> bool {
     stored(con, key, id).is_some_and(|v| v == format!("{}C", header(key)).as_bytes())
 }
 
-impl Kind {
-    /// The resource of this kind the tests use, prefixed (an ACL pattern, say).
-    fn key(self, prefix: &str) -> String {
-        format!("{prefix}{self:?}").to_lowercase()
-    }
-
-    /// Prepares the resource: a semaphore of one permit.
-    fn setup(self, con: &mut Connection, key: &str) {
-        if matches!(self, Self::Counted | Self::Leased) {
-            cmd(con, &["RSEM.SETPERMITS", key, "1"]);
-        }
-    }
-
-    /// The acquire of `owner`, with `REQUEST id` if given, then `extra`.
-    fn acquire(self, key: &str, owner: &str, id: Option<&str>, extra: &[&str]) -> Vec<String> {
-        let mut a = match self {
-            Self::Lock => strings(&["RLOCK.ACQUIRE", key, owner, "30000"]),
-            Self::Read => strings(&["RWLOCK.ACQUIRE", key, owner, "READ", "30000"]),
-            Self::Write => strings(&["RWLOCK.ACQUIRE", key, owner, "WRITE", "30000"]),
-            Self::Counted => strings(&["RSEM.ACQUIRE", key, "1"]),
-            Self::Leased => strings(&["RSEM.ACQUIRE", key, "1", "LEASE", "30000"]),
-        };
-        a.extend(strings(extra));
-        if let Some(id) = id {
-            a.extend(strings(&["REQUEST", id]));
-        }
-        a
-    }
-
-    /// A request of another client that conflicts with this kind's grant (it waits for it).
-    fn rival(self, key: &str, extra: &[&str]) -> Vec<String> {
-        match self {
-            Self::Read => Self::Write.acquire(key, "rival", None, extra),
-            other => other.acquire(key, "rival", None, extra),
-        }
-    }
-
-    /// Takes the resource for a holder that makes this kind's requests wait.
-    fn occupy(self, con: &mut Connection, key: &str) {
-        let args = match self {
-            Self::Lock => strings(&["RLOCK.ACQUIRE", key, "holder", "30000"]),
-            Self::Read => strings(&["RWLOCK.ACQUIRE", key, "holder", "WRITE", "30000"]),
-            Self::Write => strings(&["RWLOCK.ACQUIRE", key, "holder", "READ", "30000"]),
-            Self::Counted | Self::Leased => strings(&["RSEM.ACQUIRE", key, "1"]),
-        };
-        let reply = go(con, &args).expect("occupy");
-        assert!(matches!(reply, Value::Nil | Value::Int(1)), "{self:?} occupied: {reply:?}");
-    }
-
-    /// Gives back what [`Self::occupy`] took.
-    fn vacate(self, con: &mut Connection, key: &str) {
-        let args = match self {
-            Self::Lock => strings(&["RLOCK.RELEASE", key, "holder"]),
-            Self::Read => strings(&["RWLOCK.RELEASE", key, "holder", "WRITE"]),
-            Self::Write => strings(&["RWLOCK.RELEASE", key, "holder", "READ"]),
-            Self::Counted | Self::Leased => strings(&["RSEM.RELEASE", key, "1"]),
-        };
-        go(con, &args).expect("vacate");
-    }
-
-    /// Releases the grant `reply` gave `owner`.
-    fn release(self, con: &mut Connection, key: &str, owner: &str, reply: &Value) {
-        let args = match (self, reply) {
-            (Self::Lock, _) => strings(&["RLOCK.RELEASE", key, owner]),
-            (Self::Read, _) => strings(&["RWLOCK.RELEASE", key, owner, "READ"]),
-            (Self::Write, _) => strings(&["RWLOCK.RELEASE", key, owner, "WRITE"]),
-            (Self::Counted, _) => strings(&["RSEM.RELEASE", key, "1"]),
-            (Self::Leased, Value::Array(ids)) => {
-                let Value::BulkString(id) = &ids[0] else { panic!("{ids:?}") };
-                let released: i64 = redis::cmd("RSEM.RELEASE")
-                    .arg(key)
-                    .arg("ID")
-                    .arg(id)
-                    .query(con)
-                    .expect("RSEM.RELEASE ID");
-                assert_eq!(released, 1);
-                return;
-            }
-            (Self::Leased, other) => panic!("not leased ids: {other:?}"),
-        };
-        go(con, &args).expect("release");
-    }
-
-    /// Whether `reply` is this kind's grant.
-    fn granted(self, reply: &Value) -> bool {
-        match self {
-            Self::Lock | Self::Read | Self::Write => *reply == Value::Nil,
-            Self::Counted => *reply == Value::Int(1),
-            Self::Leased => matches!(reply, Value::Array(ids) if ids.len() == 1),
-        }
-    }
-
-    /// Whether `reply` is this kind's not-granted reply (busy, or a wait that timed out).
-    fn not_granted(self, reply: &Value) -> bool {
-        match self {
-            Self::Lock | Self::Read | Self::Write => matches!(reply, Value::Int(_)),
-            Self::Counted => *reply == Value::Int(0),
-            Self::Leased => *reply == Value::Nil,
-        }
-    }
-
-    /// Who holds the resource: the lock's owner fields (`<owner>:write` for a writer), the
-    /// leased permit ids, `taken` for counted permits out.
-    fn holders(self, con: &mut Connection, key: &str) -> Vec<String> {
-        match self {
-            Self::Lock | Self::Read | Self::Write => hgetall(con, key.as_bytes())
-                .into_iter()
-                .map(|(f, _)| String::from_utf8_lossy(&f).into_owned())
-                .filter(|f| f != "mode")
-                .collect(),
-            Self::Counted | Self::Leased => {
-                let zset = format!("{{{key}}}:timeout");
-                // One atomic read: a lease the server reclaims between two separate reads would
-                // count its permit twice (in the set and back in the count).
-                let (ids, count): (Vec<Vec<u8>>, Option<String>) = redis::pipe()
-                    .atomic()
-                    .cmd("ZRANGE")
-                    .arg(&zset)
-                    .arg(0)
-                    .arg(-1)
-                    .cmd("GET")
-                    .arg(key)
-                    .query(con)
-                    .expect("ZRANGE, GET");
-                let mut out: Vec<String> = ids.iter().map(|id| format!("{id:02x?}")).collect();
-                let left = count.as_deref().unwrap_or("0").parse::<i64>().expect("count");
-                let out_of_one = 1 - left - out.len() as i64;
-                assert!(out_of_one >= 0, "{self:?}: more permits than set: {left} + {out:?}");
-                out.extend((0..out_of_one).map(|_| "taken".to_owned()));
-                out
-            }
-        }
-    }
-}
-
-// ---- A1. a retried acquire -------------------------------------------------------------------
+// ---- a retried acquire --------------------------------------------------------------------------
 
 /// A retry with the same request id replies what the first grant replied and changes nothing
 /// (no second count, no lease change, no second permit); once the grant is gone it is a new
 /// acquire.
 #[test]
-fn a1_a_retried_acquire_replies_the_first_grant_and_adds_nothing() {
+fn a_retried_acquire_replies_the_first_grant_and_adds_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     for kind in KINDS {
         let key = kind.key("");
         kind.setup(&mut con, &key);
-        let first = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("acquire");
+        let first =
+            run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("acquire");
         assert!(kind.granted(&first), "{kind:?}: {first:?}");
         let holders = kind.holders(&mut con, &key);
         let before = digest(&mut con);
         for _ in 0..3 {
-            let retry = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("retry");
+            let retry =
+                run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("retry");
             assert_eq!(retry, first, "{kind:?}: the first reply");
             assert_eq!(digest(&mut con), before, "{kind:?}: the retry changed nothing");
         }
@@ -251,7 +93,8 @@ fn a1_a_retried_acquire_replies_the_first_grant_and_adds_nothing() {
         );
         // Released: a retry is a new acquire (counted permits carry no owner: replayed).
         kind.release(&mut con, &key, "o", &first);
-        let again = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("again");
+        let again =
+            run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("again");
         assert!(kind.granted(&again), "{kind:?}: {again:?}");
         let expected = if kind == Kind::Counted { 0 } else { 1 };
         assert_eq!(kind.holders(&mut con, &key).len(), expected, "{kind:?}");
@@ -289,7 +132,7 @@ fn a1_a_retried_acquire_replies_the_first_grant_and_adds_nothing() {
     }
 }
 
-// ---- A2. RLOCK.CANCEL --------------------------------------------------------------------------
+// ---- RLOCK.CANCEL -------------------------------------------------------------------------------
 
 /// The blocked-command form of an acquire (a thread of its own).
 fn start(server: &Server, args: &[String]) -> Pending {
@@ -301,13 +144,14 @@ fn start(server: &Server, args: &[String]) -> Pending {
 /// layout shows it gone. A retried cancel replies 0 and changes nothing; the request is then
 /// refused for good, at once even with `WAIT`.
 #[test]
-fn a2_cancel_gives_a_granted_request_back_once_and_it_never_gets_anything_again() {
+fn cancel_gives_a_granted_request_back_once_and_it_never_gets_anything_again() {
     let server = Server::start();
     let mut con = server.conn();
     for kind in KINDS {
         let key = kind.key("");
         kind.setup(&mut con, &key);
-        let first = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("acquire");
+        let first =
+            run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("acquire");
         assert!(kind.granted(&first), "{kind:?}: {first:?}");
         let rival = start(&server, &kind.rival(&key, &["WAIT", "0"]));
         wait_blocked(&mut con, 1);
@@ -337,7 +181,7 @@ fn a2_cancel_gives_a_granted_request_back_once_and_it_never_gets_anything_again(
         let before = digest(&mut con);
         for extra in [&[][..], &["WAIT", "0"]] {
             let args = kind.acquire(&key, "o", Some("r1"), extra);
-            let err = go(&mut con, &args).expect_err("cancelled");
+            let err = run_strings(&mut con, &args).expect_err("cancelled");
             assert_eq!(err, "ERR request r1 was cancelled", "{kind:?} {extra:?}");
         }
         assert_eq!(blocked_clients(&mut con), 0);
@@ -348,7 +192,7 @@ fn a2_cancel_gives_a_granted_request_back_once_and_it_never_gets_anything_again(
 /// `RLOCK.CANCEL` of a waiting request takes it out of the queue (1): its blocked client is
 /// answered at once with the not-granted reply, and nothing is granted to it later.
 #[test]
-fn a2_cancel_dequeues_a_waiting_request_and_answers_its_client_at_once() {
+fn cancel_dequeues_a_waiting_request_and_answers_its_client_at_once() {
     let server = Server::start();
     let mut con = server.conn();
     for kind in KINDS {
@@ -359,7 +203,7 @@ fn a2_cancel_dequeues_a_waiting_request_and_answers_its_client_at_once() {
         wait_blocked(&mut con, 1);
         // The same request again, while it waits: refused, nothing changes.
         let before = digest(&mut con);
-        let err = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &["WAIT", "0"]))
+        let err = run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &["WAIT", "0"]))
             .expect_err("already waiting");
         assert_eq!(err, "ERR request r1 is already waiting", "{kind:?}");
         assert_eq!(digest(&mut con), before);
@@ -372,7 +216,8 @@ fn a2_cancel_dequeues_a_waiting_request_and_answers_its_client_at_once() {
         assert!(cancelled(&mut con, &key, "r1"), "{kind:?}");
         kind.vacate(&mut con, &key);
         assert!(kind.holders(&mut con, &key).is_empty(), "{kind:?}: nothing granted to it");
-        let err = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect_err("cancelled");
+        let err = run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[]))
+            .expect_err("cancelled");
         assert_eq!(err, "ERR request r1 was cancelled", "{kind:?}");
     }
     // The waiters behind a cancelled head are served at once (it asked for more than is free).
@@ -391,7 +236,7 @@ fn a2_cancel_dequeues_a_waiting_request_and_answers_its_client_at_once() {
 /// `RLOCK.CANCEL` of a request never seen: 0, and the request is refused from then on (an
 /// acquire still in flight cannot get anything after its cancel).
 #[test]
-fn a2_cancel_of_an_unknown_request_is_0_and_refuses_it_for_good() {
+fn cancel_of_an_unknown_request_is_0_and_refuses_it_for_good() {
     let server = Server::start();
     let mut con = server.conn();
     for kind in KINDS {
@@ -399,15 +244,16 @@ fn a2_cancel_of_an_unknown_request_is_0_and_refuses_it_for_good() {
         kind.setup(&mut con, &key);
         assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r9"]), Value::Int(0), "{kind:?}");
         assert!(cancelled(&mut con, &key, "r9"));
-        let err = go(&mut con, &kind.acquire(&key, "o", Some("r9"), &[])).expect_err("cancelled");
+        let err = run_strings(&mut con, &kind.acquire(&key, "o", Some("r9"), &[]))
+            .expect_err("cancelled");
         assert_eq!(err, "ERR request r9 was cancelled", "{kind:?}");
         kind.occupy(&mut con, &key);
-        let err = go(&mut con, &kind.acquire(&key, "o", Some("r9"), &["WAIT", "0"]))
+        let err = run_strings(&mut con, &kind.acquire(&key, "o", Some("r9"), &["WAIT", "0"]))
             .expect_err("cancelled, not waiting");
         assert_eq!(err, "ERR request r9 was cancelled", "{kind:?}");
         assert_eq!(blocked_clients(&mut con), 0, "{kind:?}: never blocks");
         // A request that was refused as busy wrote nothing: nothing to undo either.
-        let busy = go(&mut con, &kind.acquire(&key, "o", Some("r8"), &[])).expect("busy");
+        let busy = run_strings(&mut con, &kind.acquire(&key, "o", Some("r8"), &[])).expect("busy");
         assert!(kind.not_granted(&busy), "{kind:?}: {busy:?}");
         assert_eq!(stored(&mut con, &key, "r8"), None, "{kind:?}: no record");
         assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r8"]), Value::Int(0), "{kind:?}");
@@ -419,7 +265,7 @@ fn a2_cancel_of_an_unknown_request_is_0_and_refuses_it_for_good() {
 /// A request granted by a hand-off (it waited) has its record written by the hand-off: a retry
 /// replays it, and `RLOCK.CANCEL` gives it back.
 #[test]
-fn a2_a_hand_off_grant_is_recorded_and_cancel_gives_it_back() {
+fn a_hand_off_grant_is_recorded_and_cancel_gives_it_back() {
     let server = Server::start();
     let mut con = server.conn();
     for kind in KINDS {
@@ -433,7 +279,7 @@ fn a2_a_hand_off_grant_is_recorded_and_cancel_gives_it_back() {
         assert!(kind.granted(&granted), "{kind:?}: {granted:?}");
         assert!(stored(&mut con, &key, "r1")
             .is_some_and(|r| r.starts_with(format!("{}G", header(&key)).as_bytes())));
-        let retry = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &["WAIT", "0"]));
+        let retry = run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &["WAIT", "0"]));
         assert_eq!(retry, Ok(granted), "{kind:?}: the hand-off's grant, replayed");
         assert_eq!(kind.holders(&mut con, &key).len(), 1, "{kind:?}");
         assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r1"]), Value::Int(2), "{kind:?}");
@@ -446,7 +292,7 @@ fn a2_a_hand_off_grant_is_recorded_and_cancel_gives_it_back() {
 /// count would grow). And a cancel (or a retry) that comes before the rollback: the grant is
 /// given back once, by whichever comes first.
 #[test]
-fn a2_a_rolled_back_grant_is_cancelled_and_never_given_back_twice() {
+fn a_rolled_back_grant_is_cancelled_and_never_given_back_twice() {
     let server = Server::start();
     let mut con = server.conn();
     for (round, kind) in KINDS.iter().flat_map(|k| [(0, *k), (1, *k)]) {
@@ -463,7 +309,7 @@ fn a2_a_rolled_back_grant_is_cancelled_and_never_given_back_twice() {
         if round == 1 {
             // Before the rollback's timer: the retry's command undoes the grant first (as the
             // timer would) and is refused; the cancel then finds nothing left to give back.
-            go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("queued");
+            run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("queued");
             cmd(&mut con, &["RLOCK.CANCEL", &key, "r1"]);
         }
         let exec = redis::ConnectionLike::req_command(&mut con, &redis::cmd("EXEC"));
@@ -569,7 +415,7 @@ fn a_waiting_request_cancelled_during_a_stall_that_ends_its_holder_s_lease_holds
             Kind::Write => strings(&["RWLOCK.ACQUIRE", &key, "holder", "READ", "300"]),
             Kind::Counted | Kind::Leased => strings(&["RSEM.ACQUIRE", &key, "1", "LEASE", "300"]),
         };
-        go(&mut con, &short).expect("holder");
+        run_strings(&mut con, &short).expect("holder");
         let waiter = start(&server, &kind.acquire(&key, "o", Some("r"), &["WAIT", "0"]));
         wait_blocked(&mut con, 1);
         let mut b = server.conn();
@@ -591,7 +437,7 @@ fn a_waiting_request_cancelled_during_a_stall_that_ends_its_holder_s_lease_holds
             assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", &key]), Value::Int(1), "{kind:?}");
         }
         assert_eq!(
-            go(&mut con, &kind.acquire(&key, "o", Some("r"), &[])),
+            run_strings(&mut con, &kind.acquire(&key, "o", Some("r"), &[])),
             Err("ERR request r was cancelled".to_owned())
         );
     }
@@ -613,12 +459,13 @@ fn a_user_without_the_request_record_is_refused_request_and_cancel_before_anythi
         let key = kind.key("locks:");
         kind.setup(&mut admin, &key);
         let before = digest(&mut admin);
-        let err = go(&mut lim, &kind.acquire(&key, "o", Some("r"), &[])).expect_err("NOPERM");
+        let err =
+            run_strings(&mut lim, &kind.acquire(&key, "o", Some("r"), &[])).expect_err("NOPERM");
         assert!(err.starts_with("NOPERM") && err.contains("rlock_request"), "{kind:?}: {err}");
         assert_eq!(digest(&mut admin), before, "{kind:?}: nothing changes on NOPERM");
         kind.occupy(&mut admin, &key);
         let before = digest(&mut admin);
-        let err = go(&mut lim, &kind.acquire(&key, "o", Some("r"), &["WAIT", "0"]))
+        let err = run_strings(&mut lim, &kind.acquire(&key, "o", Some("r"), &["WAIT", "0"]))
             .expect_err("refused before it blocks");
         assert!(err.starts_with("NOPERM"), "{kind:?}: {err}");
         assert_eq!(blocked_clients(&mut admin), 0, "{kind:?}: it never waited");
@@ -647,7 +494,8 @@ fn a_user_without_the_request_record_is_refused_request_and_cancel_before_anythi
         assert!(!exists(&mut admin, &record(&key, "w")), "{kind:?}: no record");
         cmd(&mut admin, &["ACL", "SETUSER", "lim", "~rlock_request:*"]);
         // With it, a request is granted and cancelled as any other.
-        let granted = go(&mut lim, &kind.acquire(&key, "o", Some("ok"), &[])).expect("granted");
+        let granted =
+            run_strings(&mut lim, &kind.acquire(&key, "o", Some("ok"), &[])).expect("granted");
         assert!(kind.granted(&granted), "{kind:?}: {granted:?}");
         assert_eq!(cmd(&mut lim, &["RLOCK.CANCEL", &key, "ok"]), Value::Int(2), "{kind:?}");
     }
@@ -659,7 +507,7 @@ const CALL: &str = "return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))";
 fn eval(con: &mut Connection, args: &[String]) -> Result<Value, String> {
     let mut all = strings(&["EVAL", CALL, "1", &args[1], &args[0]]);
     all.extend(args[2..].iter().cloned());
-    go(con, &all)
+    run_strings(con, &all)
 }
 
 /// Inside `MULTI` and Lua: a request is recorded, replayed and cancelled as outside; a `WAIT`
@@ -680,7 +528,7 @@ fn requests_work_inside_multi_lua_and_resp3() {
             strings(&["RLOCK.CANCEL", &key, "m"]),
             kind.acquire(&key, "o", Some("m"), &[]),
         ] {
-            assert_eq!(go(&mut con, &args), Ok(Value::SimpleString("QUEUED".into())));
+            assert_eq!(run_strings(&mut con, &args), Ok(Value::SimpleString("QUEUED".into())));
         }
         let exec = redis::ConnectionLike::req_command(&mut con, &redis::cmd("EXEC"));
         let Ok(Value::Array(r)) = exec else { panic!("{exec:?}") };
@@ -691,7 +539,8 @@ fn requests_work_inside_multi_lua_and_resp3() {
         // A WAIT inside MULTI is one try: not granted, no record, no blocked client.
         kind.occupy(&mut con, &key);
         cmd(&mut con, &["MULTI"]);
-        go(&mut con, &kind.acquire(&key, "o", Some("mw"), &["WAIT", "0"])).expect("queued");
+        run_strings(&mut con, &kind.acquire(&key, "o", Some("mw"), &["WAIT", "0"]))
+            .expect("queued");
         let Value::Array(r) = cmd(&mut con, &["EXEC"]) else { panic!("EXEC") };
         assert!(kind.not_granted(&r[0]), "{kind:?}: {r:?}");
         assert_eq!(stored(&mut con, &key, "mw"), None, "{kind:?}");
@@ -705,13 +554,13 @@ fn requests_work_inside_multi_lua_and_resp3() {
         assert!(kind.holders(&mut con, &key).is_empty(), "{kind:?}");
         // RESP3.
         let args = kind.acquire(&key, "o", Some("3"), &[]);
-        let first = go(&mut resp3, &args).expect("RESP3 acquire");
+        let first = run_strings(&mut resp3, &args).expect("RESP3 acquire");
         assert!(kind.granted(&first), "{kind:?}: {first:?}");
-        assert_eq!(go(&mut resp3, &args), Ok(first), "{kind:?}");
+        assert_eq!(run_strings(&mut resp3, &args), Ok(first), "{kind:?}");
         let cancel = strings(&["RLOCK.CANCEL", &key, "3"]);
-        assert_eq!(go(&mut resp3, &cancel), Ok(Value::Int(2)));
-        assert_eq!(go(&mut resp3, &cancel), Ok(Value::Int(0)));
-        let err = go(&mut resp3, &args).expect_err("cancelled");
+        assert_eq!(run_strings(&mut resp3, &cancel), Ok(Value::Int(2)));
+        assert_eq!(run_strings(&mut resp3, &cancel), Ok(Value::Int(0)));
+        let err = run_strings(&mut resp3, &args).expect_err("cancelled");
         assert_eq!(err, "ERR request 3 was cancelled");
     }
 }
@@ -732,8 +581,9 @@ fn a_module_less_replica_and_an_aof_replay_hold_the_same_records() {
     for kind in KINDS {
         let key = kind.key("");
         kind.setup(&mut con, &key);
-        let first = go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("acquire");
-        assert_eq!(go(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])), Ok(first));
+        let first =
+            run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])).expect("acquire");
+        assert_eq!(run_strings(&mut con, &kind.acquire(&key, "o", Some("r1"), &[])), Ok(first));
         assert_eq!(cmd(&mut con, &["RLOCK.CANCEL", &key, "r1"]), Value::Int(2));
         // A hand-off inside a command, then its cancel.
         kind.occupy(&mut con, &key);
@@ -757,7 +607,7 @@ fn a_module_less_replica_and_an_aof_replay_hold_the_same_records() {
             Kind::Write => strings(&["RWLOCK.ACQUIRE", &key, "holder", "READ", "100"]),
             Kind::Counted | Kind::Leased => strings(&["RSEM.ACQUIRE", &key, "1", "LEASE", "100"]),
         };
-        go(&mut con, &short).expect("holder");
+        run_strings(&mut con, &short).expect("holder");
         let waiter = start(&master, &kind.acquire(&key, "o", Some("r5"), &["WAIT", "0"]));
         let granted = waiter.reply(LIMIT).0.expect("granted at the lease end");
         assert!(kind.granted(&granted), "{kind:?}: {granted:?}");
@@ -822,7 +672,7 @@ fn bad_input_is_refused_and_changes_nothing() {
             let mut write = vec![foreign[0], name.as_str()];
             write.extend_from_slice(&foreign[1..]);
             let write: Vec<String> = write.iter().map(|s| (*s).to_owned()).collect();
-            go(&mut con, &write).expect("foreign write");
+            run_strings(&mut con, &write).expect("foreign write");
             for args in
                 [kind.acquire(&key, "o", Some("r"), &[]), strings(&["RLOCK.CANCEL", &key, "r"])]
             {
@@ -847,13 +697,13 @@ fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(err, "ERR request \\x00\\xff\\x0d\\x0a\\x20id was cancelled");
 }
 
-// ---- A3. RWLOCK.RENEW ... READ|WRITE ---------------------------------------------------------
+// ---- RWLOCK.RENEW ... READ|WRITE ----------------------------------------------------------------
 
 /// A write hold is not renewed by a `READ` renewal of the same owner (its read hold would keep
 /// the write guard alive), nor a read hold by a `WRITE` renewal; without a side, every hold of
 /// the owner is renewed, as before.
 #[test]
-fn a3_a_side_renewal_renews_only_the_side_the_owner_holds() {
+fn a_side_renewal_renews_only_the_side_the_owner_holds() {
     let server = Server::start();
     let mut con = server.conn();
     // A write hold only.

@@ -665,10 +665,10 @@ fn foreign_readers(con: &mut Connection, name: &str, fields: usize, count: u64) 
 }
 
 /// The 1,000-read-holds-per-owner limit bounds one owner's count, not a lock's: a foreign hash
-/// of 20,000 readers at 1,000 holds each made one `RWLOCK.RELEASE` read 20 million hold keys
-/// (5.8 s with the server blocked, every other client waiting), and so would every dead-reader
-/// check and every later release. A release, and a waiter's dead-reader check, now refuse a
-/// lock with more read holds in all than a release may walk (nothing changes), at once.
+/// of 20,000 readers at 1,000 holds each would make one `RWLOCK.RELEASE` read 20 million hold
+/// keys (5.8 s with the server blocked, every other client waiting), and so would every
+/// dead-reader check and every later release. A release, and a waiter's dead-reader check,
+/// refuse a lock with more read holds in all than a release may walk (nothing changes), at once.
 #[test]
 fn a_lock_with_more_read_holds_in_all_than_a_release_may_walk_is_refused_at_once() {
     let server = Server::start();

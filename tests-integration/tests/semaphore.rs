@@ -3,14 +3,13 @@
 //! barging, several waiters served by one release, permits given back when a granted client is
 //! gone, and a Redisson client's scripts on the same semaphore.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
 use rlock_tests_integration::{
-    blocked_clients, cmd, digest, info_field, pexpiretime, poll, run, run_checked, run_str,
-    wait_blocked, wait_replica_online, Pending, Server,
+    blocked_clients, cmd, digest, info_field, permit_ids, pexpiretime, poll, rsem_info, run,
+    run_checked, run_str, wait_blocked, wait_replica_online, Pending, Server,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -217,7 +216,7 @@ fn a_replica_without_the_module_holds_the_same_count() {
     cmd(&mut con, &["RSEM.ACQUIRE", "S", "2"]);
     cmd(&mut con, &["RSEM.RELEASE", "S", "1"]);
     cmd(&mut con, &["RSEM.ADDPERMITS", "S", "-1"]);
-    let leased = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
+    let leased = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
     let released: i64 =
         redis::cmd("RSEM.RELEASE").arg("S").arg("ID").arg(&leased[0]).query(&mut con).expect("ID");
     assert_eq!(released, 1);
@@ -239,17 +238,6 @@ fn a_replica_without_the_module_holds_the_same_count() {
 
 // ---- leased permits (RPermitExpirableSemaphore) ---------------------------------------------
 
-fn ids(reply: &Value) -> Vec<Vec<u8>> {
-    let Value::Array(items) = reply else { panic!("ids expected: {reply:?}") };
-    items
-        .iter()
-        .map(|v| match v {
-            Value::BulkString(b) => b.clone(),
-            other => panic!("{other:?}"),
-        })
-        .collect()
-}
-
 fn zscore(con: &mut Connection, id: &[u8]) -> Option<i64> {
     let score: Option<f64> =
         redis::cmd("ZSCORE").arg("{S}:timeout").arg(id).query(con).expect("ZSCORE");
@@ -262,7 +250,7 @@ fn leased_permits_have_ids_on_redissons_zset_and_release_all_or_nothing() {
     let mut con = server.conn();
     cmd(&mut con, &["RSEM.SETPERMITS", "S", "3"]);
     let now = rlock_tests_integration::server_time_ms(&mut con);
-    let granted = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
+    let granted = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "2", "LEASE", "60000"]));
     assert_eq!(granted.len(), 2);
     assert!(granted.iter().all(|id| id.len() == 16), "16 raw bytes each");
     for id in &granted {
@@ -315,13 +303,13 @@ fn a_dead_holders_leased_permit_comes_back_at_its_lease_end_and_serves_a_waiter(
     let server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RSEM.SETPERMITS", "S", "1"]);
-    let _dead = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "200"]));
+    let _dead = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "200"]));
     assert_eq!(get(&mut con, "S").as_deref(), Some("0"));
     let started = Instant::now();
     let waiter =
         Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "LEASE", "30000", "WAIT", "0"]);
     let (reply, at) = waiter.reply(LIMIT);
-    let got = ids(&reply.expect("granted"));
+    let got = permit_ids(&reply.expect("granted"));
     assert_eq!(got.len(), 1);
     assert!(at - started >= Duration::from_millis(150), "not before the lease ended");
     assert!(zscore(&mut con, &got[0]).is_some(), "the waiter's own lease");
@@ -373,7 +361,7 @@ fn a_redisson_client_releases_rlock_leases_by_id_and_the_reverse() {
     let mut con = server.conn();
     cmd(&mut con, &["RSEM.SETPERMITS", "S", "2"]);
     let now = rlock_tests_integration::server_time_ms(&mut con);
-    let ours = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"]));
+    let ours = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"]));
     let keys = ["S", "{S}:timeout", "redisson_sc:{S}"];
     let released: i64 = redis::cmd("EVAL")
         .arg(REDISSON_PES_RELEASE)
@@ -432,14 +420,14 @@ fn a_lease_ending_during_client_pause_is_reclaimed_after_it() {
     let server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RSEM.SETPERMITS", "S", "1"]);
-    let _dead = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "200"]));
+    let _dead = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "200"]));
     let waiter =
         Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "1", "LEASE", "30000", "WAIT", "0"]);
     wait_blocked(&mut con, 1);
     let paused_at = Instant::now();
     cmd(&mut con, &["CLIENT", "PAUSE", "1000", "WRITE"]);
     let (reply, at) = waiter.reply(LIMIT);
-    assert_eq!(ids(&reply.expect("granted")).len(), 1);
+    assert_eq!(permit_ids(&reply.expect("granted")).len(), 1);
     assert!(at - paused_at >= Duration::from_millis(900), "granted during the pause");
     assert_eq!(cmd(&mut con, &["PING"]), Value::SimpleString("PONG".into()), "alive");
     assert!(!server.log().contains("ASSERTION"), "{}", server.log());
@@ -507,26 +495,13 @@ fn zcard(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("ZCARD").arg(key).query(con).expect("ZCARD")
 }
 
-/// `RSEM.INFO` as a map of its integer fields.
-fn info(con: &mut Connection, key: &str) -> HashMap<String, i64> {
-    let reply = cmd(con, &["RSEM.INFO", key]);
-    let Value::Array(items) = reply else { panic!("RSEM.INFO: {reply:?}") };
-    items
-        .chunks(2)
-        .map(|kv| match kv {
-            [Value::BulkString(k), Value::Int(v)] => (String::from_utf8_lossy(k).into_owned(), *v),
-            other => panic!("RSEM.INFO field: {other:?}"),
-        })
-        .collect()
-}
-
 /// Waits until the replica acknowledged everything the master wrote so far.
 fn synced(master: &mut Connection) {
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(master).expect("WAIT");
     assert_eq!(acked, 1, "the replica acknowledged");
 }
 
-// ---- G: the count is parsed exactly as INCRBY parses it -------------------------------------
+// ---- the count is parsed exactly as INCRBY parses it --------------------------------------------
 
 #[test]
 fn a_count_incrby_refuses_is_refused_and_master_and_replica_agree() {
@@ -560,7 +535,8 @@ fn a_count_incrby_refuses_is_refused_and_master_and_replica_agree() {
         cmd(&mut con, &["RSEM.RELEASE", "S", "1"]);
         assert_eq!(get(&mut con, "S").as_deref(), Some(after), "{good}");
     }
-    // The sequence: the master and a replica without the module never part.
+    // A count INCRBY refuses (`05`), released and acquired on: the master and a replica without
+    // the module never part.
     cmd(&mut con, &["SET", "S", "05"]);
     let _ = run_str(&mut con, &["RSEM.RELEASE", "S", "2"]);
     let _ = run_str(&mut con, &["RSEM.ACQUIRE", "S", "1"]);
@@ -569,7 +545,7 @@ fn a_count_incrby_refuses_is_refused_and_master_and_replica_agree() {
     assert_eq!(get(&mut con, "S").as_deref(), Some("05"));
 }
 
-// ---- H: a TTL on the count is kept exactly --------------------------------------------------
+// ---- a TTL on the count is kept exactly ---------------------------------------------------------
 
 #[test]
 fn a_ttl_on_the_count_does_not_drift_over_many_acquires_and_releases() {
@@ -597,7 +573,7 @@ fn a_ttl_on_the_count_does_not_drift_over_many_acquires_and_releases() {
     assert_eq!(pexpiretime(&mut rep, b"S"), deadline, "so does the replica");
 }
 
-// ---- L: a release by id that would overflow changes nothing ---------------------------------
+// ---- a release by id that would overflow changes nothing ----------------------------------------
 
 #[test]
 fn a_release_by_id_that_overflows_the_count_keeps_the_permit() {
@@ -606,7 +582,7 @@ fn a_release_by_id_that_overflows_the_count_keeps_the_permit() {
     wait_replica_online(&master);
     let (mut con, mut rep) = (master.conn(), replica.conn());
     cmd(&mut con, &["RSEM.SETPERMITS", "S", "1"]);
-    let id = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"])).remove(0);
+    let id = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "S", "1", "LEASE", "60000"])).remove(0);
     cmd(&mut con, &["RSEM.ADDPERMITS", "S", "9223372036854775807"]);
     let before = digest(&mut con);
     let err = run(&mut con, &[b"RSEM.RELEASE", b"S", b"ID", &id]).unwrap_err();
@@ -622,7 +598,7 @@ fn a_release_by_id_that_overflows_the_count_keeps_the_permit() {
     assert_eq!(zcard(&mut rep, "{S}:timeout"), 0);
 }
 
-// ---- M: the permits the waiters ask for do not wrap ------------------------------------------
+// ---- the permits the waiters ask for do not wrap ------------------------------------------------
 
 #[test]
 fn waiting_permits_saturate_instead_of_wrapping() {
@@ -633,7 +609,7 @@ fn waiting_permits_saturate_instead_of_wrapping() {
     let a = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", max, "WAIT", "10000"]);
     let b = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", max, "WAIT", "10000"]);
     wait_blocked(&mut con, 2);
-    let fields = info(&mut con, "S");
+    let fields = rsem_info(&mut con, "S").expect("a semaphore");
     assert_eq!(fields["waiters"], 2, "{fields:?}");
     assert_eq!(fields["waiting_permits"], i64::MAX, "{fields:?}");
     for pending in [a, b] {
@@ -642,7 +618,7 @@ fn waiting_permits_saturate_instead_of_wrapping() {
     }
 }
 
-// ---- 1: sizes a client sends are bounded before anything is written ------------------------
+// ---- sizes a client sends are bounded before anything is written --------------------------------
 
 #[test]
 fn a_leased_acquire_of_too_many_permits_is_refused_and_changes_nothing() {
@@ -667,7 +643,7 @@ fn a_leased_acquire_of_too_many_permits_is_refused_and_changes_nothing() {
     assert_eq!(err, too_many);
     assert_eq!(blocked_clients(&mut con), 0);
     // The limit itself is granted.
-    let granted = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "s", "10000", "LEASE", "60000"]));
+    let granted = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "s", "10000", "LEASE", "60000"]));
     assert_eq!(granted.len(), MAX_LEASED);
     assert_eq!(zcard(&mut con, "{s}:timeout"), MAX_LEASED as i64);
     assert!(!server.log().contains("panicked"), "{}", server.log());
@@ -678,8 +654,8 @@ fn a_release_naming_too_many_ids_is_refused_and_changes_nothing() {
     let server = Server::start();
     let mut con = server.conn();
     cmd(&mut con, &["RSEM.SETPERMITS", "s", "20000"]);
-    let mut granted = ids(&cmd(&mut con, &["RSEM.ACQUIRE", "s", "10000", "LEASE", "60000"]));
-    granted.extend(ids(&cmd(&mut con, &["RSEM.ACQUIRE", "s", "1", "LEASE", "60000"])));
+    let mut granted = permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "s", "10000", "LEASE", "60000"]));
+    granted.extend(permit_ids(&cmd(&mut con, &["RSEM.ACQUIRE", "s", "1", "LEASE", "60000"])));
     let before = digest(&mut con);
     let mut args: Vec<&[u8]> = vec![b"RSEM.RELEASE", b"s", b"ID"];
     args.extend(granted.iter().map(Vec::as_slice));
@@ -728,7 +704,7 @@ fn a_huge_foreign_zset_of_ended_leases_is_reclaimed_in_bounded_batches() {
     assert_eq!(get(&mut con, "s"), Some((members - 1).to_string()));
 }
 
-// ---- Suspicious 2: a semaphore whose count key is missing is still a semaphore -------------
+// ---- a semaphore whose count key is missing is still a semaphore --------------------------------
 
 #[test]
 fn leases_of_a_semaphore_whose_count_key_was_deleted_are_reclaimed_by_the_timer() {

@@ -1,4 +1,4 @@
-//! Session holds (`SESSION [LOCKDELAY ms]`, issue 27 §1): a hold bound to the connection that
+//! Session holds (`SESSION [LOCKDELAY ms]`): a hold bound to the connection that
 //! made it ends when that connection closes (a killed process, `CLIENT KILL`, `QUIT`), its
 //! waiters served and its end replicated, with an optional lock-delay; on every kind of hold.
 //!
@@ -465,13 +465,12 @@ fn watch(
     }
 }
 
-/// Defect: a connection closing with many session holds had all of them ended in one timer
-/// tick, the server answering nobody meanwhile, and each leased permit was ended on its own
-/// (a lease lookup, a `ZREM`, an `INCRBY`, a publish and a hand-off per permit: about 28 µs
-/// each here): a client that took 100,000 leased permits with `SESSION` (ten acquires) and
-/// then disconnected stalled the server for about 3 s. The ends are now applied a bounded
-/// batch per timer tick (other clients are served between two), and the permits of one
-/// semaphore are given back together.
+/// A connection closing with many session holds never stalls the server: its ends are applied
+/// a bounded batch per timer tick (other clients are served between two), and the permits of
+/// one semaphore are given back together. Ended one by one in a single tick (a lease lookup, a
+/// `ZREM`, an `INCRBY`, a publish and a hand-off per permit: about 28 µs each here), a client
+/// that took 100,000 leased permits with `SESSION` (ten acquires) and then disconnected would
+/// stall the server for about 3 s.
 #[test]
 fn a_close_with_many_session_holds_never_stalls_the_server() {
     let server = Server::start();

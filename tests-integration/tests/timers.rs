@@ -2,44 +2,16 @@
 //! need; a lock moved by `RENAME`/`MOVE`/`SWAPDB` or dropped by `FLUSHALL ASYNC` leaves no timer
 //! behind (the module idles and unloads).
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::{Connection, Value};
+use redis::Value;
 
-use rlock_tests_integration::{cmd, info_field, poll, run_str, Server};
+use rlock_tests_integration::idle::{
+    assert_idle_and_unload, timers_armed, unloadable_server, waiting_clients,
+};
+use rlock_tests_integration::{cmd, in_thread, info_field, poll, run_str, Server};
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-fn unloadable_server() -> Server {
-    Server::builder().config("enable-module-command", "yes").start()
-}
-
-fn timers(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_timers_armed")
-}
-
-fn waiting(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_waiting_clients")
-}
-
-/// Idle (no timer armed, no check scheduled, polled with a bound) and the module unloads.
-fn assert_idle_and_unload(con: &mut Connection) {
-    poll("no module timer armed", LIMIT, || (timers(con) == 0).then_some(()));
-    assert_eq!(info_field(con, "rlock", "rlock_scheduled_checks"), 0);
-    assert_eq!(cmd(con, &["MODULE", "UNLOAD", "rlock"]), Value::Okay);
-}
-
-/// Runs `args` on a new connection in a thread; the reply and how long it took.
-fn in_thread(server: &Server, args: &[&str]) -> thread::JoinHandle<(Value, Duration)> {
-    let mut con = server.conn();
-    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-    thread::spawn(move || {
-        let start = Instant::now();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        (cmd(&mut con, &args), start.elapsed())
-    })
-}
 
 // ---- a partial release keeps the checks ------------------------------------------------------
 
@@ -53,7 +25,7 @@ fn a_partial_read_release_keeps_the_check_that_serves_the_writer() {
     assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "r", "READ", "600"]), Value::Nil);
     let writer =
         in_thread(&server, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "30000", "WAIT", "8000"]);
-    poll("the writer waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
+    poll("the writer waits", LIMIT, || (waiting_clients(&mut con) == 1).then_some(()));
     assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "rw", "r", "READ"]), Value::Int(0));
     let (reply, took) = writer.join().expect("writer");
     assert_eq!(reply, Value::Nil, "the writer holds it");
@@ -71,7 +43,7 @@ fn a_release_by_one_reader_keeps_the_dead_reader_check_of_the_other() {
     assert_eq!(cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "b", "READ", "500"]), Value::Nil);
     let writer =
         in_thread(&server, &["RWLOCK.ACQUIRE", "rw", "w", "WRITE", "30000", "WAIT", "8000"]);
-    poll("the writer waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
+    poll("the writer waits", LIMIT, || (waiting_clients(&mut con) == 1).then_some(()));
     assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "rw", "a", "READ"]), Value::Int(0));
     let (reply, took) = writer.join().expect("writer");
     assert_eq!(reply, Value::Nil, "the writer holds it");
@@ -100,7 +72,7 @@ fn releasing_one_of_two_leased_permits_keeps_the_reclaim_of_the_other() {
         .query(&mut con)
         .expect("b");
     let waiter = in_thread(&server, &["RSEM.ACQUIRE", "s", "2", "WAIT", "8000"]);
-    poll("the waiter waits", LIMIT, || (waiting(&mut con) == 1).then_some(()));
+    poll("the waiter waits", LIMIT, || (waiting_clients(&mut con) == 1).then_some(()));
     let released: i64 =
         redis::cmd("RSEM.RELEASE").arg("s").arg("ID").arg(&a[0]).query(&mut con).expect("release");
     assert_eq!(released, 1);
@@ -133,7 +105,7 @@ fn a_renamed_lock_released_keeps_the_checks_of_other_live_holds() {
     poll("the stale check gone", LIMIT, || {
         (info_field(&mut con, "rlock", "rlock_scheduled_checks") == 1).then_some(())
     });
-    assert_eq!(timers(&mut con), 1, "live's hold is still looked at");
+    assert_eq!(timers_armed(&mut con), 1, "live's hold is still looked at");
     assert!(run_str(&mut con, &["MODULE", "UNLOAD", "rlock"]).is_err(), "live is held");
     assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "live", "a", "READ"]), Value::Int(1));
     assert_idle_and_unload(&mut con);

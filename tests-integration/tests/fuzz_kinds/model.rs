@@ -429,7 +429,7 @@ impl Fuzz {
             );
             let codes = ["ERR ", "WRONGTYPE ", "UNBLOCKED ", "NOREPLICAS "];
             let ok = match (&w.ask, &reply) {
-                // A read-write wait that would close a cycle of owners is refused (issue 27 §2);
+                // A read-write wait that would close a cycle of owners is refused;
                 // its links must name this run's owners and locks and close (that the cycle
                 // existed is checked against the data in tests/deadlock.rs).
                 (Ask::Rw { .. }, Err(e)) if e.starts_with("DEADLOCK ") => {

@@ -1,4 +1,4 @@
-//! `COMMAND DOCS` against the parser (§3): the syntax each command's parser accepts, and
+//! `COMMAND DOCS` against the parser: the syntax each command's parser accepts, and
 //! summaries that name what the replies hold.
 
 use std::collections::BTreeSet;
@@ -8,7 +8,7 @@ use rlock_tests_integration::{cmd, run_str, Server};
 
 use super::{field, pairs, text};
 
-// ---- 3: COMMAND DOCS against the parser -------------------------------------------------------
+// ---- COMMAND DOCS against the parser ------------------------------------------------------------
 
 /// One argument as `COMMAND DOCS` describes it.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
-//! Number errors (§5): in Redis's terms, each naming only its own argument, changing nothing.
+//! Number errors: in Redis's terms, each naming only its own argument, changing nothing.
 
 use rlock_tests_integration::{cmd, digest, run_str, Server};
 
-// ---- 5: number errors -----------------------------------------------------------------------
+// ---- number errors ------------------------------------------------------------------------------
 
 const MAX: &str = "9223372036854775807";
 

@@ -1,30 +1,11 @@
-//! No timer outlives the holds (§4): once the last read hold or leased permit is gone, nothing
+//! No timer outlives the holds: once the last read hold or leased permit is gone, nothing
 //! stays armed or scheduled, and the module unloads.
 
-use std::time::Duration;
-
 use redis::{Connection, Value};
-use rlock_tests_integration::{cmd, info_field, poll, Server};
+use rlock_tests_integration::idle::{assert_idle_and_unload, timers_armed, unloadable_server};
+use rlock_tests_integration::{cmd, info_field};
 
-const LIMIT: Duration = Duration::from_secs(10);
-
-// ---- 4: no timer outlives the holds ---------------------------------------------------------
-
-fn unloadable_server() -> Server {
-    Server::builder().config("enable-module-command", "yes").start()
-}
-
-fn timers(con: &mut Connection) -> i64 {
-    info_field(con, "rlock", "rlock_timers_armed")
-}
-
-/// Idle: no timer armed (polled with a bound far below the 60 s leases), no check scheduled,
-/// and the module unloads.
-fn assert_idle_and_unload(con: &mut Connection) {
-    poll("no module timer armed", LIMIT, || (timers(con) == 0).then_some(()));
-    assert_eq!(info_field(con, "rlock", "rlock_scheduled_checks"), 0);
-    assert_eq!(cmd(con, &["MODULE", "UNLOAD", "rlock"]), Value::Okay);
-}
+// ---- no timer outlives the holds ----------------------------------------------------------------
 
 #[test]
 fn releasing_the_last_read_hold_disarms_its_timer() {
@@ -32,9 +13,9 @@ fn releasing_the_last_read_hold_disarms_its_timer() {
     let mut con = server.conn();
     cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "a", "READ", "60000"]);
     cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "b", "READ", "60000"]);
-    assert_eq!(timers(&mut con), 1, "a read hold is out: its end is looked at");
+    assert_eq!(timers_armed(&mut con), 1, "a read hold is out: its end is looked at");
     assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "rw", "a", "READ"]), Value::Int(0));
-    assert_eq!(timers(&mut con), 1, "b still holds");
+    assert_eq!(timers_armed(&mut con), 1, "b still holds");
     assert_eq!(cmd(&mut con, &["RWLOCK.RELEASE", "rw", "b", "READ"]), Value::Int(1));
     assert_idle_and_unload(&mut con);
 }
@@ -69,12 +50,12 @@ fn releasing_the_last_leased_permit_disarms_its_timer() {
         .arg(60_000)
         .query(&mut con)
         .expect("leased");
-    assert_eq!(timers(&mut con), 1, "a lease is out: its end is looked at");
+    assert_eq!(timers_armed(&mut con), 1, "a lease is out: its end is looked at");
     let release = |con: &mut Connection, id: &[u8]| -> i64 {
         redis::cmd("RSEM.RELEASE").arg("s").arg("ID").arg(id).query(con).expect("release")
     };
     assert_eq!(release(&mut con, &ids[0]), 1);
-    assert_eq!(timers(&mut con), 1, "one lease is still out");
+    assert_eq!(timers_armed(&mut con), 1, "one lease is still out");
     assert_eq!(release(&mut con, &ids[1]), 1);
     assert_idle_and_unload(&mut con);
 }
@@ -98,7 +79,7 @@ fn a_flushdb_of_the_swapped_database_disarms_its_timer() {
     cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "a", "READ", "60000"]);
     cmd(&mut con, &["SWAPDB", "0", "1"]);
     cmd(&mut con, &["FLUSHDB"]);
-    assert_eq!(timers(&mut con), 1, "the hold lives on in database 1");
+    assert_eq!(timers_armed(&mut con), 1, "the hold lives on in database 1");
     cmd(&mut con, &["SELECT", "1"]);
     cmd(&mut con, &["FLUSHDB"]);
     assert_idle_and_unload(&mut con);

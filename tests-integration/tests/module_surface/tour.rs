@@ -1,11 +1,12 @@
-//! `RWLOCK.INFO`'s readers (§6), and what a newcomer's tour found (§8).
+//! `RWLOCK.INFO`'s readers, `RLOCK.INFO` on a read-write lock (WRONGTYPE, as every other
+//! `RLOCK.*` command), and the cost `COMMAND DOCS` gives the commands that loop.
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{cmd, run_str, Server};
 
 use super::{field, text};
 
-// ---- 6: RWLOCK.INFO's readers ---------------------------------------------------------------
+// ---- RWLOCK.INFO's readers ----------------------------------------------------------------------
 
 #[test]
 fn rwlock_info_readers_counts_the_reader_owners() {
@@ -19,10 +20,11 @@ fn rwlock_info_readers_counts_the_reader_owners() {
     assert_eq!(field(&info, "read_holds"), Some(Value::Int(3)), "{info:?}");
 }
 
-// ---- 8: a newcomer's tour ---------------------------------------------------------------------
+// ---- RLOCK.INFO on a read-write lock; the cost in COMMAND DOCS ----------------------------------
 
-/// `RLOCK.INFO` on a read-write lock says what every other `RLOCK.*` command says there (it
-/// said "not a reentrant lock (it needs exactly one owner field)", as for a foreign hash).
+/// `RLOCK.INFO` on a read-write lock says what every other `RLOCK.*` command says there
+/// (WRONGTYPE), not "not a reentrant lock (it needs exactly one owner field)" as for a foreign
+/// hash.
 #[test]
 fn rlock_info_on_a_read_write_lock_says_wrongtype_as_the_other_rlock_commands() {
     let server = Server::start();
@@ -38,8 +40,8 @@ fn rlock_info_on_a_read_write_lock_says_wrongtype_as_the_other_rlock_commands() 
     assert!(err.starts_with("ERR the key is a hash but not a reentrant lock"), "{err}");
 }
 
-/// `COMMAND DOCS` gives each command's cost (it said O(1) for all, where a read release and
-/// `RWLOCK.INFO` read every read hold and leased permits cost a zset operation each).
+/// `COMMAND DOCS` gives each command's cost, not O(1) for all: a read release and
+/// `RWLOCK.INFO` read every read hold, and leased permits cost a zset operation each.
 #[test]
 fn command_docs_give_the_cost_of_the_commands_that_loop() {
     let server = Server::start();

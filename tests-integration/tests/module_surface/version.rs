@@ -1,4 +1,4 @@
-//! The version and commit a loaded module reports (§1, §2), and its load log (§7).
+//! The version and commit a loaded module reports, and its load log.
 
 use redis::{Connection, Value};
 use rlock_tests_integration::{cmd, Server};
@@ -13,7 +13,7 @@ fn info_text(con: &mut Connection, section: &str, name: &str) -> String {
         .unwrap_or_else(|| panic!("INFO {section} has no field {name}:\n{info}"))
 }
 
-// ---- 1, 2: version and commit --------------------------------------------------------------
+// ---- version and commit -------------------------------------------------------------------------
 
 /// The version Cargo gives the workspace, encoded as `MODULE LIST` should show it.
 fn encoded_cargo_version() -> i64 {
@@ -73,7 +73,7 @@ fn info_and_the_load_log_name_the_version_and_the_commit() {
     assert!(line.contains(&format!("rlock {version} (commit {sha})")), "{line}");
 }
 
-// ---- 7: the load log ------------------------------------------------------------------------
+// ---- the load log -------------------------------------------------------------------------------
 
 #[test]
 fn the_load_log_has_no_defrag_warning() {

@@ -1,22 +1,23 @@
-//! Items 8 and 12: a guard's deadline is the longest lease the server confirmed for its hold
+//! A guard's deadline is the longest lease the server confirmed for its hold
 //! (one deadline, never a second shorter one), and every call returns by its deadline, a stalled
 //! server included.
 
 use std::time::Duration;
 
 use rlock_client::{Error, Options};
+use rlock_tests_integration::lock_client::{client, client_with, fields, until_gone};
 use rlock_tests_integration::{cmd, wait_blocked, Server};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
-use super::{client, client_with, fields, release_ids, until_conserved, until_gone, LIMIT, LONG};
+use super::{release_ids, until_conserved, LIMIT, LONG};
 
-/// Item 8. A watchdog guard (3 s lease) and a re-entry of the same hold with a 20 s lease the
+/// A watchdog guard (3 s lease) and a re-entry of the same hold with a 20 s lease the
 /// server confirmed; then renewals stall (the server is stopped 5 s). Both guards stand for one
 /// hold the server keeps for 20 s: neither may report it lost about 3 s in (at the watchdog's
 /// own, shorter deadline). And after the stall, the next `acquire()` on that handle re-enters
 /// the confirmed hold: it must not return a guard that is born lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item8_a_guard_is_valid_until_the_longest_lease_the_server_confirmed() {
+async fn a_guard_is_valid_until_the_longest_lease_the_server_confirmed() {
     let server = Server::start();
     let watchdog = Duration::from_secs(3);
     let client = client_with(&server, Options::default().watchdog_timeout(watchdog)).await;
@@ -54,7 +55,7 @@ async fn item8_a_guard_is_valid_until_the_longest_lease_the_server_confirmed() {
     until_gone(&server, "l", "the guards' drops to free the lock");
 }
 
-/// How one call of item 12 ended.
+/// How one call of [`try_acquire_returns_by_its_deadline_when_the_server_stalls`] ended.
 enum Outcome {
     Granted,
     NotGranted,
@@ -92,12 +93,12 @@ fn timed(
     })
 }
 
-/// Item 12. `try_acquire` with a 1 s wait, for every kind, each against a busy lock or
+/// `try_acquire` with a 1 s wait, for every kind, each against a busy lock or
 /// semaphore; once every wait is in the server, the server stalls (SIGSTOP) for 6 s. Every call
 /// returns within about 1.5 s of its start (its deadline and a small grace), not when the
 /// server resumes; none reports a grant; and once the holders let go, nothing is held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item12_try_acquire_returns_by_its_deadline_when_the_server_stalls() {
+async fn try_acquire_returns_by_its_deadline_when_the_server_stalls() {
     const BOUND: Duration = Duration::from_millis(1_600);
     let server = Server::start();
     let client = client(&server).await;
@@ -156,6 +157,6 @@ async fn item12_try_acquire_returns_by_its_deadline_when_the_server_stalls() {
     for name in ["lock", "read", "write"] {
         until_gone(&server, name, &format!("{name}: nothing held once the holder let go"));
     }
-    until_conserved(&server, "counted", 1, "item 12, counted");
-    until_conserved(&server, "leased", 1, "item 12, leased");
+    until_conserved(&server, "counted", 1, "after the stall, counted");
+    until_conserved(&server, "leased", 1, "after the stall, leased");
 }

@@ -1,12 +1,14 @@
-//! Item 13 (MultiLock/RedLock guards tied to their grant) and item 14 (an ACL user without
-//! `COMMAND`, `hold_count` on a wrong type, a zero lease): every kind answers alike.
+//! MultiLock/RedLock guards tied to their grant, and the edges of a handle's calls (an ACL user
+//! without `COMMAND`, `hold_count` on a key of another type, a zero lease): every kind answers
+//! alike.
 
 use std::time::Duration;
 
 use rlock_client::{Error, LockClient, MultiGuard, MultiLock, RedLock};
+use rlock_tests_integration::lock_client::{client, until_gone};
 use rlock_tests_integration::{cmd, hgetall, poll, Server};
 
-use super::{client, until_gone, LIMIT, LONG};
+use super::{LIMIT, LONG};
 
 async fn clients(servers: &[Server]) -> Vec<LockClient> {
     let mut clients = Vec::new();
@@ -47,11 +49,11 @@ async fn kept_everywhere(servers: &[Server], name: &str, window: Duration) -> Re
     Ok(())
 }
 
-/// Item 13. A MultiLock (and a RedLock) guard whose lease ended is stale: the next acquire of
+/// A MultiLock (and a RedLock) guard whose lease ended is stale: the next acquire of
 /// the same MultiLock is a new grant, and the stale guard's `release()` (and its drop) must not
 /// release that later hold on any server: `Err(NotHeld)`, touching nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_a_stale_multi_guard_never_acts_on_a_later_hold() {
+async fn a_stale_multi_guard_never_acts_on_a_later_hold() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let clients = clients(&servers).await;
     let short = Some(Duration::from_millis(500));
@@ -114,11 +116,11 @@ fn module_commands(server: &Server) -> Vec<String> {
     rules
 }
 
-/// Item 14, first part. An ACL user that may run the module's commands (every `RLOCK.*`,
+/// An ACL user that may run the module's commands (every `RLOCK.*`,
 /// `RWLOCK.*`, `RSEM.*` the server knows, and nothing else: no `COMMAND`) on its keys (and the
 /// derived keys the README's ACL table names) opens a client and takes and releases a lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item14_a_user_allowed_only_the_lock_commands_on_its_keys_can_open_and_lock() {
+async fn a_user_allowed_only_the_lock_commands_on_its_keys_can_open_and_lock() {
     let server = Server::start();
     let keys = ["~app:*", "~redisson_unlock_latch:*", "~rlock_request:*", "&*"];
     let mut setuser = vec!["ACL", "SETUSER", "locker", "on", "nopass", "-@all"];
@@ -133,11 +135,11 @@ async fn item14_a_user_allowed_only_the_lock_commands_on_its_keys_can_open_and_l
     guard.release().await.expect("and releases it");
 }
 
-/// Item 14, second part. `hold_count()` on a key of another type is an error, as
+/// `hold_count()` on a key of another type is an error, as
 /// `is_locked()` is (a string is no lock: `Ok(0)` would say "not held by this handle" of a key
 /// that cannot be a lock at all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item14_hold_count_on_a_key_of_another_type_is_an_error_as_is_locked_is() {
+async fn hold_count_on_a_key_of_another_type_is_an_error_as_is_locked_is() {
     let server = Server::start();
     let client = client(&server).await;
     cmd(&mut server.conn(), &["SET", "str", "x"]);
@@ -161,10 +163,10 @@ fn acquires(server: &Server) -> i64 {
         .sum()
 }
 
-/// Item 14, third part. A zero lease is refused with a typed error, before anything is sent, by
+/// A zero lease is refused with a typed error, before anything is sent, by
 /// every kind (it would be a 1 ms hold, gone before the caller could use it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item14_a_zero_lease_is_refused_before_anything_is_sent_by_every_kind() {
+async fn a_zero_lease_is_refused_before_anything_is_sent_by_every_kind() {
     let server = Server::start();
     let client = client(&server).await;
     let zero = Some(Duration::ZERO);

@@ -1,25 +1,27 @@
-//! Items 4, 5, 6 (its release half) and 7: no permit is ever lost by the client. A grant that
-//! races a dropped acquire future, a wait cancelled while the server is stalled, a guard's
-//! release after a killed connection: each leaves the semaphore with every permit it had
-//! (available + held = total). And `try_acquire(.., ZERO)` tries once, for every kind.
+//! No permit is ever lost by the client. A grant that races a dropped acquire future, a wait
+//! cancelled while the server is stalled, a guard's release after a killed connection: each
+//! leaves the semaphore with every permit it had (available + held = total). And
+//! `try_acquire(.., ZERO)` tries once, for every kind.
 
 use std::time::Duration;
 
 use redis::Value;
 use rlock_client::{Error, LockClient};
+use rlock_tests_integration::lock_client::client;
 use rlock_tests_integration::{cmd, fuzz_seed, wait_blocked, Rng, Server};
 use tokio::sync::watch;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
-use super::{client, conserved, kill_normal, permits, until_conserved, LONG};
+use super::{conserved, kill_normal, permits, until_conserved, LONG};
 
-/// Permits of the busy semaphores of item 4, all held by the test at the start of a round.
+/// Permits of the busy semaphores of [`grants_racing_dropped_acquires`], all held by the test at
+/// the start of a round.
 const TOTAL: usize = 100;
 /// Waiters queued in a round; the test then hands some of its permits to them.
 const WAITERS: usize = 20;
 const ROUNDS: usize = 25;
 
-/// Which semaphore item 4 runs on.
+/// Which semaphore [`grants_racing_dropped_acquires`] runs on.
 #[derive(Clone, Copy, Debug)]
 enum Permits {
     Counted,
@@ -52,8 +54,8 @@ async fn cancelled_by<T>(
     }
 }
 
-/// One waiter of item 4: `acquire(1)`, cancelled when `cancel` turns true; a permit it got is
-/// released at once. `true` when it got one.
+/// One waiter of [`grants_racing_dropped_acquires`]: `acquire(1)`, cancelled when `cancel` turns
+/// true; a permit it got is released at once. `true` when it got one.
 async fn waiter(
     client: LockClient,
     kind: Permits,
@@ -83,7 +85,7 @@ async fn waiter(
     }
 }
 
-/// Item 4 (both kinds): the test holds all 100 permits of a semaphore; 20 acquires wait in the
+/// For both kinds: the test holds all 100 permits of a semaphore; 20 acquires wait in the
 /// server; the test gives some permits back (handed off to the first waiters at once) and, as
 /// the grants arrive, every acquire is dropped (`select!` against a cancel signal, or a short
 /// `timeout` from it). After each round (every waiter done, every permit it got released, the
@@ -161,22 +163,22 @@ async fn grants_racing_dropped_acquires(kind: Permits) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item4_a_counted_grant_racing_a_dropped_acquire_is_never_lost() {
+async fn a_counted_grant_racing_a_dropped_acquire_is_never_lost() {
     grants_racing_dropped_acquires(Permits::Counted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item4_a_leased_grant_racing_a_dropped_acquire_is_never_lost() {
+async fn a_leased_grant_racing_a_dropped_acquire_is_never_lost() {
     grants_racing_dropped_acquires(Permits::Leased).await;
 }
 
-/// Item 5. A counted and a leased wait are pending on two semaphores of one permit each, whose
+/// A counted and a leased wait are pending on two semaphores of one permit each, whose
 /// holder leased it for 3 s; the server stalls (SIGSTOP) 8 s, the holder's lease ending during
 /// the stall; both waits are cancelled (their futures dropped) during the stall; then the
 /// server resumes, puts the ended leases back and serves the queues it still has. No permit may
 /// be lost: a grant made as the server resumes, to a wait the caller gave up, must come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item5_waits_cancelled_while_the_server_is_stalled_lose_no_permit() {
+async fn waits_cancelled_while_the_server_is_stalled_lose_no_permit() {
     let server = Server::start();
     let client = client(&server).await;
     let mut con = server.conn();
@@ -212,11 +214,11 @@ async fn item5_waits_cancelled_while_the_server_is_stalled_lose_no_permit() {
     );
 }
 
-/// Item 6, its release half. `PermitGuard::release()` after the client's connections were
+/// `PermitGuard::release()` after the client's connections were
 /// killed (`CLIENT KILL TYPE normal`) retries, as `LockGuard::release()` does, and succeeds:
 /// the permits are back, not leased until their lease ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item6_a_permit_guard_released_after_a_killed_connection_retries_and_succeeds() {
+async fn a_permit_guard_released_after_a_killed_connection_retries_and_succeeds() {
     let server = Server::start();
     let client = client(&server).await;
     let lock = client.lock("l");
@@ -237,11 +239,11 @@ async fn item6_a_permit_guard_released_after_a_killed_connection_retries_and_suc
     );
 }
 
-/// Item 7. `try_acquire(.., Duration::ZERO)` tries once, for every kind, as
+/// `try_acquire(.., Duration::ZERO)` tries once, for every kind, as
 /// `Lock::try_acquire(ZERO, ..)` does: it takes what is free, and answers "not now" at once when
 /// nothing is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item7_try_acquire_with_a_zero_wait_takes_what_is_free_for_every_kind() {
+async fn try_acquire_with_a_zero_wait_takes_what_is_free_for_every_kind() {
     let server = Server::start();
     let client = client(&server).await;
     let zero = Duration::ZERO;
