@@ -18,7 +18,8 @@
 //!   command opens the lock once, its owed waiters served first, and asks the pure rules for
 //!   a plan) → **write** (the token, the lock, the counter and the record through the store,
 //!   then the session binding) → **wake** (a wait queued after the deadlock search; a release
-//!   hands off). Everything that can refuse is checked before anything is written. Timers,
+//!   hands off). Everything that can refuse is checked before the command writes anything of
+//!   its own (the pending ends it applies first are owed whatever it replies). Timers,
 //!   server events and session ends are the module's own work (`waiting`); every command's
 //!   load step applies the ends due on its lock first.
 //! - [`events`]: what the server tells the module outside commands (server events, the cron

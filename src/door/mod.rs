@@ -5,7 +5,8 @@
 //!    connections, grants to clients that left before their reply; a `REQUEST` id being
 //!    undone or waiting), then what the store holds (may this master grant, the request's
 //!    record: a retry of a grant still in place replays it here and goes no further; the
-//!    token counter). Everything that can refuse is checked before anything is written.
+//!    token counter). Everything that can refuse is checked before the command writes anything
+//!    of its own (the pending ends applied first are the module's work, owed whatever the reply).
 //! 2. **Decide**: the command opens its lock's key once (waiters owed a free lock served first,
 //!    `waiting::settled_view`) and asks the pure rules (`rules`, `rw_rules`, `sem_rules`) for
 //!    a plan: a reply, the writes, whether to wait.

@@ -269,3 +269,38 @@ fn a_stall_over_the_operators_threshold_is_quarantined() {
     let err = run_str(&mut con, &["CONFIG", "SET", "rlock.stall-ms", "50"]).expect_err("50");
     assert!(err.starts_with("ERR"), "{err}");
 }
+
+/// A `REQUEST` retry of a grant still in place is refused by a guard that refuses grants, as a
+/// fresh acquire is: the replay is a grant's answer, and a master that may have been replaced
+/// gives none (the caller retries on the current master, where the id makes it exact).
+#[test]
+fn a_request_retry_of_a_grant_in_place_is_refused_while_the_guard_refuses() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let acquires: [&[&str]; 3] = [
+        &["RLOCK.ACQUIRE", "l", "o", "60000", "REQUEST", "r1"],
+        &["RWLOCK.ACQUIRE", "rw", "o", "WRITE", "60000", "REQUEST", "r2"],
+        &["RSEM.ACQUIRE", "s", "1", "LEASE", "60000", "REQUEST", "r3"],
+    ];
+    cmd(&mut con, &["RSEM.SETPERMITS", "s", "1"]);
+    for acquire in acquires {
+        run_str(&mut con, acquire).unwrap_or_else(|e| panic!("{acquire:?}: {e}"));
+    }
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "1"]);
+    poll("the guard to refuse", LIMIT, || refusal(&mut con).map(|_| ()));
+    for acquire in acquires {
+        let retry = run_str(&mut con, acquire);
+        assert!(
+            matches!(&retry, Err(e) if e.starts_with("NOREPLICAS ")),
+            "{acquire:?} retried: {retry:?}"
+        );
+    }
+    // The refusal order: a `SESSION` acquire that could never bind (inside a script) is told
+    // so first, before the guard's refusal.
+    let script = "return redis.call('RLOCK.ACQUIRE', KEYS[1], 'o', '60000', 'SESSION')";
+    let in_script = run_str(&mut con, &["EVAL", script, "1", "n"]);
+    assert!(
+        matches!(&in_script, Err(e) if e.contains("SESSION needs the caller's own connection")),
+        "{in_script:?}"
+    );
+}
