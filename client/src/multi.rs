@@ -10,9 +10,15 @@ use tokio::time::Instant;
 use crate::engine::hold::{after, Hold, Member};
 use crate::engine::kind::{Holder, Kind};
 use crate::engine::request::Request;
+use crate::engine::resume;
 use crate::engine::{bound, checked_lease, millis, uncertain, SETTLE};
 use crate::error::{Error, Result};
 use crate::lock::Lock;
+
+/// Whether `e` is a refusal by a server that is not (or not yet) the master: nothing ran.
+fn not_master(e: &Error) -> bool {
+    matches!(e, Error::Redis(e) if crate::conn::not_master(e))
+}
 
 /// How long a [`MultiLock`] guard's release waits for each server (in parallel).
 const MULTI_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,6 +98,7 @@ impl MultiLock {
         // the last ones are taken; the real lease is set on all of them at the end.
         let taking = lease.saturating_mul(2);
         let mut waited_for: Option<(usize, Request)> = None;
+        let mut pause = resume::RETRY_FIRST;
         'rounds: loop {
             // This round's requests: given back (cancelled) unless handed to a guard, whatever
             // ends the round, the future dropped included.
@@ -116,6 +123,17 @@ impl MultiLock {
                             // An untimed acquire outlives a killed connection, as a single
                             // lock's does: everything given back, then a new round.
                             tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue 'rounds;
+                        }
+                        let now = Instant::now();
+                        let left = deadline.map(|d| d.saturating_duration_since(now));
+                        if not_master(&e) && left != Some(Duration::ZERO) {
+                            // Refused by a server that is not (or not yet) the master to ask
+                            // (the old master during a failover: nothing ran), with time left:
+                            // a new round where the key is served now, as a single lock's
+                            // acquire waits there.
+                            tokio::time::sleep(left.map_or(pause, |l| l.min(pause))).await;
+                            pause = pause.saturating_mul(2).min(resume::RETRY_MAX);
                             continue 'rounds;
                         }
                         return Err(if uncertain(&e) { Error::TimedOut } else { e });

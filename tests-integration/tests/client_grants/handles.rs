@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use redis::Value;
 use rlock_client::{Error, LockClient, MultiGuard, MultiLock, RedLock};
 use rlock_tests_integration::lock_client::{client, until_gone};
 use rlock_tests_integration::{cmd, hgetall, poll, Server};
@@ -204,4 +205,42 @@ async fn a_zero_lease_is_refused_before_anything_is_sent_by_every_kind() {
         let n: i64 = redis::cmd("EXISTS").arg(&["l", "rw", "m", "r"]).query(&mut con).ok()?;
         (n == 0).then_some(())
     });
+}
+
+/// A MultiLock acquire outlives a server that refuses grants for a while (`NOREPLICAS`, as the
+/// old master answers during a failover: nothing ran), as a single lock's acquire does:
+/// untimed, or timed with time left, it tries again and takes the locks once grants resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_acquire_outlives_a_master_that_refuses_grants_for_a_while() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "1"]);
+    poll("the guard to refuse", LIMIT, || {
+        let reply =
+            redis::cmd("RLOCK.ACQUIRE").arg("g").arg("a").arg(1000).query::<Value>(&mut con);
+        matches!(reply, Err(e) if e.code() == Some("NOREPLICAS")).then_some(())
+    });
+    let client = client(&server).await;
+    let (a, b) = (client.clone(), client.clone());
+    let untimed = tokio::spawn(async move {
+        MultiLock::new(vec![a.lock("u1"), a.lock("u2")]).acquire(Some(LONG)).await
+    });
+    let timed = tokio::spawn(async move {
+        let multi = MultiLock::new(vec![b.lock("t1"), b.lock("t2")]);
+        multi.try_acquire(Duration::from_secs(20), Some(LONG)).await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!untimed.is_finished(), "the untimed acquire gave up: {:?}", untimed.await);
+    assert!(!timed.is_finished(), "the timed acquire gave up: {:?}", timed.await);
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]);
+    let untimed = tokio::time::timeout(LIMIT, untimed).await.expect("untimed in time");
+    let timed = tokio::time::timeout(LIMIT, timed).await.expect("timed in time");
+    let (untimed, timed) =
+        (untimed.expect("task").expect("untimed"), timed.expect("task").expect("timed"));
+    for name in ["u1", "u2", "t1", "t2"] {
+        let held = hgetall(&mut con, name.as_bytes());
+        assert_eq!(held.len(), 1, "{name} held by one owner: {held:?}");
+    }
+    untimed.release().await.expect("release");
+    timed.release().await.expect("release");
 }
