@@ -149,7 +149,7 @@ pub enum Found {
 
 /// Whether owner `owner`'s wait for the lock `key` (asking `wants`) closes a cycle, `graph`
 /// answering each of the [`Search`]'s questions (the reference driver: the unit tests drive
-/// the search through it; `waiting` drives it with the live queues and keys the same way).
+/// the search through it, with graphs of their own; `waiting` with the live queues and keys).
 pub fn find_cycle(graph: &mut impl Graph, owner: &[u8], key: &[u8], wants: Wants) -> Found {
     let mut search = Search::new(owner, key, wants);
     loop {

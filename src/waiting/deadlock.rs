@@ -10,7 +10,7 @@
 use redis_module::{Context, RedisString};
 
 use super::state::{anyone_waits, QUEUES};
-use crate::deadlock_rules::{self, Answer, Ask, Found, Holders, Search, Wants};
+use crate::deadlock_rules::{self, Found, Graph, Holders, Wants};
 use crate::error::Refusal;
 use crate::names;
 use crate::raw::{self, Key, KeyKind, KeyRef, KeyUse};
@@ -55,8 +55,8 @@ impl Live<'_> {
     }
 }
 
-/// The answers to the search's questions ([`deadlock_rules::Graph`]'s, asked by a [`Search`]).
-impl Live<'_> {
+/// The answers to the search's questions.
+impl Graph for Live<'_> {
     fn waits(&mut self, owner: &[u8]) -> bool {
         QUEUES.with(|q| q.try_borrow().is_ok_and(|q| q.owner_waits(self.db, owner)))
     }
@@ -159,23 +159,10 @@ pub fn refuse_cycle(
     let bytes = deadlock_rules::MAX_BYTES;
     let mut graph =
         Live { ctx, db, start: name, start_key: &start_key, user, checker: None, bytes };
-    // The search decides; the queues and the keys answer its questions.
-    let mut search = Search::new(&request.owner, name.as_slice(), wants);
-    loop {
-        let mut steps = search.steps_left();
-        let answer = match search.ask() {
-            Ask::Holders(key) => Answer::Holders(graph.holders(key, &mut steps)),
-            Ask::Waits(owner) => Answer::Waits(graph.waits(owner)),
-            Ask::WaitsOf(owner) => Answer::WaitsOf(graph.waits_of(owner)),
-            Ask::ReaderLive { key, owner, reads } => {
-                Answer::ReaderLive(graph.reader_live(key, owner, reads, &mut steps))
-            }
-            Ask::Done(Found::Cycle(cycle)) => {
-                return Err(Refusal::Deadlock(deadlock_rules::describe(cycle)))
-            }
-            Ask::Done(Found::NoCycle | Found::OverBudget) => return Ok(()),
-        };
-        search.answer(answer, steps);
+    // The search decides (sans I/O); the queues and the keys answer its questions.
+    match deadlock_rules::find_cycle(&mut graph, &request.owner, name.as_slice(), wants) {
+        Found::Cycle(cycle) => Err(Refusal::Deadlock(deadlock_rules::describe(&cycle))),
+        Found::NoCycle | Found::OverBudget => Ok(()),
     }
 }
 
