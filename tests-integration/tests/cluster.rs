@@ -514,18 +514,21 @@ fn an_atomic_slot_migration_moves_a_lock_with_its_token_and_latch_and_redirects_
     let t2 = granted_token(&cmd(&mut src, &["RLOCK.ACQUIRE", &key, "b", "60000", "TOKEN"]));
     assert!(t2 > t1);
     let expiry = pexpiretime(&mut src, key.as_bytes());
+    // Queued one after the other, so w1 is the head of the line.
     let waiters: Vec<Pending> = ["w1", "w2"]
         .iter()
-        .map(|w| {
-            Pending::start_str(
+        .zip(1..)
+        .map(|(w, queued)| {
+            let waiter = Pending::start_str(
                 &cluster.nodes[0],
                 &["RLOCK.ACQUIRE", &key, w, "60000", "WAIT", "60000", "TOKEN"],
-            )
+            );
+            poll("the waiter to block", LIMIT, || {
+                (rlock_tests_integration::blocked_clients(&mut src) == queued).then_some(())
+            });
+            waiter
         })
         .collect();
-    poll("the waiters to block", LIMIT, || {
-        (rlock_tests_integration::blocked_clients(&mut src) == 2).then_some(())
-    });
 
     // The module opted in: Valkey accepts the migration (it refuses while any module has not).
     // The target is stopped for a moment, so the migration is still under way when the lock is
