@@ -186,6 +186,35 @@ async fn a_manual_sentinel_failover_closes_the_session_and_a_new_session_binds_t
     assert_eq!(session_holds(&mut group.master.conn()), 0, "a replica binds nothing");
 }
 
+/// After a Sentinel failover and before the Sentinels demote the old master, that master
+/// refuses grants (`NOREPLICAS`: its replica left it): a session bound to it never grants
+/// again, so its acquire (untimed) closes it at once, `Error::SessionClosed`, every guard lost,
+/// instead of waiting on a master that is no longer the one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_acquire_on_the_replaced_master_closes_the_session() {
+    let group = Group::start(5_000);
+    let client = group.client().await;
+    let session = client.session().await.expect("session");
+    let a = session.lock("a").acquire(Some(Duration::from_secs(6))).await.expect("a lock");
+    group.replicated();
+    let mut s =
+        redis::Client::open(group.sentinel.url()).expect("url").get_connection().expect("con");
+    wait_for("the sentinel to accept a failover", FAILOVER_LIMIT, || {
+        redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<()>(&mut s).ok()
+    });
+    group.wait_promoted();
+    let still_master = is_master(&group.master);
+    let started = Instant::now();
+    let result = timeout(LIMIT, session.lock("late").acquire(LONG)).await.expect("in time");
+    assert!(matches!(result, Err(Error::SessionClosed)), "{:?}", result.map(drop));
+    assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+    timeout(PROMPT, a.lost()).await.expect("the session's guard lost");
+    assert!(session.is_closed());
+    eprintln!("the old master was still a master when the session asked: {still_master}");
+    assert_closed_for_good(&session, &mut group.replica.conn()).await;
+    assert_eq!(cmd(&mut group.master.conn(), &["EXISTS", "late"]), Value::Int(0));
+}
+
 /// In a cluster, a session is one connection to one node: a cluster client refuses sessions
 /// (`Error::SessionUnsupported`, a node down or not), and a client opened on one node has
 /// sessions there, for the locks that node serves. Node 0 stopped (SIGKILL): its session's

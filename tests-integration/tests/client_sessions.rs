@@ -509,3 +509,47 @@ async fn a_session_closed_by_its_keepalive_closes_its_socket_while_the_server_st
         (!exists(&mut admin, "l") && session_holds(&mut admin) == 0).then_some(())
     });
 }
+
+/// A master whose replica guard grants nothing for a while (`NOREPLICAS`: nothing ran) is
+/// still the session's master: the session's acquires, untimed and timed, of every kind, wait
+/// on its connection (asked again after a pause) and are granted as soon as the guard allows,
+/// as session holds; the session stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_acquire_outlives_a_master_that_refuses_grants_for_a_while() {
+    let server = Server::start();
+    let mut con = server.conn();
+    cmd(&mut con, &["RSEM.SETPERMITS", "s", "1"]);
+    let client = client(&server).await;
+    let session = client.session().await.expect("session");
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "1"]);
+    poll("the guard to refuse", LIMIT, || {
+        let reply =
+            redis::cmd("RLOCK.ACQUIRE").arg("g").arg("a").arg(1000).query::<Value>(&mut con);
+        matches!(reply, Err(e) if e.code() == Some("NOREPLICAS")).then_some(())
+    });
+    let (lock, timed) = (session.lock("u"), session.lock("t"));
+    let (rw, sem) = (session.rw_lock("rw"), session.leased_semaphore("s"));
+    let lock = tokio::spawn(async move { lock.acquire(LEASE).await });
+    let timed =
+        tokio::spawn(async move { timed.try_acquire(Duration::from_secs(20), LEASE).await });
+    let read = tokio::spawn(async move { rw.read().acquire(LEASE).await });
+    let permit =
+        tokio::spawn(async move { sem.try_acquire(1, Duration::from_secs(20), LEASE).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let pending =
+        [lock.is_finished(), timed.is_finished(), read.is_finished(), permit.is_finished()];
+    assert_eq!(
+        pending, [false; 4],
+        "no acquire of the session gave up (lock, timed, read, permit)"
+    );
+    assert!(!session.is_closed());
+    cmd(&mut con, &["CONFIG", "SET", "rlock.min-replicas", "0"]);
+    let lock = timeout(LIMIT, lock).await.expect("lock in time").expect("task").expect("lock");
+    let timed = timeout(LIMIT, timed).await.expect("timed in time").expect("task").expect("timed");
+    let read = timeout(LIMIT, read).await.expect("read in time").expect("task").expect("read");
+    let permit =
+        timeout(LIMIT, permit).await.expect("permit in time").expect("task").expect("permit");
+    assert_eq!(session_holds(&mut con), 4, "every grant is a session hold");
+    assert!(!session.is_closed());
+    drop((lock, timed, read, permit));
+}

@@ -197,9 +197,14 @@ impl Request {
                 // connection of its own, which replays a grant the try got. (A try the server
                 // did not answer in time, a stall, stays `TimedOut`.)
                 Err(_) if self.armed && self.try_lost && !Self::passed(deadline) => {}
+                // A session's server that is no longer the master: the session closes with it.
+                Err(Error::Redis(e)) if self.session_replaced(&e).await => {
+                    return Err(Error::SessionClosed);
+                }
                 // Refused by a server that is not (or not yet) the master to ask (the old
                 // master during a failover: nothing ran): the wait asks where the key is
-                // served now, as it does after a failover.
+                // served now, as it does after a failover (a session's, on its connection,
+                // again after a pause).
                 Err(Error::Redis(e)) if crate::conn::not_master(&e) && !Self::passed(deadline) => {}
                 Err(e) => return Err(e),
             }
@@ -278,8 +283,7 @@ impl Request {
         let ack = self.ack_time();
         let bound = bound(deadline, now).map(|b| crate::engine::hold::after(b, ack));
         if let Some(binding) = self.session.clone() {
-            let cmd = self.command(Some(wait_ms(deadline, now)));
-            return self.on_session(&binding, cmd, bound, true).await;
+            return self.session_waits(&binding, deadline).await;
         }
         self.sending();
         (self.armed, self.sent, self.waited) = (true, now, true);
@@ -287,6 +291,75 @@ impl Request {
         let waits = async { Ok(self.waits(deadline, bound).await) };
         let ended = within(bound, waits).await.unwrap_or_else(Ended::Unknown);
         self.settle(ended, bound).await
+    }
+
+    /// A session's server-side waits, on its connection, one after the other while its server
+    /// refuses them as a master that grants nothing now (`NOREPLICAS`: its replica guard, or
+    /// `LOADING`: nothing ran) and time is left, after a pause as [`Self::waits`] takes. A
+    /// session is bound to its server: when that server is no longer the master (a replica
+    /// now, or the Sentinels name another), the session closes ([`Error::SessionClosed`]), as
+    /// it does when the Sentinels demote the old master and kill its connections.
+    ///
+    /// # Errors
+    /// As [`Self::run`]; the last refusal when the deadline passed.
+    async fn session_waits(
+        &mut self,
+        binding: &Arc<Binding>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Grant>> {
+        let mut pause = resume::RETRY_FIRST;
+        loop {
+            let started = Instant::now();
+            let bound =
+                bound(deadline, started).map(|b| crate::engine::hold::after(b, self.ack_time()));
+            let cmd = self.command(Some(wait_ms(deadline, started)));
+            match self.on_session(binding, cmd, bound, true).await {
+                Err(Error::Redis(e)) if self.session_replaced(&e).await => {
+                    return Err(Error::SessionClosed);
+                }
+                Err(Error::Redis(e)) if crate::conn::not_master(&e) => {
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| d <= now) {
+                        return Err(Error::Redis(e));
+                    }
+                    let (this, next) = resume::next_pause(pause, started.elapsed());
+                    let left = deadline.map_or(this, |d| d.saturating_duration_since(now));
+                    tokio::time::sleep(this.min(left)).await;
+                    pause = next;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether `e`, a session acquire's refusal, says the session's server is no longer the
+    /// master: a replica's refusal (`READONLY`, `MASTERDOWN`), or a master's that grants
+    /// nothing now (`NOREPLICAS`, `LOADING`) while the Sentinels name another master (the old
+    /// master after a failover, until they demote it). Closes the session then. Not a
+    /// session's request, or another refusal: `false`.
+    async fn session_replaced(&self, e: &redis::RedisError) -> bool {
+        let Some(binding) = &self.session else { return false };
+        if !crate::conn::not_master(e) {
+            return false;
+        }
+        let replaced = match e.code() {
+            Some("READONLY" | "MASTERDOWN") => true,
+            _ => match &self.shared.target {
+                crate::conn::Target::Sentinel(sentinel) => {
+                    let named =
+                        tokio::time::timeout(resume::CHECK_TIMEOUT, sentinel.fresh_master());
+                    named.await.ok().and_then(std::result::Result::ok).is_some_and(|master| {
+                        master.get_connection_info().addr()
+                            != binding.server().get_connection_info().addr()
+                    })
+                }
+                _ => false,
+            },
+        };
+        if replaced {
+            binding.close();
+        }
+        replaced
     }
 
     /// Server-side waits, one after the other, until one ends with an answer or an error that
