@@ -141,6 +141,31 @@ def test_sync_session_across_a_manual_sentinel_failover(manual_group: Group) -> 
     assert holds(g.master.client()) == 0, "a replica binds nothing"
 
 
+def test_sync_session_acquire_on_the_replaced_master_closes_the_session(
+    manual_group: Group,
+) -> None:
+    """After a failover, before the Sentinel demotes the old master, that master refuses
+    grants (``NOREPLICAS``): a session bound to it never grants again, so its acquire closes
+    it at once (``SessionClosed``, every hold lost) instead of waiting on it until the
+    demotion."""
+    g = manual_group
+    master = Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for("mymaster")
+    s = rl.Session(master)
+    lk = s.lock("a", lease=6)
+    assert lk.acquire()
+    held = lk.hold
+    replicated(g.master, g.replica)
+    g.failover()
+    assert is_master(g.master), "the old master is not demoted yet"
+    started = time.monotonic()
+    with pytest.raises(rl.SessionClosed):
+        s.lock("late", lease=60).acquire(timeout=LIMIT)
+    assert time.monotonic() - started < PROMPT
+    assert held is not None and held.lost.wait(PROMPT)
+    assert s.closed.is_set()
+    assert g.master.client().exists("late") == 0
+
+
 # -- a process that exits normally with a session lock held ---------------------------------
 
 SYNC_CHILD = """

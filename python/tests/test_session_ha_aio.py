@@ -101,3 +101,29 @@ async def test_async_session_across_a_manual_sentinel_failover(manual_group: Gro
     await _async_closed_for_good(s, new)
     assert holds(g.master.client()) == 0, "a replica binds nothing"
     await master.aclose()
+
+
+async def test_async_session_acquire_on_the_replaced_master_closes_the_session(
+    manual_group: Group,
+) -> None:
+    """As the sync test: the old master's NOREPLICAS while the Sentinel names the new one
+    closes the session at once."""
+    g = manual_group
+    master = asentinel.Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for(
+        "mymaster"
+    )
+    s = await ra.Session(master).open()
+    lk = s.lock("a", lease=6)
+    assert await lk.acquire()
+    held = lk.hold
+    replicated(g.master, g.replica)
+    await asyncio.to_thread(g.failover)
+    assert is_master(g.master), "the old master is not demoted yet"
+    started = time.monotonic()
+    with pytest.raises(rl.SessionClosed):
+        await s.lock("late", lease=60).acquire(timeout=LIMIT)
+    assert time.monotonic() - started < PROMPT
+    assert held is not None and await held.lost.wait(PROMPT)
+    assert s.closed.is_set()
+    assert g.master.client().exists("late") == 0
+    await master.aclose()

@@ -12,6 +12,8 @@ import weakref
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Generic, Optional, TypeVar
 
+from redis.exceptions import MasterDownError, ReadOnlyError
+
 from . import _proto as P
 from ._hold import Hold
 from .errors import SessionClosed
@@ -45,6 +47,35 @@ def turn_within(extra: float, rt: float) -> Optional[float]:
     if extra >= 1e9:  # the engine's "no limit"
         return None
     return extra if extra > 0 else rt
+
+
+def replica_refusal(err: BaseException) -> bool:
+    """Whether a session's command was refused by a replica (``READONLY``, ``MASTERDOWN``): the
+    session's server is no longer a master, and a session never follows its master."""
+    return isinstance(err, (ReadOnlyError, MasterDownError)) or str(err).startswith(
+        ("READONLY", "MASTERDOWN")
+    )
+
+
+def named_elsewhere(named: Optional[tuple[Any, Any]], bound: tuple[Any, Any]) -> bool:
+    """Whether the master the Sentinels name (``named``; None: none asked, or none answered)
+    is another server than the session's (``bound``: its host and port): after a failover,
+    the old master refuses grants (``NOREPLICAS``) until the Sentinels demote it, and a
+    session bound to it never grants again."""
+    if named is None:
+        return False
+    return (str(named[0]), int(named[1])) != (str(bound[0]), int(bound[1]))
+
+
+def sentinel_pool(conn: Any) -> Any:
+    """The Sentinel pool a session's connection resolves its master through (it has
+    ``get_master_address``), or None (a plain server's connection)."""
+    pool = getattr(conn, "connection_pool", None)
+    return pool if hasattr(pool, "get_master_address") else None
+
+
+#: The text of the :class:`SessionClosed` raised when the session's server was replaced.
+REPLACED = "the session's server is no longer the master (a failover): the session closed"
 
 
 class Keepalive:

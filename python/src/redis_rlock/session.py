@@ -29,7 +29,7 @@ from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
 from ._sessions import MAX_LOCK_DELAY_S as MAX_LOCK_DELAY_S
-from ._sessions import SessionCore
+from ._sessions import REPLACED, SessionCore, named_elsewhere, replica_refusal, sentinel_pool
 from ._sessions import check_keepalive as check_keepalive
 from ._sessions import lock_delay_ms as lock_delay_ms
 from ._sessions import turn_within as turn_within
@@ -182,8 +182,30 @@ class Session(SessionCore[Hold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
             raise Stalled(f"the session's connection stayed busy for {args[0]!r}")
         try:
             return self._raw(args, extra, silent)
+        except ResponseError as e:
+            refused = e
         finally:
             self._mutex.release()
+        if self._replaced(refused):
+            self.close()
+            raise SessionClosed(REPLACED) from None
+        raise refused
+
+    def _replaced(self, err: ResponseError) -> bool:
+        """Whether ``err``, an error reply to the session's command, says its server is no
+        longer the master: a replica's refusal, or ``NOREPLICAS`` while the Sentinels name
+        another master. A master that grants nothing for a while (its replicas lag) is still
+        the session's: the engine asks it again."""
+        if replica_refusal(err):
+            return True
+        pool = sentinel_pool(self._conn)
+        if not P.is_noreplicas(err) or pool is None:
+            return False
+        try:
+            named = pool.get_master_address()
+        except Exception:
+            return False  # no Sentinel answered: as every other command, the known master
+        return named_elsewhere(named, (self._conn.host, self._conn.port))
 
     def _raw(
         self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None

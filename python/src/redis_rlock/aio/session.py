@@ -25,7 +25,14 @@ from .. import _waits as W
 from .._conn import Stalled, log
 from .._fork import ForkGuard
 from .._handles import SessionHandles
-from .._sessions import SessionCore, turn_within
+from .._sessions import (
+    REPLACED,
+    SessionCore,
+    named_elsewhere,
+    replica_refusal,
+    sentinel_pool,
+    turn_within,
+)
 from ..errors import SessionClosed
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold
@@ -191,8 +198,29 @@ class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemapho
         try:
             await self._open()
             return await self._raw(args, extra, silent)
+        except ResponseError as e:
+            refused = e
         finally:
             self._mutex.release()
+        if await self._replaced(refused):
+            await self.close()
+            raise SessionClosed(REPLACED) from None
+        raise refused
+
+    async def _replaced(self, err: ResponseError) -> bool:
+        """As the sync session's: a replica's refusal, or ``NOREPLICAS`` while the Sentinels
+        name another master."""
+        if replica_refusal(err):
+            return True
+        conn = self._conn
+        pool = sentinel_pool(conn)
+        if conn is None or not P.is_noreplicas(err) or pool is None:
+            return False
+        try:
+            named = await pool.get_master_address()
+        except Exception:
+            return False
+        return named_elsewhere(named, (conn.host, conn.port))
 
     async def _raw(
         self,
