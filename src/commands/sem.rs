@@ -40,6 +40,7 @@ fn after(
 pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemCount::parse_set(argv)?;
+        door::load(ctx, cmd.key);
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::set_permits(state, cmd.permits);
@@ -51,6 +52,7 @@ pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn add_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemAdd::parse(argv)?;
+        door::load(ctx, cmd.key);
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::add_permits(state, cmd.delta)?;
