@@ -10,18 +10,22 @@
 //!   arguments; the arguments' descriptions shared by several commands in `arg_docs.rs`),
 //!   module settings, load-time checks.
 //! - [`commands`]: one handler per command: parse, go through the door, decide with the
-//!   rules, reply (`RLOCK.*`, `RWLOCK.*` in `rw`, `RSEM.*` in `sem`).
-//! - `door`: the one path of every acquire, in floor order: **load** (`door::enter`: the
-//!   lock's pending ends applied, what the queues know of its `REQUEST` id, the `SESSION`
-//!   binding; then the store's checks: may this master grant, the request's record, where a
-//!   retry replays its grant and goes no further, the token counter) → **decide** (the
-//!   command opens the lock once, its owed waiters served first, and asks the pure rules for
-//!   a plan) → **write** (the token, the lock, the counter and the record through the store,
-//!   then the session binding) → **wake** (a wait queued after the deadlock search; a release
-//!   hands off). Everything that can refuse is checked before the command writes anything of
-//!   its own (the pending ends it applies first are owed whatever it replies). Timers,
-//!   server events and session ends are the module's own work (`waiting`); every command's
-//!   load step applies the ends due on its lock first.
+//!   rules, reply (`RLOCK.*`, `RWLOCK.*` in `rw`, `RSEM.*` in `sem`, the counted give-back of
+//!   permits in `permits`).
+//! - `door`: the one path of every command that writes, in floor order: **load**
+//!   (`door::load`, every such command's first step: the lock's pending ends applied, owed
+//!   whatever it replies; an acquire's `door::enter` goes on: what the queues know of its
+//!   `REQUEST` id, the `SESSION` binding; then the store's checks: may this master grant, the
+//!   request's record, where a retry replays its grant and goes no further, the token counter)
+//!   → **decide** (the command opens the lock once, its owed waiters served first, and asks
+//!   the pure rules for a plan) → **write** (the token, the lock, the counter and the record
+//!   through the store, then the session binding) → **wake** (a wait queued after the deadlock
+//!   search; a release hands off). Everything that can refuse is checked after the load and
+//!   before the command writes anything of its own. The handlers read these steps in order;
+//!   `RLOCK.RELEASE`, `RWLOCK.RELEASE` and `RSEM.RELEASE ... ID` (and `RLOCK.CANCEL`'s give-back)
+//!   load, then call one function of `waiting` for the rest (`release_hold`, `rw_release`,
+//!   `sem_give_back_ids`), which the module's own work uses too (a grant undone, a session end). Timers, server events and
+//!   session ends are the module's own work (`waiting`).
 //! - [`events`]: what the server tells the module outside commands (server events, the cron
 //!   tick, `INFO rlock`; no keyspace events).
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off (several grants at once where

@@ -8,6 +8,7 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::guarded;
 use crate::args::{self, Lease};
+use crate::door;
 use crate::error::LockError;
 use crate::latch_rules::{self, LatchPlan};
 use crate::raw;
@@ -53,6 +54,7 @@ fn settled<'a>(
 pub fn set_count(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::LatchSet::parse(argv)?;
+        door::load(ctx, cmd.key);
         let (key, current) = settled(ctx, cmd.key)?;
         let plan = latch_rules::set_count(current, cmd.count);
         apply(ctx, cmd.key, key, current, &plan)
@@ -63,6 +65,7 @@ pub fn set_count(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn count_down(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::LatchCountDown::parse(argv)?;
+        door::load(ctx, cmd.key);
         let (key, current) = settled(ctx, cmd.key)?;
         let plan = latch_rules::count_down(current, cmd.amount);
         apply(ctx, cmd.key, key, current, &plan)
@@ -73,6 +76,7 @@ pub fn count_down(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn delete(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(argv)?;
+        door::load(ctx, cmd.key);
         let (key, current) = settled(ctx, cmd.key)?;
         let plan = latch_rules::delete(current);
         apply(ctx, cmd.key, key, current, &plan)

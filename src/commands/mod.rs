@@ -1,8 +1,10 @@
-//! The command handlers, one per command: parse the arguments into their typed struct, call the
-//! store and the waiting machinery, reply. No key is touched here directly: `store` opens and
-//! writes keys, `waiting` blocks and hands off.
+//! The command handlers, one per command: parse the arguments into their typed struct, go
+//! through the door (`door`: load, decide, write, wake; every command that writes loads first),
+//! reply. No key is touched here directly: `store` opens and writes keys, `waiting` blocks and
+//! hands off.
 
 pub mod latch;
+mod permits;
 pub mod request;
 pub mod rw;
 pub mod sem;
@@ -122,8 +124,10 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::Release::parse(argv)?;
-        waiting::apply_pending(ctx, cmd.key);
+        door::load(ctx, cmd.key);
         let deadline = cmd.lease.map(|lease| Deadline::after(raw::now_ms(), lease)).transpose()?;
+        // Decide, write, wake: `waiting::release_hold`, which also undoes a grant whose client
+        // left.
         latched(ctx, cmd.key, cmd.request, || {
             waiting::release_hold(ctx, cmd.key, cmd.owner, deadline)
         })
@@ -160,8 +164,8 @@ pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         let cmd = args::Renew::parse(argv)?;
         sessions::check_owner(cmd.owner.as_slice())?;
         let deadline = Deadline::after(raw::now_ms(), cmd.lease)?;
+        door::load(ctx, cmd.key);
         store::may_grant(ctx)?;
-        waiting::apply_pending(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
         let extend = rules::Extend::new(cmd.gt, key.raw().expire_at());
         let plan = rules::renew(key.view(Some(cmd.owner))?, deadline, extend);
@@ -179,7 +183,7 @@ pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(argv)?;
-        waiting::apply_pending(ctx, cmd.key);
+        door::load(ctx, cmd.key);
         waiting::settle(ctx, cmd.key);
         let key = LockKey::open(ctx, cmd.key, true);
         let plan = rules::force_release(key.view(None)?);

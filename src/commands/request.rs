@@ -6,6 +6,7 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::args;
+use crate::door;
 use crate::error::{LockError, Refusal};
 use crate::raw;
 use crate::request_rules::{self, replies, Cancel, CountedRelease, Granted, Record};
@@ -25,7 +26,7 @@ use crate::waiting;
 pub fn cancel(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     super::guarded_naming(ctx, || {
         let cmd = args::Cancel::parse(argv)?;
-        waiting::apply_pending(ctx, cmd.key);
+        door::load(ctx, cmd.key);
         let (name, id) = (cmd.key, cmd.request.as_slice());
         let record = RequestRecord::for_caller(ctx, name, id)?;
         let waits = waiting::waits_as(ctx, name, id);
@@ -96,7 +97,7 @@ pub(crate) fn release_counted(
     }
     match request_rules::release_counted(stored.as_ref(), permits, once).map_err(refused)? {
         CountedRelease::GiveBack => {
-            let left = waiting::sem_give_back(ctx, name, permits)?;
+            let left = super::permits::give_back(ctx, name, permits)?;
             record.released(ctx, raw::now_ms());
             Ok(RedisValue::Integer(left))
         }
@@ -136,7 +137,7 @@ fn give_back(
         }
         Granted::Rw { mode, owner, .. } => waiting::rw_release(ctx, name, owner, *mode)?,
         Granted::Permits(permits) => {
-            waiting::sem_give_back(ctx, name, *permits)?;
+            super::permits::give_back(ctx, name, *permits)?;
             Reply::Int(1)
         }
         Granted::Leased(_) => Reply::Nil,

@@ -146,7 +146,8 @@ pub fn release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::RwRelease::parse(argv)?;
         rw_rules::check_owner(cmd.owner.as_slice())?;
-        waiting::apply_pending(ctx, cmd.key);
+        door::load(ctx, cmd.key);
+        // Decide, write, wake: `waiting::rw_release`, which also undoes a grant whose client left.
         super::latched(ctx, cmd.key, cmd.request, || {
             waiting::rw_release(ctx, cmd.key, cmd.owner.as_slice(), cmd.mode)
         })
@@ -161,8 +162,8 @@ pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         sessions::check_owner(cmd.owner.as_slice())?;
         let now = raw::now_ms();
         let deadline = Deadline::after(now, cmd.lease)?;
+        door::load(ctx, cmd.key);
         store::may_grant(ctx)?;
-        waiting::apply_pending(ctx, cmd.key);
         let key = RwKey::open(ctx, cmd.key, true);
         let owner = cmd.owner.as_slice();
         // An owner whose read holds all ended by their leases holds no read side, whatever
@@ -196,7 +197,7 @@ pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn force_release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::KeyOnly::parse(argv)?;
-        waiting::apply_pending(ctx, cmd.key);
+        door::load(ctx, cmd.key);
         let mode = RwKey::open(ctx, cmd.key, false).state_of(None)?.mode;
         if mode.is_some() || waiting::waiting(raw::selected_db(ctx), cmd.key.as_slice()) > 0 {
             // Refused before the hand-off below: whatever holds the lock then, it is freed.

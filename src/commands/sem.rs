@@ -16,7 +16,7 @@ use crate::rules::{Kind, Request};
 use crate::sem_rules::{self, SemPlan, SemState};
 use crate::sessions::{self, Held};
 use crate::store::sem::{Leases, SemKey};
-use crate::store::{self, access::check_publish, Unlocked};
+use crate::store::{self, Unlocked};
 use crate::waiting;
 
 /// The count after a change that raised it, its waiters served and the rest published; the
@@ -29,12 +29,9 @@ fn after(
     plan: &SemPlan,
 ) -> Result<RedisValue, LockError> {
     if plan.raised {
-        check_publish(ctx, name, Some(Unlocked::Permits(0)))?;
-    }
-    key.apply(state, plan);
-    drop(key);
-    if plan.raised {
-        waiting::sem_raised(ctx, name)?;
+        super::permits::came_back(ctx, name, key, state, plan)?;
+    } else {
+        key.apply(state, plan);
     }
     Ok(store::to_value(plan.reply))
 }
@@ -43,6 +40,7 @@ fn after(
 pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemCount::parse_set(argv)?;
+        door::load(ctx, cmd.key);
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::set_permits(state, cmd.permits);
@@ -54,6 +52,7 @@ pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 pub fn add_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemAdd::parse(argv)?;
+        door::load(ctx, cmd.key);
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::add_permits(state, cmd.delta)?;
@@ -151,20 +150,22 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
 /// `RSEM.RELEASE key permits [REQUEST id | ONCE id]` or `RSEM.RELEASE key ID id [id ...]`
 pub fn release(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     super::guarded_naming(ctx, || match args::SemRelease::parse(argv)? {
-        // Counted permits: refused, before anything is written, where grants are (`store::
-        // may_give_back`). Leased ones are given back (their leases end on a new master anyway).
+        // Counted permits: refused, before anything of the command's own is written, where
+        // grants are (`store::may_give_back`). Leased ones are given back (their leases end on a
+        // new master anyway).
         args::SemRelease::Count { key, permits, request: Some(id), once } => {
+            door::load(ctx, key);
             store::may_give_back(ctx)?;
-            waiting::apply_pending(ctx, key);
             super::request::release_counted(ctx, key, permits, id.as_slice(), once)
         }
         args::SemRelease::Count { key, permits, request: None, .. } => {
+            door::load(ctx, key);
             store::may_give_back(ctx)?;
-            waiting::apply_pending(ctx, key);
-            Ok(RedisValue::Integer(waiting::sem_give_back(ctx, key, permits)?))
+            Ok(RedisValue::Integer(super::permits::give_back(ctx, key, permits)?))
         }
         args::SemRelease::Ids { key, ids } => {
-            waiting::apply_pending(ctx, key);
+            door::load(ctx, key);
+            // Decide, write, wake: `waiting::sem_give_back_ids`, which session ends use too.
             let ids: Vec<&[u8]> = ids.iter().map(RedisString::as_slice).collect();
             Ok(RedisValue::Integer(waiting::sem_give_back_ids(ctx, key, &ids)?))
         }
@@ -176,9 +177,9 @@ pub fn renew(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::sem::parse_renew(argv)?;
         sessions::check_permit(cmd.owner.as_slice())?;
-        store::may_grant(ctx)?;
         let until = Deadline::after(raw::now_ms(), cmd.lease)?;
-        waiting::apply_pending(ctx, cmd.key);
+        door::load(ctx, cmd.key);
+        store::may_grant(ctx)?;
         let leases = Leases::for_caller(ctx, cmd.key)?;
         waiting::sem_reclaim_due(ctx, cmd.key)?;
         let id = cmd.owner.as_slice();

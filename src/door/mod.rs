@@ -1,23 +1,34 @@
-//! The door: the one path every acquire takes into a lock, in floor order.
+//! The door: the one path every command that writes takes into a lock, in floor order.
 //!
-//! 1. **Load** ([`enter`]): what the waiting machinery knows of the lock, in memory (the
-//!    caller's `SESSION` binding, the lock's pending ends applied first: holds of closed
-//!    connections, grants to clients that left before their reply; a `REQUEST` id being
-//!    undone or waiting), then what the store holds (may this master grant, the request's
-//!    record: a retry of a grant still in place replays it here and goes no further; the
-//!    token counter). Everything that can refuse is checked before the command writes anything
-//!    of its own (the pending ends applied first are the module's work, owed whatever the reply).
+//! 1. **Load**: the lock's pending ends applied ([`load`]): holds of closed connections, grants
+//!    to clients that left before their reply. Every command that writes a lock calls it first,
+//!    after its pure argument checks and before any refusal of its own; the pending ends are the
+//!    module's own work, owed whatever the command replies, so no command reads a lock whose end
+//!    is pending. An acquire's load goes on ([`enter`]): what the waiting machinery knows of the
+//!    lock, in memory (a `REQUEST` id being undone or waiting; the caller's `SESSION` binding),
+//!    then what the store holds (may this master grant, the request's record: a retry of a grant
+//!    still in place replays it here and goes no further; the token counter). Everything that
+//!    can refuse is checked before the command writes anything of its own. The other commands'
+//!    refusals come after [`load`] in their handlers (`RLOCK.RENEW`, `RWLOCK.RENEW`,
+//!    `RSEM.RENEW`, a counted `RSEM.RELEASE`: the replica guard).
 //! 2. **Decide**: the command opens its lock's key once (waiters owed a free lock served first,
-//!    `waiting::settled_view`) and asks the pure rules (`rules`, `rw_rules`, `sem_rules`) for
-//!    a plan: a reply, the writes, whether to wait.
-//! 3. **Write** ([`Admitted::token`], [`Admitted::written`]): the store's writes (the token,
-//!    the lock, the request's record), then the grant's session binding (in memory).
+//!    `waiting::settled_view`, `waiting::settle`) and asks the pure rules (`rules`, `rw_rules`,
+//!    `sem_rules`, `latch_rules`, `request_rules`) for a plan: a reply, the writes, whether to
+//!    wait.
+//! 3. **Write** ([`Admitted::token`], [`Admitted::written`] for an acquire): the store's writes
+//!    (the token, the lock, the request's record), then the grant's session binding (in memory).
 //! 4. **Wake**: a wait is queued (`waiting::block_as`, after the deadlock search); a release
-//!    hands off to the waiters (`waiting::hand_off`).
+//!    hands off to the waiters (`waiting::freed_as`, `waiting::rw_applied`,
+//!    `waiting::sem_raised`).
+//!
+//! Most handlers read these steps in order. Three releases keep their decide, write and wake in
+//! one function of `waiting`, because the module's own work undoes a grant with them too
+//! (`waiting::release_hold` for `RLOCK.RELEASE`, `waiting::rw_release` for `RWLOCK.RELEASE`,
+//! `waiting::sem_give_back_ids` for `RSEM.RELEASE ... ID`, which session ends also use); the
+//! handler loads, then calls it.
 //!
 //! Timers, server events and session ends do not enter here: they are the module's own work,
-//! done by `waiting` (its `tick`, `session_end`, `undo`); the load step of every command
-//! applies the ends due on its lock, so no command reads a lock whose end is pending.
+//! done by `waiting` (its `tick`, `session_end`, `undo`).
 
 use redis_module::{Context, RedisString, RedisValue};
 
@@ -63,15 +74,23 @@ pub(crate) struct Admitted {
     pub counter: Option<TokenCounter>,
 }
 
-/// Step 1 of the door (see the module's doc) for the acquire `entry`.
+/// Step 1 of the door (see the module's doc) for every command that writes the lock `key`:
+/// its pending ends applied (nothing happens on a replica, or with none pending). Nothing here
+/// refuses: the command's own refusals come after it.
+pub(crate) fn load(ctx: &Context, key: &RedisString) {
+    waiting::apply_pending(ctx, key);
+}
+
+/// Step 1 of the door (see the module's doc) for the acquire `entry`: [`load`], then the
+/// acquire's own checks.
 ///
 /// # Errors
 /// What the session binding refuses (on a replica, in a script, `NOPERM` for the channel);
 /// `NOREPLICAS` ([`store::may_grant_at`]); what the request's record refuses (naming its id);
 /// `NOPERM` or `CROSSSLOT` for the token counter.
 pub(crate) fn enter(ctx: &Context, entry: Entry<'_>) -> Result<Entered, Refusal> {
-    // The waiting machinery's floor: in memory, and the ends owed to this lock.
-    waiting::apply_pending(ctx, entry.key);
+    load(ctx, entry.key);
+    // The waiting machinery's floor: in memory.
     let queued = entry.request.map(|id| queued(ctx, entry.key, id.as_slice()));
     let bind = waiting::session::caller(ctx, entry.key, entry.session, entry.unlocked)?;
     // The store's floor.

@@ -83,8 +83,9 @@ pub fn waiting_in(db: i32, key: &[u8], mode: Mode) -> usize {
     })
 }
 
-/// Gives back `permits` of the semaphore `name` (`RSEM.RELEASE`, and the undo of a grant whose
-/// client left): its waiters are served, then the count left is published. Returns it.
+/// Gives back `permits` of the semaphore `name` (the undo of a grant whose client left; a
+/// counted `RSEM.RELEASE` does the same in its handler): its waiters are served, then the count
+/// left is published. Returns it.
 ///
 /// # Errors
 /// `WRONGTYPE`, a value that is not an integer, an overflow, or `NOPERM` for the channel.
@@ -233,6 +234,21 @@ pub fn sem_reclaim_due(ctx: &Context, name: &RedisString) -> Result<(), LockErro
     sem_reclaim_due_keeping(ctx, name, 0, false).map(|_| ())
 }
 
+/// [`sem_reclaim_due`] giving back the `reserve` permits of a counted release (`RSEM.RELEASE key
+/// permits`, checked by its caller) in the reclaim's own write when it makes one: then returns
+/// the count left after the waiters were served (published); `None`: the reclaim wrote nothing,
+/// and the caller gives the permits back itself.
+///
+/// # Errors
+/// As [`sem_reclaim`]; nothing is written then.
+pub fn sem_reclaim_due_giving_back(
+    ctx: &Context,
+    name: &RedisString,
+    reserve: u64,
+) -> Result<Option<i64>, LockError> {
+    sem_reclaim_due_keeping(ctx, name, reserve, false)
+}
+
 /// [`sem_reclaim_due`] giving back the `reserve` permits of a release in the reclaim's own
 /// write when it makes one (then returns the count left, see [`reclaim_giving_back`]);
 /// `leases_released`: leased permits were just released by id (see [`forget_check`]).
@@ -252,23 +268,8 @@ fn sem_reclaim_due_keeping(
     Ok(left)
 }
 
-/// `RSEM.RELEASE key permits` (and a cancelled request's counted permits): returns the count
-/// left after the waiters were served.
-///
-/// # Errors
-/// As [`sem_release`]; nothing is written then.
-pub fn sem_give_back(ctx: &Context, key: &RedisString, permits: u64) -> Result<i64, LockError> {
-    // Refused before the reclaim writes anything: the count must hold what comes back.
-    sem_rules::release(SemKey::open(ctx, key, false).state()?, permits)?;
-    // Ended leases and these permits come back in one write when there are any.
-    match sem_reclaim_due_keeping(ctx, key, permits, false)? {
-        Some(left) => Ok(left),
-        None => sem_release(ctx, key, permits),
-    }
-}
-
-/// `RSEM.RELEASE key ID id [id ...]` (and a cancelled request's leased permits): returns how
-/// many were released.
+/// `RSEM.RELEASE key ID id [id ...]` (and a cancelled request's leased permits, and the permits
+/// of closed sessions): returns how many were released.
 ///
 /// # Errors
 /// As [`sem_release_ids`].

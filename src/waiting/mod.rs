@@ -74,8 +74,8 @@ pub use hand_off::{
     settled_view, Publish,
 };
 pub use kinds::{
-    rw_applied, rw_release, sem_give_back, sem_give_back_ids, sem_raised, sem_reclaim,
-    sem_reclaim_due, sem_reclaim_keeping, sem_release, sem_release_ids, waiting_in,
+    rw_applied, rw_release, sem_give_back_ids, sem_raised, sem_reclaim, sem_reclaim_due,
+    sem_reclaim_due_giving_back, sem_reclaim_keeping, sem_release, sem_release_ids, waiting_in,
     waiting_permits,
 };
 pub use requests::{dequeue, waits_as};

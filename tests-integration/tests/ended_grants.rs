@@ -289,6 +289,39 @@ fn a_transaction_that_pauses_writes_still_applies_the_ends_before_its_retries() 
     assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(0));
 }
 
+/// A write on a semaphore's count (`RSEM.ADDPERMITS`, and `RLATCH.COUNTDOWN` on the same
+/// integer) in the same transaction as the close of a session holding one of its leased permits
+/// counts that permit back first, as every other write on a lock does.
+#[test]
+fn a_count_change_after_a_session_close_in_the_same_transaction_counts_its_permits_back_first() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut a = server.conn();
+    let a_id = client_id(&mut a).to_string();
+    for key in ["s", "t"] {
+        cmd(&mut admin, &["RSEM.SETPERMITS", key, "2"]);
+        let leased = cmd(&mut a, &["RSEM.ACQUIRE", key, "1", "LEASE", "60000", "SESSION"]);
+        assert_eq!(permit_ids(&leased).len(), 1, "{key}: one leased permit, bound to a");
+    }
+    let mut b = server.conn();
+    let replies = transaction(
+        &mut b,
+        &[
+            &["CLIENT", "KILL", "ID", &a_id],
+            &["RSEM.ADDPERMITS", "s", "1"],
+            &["RLATCH.COUNTDOWN", "t"],
+        ],
+    );
+    assert_eq!(replies[0], Value::Int(1), "a's connection closed");
+    assert_eq!(replies[1], Value::Int(3), "1 left + the ended permit + the one added");
+    assert_eq!(replies[2], Value::Int(1), "1 left + the ended permit - the one counted down");
+    // Once: the tick finds nothing more to end (the barrier's own end is the third).
+    barrier(&server, &mut admin);
+    assert_eq!(session_ends(&mut admin), 3, "each permit ended once, then the barrier");
+    assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "s"]), Value::Int(3));
+    assert_eq!(cmd(&mut admin, &["RSEM.AVAILABLE", "t"]), Value::Int(1));
+}
+
 #[test]
 fn every_pending_end_of_a_lock_is_applied_before_a_command_reads_it() {
     let server = Server::start();
