@@ -24,6 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from . import checker, cluster, nemesis, topology
 from .tables import RLOCK_WORKLOADS, cell_name, summary, table
 
@@ -52,6 +54,20 @@ def spawn(group: Topology, host: str, spec: dict[str, Any]) -> subprocess.Popen[
         stdout=subprocess.DEVNULL,
         stderr=open(spec["out"] + ".err", "w"),
     )
+
+
+def set_permits(admin: Any, key: str, total: int) -> None:
+    """``RSEM.SETPERMITS`` on a group just started, sent again while the master's replica guard
+    refuses it (``NOREPLICAS``: its replicas are still syncing; nothing ran), for up to 30 s."""
+    until = time.monotonic() + 30.0
+    while True:
+        try:
+            admin.execute_command("RSEM.SETPERMITS", key, total)
+            return
+        except redis.exceptions.ResponseError as e:
+            if not str(e).startswith("NOREPLICAS") or time.monotonic() > until:
+                raise
+        time.sleep(0.1)
 
 
 def run_cell(
@@ -88,7 +104,7 @@ def run_cell(
             if w == "redisson_sem":
                 admin.execute_command("SET", k, total)  # type: ignore[no-untyped-call]
             else:
-                admin.execute_command("RSEM.SETPERMITS", k, total)  # type: ignore[no-untyped-call]
+                set_permits(admin, k, total)
         admin.execute_command("WAIT", replicas, 2000)  # type: ignore[no-untyped-call]
         start = time.monotonic() + 3.0
         end = start + duration

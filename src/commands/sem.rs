@@ -41,6 +41,9 @@ pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemCount::parse_set(argv)?;
         door::load(ctx, cmd.key);
+        // Refused where grants are: lost with a replaced master, the change would leave the
+        // count short or over its total.
+        store::may_change_count(ctx)?;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::set_permits(state, cmd.permits);
@@ -53,6 +56,9 @@ pub fn add_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemAdd::parse(argv)?;
         door::load(ctx, cmd.key);
+        // Refused where grants are: lost with a replaced master, the change would leave the
+        // count short or over its total.
+        store::may_change_count(ctx)?;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::add_permits(state, cmd.delta)?;

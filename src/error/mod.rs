@@ -105,6 +105,10 @@ pub enum LockError {
     /// be lost with its data, and counted permits have no lease to bring them back (retry on
     /// the current master).
     NoReplicasGiveBack(Refused),
+    /// The same guard refusing a change of a semaphore's count (`RSEM.ADDPERMITS`,
+    /// `RSEM.SETPERMITS`): lost with a replaced master's data, it would leave the count short
+    /// or over its total (retry on the current master).
+    NoReplicasCount(Refused),
     /// The caller's ACL user may not use the request record (`rlock_request:...`) of an
     /// acquire's or a cancel's `REQUEST id`.
     NoPermRequest,
@@ -230,6 +234,7 @@ impl LockError {
             }
             Self::NoReplicas(rule) => rule.message(),
             Self::NoReplicasGiveBack(rule) => rule.give_back_message(),
+            Self::NoReplicasCount(rule) => rule.count_message(),
             Self::NoPermRequest => {
                 "NOPERM this user has no permissions to access the request record key (rlock_request:...)"
             }

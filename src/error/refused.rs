@@ -1,6 +1,6 @@
 //! The replica guard's refusals ([`Refused`], re-exported as `replicas::Refused`): which rule
-//! refused, its name in `INFO rlock`, and its two `NOREPLICAS` replies (to a grant, to a
-//! give-back of counted permits). The error floor owns them, so that [`super::LockError`]
+//! refused, its name in `INFO rlock`, and its three `NOREPLICAS` replies (to a grant, to a
+//! give-back of counted permits, to a change of a semaphore's count). The error floor owns them, so that [`super::LockError`]
 //! carries a refusal without reaching up into the guard, which imports them from here.
 
 /// Which rule of the guard refused a grant: named in the `NOREPLICAS` reply and in `INFO
@@ -58,6 +58,20 @@ macro_rules! refusal_texts {
                     ),)*
                 }
             }
+
+            /// The `NOREPLICAS` reply to a change of a semaphore's count (`RSEM.ADDPERMITS`,
+            /// `RSEM.SETPERMITS`) this rule refuses: made here and lost with this master's
+            /// data, permits added would be missing for good, and permits taken away would be
+            /// back (more than the semaphore's total).
+            #[must_use]
+            pub const fn count_message(self) -> &'static str {
+                match self {
+                    $(Self::$rule => concat!(
+                        "NOREPLICAS this master changes no permit count (a change here would be lost if it has been replaced): ",
+                        $reason
+                    ),)*
+                }
+            }
         }
     };
 }
@@ -108,8 +122,12 @@ mod tests {
             let give_back = rule.give_back_message().strip_prefix(
                 "NOREPLICAS this master gives back no permits (a give-back here would be lost if it has been replaced): ",
             );
+            let count = rule.count_message().strip_prefix(
+                "NOREPLICAS this master changes no permit count (a change here would be lost if it has been replaced): ",
+            );
             assert!(grant.is_some_and(|reason| reason.len() > 20), "{rule:?}");
             assert_eq!(give_back, grant, "{rule:?}");
+            assert_eq!(count, grant, "{rule:?}");
         }
     }
 

@@ -115,6 +115,20 @@ pub fn may_give_back(ctx: &Context) -> Result<(), LockError> {
     })
 }
 
+/// Refuses a change of a semaphore's count (`RSEM.ADDPERMITS`, `RSEM.SETPERMITS`) where
+/// [`may_grant`] refuses a grant: permits added on a master that was replaced would be lost
+/// with its data, and permits taken away there would come back; the caller retries on the
+/// current master.
+///
+/// # Errors
+/// [`LockError::NoReplicasCount`].
+pub fn may_change_count(ctx: &Context) -> Result<(), LockError> {
+    may_grant(ctx).map_err(|e| match e {
+        LockError::NoReplicas(rule) => LockError::NoReplicasCount(rule),
+        e => e,
+    })
+}
+
 /// A lock's key, open (closed on drop). Keep it no longer than one step: a hand-off writes the
 /// same key through its own handle, so callers open, apply and drop before handing off.
 pub struct LockKey<'a> {

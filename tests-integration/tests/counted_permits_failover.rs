@@ -19,6 +19,9 @@ const LIMIT: Duration = Duration::from_secs(20);
 /// The refusal of a give-back of counted permits, at the start of the reply.
 const GIVE_BACK_REFUSED: &str = "NOREPLICAS this master gives back no permits";
 
+/// The refusal of a change of a semaphore's count (`RSEM.ADDPERMITS`, `RSEM.SETPERMITS`).
+const COUNT_REFUSED: &str = "NOREPLICAS this master changes no permit count";
+
 /// The guard's reply to a grant: `Some(error)` once it refuses.
 fn grant_refused(con: &mut Connection) -> Option<String> {
     match run_str(con, &["RLOCK.ACQUIRE", "probe", "p", "60000"]) {
@@ -141,6 +144,22 @@ fn a_replaced_master_gives_back_no_counted_permits_and_the_new_master_gives_them
         assert!(!changed, "seed {seed}: {args:?} refused, yet the dataset changed");
     }
     assert_eq!(available(&mut old, "sem"), left, "seed {seed}: nothing given back");
+    // The count's own commands are refused too, changing nothing: permits added or taken away
+    // on a replaced master would be lost with it, as a give-back would (a permit lost, or
+    // more permits than the semaphore's total once the removal is lost).
+    let count_changes = [
+        vec!["RSEM.ADDPERMITS", "sem", "2"],
+        vec!["RSEM.ADDPERMITS", "sem", "-1"],
+        vec!["RSEM.SETPERMITS", "fresh", "5"],
+    ];
+    for args in count_changes {
+        let raw: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let (reply, changed) = run_checked(&mut old, &raw).expect("connection");
+        let refused = reply.as_ref().err().is_some_and(|e| e.starts_with(COUNT_REFUSED));
+        assert!(refused, "seed {seed}: {args:?} on the old master: {reply:?}");
+        assert!(!changed, "seed {seed}: {args:?} refused, yet the dataset changed");
+    }
+    assert_eq!(available(&mut old, "sem"), left, "seed {seed}: the count unchanged");
     // What the guard does not touch: the waiter leaves the queue, the lock is released, leased
     // permits are given back by id.
     assert_eq!(cmd(&mut old, &["RLOCK.CANCEL", "lk", "w"]), Value::Int(1));
