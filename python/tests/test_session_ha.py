@@ -166,6 +166,28 @@ def test_sync_session_acquire_on_the_replaced_master_closes_the_session(
     assert g.master.client().exists("late") == 0
 
 
+def test_sync_session_on_a_master_turned_replica_closes_at_once_and_cancels_nothing(
+    server: Server,
+) -> None:
+    """A session's server made a replica (``REPLICAOF``, no Sentinel): the acquire's
+    ``READONLY`` closes the session at once; nothing ran, so no cancel is sent to the replica
+    (which would refuse it for two response timeouts)."""
+    s = rl.Session(redis.Redis(port=server.port), response_timeout=2.0)
+    lk = s.lock("a", lease=60)
+    assert lk.acquire()
+    held = lk.hold
+    other = Server()
+    try:
+        server.client().execute_command("REPLICAOF", "127.0.0.1", other.port)
+        started = time.monotonic()
+        with pytest.raises(rl.SessionClosed):
+            s.lock("b", lease=60).acquire(timeout=0.5)
+        assert time.monotonic() - started < 1.0
+        assert held is not None and held.lost.wait(PROMPT)
+    finally:
+        other.close()
+
+
 # -- a process that exits normally with a session lock held ---------------------------------
 
 SYNC_CHILD = """

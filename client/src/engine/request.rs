@@ -198,7 +198,7 @@ impl Request {
                 // did not answer in time, a stall, stays `TimedOut`.)
                 Err(_) if self.armed && self.try_lost && !Self::passed(deadline) => {}
                 // A session's server that is no longer the master: the session closes with it.
-                Err(Error::Redis(e)) if self.session_replaced(&e).await => {
+                Err(Error::Redis(e)) if self.session_replaced(&e, deadline).await => {
                     return Err(Error::SessionClosed);
                 }
                 // Refused by a server that is not (or not yet) the master to ask (the old
@@ -314,7 +314,7 @@ impl Request {
                 bound(deadline, started).map(|b| crate::engine::hold::after(b, self.ack_time()));
             let cmd = self.command(Some(wait_ms(deadline, started)));
             match self.on_session(binding, cmd, bound, true).await {
-                Err(Error::Redis(e)) if self.session_replaced(&e).await => {
+                Err(Error::Redis(e)) if self.session_replaced(&e, deadline).await => {
                     return Err(Error::SessionClosed);
                 }
                 Err(Error::Redis(e)) if crate::conn::not_master(&e) => {
@@ -336,18 +336,22 @@ impl Request {
     /// master: a replica's refusal (`READONLY`, `MASTERDOWN`), or a master's that grants
     /// nothing now (`NOREPLICAS`, `LOADING`) while the Sentinels name another master (the old
     /// master after a failover, until they demote it). Closes the session then. Not a
-    /// session's request, or another refusal: `false`.
-    async fn session_replaced(&self, e: &redis::RedisError) -> bool {
+    /// session's request, or another refusal: `false`. The Sentinels are given the time left
+    /// before `deadline`, at most [`resume::CHECK_TIMEOUT`] (none left: not asked).
+    async fn session_replaced(&self, e: &redis::RedisError, deadline: Option<Instant>) -> bool {
         let Some(binding) = &self.session else { return false };
         if !crate::conn::not_master(e) {
             return false;
         }
+        let left = deadline.map_or(resume::CHECK_TIMEOUT, |d| {
+            d.saturating_duration_since(Instant::now()).min(resume::CHECK_TIMEOUT)
+        });
         let replaced = match e.code() {
             Some("READONLY" | "MASTERDOWN") => true,
+            _ if left.is_zero() => false,
             _ => match &self.shared.target {
                 crate::conn::Target::Sentinel(sentinel) => {
-                    let named =
-                        tokio::time::timeout(resume::CHECK_TIMEOUT, sentinel.fresh_master());
+                    let named = tokio::time::timeout(left, sentinel.fresh_master());
                     named.await.ok().and_then(std::result::Result::ok).is_some_and(|master| {
                         master.get_connection_info().addr()
                             != binding.server().get_connection_info().addr()

@@ -21,7 +21,7 @@ from . import _proto as P
 from . import _waits as W
 from ._conn import Stalled, is_resendable, is_transient, log
 from ._hold import Hold, count_field, late_renewal, stale_present, taken_over
-from .errors import LockLost, RLockError, translate
+from .errors import LockLost, RLockError, SessionClosed, translate
 
 
 class Wait:
@@ -303,6 +303,10 @@ class Acquiring:
                 # an error reply changed nothing, unless a check was answered
                 self.need_cancel = waiting is not None and waiting.answered
                 return Step(Step.RAISE, error=translate(e, _name(spec)))
+            if isinstance(e, SessionClosed) and e.nothing_ran:
+                # a session closed before this attempt was sent, or by its refusal: only an
+                # earlier attempt (or an answered check) may hold something
+                self.need_cancel = self.attempts > 1 or (waiting is not None and waiting.answered)
             return Step(Step.RAISE, error=e, raw=True)
         now = time.monotonic()
         if self.retry_end is not None and now >= self.retry_end:

@@ -74,6 +74,40 @@ def sentinel_pool(conn: Any) -> Any:
     return pool if hasattr(pool, "get_master_address") else None
 
 
+def sentinel_query(pool: Any) -> tuple[list[tuple[str, int]], list[Any]]:
+    """Where to ask which master the Sentinels name for a session's pool: the Sentinels'
+    addresses, and the command (``SENTINEL GET-MASTER-ADDR-BY-NAME service``). The sessions
+    ask on connections of their own with a short timeout (redis-py's own Sentinel clients may
+    have none, and retry: a Sentinel that accepts and never answers would hold the acquire)."""
+    addresses: list[tuple[str, int]] = []
+    for sentinel in getattr(getattr(pool, "sentinel_manager", None), "sentinels", []):
+        kwargs = getattr(getattr(sentinel, "connection_pool", None), "connection_kwargs", {})
+        if "host" in kwargs and "port" in kwargs:
+            addresses.append((str(kwargs["host"]), int(kwargs["port"])))
+    return addresses, ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", getattr(pool, "service_name", "")]
+
+
+def master_named(reply: Any) -> Optional[tuple[str, int]]:
+    """The address in a ``SENTINEL GET-MASTER-ADDR-BY-NAME`` reply (None: none named)."""
+    if not isinstance(reply, (list, tuple)) or len(reply) != 2:
+        return None
+    host, port = reply
+    host = host.decode() if isinstance(host, bytes) else str(host)
+    return host, int(port)
+
+
+def unsent(e: SessionClosed) -> SessionClosed:
+    """``e``, marked as raised by a command that ran nothing (refused before it was sent, or
+    answered with a refusal)."""
+    e.nothing_ran = True
+    return e
+
+
+#: How long a session gives the Sentinels to say which master they name (all of them, in
+#: turn), at most: the Rust client's bound.
+SENTINEL_CHECK_S = 2.0
+
+
 #: The text of the :class:`SessionClosed` raised when the session's server was replaced.
 REPLACED = "the session's server is no longer the master (a failover): the session closed"
 

@@ -73,6 +73,10 @@ class SessionClosed(RLockError):
     keepalive unanswered, or ``close()``): its holds ended, and it takes no more. Open a new
     session."""
 
+    #: Whether the command that raised it certainly ran nothing (refused before it was sent,
+    #: or answered with a refusal): the engine then has nothing of this attempt to cancel.
+    nothing_ran: bool = False
+
 
 class LockPermissionError(RLockError):
     """The ACL user may not use a key or channel the command needs (``NOPERM``)."""

@@ -18,6 +18,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, Optional
 
+import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
@@ -29,7 +30,17 @@ from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
 from ._sessions import MAX_LOCK_DELAY_S as MAX_LOCK_DELAY_S
-from ._sessions import REPLACED, SessionCore, named_elsewhere, replica_refusal, sentinel_pool
+from ._sessions import (
+    REPLACED,
+    SENTINEL_CHECK_S,
+    SessionCore,
+    master_named,
+    named_elsewhere,
+    replica_refusal,
+    sentinel_pool,
+    sentinel_query,
+    unsent,
+)
 from ._sessions import check_keepalive as check_keepalive
 from ._sessions import lock_delay_ms as lock_delay_ms
 from ._sessions import turn_within as turn_within
@@ -188,7 +199,7 @@ class Session(SessionCore[Hold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
             self._mutex.release()
         if self._replaced(refused):
             self.close()
-            raise SessionClosed(REPLACED) from None
+            raise unsent(SessionClosed(REPLACED)) from None
         raise refused
 
     def _replaced(self, err: ResponseError) -> bool:
@@ -201,23 +212,36 @@ class Session(SessionCore[Hold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
         pool = sentinel_pool(self._conn)
         if not P.is_noreplicas(err) or pool is None:
             return False
-        try:
-            named = pool.get_master_address()
-        except Exception:
-            return False  # no Sentinel answered: as every other command, the known master
-        return named_elsewhere(named, (self._conn.host, self._conn.port))
+        addresses, ask = sentinel_query(pool)
+        end = time.monotonic() + min(SENTINEL_CHECK_S, self._rt)
+        for host, port in addresses:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            sentinel = redis.Redis(
+                host=host, port=port, socket_timeout=left, socket_connect_timeout=left
+            )
+            try:
+                named = master_named(sentinel.execute_command(*ask))  # type: ignore[no-untyped-call]
+            except Exception:
+                continue  # this Sentinel does not answer: the next one
+            finally:
+                sentinel.close()
+            # None answering: as every other command, the master known last
+            return named_elsewhere(named, (self._conn.host, self._conn.port))
+        return False
 
     def _raw(
         self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
     ) -> Any:
         if self._closed.is_set():
-            raise SessionClosed("the session is closed")
+            raise unsent(SessionClosed("the session is closed"))
         conn = self._conn
         if getattr(conn, "_sock", None) is None:
             # Dropped under us (redis-py disconnects on an interrupt inside a read or a
             # send): the server ended the holds; redis-py would silently reconnect.
             self.close()
-            raise SessionClosed("the session's connection was dropped")
+            raise unsent(SessionClosed("the session's connection was dropped"))
         sent = False
         try:
             self._drain()

@@ -17,6 +17,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Awaitable, Callable, Optional
 
+import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
@@ -27,11 +28,15 @@ from .._fork import ForkGuard
 from .._handles import SessionHandles
 from .._sessions import (
     REPLACED,
+    SENTINEL_CHECK_S,
     SessionCore,
+    master_named,
     named_elsewhere,
     replica_refusal,
     sentinel_pool,
+    sentinel_query,
     turn_within,
+    unsent,
 )
 from ..errors import SessionClosed
 from ._engine import AsyncBackend, backend_for
@@ -127,7 +132,7 @@ class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemapho
 
     async def _open(self) -> None:
         if self._is_closed:
-            raise SessionClosed("the session is closed")
+            raise unsent(SessionClosed("the session is closed"))
         if self._conn is not None:
             return
         self._pool = await self._be._pool(b"")
@@ -204,7 +209,7 @@ class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemapho
             self._mutex.release()
         if await self._replaced(refused):
             await self.close()
-            raise SessionClosed(REPLACED) from None
+            raise unsent(SessionClosed(REPLACED)) from None
         raise refused
 
     async def _replaced(self, err: ResponseError) -> bool:
@@ -216,11 +221,24 @@ class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemapho
         pool = sentinel_pool(conn)
         if conn is None or not P.is_noreplicas(err) or pool is None:
             return False
-        try:
-            named = await pool.get_master_address()
-        except Exception:
-            return False
-        return named_elsewhere(named, (conn.host, conn.port))
+        addresses, ask = sentinel_query(pool)
+        end = time.monotonic() + min(SENTINEL_CHECK_S, self._rt)
+        for host, port in addresses:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            sentinel = aredis.Redis(
+                host=host, port=port, socket_timeout=left, socket_connect_timeout=left
+            )
+            try:
+                reply = await asyncio.wait_for(sentinel.execute_command(*ask), left)  # type: ignore[no-untyped-call]
+                named = master_named(reply)
+            except Exception:
+                continue  # this Sentinel does not answer: the next one
+            finally:
+                await sentinel.aclose()
+            return named_elsewhere(named, (conn.host, conn.port))
+        return False
 
     async def _raw(
         self,
@@ -229,13 +247,13 @@ class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemapho
         silent: Optional[Callable[[], Awaitable[bool]]] = None,
     ) -> Any:
         if self._is_closed or self._conn is None:
-            raise SessionClosed("the session is closed")
+            raise unsent(SessionClosed("the session is closed"))
         conn = self._conn
         if not conn.is_connected:
             # Dropped under us (redis-py disconnects on a cancel inside a send): the server
             # ended the holds; redis-py would silently reconnect.
             self._close_now()
-            raise SessionClosed("the session's connection was dropped")
+            raise unsent(SessionClosed("the session's connection was dropped"))
         try:
             await self._drain()
             await conn.send_command(*args)
