@@ -188,6 +188,29 @@ def test_sync_session_on_a_master_turned_replica_closes_at_once_and_cancels_noth
         other.close()
 
 
+def test_sync_session_acquire_with_the_sentinel_stopped_ends_by_its_deadline(
+    manual_group: Group,
+) -> None:
+    """A master refusing grants while the Sentinel does not answer (stopped): the session asks
+    it for a bounded time, so a timed acquire ends by its deadline plus the response timeout,
+    and the session, whose master is still the one named last, stays open."""
+    g = manual_group
+    master = Sentinel([("127.0.0.1", g.sentinel.port)], socket_timeout=5).master_for("mymaster")
+    s = rl.Session(master, response_timeout=1.0)
+    g.master.client().config_set("rlock.min-replicas", "2")
+    g.sentinel.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(rl.NoReplicas):
+            s.lock("a", lease=60).acquire(timeout=1.0)
+        took = time.monotonic() - started
+        assert took < 1.0 + 1.0 + 0.5, took
+        assert not s.closed.is_set()
+    finally:
+        g.sentinel.resume()
+        s.close()
+
+
 # -- a process that exits normally with a session lock held ---------------------------------
 
 SYNC_CHILD = """

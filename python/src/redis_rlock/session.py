@@ -19,8 +19,10 @@ from types import TracebackType
 from typing import Any, Callable, Optional
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
+from redis.retry import Retry
 
 from . import _proto as P
 from . import _waits as W
@@ -219,7 +221,11 @@ class Session(SessionCore[Hold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
             if left <= 0:
                 break
             sentinel = redis.Redis(
-                host=host, port=port, socket_timeout=left, socket_connect_timeout=left
+                host=host,
+                port=port,
+                socket_timeout=left,
+                socket_connect_timeout=left,
+                retry=Retry(NoBackoff(), 0),  # redis-py retries timeouts 3 times by default
             )
             try:
                 named = master_named(sentinel.execute_command(*ask))  # type: ignore[no-untyped-call]

@@ -19,6 +19,8 @@ from typing import Any, Awaitable, Callable, Optional
 
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
@@ -228,7 +230,11 @@ class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemapho
             if left <= 0:
                 break
             sentinel = aredis.Redis(
-                host=host, port=port, socket_timeout=left, socket_connect_timeout=left
+                host=host,
+                port=port,
+                socket_timeout=left,
+                socket_connect_timeout=left,
+                retry=Retry(NoBackoff(), 0),  # redis-py retries timeouts 3 times by default
             )
             try:
                 reply = await asyncio.wait_for(sentinel.execute_command(*ask), left)  # type: ignore[no-untyped-call]
