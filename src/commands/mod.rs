@@ -108,7 +108,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         drop(key);
         // Until the lease ends (with `GT`, perhaps later than `deadline`).
         let until = plan.expire_at.map_or(deadline.unix_ms(), Deadline::unix_ms);
-        let granted = || (Granted::Lock { owner: cmd.owner.to_vec(), token }, Some(until));
+        let granted = || Some((Granted::Lock { owner: cmd.owner.to_vec(), token }, Some(until)));
         let bound = || match plan.write {
             rules::Write::SetCount(count) if plan.expire_at.is_some() => {
                 Some((Held::Lock(cmd.owner.to_vec()), count == 1, until))

@@ -93,7 +93,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
             Entered::Replay(reply) => return Ok(reply),
             Entered::Fresh(admitted) => admitted,
         };
-        let counter = admitted.counter.as_ref();
+        let counter = admitted.beside.counter.as_ref();
         let db = raw::selected_db(ctx);
         if waiting::waiting(db, cmd.key.as_slice()) > 0 {
             // Refusals first, even of the hand-off below: a command that replies an error
@@ -111,7 +111,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
                 let bind = admitted.bind;
                 let (mode, owner) = (cmd.mode, cmd.owner.to_vec());
                 let until = plan.grant_until().unwrap_or(deadline.unix_ms());
-                let granted = || (Granted::Rw { mode, owner, token }, Some(until));
+                let granted = || Some((Granted::Rw { mode, owner, token }, Some(until)));
                 admitted.written(ctx, cmd.key, token, granted, || None);
                 waiting::session::rw_granted(ctx, cmd.key, cmd.owner.as_slice(), &plan, bind);
                 waiting::rw_applied(ctx, cmd.key, &plan);

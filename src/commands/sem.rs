@@ -90,7 +90,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
             Entered::Replay(reply) => return Ok(reply),
             Entered::Fresh(admitted) => admitted,
         };
-        let (bind, record) = (admitted.bind, admitted.record);
+        let (bind, beside) = (admitted.bind, admitted.beside);
         waiting::sem_reclaim_due(ctx, cmd.key)?;
         // Waiters first: permits they are owed go to them.
         waiting::settle(ctx, cmd.key);
@@ -133,10 +133,9 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         key.apply(state, &plan);
         drop(key);
         let (Some(leases), Some(until), Some(ids)) = (leases, until, ids) else {
-            if let Some(record) = record {
-                let until = cmd.ownerless.then(|| now.saturating_add(REQUEST_RECORD_MS));
-                record.granted(ctx, Granted::Permits(cmd.permits), until);
-            }
+            // Until released, or (`OWNERLESS`) 60 s.
+            let until = cmd.ownerless.then(|| now.saturating_add(REQUEST_RECORD_MS));
+            beside.write(ctx, None, || Some((Granted::Permits(cmd.permits), until)));
             return Ok(store::to_value(plan.reply));
         };
         let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
@@ -145,9 +144,7 @@ pub fn acquire(ctx: &Context, argv: &[RedisString]) -> RedisResult {
             let held = Held::Permit(id.clone());
             waiting::session::granted(ctx, cmd.key, held, true, bind, until.unix_ms());
         }
-        if let Some(record) = record {
-            record.granted(ctx, Granted::Leased(ids.clone()), Some(until.unix_ms()));
-        }
+        beside.write(ctx, None, || Some((Granted::Leased(ids.clone()), Some(until.unix_ms()))));
         waiting::schedule_check(ctx, &waiting::lock_name(ctx, cmd.key), until.over_at());
         Ok(store::ids_value(&ids))
     })

@@ -37,7 +37,7 @@ use crate::error::{LockError, Refusal};
 use crate::request_rules::{Asked, Granted};
 use crate::sessions::{Bind, Held};
 use crate::store::derived::TokenCounter;
-use crate::store::request::{self, Prelude, Queued, RequestRecord};
+use crate::store::request::{self, Beside, Prelude, Queued};
 use crate::store::{self, Unlocked};
 use crate::waiting;
 
@@ -67,11 +67,11 @@ pub(crate) enum Entered {
     Fresh(Admitted),
 }
 
-/// An acquire let in: its binding, its request's record and its token counter, each checked.
+/// An acquire let in: its binding, and what its grant writes beside the lock (its request's
+/// record and its token counter), each checked.
 pub(crate) struct Admitted {
     pub bind: Option<Bind>,
-    pub record: Option<RequestRecord>,
-    pub counter: Option<TokenCounter>,
+    pub beside: Beside,
 }
 
 /// Step 1 of the door (see the module's doc) for every command that writes the lock `key`:
@@ -105,7 +105,7 @@ pub(crate) fn enter(ctx: &Context, entry: Entry<'_>) -> Result<Entered, Refusal>
         _ => None,
     };
     let counter = entry.token.then(|| TokenCounter::for_caller(ctx, entry.key)).transpose()?;
-    Ok(Entered::Fresh(Admitted { bind, record, counter }))
+    Ok(Entered::Fresh(Admitted { bind, beside: Beside { counter, record } }))
 }
 
 impl Admitted {
@@ -116,7 +116,7 @@ impl Admitted {
     /// # Errors
     /// A corrupt counter, or one at its end: nothing may be written then.
     pub fn token(&self, ctx: &Context) -> Result<Option<u64>, LockError> {
-        self.counter.as_ref().map(|c| c.next(ctx)).transpose()
+        self.beside.counter.as_ref().map(|c| c.next(ctx)).transpose()
     }
 
     /// Step 3 of the door, after the lock was written with `token` ([`Self::token`]): the
@@ -128,16 +128,10 @@ impl Admitted {
         ctx: &Context,
         name: &RedisString,
         token: Option<u64>,
-        granted: impl FnOnce() -> (Granted, Option<i64>),
+        granted: impl FnOnce() -> Option<(Granted, Option<i64>)>,
         bound: impl FnOnce() -> Option<(Held, bool, i64)>,
     ) {
-        if let (Some(counter), Some(token)) = (self.counter, token) {
-            counter.store(ctx, token);
-        }
-        if let Some(record) = self.record {
-            let (granted, until) = granted();
-            record.granted(ctx, granted, until);
-        }
+        self.beside.write(ctx, token, granted);
         if !waiting::session::watching(self.bind.is_some()) {
             return;
         }

@@ -7,7 +7,7 @@
 use redis_module::{Context, RedisString, RedisValue};
 
 use super::access::check_key;
-use super::derived::{derived_name, store_string};
+use super::derived::{derived_name, store_string, TokenCounter};
 use super::rw::RwKey;
 use super::sem::Leases;
 use super::LockKey;
@@ -24,6 +24,38 @@ use crate::sem_rules;
 /// of `args::sem::MAX_LEASED` ids (about 190 KB), or a hold of an owner of
 /// `args::MAX_REQUEST_OWNER` bytes.
 const MAX_RECORD_LEN: usize = 256 * 1024;
+
+/// What a grant writes beside the lock, after the lock itself: its fencing token into the
+/// counter, then its request's record. The one writer of both, for every grant: an acquire's
+/// (`door::Admitted::written`, `RSEM.ACQUIRE`'s) and a waiter's (`waiters::Grant::write`).
+pub struct Beside {
+    /// The token counter (the grant asked for `TOKEN`), checked.
+    pub counter: Option<TokenCounter>,
+    /// The request's record (the grant asked with `REQUEST id`), checked.
+    pub record: Option<RequestRecord>,
+}
+
+impl Beside {
+    /// Nothing beside the lock.
+    pub const NONE: Self = Self { counter: None, record: None };
+
+    /// Writes the grant's `token` into the counter, then what the record keeps (`granted`,
+    /// asked only where there is a record: the grant, and until when, Unix ms, `None`: for
+    /// good), each where the grant has one.
+    pub fn write(
+        self,
+        ctx: &Context,
+        token: Option<u64>,
+        granted: impl FnOnce() -> Option<(Granted, Option<i64>)>,
+    ) {
+        if let (Some(counter), Some(token)) = (self.counter, token) {
+            counter.store(ctx, token);
+        }
+        if let Some((record, (granted, until))) = self.record.and_then(|r| Some((r, granted()?))) {
+            record.granted(ctx, granted, until);
+        }
+    }
+}
 
 /// The request record of one acquire request on one lock.
 pub struct RequestRecord {

@@ -7,7 +7,7 @@ use redis_module::{Context, RedisString};
 
 use super::derived::TokenCounter;
 use super::latch::LatchKey;
-use super::request::RequestRecord;
+use super::request::{Beside, RequestRecord};
 use super::rw::RwKey;
 use super::sem::{self, Leases, SemKey};
 use super::LockKey;
@@ -245,10 +245,16 @@ fn next_token(ctx: &Context, name: &RedisString) -> Result<(TokenCounter, u64), 
 }
 
 impl Grant<'_> {
-    /// Writes and replicates the grant as the waiter's hold.
+    /// Writes and replicates the grant as the waiter's hold: the lock, then what the grant
+    /// writes beside it ([`Beside`]: its token, its request's record).
     pub fn write(self, ctx: &Context) -> Written {
         let Self { write, token, record } = self;
-        let record = record.map(|record| *record);
+        let (counter, token) = token.map_or((None, None), |(c, t)| (Some(c), Some(t)));
+        let (record, asked) = record.map_or((None, None), |record| {
+            let (record, kind, owner, ownerless) = *record;
+            (Some(record), Some((kind, owner, ownerless)))
+        });
+        let beside = Beside { counter, record };
         // When the grant's lease ends (Unix ms): its request record lasts that long.
         let (lease_over_at, reap_at, stamp, until) = match write {
             Write::Reentrant { key, owner, plan } => {
@@ -279,12 +285,15 @@ impl Grant<'_> {
                 key.apply(state, &plan);
                 drop(key);
                 let Some((leases, until, permits)) = leased else {
-                    if let Some((record, Kind::Permits(n), _, ownerless)) = record {
+                    beside.write(ctx, None, || match asked? {
                         // Until released, or (`OWNERLESS`) 60 s.
-                        let until =
-                            ownerless.then(|| raw::now_ms().saturating_add(REQUEST_RECORD_MS));
-                        record.granted(ctx, Granted::Permits(n), until);
-                    }
+                        (Kind::Permits(n), _, ownerless) => {
+                            let until =
+                                ownerless.then(|| raw::now_ms().saturating_add(REQUEST_RECORD_MS));
+                            Some((Granted::Permits(n), until))
+                        }
+                        _ => None,
+                    });
                     return Written {
                         reply: plan.reply,
                         lease_over_at: None,
@@ -296,9 +305,7 @@ impl Grant<'_> {
                 let ids = sem::new_ids(permits);
                 let refs: Vec<&[u8]> = ids.iter().map(Vec::as_slice).collect();
                 let _ = leases.lease(ctx, &refs, until);
-                if let Some((record, _, _, _)) = record {
-                    record.granted(ctx, Granted::Leased(ids.clone()), Some(until));
-                }
+                beside.write(ctx, None, || Some((Granted::Leased(ids.clone()), Some(until))));
                 let reap_at = Some(rules::Deadline::at(until).over_at());
                 return Written {
                     reply: Reply::Nil,
@@ -309,18 +316,15 @@ impl Grant<'_> {
                 };
             }
         };
-        let token = token.map(|(counter, token)| {
-            counter.store(ctx, token);
-            token
-        });
-        if let Some((record, kind, owner, _)) = record {
+        beside.write(ctx, token, || {
+            let (kind, owner, _) = asked?;
             let granted = match kind {
                 Kind::Rw(mode) => Granted::Rw { mode, owner, token },
                 _ => Granted::Lock { owner, token },
             };
             let until = until.unwrap_or_else(|| raw::now_ms().saturating_add(REQUEST_RECORD_MS));
-            record.granted(ctx, granted, Some(until));
-        }
+            Some((granted, Some(until)))
+        });
         Written { reply: rules::granted(token), lease_over_at, reap_at, ids: Vec::new(), stamp }
     }
 }
