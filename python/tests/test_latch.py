@@ -33,6 +33,9 @@ import redis_rlock as rl
 import redis_rlock.aio as ra
 
 RT = 0.5  # the package's response timeout where a stall is the subject
+#: a `CLIENT PAUSE ... ALL` here: longer than any bound asserted while it lasts (its UNPAUSE is
+#: paused too, so each such test lasts this long)
+PAUSE_MS = 5000
 N = 10  # awaiters per test
 
 
@@ -267,7 +270,7 @@ def admin(server: Server) -> Iterator[redis.Redis]:
 def test_client_pause_all_during_a_timed_wait(r: redis.Redis, admin: redis.Redis) -> None:
     latch = rl.CountDownLatch(r, "paused", response_timeout=RT)
     latch.try_set_count(1)
-    admin.execute_command("CLIENT", "PAUSE", 20000, "ALL")
+    admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
     t0 = time.monotonic()
     assert latch.wait(0.3) is False  # the wait sits unread in the paused server
     took = time.monotonic() - t0
@@ -442,7 +445,7 @@ async def test_async_client_pause_all_during_a_timed_wait(
 ) -> None:
     latch = ra.CountDownLatch(ar, "apaused", response_timeout=RT)
     await latch.try_set_count(1)
-    admin.execute_command("CLIENT", "PAUSE", 20000, "ALL")
+    admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
     t0 = time.monotonic()
     assert await latch.wait(0.3) is False
     took = time.monotonic() - t0
@@ -546,7 +549,7 @@ def test_a_look_through_client_pause_all_is_false_in_time(
     latch = rl.CountDownLatch(r, "look", response_timeout=RT)
     latch.try_set_count(1)
     assert latch.wait(0) is False
-    admin.execute_command("CLIENT", "PAUSE", 20000, "ALL")
+    admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
     t0 = time.monotonic()
     assert latch.wait(0) is False  # not a TimeoutError: a stall is no error for a wait
     assert time.monotonic() - t0 < RT + SLACK
@@ -577,7 +580,7 @@ async def test_async_a_look_through_client_pause_all_or_a_dead_server_is_false_i
     ar = aredis.Redis(port=server.port)
     latch = ra.CountDownLatch(ar, "look", response_timeout=RT)
     await latch.try_set_count(1)
-    admin.execute_command("CLIENT", "PAUSE", 20000, "ALL")
+    admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
     t0 = time.monotonic()
     assert await latch.wait(0) is False
     assert time.monotonic() - t0 < RT + SLACK
