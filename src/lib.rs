@@ -18,14 +18,15 @@
 //!   `REQUEST` id, the `SESSION` binding; then the store's checks: may this master grant, the
 //!   request's record, where a retry replays its grant and goes no further, the token counter)
 //!   → **decide** (the command opens the lock once, its owed waiters served first, and asks
-//!   the pure rules for a plan) → **write** (the token, the lock, the counter and the record
-//!   through the store, then the session binding) → **wake** (a wait queued after the deadlock
+//!   the pure rules for a plan) → **write** (the token, the lock, then what a grant writes
+//!   beside it, the counter and the record, through `store::request::Beside`, the one writer
+//!   of those for an acquire's grant and a waiter's; then the session binding) → **wake** (a wait queued after the deadlock
 //!   search; a release hands off). Everything that can refuse is checked after the load and
 //!   before the command writes anything of its own. The handlers read these steps in order;
 //!   `RLOCK.RELEASE`, `RWLOCK.RELEASE` and `RSEM.RELEASE ... ID` (and `RLOCK.CANCEL`'s give-back)
 //!   load, then call one function of `waiting` for the rest (`release_hold`, `rw_release`,
-//!   `sem_give_back_ids`), which the module's own work uses too (a grant undone, a session end). Timers, server events and
-//!   session ends are the module's own work (`waiting`).
+//!   `sem_give_back_ids`), which the module's own work uses too (a grant undone, a session
+//!   end). Timers, server events and session ends are the module's own work (`waiting`).
 //! - [`events`]: what the server tells the module outside commands (server events, the cron
 //!   tick, `INFO rlock`; no keyspace events).
 //! - [`waiting`]: server-side waiting on Redis: blocking, hand-off (several grants at once where
