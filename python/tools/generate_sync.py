@@ -1,10 +1,10 @@
 """Generates the sync package's await-only drivers from their asyncio source (``make
 python-generate``; ``--check``: exit 1, writing nothing, when a generated file is stale).
 
-Each file of ``SOURCES`` (under ``src/redis_rlock/aio/``) is turned into its sync twin in
-``src/redis_rlock/`` by unasync (``async``/``await`` dropped, the names of ``REPLACEMENTS``
-replaced, ``AsyncX`` -> ``SyncX``), its package-relative imports moved one level up
-(``from ..`` -> ``from .``: the twin sits in the package, not in ``aio``), a header added,
+Each asyncio file of ``SOURCES`` (in ``src/redis_rlock/``) is turned into its sync twin by
+unasync (``async``/``await`` dropped, the names of ``REPLACEMENTS`` replaced, ``AsyncX`` ->
+``SyncX``); a source in ``aio/`` has its package-relative imports moved one level up (``from
+..`` -> ``from .``: the twin sits in the package, not in ``aio``); a header is added,
 then ruff's import sorting and formatting applied (so the twin passes ``ruff check`` and
 ``ruff format --check`` as written)."""
 
@@ -24,8 +24,12 @@ import unasync
 PYTHON = Path(__file__).resolve().parent.parent
 PACKAGE = PYTHON / "src" / "redis_rlock"
 
-#: the asyncio files the sync files are generated from (relative to ``aio/``)
-SOURCES = ("_drivers.py",)
+#: each generated file and the asyncio file it is generated from (relative to the package)
+SOURCES = {
+    "_drivers.py": "aio/_drivers.py",
+    "_object_drivers.py": "aio/_object_drivers.py",
+    "_compat_sync.py": "_compat_async.py",
+}
 
 #: names that differ between the two sides beyond unasync's own (``AsyncX`` -> ``SyncX``)
 REPLACEMENTS = {
@@ -34,23 +38,26 @@ REPLACEMENTS = {
     "AsyncCheck": "Check",
     "asyncio": "time",  # ``from asyncio import sleep`` -> ``from time import sleep``
     "aclose": "close",
+    "_engine": "_sync",  # ``from ._engine import AsyncBackend``: the sync engine's module
 }
 
-HEADER = "# generated from aio/{name} by `make python-generate`; do not edit\n"
+HEADER = "# generated from {source} by `make python-generate`; do not edit\n"
 
 
 def generate(name: str) -> str:
-    """The sync twin of ``aio/<name>`` as it is generated now."""
+    """The generated file ``name`` as the generator makes it now from its source."""
+    source = SOURCES[name]
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "aio" / name
         src.parent.mkdir()
-        shutil.copyfile(PACKAGE / "aio" / name, src)
+        shutil.copyfile(PACKAGE / source, src)
         rule = unasync.Rule("/aio/", "/", additional_replacements=REPLACEMENTS)
         unasync.unasync_files([str(src)], [rule])
         text = (Path(tmp) / name).read_text(encoding="utf-8")
-    text = re.sub(r"^from \.\.", "from .", text, flags=re.MULTILINE)
-    text = HEADER.format(name=name) + text
-    target = str(PACKAGE / name)
+    if source.startswith("aio/"):
+        text = re.sub(r"^from \.\.", "from .", text, flags=re.MULTILINE)
+    text = HEADER.format(source=source) + text
+    target = str(PYTHON / "src" / "redis_rlock" / name)  # ruff's settings: the package's
     for cmd in (["check", "--fix-only", "--select", "I,F401", "--quiet"], ["format"]):
         text = subprocess.run(
             [sys.executable, "-m", "ruff", *cmd, "--stdin-filename", target, "-"],
@@ -91,7 +98,7 @@ def main() -> int:
         return 1 if diffs else 0
     for name in SOURCES:
         (PACKAGE / name).write_text(generate(name), encoding="utf-8")
-        print(f"generated src/redis_rlock/{name} from src/redis_rlock/aio/{name}")
+        print(f"generated src/redis_rlock/{name} from src/redis_rlock/{SOURCES[name]}")
     return 0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from time import sleep
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from redis.exceptions import AskError
 
@@ -53,19 +53,8 @@ class SyncEngineDrivers:
     rt: float
     cluster: bool
 
-    if TYPE_CHECKING:
-
-        def _call_at(
-            self,
-            key: bytes,
-            args: list[P.Arg],
-            extra: float,
-            at: Optional[tuple[str, int]],
-            asking: bool,
-            wait: Optional[Wait] = None,
-        ) -> Any: ...
-
-        def release_stale(self, holds: list[Any], wait: bool = True) -> None: ...
+    _call_at: Callable[..., Any]  # (key, args, extra, at, asking, wait): the engine's
+    release_stale: Callable[..., Any]  # (holds, wait=True): the engine's
 
     def call(
         self, key: bytes, args: list[P.Arg], extra: float = 0.0, wait: Optional[Wait] = None

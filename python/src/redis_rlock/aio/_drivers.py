@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from asyncio import sleep
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from redis.exceptions import AskError
 
@@ -54,19 +54,8 @@ class AsyncEngineDrivers:
     rt: float
     cluster: bool
 
-    if TYPE_CHECKING:
-
-        async def _call_at(
-            self,
-            key: bytes,
-            args: list[P.Arg],
-            extra: float,
-            at: Optional[tuple[str, int]],
-            asking: bool,
-            wait: Optional[Wait] = None,
-        ) -> Any: ...
-
-        async def release_stale(self, holds: list[Any], wait: bool = True) -> None: ...
+    _call_at: Callable[..., Any]  # (key, args, extra, at, asking, wait): the engine's
+    release_stale: Callable[..., Any]  # (holds, wait=True): the engine's
 
     async def call(
         self, key: bytes, args: list[P.Arg], extra: float = 0.0, wait: Optional[Wait] = None
