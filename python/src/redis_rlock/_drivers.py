@@ -121,8 +121,9 @@ class SyncEngineDrivers:
     # -- acquire -------------------------------------------------------------------------------
     def _attempt(self, run: Acquiring, session: Optional[SessionLink]) -> Step:
         """One attempt of an acquire: ``run``'s next command (on the session's connection with
-        ``session``), and what to do next (:class:`~._core.Step`). An exception other than an
-        ``Exception`` (an interrupt) leaves ``run`` as it found it, for the caller's handler."""
+        ``session``), and what to do next (:class:`~._core.Step`). An interrupt (not an
+        ``Exception``) passes through: what the caller's handler needs (``run.need_cancel``)
+        is in ``run``, not in this frame."""
         spec = run.spec
         waiting: Optional[Wait] = None
         wait_ms, extra = run.attempt()
