@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke jepsen-deps jepsen jepsen-quick lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python python-generate test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke jepsen-deps jepsen jepsen-quick lint fmt docs clean
 
 all: build
 
@@ -67,16 +67,22 @@ test: build python-deps
 # The Python package (python/, redis-rlock): installs it and its test tools from PyPI, then
 # ruff, mypy --strict and pytest against servers with $(MODULE) (REDIS_SERVER picks the binary).
 # pytest ends with a "test result: ok. N passed; M failed" line, which CI adds to its totals.
-PY_TEST_DEPS := "redis>=5" "pytest>=7" "pytest-asyncio>=0.23" "mypy>=1.8" "ruff>=0.4"
+PY_TEST_DEPS := "redis>=5" "pytest>=7" "pytest-asyncio>=0.23" "mypy>=1.8" "ruff>=0.4" "unasync==0.6.0"
 python-deps:
 	python3 -m pip install -q --root-user-action=ignore $(PY_TEST_DEPS)
 
 test-python: build python-deps
 	python3 -m pip install -q --root-user-action=ignore ./python
-	cd python && python3 -m ruff check src tests bench && python3 -m ruff format --check src tests bench
+	cd python && python3 -m ruff check src tests bench tools && python3 -m ruff format --check src tests bench tools
 	cd python && python3 -m mypy --strict src
 	cd python && RLOCK_PY_LINTED=1 python3 -m pytest -q -p no:cacheprovider
 	$(MAKE) test-python-peer
+
+# The sync package's await-only drivers (src/redis_rlock/_drivers.py) generated from their
+# asyncio source (src/redis_rlock/aio/_drivers.py) by python/tools/generate_sync.py (unasync,
+# then ruff); python/tests/test_generated.py fails when a generated file is stale.
+python-generate: python-deps
+	cd python && python3 tools/generate_sync.py
 
 # redis-py's own lock tests (tests/test_lock.py and tests/test_asyncio/test_lock.py of the
 # installed redis-py version's sdist, downloaded from PyPI once into target/redis-py-peer/) run

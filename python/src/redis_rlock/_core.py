@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 from redis.exceptions import ResponseError
 
@@ -22,6 +22,11 @@ from . import _waits as W
 from ._conn import Stalled, is_resendable, is_transient, log
 from ._hold import Hold, count_field, late_renewal, stale_present, taken_over
 from .errors import LockLost, RLockError, SessionClosed, translate
+
+#: a session wait's check of its connection, as the engines hand it to the session's ``call``
+#: (True: the connection is silent, the server answered the wait elsewhere): sync, asyncio
+Check = Callable[[], bool]
+AsyncCheck = Callable[[], Awaitable[bool]]
 
 
 class Wait:

@@ -11,11 +11,11 @@ import os
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, ResponseError
+from redis.exceptions import ResponseError
 from redis.sentinel import SentinelConnectionPool
 
 from . import _proto as P
@@ -24,34 +24,27 @@ from ._conn import (
     Stalled,
     clone_kwargs,
     is_resendable,
-    is_transient,
     log,
     must_drop,
     pool_name,
-    redirected,
     refreshes_topology,
 )
 from ._core import (
     RELEASE_REFUSED,
     Acquiring,
     Confirming,
-    CountRead,
     Probing,
-    Resending,
     Step,
     Wait,
     cancelling,
     gone,
-    reentered,
-    reentry,
-    reentry_failed,
     release_bounds,
     release_failed,
     release_missed,
     release_refused,
-    renewed,
     resend_until,
 )
+from ._drivers import SessionLink, SyncEngineDrivers
 from ._fork import check_owner, inherited
 from ._hold import (
     Hold,
@@ -133,20 +126,7 @@ class _Addressed:
         self.max_connections = getattr(src, "max_connections", 1)
 
 
-class SessionLink(Protocol):
-    """What the engine needs of a session: its connection, and a record of its holds."""
-
-    def call(
-        self, args: list[P.Arg], extra: float, silent: Optional[Callable[[], bool]] = None
-    ) -> Any:
-        """One command on the session's connection (raises SessionClosed once closed);
-        ``silent``: a wait's check (True: the connection is dead)."""
-
-    def adopt(self, hold: Hold) -> None:
-        """Records a hold granted through the session (raises SessionClosed once closed)."""
-
-
-class SyncBackend:
+class SyncBackend(SyncEngineDrivers):
     """Connections, watchdog and releaser of one redis-py client."""
 
     def __init__(self, client: Any, response_timeout: float) -> None:
@@ -271,23 +251,6 @@ class SyncBackend:
             )
         return redis.ConnectionPool(connection_class=src.connection_class, **kw)
 
-    def call(
-        self, key: bytes, args: list[P.Arg], extra: float = 0.0, wait: Optional[Wait] = None
-    ) -> Any:
-        """Sends one command and reads its reply within ``extra`` + the response timeout;
-        raises :class:`Stalled` (connection closed) when no reply came by then. In a cluster,
-        a ``MOVED`` or ``ASK`` reply (the command did not run) sends it again where the key is
-        served now (``ASKING`` first for an ``ASK``), as redis-py's cluster client does. With
-        ``wait`` (a command that waits in the server) it runs on a connection for waits."""
-        at: Optional[tuple[str, int]] = None
-        asking = False
-        for _ in range(P.MAX_REDIRECTS):
-            try:
-                return self._call_at(key, args, extra, at, asking, wait)
-            except AskError as e:
-                at, asking = redirected(e, self.cluster)
-        return self._call_at(key, args, extra, at, asking, wait)
-
     def _call_at(
         self,
         key: bytes,
@@ -347,8 +310,8 @@ class SyncBackend:
                 now = time.monotonic()
                 if run.due(now):
                     assert wait is not None
-                    found, reply = self._probe(key, wait, conn)
-                    if found:
+                    found, reply = self._check(key, wait)
+                    if found and not conn.can_read(timeout=self.rt):  # else: read the reply
                         conn.disconnect()  # silent: its reply (if it ever comes) is dropped
                         return wait.silent(key, reply)
                     run.probed()
@@ -363,34 +326,6 @@ class SyncBackend:
                 conn.disconnect()  # open at a close(): closed now that no one uses it
             pool.release(conn)
 
-    def _try(self, key: bytes, wait: Wait) -> bool:
-        """The acquire of a wait queued for a connection, without ``WAIT`` (same request id), on
-        a short-command connection: True when granted (``Wait.try_answered``, ``try_failed``)."""
-        assert wait.spec is not None
-        try:
-            reply = self.call(key, wait.spec.acquire(wait.rid, None))
-        except Exception as e:
-            return wait.try_failed(e)
-        return wait.try_answered(reply)
-
-    def _probe(self, key: bytes, wait: Wait, conn: Any) -> tuple[bool, Any]:
-        """Checks a wait on ``conn`` from another connection (see ``_waits``): (False, None)
-        while the server still queues it, or its connection answers within the response
-        timeout after all; (True, reply) when that connection is silent: the acquire's answer
-        now (the grant, replayed, or not granted: the request is spent; or the error reply
-        ``was cancelled``, the wait's answer, to be raised: ``Wait.check_failed``)."""
-        before = wait.checking()
-        try:
-            assert wait.probe is not None
-            reply = self.call(key, wait.probe)
-        except Exception as e:
-            reply = wait.check_failed(e, before)
-            if reply is None:
-                return False, None
-        if conn.can_read(timeout=self.rt):
-            return False, None  # the reply was on its way: read it
-        return True, reply
-
     def _failed(self, conn: Any, e: BaseException) -> None:
         """After a command on ``conn`` failed with ``e``: the connection dropped when its
         state is unknown, a cluster's slot map refreshed after a topology or transient error."""
@@ -404,25 +339,6 @@ class SyncBackend:
             self.client.nodes_manager.initialize()
         except Exception as e:  # the next attempt retries
             log.debug("redis_rlock: cluster refresh failed: %s", e)
-
-    def call_until(
-        self,
-        key: bytes,
-        args: list[P.Arg],
-        until: Optional[float],
-        resend: Callable[[BaseException], bool] = is_transient,
-    ) -> tuple[Any, int]:
-        """Sends an idempotent command, again after errors ``resend`` accepts (transient
-        ones), until a reply or ``until`` (monotonic; None: no limit): :class:`~._core.Resending`.
-        Returns (reply, attempts)."""
-        run = Resending(until, resend)
-        while True:
-            attempts = run.attempt()
-            try:
-                return self.call(key, args), attempts
-            except Exception as e:
-                delay = run.failed(e)
-            time.sleep(delay)
 
     # -- acquire / cancel ----------------------------------------------------------------------
     def acquire(
@@ -445,21 +361,7 @@ class SyncBackend:
         hold: Optional[Hold] = None
         try:
             while True:
-                waiting: Optional[Wait] = None
-                wait_ms, extra = run.attempt()
-                try:
-                    args, waiting = run.command(wait_ms, session is not None)
-                    if session is not None and waiting is not None:
-                        check = functools.partial(self._answered, spec, waiting)
-                        reply = session.call(args, extra, check)
-                    elif session is not None:
-                        reply = session.call(args, extra)
-                    else:
-                        reply = self.call(spec.key, args, extra, waiting)
-                except Exception as e:
-                    step = run.failed(e, waiting)
-                else:
-                    step = run.granted(reply, waiting)
+                step = self._attempt(run, session)
                 if step.cancel is not None:
                     self.cancel(spec, step.cancel, run.t0)
                 if step.kind == Step.AGAIN:
@@ -500,15 +402,6 @@ class SyncBackend:
                 self.cancel(spec, run.rid, run.t0)
             raise
 
-    def _answered(self, spec: P.Spec, wait: Wait) -> bool:
-        """Whether the server answered a session's wait elsewhere (``Wait.session_check``)."""
-        try:
-            assert wait.probe is not None
-            self.call(spec.key, wait.probe)
-        except Exception as e:
-            return wait.session_check(e)
-        return wait.session_check(None)
-
     def release_stale(self, holds: list[Hold], wait: bool = True) -> None:
         """Releases lost holds whose count a grant or renewal just read may have kept on the
         server (``_hold.stale_writes``, ``_hold.late_renewal``): each hold's own release (its
@@ -517,19 +410,6 @@ class SyncBackend:
         jobs = [self.releaser.submit(h.spec.key, h.release_args(), 3 * self.rt) for h in holds]
         for job in jobs if wait else []:
             job.wait(2 * self.rt)
-
-    def taken_over(self, spec: P.Spec, rid: bytes) -> list[Hold]:
-        """An Owner's lock or write grant that may have found lost holds' counts of its owner
-        (``_hold.taken_over``): the owner's count read right after it says how many of them
-        are there (``_hold.stale_present``); nothing when it cannot be read."""
-        read = CountRead(spec, rid)
-        if read.args is None:
-            return []
-        try:
-            count = self.call(spec.key, read.args)
-        except Exception as e:
-            return read.failed(e)
-        return read.read(count)
 
     def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, retried in the background
@@ -543,33 +423,6 @@ class SyncBackend:
         job.wait(2 * self.rt)
 
     # -- re-entry / renewal / release -----------------------------------------------------------
-    def renew(self, hold: Hold, lease_ms: int, until: Optional[float]) -> bool:
-        """Renews every part of ``hold`` for ``lease_ms``; True when the server confirmed."""
-        ticket = hold.ledger.ticket()
-        try:
-            lease_ms, confirms = hold.renewal(ticket, lease_ms, time.monotonic())
-            for cmd in hold.spec.renew(lease_ms, hold.ids):
-                reply, _ = self.call_until(hold.spec.key, cmd, until)
-                if reply != 1:
-                    return False
-        finally:
-            hold.ledger.done(ticket)  # answered, or given up on
-        # confirmed after the guard was declared lost: its count, held by nobody, released
-        self.release_stale(renewed(hold, confirms), wait=False)
-        return True
-
-    def reenter(self, hold: Hold, lease_ms: int, wait: Optional[float]) -> bool:
-        """Joins ``hold`` again once the server confirmed it (a renewal that never shortens
-        the lease); raises :class:`LockLost` when it is gone."""
-        check_owner(hold)
-        hold.check()
-        lease, until = reentry(hold, lease_ms, wait, self.rt)
-        try:
-            confirmed = self.renew(hold, lease, until)
-        except Exception as e:
-            return reentry_failed(hold, e, wait)
-        return reentered(hold, confirmed)
-
     def release(self, hold: Hold) -> None:
         """Gives ``hold`` back (its last count): a release with a request id fixed for the hold
         (:meth:`Hold.release_args`), retried after connection errors (so it is never done

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from types import TracebackType
 from typing import Any, Optional
-
-from redis.exceptions import ResponseError
 
 from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold, LossSignal
-from ._locks import DEFAULT, LockCore, live, other_reads, read_keys_refused, read_keys_until
+from ._locks import DEFAULT, live
+from ._object_drivers import SyncLockDrivers
 from ._sync import SyncBackend, backend_for
 from .errors import (
     LockTimeout,
@@ -29,7 +27,7 @@ from .errors import (
 )
 
 
-class _Base(LockCore[Hold]):
+class _Base(SyncLockDrivers):
     """What every sync lock side shares: the per-thread hold, the threading.Lock API."""
 
     _be: SyncBackend
@@ -100,10 +98,6 @@ class _Base(LockCore[Hold]):
         # reply (nothing changed) leaves it this thread's
         self._be.release(hold)
 
-    def locked(self) -> bool:
-        """Whether anybody holds the lock now (any owner, any process)."""
-        return bool(self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
-
     @property
     def lost(self) -> LossSignal:
         """Event-like loss signal of this thread's hold."""
@@ -160,19 +154,7 @@ class _Side(_Base):
         return self._kind
 
     def release(self) -> None:
-        hold = self._current()
-        if hold is not None and hold.count == 1 and not hold.is_lost() and other_reads(hold):
-            # every key of the owner's reads as long as the longest promise first (an error
-            # here raises with nothing released: the hold stays this thread's)
-            until = read_keys_until(hold, self._be.rt)
-            backoff = 0.02
-            while True:
-                try:
-                    self._be.renew(hold, hold.lease_ms, until)
-                    break
-                except ResponseError as e:
-                    time.sleep(read_keys_refused(e, until, backoff, self._lock_name()))
-                    backoff *= 2
+        self._keep_read_keys()
         super().release()
 
     def locked(self) -> bool:

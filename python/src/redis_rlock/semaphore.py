@@ -14,12 +14,13 @@ from redis.exceptions import ResponseError
 from . import _proto as P
 from ._fork import inherited
 from ._hold import Hold
-from ._sems import LeasedCore, SemCore
+from ._object_drivers import SyncSemCommands
+from ._sems import LeasedCore
 from ._sync import HANDED_OVER, SyncBackend, backend_for
 from .errors import LockTimeout, NotHeld, RLockError, translate
 
 
-class _SemBase(SemCore):
+class _SemBase(SyncSemCommands):
     """What both sync semaphores share: the per-thread stack of ``with`` guards."""
 
     _be: SyncBackend
@@ -29,24 +30,6 @@ class _SemBase(SemCore):
 
     def _start(self) -> None:
         self._local = threading.local()
-
-    def _cmd(self, *args: P.Arg) -> Any:
-        try:
-            return self._be.call(self.name, list(args))
-        except ResponseError as e:
-            raise translate(e, self._lock_name()) from None
-
-    def try_set_permits(self, permits: int) -> bool:
-        """Creates the semaphore with ``permits`` (0 allowed) if it does not exist."""
-        return bool(self._cmd(*self._set_permits(permits)) == 1)
-
-    def add_permits(self, delta: int) -> int:
-        """Adds ``delta`` permits (may be negative); returns the new count."""
-        return int(self._cmd(*self._add_permits(delta)))
-
-    def available(self) -> int:
-        """The permits available now (0 when the semaphore does not exist)."""
-        return int(self._cmd("RSEM.AVAILABLE", self.name))
 
     def _stack(self) -> list[Hold]:
         st: Optional[list[Hold]] = getattr(self._local, "stack", None)

@@ -31,11 +31,11 @@ from ._flag import Flag, start_daemon
 from ._fork import ForkGuard
 from ._handles import SessionHandles
 from ._hold import Hold
+from ._object_drivers import SyncSessionDrivers
 from ._sessions import MAX_LOCK_DELAY_S as MAX_LOCK_DELAY_S
 from ._sessions import (
     REPLACED,
     SENTINEL_CHECK_S,
-    SessionCore,
     master_named,
     named_elsewhere,
     replica_refusal,
@@ -73,7 +73,7 @@ class ClosedSignal:
         return self.is_set()
 
 
-class Session(SessionCore[Hold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
+class Session(SyncSessionDrivers, SessionHandles[Lock, RWLock, LeasedSemaphore]):
     """A session on a ``redis.Redis`` client (a Sentinel master's included; not a cluster):
     one connection of its own, whose :meth:`lock`, :meth:`rw_lock` and
     :meth:`leased_semaphore` take session holds. Acquires (tries and waits) run on that
@@ -279,17 +279,6 @@ class Session(SessionCore[Hold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
             elif sent:
                 self._ka.pending += 1  # interrupted: its reply is still to come
             raise
-
-    def _kill_server_side(self) -> None:
-        """Ends the server's side of a connection that went silent (its holds end with it);
-        without the right (ACL) they end with their leases, no longer renewed."""
-        kill = self._kill_args(self.client_id)
-        if kill is None:
-            return
-        try:
-            self._be.call(b"", kill)
-        except Exception as e:
-            log.info("redis_rlock: a silent session's connection stays on the server: %s", e)
 
     def _drain(self) -> None:
         """Reads the replies of interrupted commands (their requests were cancelled, which

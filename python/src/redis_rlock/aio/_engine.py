@@ -11,12 +11,11 @@ import itertools
 import time
 import uuid
 import weakref
-from typing import Any, Awaitable, Callable, Optional, Protocol
+from typing import Any, Awaitable, Callable, Optional
 
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
-from redis.exceptions import AskError
 
 from .. import _proto as P
 from .. import _waits as W
@@ -24,32 +23,24 @@ from .._conn import (
     Stalled,
     clone_kwargs,
     is_resendable,
-    is_transient,
     log,
     must_drop,
     pool_name,
-    redirected,
     refreshes_topology,
 )
 from .._core import (
     RELEASE_REFUSED,
     Acquiring,
     Confirming,
-    CountRead,
     Probing,
-    Resending,
     Step,
     Wait,
     cancelling,
     gone,
-    reentered,
-    reentry,
-    reentry_failed,
     release_bounds,
     release_failed,
     release_missed,
     release_refused,
-    renewed,
     resend_until,
 )
 from .._fork import ForkGuard, check_owner
@@ -58,6 +49,7 @@ from .._hold import (
     kept_by_cancel,
     stale_writes,
 )
+from ._drivers import AsyncEngineDrivers, AsyncSessionLink
 from ._hold import AsyncHold, watch
 
 _BACKENDS: weakref.WeakValueDictionary[tuple[int, float], AsyncBackend] = (
@@ -97,23 +89,7 @@ def _close_with(client: Any) -> None:
     client.aclose = aclose
 
 
-class AsyncSessionLink(Protocol):
-    """What the engine needs of an asyncio session: its connection, a record of its holds."""
-
-    async def call(
-        self,
-        args: list[P.Arg],
-        extra: float,
-        silent: Optional[Callable[[], Awaitable[bool]]] = None,
-    ) -> Any:
-        """One command on the session's connection (raises SessionClosed once closed);
-        ``silent``: a wait's check (True: the connection is dead)."""
-
-    def adopt(self, hold: AsyncHold) -> None:
-        """Records a hold granted through the session (raises SessionClosed once closed)."""
-
-
-class AsyncBackend:
+class AsyncBackend(AsyncEngineDrivers):
     """Connections, watchdog tasks and background cleanup of one redis.asyncio client."""
 
     def __init__(self, client: Any, response_timeout: float) -> None:
@@ -191,21 +167,6 @@ class AsyncBackend:
             return sentinel_pool(src.service_name, src.sentinel_manager, connection_class=cls, **kw)
         return aredis.ConnectionPool(connection_class=cls, **kw)
 
-    async def call(
-        self, key: bytes, args: list[P.Arg], extra: float = 0.0, wait: Optional[Wait] = None
-    ) -> Any:
-        """One command, its reply awaited within ``extra`` + the response timeout; in a
-        cluster, sent again where a ``MOVED`` or ``ASK`` reply points (as the sync engine).
-        With ``wait`` (a command that waits in the server) on a connection for waits."""
-        at: Optional[tuple[str, int]] = None
-        asking = False
-        for _ in range(P.MAX_REDIRECTS):
-            try:
-                return await self._call_at(key, args, extra, at, asking, wait)
-            except AskError as e:
-                at, asking = redirected(e, self.cluster)
-        return await self._call_at(key, args, extra, at, asking, wait)
-
     async def _call_at(
         self,
         key: bytes,
@@ -272,7 +233,9 @@ class AsyncBackend:
                     return read.result()
                 if run.over(time.monotonic()):
                     raise run.stalled(args[0])
-                found, reply = await self._probe(key, wait, read)
+                found, reply = await self._check(key, wait)
+                if found:  # the wait's own connection may answer after all
+                    await asyncio.wait({read}, timeout=self.rt)
                 if read.done():
                     return read.result()
                 if found:
@@ -287,31 +250,6 @@ class AsyncBackend:
                 read.cancel()
             await pool.release(conn)
 
-    async def _try(self, key: bytes, wait: Wait) -> bool:
-        """As the sync engine's ``_try``: a queued wait's acquire without ``WAIT``, same id."""
-        assert wait.spec is not None
-        try:
-            reply = await self.call(key, wait.spec.acquire(wait.rid, None))
-        except Exception as e:
-            return wait.try_failed(e)
-        return wait.try_answered(reply)
-
-    async def _probe(self, key: bytes, wait: Wait, read: asyncio.Future[Any]) -> tuple[bool, Any]:
-        """As the sync engine's ``_probe``: (True, reply) when the wait's connection is
-        silent and the server answered its acquire (again, same request id) itself."""
-        before = wait.checking()
-        try:
-            assert wait.probe is not None
-            reply = await self.call(key, wait.probe)
-        except Exception as e:
-            reply = wait.check_failed(e, before)
-            if reply is None:
-                return False, None
-        await asyncio.wait({read}, timeout=self.rt)
-        if read.done():
-            return False, None
-        return True, reply
-
     async def _failed(self, conn: Any, e: BaseException) -> None:
         """After a command on ``conn`` failed with ``e``: the connection dropped when its
         state is unknown, a cluster's slot map refreshed after a topology or transient error
@@ -323,24 +261,6 @@ class AsyncBackend:
                 await self.client.nodes_manager.initialize()
             except Exception as err:
                 log.debug("redis_rlock: cluster refresh failed: %s", err)
-
-    async def call_until(
-        self,
-        key: bytes,
-        args: list[P.Arg],
-        until: Optional[float],
-        resend: Callable[[BaseException], bool] = is_transient,
-    ) -> tuple[Any, int]:
-        """An idempotent command, again after errors ``resend`` accepts (transient ones),
-        until a reply or ``until``: :class:`~.._core.Resending`."""
-        run = Resending(until, resend)
-        while True:
-            attempts = run.attempt()
-            try:
-                return await self.call(key, args), attempts
-            except Exception as e:
-                delay = run.failed(e)
-            await asyncio.sleep(delay)
 
     def release_later(self, hold: AsyncHold, args: list[P.Arg], first: float) -> None:
         """As the sync engine's: ``hold``'s (idempotent) release sent in a background task
@@ -460,15 +380,6 @@ class AsyncBackend:
             log.warning("redis_rlock: gave up on %r for %r: %s", args[0], key, e)
             return None
 
-    async def _answered(self, spec: P.Spec, wait: Wait) -> bool:
-        """As the sync engine's: the server answered a session's wait elsewhere."""
-        try:
-            assert wait.probe is not None
-            await self.call(spec.key, wait.probe)
-        except Exception as e:
-            return wait.session_check(e)
-        return wait.session_check(None)
-
     async def release_stale(self, holds: list[Any], wait: bool = True) -> None:
         """As the sync engine's: lost holds a grant or renewal may have kept on the server,
         released (their own idempotent release) in shielded tasks, awaited a bounded time
@@ -484,17 +395,6 @@ class AsyncBackend:
             await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), 2 * self.rt)
         except asyncio.TimeoutError:
             pass
-
-    async def taken_over(self, spec: P.Spec, rid: bytes) -> list[Any]:
-        """As the sync engine's: lost holds' counts an Owner's grant found, read right after."""
-        read = CountRead(spec, rid)
-        if read.args is None:
-            return []
-        try:
-            count = await self.call(spec.key, read.args)
-        except Exception as e:
-            return read.failed(e)
-        return read.read(count)
 
     async def cancel(self, spec: P.Spec, rid: bytes, t0: float) -> None:
         """``RLOCK.CANCEL key rid`` of an acquire sent from ``t0`` on, in a shielded task,
@@ -534,21 +434,7 @@ class AsyncBackend:
         handed = False
         try:
             while True:
-                waiting: Optional[Wait] = None
-                wait_ms, extra = run.attempt()
-                try:
-                    args, waiting = run.command(wait_ms, session is not None)
-                    if session is not None and waiting is not None:
-                        check = functools.partial(self._answered, spec, waiting)
-                        reply = await session.call(args, extra, check)
-                    elif session is not None:
-                        reply = await session.call(args, extra)
-                    else:
-                        reply = await self.call(spec.key, args, extra, waiting)
-                except Exception as e:
-                    step = run.failed(e, waiting)
-                else:
-                    step = run.granted(reply, waiting)
+                step = await self._attempt(run, session)
                 if step.cancel is not None:
                     await self.cancel(spec, step.cancel, run.t0)
                 if step.kind == Step.AGAIN:
@@ -576,32 +462,6 @@ class AsyncBackend:
         finally:
             if run.need_cancel and not handed:
                 await self.cancel(spec, run.rid, run.t0)
-
-    async def renew(self, hold: AsyncHold, lease_ms: int, until: Optional[float]) -> bool:
-        """Renews every part of ``hold``; True when the server confirmed."""
-        ticket = hold.ledger.ticket()
-        try:
-            lease_ms, confirms = hold.renewal(ticket, lease_ms, time.monotonic())
-            for cmd in hold.spec.renew(lease_ms, hold.ids):
-                reply, _ = await self.call_until(hold.spec.key, cmd, until)
-                if reply != 1:
-                    return False
-        finally:
-            hold.ledger.done(ticket)  # answered, or given up on
-        # confirmed after the guard was declared lost: its count, held by nobody, released
-        await self.release_stale(renewed(hold, confirms), wait=False)
-        return True
-
-    async def reenter(self, hold: AsyncHold, lease_ms: int, wait: Optional[float]) -> bool:
-        """Joins ``hold`` again once the server confirmed it; :class:`LockLost` if gone."""
-        check_owner(hold)
-        hold.check()
-        lease, until = reentry(hold, lease_ms, wait, self.rt)
-        try:
-            confirmed = await self.renew(hold, lease, until)
-        except Exception as e:
-            return reentry_failed(hold, e, wait)
-        return reentered(hold, confirmed)
 
     async def release(self, hold: AsyncHold) -> None:
         """Gives ``hold`` back in a shielded task (a cancelled release still completes)."""

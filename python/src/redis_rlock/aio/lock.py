@@ -15,11 +15,9 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Optional
 
-from redis.exceptions import ResponseError
-
 from .. import _proto as P
 from .._fork import inherited
-from .._locks import DEFAULT, LockCore, live, other_reads, read_keys_refused, read_keys_until
+from .._locks import DEFAULT, live
 from ..errors import (
     LockTimeout,
     NotHeld,
@@ -27,6 +25,7 @@ from ..errors import (
 )
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold, AsyncLossSignal
+from ._object_drivers import AsyncLockDrivers
 
 _serial = itertools.count(1)
 _Holds = dict[tuple[int, str], AsyncHold]
@@ -59,7 +58,7 @@ def _drop_holds(task: asyncio.Task[Any]) -> None:
     _by_task.pop(task, None)
 
 
-class _Base(LockCore[AsyncHold]):
+class _Base(AsyncLockDrivers):
     """What every asyncio lock side shares: the per-task hold, the asyncio.Lock-like API."""
 
     _who = "task"
@@ -120,10 +119,6 @@ class _Base(LockCore[AsyncHold]):
                 holds[self._key()] = hold
             raise
 
-    async def locked(self) -> bool:
-        """Whether anybody holds the lock now."""
-        return bool(await self._be.call(self.name, ["RLOCK.PTTL", self.name]) != -2)
-
     @property
     def lost(self) -> AsyncLossSignal:
         """Event-like loss signal of this task's hold."""
@@ -161,19 +156,7 @@ class _Side(_Base):
         self._id = parent._id
 
     async def release(self) -> None:
-        hold = self._current()
-        if hold is not None and hold.count == 1 and not hold.is_lost() and other_reads(hold):
-            # as the sync side's: every lease key of the owner's reads as long as the longest
-            # promise first (the server drops the owner's last key, not this hold's)
-            until = read_keys_until(hold, self._be.rt)
-            backoff = 0.02
-            while True:
-                try:
-                    await self._be.renew(hold, hold.lease_ms, until)
-                    break
-                except ResponseError as e:
-                    await asyncio.sleep(read_keys_refused(e, until, backoff, self._lock_name()))
-                    backoff *= 2
+        await self._keep_read_keys()
         await super().release()
 
     def _other_side(self) -> Optional[AsyncHold]:

@@ -8,14 +8,15 @@ from typing import Any, Optional
 from redis.exceptions import ResponseError
 
 from .. import _proto as P
-from .._sems import LeasedCore, SemCore
+from .._sems import LeasedCore
 from ..errors import LockTimeout, NotHeld, translate
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold
+from ._object_drivers import AsyncSemCommands
 from .lock import _serial, _task_holds
 
 
-class _SemBase(SemCore):
+class _SemBase(AsyncSemCommands):
     """What both asyncio semaphores share: the per-task stack of ``async with`` guards."""
 
     _be: AsyncBackend
@@ -25,24 +26,6 @@ class _SemBase(SemCore):
 
     def _start(self) -> None:
         self._id = next(_serial)
-
-    async def _cmd(self, *args: P.Arg) -> Any:
-        try:
-            return await self._be.call(self.name, list(args))
-        except ResponseError as e:
-            raise translate(e, self._lock_name()) from None
-
-    async def try_set_permits(self, permits: int) -> bool:
-        """Creates the semaphore with ``permits`` if it does not exist."""
-        return bool(await self._cmd(*self._set_permits(permits)) == 1)
-
-    async def add_permits(self, delta: int) -> int:
-        """Adds ``delta`` permits; returns the new count."""
-        return int(await self._cmd(*self._add_permits(delta)))
-
-    async def available(self) -> int:
-        """The permits available now."""
-        return int(await self._cmd("RSEM.AVAILABLE", self.name))
 
     def _push(self, hold: AsyncHold) -> None:
         holds = _task_holds()

@@ -31,7 +31,6 @@ from .._handles import SessionHandles
 from .._sessions import (
     REPLACED,
     SENTINEL_CHECK_S,
-    SessionCore,
     master_named,
     named_elsewhere,
     replica_refusal,
@@ -43,6 +42,7 @@ from .._sessions import (
 from ..errors import SessionClosed
 from ._engine import AsyncBackend, backend_for
 from ._hold import AsyncHold
+from ._object_drivers import AsyncSessionDrivers
 from .lock import Lock, RWLock
 from .semaphore import LeasedSemaphore
 
@@ -72,7 +72,7 @@ class AsyncClosedSignal:
         return self.is_set()
 
 
-class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemaphore]):
+class Session(AsyncSessionDrivers, SessionHandles[Lock, RWLock, LeasedSemaphore]):
     """A session on a ``redis.asyncio.Redis`` client (not a cluster): see the sync
     :class:`redis_rlock.Session`. ``async with ra.Session(client) as s:`` opens it and closes
     it; ``await s.close()`` closes it (the server ends its holds)."""
@@ -295,16 +295,6 @@ class Session(SessionCore[AsyncHold], SessionHandles[Lock, RWLock, LeasedSemapho
             if isinstance(e, SessionClosed):
                 raise
             raise SessionClosed(f"the session's connection failed: {e}") from e
-
-    async def _kill_server_side(self) -> None:
-        """As the sync session's: ends the server's side of a silent connection."""
-        kill = self._kill_args(self.client_id)
-        if kill is None:
-            return
-        try:
-            await self._be.call(b"", kill)
-        except Exception as e:
-            log.info("redis_rlock: a silent session's connection stays on the server: %s", e)
 
     async def _drain(self) -> None:
         """Waits for the reply of a cancelled command (bounded)."""
