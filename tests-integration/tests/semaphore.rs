@@ -721,3 +721,29 @@ fn leases_of_a_semaphore_whose_count_key_was_deleted_are_reclaimed_by_the_timer(
     assert_eq!(zcard(&mut con, "{S}:timeout"), 0);
     assert!(!server.log().contains("panicked"), "{}", server.log());
 }
+
+/// A change of the count (`RSEM.ADDPERMITS`, `RSEM.SETPERMITS` of an existing semaphore) is an
+/// `RSEM` write, and every `RSEM` write reclaims ended leases first (docs/waiting.md): its
+/// reply is the count `RSEM.AVAILABLE` reports, and the ended lease leaves the zset. A Redisson
+/// client's lease that already ended (rlock has not looked at the semaphore yet) stayed in the
+/// zset after `RSEM.ADDPERMITS` and the reply left it out (1, while `RSEM.AVAILABLE` said 2).
+#[test]
+fn a_count_change_reclaims_ended_leases_first() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for (name, delta, want) in [("S", "1", 2), ("T", "-1", 0)] {
+        cmd(&mut con, &["SET", name, "0"]);
+        let zset = format!("{{{name}}}:timeout");
+        // A lease that ended long ago, as Redisson's tryAcquire(leaseTime) leaves it.
+        cmd(&mut con, &["ZADD", &zset, "1000", "0123456789abcdef"]);
+        let available = cmd(&mut con, &["RSEM.AVAILABLE", name]);
+        assert_eq!(available, Value::Int(1), "{name}: AVAILABLE counts the ended lease");
+        assert_eq!(
+            cmd(&mut con, &["RSEM.ADDPERMITS", name, delta]),
+            Value::Int(want),
+            "{name}: ADDPERMITS {delta} replies the count with the ended lease back"
+        );
+        assert_eq!(zcard(&mut con, &zset), 0, "{name}: the ended lease reclaimed");
+        assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", name]), Value::Int(want));
+    }
+}
