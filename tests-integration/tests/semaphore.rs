@@ -747,3 +747,28 @@ fn a_count_change_reclaims_ended_leases_first() {
         assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", name]), Value::Int(want));
     }
 }
+
+/// Once rlock has looked at a semaphore through a count change, a Redisson client's live lease
+/// on it is reclaimed by the timer at its end, as after any other `RSEM` command
+/// (docs/waiting.md: "once rlock has looked at the semaphore (any `RSEM` command, or a
+/// waiter)"). After `RSEM.ADDPERMITS` or `RSEM.SETPERMITS` no timer was set: the lease stayed
+/// in the zset, its permit out of the count, long after its end (`RSEM.ACQUIRE` and
+/// `RSEM.RELEASE` set it).
+#[test]
+fn a_count_change_sets_the_reclaim_timer_for_a_foreign_lease() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for (name, change) in
+        [("S", ["RSEM.ADDPERMITS", "S", "0"]), ("T", ["RSEM.SETPERMITS", "T", "5"])]
+    {
+        cmd(&mut con, &["SET", name, "1"]);
+        let zset = format!("{{{name}}}:timeout");
+        let end = rlock_tests_integration::server_time_ms(&mut con) + 300;
+        cmd(&mut con, &["ZADD", &zset, &end.to_string(), "0123456789abcdef"]);
+        cmd(&mut con, &change);
+        poll(&format!("{name}: the lease reclaimed at its end after {change:?}"), LIMIT, || {
+            (zcard(&mut con, &zset) == 0).then_some(())
+        });
+        assert_eq!(get(&mut con, name).as_deref(), Some("2"), "{name}: the permit back");
+    }
+}
