@@ -772,3 +772,29 @@ fn a_count_change_sets_the_reclaim_timer_for_a_foreign_lease() {
         assert_eq!(get(&mut con, name).as_deref(), Some("2"), "{name}: the permit back");
     }
 }
+
+/// `RSEM.ADDPERMITS` "replies the new count": the count the semaphore holds after the command,
+/// which is also what it publishes on `redisson_sc:{S}` (the count left after its waiters were
+/// served), as `RSEM.RELEASE` replies. With a waiter for 2 permits, `ADDPERMITS S 3` replied 3
+/// while the key held 1 right after and 1 was published.
+#[test]
+fn addpermits_replies_the_count_left_after_the_waiters_it_served() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_sc:{S}").expect("subscribe");
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "0"]);
+    let set: String = pubsub.get_message().expect("message").get_payload().expect("payload");
+    assert_eq!(set, "0");
+    let waiter = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "2", "WAIT", "10000"]);
+    wait_blocked(&mut con, 1);
+    let reply = cmd(&mut con, &["RSEM.ADDPERMITS", "S", "3"]);
+    let held = get(&mut con, "S");
+    let (granted, _) = waiter.reply(LIMIT);
+    assert_eq!(granted.expect("granted"), Value::Int(1), "the waiter was served");
+    let published: String = pubsub.get_message().expect("message").get_payload().expect("payload");
+    assert_eq!((held.as_deref(), published.as_str()), (Some("1"), "1"));
+    assert_eq!(reply, Value::Int(1), "the reply is the count left, as held and published");
+}
