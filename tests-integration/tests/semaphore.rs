@@ -721,3 +721,80 @@ fn leases_of_a_semaphore_whose_count_key_was_deleted_are_reclaimed_by_the_timer(
     assert_eq!(zcard(&mut con, "{S}:timeout"), 0);
     assert!(!server.log().contains("panicked"), "{}", server.log());
 }
+
+/// A change of the count (`RSEM.ADDPERMITS`, `RSEM.SETPERMITS` of an existing semaphore) is an
+/// `RSEM` write, and every `RSEM` write reclaims ended leases first (docs/waiting.md): its
+/// reply is the count `RSEM.AVAILABLE` reports, and the ended lease leaves the zset. A Redisson
+/// client's lease that already ended (rlock has not looked at the semaphore yet) stayed in the
+/// zset after `RSEM.ADDPERMITS` and the reply left it out (1, while `RSEM.AVAILABLE` said 2).
+#[test]
+fn a_count_change_reclaims_ended_leases_first() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for (name, delta, want) in [("S", "1", 2), ("T", "-1", 0)] {
+        cmd(&mut con, &["SET", name, "0"]);
+        let zset = format!("{{{name}}}:timeout");
+        // A lease that ended long ago, as Redisson's tryAcquire(leaseTime) leaves it.
+        cmd(&mut con, &["ZADD", &zset, "1000", "0123456789abcdef"]);
+        let available = cmd(&mut con, &["RSEM.AVAILABLE", name]);
+        assert_eq!(available, Value::Int(1), "{name}: AVAILABLE counts the ended lease");
+        assert_eq!(
+            cmd(&mut con, &["RSEM.ADDPERMITS", name, delta]),
+            Value::Int(want),
+            "{name}: ADDPERMITS {delta} replies the count with the ended lease back"
+        );
+        assert_eq!(zcard(&mut con, &zset), 0, "{name}: the ended lease reclaimed");
+        assert_eq!(cmd(&mut con, &["RSEM.AVAILABLE", name]), Value::Int(want));
+    }
+}
+
+/// Once rlock has looked at a semaphore through a count change, a Redisson client's live lease
+/// on it is reclaimed by the timer at its end, as after any other `RSEM` command
+/// (docs/waiting.md: "once rlock has looked at the semaphore (any `RSEM` command, or a
+/// waiter)"). After `RSEM.ADDPERMITS` or `RSEM.SETPERMITS` no timer was set: the lease stayed
+/// in the zset, its permit out of the count, long after its end (`RSEM.ACQUIRE` and
+/// `RSEM.RELEASE` set it).
+#[test]
+fn a_count_change_sets_the_reclaim_timer_for_a_foreign_lease() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for (name, change) in
+        [("S", ["RSEM.ADDPERMITS", "S", "0"]), ("T", ["RSEM.SETPERMITS", "T", "5"])]
+    {
+        cmd(&mut con, &["SET", name, "1"]);
+        let zset = format!("{{{name}}}:timeout");
+        let end = rlock_tests_integration::server_time_ms(&mut con) + 300;
+        cmd(&mut con, &["ZADD", &zset, &end.to_string(), "0123456789abcdef"]);
+        cmd(&mut con, &change);
+        poll(&format!("{name}: the lease reclaimed at its end after {change:?}"), LIMIT, || {
+            (zcard(&mut con, &zset) == 0).then_some(())
+        });
+        assert_eq!(get(&mut con, name).as_deref(), Some("2"), "{name}: the permit back");
+    }
+}
+
+/// `RSEM.ADDPERMITS` "replies the new count": the count the semaphore holds after the command,
+/// which is also what it publishes on `redisson_sc:{S}` (the count left after its waiters were
+/// served), as `RSEM.RELEASE` replies. With a waiter for 2 permits, `ADDPERMITS S 3` replied 3
+/// while the key held 1 right after and 1 was published.
+#[test]
+fn addpermits_replies_the_count_left_after_the_waiters_it_served() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(LIMIT)).expect("timeout");
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_sc:{S}").expect("subscribe");
+    cmd(&mut con, &["RSEM.SETPERMITS", "S", "0"]);
+    let set: String = pubsub.get_message().expect("message").get_payload().expect("payload");
+    assert_eq!(set, "0");
+    let waiter = Pending::start_str(&server, &["RSEM.ACQUIRE", "S", "2", "WAIT", "10000"]);
+    wait_blocked(&mut con, 1);
+    let reply = cmd(&mut con, &["RSEM.ADDPERMITS", "S", "3"]);
+    let held = get(&mut con, "S");
+    let (granted, _) = waiter.reply(LIMIT);
+    assert_eq!(granted.expect("granted"), Value::Int(1), "the waiter was served");
+    let published: String = pubsub.get_message().expect("message").get_payload().expect("payload");
+    assert_eq!((held.as_deref(), published.as_str()), (Some("1"), "1"));
+    assert_eq!(reply, Value::Int(1), "the reply is the count left, as held and published");
+}
