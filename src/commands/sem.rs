@@ -21,15 +21,22 @@ use crate::waiting;
 
 /// The count after a change that raised it, its waiters served and the rest published; the
 /// plan's own reply otherwise.
+/// `count_left`: the reply is the count left after the waiters were served (`ADDPERMITS`, as
+/// a counted `RSEM.RELEASE` replies: what the key holds and what was published), not the
+/// plan's.
 fn after(
     ctx: &Context,
     name: &RedisString,
     key: SemKey<'_>,
     state: SemState,
     plan: &SemPlan,
+    count_left: bool,
 ) -> Result<RedisValue, LockError> {
     if plan.raised {
-        super::permits::came_back(ctx, name, key, state, plan)?;
+        let left = super::permits::came_back(ctx, name, key, state, plan)?;
+        if count_left {
+            return Ok(RedisValue::Integer(left));
+        }
     } else {
         key.apply(state, plan);
     }
@@ -44,10 +51,13 @@ pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         // Refused where grants are: lost with a replaced master, the change would leave the
         // count short or over its total.
         store::may_change_count(ctx)?;
+        // Leases that ended give their permits back first, and the next end is watched, as
+        // for every RSEM write.
+        waiting::sem_reclaim_due(ctx, cmd.key)?;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::set_permits(state, cmd.permits);
-        after(ctx, cmd.key, key, state, &plan)
+        after(ctx, cmd.key, key, state, &plan, false)
     })
 }
 
@@ -59,10 +69,12 @@ pub fn add_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         // Refused where grants are: lost with a replaced master, the change would leave the
         // count short or over its total.
         store::may_change_count(ctx)?;
+        // As `RSEM.SETPERMITS`.
+        waiting::sem_reclaim_due(ctx, cmd.key)?;
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::add_permits(state, cmd.delta)?;
-        after(ctx, cmd.key, key, state, &plan)
+        after(ctx, cmd.key, key, state, &plan, true)
     })
 }
 
