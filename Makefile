@@ -67,11 +67,7 @@ test: build python-deps
 # The Python package (python/, redis-rlock): installs it and its test tools from PyPI, then
 # ruff, mypy --strict and pytest against servers with $(MODULE) (REDIS_SERVER picks the binary).
 # pytest ends with a "test result: ok. N passed; M failed" line, which CI adds to its totals.
-# Two pytest workers (pytest-xdist, a file each at a time; the tests wait on servers far more than
-# they compute, and each worker starts its servers on ports of its own: tests/_servers.py).
-# PY_TEST_WORKERS= runs them one after the other.
-PY_TEST_WORKERS ?= -n 2 --dist loadfile
-PY_TEST_DEPS := "redis>=5" "pytest>=7" "pytest-asyncio>=0.23" "pytest-xdist>=3.5" "mypy>=1.8" "ruff>=0.4" "unasync==0.6.0"
+PY_TEST_DEPS := "redis>=5" "pytest>=7" "pytest-asyncio>=0.23" "mypy>=1.8" "ruff>=0.4" "unasync==0.6.0"
 python-deps:
 	python3 -m pip install -q --root-user-action=ignore $(PY_TEST_DEPS)
 
@@ -79,7 +75,7 @@ test-python: build python-deps
 	python3 -m pip install -q --root-user-action=ignore ./python
 	cd python && python3 -m ruff check src tests bench tools && python3 -m ruff format --check src tests bench tools
 	cd python && python3 -m mypy --strict src
-	cd python && RLOCK_PY_LINTED=1 python3 -m pytest -q -p no:cacheprovider $(PY_TEST_WORKERS)
+	cd python && RLOCK_PY_LINTED=1 python3 -m pytest -q -p no:cacheprovider
 	$(MAKE) test-python-peer
 
 # The sync package's await-only drivers (src/redis_rlock/_drivers.py) generated from their

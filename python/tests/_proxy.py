@@ -14,14 +14,11 @@ import selectors
 import socket
 import threading
 
-from _servers import free_port
-
 
 class Proxy:
     def __init__(self, target_port: int) -> None:
         self._target = target_port
-        # one of this worker's ports (see ``free_port``)
-        self._listener = socket.create_server(("127.0.0.1", free_port()))
+        self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._listener, selectors.EVENT_READ, None)
@@ -170,8 +167,7 @@ class SlowProxy:
     ) -> None:
         self._target, self._delay = target_port, delay
         self._spike, self._spikes = spike, spikes
-        # one of this worker's ports (see ``free_port``)
-        self._listener = socket.create_server(("127.0.0.1", free_port()))
+        self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._socks: list[socket.socket] = []
         threading.Thread(target=self._accept, name="slow-proxy", daemon=True).start()

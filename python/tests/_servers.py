@@ -37,21 +37,9 @@ def server_binary() -> str:
 
 
 def free_port() -> int:
-    """A port free now. Under pytest-xdist (CI runs two workers), one of this worker's own:
-    worker n of N takes the ports p with p % N == n, so two workers never start servers on one
-    port (a server that cannot bind would find the other worker's server answering its ping),
-    nor on a cluster node's bus port (p + 10000, in the same class while N divides 10000)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    n = int(worker[2:]) if worker.startswith("gw") and count > 1 else 0
-    if count > 1 and 10000 % count:
-        raise RuntimeError(f"run {count} workers: a number of them that divides 10000")
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port % max(count, 1) == n:
-            return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def poll(what: str, timeout: float, cond: Callable[[], bool], step: float = 0.01) -> None:
