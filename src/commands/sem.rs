@@ -52,8 +52,11 @@ pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         // count short or over its total.
         store::may_change_count(ctx)?;
         // Leases that ended give their permits back first, and the next end is watched, as
-        // for every RSEM write.
-        waiting::sem_reclaim_due(ctx, cmd.key)?;
+        // for every RSEM write; a semaphore not set yet is set as asked (what a lease zset
+        // left without its count brings back comes after, as any RSEM command would).
+        if SemKey::open(ctx, cmd.key, false).state()?.available.is_some() {
+            waiting::sem_reclaim_due(ctx, cmd.key)?;
+        }
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::set_permits(state, cmd.permits);
@@ -69,8 +72,17 @@ pub fn add_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
         // Refused where grants are: lost with a replaced master, the change would leave the
         // count short or over its total.
         store::may_change_count(ctx)?;
-        // As `RSEM.SETPERMITS`.
-        waiting::sem_reclaim_due(ctx, cmd.key)?;
+        // Decide first: a change the count cannot hold is refused before anything is written.
+        sem_rules::add_permits(SemKey::open(ctx, cmd.key, false).state()?, cmd.delta)?;
+        // Leases that ended give their permits back first, and the next end is watched, as
+        // for every RSEM write: with permits added, in the reclaim's own write (the reclaim
+        // takes back no more than the count can hold beside them), as a counted release.
+        let added = u64::try_from(cmd.delta).unwrap_or(0);
+        if let Some(left) = waiting::sem_reclaim_due_giving_back(ctx, cmd.key, added)? {
+            return Ok(RedisValue::Integer(left));
+        }
+        // Nothing came back: the change on its own (taking permits away: the count, with
+        // whatever came back, still holds it).
         let key = SemKey::open(ctx, cmd.key, true);
         let state = key.state()?;
         let plan = sem_rules::add_permits(state, cmd.delta)?;
