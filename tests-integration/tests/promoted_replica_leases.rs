@@ -106,7 +106,11 @@ fn a_promotion_looks_for_leased_semaphores_a_tick_budget_at_a_time() {
     poll("the ended lease's permit back among 200,000 keys", LIMIT, || {
         (count(&mut r, "ls") == Some(3)).then_some(())
     });
-    assert!(info_field(&mut r, "rlock", "rlock_timer_ticks_split") > 1, "split over ticks");
+    // The permit may come back at the walk's first ticks (its lease can end before the
+    // promotion: the WAIT for the replica takes up to its 1 s ack period); the walk goes on.
+    poll("the walk split over many ticks", LIMIT, || {
+        (info_field(&mut r, "rlock", "rlock_timer_ticks_split") > 10).then_some(())
+    });
     assert!(started.elapsed() < LIMIT);
 }
 
