@@ -61,8 +61,8 @@ async def test_asyncio_owners_read_lease_keys_outlast_its_watchdog_guard_after_a
         end = time.monotonic() + 0.4
         while time.monotonic() < end:
             h = watched.hold
-            left_ms = (h.valid_until - time.monotonic()) * 1000
             keys = [int(c.pttl(k)) for k in c.keys("{k}:*")]
+            left_ms = (h.valid_until - time.monotonic()) * 1000  # after the replies
             if keys and not h.is_lost() and max(keys) < left_ms - 25:
                 bad.append((i, round(left_ms), max(keys)))
                 break
@@ -104,8 +104,8 @@ def test_sync_owners_read_lease_keys_outlast_its_watchdog_guard_after_a_stall(
         while time.monotonic() < end:
             h = watched.hold
             assert h is not None
-            left_ms = (h.valid_until - time.monotonic()) * 1000
             keys = [int(c.pttl(k)) for k in c.keys("{k}:*")]
+            left_ms = (h.valid_until - time.monotonic()) * 1000  # after the replies
             if keys and not h.is_lost() and max(keys) < left_ms - 25:
                 bad.append((i, round(left_ms), max(keys)))
                 break
