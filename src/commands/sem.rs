@@ -48,13 +48,18 @@ pub fn set_permits(ctx: &Context, argv: &[RedisString]) -> RedisResult {
     guarded(ctx, || {
         let cmd = args::SemCount::parse_set(argv)?;
         door::load(ctx, cmd.key);
+        let set = SemKey::open(ctx, cmd.key, false).state()?.available.is_some();
         // Refused where grants are: lost with a replaced master, the change would leave the
-        // count short or over its total.
-        store::may_change_count(ctx)?;
+        // count short or over its total. A semaphore already set is left as it is (reply 0),
+        // refused or not: only the reclaim below is skipped where the count may not change
+        // (Redisson's `trySetPermits` at start-up answers while a replica is away).
+        if let Err(refused) = store::may_change_count(ctx) {
+            return if set { Ok(RedisValue::Integer(0)) } else { Err(refused) };
+        }
         // Leases that ended give their permits back first, and the next end is watched, as
         // for every RSEM write; a semaphore not set yet is set as asked (what a lease zset
         // left without its count brings back comes after, as any RSEM command would).
-        if SemKey::open(ctx, cmd.key, false).state()?.available.is_some() {
+        if set {
             waiting::sem_reclaim_due(ctx, cmd.key)?;
         }
         let key = SemKey::open(ctx, cmd.key, true);

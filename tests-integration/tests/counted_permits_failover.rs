@@ -160,6 +160,11 @@ fn a_replaced_master_gives_back_no_counted_permits_and_the_new_master_gives_them
         assert!(!changed, "seed {seed}: {args:?} refused, yet the dataset changed");
     }
     assert_eq!(available(&mut old, "sem"), left, "seed {seed}: the count unchanged");
+    // Setting a semaphore already set changes nothing: answered 0 as anywhere (Redisson's
+    // `trySetPermits` at start-up), the dataset untouched.
+    let (reply, changed) = run_checked(&mut old, &[b"RSEM.SETPERMITS", b"sem", b"5"]).expect("con");
+    assert_eq!(reply, Ok(Value::Int(0)), "seed {seed}: SETPERMITS of a set semaphore");
+    assert!(!changed, "seed {seed}: SETPERMITS of a set semaphore changed the dataset");
     // What the guard does not touch: the waiter leaves the queue, the lock is released, leased
     // permits are given back by id.
     assert_eq!(cmd(&mut old, &["RLOCK.CANCEL", "lk", "w"]), Value::Int(1));
