@@ -49,10 +49,13 @@ pub fn parse_reads(stored: &[u8]) -> Result<u64, LockError> {
     })
 }
 
+/// The `mode` field's value. A hold count there is a reentrant lock's hold by an owner named
+/// `mode` (`RLOCK.*` allows that name): not a read-write lock, rather than a corrupt one.
 fn parse_mode(value: &[u8]) -> Result<Mode, LockError> {
     match value {
         b"read" => Ok(Mode::Read),
         b"write" => Ok(Mode::Write),
+        _ if parse_count(value).is_ok() => Err(LockError::NotAnRwLock),
         _ => Err(LockError::CorruptCount),
     }
 }
@@ -102,7 +105,8 @@ impl RwState {
     /// Reads the hash's fields (any order). No fields: free.
     ///
     /// # Errors
-    /// [`LockError::NotAnRwLock`] for a hash without `mode` (a reentrant lock);
+    /// [`LockError::NotAnRwLock`] for a hash without `mode` (a reentrant lock), or whose `mode`
+    /// holds a count (a reentrant lock's owner named `mode`);
     /// [`LockError::CorruptCount`] for a count that is not a positive integer, or a mode that is
     /// neither `read` nor `write`, or two writers.
     pub fn from_fields(

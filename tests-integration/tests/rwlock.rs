@@ -163,6 +163,8 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let mut con = server.conn();
     cmd(&mut con, &["SET", "s", "x"]);
     cmd(&mut con, &["RLOCK.ACQUIRE", "plain", "p", "30000"]);
+    // A reentrant lock whose owner is named `mode`: its hash's one field is `mode`, a count.
+    cmd(&mut con, &["RLOCK.ACQUIRE", "moded", "mode", "30000"]);
     cmd(&mut con, &["RWLOCK.ACQUIRE", "rw", "o:1", "READ", "30000"]);
     let before = digest(&mut con);
     let cases: &[(&[&str], &str)] = &[
@@ -181,6 +183,9 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
         (&["RWLOCK.RELEASE", "plain", "p", "WRITE"], "WRONGTYPE the key holds a reentrant lock"),
         (&["RWLOCK.RENEW", "plain", "p", "10"], "WRONGTYPE the key holds a reentrant lock"),
         (&["RWLOCK.INFO", "plain"], "WRONGTYPE the key holds a reentrant lock"),
+        (&["RWLOCK.ACQUIRE", "moded", "o", "READ", "10"], "WRONGTYPE the key holds a reentrant"),
+        (&["RWLOCK.RELEASE", "moded", "o", "READ"], "WRONGTYPE the key holds a reentrant lock"),
+        (&["RWLOCK.INFO", "moded"], "WRONGTYPE the key holds a reentrant lock"),
         (&["RLOCK.ACQUIRE", "rw", "o:1", "10"], "WRONGTYPE the key holds a read-write lock"),
         (&["RLOCK.RELEASE", "rw", "o:1"], "WRONGTYPE the key holds a read-write lock"),
         (&["RLOCK.RENEW", "rw", "o:1", "10"], "WRONGTYPE the key holds a read-write lock"),
