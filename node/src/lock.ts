@@ -141,7 +141,14 @@ export class RLock {
 
   /** @internal A dedicated connection for one wait. */
   async openWait(signal?: AbortSignal): Promise<Connection> {
-    const c = await bounded(this.conn.duplicate(), this.responseTimeoutMs * 2, 'connect', signal);
+    const opening = this.conn.duplicate();
+    let c: Connection;
+    try {
+      c = await bounded(opening, this.responseTimeoutMs * 2, 'connect', signal);
+    } catch (e) {
+      opening.then((late) => late.close()).catch(() => {}); // opened after all: closed
+      throw e;
+    }
     this.#waits.add(c);
     return c;
   }
