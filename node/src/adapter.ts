@@ -14,8 +14,13 @@ import { InvalidArgument } from './errors.js';
 /** One word of a command. */
 export type Arg = string | Buffer;
 
+/** `buffers`: bulk string replies as Buffers (binary ids), else as strings. */
+export interface SendOptions {
+  buffers?: boolean;
+}
+
 export interface Connection {
-  send(args: readonly Arg[]): Promise<unknown>;
+  send(args: readonly Arg[], options?: SendOptions): Promise<unknown>;
   duplicate(): Promise<Connection>;
   close(): Promise<void>;
   /** Calls `listener` when the connection closes or fails; returns the function that stops it. */
@@ -68,7 +73,7 @@ function listen(c: Emitter, events: readonly string[], listener: (err: Error) =>
 
 /** node-redis v5 (`createClient()`): `sendCommand`, `duplicate()`. */
 interface NodeRedisClient extends Emitter {
-  sendCommand(args: Arg[]): Promise<unknown>;
+  sendCommand(args: Arg[], options?: object): Promise<unknown>;
   duplicate(overrides?: object): NodeRedisClient;
   connect(): Promise<unknown>;
   destroy(): void;
@@ -79,9 +84,10 @@ interface NodeRedisClient extends Emitter {
 class NodeRedisConnection implements Connection {
   constructor(private readonly c: NodeRedisClient) {}
 
-  async send(args: readonly Arg[]): Promise<unknown> {
+  async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     try {
-      return await this.c.sendCommand([...args]);
+      // 36: RESP's blob string type ('$'), mapped to Buffer
+      return await this.c.sendCommand([...args], options?.buffers ? { typeMapping: { 36: Buffer } } : undefined);
     } catch (e) {
       throw normalize(e);
     }
@@ -109,6 +115,7 @@ class NodeRedisConnection implements Connection {
 /** ioredis v5 (`new Redis()`): `call`, `duplicate()`. */
 interface IoRedisClient extends Emitter {
   call(command: string, ...args: Arg[]): Promise<unknown>;
+  callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
   duplicate(overrides?: object): IoRedisClient;
   connect(): Promise<unknown>;
   disconnect(): void;
@@ -118,9 +125,10 @@ interface IoRedisClient extends Emitter {
 class IoRedisConnection implements Connection {
   constructor(private readonly c: IoRedisClient) {}
 
-  async send(args: readonly Arg[]): Promise<unknown> {
+  async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     const [cmd, ...rest] = args;
     try {
+      if (options?.buffers) return await this.c.callBuffer(String(cmd), ...rest);
       return await this.c.call(String(cmd), ...rest);
     } catch (e) {
       throw normalize(e);

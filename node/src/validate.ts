@@ -13,7 +13,7 @@ export function name(value: unknown): string | Buffer {
   throw new InvalidArgument(`a lock name must be a string or a Buffer, got ${describe(value)}`);
 }
 
-function describe(value: unknown): string {
+export function describe(value: unknown): string {
   if (value === null) return 'null';
   if (typeof value === 'number') return `the number ${value}`;
   return typeof value;
@@ -50,4 +50,14 @@ export function known(opts: Record<string, unknown>, names: readonly string[], w
   for (const k of Object.keys(opts)) {
     if (!names.includes(k)) throw new InvalidArgument(`${what}: unknown option ${JSON.stringify(k)}`);
   }
+}
+
+/** A whole number within [min, max] (absent: `dflt`). */
+export function int(value: unknown, what: string, min: number, max: number, dflt?: number): number {
+  if (value === undefined && dflt !== undefined) return dflt;
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new InvalidArgument(`${what} must be a whole number, got ${describe(value)}`);
+  }
+  if (value < min || value > max) throw new InvalidArgument(`${what} must be from ${min} to ${max}, got ${value}`);
+  return value;
 }
