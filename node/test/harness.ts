@@ -100,6 +100,8 @@ export interface Driver {
   name: string;
   /** A connected client of the driver, and how to close it. */
   connect(port: number): Promise<{ client: unknown; close(): Promise<void> }>;
+  /** The same, made from a `redis://` URL. */
+  connectUrl(url: string): Promise<{ client: unknown; close(): Promise<void> }>;
 }
 
 export const drivers: Driver[] = [
@@ -111,11 +113,23 @@ export const drivers: Driver[] = [
       await c.connect();
       return { client: c, close: async () => void c.destroy() };
     },
+    async connectUrl(url) {
+      const c = createClient({ url });
+      c.on('error', () => {});
+      await c.connect();
+      return { client: c, close: async () => void c.destroy() };
+    },
   },
   {
     name: 'ioredis',
     async connect(port) {
       const c = new Redis({ host: '127.0.0.1', port, lazyConnect: true });
+      c.on('error', () => {});
+      await c.connect();
+      return { client: c, close: async () => void c.disconnect() };
+    },
+    async connectUrl(url) {
+      const c = new Redis(url, { lazyConnect: true });
       c.on('error', () => {});
       await c.connect();
       return { client: c, close: async () => void c.disconnect() };
@@ -131,6 +145,8 @@ export interface Ctx {
   admin: Admin;
   /** A connected client of the driver under test (closed at the end of the file). */
   client(): Promise<unknown>;
+  /** The same, made from the server's `redis://` URL. */
+  urlClient(): Promise<unknown>;
 }
 
 /**
@@ -147,6 +163,11 @@ export function suite(title: string, body: (ctx: Ctx, test: (name: string, fn: (
         admin: undefined as unknown as Admin,
         async client() {
           const c = await driver.connect(server.port);
+          closers.push(c.close);
+          return c.client;
+        },
+        async urlClient() {
+          const c = await driver.connectUrl(`redis://127.0.0.1:${server.port}`);
           closers.push(c.close);
           return c.client;
         },
