@@ -315,16 +315,24 @@ export class Lock {
 
   /** A re-entry: the server confirms this exact hold (`RLOCK.RENEW ... GT`, never shortening
    * it), then it counts one more. */
-  async #reenter(cur: { lease: Lease; owner: string; token: bigint }, waitMs: number | undefined, leaseMs: number | undefined, signal?: AbortSignal): Promise<Hold> {
+  async #reenter(cur: { lease: Lease; owner: string; token: bigint }, waitMs: number | undefined, leaseMs: number | undefined, signal?: AbortSignal): Promise<Hold | null> {
     const rl = this.rl;
     const s = cur.lease;
     const remaining = Math.max(0, Math.ceil(s.validUntil - now()));
     const lease = Math.max(leaseMs ?? rl.watchdogMs, s.watchdog ? s.leaseMs : remaining, 1);
     const sentAt = now();
     const until = sentAt + (waitMs ? waitMs : rl.responseTimeoutMs);
-    const reply = await rl.resend(['RLOCK.RENEW', this.key, cur.owner, String(lease), 'GT'], until, signal).catch((e: unknown) => {
-      throw e instanceof ServerError ? fromReply(e.message, this.label) : e;
-    });
+    let reply: unknown;
+    try {
+      reply = await rl.resend(['RLOCK.RENEW', this.key, cur.owner, String(lease), 'GT'], until, signal);
+    } catch (e) {
+      if (signal?.aborted && e === abortReason(signal)) throw e;
+      if (e instanceof ServerError && !transientReply(e)) throw fromReply(e.message, this.label);
+      // no answer in time: not taken when the acquire had a time limit (one try or a wait; one
+      // without limit raises it); the renewal changed nothing to regret (GT never shortens it)
+      if (waitMs !== undefined) return null;
+      throw e;
+    }
     if (Number(reply) !== 1) s.markLost('a re-entry found it gone');
     if (s.lost) throw s.lostError();
     s.extend(sentAt + lease);

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { adapt, RLock, type Arg, type Connection } from '../src/index.js';
+import { adapt, LockTimeout, RLock, type Arg, type Connection } from '../src/index.js';
 import { calls, free, suite, until, type Admin } from './harness.js';
 
 async function waiters(admin: Admin, name: string): Promise<number> {
@@ -102,6 +102,20 @@ suite('abort', (ctx, test) => {
     await hold.release();
     assert.ok(await free(ctx.admin, 'a:killed'));
     await rl.close();
+  });
+
+  test('an acquire whose reply does not come in time cancels its request: nothing held once the server answers', async () => {
+    const rl = new RLock(await ctx.client(), { responseTimeoutMs: 150 });
+    const cancels = await calls(ctx.admin, 'rlock.cancel');
+    await ctx.admin.sendCommand(['CLIENT', 'PAUSE', '2000', 'WRITE']); // writes wait: no reply in time
+    const t0 = Date.now();
+    await assert.rejects(rl.lock('a:stalled').tryAcquire({ leaseMs: 10000 }), { name: 'Stalled' });
+    await assert.rejects(rl.lock('a:stalled').acquire({ waitMs: 100, leaseMs: 10000 }), LockTimeout);
+    assert.ok(Date.now() - t0 < 2000, 'both ended before the pause did');
+    await rl.close(); // the cancels, sent on until answered
+    assert.ok((await calls(ctx.admin, 'rlock.cancel')) > cancels, 'cancels answered');
+    assert.ok((await calls(ctx.admin, 'rlock.acquire')) > 0);
+    assert.ok(await free(ctx.admin, 'a:stalled'), 'nothing held after the server ran it all');
   });
 
   test('random aborts at random times among contenders: one holder at a time, nothing held after each round', async () => {
