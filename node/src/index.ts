@@ -4,4 +4,5 @@ export { Semaphore, Permits, LeasedSemaphore, LeasedPermits, MAX_LEASED_PERMITS 
 export type { PermitOptions, LeasedPermitOptions } from './semaphore.js';
 export type { Arg, Connection, SendOptions } from './adapter.js';
 export { adapt, ServerError } from './adapter.js';
+export { Stalled } from './util.js';
 export * from './errors.js';

@@ -182,4 +182,17 @@ suite('lock', (ctx, test) => {
     assert.ok(await free(ctx.admin, 'l:url'));
     await rl.close();
   });
+
+  test('concurrent acquires of one handle take turns: the second re-enters the first one\'s hold', async () => {
+    const rl = new RLock(await ctx.client());
+    const lock = rl.lock('l:turns');
+    const [a, b] = await Promise.all([lock.acquire({ leaseMs: 10000 }), lock.acquire({ leaseMs: 10000 })]);
+    assert.equal(a.owner, b.owner);
+    assert.deepEqual(await hash(ctx.admin, 'l:turns'), { [a.owner]: '1' });
+    await b.release();
+    assert.ok(lock.isHeld());
+    await a.release();
+    assert.ok(await free(ctx.admin, 'l:turns'));
+    await rl.close();
+  });
 });

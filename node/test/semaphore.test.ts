@@ -160,4 +160,47 @@ suite('semaphore', (ctx, test) => {
     assert.throws(() => rl.semaphore(7 as never), isBad);
     await rl.close();
   });
+
+  test('random aborts among counted contenders: the permits all come back after each round', async () => {
+    const seed = Number(process.env.RLOCK_SEED ?? Math.floor(Math.random() * 2 ** 31));
+    let x = seed >>> 0;
+    const rand = (): number => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) / 4294967296);
+    const rl = new RLock(await ctx.client());
+    const sem = rl.semaphore('s:random');
+    await sem.trySetPermits(2);
+    let holding = 0;
+    let most = 0;
+    try {
+      for (let round = 0; round < 10; round++) {
+        await Promise.all(
+          Array.from({ length: 5 }, async () => {
+            const ac = new AbortController();
+            const timer = setTimeout(() => ac.abort(), rand() * 25);
+            const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * 30);
+            const holdFor = rand() * 6;
+            try {
+              const p = await sem.tryAcquire({ waitMs, signal: ac.signal });
+              if (p === null) return;
+              most = Math.max(most, ++holding);
+              await new Promise((r) => setTimeout(r, holdFor));
+              holding--;
+              await p.release();
+            } catch (e) {
+              if ((e as Error).name !== 'AbortError') throw e;
+            } finally {
+              clearTimeout(timer);
+            }
+          }),
+        );
+        assert.equal(await sem.available(), 2, `round ${round}: every permit back`);
+        assert.equal((await info(ctx.admin, 's:random')).waiters, 0, `round ${round}: nobody waits`);
+      }
+      assert.ok(most <= 2, `at most 2 holders at once (${most})`);
+    } catch (e) {
+      process.stderr.write(`randomized semaphore test: seed ${seed} (RLOCK_SEED=${seed} replays it)\n`);
+      throw e;
+    } finally {
+      await rl.close();
+    }
+  });
 });
