@@ -85,7 +85,7 @@ node-deps:
 	cd node && npm ci --no-audit --no-fund
 
 test-node: build node-deps
-	cd node && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} npm test
+	cd node && npm run typecheck && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} npm test
 
 # The sync package's await-only drivers (src/redis_rlock/_drivers.py) generated from their
 # asyncio source (src/redis_rlock/aio/_drivers.py) by python/tools/generate_sync.py (unasync,
