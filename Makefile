@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python python-generate test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke jepsen-deps jepsen jepsen-quick lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python node-deps test-node python-generate test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke jepsen-deps jepsen jepsen-quick lint fmt docs clean
 
 all: build
 
@@ -77,6 +77,15 @@ test-python: build python-deps
 	cd python && python3 -m mypy --strict src
 	cd python && RLOCK_PY_LINTED=1 python3 -m pytest -q -p no:cacheprovider
 	$(MAKE) test-python-peer
+
+# The Node.js package (node/, redis-rlock): its pinned dev dependencies from the lock file,
+# then tsc --noEmit (strict), the ESM + CommonJS build and node --test against servers with
+# $(MODULE) (REDIS_SERVER picks the binary). Not part of `test` yet.
+node-deps:
+	cd node && npm ci --no-audit --no-fund
+
+test-node: build node-deps
+	cd node && npm run typecheck && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} npm test
 
 # The sync package's await-only drivers (src/redis_rlock/_drivers.py) generated from their
 # asyncio source (src/redis_rlock/aio/_drivers.py) by python/tools/generate_sync.py (unasync,

@@ -1,0 +1,128 @@
+import { ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
+import { fromReply } from './errors.js';
+import { abortReason, bounded, isCancelledReply, newId, now, sleep, Stalled, transientReply } from './util.js';
+
+/** What an acquire needs of its client (an `RLock`). */
+export interface Engine {
+  readonly conn: Connection;
+  readonly responseTimeoutMs: number;
+  openWait(signal?: AbortSignal): Promise<Connection>;
+  closeWait(c: Connection): Promise<void>;
+  cancel(key: Arg, rid: string, leaseMs: number): Promise<void>;
+}
+
+/** One kind of acquire: its command and how to read its reply. */
+export interface AcquireSpec<G> {
+  readonly key: Arg;
+  readonly label: string;
+  /** The command, with `REQUEST rid`, and `WAIT wait` unless `wait` is null (one try). */
+  args(rid: string, wait: number | null): Arg[];
+  /** The grant in `reply`; else `again`: not granted, but asked again at once while time is
+   * left (a lock freed at that instant but not grantable then). */
+  read(reply: unknown): { grant: G } | { again: boolean };
+  /** The grant's lease (how long its cancel is worth sending); 0: none. */
+  readonly leaseMs: number;
+  readonly send?: SendOptions;
+}
+
+export interface Granted<G> {
+  grant: G;
+  rid: string;
+  /** When the granting command was sent (monotonic ms): the lease runs from at most then. */
+  sentAt: number;
+}
+
+/**
+ * One acquire, waiting up to `waitMs` in the server (undefined: no limit; 0: one try on the
+ * client's own connection), the wait on a dedicated connection. The decisions are the Python
+ * client's (`_core.Acquiring`): from the moment a command is sent its request may be queued or
+ * granted, so whenever the acquire ends without handing a grant over (an abort at any moment, no
+ * reply in time, a failed connection, an abort landing with the grant) `RLOCK.CANCEL key rid`
+ * gives back exactly what it got. A failed connection asks again with the same id within the
+ * deadline; `was cancelled` (a grant the server rolled back) asks again with a new id; an error
+ * reply changed nothing and is thrown as the package's error. Returns null when not granted.
+ */
+export async function acquireOnce<G>(
+  eng: Engine,
+  spec: AcquireSpec<G>,
+  waitMs: number | undefined,
+  signal?: AbortSignal,
+): Promise<Granted<G> | null> {
+  const t0 = now();
+  const end = waitMs === undefined ? Infinity : t0 + waitMs;
+  // one try: transient failures tried again for one response timeout
+  const retryEnd = waitMs === 0 ? t0 + eng.responseTimeoutMs : end;
+  let rid = newId();
+  let needCancel = false;
+  let backoff = 20;
+  let conn: Connection | null = null;
+  try {
+    for (;;) {
+      if (signal?.aborted) throw abortReason(signal);
+      const t = now();
+      let wait: number | null;
+      if (waitMs === 0) wait = null;
+      else if (end === Infinity) wait = 0;
+      else wait = end > t ? Math.max(1, Math.ceil(end - t)) : null;
+      const args = spec.args(rid, wait);
+      let reply: unknown;
+      const sentAt = now();
+      try {
+        if (wait === null) {
+          needCancel = true;
+          reply = await bounded(eng.conn.send(args, spec.send), eng.responseTimeoutMs, String(args[0]), signal);
+        } else {
+          conn ??= await eng.openWait(signal);
+          needCancel = true;
+          const within = wait === 0 ? Infinity : wait + eng.responseTimeoutMs;
+          reply = await bounded(conn.send(args, spec.send), within, String(args[0]), signal);
+        }
+      } catch (e) {
+        if (signal?.aborted && e === abortReason(signal)) throw e;
+        if (isCancelledReply(e)) {
+          needCancel = false; // holds nothing and never will: a new request, with the time left
+          if (waitMs !== 0 && now() < end) {
+            rid = newId();
+            continue;
+          }
+          return null;
+        }
+        if (e instanceof ServerError && !transientReply(e)) {
+          if (/^NOREPLICAS\b/.test(e.message) && waitMs !== 0 && now() + Math.min(backoff, 50) < end) {
+            await sleep(Math.min(backoff, end - now()), signal);
+            backoff = Math.min(backoff * 2, 1000);
+            continue;
+          }
+          needCancel = false; // an error reply changed nothing
+          throw fromReply(e.message, spec.label);
+        }
+        // no reply in time, or a failed connection: the request may be queued or granted
+        if (conn !== null) {
+          await eng.closeWait(conn);
+          conn = null;
+        }
+        if (e instanceof Stalled && wait !== null) return null; // the wait's time is up: cancelled below
+        const t2 = now();
+        if (t2 >= retryEnd) {
+          if (waitMs === 0) throw e;
+          return null;
+        }
+        await sleep(Math.min(backoff, retryEnd - t2), signal);
+        backoff = Math.min(backoff * 2, 1000);
+        continue;
+      }
+      const read = spec.read(reply);
+      if ('grant' in read) {
+        if (signal?.aborted) throw abortReason(signal); // landed with the grant: cancelled below
+        needCancel = false;
+        return { grant: read.grant, rid, sentAt };
+      }
+      needCancel = false; // not granted: nothing held
+      if (read.again && wait !== null && now() < end) continue;
+      return null;
+    }
+  } finally {
+    if (needCancel) await eng.cancel(spec.key, rid, spec.leaseMs);
+    if (conn !== null) await eng.closeWait(conn);
+  }
+}

@@ -1,0 +1,179 @@
+import { InvalidArgument } from './errors.js';
+
+/**
+ * What the client needs from a connection, and the two drivers' implementations of it.
+ *
+ * A {@link Connection} sends one command (an array of string or Buffer words) and resolves to the
+ * raw reply; an error reply of the server rejects with a {@link ServerError}, anything else
+ * (a broken or closed connection, a driver's own failure) rejects with the driver's error as it
+ * is. `duplicate()` opens a dedicated connection to the same server (used for a wait in the
+ * server, which blocks its connection); `close()` closes a duplicate; `onDeath()` tells when a
+ * connection closed or failed.
+ */
+
+/** One word of a command. */
+export type Arg = string | Buffer;
+
+/** `buffers`: bulk string replies as Buffers (binary ids), else as strings. */
+export interface SendOptions {
+  buffers?: boolean;
+}
+
+export interface Connection {
+  send(args: readonly Arg[], options?: SendOptions): Promise<unknown>;
+  duplicate(): Promise<Connection>;
+  close(): Promise<void>;
+  /** Calls `listener` when the connection closes or fails; returns the function that stops it. */
+  onDeath(listener: (err: Error) => void): () => void;
+}
+
+/** An error reply of the server (whatever the driver's own class for it). */
+export class ServerError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ServerError';
+  }
+}
+
+/** Whether `err` is a driver's error reply: node-redis's `ErrorReply` (and its subclasses),
+ * ioredis's `ReplyError`. Read by class name: neither driver is a dependency of this package. */
+function isErrorReply(err: unknown): err is Error {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'ReplyError') return true;
+  for (let p = Object.getPrototypeOf(err); p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    const n = (p as { constructor?: { name?: string } }).constructor?.name;
+    if (n === 'ErrorReply' || n === 'ReplyError') return true;
+  }
+  return false;
+}
+
+function normalize(err: unknown): unknown {
+  return isErrorReply(err) ? new ServerError(err.message) : err;
+}
+
+interface Emitter {
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  off?(event: string, listener: (...args: unknown[]) => void): unknown;
+  removeListener?(event: string, listener: (...args: unknown[]) => void): unknown;
+}
+
+function listen(c: Emitter, events: readonly string[], listener: (err: Error) => void): () => void {
+  const fns = events.map((ev) => {
+    const f = (e?: unknown): void => listener(e instanceof Error ? e : new Error(`connection ${ev}`));
+    c.on(ev, f as (...args: unknown[]) => void);
+    return [ev, f] as const;
+  });
+  return () => {
+    for (const [ev, f] of fns) {
+      if (c.off) c.off(ev, f as (...args: unknown[]) => void);
+      else c.removeListener?.(ev, f as (...args: unknown[]) => void);
+    }
+  };
+}
+
+/** node-redis v5 (`createClient()`): `sendCommand`, `duplicate()`. */
+interface NodeRedisClient extends Emitter {
+  sendCommand(args: Arg[], options?: object): Promise<unknown>;
+  duplicate(overrides?: object): NodeRedisClient;
+  connect(): Promise<unknown>;
+  destroy(): void;
+  readonly isOpen: boolean;
+  readonly options?: { socket?: object };
+}
+
+class NodeRedisConnection implements Connection {
+  constructor(private readonly c: NodeRedisClient) {}
+
+  async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
+    try {
+      // 36: RESP's blob string type ('$'), mapped to Buffer
+      return await this.c.sendCommand([...args], options?.buffers ? { typeMapping: { 36: Buffer } } : undefined);
+    } catch (e) {
+      throw normalize(e);
+    }
+  }
+
+  async duplicate(): Promise<Connection> {
+    // a dedicated connection never reconnects nor queues: a wait on a connection that went is
+    // answered by the acquire itself (it cancels its request, or asks again)
+    const socket = { ...(this.c.options?.socket ?? {}), reconnectStrategy: false };
+    const d = this.c.duplicate({ socket, disableOfflineQueue: true });
+    d.on('error', () => {}); // reported by onDeath and by the pending command's rejection
+    await d.connect();
+    return new NodeRedisConnection(d);
+  }
+
+  async close(): Promise<void> {
+    if (this.c.isOpen) this.c.destroy();
+  }
+
+  onDeath(listener: (err: Error) => void): () => void {
+    return listen(this.c, ['error', 'end'], listener);
+  }
+}
+
+/** ioredis v5 (`new Redis()`): `call`, `duplicate()`. */
+interface IoRedisClient extends Emitter {
+  call(command: string, ...args: Arg[]): Promise<unknown>;
+  callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
+  duplicate(overrides?: object): IoRedisClient;
+  connect(): Promise<unknown>;
+  disconnect(): void;
+  readonly status: string;
+}
+
+class IoRedisConnection implements Connection {
+  constructor(private readonly c: IoRedisClient) {}
+
+  async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
+    const [cmd, ...rest] = args;
+    try {
+      if (options?.buffers) return await this.c.callBuffer(String(cmd), ...rest);
+      return await this.c.call(String(cmd), ...rest);
+    } catch (e) {
+      throw normalize(e);
+    }
+  }
+
+  async duplicate(): Promise<Connection> {
+    const d = this.c.duplicate({
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
+    d.on('error', () => {});
+    await d.connect();
+    return new IoRedisConnection(d);
+  }
+
+  async close(): Promise<void> {
+    this.c.disconnect();
+  }
+
+  onDeath(listener: (err: Error) => void): () => void {
+    return listen(this.c, ['error', 'close', 'end'], listener);
+  }
+}
+
+function isConnection(x: object): x is Connection {
+  const c = x as Partial<Connection>;
+  return typeof c.send === 'function' && typeof c.duplicate === 'function' && typeof c.close === 'function' && typeof c.onDeath === 'function';
+}
+
+/** The {@link Connection} of a node-redis v5 client, an ioredis v5 client, or a ready-made one. */
+export function adapt(client: unknown): Connection {
+  if (client === null || typeof client !== 'object') {
+    throw new InvalidArgument('rlock needs a connected node-redis or ioredis client');
+  }
+  if (isConnection(client)) return client;
+  const c = client as Record<string, unknown>;
+  if (typeof c.call === 'function' && typeof c.duplicate === 'function' && typeof c.status === 'string') {
+    return new IoRedisConnection(client as unknown as IoRedisClient);
+  }
+  if (typeof c.sendCommand === 'function' && typeof c.duplicate === 'function' && 'isOpen' in c) {
+    return new NodeRedisConnection(client as unknown as NodeRedisClient);
+  }
+  throw new InvalidArgument('rlock needs a connected node-redis (v5) or ioredis (v5) client');
+}

@@ -1,0 +1,411 @@
+import { randomUUID } from 'node:crypto';
+import { acquireOnce, type AcquireSpec, type Engine } from './acquiring.js';
+import { adapt, ServerError, type Arg, type Connection } from './adapter.js';
+import { fromReply, InvalidArgument, LockLost, LockTimeout } from './errors.js';
+import { Lease } from './lease.js';
+import { abortReason, bounded, isTransient, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, sleep, toEpoch, transientReply } from './util.js';
+import * as V from './validate.js';
+import { LeasedSemaphore, Semaphore } from './semaphore.js';
+
+export interface RLockOptions {
+  /** How long a reply may take beyond any wait in the server (default 2000 ms). */
+  responseTimeoutMs?: number;
+  /** The lease of a hold taken without one, renewed every third of it (default 30000 ms). */
+  watchdogMs?: number;
+}
+
+export interface AcquireOptions {
+  /** How long to wait in the server: absent waits without limit, 0 is one try. */
+  waitMs?: number;
+  /** The hold's lease; absent: the watchdog's lease, renewed until release. */
+  leaseMs?: number;
+  /** Aborts the acquire: it then holds nothing (its request is cancelled in the server). */
+  signal?: AbortSignal;
+}
+
+/**
+ * The client: one per node-redis or ioredis client (`new RLock(client)`), the user's own client
+ * for short commands, and a dedicated duplicate of it for each wait in the server.
+ */
+export class RLock implements Engine {
+  /** This client's id, the first part of every owner id (`<id>:<handle>:<hold>`). */
+  readonly id: string = randomUUID();
+  /** @internal */ readonly conn: Connection;
+  /** @internal */ readonly responseTimeoutMs: number;
+  /** @internal */ readonly watchdogMs: number;
+  #handles = 0;
+  readonly #background = new Set<Promise<unknown>>();
+  readonly #waits = new Set<Connection>();
+  static readonly #cache = new WeakMap<object, RLock>();
+
+  constructor(client: unknown, options?: RLockOptions) {
+    const o = V.options(options, 'RLock options');
+    V.known(o, ['responseTimeoutMs', 'watchdogMs'], 'RLock options');
+    this.responseTimeoutMs = V.ms(o.responseTimeoutMs, 'responseTimeoutMs', 1) ?? 2000;
+    this.watchdogMs = V.ms(o.watchdogMs, 'watchdogMs', V.MIN_WATCHDOG_MS) ?? 30000;
+    this.conn = adapt(client);
+  }
+
+  /** The RLock of `client` (one per client, made at first use; `client` may be an RLock). */
+  static of(client: unknown): RLock {
+    if (client instanceof RLock) return client;
+    if (client === null || typeof client !== 'object') return new RLock(client);
+    let rl = RLock.#cache.get(client);
+    if (rl === undefined) RLock.#cache.set(client, (rl = new RLock(client)));
+    return rl;
+  }
+
+  /** A lock handle named `name`; its holds re-enter (per handle, not per caller). */
+  lock(name: string | Buffer): Lock {
+    return new Lock(this, V.name(name), `${this.id}:${++this.#handles}`);
+  }
+
+  /** A semaphore of counted permits (Redisson's `RSemaphore`) named `name`. */
+  semaphore(name: string | Buffer): Semaphore {
+    return new Semaphore(this, V.name(name));
+  }
+
+  /** A semaphore of leased permits (Redisson's `RPermitExpirableSemaphore`) named `name`. */
+  leasedSemaphore(name: string | Buffer): LeasedSemaphore {
+    return new LeasedSemaphore(this, V.name(name));
+  }
+
+  /** Waits (at most `timeoutMs`) for cancels and releases still being sent in the background,
+   * and closes the connections of waits still open. The user's client stays open. */
+  async close(timeoutMs = 5000): Promise<void> {
+    const all = Promise.allSettled([...this.#background]);
+    await bounded(all, timeoutMs, 'close').catch(() => {});
+    await Promise.allSettled([...this.#waits].map((c) => c.close()));
+    this.#waits.clear();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** @internal A dedicated connection for one wait. */
+  async openWait(signal?: AbortSignal): Promise<Connection> {
+    const opening = this.conn.duplicate();
+    let c: Connection;
+    try {
+      c = await bounded(opening, this.responseTimeoutMs * 2, 'connect', signal);
+    } catch (e) {
+      opening.then((late) => late.close()).catch(() => {}); // opened after all: closed
+      throw e;
+    }
+    this.#waits.add(c);
+    return c;
+  }
+
+  /** @internal */
+  async closeWait(c: Connection): Promise<void> {
+    this.#waits.delete(c);
+    await c.close().catch(() => {});
+  }
+
+  /** @internal `args` on the user's connection, sent again after transient failures (backing
+   * off from 20 ms to 1 s) until a reply or `untilMs` (monotonic) passes; then the last error. */
+  async resend(args: readonly Arg[], untilMs: number, signal?: AbortSignal): Promise<unknown> {
+    let backoff = 20;
+    for (;;) {
+      try {
+        return await bounded(this.conn.send(args), this.responseTimeoutMs, String(args[0]), signal);
+      } catch (e) {
+        if (signal?.aborted && e === abortReason(signal)) throw e;
+        const t = now();
+        if (!isTransient(e) || t >= untilMs) throw e;
+        await sleep(Math.min(backoff, untilMs - t), signal);
+        backoff = Math.min(backoff * 2, 1000);
+      }
+    }
+  }
+
+  /** @internal Runs `task` in the background (awaited by `close()`). */
+  background<T>(task: Promise<T>): Promise<T> {
+    const t = task.finally(() => this.#background.delete(t));
+    t.catch(() => {});
+    this.#background.add(t);
+    return task;
+  }
+
+  /** @internal `RLOCK.CANCEL key rid`, sent until answered (a lease `leaseMs` long at most, or
+   * while the server remembers the request, plus a response timeout); awaited two response
+   * timeouts at most, then left to the background. After its answer, whatever it is, the
+   * request holds nothing and never will. */
+  async cancel(key: Arg, rid: string, leaseMs: number): Promise<void> {
+    const horizon = now() + (leaseMs || REQUEST_RECORD_MS) + this.responseTimeoutMs;
+    const task = this.background(this.resend(['RLOCK.CANCEL', key, rid], horizon));
+    await bounded(task, 2 * this.responseTimeoutMs, 'RLOCK.CANCEL').catch(() => {});
+  }
+
+  /** @internal A give-back (`args`, idempotent by its id) sent within `untilMs`; when that
+   * passes without an answer, sent on in the background until `backgroundUntilMs`; undefined
+   * then. An error reply is thrown as the package's error. */
+  async giveBack(args: readonly Arg[], label: string, untilMs: number, backgroundUntilMs: number): Promise<unknown> {
+    try {
+      return await this.resend(args, untilMs);
+    } catch (e) {
+      if (e instanceof ServerError && !transientReply(e)) throw fromReply(e.message, label);
+      this.background(this.resend(args, backgroundUntilMs)).catch(() => {});
+      return undefined;
+    }
+  }
+}
+
+/** One acquire's grant (a first grant or a re-entry): `await using hold = await lock.acquire()`. */
+export class Hold implements AsyncDisposable {
+  #released = false;
+  readonly #lease: Lease;
+  readonly #lock: Lock;
+  readonly #owner: string;
+  readonly #token: bigint;
+
+  /** @internal */
+  constructor(lock: Lock, lease: Lease, owner: string, token: bigint) {
+    this.#lock = lock;
+    this.#lease = lease;
+    this.#owner = owner;
+    this.#token = token;
+  }
+
+  /** The fencing token: greater than every token granted before on this lock name. A re-entry
+   * has its first grant's. */
+  get token(): bigint {
+    return this.#token;
+  }
+
+  /** The owner id the server holds it under: `<client id>:<handle>:<hold>`. */
+  get owner(): string {
+    return this.#owner;
+  }
+
+  /** Until when (epoch ms, from a monotonic clock) the server holds it at least. */
+  get validUntil(): number {
+    return toEpoch(this.#lease.validUntil);
+  }
+
+  /** Aborted (its reason a `LockLost`) when the hold is lost: its lease ended, its renewal
+   * found it gone or kept failing. */
+  get signal(): AbortSignal {
+    return this.#lease.controller.signal;
+  }
+
+  /** Whether it was lost before its release. */
+  get lost(): boolean {
+    return this.#lease.lost;
+  }
+
+  /** Whether this grant was released. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /** Throws `LockLost` when the hold was lost. */
+  check(): void {
+    if (this.#lease.lost) throw this.#lease.lostError();
+  }
+
+  /** Gives this grant back (the server's hold at the last one). Idempotent: later calls do
+   * nothing. Throws `LockLost` (sending nothing) when the hold was lost before. */
+  async release(): Promise<void> {
+    if (this.#released) return;
+    this.#released = true;
+    const s = this.#lease;
+    s.count -= 1;
+    if (s.lost) throw s.lostError();
+    if (s.count > 0) return;
+    try {
+      await this.#lock.releaseLease(s, this.#owner);
+    } catch (e) {
+      if (!(e instanceof LockLost)) {
+        // refused by the server: still held (the watchdog goes on); the caller may retry
+        s.count += 1;
+        this.#released = false;
+      }
+      throw e;
+    }
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+}
+
+/** Acquires of one handle (or semaphore) take turns: `run` after the ones before it. */
+export class Turns {
+  #turn: Promise<void> = Promise.resolve();
+
+  async run<T>(signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
+    let done!: () => void;
+    const mine = new Promise<void>((r) => (done = r));
+    const gate = this.#turn;
+    this.#turn = gate.then(() => mine);
+    try {
+      await bounded(gate, Infinity, 'turn', signal);
+      return await fn();
+    } finally {
+      done();
+    }
+  }
+}
+
+const ACQUIRE_KEYS = ['waitMs', 'leaseMs', 'signal'] as const;
+
+interface LockGrant {
+  token: bigint;
+}
+
+/**
+ * A reentrant lock handle (`rlock.lock(name)`): RLOCK.* on Redisson's layout. Acquires of one
+ * handle take turns: while it holds the lock, an acquire re-enters (counted here).
+ */
+export class Lock {
+  /** @internal */ readonly rl: RLock;
+  /** @internal */ readonly key: string | Buffer;
+  /** This handle's id (owner ids of its holds are `<id>:<n>`). */
+  readonly id: string;
+  #holds = 0;
+  #current: { lease: Lease; owner: string; token: bigint } | null = null;
+  readonly #turns = new Turns();
+
+  /** @internal */
+  constructor(rl: RLock, key: string | Buffer, id: string) {
+    this.rl = rl;
+    this.key = key;
+    this.id = id;
+  }
+
+  /** The lock's name as a string. */
+  get label(): string {
+    return typeof this.key === 'string' ? this.key : this.key.toString('latin1');
+  }
+
+  /** Whether this handle holds the lock (a live hold). */
+  isHeld(): boolean {
+    return this.#current !== null && !this.#current.lease.lost;
+  }
+
+  /** Takes the lock, waiting in the server (FIFO) up to `waitMs` (absent: without limit).
+   * Throws `LockTimeout` when not taken in time; on abort, rejects with the signal's reason,
+   * holding nothing. */
+  async acquire(options?: AcquireOptions): Promise<Hold> {
+    const hold = await this.#take(options, 'acquire options', undefined);
+    if (hold === null) throw new LockTimeout(`${this.label} was not taken within the wait`, this.label);
+    return hold;
+  }
+
+  /** One try (or a wait of `waitMs`): the hold, or null when not taken. */
+  async tryAcquire(options?: AcquireOptions): Promise<Hold | null> {
+    return this.#take(options, 'tryAcquire options', 0);
+  }
+
+  async #take(options: unknown, what: string, defaultWait: number | undefined): Promise<Hold | null> {
+    const o = V.options(options, what);
+    V.known(o, ACQUIRE_KEYS, what);
+    const waitMs = 'waitMs' in o ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait;
+    const leaseMs = V.ms(o.leaseMs, 'leaseMs', 1);
+    const signal = V.signal(o.signal);
+    if (signal?.aborted) throw abortReason(signal);
+    return this.#turns.run(signal, async () => {
+      const cur = this.#current;
+      if (cur !== null && !cur.lease.lost) return this.#reenter(cur, waitMs, leaseMs, signal);
+      return this.#acquire(waitMs, leaseMs, signal);
+    });
+  }
+
+  /** A re-entry: the server confirms this exact hold (`RLOCK.RENEW ... GT`, never shortening
+   * it), then it counts one more. */
+  async #reenter(cur: { lease: Lease; owner: string; token: bigint }, waitMs: number | undefined, leaseMs: number | undefined, signal?: AbortSignal): Promise<Hold | null> {
+    const rl = this.rl;
+    const s = cur.lease;
+    const remaining = Math.max(0, Math.ceil(s.validUntil - now()));
+    const lease = Math.max(leaseMs ?? rl.watchdogMs, s.watchdog ? s.leaseMs : remaining, 1);
+    const sentAt = now();
+    const until = sentAt + (waitMs ? waitMs : rl.responseTimeoutMs);
+    let reply: unknown;
+    try {
+      reply = await rl.resend(['RLOCK.RENEW', this.key, cur.owner, String(lease), 'GT'], until, signal);
+    } catch (e) {
+      if (signal?.aborted && e === abortReason(signal)) throw e;
+      if (e instanceof ServerError && !transientReply(e)) throw fromReply(e.message, this.label);
+      // no answer in time: not taken when the acquire had a time limit (one try or a wait; one
+      // without limit raises it); the renewal changed nothing to regret (GT never shortens it)
+      if (waitMs !== undefined) return null;
+      throw e;
+    }
+    if (Number(reply) !== 1) s.markLost('a re-entry found it gone');
+    if (s.lost) throw s.lostError();
+    s.extend(sentAt + lease);
+    s.count += 1;
+    return new Hold(this, s, cur.owner, cur.token);
+  }
+
+  /** A fresh acquire: `RLOCK.ACQUIRE key owner lease TOKEN REQUEST id [WAIT ms]`, under an owner
+   * id of its own (`<handle id>:<n>`). */
+  async #acquire(waitMs: number | undefined, leaseMs: number | undefined, signal?: AbortSignal): Promise<Hold | null> {
+    const rl = this.rl;
+    const lease = leaseMs ?? rl.watchdogMs;
+    const owner = `${this.id}:${++this.#holds}`;
+    const spec: AcquireSpec<LockGrant> = {
+      key: this.key,
+      label: this.label,
+      leaseMs: lease,
+      args: (rid, wait) => {
+        const args: Arg[] = ['RLOCK.ACQUIRE', this.key, owner, String(lease), 'TOKEN', 'REQUEST', rid];
+        if (wait !== null) args.push('WAIT', String(wait));
+        return args;
+      },
+      read: (reply) => {
+        const [granted, value] = reply as [unknown, unknown];
+        if (Number(granted) === 1) return { grant: { token: BigInt(value as number) } };
+        return { again: Number(value) === 0 }; // free at that instant, not grantable then
+      },
+    };
+    const got = await acquireOnce(rl, spec, waitMs, signal);
+    if (got === null) return null;
+    const key = this.key;
+    const renew = async (): Promise<boolean> =>
+      Number(await rl.conn.send(['RLOCK.RENEW', key, owner, String(lease), 'GT'])) === 1;
+    const s = new Lease(this, lease, leaseMs === undefined, got.sentAt, renew, rl.responseTimeoutMs);
+    this.#current = { lease: s, owner, token: got.grant.token };
+    return new Hold(this, s, owner, got.grant.token);
+  }
+
+  /** @internal The last release of a hold: `RLOCK.RELEASE key owner REQUEST id`, sent again
+   * after transient failures (within its lease, three response timeouts at most, then in the
+   * background up to 6 s from the first send). */
+  async releaseLease(s: Lease, owner: string): Promise<void> {
+    const rl = this.rl;
+    const args: Arg[] = ['RLOCK.RELEASE', this.key, owner, 'REQUEST', newId()];
+    const first = now();
+    const reply = await rl.giveBack(args, this.label, Math.min(s.validUntil, first + 3 * rl.responseTimeoutMs), Math.min(s.validUntil, first + RELEASE_RESEND_MS));
+    if (reply === null) {
+      s.markLost('the release found it gone');
+      s.end();
+      throw s.lostError();
+    }
+    s.end();
+  }
+
+  /** @internal `s` is no longer this handle's hold. */
+  dropped(s: Lease): void {
+    if (this.#current?.lease === s) this.#current = null;
+  }
+}
+
+/**
+ * Runs `fn` holding the lock `name`: `withLock(client, 'orders:42', { waitMs: 5000 }, async
+ * (signal, token) => ...)`. `client` is an RLock or a node-redis / ioredis client (its RLock made
+ * at first use). `signal` aborts when the hold is lost. Released when `fn` settles.
+ */
+export async function withLock<T>(
+  client: unknown,
+  name: string | Buffer,
+  options: AcquireOptions | undefined,
+  fn: (signal: AbortSignal, token: bigint) => Promise<T> | T,
+): Promise<T> {
+  if (typeof fn !== 'function') throw new InvalidArgument('withLock needs a function');
+  const lock = RLock.of(client).lock(name);
+  await using hold = await lock.acquire(options);
+  return await fn(hold.signal, hold.token);
+}
