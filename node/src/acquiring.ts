@@ -6,7 +6,8 @@ import { abortReason, bounded, isCancelledReply, newId, now, sleep, Stalled, tra
 export interface Engine {
   readonly conn: Connection;
   readonly responseTimeoutMs: number;
-  openWait(signal?: AbortSignal): Promise<Connection>;
+  /** A dedicated connection for a wait on `key`. */
+  openWait(signal?: AbortSignal, key?: Arg): Promise<Connection>;
   closeWait(c: Connection): Promise<void>;
   cancel(key: Arg, rid: string, leaseMs: number): Promise<void>;
 }
@@ -72,10 +73,25 @@ export async function acquireOnce<G>(
           needCancel = true;
           reply = await bounded(eng.conn.send(args, spec.send), eng.responseTimeoutMs, String(args[0]), signal);
         } else {
-          conn ??= await eng.openWait(signal);
+          conn ??= await eng.openWait(signal, spec.key);
           needCancel = true;
           const within = wait === 0 ? Infinity : wait + eng.responseTimeoutMs;
-          reply = await bounded(conn.send(args, spec.send), within, String(args[0]), signal);
+          const got = await waitReply(eng, conn, args, spec.args(rid, null), within, spec.send, signal);
+          if (got.silent) {
+            // the server no longer queues the wait, yet its connection brought no reply (gone
+            // without a word, or a failover): dropped; the check's answer is the wait's
+            await eng.closeWait(conn);
+            conn = null;
+            if (got.reply instanceof Error) throw got.reply;
+            const r = spec.read(got.reply);
+            if (!('grant' in r)) {
+              // not queued there, not granted: asked again with the same id and the time left
+              if (now() < end) continue;
+              needCancel = false;
+              return null;
+            }
+          }
+          reply = got.reply;
         }
       } catch (e) {
         if (signal?.aborted && e === abortReason(signal)) throw e;
@@ -124,5 +140,50 @@ export async function acquireOnce<G>(
   } finally {
     if (needCancel) await eng.cancel(spec.key, rid, spec.leaseMs);
     if (conn !== null) await eng.closeWait(conn);
+  }
+}
+
+/** A wait that lasts is checked from another connection every this many ms (at least 1 s, 5
+ * response timeouts): well within the 60 s a request record lives. */
+export const probeEvery = (responseTimeoutMs: number): number => Math.max(1000, 5 * responseTimeoutMs);
+
+/**
+ * The reply of the wait `args` on `conn` within `within` ms; while none comes, checked every
+ * {@link probeEvery} by sending `probe` (the same acquire without `WAIT`, same request id) on the
+ * client's own connection, as the Python client does: `already waiting` means the server still
+ * queues it; a reply (the grant replayed, or not granted) or `was cancelled` means it does not,
+ * though its connection said nothing: `silent`, with that answer (an error reply as an Error).
+ * No answer, or another error, concludes nothing.
+ */
+async function waitReply(
+  eng: Engine,
+  conn: Connection,
+  args: Arg[],
+  probe: Arg[],
+  within: number,
+  send: SendOptions | undefined,
+  signal?: AbortSignal,
+): Promise<{ reply: unknown; silent: boolean }> {
+  const pending = conn.send(args, send);
+  pending.catch(() => {});
+  const end = now() + within;
+  const every = probeEvery(eng.responseTimeoutMs);
+  for (;;) {
+    const slice = Math.min(end - now(), every);
+    try {
+      return { reply: await bounded(pending, Math.max(0, slice), String(args[0]), signal), silent: false };
+    } catch (e) {
+      if (!(e instanceof Stalled)) throw e;
+      if (now() >= end) throw new Stalled(String(args[0]), within);
+    }
+    let answer: unknown;
+    try {
+      answer = await bounded(eng.conn.send(probe, send), eng.responseTimeoutMs, String(probe[0]), signal);
+    } catch (e) {
+      if (signal?.aborted && e === abortReason(signal)) throw e;
+      if (isCancelledReply(e)) return { reply: e, silent: true };
+      continue; // still waiting there (`already waiting`), or no conclusion
+    }
+    return { reply: answer, silent: true };
   }
 }

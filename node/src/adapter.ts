@@ -1,4 +1,5 @@
 import { InvalidArgument } from './errors.js';
+import { adaptTopology } from './topology.js';
 
 /**
  * What the client needs from a connection, and the two drivers' implementations of it.
@@ -21,7 +22,9 @@ export interface SendOptions {
 
 export interface Connection {
   send(args: readonly Arg[], options?: SendOptions): Promise<unknown>;
-  duplicate(): Promise<Connection>;
+  /** A dedicated connection; `key`: the key its commands are for (a cluster connects to the
+   * node serving that key's slot). */
+  duplicate(key?: Arg): Promise<Connection>;
   close(): Promise<void>;
   /** Calls `listener` when the connection closes or fails; returns the function that stops it. */
   onDeath(listener: (err: Error) => void): () => void;
@@ -47,7 +50,7 @@ function isErrorReply(err: unknown): err is Error {
   return false;
 }
 
-function normalize(err: unknown): unknown {
+export function normalize(err: unknown): unknown {
   return isErrorReply(err) ? new ServerError(err.message) : err;
 }
 
@@ -57,7 +60,7 @@ interface Emitter {
   removeListener?(event: string, listener: (...args: unknown[]) => void): unknown;
 }
 
-function listen(c: Emitter, events: readonly string[], listener: (err: Error) => void): () => void {
+export function listen(c: Emitter, events: readonly string[], listener: (err: Error) => void): () => void {
   const fns = events.map((ev) => {
     const f = (e?: unknown): void => listener(e instanceof Error ? e : new Error(`connection ${ev}`));
     c.on(ev, f as (...args: unknown[]) => void);
@@ -72,7 +75,7 @@ function listen(c: Emitter, events: readonly string[], listener: (err: Error) =>
 }
 
 /** node-redis v5 (`createClient()`): `sendCommand`, `duplicate()`. */
-interface NodeRedisClient extends Emitter {
+export interface NodeRedisClient extends Emitter {
   sendCommand(args: Arg[], options?: object): Promise<unknown>;
   duplicate(overrides?: object): NodeRedisClient;
   connect(): Promise<unknown>;
@@ -81,7 +84,18 @@ interface NodeRedisClient extends Emitter {
   readonly options?: { socket?: object };
 }
 
-class NodeRedisConnection implements Connection {
+/** A dedicated connection made from the node-redis client `c` (to `at` instead of its server,
+ * when given). It never reconnects nor queues: a wait on a connection that went is answered by
+ * the acquire itself (it cancels its request, or asks again). */
+export async function dialNodeRedis(c: NodeRedisClient, at?: { host: string; port: number }): Promise<Connection> {
+  const socket = { ...(c.options?.socket ?? {}), ...(at ?? {}), reconnectStrategy: false };
+  const d = c.duplicate({ socket, disableOfflineQueue: true });
+  d.on('error', () => {}); // reported by onDeath and by the pending command's rejection
+  await d.connect();
+  return new NodeRedisConnection(d);
+}
+
+export class NodeRedisConnection implements Connection {
   constructor(private readonly c: NodeRedisClient) {}
 
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
@@ -93,14 +107,8 @@ class NodeRedisConnection implements Connection {
     }
   }
 
-  async duplicate(): Promise<Connection> {
-    // a dedicated connection never reconnects nor queues: a wait on a connection that went is
-    // answered by the acquire itself (it cancels its request, or asks again)
-    const socket = { ...(this.c.options?.socket ?? {}), reconnectStrategy: false };
-    const d = this.c.duplicate({ socket, disableOfflineQueue: true });
-    d.on('error', () => {}); // reported by onDeath and by the pending command's rejection
-    await d.connect();
-    return new NodeRedisConnection(d);
+  duplicate(): Promise<Connection> {
+    return dialNodeRedis(this.c);
   }
 
   async close(): Promise<void> {
@@ -113,7 +121,7 @@ class NodeRedisConnection implements Connection {
 }
 
 /** ioredis v5 (`new Redis()`): `call`, `duplicate()`. */
-interface IoRedisClient extends Emitter {
+export interface IoRedisClient extends Emitter {
   call(command: string, ...args: Arg[]): Promise<unknown>;
   callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
   duplicate(overrides?: object): IoRedisClient;
@@ -122,7 +130,24 @@ interface IoRedisClient extends Emitter {
   readonly status: string;
 }
 
-class IoRedisConnection implements Connection {
+/** A dedicated connection made from the ioredis client `c` (to `at` instead of its server, when
+ * given): no reconnection, no offline queue, no resend. With `sentinels` in its options, it
+ * asks them for the master as it connects. */
+export async function dialIoRedis(c: IoRedisClient, at?: { host: string; port: number }): Promise<Connection> {
+  const d = c.duplicate({
+    ...(at ?? {}),
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    autoResendUnfulfilledCommands: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  d.on('error', () => {});
+  await d.connect();
+  return new IoRedisConnection(d);
+}
+
+export class IoRedisConnection implements Connection {
   constructor(private readonly c: IoRedisClient) {}
 
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
@@ -135,17 +160,8 @@ class IoRedisConnection implements Connection {
     }
   }
 
-  async duplicate(): Promise<Connection> {
-    const d = this.c.duplicate({
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      autoResendUnfulfilledCommands: false,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-    });
-    d.on('error', () => {});
-    await d.connect();
-    return new IoRedisConnection(d);
+  duplicate(): Promise<Connection> {
+    return dialIoRedis(this.c);
   }
 
   async close(): Promise<void> {
@@ -162,12 +178,16 @@ function isConnection(x: object): x is Connection {
   return typeof c.send === 'function' && typeof c.duplicate === 'function' && typeof c.close === 'function' && typeof c.onDeath === 'function';
 }
 
-/** The {@link Connection} of a node-redis v5 client, an ioredis v5 client, or a ready-made one. */
+/** The {@link Connection} of a node-redis v5 client (`createClient`, `createCluster`,
+ * `createSentinel`), an ioredis v5 client (`new Redis`, with `sentinels` too, `new Cluster`), or
+ * a ready-made one. */
 export function adapt(client: unknown): Connection {
   if (client === null || typeof client !== 'object') {
     throw new InvalidArgument('rlock needs a connected node-redis or ioredis client');
   }
   if (isConnection(client)) return client;
+  const topo = adaptTopology(client);
+  if (topo !== null) return topo;
   const c = client as Record<string, unknown>;
   if (typeof c.call === 'function' && typeof c.duplicate === 'function' && typeof c.status === 'string') {
     return new IoRedisConnection(client as unknown as IoRedisClient);

@@ -83,9 +83,9 @@ export class RLock implements Engine {
     await this.close();
   }
 
-  /** @internal A dedicated connection for one wait. */
-  async openWait(signal?: AbortSignal): Promise<Connection> {
-    const opening = this.conn.duplicate();
+  /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node). */
+  async openWait(signal?: AbortSignal, key?: Arg): Promise<Connection> {
+    const opening = this.conn.duplicate(key);
     let c: Connection;
     try {
       c = await bounded(opening, this.responseTimeoutMs * 2, 'connect', signal);

@@ -17,9 +17,10 @@ export const RELEASE_RESEND_MS = 6000;
 /** How long the server remembers a request's outcome without a lease (its cancelled record). */
 export const REQUEST_RECORD_MS = 60000;
 
-/** An error reply worth sending the same idempotent command again after. */
+/** An error reply worth sending the same idempotent command again after (`UNBLOCKED`: a
+ * failover ended a wait, the master turning replica; `READONLY`: sent to a replica). */
 export function transientReply(e: ServerError): boolean {
-  return /^(LOADING|BUSY|TRYAGAIN|MASTERDOWN|READONLY|CLUSTERDOWN)\b/.test(e.message);
+  return /^(LOADING|BUSY|TRYAGAIN|MASTERDOWN|READONLY|CLUSTERDOWN|UNBLOCKED)\b/.test(e.message);
 }
 
 /** A failure after which an idempotent command is sent again: no reply, a failed connection, a

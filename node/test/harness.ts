@@ -13,7 +13,7 @@ import { Redis } from 'ioredis';
 
 export const MODULE = process.env.RLOCK_MODULE ?? '';
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.unref();
@@ -26,7 +26,7 @@ async function freePort(): Promise<number> {
   });
 }
 
-function ping(port: number): Promise<boolean> {
+export function ping(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = connect(port, '127.0.0.1');
     let buf = '';
@@ -59,6 +59,9 @@ export class Server {
   readonly dir = mkdtempSync(join(tmpdir(), 'rlock-node-'));
   port = 0;
 
+  /** `extra`: more arguments of `redis-server` (a cluster node's, a replica's). */
+  constructor(private readonly extra: readonly string[] = []) {}
+
   get logPath(): string {
     return join(this.dir, 'server.log');
   }
@@ -67,13 +70,18 @@ export class Server {
     if (!MODULE || !existsSync(MODULE)) throw new Error('set RLOCK_MODULE to the built module (librlock.so)');
     this.port = await freePort();
     const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--loadmodule', MODULE,
-      '--save', '', '--appendonly', 'no', '--logfile', this.logPath];
+      '--save', '', '--appendonly', 'no', '--logfile', this.logPath, ...this.extra];
     this.proc = spawn(process.env.REDIS_SERVER ?? 'redis-server', args, { stdio: 'ignore' });
     const exited = new Promise<void>((resolve) => this.proc?.once('exit', () => resolve()));
     let gone = false;
     void exited.then(() => (gone = true));
     await until(async () => gone || (await ping(this.port)), 10000, 'the server to answer PING');
     if (gone) throw new Error(`the server exited at start:\n${this.log()}`);
+  }
+
+  /** Pauses (SIGSTOP) or resumes (SIGCONT) the server process. */
+  signal(sig: 'SIGSTOP' | 'SIGCONT'): void {
+    this.proc?.kill(sig);
   }
 
   log(): string {
