@@ -71,8 +71,9 @@ export class ClusterNodes {
 
 /** A master, its replica and one sentinel watching them (`down-after` `downAfterMs`). */
 export class SentinelSet {
-  readonly master = new Server();
-  readonly replica = new Server();
+  // a full sync (an old master rejoining after a pause) starts at once
+  readonly master = new Server(['--repl-diskless-sync-delay', '0']);
+  readonly replica = new Server(['--repl-diskless-sync-delay', '0']);
   readonly dir = mkdtempSync(join(tmpdir(), 'rlock-sentinel-'));
   sentinelPort = 0;
   private proc: ChildProcess | null = null;
@@ -97,7 +98,7 @@ export class SentinelSet {
       `sentinel parallel-syncs ${this.name} 1`,
       '',
     ].join('\n'));
-    this.proc = spawn(process.env.REDIS_SENTINEL ?? 'redis-sentinel', [conf], { stdio: 'ignore' });
+    this.proc = spawn(process.env.REDIS_SERVER ?? 'redis-server', [conf, '--sentinel'], { stdio: 'ignore' });
     await until(() => ping(this.sentinelPort), 10000, 'the sentinel to answer PING');
     await until(async () => {
       const r = (await on(this.sentinelPort, ['SENTINEL', 'REPLICAS', this.name])) as unknown[];
