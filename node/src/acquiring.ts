@@ -7,7 +7,7 @@ export interface Engine {
   readonly conn: Connection;
   readonly responseTimeoutMs: number;
   /** A dedicated connection for a wait on `key`. */
-  openWait(signal?: AbortSignal, key?: Arg): Promise<Connection>;
+  openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection>;
   closeWait(c: Connection): Promise<void>;
   cancel(key: Arg, rid: string, leaseMs: number): Promise<void>;
 }
@@ -73,7 +73,7 @@ export async function acquireOnce<G>(
           needCancel = true;
           reply = await bounded(eng.conn.send(args, spec.send), eng.responseTimeoutMs, String(args[0]), signal);
         } else {
-          conn ??= await eng.openWait(signal, spec.key);
+          conn ??= await eng.openWait(signal, spec.key, spec.send);
           needCancel = true;
           const within = wait === 0 ? Infinity : wait + eng.responseTimeoutMs;
           const got = await waitReply(eng, conn, args, spec.args(rid, null), within, spec.send, signal);

@@ -15,19 +15,33 @@ import { adaptTopology } from './topology.js';
 /** One word of a command. */
 export type Arg = string | Buffer;
 
-/** `buffers`: bulk string replies as Buffers (binary ids), else as strings. */
+/** `buffers`: bulk string replies as Buffers (binary ids), else as strings. `exactNumbers`:
+ * integer replies as decimal strings (a fencing token may pass 2^53), else as numbers. */
 export interface SendOptions {
   buffers?: boolean;
+  exactNumbers?: boolean;
 }
 
 export interface Connection {
   send(args: readonly Arg[], options?: SendOptions): Promise<unknown>;
   /** A dedicated connection; `key`: the key its commands are for (a cluster connects to the
    * node serving that key's slot). */
-  duplicate(key?: Arg): Promise<Connection>;
+  duplicate(key?: Arg, options?: SendOptions): Promise<Connection>;
   close(): Promise<void>;
   /** Calls `listener` when the connection closes or fails; returns the function that stops it. */
   onDeath(listener: (err: Error) => void): () => void;
+  /** Frees what this connection made for itself (not the user's client). */
+  dispose?(): Promise<void>;
+}
+
+/** node-redis's command options for `options`: 36, RESP's blob string type ('$'), mapped to
+ * Buffer; 58, its integer type (':'), to String. */
+export function typeMapping(options?: SendOptions): object | undefined {
+  if (!options?.buffers && !options?.exactNumbers) return undefined;
+  const m: Record<number, unknown> = {};
+  if (options.buffers) m[36] = Buffer;
+  if (options.exactNumbers) m[58] = String;
+  return { typeMapping: m };
 }
 
 /** An error reply of the server (whatever the driver's own class for it). */
@@ -100,8 +114,7 @@ export class NodeRedisConnection implements Connection {
 
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     try {
-      // 36: RESP's blob string type ('$'), mapped to Buffer
-      return await this.c.sendCommand([...args], options?.buffers ? { typeMapping: { 36: Buffer } } : undefined);
+      return await this.c.sendCommand([...args], typeMapping(options));
     } catch (e) {
       throw normalize(e);
     }
@@ -133,9 +146,11 @@ export interface IoRedisClient extends Emitter {
 /** A dedicated connection made from the ioredis client `c` (to `at` instead of its server, when
  * given): no reconnection, no offline queue, no resend. With `sentinels` in its options, it
  * asks them for the master as it connects. */
-export async function dialIoRedis(c: IoRedisClient, at?: { host: string; port: number }): Promise<Connection> {
+export async function dialIoRedis(c: IoRedisClient, at?: { host: string; port: number }, options?: SendOptions): Promise<Connection> {
+  const exact = options?.exactNumbers === true;
   const d = c.duplicate({
     ...(at ?? {}),
+    ...(exact ? { stringNumbers: true } : {}),
     lazyConnect: true,
     enableOfflineQueue: false,
     autoResendUnfulfilledCommands: false,
@@ -144,28 +159,54 @@ export async function dialIoRedis(c: IoRedisClient, at?: { host: string; port: n
   });
   d.on('error', () => {});
   await d.connect();
-  return new IoRedisConnection(d);
+  return new IoRedisConnection(d, exact);
 }
 
 export class IoRedisConnection implements Connection {
-  constructor(private readonly c: IoRedisClient) {}
+  #twin: IoRedisClient | null = null;
+
+  /** `exact`: made with `stringNumbers` (integer replies as strings). */
+  constructor(
+    private readonly c: IoRedisClient,
+    private readonly exact = false,
+  ) {}
+
+  /** ioredis reads integers as strings only on a connection made so (`stringNumbers`): a
+   * command that needs them exact goes to a twin of the user's client made so, at first use
+   * (it reconnects as the client does; its socket does not keep the process alive). */
+  #exactClient(): IoRedisClient {
+    if (this.#twin === null) {
+      const t = this.c.duplicate({ stringNumbers: true });
+      t.on('error', () => {});
+      t.on('connect', () => (t as unknown as { stream?: { unref?(): void } }).stream?.unref?.());
+      this.#twin = t;
+    }
+    return this.#twin;
+  }
 
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     const [cmd, ...rest] = args;
+    const c = options?.exactNumbers && !this.exact ? this.#exactClient() : this.c;
     try {
-      if (options?.buffers) return await this.c.callBuffer(String(cmd), ...rest);
-      return await this.c.call(String(cmd), ...rest);
+      if (options?.buffers) return await c.callBuffer(String(cmd), ...rest);
+      return await c.call(String(cmd), ...rest);
     } catch (e) {
       throw normalize(e);
     }
   }
 
-  duplicate(): Promise<Connection> {
-    return dialIoRedis(this.c);
+  duplicate(_key?: Arg, options?: SendOptions): Promise<Connection> {
+    return dialIoRedis(this.c, undefined, options);
   }
 
   async close(): Promise<void> {
     this.c.disconnect();
+    await this.dispose();
+  }
+
+  async dispose(): Promise<void> {
+    this.#twin?.disconnect();
+    this.#twin = null;
   }
 
   onDeath(listener: (err: Error) => void): () => void {

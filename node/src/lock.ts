@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { acquireOnce, type AcquireSpec, type Engine } from './acquiring.js';
-import { adapt, ServerError, type Arg, type Connection } from './adapter.js';
+import { adapt, ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
 import { fromReply, InvalidArgument, LockLost, LockTimeout } from './errors.js';
 import { Lease } from './lease.js';
 import { abortReason, bounded, isTransient, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, sleep, toEpoch, transientReply } from './util.js';
@@ -77,6 +77,7 @@ export class RLock implements Engine {
     await bounded(all, timeoutMs, 'close').catch(() => {});
     await Promise.allSettled([...this.#waits].map((c) => c.close()));
     this.#waits.clear();
+    await this.conn.dispose?.().catch(() => {});
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -84,8 +85,8 @@ export class RLock implements Engine {
   }
 
   /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node). */
-  async openWait(signal?: AbortSignal, key?: Arg): Promise<Connection> {
-    const opening = this.conn.duplicate(key);
+  async openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection> {
+    const opening = this.conn.duplicate(key, options);
     let c: Connection;
     try {
       c = await bounded(opening, this.responseTimeoutMs * 2, 'connect', signal);
@@ -350,6 +351,7 @@ export class Lock {
       key: this.key,
       label: this.label,
       leaseMs: lease,
+      send: { exactNumbers: true }, // a token may pass 2^53
       args: (rid, wait) => {
         const args: Arg[] = ['RLOCK.ACQUIRE', this.key, owner, String(lease), 'TOKEN', 'REQUEST', rid];
         if (wait !== null) args.push('WAIT', String(wait));
@@ -357,7 +359,7 @@ export class Lock {
       },
       read: (reply) => {
         const [granted, value] = reply as [unknown, unknown];
-        if (Number(granted) === 1) return { grant: { token: BigInt(value as number) } };
+        if (Number(granted) === 1) return { grant: { token: BigInt(value as string) } };
         return { again: Number(value) === 0 }; // free at that instant, not grantable then
       },
     };

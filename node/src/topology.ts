@@ -3,6 +3,7 @@ import {
   dialNodeRedis,
   listen,
   normalize,
+  typeMapping,
   ServerError,
   type Arg,
   type Connection,
@@ -50,9 +51,9 @@ interface ClusterDriver {
   /** Sends `args` (for `key`) to where its slot is served, following redirections. */
   send(key: Arg | undefined, args: readonly Arg[], options?: SendOptions): Promise<unknown>;
   /** A dedicated connection to the master serving `slot` (per the driver's slot map). */
-  dialSlot(slot: number): Promise<Connection>;
+  dialSlot(slot: number, options?: SendOptions): Promise<Connection>;
   /** A dedicated connection to the node at `address` (`host:port`). */
-  dialAddress(address: string): Promise<Connection>;
+  dialAddress(address: string, options?: SendOptions): Promise<Connection>;
   /** Asks the cluster for its slot map again (in the background). */
   refresh(): void;
   onDeath(listener: (err: Error) => void): () => void;
@@ -75,10 +76,10 @@ class ClusterConnection implements Connection {
     return this.d.send(args[1], args, options);
   }
 
-  async duplicate(key?: Arg): Promise<Connection> {
+  async duplicate(key?: Arg, options?: SendOptions): Promise<Connection> {
     const slot = key === undefined ? 0 : slotOf(key);
     try {
-      return new ClusterWait(this.d, await this.d.dialSlot(slot));
+      return new ClusterWait(this.d, await this.d.dialSlot(slot, options), options);
     } catch (e) {
       this.d.refresh(); // the node may be gone: the next attempt asks the map again
       throw e;
@@ -102,6 +103,7 @@ class ClusterWait implements Connection {
   constructor(
     private readonly d: ClusterDriver,
     private inner: Connection,
+    private readonly options?: SendOptions,
   ) {
     this.#watch();
   }
@@ -114,7 +116,7 @@ class ClusterWait implements Connection {
   }
 
   async #moveTo(address: string): Promise<void> {
-    const next = await this.d.dialAddress(address);
+    const next = await this.d.dialAddress(address, this.options);
     await this.inner.close().catch(() => {});
     this.inner = next;
     this.#watch();
@@ -143,8 +145,8 @@ class ClusterWait implements Connection {
     }
   }
 
-  duplicate(key?: Arg): Promise<Connection> {
-    return new ClusterConnection(this.d).duplicate(key);
+  duplicate(key?: Arg, options?: SendOptions): Promise<Connection> {
+    return new ClusterConnection(this.d).duplicate(key, options);
   }
 
   async close(): Promise<void> {
@@ -185,8 +187,7 @@ function nodeRedisCluster(c: NodeRedisCluster): ClusterDriver {
   return {
     async send(key, args, options) {
       try {
-        // 36: RESP's blob string type ('$'), mapped to Buffer
-        return await c.sendCommand(key, false, [...args], options?.buffers ? { typeMapping: { 36: Buffer } } : undefined);
+        return await c.sendCommand(key, false, [...args], typeMapping(options));
       } catch (e) {
         throw normalize(e);
       }
@@ -249,15 +250,15 @@ function ioRedisCluster(c: IoRedisCluster): ClusterDriver {
         throw normalize(e);
       }
     },
-    async dialSlot(slot) {
+    async dialSlot(slot, options) {
       const address = c.slots[slot]?.[0];
       if (address === undefined) throw new Error(`no master serves slot ${slot}`);
-      return this.dialAddress(address);
+      return this.dialAddress(address, options);
     },
-    async dialAddress(address) {
+    async dialAddress(address, options) {
       const inst = c.connectionPool.getInstanceByKey(address);
-      if (inst !== undefined) return dialIoRedis(inst);
-      return dialIoRedis(anyNode(), hostPort(address));
+      if (inst !== undefined) return dialIoRedis(inst, undefined, options);
+      return dialIoRedis(anyNode(), hostPort(address), options);
     },
     refresh() {
       try {
@@ -287,7 +288,7 @@ class NodeRedisSentinelConnection implements Connection {
 
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     try {
-      return await this.c.sendCommand(false, [...args], options?.buffers ? { typeMapping: { 36: Buffer } } : undefined);
+      return await this.c.sendCommand(false, [...args], typeMapping(options));
     } catch (e) {
       throw normalize(e);
     }
