@@ -179,6 +179,12 @@ export class IoRedisConnection implements Connection {
       const t = this.c.duplicate({ stringNumbers: true });
       t.on('error', () => {});
       t.on('connect', () => (t as unknown as { stream?: { unref?(): void } }).stream?.unref?.());
+      const end = (): void => {
+        this.c.off?.('end', end);
+        t.disconnect();
+        if (this.#twin === t) this.#twin = null;
+      };
+      this.c.on('end', end); // goes when the user's client ends
       this.#twin = t;
     }
     return this.#twin;

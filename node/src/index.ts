@@ -6,3 +6,4 @@ export type { Arg, Connection, SendOptions } from './adapter.js';
 export { adapt, ServerError } from './adapter.js';
 export { Stalled } from './util.js';
 export * from './errors.js';
+export * as compat from './compat.js';
