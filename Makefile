@@ -4,7 +4,7 @@ CARGO ?= cargo
 MODULE := target/release/librlock.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python node-deps test-node python-generate test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke jepsen-deps jepsen jepsen-quick lint fmt docs clean
+.PHONY: all deps valkey-deps servers-deps build run run-test test python-deps test-python node-deps test-node bench-node python-generate test-python-peer py-model-fuzz bench-python test-valkey test-redis8 test-valkey9 test-servers failover soak fuzz client-fuzz bench bench-servers bench-smoke jepsen-deps jepsen jepsen-quick lint fmt docs clean
 
 all: build
 
@@ -86,6 +86,11 @@ node-deps:
 
 test-node: build node-deps
 	cd node && npm run typecheck && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} npm test
+
+# One lock handed between 1, 8 and 64 contenders: redis-rlock against redis-semaphore's Mutex and
+# redlock (pinned dev dependencies); acquires/s, hand-offs/s, p50/p99 wait (not in CI).
+bench-node: build node-deps
+	cd node && npm run build && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} node bench/handoff.mjs
 
 # The sync package's await-only drivers (src/redis_rlock/_drivers.py) generated from their
 # asyncio source (src/redis_rlock/aio/_drivers.py) by python/tools/generate_sync.py (unasync,
