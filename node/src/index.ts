@@ -6,3 +6,6 @@ export type { Arg, Connection, SendOptions } from './adapter.js';
 export { adapt, ServerError } from './adapter.js';
 export { Stalled } from './util.js';
 export * from './errors.js';
+export { RWLock, Owner } from './rw.js';
+export { Side } from './side.js';
+export type { Mode } from './side.js';

@@ -6,6 +6,7 @@ import { Lease } from './lease.js';
 import { abortReason, bounded, isTransient, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, sleep, toEpoch, transientReply } from './util.js';
 import * as V from './validate.js';
 import { LeasedSemaphore, Semaphore } from './semaphore.js';
+import { Owner, RWLock } from './rw.js';
 
 export interface RLockOptions {
   /** How long a reply may take beyond any wait in the server (default 2000 ms). */
@@ -58,6 +59,17 @@ export class RLock implements Engine {
   /** A lock handle named `name`; its holds re-enter (per handle, not per caller). */
   lock(name: string | Buffer): Lock {
     return new Lock(this, V.name(name), `${this.id}:${++this.#handles}`);
+  }
+
+  /** A read-write lock handle named `name` (`.read`, `.write`): one owner for both sides. */
+  rwLock(name: string | Buffer): RWLock {
+    return new RWLock(this, V.name(name), `${this.id}:${++this.#handles}`);
+  }
+
+  /** One owner id for a unit of work: its locks re-enter each other's holds, and the server
+   * refuses a wait that would close a cycle of owners (`Deadlock`). */
+  owner(): Owner {
+    return new Owner(this, `${this.id}:${++this.#handles}`);
   }
 
   /** A semaphore of counted permits (Redisson's `RSemaphore`) named `name`. */
@@ -152,16 +164,21 @@ export class RLock implements Engine {
   }
 }
 
+/** What gives a hold's last grant back (a lock handle, a side of a read-write lock). */
+export interface Releaser {
+  releaseLease(s: Lease, owner: string): Promise<void>;
+}
+
 /** One acquire's grant (a first grant or a re-entry): `await using hold = await lock.acquire()`. */
 export class Hold implements AsyncDisposable {
   #released = false;
   readonly #lease: Lease;
-  readonly #lock: Lock;
+  readonly #lock: Releaser;
   readonly #owner: string;
   readonly #token: bigint;
 
   /** @internal */
-  constructor(lock: Lock, lease: Lease, owner: string, token: bigint) {
+  constructor(lock: Releaser, lease: Lease, owner: string, token: bigint) {
     this.#lock = lock;
     this.#lease = lease;
     this.#owner = owner;
