@@ -9,3 +9,7 @@ export * from './errors.js';
 export { RWLock, Owner } from './rw.js';
 export { Side } from './side.js';
 export type { Mode } from './side.js';
+export { Session } from './session.js';
+export type { SessionOptions } from './session.js';
+export { CountDownLatch } from './latch.js';
+export type { LatchAwaitOptions } from './latch.js';

@@ -7,6 +7,8 @@ import { abortReason, bounded, isTransient, newId, now, RELEASE_RESEND_MS, REQUE
 import * as V from './validate.js';
 import { LeasedSemaphore, Semaphore } from './semaphore.js';
 import { Owner, RWLock } from './rw.js';
+import { Session, type SessionOptions } from './session.js';
+import { CountDownLatch } from './latch.js';
 
 export interface RLockOptions {
   /** How long a reply may take beyond any wait in the server (default 2000 ms). */
@@ -70,6 +72,17 @@ export class RLock implements Engine {
    * refuses a wait that would close a cycle of owners (`Deadlock`). */
   owner(): Owner {
     return new Owner(this, `${this.id}:${++this.#handles}`);
+  }
+
+  /** A session: a dedicated connection of its own whose holds are bound to it (`SESSION`):
+   * closing the session, or its connection dying, ends them on the server at once. */
+  async session(options?: SessionOptions): Promise<Session> {
+    return Session.open(this, `${this.id}:${++this.#handles}`, options);
+  }
+
+  /** A count-down latch (Redisson's `RCountDownLatch`) named `name`. */
+  latch(name: string | Buffer): CountDownLatch {
+    return new CountDownLatch(this, V.name(name));
   }
 
   /** A semaphore of counted permits (Redisson's `RSemaphore`) named `name`. */

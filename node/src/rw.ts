@@ -1,6 +1,6 @@
 import { UpgradeRefused } from './errors.js';
 import { Turns, type RLock } from './lock.js';
-import { Side } from './side.js';
+import { Side, type SideOptions } from './side.js';
 import * as V from './validate.js';
 
 /**
@@ -19,15 +19,16 @@ export class RWLock {
   readonly id: string;
 
   /** @internal */
-  constructor(rl: RLock, key: string | Buffer, id: string, ownerId?: string) {
+  constructor(rl: RLock, key: string | Buffer, id: string, ownerId?: string, more?: Partial<SideOptions>) {
     this.id = id;
     const turns = new Turns();
     let gen = 0;
     const fixed = ownerId !== undefined;
     const ownerFor = (): string => ownerId ?? this.read.heldBy() ?? this.write.heldBy() ?? `${id}:${++gen}`;
     const label = typeof key === 'string' ? key : key.toString('latin1');
-    this.read = new Side(rl, key, 'READ', turns, { ownerFor, fixedOwner: fixed });
+    this.read = new Side(rl, key, 'READ', turns, { ...more, ownerFor, fixedOwner: fixed });
     this.write = new Side(rl, key, 'WRITE', turns, {
+      ...more,
       ownerFor,
       fixedOwner: fixed,
       beforeFresh: (waitMs) => {
