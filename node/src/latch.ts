@@ -32,9 +32,13 @@ export class CountDownLatch {
     return typeof this.key === 'string' ? this.key : this.key.toString('latin1');
   }
 
-  async #call(args: (string | Buffer)[]): Promise<number> {
+  /** One command; `again`: sent again after transient failures (a read only: a set or a delete
+   * whose reply was lost would read as not done when sent again). */
+  async #call(args: (string | Buffer)[], again = false): Promise<number> {
+    const rl = this.#rl;
     try {
-      return Number(await this.#rl.resend(args, now() + this.#rl.responseTimeoutMs));
+      if (again) return Number(await rl.resend(args, now() + rl.responseTimeoutMs));
+      return Number(await bounded(rl.conn.send(args), rl.responseTimeoutMs, String(args[0])));
     } catch (e) {
       if (e instanceof ServerError) throw fromReply(e.message, this.label);
       throw e;
@@ -48,20 +52,15 @@ export class CountDownLatch {
   }
 
   /** Counts down by `amount` (default 1), never below zero; at zero the latch opens. The count
-   * left. (Not sent again after a failure: a count-down is not idempotent.) */
+   * left. Not sent again after a failure (a count-down is not idempotent). */
   async countDown(amount = 1): Promise<number> {
     const n = V.int(amount, 'amount', 1, MAX_COUNT);
-    try {
-      return Number(await bounded(this.#rl.conn.send(['RLATCH.COUNTDOWN', this.key, String(n)]), this.#rl.responseTimeoutMs, 'RLATCH.COUNTDOWN'));
-    } catch (e) {
-      if (e instanceof ServerError) throw fromReply(e.message, this.label);
-      throw e;
-    }
+    return this.#call(['RLATCH.COUNTDOWN', this.key, String(n)]);
   }
 
   /** The remaining count (0: open). */
   async count(): Promise<number> {
-    return this.#call(['RLATCH.COUNT', this.key]);
+    return this.#call(['RLATCH.COUNT', this.key], true);
   }
 
   /** Deletes the latch (it opens): true when it existed. */

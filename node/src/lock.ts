@@ -363,6 +363,11 @@ export class Lock {
       if (waitMs !== undefined) return null;
       throw e;
     }
+    if (this.#current?.lease !== s && !s.lost) {
+      // its last grant was released meanwhile: nothing to re-enter, a fresh hold with the time left
+      const left = waitMs === undefined ? undefined : Math.max(0, Math.ceil(sentAt + waitMs - now()));
+      return this.#acquire(left, leaseMs, signal);
+    }
     if (Number(reply) !== 1) s.markLost('a re-entry found it gone');
     if (s.lost) throw s.lostError();
     s.extend(sentAt + lease);
@@ -408,7 +413,17 @@ export class Lock {
     const rl = this.rl;
     const args: Arg[] = ['RLOCK.RELEASE', this.key, owner, 'REQUEST', newId()];
     const first = now();
-    const reply = await rl.giveBack(args, this.label, Math.min(s.validUntil, first + 3 * rl.responseTimeoutMs), Math.min(s.validUntil, first + RELEASE_RESEND_MS));
+    // no longer this handle's hold from now on: an acquire meanwhile takes a fresh hold (its own
+    // owner id), never a re-entry of the hold being released (the server would find it gone)
+    const cur = this.#current;
+    if (cur?.lease === s) this.#current = null;
+    let reply: unknown;
+    try {
+      reply = await rl.giveBack(args, this.label, Math.min(s.validUntil, first + 3 * rl.responseTimeoutMs), Math.min(s.validUntil, first + RELEASE_RESEND_MS));
+    } catch (e) {
+      if (this.#current === null && cur?.lease === s && !s.lost) this.#current = cur; // refused: still held
+      throw e;
+    }
     if (reply === null) {
       s.markLost('the release found it gone');
       s.end();

@@ -1,6 +1,6 @@
 import { acquireOnce, type AcquireSpec, type Engine } from './acquiring.js';
 import { ServerError, type Arg } from './adapter.js';
-import { fromReply, LockTimeout } from './errors.js';
+import { fromReply, LockLost, LockTimeout, RLockError } from './errors.js';
 import { Lease } from './lease.js';
 import { Hold, type AcquireOptions, type RLock, type Turns } from './lock.js';
 import { abortReason, bounded, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, transientReply } from './util.js';
@@ -125,6 +125,15 @@ export class Side {
       if (waitMs !== undefined) return null;
       throw e;
     }
+    if (this.#current?.lease !== s && !s.lost) {
+      // its last grant was released meanwhile (by another caller): nothing to re-enter, a fresh
+      // acquire with the time left (an owner's waits for that release first)
+      if (this.opts.fixedOwner) {
+        while (this.#pending.size > 0) await bounded(Promise.allSettled([...this.#pending]), Infinity, 'a give-back', signal);
+      }
+      const left = waitMs === undefined ? undefined : Math.max(0, Math.ceil(sentAt + waitMs - now()));
+      return this.#fresh(left, leaseMs, signal);
+    }
     if (Number(reply) !== 1) s.markLost('a re-entry found it gone');
     if (s.lost) throw s.lostError();
     s.extend(sentAt + lease);
@@ -213,6 +222,20 @@ export class Side {
 
   /** @internal The last release of a hold. */
   async releaseLease(s: Lease, owner: string): Promise<void> {
+    // no longer this side's hold from now on: an acquire meanwhile is a fresh one (an owner's
+    // waits for this release), never a re-entry of the hold being released
+    const cur = this.#current;
+    if (cur?.lease === s) this.#current = null;
+    try {
+      await this.#release(s, owner);
+    } catch (e) {
+      // refused by the server: still held (the caller may retry)
+      if (e instanceof RLockError && !(e instanceof LockLost) && this.#current === null && cur?.lease === s && !s.lost) this.#current = cur;
+      throw e;
+    }
+  }
+
+  async #release(s: Lease, owner: string): Promise<void> {
     const rl = this.rl;
     const args: Arg[] =
       this.mode === 'LOCK'

@@ -2,6 +2,18 @@ import assert from 'node:assert/strict';
 import { Deadlock, RLock, UpgradeRefused } from '../src/index.js';
 import { free, hash, suite, until, type Admin } from './harness.js';
 
+/** A small seeded generator (mulberry32): the randomized test prints its seed. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 async function lockWaiters(admin: Admin, name: string): Promise<number> {
   const info = (await admin.sendCommand(['RLOCK.INFO', name])) as unknown[] | null;
   return info === null ? 0 : Number(info[7]);
@@ -98,5 +110,63 @@ suite('owner', (ctx, test) => {
     await h.release();
     assert.ok(await free(ctx.admin, 'o:cancel'));
     await rl.close();
+  });
+
+  test('random aborts among the handles of two owners, re-entries included: one owner at a time, nothing held after each round', async () => {
+    const seed = Number(process.env.RLOCK_SEED ?? Math.floor(Math.random() * 2 ** 31));
+    const rand = rng(seed);
+    const rl = new RLock(await ctx.client());
+    let taken = 0;
+    let aborted = 0;
+    let reentered = 0;
+    try {
+      for (let round = 0; round < 12; round++) {
+        const owners = [rl.owner(), rl.owner()];
+        const holding = new Map<string, number>();
+        const tasks: Promise<void>[] = [];
+        for (let i = 0; i < 6; i++) {
+          const owner = owners[i % 2]!;
+          const ac = new AbortController();
+          const abortAt = rand() * 30;
+          const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * 40);
+          const leaseMs = rand() < 0.5 ? undefined : 5000;
+          const holdFor = rand() * 8;
+          const startAt = rand() * 10;
+          tasks.push(
+            (async () => {
+              await new Promise((r) => setTimeout(r, startAt));
+              const timer = setTimeout(() => ac.abort(), abortAt);
+              try {
+                const hold = await owner.lock('o:random').tryAcquire({ waitMs, leaseMs, signal: ac.signal });
+                if (hold === null) return;
+                taken++;
+                const mine = holding.get(owner.id) ?? 0;
+                if (mine > 0) reentered++;
+                holding.set(owner.id, mine + 1);
+                const others = [...holding].filter(([id, n]) => id !== owner.id && n > 0);
+                assert.deepEqual(others, [], 'another owner holds it at the same time');
+                await new Promise((r) => setTimeout(r, holdFor));
+                holding.set(owner.id, holding.get(owner.id)! - 1);
+                await hold.release();
+              } catch (e) {
+                if ((e as Error).name !== 'AbortError') throw e;
+                aborted++;
+              } finally {
+                clearTimeout(timer);
+              }
+            })(),
+          );
+        }
+        await Promise.all(tasks);
+        assert.ok(await free(ctx.admin, 'o:random'), `round ${round}: the lock is free`);
+        assert.equal(await lockWaiters(ctx.admin, 'o:random'), 0, `round ${round}: nobody waits`);
+      }
+      assert.ok(taken > 0 && aborted > 0, `some taken (${taken}), some aborted (${aborted}); re-entries ${reentered}`);
+    } catch (e) {
+      process.stderr.write(`randomized owner test: seed ${seed} (RLOCK_SEED=${seed} replays it)\n`);
+      throw e;
+    } finally {
+      await rl.close();
+    }
   });
 });
