@@ -45,12 +45,13 @@ export class Side {
   #current: Current | null = null;
   readonly #pending = new Set<Promise<unknown>>();
 
+  /** @internal */
   constructor(
-    readonly rl: RLock,
-    readonly key: string | Buffer,
-    readonly mode: Mode,
-    readonly turns: Turns,
-    readonly opts: SideOptions,
+    /** @internal */ readonly rl: RLock,
+    /** The lock's name. */ readonly key: string | Buffer,
+    /** `LOCK`, `READ` or `WRITE`. */ readonly mode: Mode,
+    /** @internal */ readonly turns: Turns,
+    /** @internal */ readonly opts: SideOptions,
   ) {}
 
   get label(): string {
@@ -77,6 +78,7 @@ export class Side {
     return this.take(options, 'tryAcquire options', 0);
   }
 
+  /** @internal */
   async take(options: unknown, what: string, defaultWait: number | undefined): Promise<Hold | null> {
     const o = V.options(options, what);
     V.known(o, ACQUIRE_KEYS, what);

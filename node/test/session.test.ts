@@ -80,4 +80,29 @@ suite('session', (ctx, test) => {
     assert.ok(await free(ctx.admin, 's:wait'));
     await rl.close();
   });
+
+  test('an aborted session wait leaves the queue, and the session\'s connection serves the next acquire at once', async () => {
+    const rl = new RLock(await ctx.client());
+    const holder = await rl.lock('s:abort').acquire({ leaseMs: 10000 });
+    const session = await rl.session();
+    const ac = new AbortController();
+    const waiting = session.lock('s:abort').acquire({ signal: ac.signal });
+    const queuedBehind = new AbortController();
+    const behind = session.lock('s:abort-other').acquire({ signal: queuedBehind.signal }); // waits for the connection
+    await until(async () => (await lockWaiters(ctx.admin, 's:abort')) === 1, 5000, 'queued');
+    queuedBehind.abort();
+    await assert.rejects(behind, { name: 'AbortError' });
+    ac.abort();
+    await assert.rejects(waiting, { name: 'AbortError' });
+    assert.equal(await lockWaiters(ctx.admin, 's:abort'), 0);
+    const t0 = Date.now();
+    const next = await session.lock('s:abort-other').acquire({ waitMs: 0, leaseMs: 10000 });
+    assert.ok(Date.now() - t0 < 1000, 'the connection was free again');
+    assert.ok(!session.closed);
+    await next.release();
+    await holder.release();
+    assert.ok((await free(ctx.admin, 's:abort')) && (await free(ctx.admin, 's:abort-other')));
+    await session.close();
+    await rl.close();
+  });
 });
