@@ -13,7 +13,7 @@ const PYTHON_SRC = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 
 /** A Python process driving the Python package: one command a line, one answer a line. */
 const DRIVER = `
 import sys, redis
-from redis_rlock import Lock, RWLock
+from redis_rlock import CountDownLatch, Lock, RWLock
 r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]))
 objs = {}
 def obj(kind, name):
@@ -26,6 +26,11 @@ def obj(kind, name):
     return objs[(kind, name)]
 for line in sys.stdin:
     op, kind, name, *rest = line.split()
+    if kind == "latch":
+        latch = CountDownLatch(r, name)
+        out = latch.count_down() if op == "countdown" else int(latch.wait(float(rest[0])))
+        print(out, flush=True)
+        continue
     o = obj(kind, name)
     if op == "try":
         out = o.acquire(blocking=False, lease=30)
@@ -123,6 +128,27 @@ suite('interop', (ctx, test) => {
       assert.equal(await rl.rwLock('i:pyrw').read.tryAcquire(), null, 'Node cannot read under a Python writer');
       assert.equal(await py.ask('release write i:pyrw'), 'ok');
       assert.equal(await ctx.admin.exists('i:pyrw'), 0);
+    } finally {
+      py.close();
+      await rl.close();
+    }
+  });
+
+  test('a latch counted down by the Python package opens a Node await, and the reverse', async () => {
+    assert.ok(pythonReady, 'python3 with redis-py, and the Python package in this repository, are needed');
+    const rl = new RLock(await ctx.client());
+    const py = new Py(ctx.server.port);
+    try {
+      const latch = rl.latch('i:latch');
+      assert.equal(await latch.trySetCount(2), true);
+      const nodeWaits = latch.await({ waitMs: 10000 });
+      assert.equal(await py.ask('countdown latch i:latch'), '1');
+      assert.equal(await py.ask('wait latch i:latch 0.05'), '0', 'Python sees it still closed');
+      const pyWaits = py.ask('wait latch i:latch 10');
+      await until(async () => (String(await ctx.admin.sendCommand(['CLIENT', 'LIST'])).match(/cmd=rlatch\.await/g) ?? []).length >= 2, 5000, 'both awaiters in the server');
+      assert.equal(await latch.countDown(), 0);
+      assert.equal(await nodeWaits, true);
+      assert.equal(await pyWaits, '1', 'Python\'s wait opened by the Node count-down');
     } finally {
       py.close();
       await rl.close();
