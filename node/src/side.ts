@@ -3,7 +3,7 @@ import { ServerError, type Arg } from './adapter.js';
 import { fromReply, LockLost, LockTimeout, RLockError } from './errors.js';
 import { Lease } from './lease.js';
 import { Hold, type AcquireOptions, type RLock, type Turns } from './lock.js';
-import { abortReason, bounded, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, transientReply } from './util.js';
+import { abortReason, bounded, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, Stalled, transientReply } from './util.js';
 import * as V from './validate.js';
 
 /** What a side takes: a reentrant lock (`RLOCK.*`) or one side of a read-write lock (`RWLOCK.*`). */
@@ -90,13 +90,27 @@ export class Side {
       const cur = this.#current;
       if (cur !== null && !cur.lease.lost) return this.#reenter(cur, waitMs, leaseMs, signal);
       this.opts.beforeFresh?.(waitMs);
-      if (this.opts.fixedOwner) {
-        // a give-back or renewal of an earlier hold of this owner id, still in flight, would
-        // act on the hold taken now: wait for it first
-        while (this.#pending.size > 0) await bounded(Promise.allSettled([...this.#pending]), Infinity, 'a give-back', signal);
-      }
-      return this.#fresh(waitMs, leaseMs, signal);
+      const left = await this.#settled(now(), waitMs, signal);
+      if (left === null) return null;
+      return this.#fresh(left, leaseMs, signal);
     });
+  }
+
+  /** For an owner id reused from hold to hold: waits for the give-backs (release, cancel) and
+   * renewals of its earlier hold of this name still in flight, which would otherwise act on the
+   * hold taken now; within the acquire's wait (a one-try: a response timeout). The wait left
+   * (from `start`), or null when they were still in flight at its end (not taken). */
+  async #settled(start: number, waitMs: number | undefined, signal?: AbortSignal): Promise<number | undefined | null> {
+    const end = waitMs === undefined ? Infinity : start + Math.max(waitMs, this.rl.responseTimeoutMs);
+    while (this.opts.fixedOwner && this.#pending.size > 0) {
+      try {
+        await bounded(Promise.allSettled([...this.#pending]), end === Infinity ? Infinity : Math.max(0, end - now()), 'a give-back', signal);
+      } catch (e) {
+        if (e instanceof Stalled) return null;
+        throw e;
+      }
+    }
+    return waitMs === undefined ? undefined : Math.max(0, Math.ceil(start + waitMs - now()));
   }
 
   #track<T>(p: Promise<T>): Promise<T> {
@@ -130,10 +144,8 @@ export class Side {
     if (this.#current?.lease !== s && !s.lost) {
       // its last grant was released meanwhile (by another caller): nothing to re-enter, a fresh
       // acquire with the time left (an owner's waits for that release first)
-      if (this.opts.fixedOwner) {
-        while (this.#pending.size > 0) await bounded(Promise.allSettled([...this.#pending]), Infinity, 'a give-back', signal);
-      }
-      const left = waitMs === undefined ? undefined : Math.max(0, Math.ceil(sentAt + waitMs - now()));
+      const left = await this.#settled(sentAt, waitMs, signal);
+      if (left === null) return null;
       return this.#fresh(left, leaseMs, signal);
     }
     if (Number(reply) !== 1) s.markLost('a re-entry found it gone');

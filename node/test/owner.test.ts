@@ -112,6 +112,23 @@ suite('owner', (ctx, test) => {
     await rl.close();
   });
 
+  test('a fresh grant of an owner waits for its earlier release still in flight, within the acquire\'s time', async () => {
+    const rl = new RLock(await ctx.client(), { responseTimeoutMs: 150 });
+    const owner = rl.owner();
+    const h = await owner.lock('o:inflight').acquire({ leaseMs: 10000 });
+    await ctx.admin.sendCommand(['CLIENT', 'PAUSE', '1500', 'WRITE']); // the release waits in the server
+    const t0 = Date.now();
+    await h.release(); // no answer within its time: sent on in the background
+    assert.equal(await owner.lock('o:inflight').tryAcquire({ leaseMs: 10000 }), null, 'not taken while the release is in flight');
+    assert.ok(Date.now() - t0 < 1200, `a one-try does not wait for the pause (${Date.now() - t0} ms)`);
+    const again = await owner.lock('o:inflight').acquire({ waitMs: 5000, leaseMs: 10000 });
+    assert.ok(Date.now() - t0 >= 1300, 'granted once the release was applied');
+    assert.deepEqual(await hash(ctx.admin, 'o:inflight'), { [owner.id]: '1' }, 'one count: the late release did not take it');
+    await again.release();
+    assert.ok(await free(ctx.admin, 'o:inflight'));
+    await rl.close();
+  });
+
   test('random aborts among the handles of two owners, re-entries included: one owner at a time, nothing held after each round', async () => {
     const seed = Number(process.env.RLOCK_SEED ?? Math.floor(Math.random() * 2 ** 31));
     const rand = rng(seed);
