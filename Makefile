@@ -60,8 +60,9 @@ run-test: build
 # tests/python_interop.rs runs the Python package with python3 (redis-py installed first; without
 # it those tests would skip, RLOCK_REQUIRE_PYTHON makes them fail instead).
 # Then the Python package's suites (test-python).
-test: build python-deps
+test: build python-deps node-deps
 	RLOCK_REQUIRE_PYTHON=1 $(CARGO) test --workspace
+	$(MAKE) test-node
 	$(MAKE) test-python
 
 # The Python package (python/, redis-rlock): installs it and its test tools from PyPI, then
@@ -80,8 +81,13 @@ test-python: build python-deps
 
 # The Node.js package (node/, redis-rlock): its pinned dev dependencies from the lock file,
 # then tsc --noEmit (strict), the ESM + CommonJS build and node --test against servers with
-# $(MODULE) (REDIS_SERVER picks the binary). Not part of `test` yet.
+# $(MODULE) (REDIS_SERVER picks the binary); its last line is "test result: ok. N passed; M
+# failed (node)", which CI adds to its totals. Node.js >= 20 and npm come from the machine
+# (Debian's packages when missing).
 node-deps:
+	@command -v npm >/dev/null 2>&1 || { echo "installing: nodejs npm"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
 	cd node && npm ci --no-audit --no-fund
 
 test-node: build node-deps

@@ -159,16 +159,18 @@ export async function dialIoRedis(c: IoRedisClient, at?: { host: string; port: n
   });
   d.on('error', () => {});
   await d.connect();
-  return new IoRedisConnection(d, exact);
+  return new IoRedisConnection(d, exact, true);
 }
 
 export class IoRedisConnection implements Connection {
   #twin: IoRedisClient | null = null;
 
-  /** `exact`: made with `stringNumbers` (integer replies as strings). */
+  /** `exact`: made with `stringNumbers` (integer replies as strings); `dedicated`: a connection
+   * of its own (a wait's, a session's), whose commands must run on it: never on a twin. */
   constructor(
     private readonly c: IoRedisClient,
     private readonly exact = false,
+    private readonly dedicated = false,
   ) {}
 
   /** ioredis reads integers as strings only on a connection made so (`stringNumbers`): a
@@ -192,7 +194,7 @@ export class IoRedisConnection implements Connection {
 
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     const [cmd, ...rest] = args;
-    const c = options?.exactNumbers && !this.exact ? this.#exactClient() : this.c;
+    const c = options?.exactNumbers && !this.exact && !this.dedicated ? this.#exactClient() : this.c;
     try {
       if (options?.buffers) return await c.callBuffer(String(cmd), ...rest);
       return await c.call(String(cmd), ...rest);

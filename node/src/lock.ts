@@ -6,6 +6,9 @@ import { Lease } from './lease.js';
 import { abortReason, bounded, isTransient, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, sleep, toEpoch, transientReply } from './util.js';
 import * as V from './validate.js';
 import { LeasedSemaphore, Semaphore } from './semaphore.js';
+import { Owner, RWLock } from './rw.js';
+import { Session, type SessionOptions } from './session.js';
+import { CountDownLatch } from './latch.js';
 
 export interface RLockOptions {
   /** How long a reply may take beyond any wait in the server (default 2000 ms). */
@@ -58,6 +61,28 @@ export class RLock implements Engine {
   /** A lock handle named `name`; its holds re-enter (per handle, not per caller). */
   lock(name: string | Buffer): Lock {
     return new Lock(this, V.name(name), `${this.id}:${++this.#handles}`);
+  }
+
+  /** A read-write lock handle named `name` (`.read`, `.write`): one owner for both sides. */
+  rwLock(name: string | Buffer): RWLock {
+    return new RWLock(this, V.name(name), `${this.id}:${++this.#handles}`);
+  }
+
+  /** One owner id for a unit of work: its locks re-enter each other's holds, and the server
+   * refuses a wait that would close a cycle of owners (`Deadlock`). */
+  owner(): Owner {
+    return new Owner(this, `${this.id}:${++this.#handles}`);
+  }
+
+  /** A session: a dedicated connection of its own whose holds are bound to it (`SESSION`):
+   * closing the session, or its connection dying, ends them on the server at once. */
+  async session(options?: SessionOptions): Promise<Session> {
+    return Session.open(this, `${this.id}:${++this.#handles}`, options);
+  }
+
+  /** A count-down latch (Redisson's `RCountDownLatch`) named `name`. */
+  latch(name: string | Buffer): CountDownLatch {
+    return new CountDownLatch(this, V.name(name));
   }
 
   /** A semaphore of counted permits (Redisson's `RSemaphore`) named `name`. */
@@ -153,16 +178,21 @@ export class RLock implements Engine {
   }
 }
 
+/** What gives a hold's last grant back (a lock handle, a side of a read-write lock). */
+export interface Releaser {
+  releaseLease(s: Lease, owner: string): Promise<void>;
+}
+
 /** One acquire's grant (a first grant or a re-entry): `await using hold = await lock.acquire()`. */
 export class Hold implements AsyncDisposable {
   #released = false;
   readonly #lease: Lease;
-  readonly #lock: Lock;
+  readonly #lock: Releaser;
   readonly #owner: string;
   readonly #token: bigint;
 
   /** @internal */
-  constructor(lock: Lock, lease: Lease, owner: string, token: bigint) {
+  constructor(lock: Releaser, lease: Lease, owner: string, token: bigint) {
     this.#lock = lock;
     this.#lease = lease;
     this.#owner = owner;
@@ -334,6 +364,11 @@ export class Lock {
       if (waitMs !== undefined) return null;
       throw e;
     }
+    if (this.#current?.lease !== s && !s.lost) {
+      // its last grant was released meanwhile: nothing to re-enter, a fresh hold with the time left
+      const left = waitMs === undefined ? undefined : Math.max(0, Math.ceil(sentAt + waitMs - now()));
+      return this.#acquire(left, leaseMs, signal);
+    }
     if (Number(reply) !== 1) s.markLost('a re-entry found it gone');
     if (s.lost) throw s.lostError();
     s.extend(sentAt + lease);
@@ -380,7 +415,17 @@ export class Lock {
     const rl = this.rl;
     const args: Arg[] = ['RLOCK.RELEASE', this.key, owner, 'REQUEST', newId()];
     const first = now();
-    const reply = await rl.giveBack(args, this.label, Math.min(s.validUntil, first + 3 * rl.responseTimeoutMs), Math.min(s.validUntil, first + RELEASE_RESEND_MS));
+    // no longer this handle's hold from now on: an acquire meanwhile takes a fresh hold (its own
+    // owner id), never a re-entry of the hold being released (the server would find it gone)
+    const cur = this.#current;
+    if (cur?.lease === s) this.#current = null;
+    let reply: unknown;
+    try {
+      reply = await rl.giveBack(args, this.label, Math.min(s.validUntil, first + 3 * rl.responseTimeoutMs), Math.min(s.validUntil, first + RELEASE_RESEND_MS));
+    } catch (e) {
+      if (this.#current === null && cur?.lease === s && !s.lost) this.#current = cur; // refused: still held
+      throw e;
+    }
     if (reply === null) {
       s.markLost('the release found it gone');
       s.end();

@@ -28,6 +28,18 @@ export async function on(port: number, args: string[]): Promise<unknown> {
   }
 }
 
+/** Replicas of the master at `port` that have every write made so far (a write of its own, then
+ * `WAIT` on that connection: the stream is ordered; a `WAIT` on a fresh connection proves nothing). */
+export async function replicated(port: number): Promise<number> {
+  const c = await plain(port);
+  try {
+    await c.sendCommand(['SET', 'test:replication-fence', String(Date.now())]);
+    return Number(await c.sendCommand(['WAIT', '1', '3000']));
+  } finally {
+    c.destroy();
+  }
+}
+
 export class ClusterNodes {
   readonly nodes: Server[] = [];
   readonly ids: string[] = [];

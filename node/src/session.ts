@@ -1,0 +1,177 @@
+import type { Engine } from './acquiring.js';
+import { ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
+import { SessionClosed } from './errors.js';
+import type { Lease } from './lease.js';
+import { Turns, type RLock } from './lock.js';
+import { RWLock } from './rw.js';
+import { Side, type SideOptions } from './side.js';
+import { bounded } from './util.js';
+import * as V from './validate.js';
+
+export interface SessionOptions {
+  /** After a hold of this session ended because its connection closed, nobody is granted the
+   * lock for this long (`LOCKDELAY`, 0 to 60000 ms; default 0). */
+  lockDelayMs?: number;
+  /** How often the idle connection is pinged; a ping not answered within it closes the session
+   * (default 1000 ms). */
+  keepaliveMs?: number;
+}
+
+/**
+ * A session (`await rlock.session({ lockDelayMs })`): one dedicated connection of its own (a
+ * duplicate of the client's, never reconnected) whose `lock(name)` and `rwLock(name)` take
+ * holds with `SESSION`: the server ends them as soon as that connection closes (`close()`, the
+ * process dying, `CLIENT KILL`, a cut network seen by the keepalive), instead of at the end of
+ * their leases. Then every hold taken through the session is lost at once (its signal aborts,
+ * reason `LockLost`) and later acquires throw `SessionClosed`. Acquires run on the session's
+ * connection one at a time (a waiting acquire holds it); renewals, releases and cancels go on
+ * the client's own connection (a binding never moves).
+ */
+export class Session implements AsyncDisposable {
+  /** The session's id (owner ids of its holds are `<id>:<handle>:<n>`). */
+  readonly id: string;
+  /** The server's id of the session's connection (`CLIENT ID`). */
+  readonly clientId: number;
+  readonly #rl: RLock;
+  readonly #raw: Connection;
+  readonly #turns = new Turns();
+  readonly #controller = new AbortController();
+  readonly #leases = new Set<Lease>();
+  readonly #extra: Arg[];
+  readonly #unlisten: () => void;
+  #timer: NodeJS.Timeout | undefined;
+  #busy = 0;
+  #closed = false;
+  #handles = 0;
+
+  private constructor(rl: RLock, id: string, raw: Connection, clientId: number, lockDelayMs: number, keepaliveMs: number) {
+    this.#rl = rl;
+    this.id = id;
+    this.#raw = raw;
+    this.clientId = clientId;
+    this.#extra = lockDelayMs > 0 ? ['SESSION', 'LOCKDELAY', String(lockDelayMs)] : ['SESSION'];
+    this.#unlisten = raw.onDeath(() => void this.#end('its connection closed'));
+    this.#timer = setInterval(() => void this.#ping(keepaliveMs), keepaliveMs);
+    this.#timer.unref();
+  }
+
+  /** @internal */
+  static async open(rl: RLock, id: string, options?: SessionOptions): Promise<Session> {
+    const o = V.options(options, 'session options');
+    V.known(o, ['lockDelayMs', 'keepaliveMs'], 'session options');
+    const lockDelayMs = V.int(o.lockDelayMs, 'lockDelayMs', 0, 60000, 0);
+    const keepaliveMs = V.ms(o.keepaliveMs, 'keepaliveMs', 10) ?? 1000;
+    const raw = await bounded(rl.conn.duplicate(), rl.responseTimeoutMs * 2, 'connect');
+    let clientId: number;
+    try {
+      clientId = Number(await bounded(raw.send(['CLIENT', 'ID']), rl.responseTimeoutMs, 'CLIENT ID'));
+    } catch (e) {
+      await raw.close().catch(() => {});
+      throw e;
+    }
+    return new Session(rl, id, raw, clientId, lockDelayMs, keepaliveMs);
+  }
+
+  /** Whether the session is closed (its holds ended). */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Aborted (reason `SessionClosed`) when the session closes. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** A reentrant lock whose holds are this session's. */
+  lock(name: string | Buffer): Side {
+    const key = V.name(name);
+    const handle = `${this.id}:${++this.#handles}`;
+    let gen = 0;
+    return new Side(this.#rl, key, 'LOCK', new Turns(), { ...this.#sideOptions(), ownerFor: () => `${handle}:${++gen}`, fixedOwner: false });
+  }
+
+  /** A read-write lock whose holds are this session's. */
+  rwLock(name: string | Buffer): RWLock {
+    return new RWLock(this.#rl, V.name(name), `${this.id}:${++this.#handles}`, undefined, this.#sideOptions());
+  }
+
+  /** Closes the connection (the server ends its holds at once); every hold taken through the
+   * session is lost. Idempotent. */
+  async close(): Promise<void> {
+    await this.#end('it was closed');
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #sideOptions(): Omit<SideOptions, 'ownerFor' | 'fixedOwner'> {
+    const rl = this.#rl;
+    const conn: Connection = {
+      send: (args: readonly Arg[], options?: SendOptions) => this.#send(args, options),
+      duplicate: () => Promise.reject(new Error('a session has one connection')),
+      close: async () => {},
+      onDeath: (l) => this.#raw.onDeath(l),
+    };
+    const engine: Engine = {
+      conn,
+      responseTimeoutMs: rl.responseTimeoutMs,
+      openWait: async () => {
+        if (this.#closed) throw new SessionClosed('the session is closed');
+        return conn;
+      },
+      closeWait: async () => {},
+      cancel: (key, rid, leaseMs) => rl.cancel(key, rid, leaseMs),
+    };
+    return {
+      engine,
+      extra: this.#extra,
+      exclusive: async (signal, fn) =>
+        this.#turns.run(signal, async () => {
+          this.#busy++;
+          try {
+            return await fn();
+          } finally {
+            this.#busy--;
+          }
+        }),
+      adopt: (lease) => {
+        for (const l of this.#leases) if (l.ended || l.lost) this.#leases.delete(l);
+        this.#leases.add(lease);
+        if (this.#closed) lease.markLost('its session closed');
+      },
+    };
+  }
+
+  async #send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
+    if (this.#closed) throw new SessionClosed('the session is closed');
+    try {
+      return await this.#raw.send(args, options);
+    } catch (e) {
+      if (e instanceof ServerError) throw e;
+      await this.#end(`its connection failed: ${(e as Error).message}`);
+      throw new SessionClosed(`the session's connection failed: ${(e as Error).message}`);
+    }
+  }
+
+  async #ping(keepaliveMs: number): Promise<void> {
+    if (this.#closed || this.#busy > 0) return;
+    try {
+      await bounded(this.#raw.send(['PING']), keepaliveMs, 'PING');
+    } catch (e) {
+      if (e instanceof ServerError) return; // an answer all the same
+      await this.#end('its keepalive ping was not answered');
+    }
+  }
+
+  async #end(why: string): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#timer);
+    this.#unlisten();
+    await this.#raw.close().catch(() => {});
+    for (const l of this.#leases) l.markLost(`its session closed: ${why}`);
+    this.#leases.clear();
+    this.#controller.abort(new SessionClosed(`the session closed: ${why}`));
+  }
+}

@@ -1,0 +1,189 @@
+import assert from 'node:assert/strict';
+import { Deadlock, RLock, UpgradeRefused } from '../src/index.js';
+import { free, hash, suite, until, type Admin } from './harness.js';
+
+/** A small seeded generator (mulberry32): the randomized test prints its seed. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+async function lockWaiters(admin: Admin, name: string): Promise<number> {
+  const info = (await admin.sendCommand(['RLOCK.INFO', name])) as unknown[] | null;
+  return info === null ? 0 : Number(info[7]);
+}
+
+suite('owner', (ctx, test) => {
+  test('handles of one owner re-enter each other\'s hold under the one owner id; the server keeps count 1', async () => {
+    const rl = new RLock(await ctx.client());
+    const owner = rl.owner();
+    const a = await owner.lock('o:reenter').acquire({ leaseMs: 10000 });
+    const b = await owner.lock('o:reenter').acquire({ waitMs: 0, leaseMs: 10000 });
+    assert.equal(a.owner, owner.id);
+    assert.equal(b.owner, owner.id);
+    assert.equal(a.token, b.token);
+    assert.deepEqual(await hash(ctx.admin, 'o:reenter'), { [owner.id]: '1' });
+    // another owner (and a plain handle) finds it busy
+    assert.equal(await rl.owner().lock('o:reenter').tryAcquire(), null);
+    assert.equal(await rl.lock('o:reenter').tryAcquire(), null);
+    await a.release();
+    assert.deepEqual(await hash(ctx.admin, 'o:reenter'), { [owner.id]: '1' });
+    await b.release();
+    assert.ok(await free(ctx.admin, 'o:reenter'));
+    await rl.close();
+  });
+
+  test('a wait that would close a cycle of owners is refused with Deadlock (the cycle), nothing queued', async () => {
+    const rl = new RLock(await ctx.client());
+    const one = rl.owner();
+    const two = rl.owner();
+    const h1 = await one.lock('o:k1').acquire({ leaseMs: 10000 });
+    const h2 = await two.lock('o:k2').acquire({ leaseMs: 10000 });
+    const twoWaits = two.lock('o:k1').acquire({ waitMs: 10000, leaseMs: 10000 });
+    await until(async () => (await lockWaiters(ctx.admin, 'o:k1')) === 1, 5000, 'owner two waits for k1');
+    const t0 = Date.now();
+    await assert.rejects(one.lock('o:k2').acquire({ waitMs: 10000 }), (e) => {
+      assert.ok(e instanceof Deadlock, String(e));
+      assert.equal(e.code, 'RLOCK_DEADLOCK');
+      assert.ok(e.cycle.includes(one.id) && e.cycle.includes(two.id), e.cycle);
+      return true;
+    });
+    assert.ok(Date.now() - t0 < 2000, 'refused at once');
+    assert.equal(await lockWaiters(ctx.admin, 'o:k2'), 0, 'nothing queued');
+    await h1.release(); // owner two gets k1
+    const got = await twoWaits;
+    assert.equal(got.owner, two.id);
+    await got.release();
+    await h2.release();
+    assert.ok((await free(ctx.admin, 'o:k1')) && (await free(ctx.admin, 'o:k2')));
+    await rl.close();
+  });
+
+  test('read-write locks of one owner: write then read re-enters, read then write is an upgrade refused', async () => {
+    const rl = new RLock(await ctx.client());
+    const owner = rl.owner();
+    const w = await owner.rwLock('o:rw').write.acquire({ leaseMs: 10000 });
+    const r = await owner.rwLock('o:rw').read.acquire({ waitMs: 0, leaseMs: 10000 });
+    assert.equal(w.owner, owner.id);
+    assert.equal(r.owner, owner.id);
+    await w.release(); // downgraded: the owner reads
+    await assert.rejects(owner.rwLock('o:rw').write.acquire({ waitMs: 2000 }), UpgradeRefused);
+    await r.release();
+    assert.equal(await ctx.admin.sendCommand(['RWLOCK.INFO', 'o:rw']), null);
+    await rl.close();
+  });
+
+  test('a stale hold of the owner id left on the server is not counted twice: one release frees it', async () => {
+    const rl = new RLock(await ctx.client());
+    const owner = rl.owner();
+    // a hold of this owner id the client does not know of (its lease ended here a moment before
+    // the server's, say)
+    assert.equal(await ctx.admin.sendCommand(['RLOCK.ACQUIRE', 'o:stale', owner.id, '10000']), null);
+    const h = await owner.lock('o:stale').acquire({ leaseMs: 10000 });
+    assert.deepEqual(await hash(ctx.admin, 'o:stale'), { [owner.id]: '1' });
+    await h.release();
+    assert.ok(await free(ctx.admin, 'o:stale'));
+    await rl.close();
+  });
+
+  test('an aborted acquire of an owner gives back exactly its own grant: the owner\'s other hold stays', async () => {
+    const rl = new RLock(await ctx.client());
+    const owner = rl.owner();
+    const other = rl.owner();
+    const blocker = await other.lock('o:cancel').acquire({ leaseMs: 10000 });
+    const ac = new AbortController();
+    const waiting = owner.lock('o:cancel').acquire({ signal: ac.signal, leaseMs: 10000 });
+    await until(async () => (await lockWaiters(ctx.admin, 'o:cancel')) === 1, 5000, 'queued');
+    ac.abort();
+    await assert.rejects(waiting, { name: 'AbortError' });
+    await blocker.release();
+    const h = await owner.lock('o:cancel').acquire({ waitMs: 1000, leaseMs: 10000 });
+    const again = await owner.lock('o:cancel').acquire({ waitMs: 0, leaseMs: 10000 });
+    await again.release();
+    assert.deepEqual(await hash(ctx.admin, 'o:cancel'), { [owner.id]: '1' }, 'the first hold stays');
+    await h.release();
+    assert.ok(await free(ctx.admin, 'o:cancel'));
+    await rl.close();
+  });
+
+  test('a fresh grant of an owner waits for its earlier release still in flight, within the acquire\'s time', async () => {
+    const rl = new RLock(await ctx.client(), { responseTimeoutMs: 150 });
+    const owner = rl.owner();
+    const h = await owner.lock('o:inflight').acquire({ leaseMs: 10000 });
+    await ctx.admin.sendCommand(['CLIENT', 'PAUSE', '1500', 'WRITE']); // the release waits in the server
+    const t0 = Date.now();
+    await h.release(); // no answer within its time: sent on in the background
+    assert.equal(await owner.lock('o:inflight').tryAcquire({ leaseMs: 10000 }), null, 'not taken while the release is in flight');
+    assert.ok(Date.now() - t0 < 1200, `a one-try does not wait for the pause (${Date.now() - t0} ms)`);
+    const again = await owner.lock('o:inflight').acquire({ waitMs: 5000, leaseMs: 10000 });
+    assert.ok(Date.now() - t0 >= 1300, 'granted once the release was applied');
+    assert.deepEqual(await hash(ctx.admin, 'o:inflight'), { [owner.id]: '1' }, 'one count: the late release did not take it');
+    await again.release();
+    assert.ok(await free(ctx.admin, 'o:inflight'));
+    await rl.close();
+  });
+
+  test('random aborts among the handles of two owners, re-entries included: one owner at a time, nothing held after each round', async () => {
+    const seed = Number(process.env.RLOCK_SEED ?? Math.floor(Math.random() * 2 ** 31));
+    const rand = rng(seed);
+    const rl = new RLock(await ctx.client());
+    let taken = 0;
+    let aborted = 0;
+    let reentered = 0;
+    try {
+      for (let round = 0; round < 12; round++) {
+        const owners = [rl.owner(), rl.owner()];
+        const holding = new Map<string, number>();
+        const tasks: Promise<void>[] = [];
+        for (let i = 0; i < 6; i++) {
+          const owner = owners[i % 2]!;
+          const ac = new AbortController();
+          const abortAt = rand() * 30;
+          const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * 40);
+          const leaseMs = rand() < 0.5 ? undefined : 5000;
+          const holdFor = rand() * 8;
+          const startAt = rand() * 10;
+          tasks.push(
+            (async () => {
+              await new Promise((r) => setTimeout(r, startAt));
+              const timer = setTimeout(() => ac.abort(), abortAt);
+              try {
+                const hold = await owner.lock('o:random').tryAcquire({ waitMs, leaseMs, signal: ac.signal });
+                if (hold === null) return;
+                taken++;
+                const mine = holding.get(owner.id) ?? 0;
+                if (mine > 0) reentered++;
+                holding.set(owner.id, mine + 1);
+                const others = [...holding].filter(([id, n]) => id !== owner.id && n > 0);
+                assert.deepEqual(others, [], 'another owner holds it at the same time');
+                await new Promise((r) => setTimeout(r, holdFor));
+                holding.set(owner.id, holding.get(owner.id)! - 1);
+                await hold.release();
+              } catch (e) {
+                if ((e as Error).name !== 'AbortError') throw e;
+                aborted++;
+              } finally {
+                clearTimeout(timer);
+              }
+            })(),
+          );
+        }
+        await Promise.all(tasks);
+        assert.ok(await free(ctx.admin, 'o:random'), `round ${round}: the lock is free`);
+        assert.equal(await lockWaiters(ctx.admin, 'o:random'), 0, `round ${round}: nobody waits`);
+      }
+      assert.ok(taken > 0 && aborted > 0, `some taken (${taken}), some aborted (${aborted}); re-entries ${reentered}`);
+    } catch (e) {
+      process.stderr.write(`randomized owner test: seed ${seed} (RLOCK_SEED=${seed} replays it)\n`);
+      throw e;
+    } finally {
+      await rl.close();
+    }
+  });
+});
