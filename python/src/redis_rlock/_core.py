@@ -380,11 +380,12 @@ def _nothing(*_: object) -> None:
     pass
 
 
-def settle(spec: P.Spec) -> Callable[..., None]:
+def settle(spec: P.Spec, within: float) -> Callable[..., None]:
     """A release or cancel of a hold of ``spec`` is about to be sent, until answered or given up
-    on: an Owner's peers count it as unsettled (``Peers.unsettled``) until what is returned is
-    called (idempotent; a no-op for every other lock)."""
-    return spec.peers.settle(spec.key) if spec.peers is not None else _nothing
+    on (at most ``within`` seconds from now): an Owner's peers count it as unsettled
+    (``Peers.unsettled``) until what is returned is called (idempotent; a no-op for every
+    other lock)."""
+    return spec.peers.settle(spec.key, within) if spec.peers is not None else _nothing
 
 
 def reentry(hold: Hold, lease_ms: int, wait: Optional[float], rt: float) -> tuple[int, float]:

@@ -44,7 +44,7 @@ class Peers:
         self._settling: dict[bytes, float] = {}
         #: by key: the releases and cancels of this owner's holds there not answered yet (and
         #: not given up on): see :meth:`unsettled`
-        self._unsettled: dict[bytes, dict[int, None]] = {}
+        self._unsettled: dict[bytes, dict[int, float]] = {}
         self._tokens = itertools.count(1)  # next() is atomic under the GIL
 
     def ledger(self, key: bytes) -> Ledger:
@@ -106,12 +106,13 @@ class Peers:
         until = time.monotonic() + REQUEST_RECORD_S
         self._settling[key] = max(self._settling.get(key, until), until)
 
-    def settle(self, key: bytes) -> Callable[..., None]:
+    def settle(self, key: bytes, within: float) -> Callable[..., None]:
         """A release or cancel of one of this owner's holds of ``key`` is about to be sent
-        (again and again until answered, or given up on): returns what ends it (idempotent;
-        any arguments ignored), called once it was answered or given up on."""
+        (again and again until answered, or given up on, within ``within`` seconds): returns
+        what ends it (idempotent; any arguments ignored), called once it was answered or given
+        up on. Past ``within`` it counts as ended whatever happened (a job never run)."""
         token = next(self._tokens)
-        self._unsettled.setdefault(key, {})[token] = None
+        self._unsettled.setdefault(key, {})[token] = time.monotonic() + within
 
         def ended(*_: object) -> None:
             found = self._unsettled.get(key)
@@ -130,7 +131,14 @@ class Peers:
         given up on, a cancel's record has expired (see ``_core.cancelling``) and a release's
         copies were sent for as long as the server remembers one that landed. An Owner's
         acquire of the key waits for none of them to be left (``_core.Acquiring.settle_by``)."""
-        return bool(self._unsettled.get(key))
+        found = self._unsettled.get(key)
+        if not found:
+            return False
+        now = time.monotonic()
+        for token, until in list(found.items()):
+            if until < now:
+                found.pop(token, None)
+        return bool(found)
 
     def quiet(self, key: bytes, kind: str, rid: bytes) -> bool:
         """:meth:`no_other_count`, and no release or cancel of the owner's holds of ``key``

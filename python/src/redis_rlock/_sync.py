@@ -411,7 +411,9 @@ class SyncBackend(SyncEngineDrivers):
         fixed request id: sent again, it is never a second release), in the background,
         waited for a bounded time (``wait``: never on the watchdog's thread)."""
         jobs = [
-            self.releaser.submit(h.spec.key, h.release_args(), 3 * self.rt, ended=settle(h.spec))
+            self.releaser.submit(
+                h.spec.key, h.release_args(), 3 * self.rt, ended=settle(h.spec, 4 * self.rt)
+            )
             for h in holds
         ]
         for job in jobs if wait else []:
@@ -425,7 +427,8 @@ class SyncBackend(SyncEngineDrivers):
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         if spec.kind == P.COUNTED:
             then = functools.partial(self._cancelled_counted, spec.key, args, t0)
-        job = self.releaser.submit(spec.key, args, horizon, then, ended=settle(spec))
+        ended = settle(spec, horizon + self.rt)
+        job = self.releaser.submit(spec.key, args, horizon, then, ended=ended)
         job.wait(2 * self.rt)
 
     # -- re-entry / renewal / release -----------------------------------------------------------
@@ -448,7 +451,9 @@ class SyncBackend(SyncEngineDrivers):
                 hold.done = True
                 raise hold.lost_error()
             spec = hold.spec
-            ended = settle(spec)
+            ended = settle(
+                spec, P.RELEASE_RESEND_S + self.rt
+            )  # the caller's, then the background's
             args = hold.release_args()
             hold.done = True
             first, until, resend = release_bounds(hold, self.rt)
@@ -501,8 +506,6 @@ class SyncBackend(SyncEngineDrivers):
         :func:`~._core.resend_until` (from ``first``, its first send; None: now) passed;
         an answered counted give-back is then made durable. ``ended`` (:func:`~._core.settle`,
         None: a new one) is called once it was answered or given up on."""
-        if ended is None:
-            ended = settle(hold.spec)
         if args is None:
             args = hold.release_args()
         now = time.monotonic()
@@ -511,6 +514,8 @@ class SyncBackend(SyncEngineDrivers):
         if hold.spec.kind == P.COUNTED:
             then = functools.partial(self._answered_give_back, hold.spec.key, args, sent)
         horizon = max(0.0, resend_until(hold, sent) - now)
+        if ended is None:
+            ended = settle(hold.spec, horizon + self.rt)
         self.releaser.submit(hold.spec.key, args, horizon, then, ended=ended)
 
     def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
@@ -631,7 +636,9 @@ class SyncBackend(SyncEngineDrivers):
         then = None
         if spec.kind == P.COUNTED:
             then = functools.partial(self._cancelled_counted, spec.key, args, time.monotonic())
-        self.releaser.submit(spec.key, args, horizon + self.rt, then, ended=settle(spec))
+        self.releaser.submit(
+            spec.key, args, horizon + self.rt, then, ended=settle(spec, horizon + 2 * self.rt)
+        )
         hold.done = True
 
 

@@ -274,12 +274,12 @@ class AsyncBackend(AsyncEngineDrivers):
         until answered or :func:`~.._core.resend_until` passed; an answered counted give-back
         is then made durable. ``ended`` (:func:`~.._core.settle`, None: a new one) is called
         once it was answered or given up on."""
+        horizon = max(0.0, resend_until(hold, first) - time.monotonic())
         if ended is None:
-            ended = settle(hold.spec)
+            ended = settle(hold.spec, horizon + self.rt)
         if hold.spec.kind == P.COUNTED:
             task = self.background(self._give_back(hold.spec.key, args, first))
         else:
-            horizon = max(0.0, resend_until(hold, first) - time.monotonic())
             task = self.background(self._cleanup(hold.spec.key, args, horizon))
         task.add_done_callback(ended)
 
@@ -399,7 +399,7 @@ class AsyncBackend(AsyncEngineDrivers):
             return
         tasks = []
         for h in holds:
-            ended = settle(h.spec)
+            ended = settle(h.spec, 4 * self.rt)
             tasks.append(self.background(self._cleanup(h.spec.key, h.release_args(), 3 * self.rt)))
             tasks[-1].add_done_callback(ended)
         if not wait:
@@ -414,7 +414,7 @@ class AsyncBackend(AsyncEngineDrivers):
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
         args, horizon = cancelling(spec, rid, self.rt)
         asked_at = time.monotonic()
-        ended = settle(spec)
+        ended = settle(spec, horizon + self.rt)
         task = self.background(self._cleanup(spec.key, args, horizon))
         task.add_done_callback(ended)
         task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0, asked_at))
@@ -497,7 +497,7 @@ class AsyncBackend(AsyncEngineDrivers):
 
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
-        ended = settle(spec)
+        ended = settle(spec, P.RELEASE_RESEND_S + self.rt)  # the call's, then the background's
         args = hold.release_args()  # idempotent: the same request id every time
         first, until, resend = release_bounds(hold, self.rt)
         try:
