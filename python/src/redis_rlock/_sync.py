@@ -451,9 +451,8 @@ class SyncBackend(SyncEngineDrivers):
                 hold.done = True
                 raise hold.lost_error()
             spec = hold.spec
-            ended = settle(
-                spec, P.RELEASE_RESEND_S + self.rt
-            )  # the caller's, then the background's
+            # unsettled while the caller sends it, then while the background does
+            ended = settle(spec, P.RELEASE_RESEND_S + self.rt)
             args = hold.release_args()
             hold.done = True
             first, until, resend = release_bounds(hold, self.rt)
