@@ -21,6 +21,7 @@ from _servers import Server, apoll, poll, raise_once_here
 import redis_rlock as rl
 import redis_rlock.aio as ra
 from redis_rlock import _proto as P
+from redis_rlock._conn import Stalled
 from redis_rlock._hold import kept_by_cancel, late_renewal
 
 #: slack for the server's PTTL against a guard's valid_until (ms rounding, two clocks)
@@ -993,3 +994,102 @@ async def test_an_asyncio_watchdog_renewal_in_flight_when_its_lost_hold_is_relea
         await c.aclose()
         r.close()
         proxy.close()
+
+
+# -- a release still on its way when the owner's server hold ends ---------------------------------
+# An Owner's holds of one key are one count in one field, which no command tells apart. A
+# release whose copies get no answer (a slow link) may reach the server after the owner's hold
+# there ended (its lease over) and a new hold of the same owner began (another handle's fresh
+# acquire): it would give back the new hold's count, the key deleted under a guard that says
+# held (another client could take the lock). So an Owner's acquire of a key waits until every
+# release and cancel of its holds there was answered or given up on; the release is sent again
+# until answered (past the hold's deadline: no new hold of the owner can start meanwhile).
+
+
+class _LateRelease:
+    """The next ``RLOCK.RELEASE``: reaches the server late (run from the test's own connection
+    once the key is gone and has come back, or ``LATE_S`` after it went), and no copy of it is
+    answered before that (each one raises as a reply that did not come in time)."""
+
+    LATE_S = 1.0
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+        self.args: Optional[list[Any]] = None
+        self.ran = threading.Event()
+
+    def wants(self, args: list[Any]) -> bool:
+        if self.args is None and args[0] == "RLOCK.RELEASE":
+            self.args = list(args)
+            threading.Thread(target=self._late, daemon=True).start()
+            return True
+        return self.args == list(args) and not self.ran.is_set()
+
+    def _late(self) -> None:
+        assert self.args is not None
+        poll("the owner's hold there ended", 5.0, lambda: self.r.exists("k") == 0)
+        try:
+            poll("a new hold", self.LATE_S, lambda: self.r.exists("k") == 1)
+        except AssertionError:
+            pass  # nothing came back: the release finds nothing
+        self.r.execute_command(*self.args)
+        self.ran.set()
+
+
+def _late_release_sync(monkeypatch: pytest.MonkeyPatch, r: redis.Redis) -> _LateRelease:
+    from redis_rlock._sync import SyncBackend
+
+    late, real = _LateRelease(r), SyncBackend.call
+
+    def call(self: Any, key: bytes, args: list[Any], *rest: Any) -> Any:
+        if late.wants(args):
+            raise Stalled("no reply in time")
+        return real(self, key, args, *rest)
+
+    monkeypatch.setattr(SyncBackend, "call", call)
+    return late
+
+
+def test_an_owners_release_reaching_the_server_after_its_hold_ended_never_ends_a_new_hold(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = rl.Owner(r)
+    first, second = owner.lock("k"), owner.lock("k")
+    assert first.acquire(blocking=False, lease=SHORT)
+    late = _late_release_sync(monkeypatch, r)
+    first.release()  # unanswered while the hold lasts: it goes on in the background
+    assert not first.owned()
+    poll("the first hold's lease over on the server", 3.0, lambda: r.exists("k") == 0)
+    assert second.acquire(timeout=5.0, lease=20.0)
+    assert late.ran.wait(5.0), "the late release reached the server"
+    _lease_covers(r, "k", second.hold)
+    assert r.hget("k", owner.id) == b"1"
+    second.release()
+    assert r.exists("k") == 0
+
+
+async def test_an_asyncio_owners_release_reaching_the_server_after_its_hold_ended_is_harmless(
+    ar: aredis.Redis, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis_rlock.aio._engine import AsyncBackend
+
+    late, real = _LateRelease(r), AsyncBackend.call
+
+    async def call(self: Any, key: bytes, args: list[Any], *rest: Any) -> Any:
+        if late.wants(args):
+            raise Stalled("no reply in time")
+        return await real(self, key, args, *rest)
+
+    monkeypatch.setattr(AsyncBackend, "call", call)
+    owner = ra.Owner(ar)
+    first, second = owner.lock("k"), owner.lock("k")
+    assert await first.acquire(blocking=False, lease=SHORT)
+    await first.release()
+    assert not first.owned()
+    await apoll("the first hold's lease over on the server", 3.0, lambda: r.exists("k") == 0)
+    assert await second.acquire(timeout=5.0, lease=20.0)
+    await apoll("the late release reached the server", 5.0, late.ran.is_set)
+    _lease_covers(r, "k", second.hold)
+    assert r.hget("k", owner.id) == b"1"
+    await second.release()
+    assert r.exists("k") == 0

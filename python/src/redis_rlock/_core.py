@@ -249,6 +249,19 @@ class Acquiring:
     def _time_left(self) -> bool:
         return self.end is None or time.monotonic() < self.end
 
+    def unsettled(self) -> bool:
+        """Whether the acquire must not be sent yet: an Owner's release or cancel of a hold of
+        its key may still reach the server (``Peers.unsettled``), and give back a count of the
+        grant this acquire may get (a new server hold, should the owner's one there have ended
+        meanwhile). Asked before the first attempt, again while :meth:`settle_by` allows."""
+        peers = self.spec.peers
+        return peers is not None and peers.unsettled(self.spec.key)
+
+    def settle_by(self) -> Optional[float]:
+        """Until when the acquire waits for :meth:`unsettled` to clear: its deadline (a one-try
+        acquire's: one response timeout; None: no limit). Past it the acquire takes nothing."""
+        return self.retry_end
+
     def attempt(self) -> tuple[Optional[int], float]:
         """The next attempt's ``WAIT`` in ms (None: one try without ``WAIT``; 0: no limit)
         and how much longer than the response timeout its reply may take; from here on the
@@ -363,6 +376,18 @@ def cancelling(spec: P.Spec, rid: bytes, rt: float) -> tuple[list[P.Arg], float]
     return P.cancel_args(spec.key, rid), horizon
 
 
+def _nothing(*_: object) -> None:
+    pass
+
+
+def settle(spec: P.Spec, within: float) -> Callable[..., None]:
+    """A release or cancel of a hold of ``spec`` is about to be sent, until answered or given up
+    on (at most ``within`` seconds from now): an Owner's peers count it as unsettled
+    (``Peers.unsettled``) until what is returned is called (idempotent; a no-op for every
+    other lock)."""
+    return spec.peers.settle(spec.key, within) if spec.peers is not None else _nothing
+
+
 def reentry(hold: Hold, lease_ms: int, wait: Optional[float], rt: float) -> tuple[int, float]:
     """The lease a re-entry of ``hold`` renews it for (never shorter than what it has: a
     watchdog hold's period, another's time left) and until when it is tried (``wait``, or
@@ -391,6 +416,12 @@ def resend_until(hold: Hold, first: float) -> float:
     serves a waiter at once (the cancel of a grant goes on as long: :func:`cancelling`)."""
     if hold.spec.kind == P.COUNTED:
         return first + P.COUNTED_RESEND_S
+    if hold.spec.peers is not None:
+        # an Owner's: no new hold of its owner on the key is asked for until the release was
+        # answered or given up on (``Peers.unsettled``), so a copy that reaches the server after
+        # the hold's lease ended finds the owner's hold it was meant for or none: sent again
+        # past the deadline, for as long as the server remembers a copy that landed
+        return first + P.RELEASE_RESEND_S
     return P.resend_end(hold.spec.kind, first, hold.deadline)
 
 

@@ -4,10 +4,11 @@ owner, so that what the client sends is never shorter than what any of them was 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ._fork import inherited
 from ._ledger import Ledger
@@ -41,6 +42,10 @@ class Peers:
         #: by key: until when a release or cancel of one of this owner's holds there may still
         #: be sent (asked for; its reply perhaps not read): the owner's count may drop then
         self._settling: dict[bytes, float] = {}
+        #: by key: the releases and cancels of this owner's holds there not answered yet (and
+        #: not given up on): see :meth:`unsettled`
+        self._unsettled: dict[bytes, dict[int, float]] = {}
+        self._tokens = itertools.count(1)  # next() is atomic under the GIL
 
     def ledger(self, key: bytes) -> Ledger:
         """The ledger of this owner's one server hold of ``key``."""
@@ -100,6 +105,40 @@ class Peers:
         reach the server any time while it is sent again (at most the request record's life)."""
         until = time.monotonic() + REQUEST_RECORD_S
         self._settling[key] = max(self._settling.get(key, until), until)
+
+    def settle(self, key: bytes, within: float) -> Callable[..., None]:
+        """A release or cancel of one of this owner's holds of ``key`` is about to be sent
+        (again and again until answered, or given up on, within ``within`` seconds): returns
+        what ends it (idempotent; any arguments ignored), called once it was answered or given
+        up on. Past ``within`` it counts as ended whatever happened (a job never run)."""
+        token = next(self._tokens)
+        self._unsettled.setdefault(key, {})[token] = time.monotonic() + within
+
+        def ended(*_: object) -> None:
+            found = self._unsettled.get(key)
+            if found is not None:
+                found.pop(token, None)
+
+        return ended
+
+    def unsettled(self, key: bytes) -> bool:
+        """Whether a release or cancel of one of this owner's holds of ``key`` may still reach
+        the server: sent, neither answered nor given up on. The owner's holds of a key are one
+        count in one field, which no command tells apart: such a command, run after the
+        owner's server hold there ended (its lease over, its count at 0) and a new one began,
+        would give back a count of the new hold (the key deleted under it). Once answered,
+        its copies change nothing (its request id: the release or the cancel is recorded);
+        given up on, a cancel's record has expired (see ``_core.cancelling``) and a release's
+        copies were sent for as long as the server remembers one that landed. An Owner's
+        acquire of the key waits for none of them to be left (``_core.Acquiring.settle_by``)."""
+        found = self._unsettled.get(key)
+        if not found:
+            return False
+        now = time.monotonic()
+        for token, until in list(found.items()):
+            if until < now:
+                found.pop(token, None)
+        return bool(found)
 
     def quiet(self, key: bytes, kind: str, rid: bytes) -> bool:
         """:meth:`no_other_count`, and no release or cancel of the owner's holds of ``key``

@@ -43,6 +43,7 @@ from ._core import (
     release_missed,
     release_refused,
     resend_until,
+    settle,
 )
 from ._drivers import SessionLink, SyncEngineDrivers
 from ._fork import check_owner, inherited
@@ -359,6 +360,8 @@ class SyncBackend(SyncEngineDrivers):
         :class:`~._core.Acquiring`'s to say."""
         run = Acquiring(spec, wait, self.rt)
         hold: Optional[Hold] = None
+        if not self.settled_first(run):
+            return None
         try:
             while True:
                 step = self._attempt(run, session)
@@ -407,7 +410,12 @@ class SyncBackend(SyncEngineDrivers):
         server (``_hold.stale_writes``, ``_hold.late_renewal``): each hold's own release (its
         fixed request id: sent again, it is never a second release), in the background,
         waited for a bounded time (``wait``: never on the watchdog's thread)."""
-        jobs = [self.releaser.submit(h.spec.key, h.release_args(), 3 * self.rt) for h in holds]
+        jobs = [
+            self.releaser.submit(
+                h.spec.key, h.release_args(), 3 * self.rt, ended=settle(h.spec, 4 * self.rt)
+            )
+            for h in holds
+        ]
         for job in jobs if wait else []:
             job.wait(2 * self.rt)
 
@@ -419,7 +427,8 @@ class SyncBackend(SyncEngineDrivers):
         then = functools.partial(kept_by_cancel, spec, t0, asked_at=time.monotonic())
         if spec.kind == P.COUNTED:
             then = functools.partial(self._cancelled_counted, spec.key, args, t0)
-        job = self.releaser.submit(spec.key, args, horizon, then)
+        ended = settle(spec, horizon + self.rt)
+        job = self.releaser.submit(spec.key, args, horizon, then, ended=ended)
         job.wait(2 * self.rt)
 
     # -- re-entry / renewal / release -----------------------------------------------------------
@@ -434,6 +443,7 @@ class SyncBackend(SyncEngineDrivers):
         does no harm."""
         settled = False
         first: Optional[float] = None
+        ended: Optional[Callable[..., None]] = None  # the release answered or handed on
         try:
             check_owner(hold)
             if hold.is_lost():
@@ -441,6 +451,8 @@ class SyncBackend(SyncEngineDrivers):
                 hold.done = True
                 raise hold.lost_error()
             spec = hold.spec
+            # unsettled while the caller sends it, then while the background does
+            ended = settle(spec, P.RELEASE_RESEND_S + self.rt)
             args = hold.release_args()
             hold.done = True
             first, until, resend = release_bounds(hold, self.rt)
@@ -456,7 +468,8 @@ class SyncBackend(SyncEngineDrivers):
                     log.warning(
                         "redis_rlock: release of %r goes on in the background: %s", spec.key, e
                     )
-                    self.release_later(hold, args, first)
+                    self.release_later(hold, args, first, ended)
+                    ended = None
                     settled = True
                     return
                 settled = True
@@ -473,16 +486,25 @@ class SyncBackend(SyncEngineDrivers):
                 # KeyboardInterrupt / SystemExit / an unexpected error mid-release: the
                 # release was decided (by the call); it goes on in the background (queued
                 # first, then the hold marked done)
-                self.release_later(hold, None, first)
+                self.release_later(hold, None, first, ended)
+                ended = None
                 hold.done = True
             raise
+        finally:
+            if ended is not None:
+                ended()  # answered (or refused, or never sent)
 
     def release_later(
-        self, hold: Hold, args: Optional[list[P.Arg]] = None, first: Optional[float] = None
+        self,
+        hold: Hold,
+        args: Optional[list[P.Arg]] = None,
+        first: Optional[float] = None,
+        ended: Optional[Callable[..., None]] = None,
     ) -> None:
         """Sends ``hold``'s (idempotent) release in the background, until answered or
         :func:`~._core.resend_until` (from ``first``, its first send; None: now) passed;
-        an answered counted give-back is then made durable."""
+        an answered counted give-back is then made durable. ``ended`` (:func:`~._core.settle`,
+        None: a new one) is called once it was answered or given up on."""
         if args is None:
             args = hold.release_args()
         now = time.monotonic()
@@ -491,7 +513,9 @@ class SyncBackend(SyncEngineDrivers):
         if hold.spec.kind == P.COUNTED:
             then = functools.partial(self._answered_give_back, hold.spec.key, args, sent)
         horizon = max(0.0, resend_until(hold, sent) - now)
-        self.releaser.submit(hold.spec.key, args, horizon, then)
+        if ended is None:
+            ended = settle(hold.spec, horizon + self.rt)
+        self.releaser.submit(hold.spec.key, args, horizon, then, ended=ended)
 
     def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
         """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``): tried for three response
@@ -611,7 +635,9 @@ class SyncBackend(SyncEngineDrivers):
         then = None
         if spec.kind == P.COUNTED:
             then = functools.partial(self._cancelled_counted, spec.key, args, time.monotonic())
-        self.releaser.submit(spec.key, args, horizon + self.rt, then)
+        self.releaser.submit(
+            spec.key, args, horizon + self.rt, then, ended=settle(spec, horizon + 2 * self.rt)
+        )
         hold.done = True
 
 

@@ -219,6 +219,7 @@ class Job:
         until: float,
         then: Optional[Callable[[Any], None]] = None,
         confirm: bool = False,
+        ended: Optional[Callable[[], None]] = None,
     ) -> None:
         self.key, self.args, self.until = key, args, until
         #: a durability check of an answered counted give-back (``SyncBackend.confirm_round``),
@@ -227,6 +228,8 @@ class Job:
         self.next_at, self.pause = 0.0, 0.05
         #: called with the reply, once answered (in the releaser's thread)
         self.then = then
+        #: called once it was answered or given up on (in the releaser's thread), before ``done``
+        self.ended = ended
         self.done = Flag()  # not an Event: see ``_flag``
         self.reply: Any = None
         self.error: Optional[BaseException] = None
@@ -265,10 +268,12 @@ class Releaser:
         horizon: float,
         then: Optional[Callable[[Any], None]] = None,
         confirm: bool = False,
+        ended: Optional[Callable[[], None]] = None,
     ) -> Job:
         """Queues ``args`` for ``key``, to be tried for ``horizon`` seconds (``then``: called
-        with the reply once answered; ``confirm``: checked durable instead of sent once)."""
-        job = Job(key, args, time.monotonic() + horizon, then, confirm)
+        with the reply once answered; ``confirm``: checked durable instead of sent once;
+        ``ended``: called once it was answered or given up on)."""
+        job = Job(key, args, time.monotonic() + horizon, then, confirm, ended)
         job.be = self._be
         hand_over(self._queue, job, self._run)
         return job
@@ -330,6 +335,8 @@ def _release_loop(ref: weakref.ref[Releaser], q: queue.SimpleQueue[Optional[Job]
             log.warning("redis_rlock: gave up on %r for %r: %s", job.args[0], job.key, e)
         finally:
             if not again:
+                if job.ended is not None:
+                    job.ended()
                 rl = ref()
                 if rl is not None:
                     rl._jobs.pop(job, None)

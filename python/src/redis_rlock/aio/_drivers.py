@@ -120,6 +120,18 @@ class AsyncEngineDrivers:
             await sleep(delay)
 
     # -- acquire -------------------------------------------------------------------------------
+    async def settled_first(self, run: Acquiring) -> bool:
+        """Before an Owner's acquire is sent: waits until no release or cancel of the owner's
+        holds of its key may still reach the server (``Acquiring.unsettled``), at most until
+        ``run.settle_by()``; False when one still may then (the acquire takes nothing)."""
+        until = run.settle_by()
+        while run.unsettled():
+            now = time.monotonic()
+            if until is not None and now >= until:
+                return False
+            await sleep(0.005 if until is None else max(0.0, min(0.005, until - now)))
+        return True
+
     async def _attempt(self, run: Acquiring, session: Optional[AsyncSessionLink]) -> Step:
         """One attempt of an acquire: ``run``'s next command (on the session's connection with
         ``session``), and what to do next (:class:`~._core.Step`). An interrupt (not an

@@ -42,6 +42,7 @@ from .._core import (
     release_missed,
     release_refused,
     resend_until,
+    settle,
 )
 from .._fork import ForkGuard, check_owner
 from .._hold import (
@@ -262,15 +263,25 @@ class AsyncBackend(AsyncEngineDrivers):
             except Exception as err:
                 log.debug("redis_rlock: cluster refresh failed: %s", err)
 
-    def release_later(self, hold: AsyncHold, args: list[P.Arg], first: float) -> None:
+    def release_later(
+        self,
+        hold: AsyncHold,
+        args: list[P.Arg],
+        first: float,
+        ended: Optional[Callable[..., None]] = None,
+    ) -> None:
         """As the sync engine's: ``hold``'s (idempotent) release sent in a background task
         until answered or :func:`~.._core.resend_until` passed; an answered counted give-back
-        is then made durable."""
-        if hold.spec.kind == P.COUNTED:
-            self.background(self._give_back(hold.spec.key, args, first))
-            return
+        is then made durable. ``ended`` (:func:`~.._core.settle`, None: a new one) is called
+        once it was answered or given up on."""
         horizon = max(0.0, resend_until(hold, first) - time.monotonic())
-        self.background(self._cleanup(hold.spec.key, args, horizon))
+        if ended is None:
+            ended = settle(hold.spec, horizon + self.rt)
+        if hold.spec.kind == P.COUNTED:
+            task = self.background(self._give_back(hold.spec.key, args, first))
+        else:
+            task = self.background(self._cleanup(hold.spec.key, args, horizon))
+        task.add_done_callback(ended)
 
     async def counted_release(self, key: bytes, args: list[P.Arg]) -> Any:
         """``RSEM.RELEASE key n ONCE id`` (``Semaphore.release``) in a task nobody's
@@ -386,9 +397,11 @@ class AsyncBackend(AsyncEngineDrivers):
         (``wait``: not by the watchdog)."""
         if not holds:
             return
-        tasks = [
-            self.background(self._cleanup(h.spec.key, h.release_args(), 3 * self.rt)) for h in holds
-        ]
+        tasks = []
+        for h in holds:
+            ended = settle(h.spec, 4 * self.rt)
+            tasks.append(self.background(self._cleanup(h.spec.key, h.release_args(), 3 * self.rt)))
+            tasks[-1].add_done_callback(ended)
         if not wait:
             return
         try:
@@ -401,7 +414,9 @@ class AsyncBackend(AsyncEngineDrivers):
         awaited a bounded time (a grant given back leaves the key's expiry: ``kept_by_cancel``)."""
         args, horizon = cancelling(spec, rid, self.rt)
         asked_at = time.monotonic()
+        ended = settle(spec, horizon + self.rt)
         task = self.background(self._cleanup(spec.key, args, horizon))
+        task.add_done_callback(ended)
         task.add_done_callback(functools.partial(_kept_by_cancel, spec, t0, asked_at))
         if spec.kind == P.COUNTED:
             task.add_done_callback(functools.partial(self._cancelled_counted, spec.key, args, t0))
@@ -431,6 +446,8 @@ class AsyncBackend(AsyncEngineDrivers):
         cancellation at any await cancels exactly. With ``session`` the command runs on the
         session's connection, the hold is recorded with it."""
         run = Acquiring(spec, wait, self.rt)
+        if not await self.settled_first(run):
+            return None
         handed = False
         try:
             while True:
@@ -480,6 +497,7 @@ class AsyncBackend(AsyncEngineDrivers):
 
     async def _release(self, hold: AsyncHold) -> None:
         spec = hold.spec
+        ended = settle(spec, P.RELEASE_RESEND_S + self.rt)  # the call's, then the background's
         args = hold.release_args()  # idempotent: the same request id every time
         first, until, resend = release_bounds(hold, self.rt)
         try:
@@ -487,16 +505,22 @@ class AsyncBackend(AsyncEngineDrivers):
         except Exception as e:
             failed = release_failed(hold, e)
             if failed is None:
+                ended()
                 raise
             if failed != RELEASE_REFUSED:
                 # a counted give-back refused (never given up while the server remembers
                 # it), or a transient failure: the release is idempotent
                 log.warning("redis_rlock: release of %r goes on in the background: %s", spec.key, e)
-                self.release_later(hold, args, first)
+                self.release_later(hold, args, first, ended)
                 return
+            ended()
             hold.done = False  # an error reply changed nothing: the caller still holds it
             watch(hold, self)
             raise release_refused(hold, e) from None
+        except BaseException:
+            ended()  # the task cancelled (the loop closing): nothing goes on
+            raise
+        ended()  # answered
         if spec.kind == P.COUNTED:
             self.confirm_later(spec.key, args, first)
         if release_missed(hold, reply, attempts):
