@@ -1,11 +1,6 @@
 import assert from 'node:assert/strict';
 import { adapt, LockTimeout, RLock, type Arg, type Connection } from '../src/index.js';
-import { calls, free, suite, until, type Admin } from './harness.js';
-
-async function waiters(admin: Admin, name: string): Promise<number> {
-  const info = (await admin.sendCommand(['RLOCK.INFO', name])) as unknown[] | null;
-  return info === null ? 0 : Number(info[7]);
-}
+import { calls, free, rng, suite, until, waiters } from './harness.js';
 
 /** A connection that calls `onGrant` when a reply granting an `RLOCK.ACQUIRE` comes in, before
  * the client reads it (its duplicates too). */
@@ -21,18 +16,6 @@ function spying(inner: Connection, onGrant: () => void): Connection {
     },
     close: () => inner.close(),
     onDeath: (l) => inner.onDeath(l),
-  };
-}
-
-/** A small seeded generator (mulberry32): the randomized test prints its seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
 

@@ -44,6 +44,15 @@ export function ping(port: number): Promise<boolean> {
   });
 }
 
+/** Kills `p` (SIGKILL) unless it has exited, and waits for its exit. */
+export async function kill(p: ChildProcess | null): Promise<void> {
+  if (p !== null && p.exitCode === null && p.signalCode === null) {
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill('SIGKILL');
+    await exited;
+  }
+}
+
 /** Polls `cond` every 10 ms until true; throws after `ms`. */
 export async function until(cond: () => boolean | Promise<boolean>, ms: number, what: string): Promise<void> {
   const end = Date.now() + ms;
@@ -95,11 +104,7 @@ export class Server {
   async stop(): Promise<void> {
     const p = this.proc;
     this.proc = null;
-    if (p !== null && p.exitCode === null && p.signalCode === null) {
-      const exited = new Promise((r) => p.once('exit', r));
-      p.kill('SIGKILL');
-      await exited;
-    }
+    await kill(p);
     rmSync(this.dir, { recursive: true, force: true });
   }
 }
@@ -223,4 +228,22 @@ export async function free(admin: Admin, name: string): Promise<boolean> {
 /** The lock's hash (owner -> count) as a plain object. */
 export async function hash(admin: Admin, name: string): Promise<Record<string, string>> {
   return { ...(await admin.hGetAll(name)) };
+}
+
+/** A small seeded generator (mulberry32): the randomized test prints its seed. */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** How many waiters the lock `name` has (RLOCK.INFO's waiter count; 0 when free). */
+export async function waiters(admin: Admin, name: string): Promise<number> {
+  const info = (await admin.sendCommand(['RLOCK.INFO', name])) as unknown[] | null;
+  return info === null ? 0 : Number(info[7]);
 }

@@ -1,23 +1,6 @@
 import assert from 'node:assert/strict';
 import { Deadlock, RLock, UpgradeRefused } from '../src/index.js';
-import { free, hash, suite, until, type Admin } from './harness.js';
-
-/** A small seeded generator (mulberry32): the randomized test prints its seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-async function lockWaiters(admin: Admin, name: string): Promise<number> {
-  const info = (await admin.sendCommand(['RLOCK.INFO', name])) as unknown[] | null;
-  return info === null ? 0 : Number(info[7]);
-}
+import { free, hash, rng, suite, until, waiters } from './harness.js';
 
 suite('owner', (ctx, test) => {
   test('handles of one owner re-enter each other\'s hold under the one owner id; the server keeps count 1', async () => {
@@ -46,7 +29,7 @@ suite('owner', (ctx, test) => {
     const h1 = await one.lock('o:k1').acquire({ leaseMs: 10000 });
     const h2 = await two.lock('o:k2').acquire({ leaseMs: 10000 });
     const twoWaits = two.lock('o:k1').acquire({ waitMs: 10000, leaseMs: 10000 });
-    await until(async () => (await lockWaiters(ctx.admin, 'o:k1')) === 1, 5000, 'owner two waits for k1');
+    await until(async () => (await waiters(ctx.admin, 'o:k1')) === 1, 5000, 'owner two waits for k1');
     const t0 = Date.now();
     await assert.rejects(one.lock('o:k2').acquire({ waitMs: 10000 }), (e) => {
       assert.ok(e instanceof Deadlock, String(e));
@@ -55,7 +38,7 @@ suite('owner', (ctx, test) => {
       return true;
     });
     assert.ok(Date.now() - t0 < 2000, 'refused at once');
-    assert.equal(await lockWaiters(ctx.admin, 'o:k2'), 0, 'nothing queued');
+    assert.equal(await waiters(ctx.admin, 'o:k2'), 0, 'nothing queued');
     await h1.release(); // owner two gets k1
     const got = await twoWaits;
     assert.equal(got.owner, two.id);
@@ -99,7 +82,7 @@ suite('owner', (ctx, test) => {
     const blocker = await other.lock('o:cancel').acquire({ leaseMs: 10000 });
     const ac = new AbortController();
     const waiting = owner.lock('o:cancel').acquire({ signal: ac.signal, leaseMs: 10000 });
-    await until(async () => (await lockWaiters(ctx.admin, 'o:cancel')) === 1, 5000, 'queued');
+    await until(async () => (await waiters(ctx.admin, 'o:cancel')) === 1, 5000, 'queued');
     ac.abort();
     await assert.rejects(waiting, { name: 'AbortError' });
     await blocker.release();
@@ -176,7 +159,7 @@ suite('owner', (ctx, test) => {
         }
         await Promise.all(tasks);
         assert.ok(await free(ctx.admin, 'o:random'), `round ${round}: the lock is free`);
-        assert.equal(await lockWaiters(ctx.admin, 'o:random'), 0, `round ${round}: nobody waits`);
+        assert.equal(await waiters(ctx.admin, 'o:random'), 0, `round ${round}: nobody waits`);
       }
       assert.ok(taken > 0 && aborted > 0, `some taken (${taken}), some aborted (${aborted}); re-entries ${reentered}`);
     } catch (e) {

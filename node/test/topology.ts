@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient } from 'redis';
-import { freePort, ping, Server, until } from './harness.js';
+import { freePort, kill, ping, Server, until } from './harness.js';
 
 type Plain = ReturnType<typeof createClient>;
 
@@ -142,11 +142,7 @@ export class SentinelSet {
   async stop(): Promise<void> {
     const p = this.proc;
     this.proc = null;
-    if (p !== null && p.exitCode === null && p.signalCode === null) {
-      const exited = new Promise((r) => p.once('exit', r));
-      p.kill('SIGKILL');
-      await exited;
-    }
+    await kill(p);
     this.master.signal('SIGCONT');
     await this.master.stop();
     await this.replica.stop();
