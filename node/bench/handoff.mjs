@@ -6,9 +6,12 @@
 // module, on a free port in a temp dir. Build first (npm run build); RLOCK_MODULE set.
 //
 // BENCH_SECONDS (default 2), BENCH_CONTENDERS (1,8,64), BENCH_HOLD_MS (0,10), BENCH_MODES
-// (tasks,processes), BENCH_CLIENTS (rlock,redis-semaphore,redlock).
+// (tasks,processes), BENCH_CLIENTS (rlock,redis-semaphore,redlock). Then the uncontended
+// acquire + release, the clients alternating block by block. `--out FILE` writes the section
+// between `<!-- node` and `<!-- /node -->` of FILE (BENCHMARKS.md) with the targets checked.
 import { fork, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -55,21 +58,25 @@ async function connect(port) {
   return c;
 }
 
-/** One contender `id` on `c` looping on `name` until `end` (epoch ms): its grants as [at, id,
- * wait] measured from `start` (epoch ms; the warm-up before it is not counted). */
+/** One contender `id` on `c` looping on `name` until `end` (epoch ms): its grants in
+ * [start, end) as [at, id], and its waits, each the part of it within [start, end) (a
+ * contender starved the whole row counts one wait of the whole row). */
 async function contend(c, implName, name, id, holdMs, start, end) {
   const take = impls[implName](c, name);
   const grants = [];
+  const waits = [];
+  const epoch = () => performance.timeOrigin + performance.now();
   while (Date.now() < end) {
-    const t0 = performance.now();
+    const t0 = epoch();
     const release = await take();
-    const at = Date.now();
-    if (at >= start && at < end) grants.push([performance.timeOrigin + performance.now(), id, performance.now() - t0]);
+    const at = epoch();
+    if (at >= start && at < end) grants.push([at, id]);
+    if (at > start && t0 < end) waits.push(Math.min(at, end) - Math.max(t0, start));
     if (holdMs > 0) await sleep(holdMs);
     await release();
   }
   c.disconnect();
-  return grants;
+  return { grants, waits };
 }
 
 if (process.env.BENCH_CHILD) {
@@ -113,8 +120,14 @@ async function main() {
   }
 
   const pct = (xs, p) => (xs.length === 0 ? NaN : xs[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]);
-  console.log('| contenders | as | held ms | client | acquires/s | hand-offs/s | p50 wait ms | p99 wait ms | idlest share |');
-  console.log('|---|---|---|---|---|---|---|---|---|');
+  const out = [];
+  const say = (line) => {
+    console.log(line);
+    out.push(line);
+  };
+  const rows = [];
+  say('| contenders | as | held ms | client | acquires/s | hand-offs/s | p50 wait ms | p99 wait ms | idlest share |');
+  say('|---|---|---|---|---|---|---|---|---|');
   let round = 0;
   for (const holdMs of HOLDS) {
     for (const mode of MODES) {
@@ -122,7 +135,6 @@ async function main() {
         if (mode === 'processes' && n === 1) continue; // the same as one task
         for (const implName of CLIENTS) {
           const name = `bench:${implName}:${n}:${mode}:${holdMs}:${round++}`;
-          let runs;
           let go;
           if (mode === 'tasks') {
             const conns = await Promise.all(Array.from({ length: n }, () => connect(port)));
@@ -141,8 +153,8 @@ async function main() {
             }));
           }
           const start = Date.now() + WARMUP_MS;
-          runs = go(start, start + SECONDS * 1000);
-          const grants = (await Promise.all(runs)).flat().sort((a, b) => a[0] - b[0]);
+          const results = await Promise.all(go(start, start + SECONDS * 1000));
+          const grants = results.flatMap((r) => r.grants).sort((a, b) => a[0] - b[0]);
           const per = new Array(n).fill(0);
           let handoffs = 0;
           for (let i = 0; i < grants.length; i++) {
@@ -151,15 +163,123 @@ async function main() {
             // polling client's holder often takes it again at once)
             if (i > 0 && grants[i][1] !== grants[i - 1][1]) handoffs++;
           }
-          const waits = grants.map((g) => g[2]).sort((a, b) => a - b);
+          const waits = results.flatMap((r) => r.waits).sort((a, b) => a - b);
           const fair = grants.length / n;
-          const idlest = fair === 0 ? 0 : Math.min(...per) / fair;
-          console.log(`| ${n} | ${mode} | ${holdMs} | ${implName} | ${Math.round(grants.length / SECONDS)} | ${Math.round(handoffs / SECONDS)} | ${pct(waits, 50).toFixed(2)} | ${pct(waits, 99).toFixed(2)} | ${n === 1 ? '-' : `${Math.round(idlest * 100)}%`} |`);
+          const row = {
+            n, mode, holdMs, implName,
+            acquires: grants.length / SECONDS,
+            handoffs: handoffs / SECONDS,
+            p50: pct(waits, 50),
+            p99: pct(waits, 99),
+            idlest: fair === 0 ? 0 : Math.min(...per) / fair,
+          };
+          rows.push(row);
+          say(`| ${n} | ${mode} | ${holdMs} | ${implName} | ${Math.round(row.acquires)} | ${Math.round(row.handoffs)} | ${row.p50.toFixed(2)} | ${row.p99.toFixed(2)} | ${n === 1 ? '-' : `${Math.round(row.idlest * 100)}%`} |`);
         }
       }
     }
   }
+
+  // uncontended: one connection, a lock nobody else uses, blocks of 50 acquire + release, the
+  // clients alternating block by block: the median block, and the median of the per-block
+  // ratios to redis-semaphore's (neighbouring blocks, which the machine's slow moments hit alike)
+  const BLOCK = 50;
+  const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 60);
+  const uc = await connect(port);
+  const takes = Object.fromEntries(CLIENTS.map((k) => [k, impls[k](uc, `bench:uncontended:${k}`)]));
+  const blocks = Object.fromEntries(CLIENTS.map((k) => [k, []]));
+  for (let b = -5; b < BLOCKS; b++) {
+    for (const k of CLIENTS) {
+      const t0 = performance.now();
+      for (let i = 0; i < BLOCK; i++) await (await takes[k]())();
+      if (b >= 0) blocks[k].push(((performance.now() - t0) * 1000) / BLOCK);
+    }
+  }
+  uc.disconnect();
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const base = 'redis-semaphore';
+  const uncontended = {};
+  say('');
+  say(`| client | µs per acquire+release | vs ${base} |`);
+  say('|---|---|---|');
+  for (const k of CLIENTS) {
+    const ratio = blocks[base] ? median(blocks[k].map((v, i) => v / blocks[base][i])) : NaN;
+    uncontended[k] = { us: median(blocks[k]), ratio };
+    say(`| ${k} | ${Math.round(uncontended[k].us)} | ${ratio.toFixed(2)}x |`);
+  }
+
+  const outIdx = process.argv.indexOf('--out');
+  if (outIdx !== -1) writeSection(process.argv[outIdx + 1], rows, out, uncontended);
   admin.disconnect();
   server.kill('SIGKILL');
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** BENCHMARKS.md's Node section: the targets, then the tables of this run. */
+function writeSection(file, rows, tables, uncontended) {
+  const find = (n, mode, holdMs, implName) => rows.find((r) => r.n === n && r.mode === mode && r.holdMs === holdMs && r.implName === implName);
+  const targets = [];
+  const fmt = (x) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+  for (const mode of ['tasks', 'processes']) {
+    const r = find(8, mode, 0, 'rlock');
+    if (!r) continue;
+    for (const other of ['redis-semaphore', 'redlock']) {
+      const o = find(8, mode, 0, other);
+      if (!o) continue;
+      const h = r.handoffs / o.handoffs;
+      targets.push(`| hand-offs/s / ${other}'s, 8 ${mode}, 0 ms held | ${fmt(h)} | ≥ 10 | ${h >= 10 ? 'yes' : '**no**'} |`);
+      const p = r.p99 / o.p99;
+      targets.push(`| p99 wait / ${other}'s, 8 ${mode}, 0 ms held | ${fmt(p)} | ≤ 0.10 | ${p <= 0.1 ? 'yes' : '**no**'} |`);
+    }
+  }
+  const many = rows.filter((r) => r.implName === 'rlock' && r.n > 1);
+  if (many.length > 0) {
+    const idlest = Math.min(...many.map((r) => r.idlest));
+    targets.push(`| idlest contender's share of a fair share, every rlock row with N > 1 | ${Math.round(idlest * 100)}% | > 0 (none starved) | ${idlest > 0 ? 'yes' : '**no**'} |`);
+  }
+  if (uncontended.rlock && Number.isFinite(uncontended.rlock.ratio)) {
+    const u = uncontended.rlock.ratio;
+    targets.push(`| uncontended acquire+release / redis-semaphore's | ${u.toFixed(2)} | ≤ 1.20 | ${u <= 1.2 ? 'yes' : '**no**'} |`);
+  }
+  let rev = '';
+  try {
+    rev = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+  } catch {
+    rev = 'unknown';
+  }
+  const pkg = (name) => {
+    try {
+      return JSON.parse(readFileSync(new URL(`../node_modules/${name}/package.json`, import.meta.url), 'utf8')).version;
+    } catch {
+      return '?';
+    }
+  };
+  const section = [
+    '<!-- node: written by `make bench-node` (node/bench/handoff.mjs) -->',
+    '## Node.js',
+    '',
+    `What Node.js users run today against the package (node/, redis-rlock), on ONE redis-server with the module, in one run of \`make bench-node\`: one lock handed between N contenders looping acquire -> hold (0 or 10 ms) -> release for ${SECONDS} s a row, as async tasks of one process (an ioredis connection each) and as N processes. redis-rlock waits in the server; redis-semaphore's \`Mutex\` polls every 10 ms; redlock retries every 10 ± 5 ms. The load generators and the server share 2 cores: absolute figures are noisy, only ratios in the same run mean anything.`,
+    '',
+    `- Node ${process.version}, ioredis ${pkg('ioredis')}, redis-semaphore ${pkg('redis-semaphore')}, redlock ${pkg('redlock')}, redis-rlock from this checkout (${rev})`,
+    `- Date: ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+    '',
+    '### Targets',
+    '',
+    '| target | measured | limit | met |',
+    '|---|---|---|---|',
+    ...targets,
+    '',
+    '### Contention and uncontended acquire + release',
+    '',
+    'acquires/s: every grant; hand-offs/s: grants to another contender than the last holder (a polling client\'s holder mostly takes the lock again at once); wait: from the call to acquire to the grant, the part of each wait within the row (a contender starved the whole row counts one wait of the whole row); idlest share: the idlest contender\'s grants against a fair share (100%: fair). Uncontended: one connection, blocks of 50 acquire+release, the clients alternating block by block: the median block and the median of the per-block ratios.',
+    '',
+    ...tables,
+    '<!-- /node -->',
+  ].join('\n');
+  let text = readFileSync(file, 'utf8');
+  const a = text.indexOf('<!-- node:');
+  const b = text.indexOf('<!-- /node -->');
+  if (a !== -1 && b > a) text = text.slice(0, a) + section + text.slice(b + '<!-- /node -->'.length);
+  else text = `${text.replace(/\n*$/, '')}\n\n${section}\n`;
+  writeFileSync(file, text);
 }
