@@ -178,6 +178,9 @@ export async function dialIoRedis(c: IoRedisClient, at?: { host: string; port: n
     autoResendUnfulfilledCommands: false,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
+    // behind Sentinel: one round of asking the sentinels, not a retry without end (a wait
+    // whose connection cannot be made is asked again by its acquire, within its time)
+    sentinelRetryStrategy: () => null,
   });
   d.on('error', () => {});
   await d.connect();

@@ -20,7 +20,8 @@ export class Lease {
   lost = false;
   ended = false;
   validUntil: number;
-  readonly controller = new AbortController();
+  // made when first asked for (most holds never are) or when lost
+  #controller: AbortController | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
   #endTimer: NodeJS.Timeout | undefined;
 
@@ -35,6 +36,12 @@ export class Lease {
     this.validUntil = sentAt + leaseMs;
     this.#armEnd();
     if (watchdog) this.#armRenewal(leaseMs / 3);
+  }
+
+  /** Aborted (its reason a `LockLost`) when the hold is lost. */
+  get signal(): AbortSignal {
+    this.#controller ??= new AbortController();
+    return this.#controller.signal;
   }
 
   #armEnd(): void {
@@ -79,7 +86,8 @@ export class Lease {
     this.lost = true;
     this.stop();
     this.holder.dropped(this);
-    this.controller.abort(new LockLost(`the hold of ${this.holder.label} was lost: ${why}`, this.holder.label));
+    this.#controller ??= new AbortController();
+    this.#controller.abort(new LockLost(`the hold of ${this.holder.label} was lost: ${why}`, this.holder.label));
   }
 
   /** Released: timers stopped, no longer the holder's. */
@@ -95,7 +103,7 @@ export class Lease {
   }
 
   lostError(): LockLost {
-    const r: unknown = this.controller.signal.reason;
+    const r: unknown = this.#controller?.signal.reason;
     return r instanceof LockLost ? r : new LockLost(`the hold of ${this.holder.label} was lost`, this.holder.label);
   }
 }

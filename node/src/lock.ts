@@ -240,7 +240,7 @@ export class Hold implements AsyncDisposable {
   /** Aborted (its reason a `LockLost`) when the hold is lost: its lease ended, its renewal
    * found it gone or kept failing. */
   get signal(): AbortSignal {
-    return this.#lease.controller.signal;
+    return this.#lease.signal;
   }
 
   /** Whether it was lost before its release. */
@@ -287,16 +287,21 @@ export class Hold implements AsyncDisposable {
 /** Acquires of one handle (or semaphore) take turns: `run` after the ones before it. */
 export class Turns {
   #turn: Promise<void> = Promise.resolve();
+  /** Turns begun and not finished (running or waiting). */
+  #pending = 0;
 
   async run<T>(signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
     let done!: () => void;
     const mine = new Promise<void>((r) => (done = r));
     const gate = this.#turn;
     this.#turn = gate.then(() => mine);
+    const free = this.#pending === 0; // nobody before it: no need to wait for the gate
+    this.#pending++;
     try {
-      await bounded(gate, Infinity, 'turn', signal);
+      if (!free) await bounded(gate, Infinity, 'turn', signal);
       return await fn();
     } finally {
+      this.#pending--;
       done();
     }
   }

@@ -243,7 +243,7 @@ export class LeasedPermits implements AsyncDisposable {
 
   /** Aborted (reason: `LockLost`) when the permits are lost (lease over, renewal found them gone). */
   get signal(): AbortSignal {
-    return this.#lease.controller.signal;
+    return this.#lease.signal;
   }
 
   get lost(): boolean {
