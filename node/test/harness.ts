@@ -75,9 +75,10 @@ export class Server {
     return join(this.dir, 'server.log');
   }
 
+  /** Starts the server: on a free port the first time, on the same port (and dir) after `crash()`. */
   async start(): Promise<void> {
     if (!MODULE || !existsSync(MODULE)) throw new Error('set RLOCK_MODULE to the built module (librlock.so)');
-    this.port = await freePort();
+    if (this.port === 0) this.port = await freePort();
     const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--loadmodule', MODULE,
       '--save', '', '--appendonly', 'no', '--logfile', this.logPath, ...this.extra];
     this.proc = spawn(process.env.REDIS_SERVER ?? 'redis-server', args, { stdio: 'ignore' });
@@ -91,6 +92,14 @@ export class Server {
   /** Pauses (SIGSTOP) or resumes (SIGCONT) the server process. */
   signal(sig: 'SIGSTOP' | 'SIGCONT'): void {
     this.proc?.kill(sig);
+  }
+
+  /** Kills the server (SIGKILL: nothing saved at exit) and waits for its exit; `start()` brings
+   * it back on the same port and dir, with what its persistence (if any) wrote. */
+  async crash(): Promise<void> {
+    const p = this.proc;
+    this.proc = null;
+    await kill(p);
   }
 
   log(): string {
@@ -166,7 +175,9 @@ export interface Ctx {
  * One server per test file: `suite('lock', (ctx, driver) => { test(...) })` runs the tests once
  * per driver. A failing test prints the server's log.
  */
-export function suite(title: string, body: (ctx: Ctx, test: (name: string, fn: () => Promise<void>) => void, driver: Driver) => void): void {
+export type TestFn = (name: string, fn: () => Promise<void>, options?: { skip?: string | false }) => void;
+
+export function suite(title: string, body: (ctx: Ctx, test: TestFn, driver: Driver) => void): void {
   for (const driver of drivers) {
     describe(`${title} (${driver.name})`, () => {
       const server = new Server();
@@ -196,8 +207,8 @@ export function suite(title: string, body: (ctx: Ctx, test: (name: string, fn: (
         if (ctx.admin?.isOpen) ctx.admin.destroy();
         await server.stop();
       });
-      const test = (name: string, fn: () => Promise<void>): void => {
-        it(name, async () => {
+      const test: TestFn = (name, fn, options) => {
+        it(name, { skip: options?.skip ?? false }, async () => {
           try {
             await fn();
           } catch (e) {
