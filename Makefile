@@ -93,10 +93,14 @@ node-deps:
 test-node: build node-deps
 	cd node && npm run typecheck && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} npm test
 
-# One lock handed between 1, 8 and 64 contenders: redis-rlock against redis-semaphore's Mutex and
-# redlock (pinned dev dependencies); acquires/s, hand-offs/s, p50/p99 wait (not in CI).
+# One lock handed between 1, 8 and 64 contenders (async tasks and processes, 0 and 10 ms held),
+# then the uncontended acquire + release: redis-rlock against redis-semaphore's Mutex and redlock
+# (pinned dev dependencies); acquires/s, hand-offs/s, p50/p99 wait, the idlest contender's share,
+# the targets checked, into BENCHMARKS.md's Node.js section (`make bench` runs it too;
+# BENCH_NODE_QUICK=1: printed only). `make bench-smoke` (CI) runs it tiny, to prove it runs.
 bench-node: build node-deps
-	cd node && npm run build && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} node bench/handoff.mjs
+	cd node && npm run build && RLOCK_MODULE=$${RLOCK_MODULE:-$(CURDIR)/$(MODULE)} node bench/handoff.mjs \
+		$(if $(BENCH_NODE_QUICK),,--out ../BENCHMARKS.md)
 
 # The sync package's await-only drivers (src/redis_rlock/_drivers.py) generated from their
 # asyncio source (src/redis_rlock/aio/_drivers.py) by python/tools/generate_sync.py (unasync,
@@ -268,6 +272,7 @@ BENCH_SERVERS = Redis=redis-server,Valkey=$$($(VALKEY_SERVER_PATH)),Redis=$$($(R
 bench: build servers-deps
 	$(CARGO) build --release -p rlock-bench -p rlock-bench-floor
 	./target/release/rlock-bench --server "$$($(SERVER_PATH))" --write-benchmarks
+	$(MAKE) bench-node
 
 # Sections 1 and 4 on each of the four servers, into BENCHMARKS.md's per-server table.
 bench-servers: build servers-deps
@@ -276,12 +281,15 @@ bench-servers: build servers-deps
 
 # The same harness with tiny sizes (CI): proves it still runs; its figures mean nothing. It
 # writes into target/ only (BENCHMARKS.md is left alone: only --write-benchmarks writes it).
-bench-smoke: build servers-deps
+bench-smoke: build servers-deps node-deps
 	$(CARGO) build --release -p rlock-bench -p rlock-bench-floor
 	./target/release/rlock-bench --smoke --out target/BENCHMARKS-smoke.md
 	cp BENCHMARKS.md target/BENCHMARKS-servers-smoke.md
 	./target/release/rlock-bench --per-server --servers "$(BENCH_SERVERS)" --smoke \
 		--out target/BENCHMARKS-servers-smoke.md
+	cp BENCHMARKS.md target/BENCHMARKS-node-smoke.md
+	cd node && npm run build && RLOCK_MODULE=$(CURDIR)/$(MODULE) BENCH_SECONDS=0.2 BENCH_CONTENDERS=1,8 \
+		BENCH_BLOCKS=3 node bench/handoff.mjs --out $(CURDIR)/target/BENCHMARKS-node-smoke.md
 
 # Rewrites the generated blocks of docs/commands.md (syntax, summary, arity, flags, key spec, ACL
 # categories) from COMMAND DOCS and COMMAND INFO of a server with the module; the hand-written

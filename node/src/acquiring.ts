@@ -8,7 +8,12 @@ export interface Engine {
   readonly responseTimeoutMs: number;
   /** A dedicated connection for a wait on `key`. */
   openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection>;
-  closeWait(c: Connection): Promise<void>;
+  /** Closes a wait's connection; `flush`: it failed, or a failover answered (connections kept
+   * for the same server may be stale too). */
+  closeWait(c: Connection, flush?: boolean): Promise<void>;
+  /** A wait's connection whose last reply was read: may be kept for another wait (absent:
+   * closed). */
+  doneWait?(c: Connection): Promise<void>;
   cancel(key: Arg, rid: string, leaseMs: number): Promise<void>;
 }
 
@@ -57,12 +62,20 @@ export async function acquireOnce<G>(
   let needCancel = false;
   let backoff = 20;
   let conn: Connection | null = null;
+  // the wait connection's last reply was read: nothing pending on it, it may serve another wait
+  let idle = false;
+  // an acquire that may wait first tries once on the client's connection (no WAIT, the same
+  // request id: a try not granted records nothing): the server grants no barging, so FIFO
+  // holds, and an uncontended acquire needs no wait connection
+  let tryFirst = waitMs !== 0;
   try {
     for (;;) {
       if (signal?.aborted) throw abortReason(signal);
       const t = now();
+      const trying = tryFirst;
+      tryFirst = false;
       let wait: number | null;
-      if (waitMs === 0) wait = null;
+      if (waitMs === 0 || trying) wait = null;
       else if (end === Infinity) wait = 0;
       else wait = end > t ? Math.max(1, Math.ceil(end - t)) : null;
       const args = spec.args(rid, wait);
@@ -75,12 +88,13 @@ export async function acquireOnce<G>(
         } else {
           conn ??= await eng.openWait(signal, spec.key, spec.send);
           needCancel = true;
+          idle = false;
           const within = wait === 0 ? Infinity : wait + eng.responseTimeoutMs;
           const got = await waitReply(eng, conn, args, spec.args(rid, null), within, spec.send, signal);
           if (got.silent) {
             // the server no longer queues the wait, yet its connection brought no reply (gone
             // without a word, or a failover): dropped; the check's answer is the wait's
-            await eng.closeWait(conn);
+            await eng.closeWait(conn, true);
             conn = null;
             if (got.reply instanceof Error) throw got.reply;
             const r = spec.read(got.reply);
@@ -92,6 +106,7 @@ export async function acquireOnce<G>(
             }
           }
           reply = got.reply;
+          idle = !got.silent;
         }
       } catch (e) {
         if (signal?.aborted && e === abortReason(signal)) throw e;
@@ -115,10 +130,11 @@ export async function acquireOnce<G>(
         }
         // no reply in time, or a failed connection: the request may be queued or granted
         if (conn !== null) {
-          await eng.closeWait(conn);
+          await eng.closeWait(conn, !(e instanceof Stalled));
           conn = null;
         }
         if (e instanceof Stalled && wait !== null) return null; // the wait's time is up: cancelled below
+        if (trying) continue; // the wait asks again, with the same id
         const t2 = now();
         if (t2 >= retryEnd) {
           if (waitMs === 0) throw e;
@@ -135,12 +151,15 @@ export async function acquireOnce<G>(
         return { grant: read.grant, rid, sentAt };
       }
       needCancel = false; // not granted: nothing held
-      if (read.again && wait !== null && now() < end) continue;
+      if ((trying || (read.again && wait !== null)) && now() < end) continue;
       return null;
     }
   } finally {
     if (needCancel) await eng.cancel(spec.key, rid, spec.leaseMs);
-    if (conn !== null) await eng.closeWait(conn);
+    if (conn !== null) {
+      if (idle && eng.doneWait) await eng.doneWait(conn);
+      else await eng.closeWait(conn);
+    }
   }
 }
 

@@ -1,4 +1,5 @@
 import { InvalidArgument } from './errors.js';
+import { serverPoolKey } from './pool.js';
 import { adaptTopology } from './topology.js';
 
 /**
@@ -32,6 +33,13 @@ export interface Connection {
   onDeath(listener: (err: Error) => void): () => void;
   /** Frees what this connection made for itself (not the user's client). */
   dispose?(): Promise<void>;
+  /** Which of this connection's `duplicate(key, options)` may stand in for one another (the
+   * same server, the same kind of replies): a wait connection that ended cleanly is kept for
+   * the next wait of the same pool key. Absent: never kept. */
+  poolKey?(key?: Arg, options?: SendOptions): string | undefined;
+  /** Whether this (dedicated) connection keeps the process alive: `unref` while kept idle. */
+  ref?(): void;
+  unref?(): void;
 }
 
 /** node-redis's command options for `options`: 36, RESP's blob string type ('$'), mapped to
@@ -96,6 +104,8 @@ export interface NodeRedisClient extends Emitter {
   destroy(): void;
   readonly isOpen: boolean;
   readonly options?: { socket?: object };
+  ref?(): void;
+  unref?(): void;
 }
 
 /** A dedicated connection made from the node-redis client `c` (to `at` instead of its server,
@@ -122,6 +132,18 @@ export class NodeRedisConnection implements Connection {
 
   duplicate(): Promise<Connection> {
     return dialNodeRedis(this.c);
+  }
+
+  poolKey(key?: Arg, options?: SendOptions): string {
+    return serverPoolKey(key, options);
+  }
+
+  ref(): void {
+    this.c.ref?.();
+  }
+
+  unref(): void {
+    this.c.unref?.();
   }
 
   async close(): Promise<void> {
@@ -205,6 +227,18 @@ export class IoRedisConnection implements Connection {
 
   duplicate(_key?: Arg, options?: SendOptions): Promise<Connection> {
     return dialIoRedis(this.c, undefined, options);
+  }
+
+  poolKey(key?: Arg, options?: SendOptions): string {
+    return serverPoolKey(key, options);
+  }
+
+  ref(): void {
+    (this.c as unknown as { stream?: { ref?(): void } }).stream?.ref?.();
+  }
+
+  unref(): void {
+    (this.c as unknown as { stream?: { unref?(): void } }).stream?.unref?.();
   }
 
   async close(): Promise<void> {

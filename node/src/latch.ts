@@ -85,9 +85,12 @@ export class CountDownLatch {
       const left = end === Infinity ? 0 : Math.ceil(end - now());
       if (end !== Infinity && left <= 0) return (await this.count()) <= 0;
       const conn = await rl.openWait(signal, this.key);
+      let clean = false;
       try {
         const within = end === Infinity ? Infinity : left + rl.responseTimeoutMs;
-        return Number(await bounded(conn.send(['RLATCH.AWAIT', this.key, String(left)]), within, 'RLATCH.AWAIT', signal)) === 1;
+        const reply = await bounded(conn.send(['RLATCH.AWAIT', this.key, String(left)]), within, 'RLATCH.AWAIT', signal);
+        clean = true;
+        return Number(reply) === 1;
       } catch (e) {
         if (signal?.aborted && e === abortReason(signal)) throw e;
         if (e instanceof ServerError && !transientReply(e)) throw fromReply(e.message, this.label);
@@ -95,7 +98,9 @@ export class CountDownLatch {
         await sleep(Math.min(backoff, end - now()), signal);
         backoff = Math.min(backoff * 2, 1000);
       } finally {
-        await rl.closeWait(conn); // ends the server's wait if it is still on
+        // kept for another wait when its reply came; else closed, ending the server's wait
+        if (clean) await rl.doneWait(conn);
+        else await rl.closeWait(conn);
       }
     }
   }

@@ -3,6 +3,7 @@ import type { Engine } from './acquiring.js';
 import { adapt, ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
 import { fromReply, InvalidArgument, LockLost } from './errors.js';
 import { Lease, Leased } from './lease.js';
+import { WaitPool } from './pool.js';
 import { abortReason, bounded, isTransient, now, REQUEST_RECORD_MS, sleep, transientReply } from './util.js';
 import * as V from './validate.js';
 import { LeasedSemaphore, Semaphore } from './semaphore.js';
@@ -40,6 +41,7 @@ export class RLock implements Engine {
   #handles = 0;
   readonly #background = new Set<Promise<unknown>>();
   readonly #waits = new Set<Connection>();
+  readonly #pool = new WaitPool();
   static readonly #cache = new WeakMap<object, RLock>();
 
   constructor(client: unknown, options?: RLockOptions) {
@@ -103,6 +105,7 @@ export class RLock implements Engine {
     await bounded(all, timeoutMs, 'close').catch(() => {});
     await Promise.allSettled([...this.#waits].map((c) => c.close()));
     this.#waits.clear();
+    await this.#pool.close();
     await this.conn.dispose?.().catch(() => {});
   }
 
@@ -110,24 +113,43 @@ export class RLock implements Engine {
     await this.close();
   }
 
-  /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node). */
+  /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node): one
+   * kept from an earlier wait that ended cleanly, else a new one. */
   async openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection> {
-    const opening = this.conn.duplicate(key, options);
-    let c: Connection;
-    try {
-      c = await bounded(opening, this.responseTimeoutMs * 2, 'connect', signal);
-    } catch (e) {
-      opening.then((late) => late.close()).catch(() => {}); // opened after all: closed
-      throw e;
+    const poolKey = this.conn.poolKey?.(key, options);
+    let c = this.#pool.take(poolKey);
+    if (c === null) {
+      const opening = this.conn.duplicate(key, options);
+      try {
+        c = await bounded(opening, this.responseTimeoutMs * 2, 'connect', signal);
+      } catch (e) {
+        opening.then((late) => late.close()).catch(() => {}); // opened after all: closed
+        throw e;
+      }
+      this.#pool.opened(c, poolKey);
     }
     this.#waits.add(c);
     return c;
   }
 
-  /** @internal */
-  async closeWait(c: Connection): Promise<void> {
+  /** @internal Closes a wait's connection (ending its wait in the server, if still on); with
+   * `flush` (the connection failed, or a failover answered), the idle ones of the same server
+   * or slot too. */
+  async closeWait(c: Connection, flush = false): Promise<void> {
     this.#waits.delete(c);
-    await c.close().catch(() => {});
+    await this.#pool.discard(c, flush);
+  }
+
+  /** @internal A wait's connection whose last reply was read (nothing pending on it): kept for
+   * the next wait. */
+  async doneWait(c: Connection): Promise<void> {
+    this.#waits.delete(c);
+    await this.#pool.giveBack(c);
+  }
+
+  /** @internal Idle wait connections kept now. */
+  get idleWaits(): number {
+    return this.#pool.size;
   }
 
   /** @internal `args` on the user's connection, sent again after transient failures (backing

@@ -1,5 +1,5 @@
 import { acquireOnce, type AcquireSpec, type Engine } from './acquiring.js';
-import { ServerError, type Arg } from './adapter.js';
+import { ServerError, type Arg, type Connection } from './adapter.js';
 import { fromReply, LockLost, LockTimeout, RLockError } from './errors.js';
 import { Lease } from './lease.js';
 import { Hold, type AcquireOptions, type RLock, type Turns } from './lock.js';
@@ -226,7 +226,8 @@ export class Side {
       conn: base.conn,
       responseTimeoutMs: base.responseTimeoutMs,
       openWait: (signal, key, options) => base.openWait(signal, key, options),
-      closeWait: (c) => base.closeWait(c),
+      closeWait: (c, flush) => base.closeWait(c, flush),
+      ...(base.doneWait ? { doneWait: (c: Connection) => base.doneWait!(c) } : {}),
       cancel: async (key, rid, leaseMs) => {
         const horizon = now() + (leaseMs || REQUEST_RECORD_MS) + rl.responseTimeoutMs;
         const task = this.#track(rl.background(rl.resend(['RLOCK.CANCEL', key, rid], horizon)));

@@ -11,6 +11,7 @@ import {
   type NodeRedisClient,
   type SendOptions,
 } from './adapter.js';
+import { serverPoolKey } from './pool.js';
 
 /**
  * Redis Cluster and Sentinel through the two drivers.
@@ -86,6 +87,10 @@ class ClusterConnection implements Connection {
     }
   }
 
+  poolKey(key?: Arg, options?: SendOptions): string {
+    return `${key === undefined ? 0 : slotOf(key)}:${options?.exactNumbers ? 'exact' : 'plain'}`;
+  }
+
   async close(): Promise<void> {}
 
   onDeath(listener: (err: Error) => void): () => void {
@@ -147,6 +152,14 @@ class ClusterWait implements Connection {
 
   duplicate(key?: Arg, options?: SendOptions): Promise<Connection> {
     return new ClusterConnection(this.d).duplicate(key, options);
+  }
+
+  ref(): void {
+    this.inner.ref?.();
+  }
+
+  unref(): void {
+    this.inner.unref?.();
   }
 
   async close(): Promise<void> {
@@ -296,6 +309,10 @@ class NodeRedisSentinelConnection implements Connection {
 
   duplicate(): Promise<Connection> {
     return this.c._execute(false, (client) => dialNodeRedis(client));
+  }
+
+  poolKey(key?: Arg, options?: SendOptions): string {
+    return serverPoolKey(key, options);
   }
 
   async close(): Promise<void> {}
