@@ -1,5 +1,5 @@
 import { LockLost } from './errors.js';
-import { bounded, now } from './util.js';
+import { bounded, now, toEpoch } from './util.js';
 
 /** What a lease belongs to (a lock handle, a leased semaphore). */
 export interface LeaseHolder {
@@ -105,5 +105,61 @@ export class Lease {
   lostError(): LockLost {
     const r: unknown = this.#controller?.signal.reason;
     return r instanceof LockLost ? r : new LockLost(`the hold of ${this.holder.label} was lost`, this.holder.label);
+  }
+}
+
+/**
+ * What a caller holds under a lease (a lock's grant, leased permits): until when it is valid, a
+ * signal aborted when it is lost, whether it was released. `release()` is the holder's own.
+ */
+export abstract class Leased implements AsyncDisposable {
+  readonly #lease: Lease;
+  #released = false;
+
+  /** @internal */
+  protected constructor(lease: Lease) {
+    this.#lease = lease;
+  }
+
+  /** @internal */
+  protected get lease(): Lease {
+    return this.#lease;
+  }
+
+  /** @internal Marks it released (or not, when a release was refused). */
+  protected setReleased(released: boolean): void {
+    this.#released = released;
+  }
+
+  /** Until when (epoch ms, from a monotonic clock) the server holds it at least. */
+  get validUntil(): number {
+    return toEpoch(this.#lease.validUntil);
+  }
+
+  /** Aborted (its reason a `LockLost`) when it is lost: its lease ended, its renewal found it
+   * gone or kept failing. */
+  get signal(): AbortSignal {
+    return this.#lease.signal;
+  }
+
+  /** Whether it was lost before its release. */
+  get lost(): boolean {
+    return this.#lease.lost;
+  }
+
+  /** Whether it was released. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /** Throws `LockLost` when it was lost. */
+  check(): void {
+    if (this.#lease.lost) throw this.#lease.lostError();
+  }
+
+  abstract release(): Promise<void>;
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
   }
 }

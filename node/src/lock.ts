@@ -1,15 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import { acquireOnce, type AcquireSpec, type Engine } from './acquiring.js';
+import type { Engine } from './acquiring.js';
 import { adapt, ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
-import { fromReply, InvalidArgument, LockLost, LockTimeout } from './errors.js';
-import { Lease } from './lease.js';
+import { fromReply, InvalidArgument, LockLost } from './errors.js';
+import { Lease, Leased } from './lease.js';
 import { WaitPool } from './pool.js';
-import { abortReason, bounded, isTransient, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, sleep, toEpoch, transientReply } from './util.js';
+import { abortReason, bounded, isTransient, now, REQUEST_RECORD_MS, sleep, transientReply } from './util.js';
 import * as V from './validate.js';
 import { LeasedSemaphore, Semaphore } from './semaphore.js';
 import { Owner, RWLock } from './rw.js';
 import { Session, type SessionOptions } from './session.js';
 import { CountDownLatch } from './latch.js';
+import { Side } from './side.js';
 
 export interface RLockOptions {
   /** How long a reply may take beyond any wait in the server (default 2000 ms). */
@@ -206,17 +207,15 @@ export interface Releaser {
 }
 
 /** One acquire's grant (a first grant or a re-entry): `await using hold = await lock.acquire()`. */
-export class Hold implements AsyncDisposable {
-  #released = false;
-  readonly #lease: Lease;
+export class Hold extends Leased {
   readonly #lock: Releaser;
   readonly #owner: string;
   readonly #token: bigint;
 
   /** @internal */
   constructor(lock: Releaser, lease: Lease, owner: string, token: bigint) {
+    super(lease);
     this.#lock = lock;
-    this.#lease = lease;
     this.#owner = owner;
     this.#token = token;
   }
@@ -232,38 +231,12 @@ export class Hold implements AsyncDisposable {
     return this.#owner;
   }
 
-  /** Until when (epoch ms, from a monotonic clock) the server holds it at least. */
-  get validUntil(): number {
-    return toEpoch(this.#lease.validUntil);
-  }
-
-  /** Aborted (its reason a `LockLost`) when the hold is lost: its lease ended, its renewal
-   * found it gone or kept failing. */
-  get signal(): AbortSignal {
-    return this.#lease.signal;
-  }
-
-  /** Whether it was lost before its release. */
-  get lost(): boolean {
-    return this.#lease.lost;
-  }
-
-  /** Whether this grant was released. */
-  get released(): boolean {
-    return this.#released;
-  }
-
-  /** Throws `LockLost` when the hold was lost. */
-  check(): void {
-    if (this.#lease.lost) throw this.#lease.lostError();
-  }
-
   /** Gives this grant back (the server's hold at the last one). Idempotent: later calls do
    * nothing. Throws `LockLost` (sending nothing) when the hold was lost before. */
   async release(): Promise<void> {
-    if (this.#released) return;
-    this.#released = true;
-    const s = this.#lease;
+    if (this.released) return;
+    this.setReleased(true);
+    const s = this.lease;
     s.count -= 1;
     if (s.lost) throw s.lostError();
     if (s.count > 0) return;
@@ -273,14 +246,10 @@ export class Hold implements AsyncDisposable {
       if (!(e instanceof LockLost)) {
         // refused by the server: still held (the watchdog goes on); the caller may retry
         s.count += 1;
-        this.#released = false;
+        this.setReleased(false);
       }
       throw e;
     }
-  }
-
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.release();
   }
 }
 
@@ -307,163 +276,59 @@ export class Turns {
   }
 }
 
-const ACQUIRE_KEYS = ['waitMs', 'leaseMs', 'signal'] as const;
-
-interface LockGrant {
-  token: bigint;
-}
-
 /**
  * A reentrant lock handle (`rlock.lock(name)`): RLOCK.* on Redisson's layout. Acquires of one
- * handle take turns: while it holds the lock, an acquire re-enters (counted here).
+ * handle take turns: while it holds the lock, an acquire re-enters (counted here). A `Side` of
+ * mode `LOCK` whose every continuous hold takes an owner id of its own (`<handle id>:<n>`).
  */
 export class Lock {
   /** @internal */ readonly rl: RLock;
   /** @internal */ readonly key: string | Buffer;
   /** This handle's id (owner ids of its holds are `<id>:<n>`). */
   readonly id: string;
-  #holds = 0;
-  #current: { lease: Lease; owner: string; token: bigint } | null = null;
-  readonly #turns = new Turns();
+  readonly #side: Side;
 
   /** @internal */
   constructor(rl: RLock, key: string | Buffer, id: string) {
     this.rl = rl;
     this.key = key;
     this.id = id;
+    let holds = 0;
+    this.#side = new Side(rl, key, 'LOCK', new Turns(), { ownerFor: () => `${id}:${++holds}`, fixedOwner: false });
   }
 
   /** The lock's name as a string. */
   get label(): string {
-    return typeof this.key === 'string' ? this.key : this.key.toString('latin1');
+    return this.#side.label;
   }
 
   /** Whether this handle holds the lock (a live hold). */
   isHeld(): boolean {
-    return this.#current !== null && !this.#current.lease.lost;
+    return this.#side.isHeld();
   }
 
   /** Takes the lock, waiting in the server (FIFO) up to `waitMs` (absent: without limit).
    * Throws `LockTimeout` when not taken in time; on abort, rejects with the signal's reason,
    * holding nothing. */
   async acquire(options?: AcquireOptions): Promise<Hold> {
-    const hold = await this.#take(options, 'acquire options', undefined);
-    if (hold === null) throw new LockTimeout(`${this.label} was not taken within the wait`, this.label);
-    return hold;
+    return this.#side.acquire(options);
   }
 
   /** One try (or a wait of `waitMs`): the hold, or null when not taken. */
   async tryAcquire(options?: AcquireOptions): Promise<Hold | null> {
-    return this.#take(options, 'tryAcquire options', 0);
-  }
-
-  async #take(options: unknown, what: string, defaultWait: number | undefined): Promise<Hold | null> {
-    const o = V.options(options, what);
-    V.known(o, ACQUIRE_KEYS, what);
-    const waitMs = 'waitMs' in o ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait;
-    const leaseMs = V.ms(o.leaseMs, 'leaseMs', 1);
-    const signal = V.signal(o.signal);
-    if (signal?.aborted) throw abortReason(signal);
-    return this.#turns.run(signal, async () => {
-      const cur = this.#current;
-      if (cur !== null && !cur.lease.lost) return this.#reenter(cur, waitMs, leaseMs, signal);
-      return this.#acquire(waitMs, leaseMs, signal);
-    });
-  }
-
-  /** A re-entry: the server confirms this exact hold (`RLOCK.RENEW ... GT`, never shortening
-   * it), then it counts one more. */
-  async #reenter(cur: { lease: Lease; owner: string; token: bigint }, waitMs: number | undefined, leaseMs: number | undefined, signal?: AbortSignal): Promise<Hold | null> {
-    const rl = this.rl;
-    const s = cur.lease;
-    const remaining = Math.max(0, Math.ceil(s.validUntil - now()));
-    const lease = Math.max(leaseMs ?? rl.watchdogMs, s.watchdog ? s.leaseMs : remaining, 1);
-    const sentAt = now();
-    const until = sentAt + (waitMs ? waitMs : rl.responseTimeoutMs);
-    let reply: unknown;
-    try {
-      reply = await rl.resend(['RLOCK.RENEW', this.key, cur.owner, String(lease), 'GT'], until, signal);
-    } catch (e) {
-      if (signal?.aborted && e === abortReason(signal)) throw e;
-      if (e instanceof ServerError && !transientReply(e)) throw fromReply(e.message, this.label);
-      // no answer in time: not taken when the acquire had a time limit (one try or a wait; one
-      // without limit raises it); the renewal changed nothing to regret (GT never shortens it)
-      if (waitMs !== undefined) return null;
-      throw e;
-    }
-    if (this.#current?.lease !== s && !s.lost) {
-      // its last grant was released meanwhile: nothing to re-enter, a fresh hold with the time left
-      const left = waitMs === undefined ? undefined : Math.max(0, Math.ceil(sentAt + waitMs - now()));
-      return this.#acquire(left, leaseMs, signal);
-    }
-    if (Number(reply) !== 1) s.markLost('a re-entry found it gone');
-    if (s.lost) throw s.lostError();
-    s.extend(sentAt + lease);
-    s.count += 1;
-    return new Hold(this, s, cur.owner, cur.token);
-  }
-
-  /** A fresh acquire: `RLOCK.ACQUIRE key owner lease TOKEN REQUEST id [WAIT ms]`, under an owner
-   * id of its own (`<handle id>:<n>`). */
-  async #acquire(waitMs: number | undefined, leaseMs: number | undefined, signal?: AbortSignal): Promise<Hold | null> {
-    const rl = this.rl;
-    const lease = leaseMs ?? rl.watchdogMs;
-    const owner = `${this.id}:${++this.#holds}`;
-    const spec: AcquireSpec<LockGrant> = {
-      key: this.key,
-      label: this.label,
-      leaseMs: lease,
-      send: { exactNumbers: true }, // a token may pass 2^53
-      args: (rid, wait) => {
-        const args: Arg[] = ['RLOCK.ACQUIRE', this.key, owner, String(lease), 'TOKEN', 'REQUEST', rid];
-        if (wait !== null) args.push('WAIT', String(wait));
-        return args;
-      },
-      read: (reply) => {
-        const [granted, value] = reply as [unknown, unknown];
-        if (Number(granted) === 1) return { grant: { token: BigInt(value as string) } };
-        return { again: Number(value) === 0 }; // free at that instant, not grantable then
-      },
-    };
-    const got = await acquireOnce(rl, spec, waitMs, signal);
-    if (got === null) return null;
-    const key = this.key;
-    const renew = async (): Promise<boolean> =>
-      Number(await rl.conn.send(['RLOCK.RENEW', key, owner, String(lease), 'GT'])) === 1;
-    const s = new Lease(this, lease, leaseMs === undefined, got.sentAt, renew, rl.responseTimeoutMs);
-    this.#current = { lease: s, owner, token: got.grant.token };
-    return new Hold(this, s, owner, got.grant.token);
+    return this.#side.tryAcquire(options);
   }
 
   /** @internal The last release of a hold: `RLOCK.RELEASE key owner REQUEST id`, sent again
    * after transient failures (within its lease, three response timeouts at most, then in the
    * background up to 6 s from the first send). */
   async releaseLease(s: Lease, owner: string): Promise<void> {
-    const rl = this.rl;
-    const args: Arg[] = ['RLOCK.RELEASE', this.key, owner, 'REQUEST', newId()];
-    const first = now();
-    // no longer this handle's hold from now on: an acquire meanwhile takes a fresh hold (its own
-    // owner id), never a re-entry of the hold being released (the server would find it gone)
-    const cur = this.#current;
-    if (cur?.lease === s) this.#current = null;
-    let reply: unknown;
-    try {
-      reply = await rl.giveBack(args, this.label, Math.min(s.validUntil, first + 3 * rl.responseTimeoutMs), Math.min(s.validUntil, first + RELEASE_RESEND_MS));
-    } catch (e) {
-      if (this.#current === null && cur?.lease === s && !s.lost) this.#current = cur; // refused: still held
-      throw e;
-    }
-    if (reply === null) {
-      s.markLost('the release found it gone');
-      s.end();
-      throw s.lostError();
-    }
-    s.end();
+    return this.#side.releaseLease(s, owner);
   }
 
   /** @internal `s` is no longer this handle's hold. */
   dropped(s: Lease): void {
-    if (this.#current?.lease === s) this.#current = null;
+    this.#side.dropped(s);
   }
 }
 

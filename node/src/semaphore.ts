@@ -1,9 +1,9 @@
 import { acquireOnce, type AcquireSpec } from './acquiring.js';
 import { ServerError, type Arg } from './adapter.js';
 import { fromReply, LockTimeout } from './errors.js';
-import { Lease } from './lease.js';
+import { Lease, Leased } from './lease.js';
 import type { RLock } from './lock.js';
-import { abortReason, newId, now, REQUEST_RECORD_MS, toEpoch } from './util.js';
+import { abortReason, newId, now, REQUEST_RECORD_MS } from './util.js';
 import * as V from './validate.js';
 
 /** How long after its first send a counted release is sent again: while the server surely
@@ -210,10 +210,7 @@ export class LeasedSemaphore extends SemaphoreBase {
 }
 
 /** Leased permits one acquire got: their `ids`, a lease, a `signal` aborted when lost. */
-export class LeasedPermits implements AsyncDisposable {
-  #released = false;
-  readonly #lease: Lease;
-
+export class LeasedPermits extends Leased {
   /** @internal */
   constructor(
     private readonly sem: LeasedSemaphore,
@@ -228,7 +225,7 @@ export class LeasedPermits implements AsyncDisposable {
       const replies = await Promise.all(ids.map((id) => rl.conn.send(['RSEM.RENEW', sem.key, id, String(leaseMs)])));
       return replies.every((r) => Number(r) === 1);
     };
-    this.#lease = new Lease({ label: sem.label, dropped: () => {} }, leaseMs, watchdog, sentAt, renew, rl.responseTimeoutMs);
+    super(new Lease({ label: sem.label, dropped: () => {} }, leaseMs, watchdog, sentAt, renew, rl.responseTimeoutMs));
   }
 
   /** How many. */
@@ -236,34 +233,12 @@ export class LeasedPermits implements AsyncDisposable {
     return this.ids.length;
   }
 
-  /** Until when (epoch ms, from a monotonic clock) the server leases them at least. */
-  get validUntil(): number {
-    return toEpoch(this.#lease.validUntil);
-  }
-
-  /** Aborted (reason: `LockLost`) when the permits are lost (lease over, renewal found them gone). */
-  get signal(): AbortSignal {
-    return this.#lease.signal;
-  }
-
-  get lost(): boolean {
-    return this.#lease.lost;
-  }
-
-  get released(): boolean {
-    return this.#released;
-  }
-
-  check(): void {
-    if (this.#lease.lost) throw this.#lease.lostError();
-  }
-
   /** Gives the permits back (`RSEM.RELEASE key ID ...`); idempotent. Throws `LockLost` when they
    * were lost before (sending nothing) or the release found them gone. */
   async release(): Promise<void> {
-    if (this.#released) return;
-    this.#released = true;
-    const s = this.#lease;
+    if (this.released) return;
+    this.setReleased(true);
+    const s = this.lease;
     if (s.lost) throw s.lostError();
     const rl = this.sem.rl;
     const first = now();
@@ -271,7 +246,7 @@ export class LeasedPermits implements AsyncDisposable {
     try {
       reply = await rl.giveBack(['RSEM.RELEASE', this.sem.key, 'ID', ...this.ids], this.sem.label, Math.min(s.validUntil, first + 3 * rl.responseTimeoutMs), s.validUntil);
     } catch (e) {
-      this.#released = false;
+      this.setReleased(false);
       throw e;
     }
     if (reply !== undefined && Number(reply) !== this.ids.length) {
@@ -280,10 +255,6 @@ export class LeasedPermits implements AsyncDisposable {
       throw s.lostError();
     }
     s.end();
-  }
-
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.release();
   }
 }
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { adapt, LockTimeout, RLock, type Arg, type Connection } from '../src/index.js';
-import { calls, free, rng, suite, until, waiters } from './harness.js';
+import { calls, free, randomAborts, suite, until, waiters } from './harness.js';
 
 /** A connection that calls `onGrant` when a reply granting an `RLOCK.ACQUIRE` comes in, before
  * the client reads it (its duplicates too). */
@@ -102,55 +102,13 @@ suite('abort', (ctx, test) => {
   });
 
   test('random aborts at random times among contenders: one holder at a time, nothing held after each round', async () => {
-    const seed = Number(process.env.RLOCK_SEED ?? Math.floor(Math.random() * 2 ** 31));
-    const rand = rng(seed);
     const rls = [new RLock(await ctx.client()), new RLock(await ctx.client())];
-    let holding = 0;
-    let most = 0;
-    let taken = 0;
-    let aborted = 0;
     try {
-      for (let round = 0; round < 15; round++) {
-        const tasks: Promise<void>[] = [];
-        for (let i = 0; i < 5; i++) {
-          const rl = rls[i % 2]!;
-          const ac = new AbortController();
-          const abortAt = rand() * 30;
-          const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * 40);
-          const leaseMs = rand() < 0.5 ? undefined : 5000;
-          const holdFor = rand() * 8;
-          const startAt = rand() * 10;
-          tasks.push(
-            (async () => {
-              await new Promise((r) => setTimeout(r, startAt));
-              const timer = setTimeout(() => ac.abort(), abortAt);
-              try {
-                const hold = await rl.lock('a:random').tryAcquire({ waitMs, leaseMs, signal: ac.signal });
-                if (hold === null) return;
-                taken++;
-                holding++;
-                most = Math.max(most, holding);
-                await new Promise((r) => setTimeout(r, holdFor));
-                holding--;
-                await hold.release();
-              } catch (e) {
-                if ((e as Error).name !== 'AbortError') throw e;
-                aborted++;
-              } finally {
-                clearTimeout(timer);
-              }
-            })(),
-          );
-        }
-        await Promise.all(tasks);
-        assert.ok(await free(ctx.admin, 'a:random'), `round ${round}: the lock is free`);
-        assert.equal(await waiters(ctx.admin, 'a:random'), 0, `round ${round}: nobody waits`);
-      }
-      assert.equal(most, 1, 'one holder at a time');
-      assert.ok(taken > 0 && aborted > 0, `some taken (${taken}), some aborted (${aborted})`);
-    } catch (e) {
-      process.stderr.write(`randomized cancellation test: seed ${seed} (RLOCK_SEED=${seed} replays it)\n`);
-      throw e;
+      // every contender a handle (and a party) of its own: one holder at a time
+      await randomAborts(ctx.admin, 'a:random', 'randomized cancellation test', 15, 5, (round) => (i) => ({
+        party: `${round}:${i}`,
+        tryAcquire: (o) => rls[i % 2]!.lock('a:random').tryAcquire(o),
+      }));
     } finally {
       for (const rl of rls) await rl.close();
     }

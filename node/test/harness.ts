@@ -2,6 +2,7 @@
  * Real servers for the tests: `redis-server` on a free port and a temp dir, with the rlock module
  * (`RLOCK_MODULE`), killed at the end (also on failure); its log printed when a test fails.
  */
+import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
@@ -75,9 +76,10 @@ export class Server {
     return join(this.dir, 'server.log');
   }
 
+  /** Starts the server: on a free port the first time, on the same port (and dir) after `crash()`. */
   async start(): Promise<void> {
     if (!MODULE || !existsSync(MODULE)) throw new Error('set RLOCK_MODULE to the built module (librlock.so)');
-    this.port = await freePort();
+    if (this.port === 0) this.port = await freePort();
     const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--loadmodule', MODULE,
       '--save', '', '--appendonly', 'no', '--logfile', this.logPath, ...this.extra];
     this.proc = spawn(process.env.REDIS_SERVER ?? 'redis-server', args, { stdio: 'ignore' });
@@ -91,6 +93,14 @@ export class Server {
   /** Pauses (SIGSTOP) or resumes (SIGCONT) the server process. */
   signal(sig: 'SIGSTOP' | 'SIGCONT'): void {
     this.proc?.kill(sig);
+  }
+
+  /** Kills the server (SIGKILL: nothing saved at exit) and waits for its exit; `start()` brings
+   * it back on the same port and dir, with what its persistence (if any) wrote. */
+  async crash(): Promise<void> {
+    const p = this.proc;
+    this.proc = null;
+    await kill(p);
   }
 
   log(): string {
@@ -166,7 +176,9 @@ export interface Ctx {
  * One server per test file: `suite('lock', (ctx, driver) => { test(...) })` runs the tests once
  * per driver. A failing test prints the server's log.
  */
-export function suite(title: string, body: (ctx: Ctx, test: (name: string, fn: () => Promise<void>) => void, driver: Driver) => void): void {
+export type TestFn = (name: string, fn: () => Promise<void>, options?: { skip?: string | false }) => void;
+
+export function suite(title: string, body: (ctx: Ctx, test: TestFn, driver: Driver) => void): void {
   for (const driver of drivers) {
     describe(`${title} (${driver.name})`, () => {
       const server = new Server();
@@ -196,8 +208,8 @@ export function suite(title: string, body: (ctx: Ctx, test: (name: string, fn: (
         if (ctx.admin?.isOpen) ctx.admin.destroy();
         await server.stop();
       });
-      const test = (name: string, fn: () => Promise<void>): void => {
-        it(name, async () => {
+      const test: TestFn = (name, fn, options) => {
+        it(name, { skip: options?.skip ?? false }, async () => {
           try {
             await fn();
           } catch (e) {
@@ -246,4 +258,81 @@ export function rng(seed: number): () => number {
 export async function waiters(admin: Admin, name: string): Promise<number> {
   const info = (await admin.sendCommand(['RLOCK.INFO', name])) as unknown[] | null;
   return info === null ? 0 : Number(info[7]);
+}
+
+/** One contender of {@link randomAborts}: the party it acts for (holds of one party may overlap:
+ * re-entries) and its one acquire. */
+export interface Contender {
+  party: string;
+  tryAcquire(options: { waitMs?: number; leaseMs?: number; signal: AbortSignal }): Promise<{ release(): Promise<void> } | null>;
+}
+
+/**
+ * Rounds of contenders for the lock `key`, each starting, waiting, holding and being aborted at
+ * random times (seeded: `RLOCK_SEED` replays a run; the seed is printed on failure). Checks that
+ * no two parties hold at once, and after each round that the lock is free and nobody waits; at
+ * the end that some acquires were taken and some aborted. `round(r)` gives round `r`'s
+ * contenders by index. Returns the counts.
+ */
+export async function randomAborts(
+  admin: Admin,
+  key: string,
+  what: string,
+  rounds: number,
+  contenders: number,
+  round: (r: number) => (i: number) => Contender,
+): Promise<{ taken: number; aborted: number; reentered: number }> {
+  const seed = Number(process.env.RLOCK_SEED ?? Math.floor(Math.random() * 2 ** 31));
+  const rand = rng(seed);
+  let taken = 0;
+  let aborted = 0;
+  let reentered = 0;
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const contender = round(r);
+      const holding = new Map<string, number>();
+      const tasks: Promise<void>[] = [];
+      for (let i = 0; i < contenders; i++) {
+        const c = contender(i);
+        const ac = new AbortController();
+        const abortAt = rand() * 30;
+        const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * 40);
+        const leaseMs = rand() < 0.5 ? undefined : 5000;
+        const holdFor = rand() * 8;
+        const startAt = rand() * 10;
+        tasks.push(
+          (async () => {
+            await new Promise((res) => setTimeout(res, startAt));
+            const timer = setTimeout(() => ac.abort(), abortAt);
+            try {
+              const hold = await c.tryAcquire({ waitMs, leaseMs, signal: ac.signal });
+              if (hold === null) return;
+              taken++;
+              const mine = holding.get(c.party) ?? 0;
+              if (mine > 0) reentered++;
+              holding.set(c.party, mine + 1);
+              const others = [...holding].filter(([id, n]) => id !== c.party && n > 0);
+              assert.deepEqual(others, [], 'another party holds it at the same time');
+              await new Promise((res) => setTimeout(res, holdFor));
+              holding.set(c.party, holding.get(c.party)! - 1);
+              await hold.release();
+            } catch (e) {
+              if ((e as Error).name !== 'AbortError') throw e;
+              aborted++;
+            } finally {
+              clearTimeout(timer);
+            }
+          })(),
+        );
+      }
+      await Promise.all(tasks);
+      assert.ok(await free(admin, key), `round ${r}: the lock is free`);
+      assert.equal(await waiters(admin, key), 0, `round ${r}: nobody waits`);
+    }
+    assert.ok(taken > 0 && aborted > 0, `some taken (${taken}), some aborted (${aborted}); re-entries ${reentered}`);
+  } catch (e) {
+    process.stderr.write(`${what}: seed ${seed} (RLOCK_SEED=${seed} replays it)\n`);
+    throw e;
+  }
+  return { taken, aborted, reentered };
 }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { Deadlock, RLock, UpgradeRefused } from '../src/index.js';
-import { free, hash, rng, suite, until, waiters } from './harness.js';
+import { free, hash, randomAborts, suite, until, waiters } from './harness.js';
 
 suite('owner', (ctx, test) => {
   test('handles of one owner re-enter each other\'s hold under the one owner id; the server keeps count 1', async () => {
@@ -113,58 +113,13 @@ suite('owner', (ctx, test) => {
   });
 
   test('random aborts among the handles of two owners, re-entries included: one owner at a time, nothing held after each round', async () => {
-    const seed = Number(process.env.RLOCK_SEED ?? Math.floor(Math.random() * 2 ** 31));
-    const rand = rng(seed);
     const rl = new RLock(await ctx.client());
-    let taken = 0;
-    let aborted = 0;
-    let reentered = 0;
     try {
-      for (let round = 0; round < 12; round++) {
+      // two owners a round, each contender a handle of one of them: an owner's holds re-enter
+      await randomAborts(ctx.admin, 'o:random', 'randomized owner test', 12, 6, () => {
         const owners = [rl.owner(), rl.owner()];
-        const holding = new Map<string, number>();
-        const tasks: Promise<void>[] = [];
-        for (let i = 0; i < 6; i++) {
-          const owner = owners[i % 2]!;
-          const ac = new AbortController();
-          const abortAt = rand() * 30;
-          const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * 40);
-          const leaseMs = rand() < 0.5 ? undefined : 5000;
-          const holdFor = rand() * 8;
-          const startAt = rand() * 10;
-          tasks.push(
-            (async () => {
-              await new Promise((r) => setTimeout(r, startAt));
-              const timer = setTimeout(() => ac.abort(), abortAt);
-              try {
-                const hold = await owner.lock('o:random').tryAcquire({ waitMs, leaseMs, signal: ac.signal });
-                if (hold === null) return;
-                taken++;
-                const mine = holding.get(owner.id) ?? 0;
-                if (mine > 0) reentered++;
-                holding.set(owner.id, mine + 1);
-                const others = [...holding].filter(([id, n]) => id !== owner.id && n > 0);
-                assert.deepEqual(others, [], 'another owner holds it at the same time');
-                await new Promise((r) => setTimeout(r, holdFor));
-                holding.set(owner.id, holding.get(owner.id)! - 1);
-                await hold.release();
-              } catch (e) {
-                if ((e as Error).name !== 'AbortError') throw e;
-                aborted++;
-              } finally {
-                clearTimeout(timer);
-              }
-            })(),
-          );
-        }
-        await Promise.all(tasks);
-        assert.ok(await free(ctx.admin, 'o:random'), `round ${round}: the lock is free`);
-        assert.equal(await waiters(ctx.admin, 'o:random'), 0, `round ${round}: nobody waits`);
-      }
-      assert.ok(taken > 0 && aborted > 0, `some taken (${taken}), some aborted (${aborted}); re-entries ${reentered}`);
-    } catch (e) {
-      process.stderr.write(`randomized owner test: seed ${seed} (RLOCK_SEED=${seed} replays it)\n`);
-      throw e;
+        return (i) => ({ party: owners[i % 2]!.id, tryAcquire: (o) => owners[i % 2]!.lock('o:random').tryAcquire(o) });
+      });
     } finally {
       await rl.close();
     }
