@@ -47,6 +47,15 @@ export interface Granted<G> {
  * gives back exactly what it got. A failed connection asks again with the same id within the
  * deadline; `was cancelled` (a grant the server rolled back) asks again with a new id; an error
  * reply changed nothing and is thrown as the package's error. Returns null when not granted.
+ *
+ * A wait's check (the same acquire, one try, same id) left unanswered may still run later: a
+ * driver sends it again on its next connection (ioredis), or a stalled server runs it when it
+ * resumes. Run after this grant was given back, it would be a new acquire (the server's record
+ * says the grant is over), a hold nobody has. So a grant is handed over only when every check
+ * of its request has been answered (given a response timeout to be); else the grant is given
+ * back with `RLOCK.CANCEL key rid`, which also makes the server refuse that id from then on
+ * (`was cancelled`), and the acquire asks again with a new id in the time left. An acquire
+ * that ends without a grant cancels its request whenever a check may still be on its way.
  */
 export async function acquireOnce<G>(
   eng: Engine,
@@ -68,6 +77,8 @@ export async function acquireOnce<G>(
   // request id: a try not granted records nothing): the server grants no barging, so FIFO
   // holds, and an uncontended acquire needs no wait connection
   let tryFirst = waitMs !== 0;
+  // checks of the request `rid` sent and not answered yet
+  let checks = new Set<Promise<unknown>>();
   try {
     for (;;) {
       if (signal?.aborted) throw abortReason(signal);
@@ -84,13 +95,19 @@ export async function acquireOnce<G>(
       try {
         if (wait === null) {
           needCancel = true;
-          reply = await bounded(eng.conn.send(args, spec.send), eng.responseTimeoutMs, String(args[0]), signal);
+          // a copy left unanswered may run later, after a grant of this id was given back
+          // (ioredis resends unanswered commands when it reconnects): tracked as a check is
+          const sent = eng.conn.send(args, spec.send);
+          checks.add(sent);
+          const answered = (): void => void checks.delete(sent);
+          sent.then(answered, answered);
+          reply = await bounded(sent, eng.responseTimeoutMs, String(args[0]), signal);
         } else {
           conn ??= await eng.openWait(signal, spec.key, spec.send);
           needCancel = true;
           idle = false;
           const within = wait === 0 ? Infinity : wait + eng.responseTimeoutMs;
-          const got = await waitReply(eng, conn, args, spec.args(rid, null), within, spec.send, signal);
+          const got = await waitReply(eng, conn, args, spec.args(rid, null), within, spec.send, checks, signal);
           if (got.silent) {
             // the server no longer queues the wait, yet its connection brought no reply (gone
             // without a word, or a failover): dropped; the check's answer is the wait's
@@ -147,6 +164,22 @@ export async function acquireOnce<G>(
       const read = spec.read(reply);
       if ('grant' in read) {
         if (signal?.aborted) throw abortReason(signal); // landed with the grant: cancelled below
+        if (checks.size > 0) {
+          // a check of this request may still run after the grant is given back: answered
+          // within a response timeout, it is harmless; else the grant goes back (cancelled, its
+          // id refused from now on) and the acquire asks again with a new id
+          await bounded(Promise.allSettled([...checks]), eng.responseTimeoutMs, 'a wait check', signal).catch((e: unknown) => {
+            if (signal?.aborted && e === abortReason(signal)) throw e;
+          });
+          if (checks.size > 0) {
+            await eng.cancel(spec.key, rid, spec.leaseMs);
+            needCancel = false;
+            checks = new Set();
+            rid = newId();
+            if (waitMs !== 0 && now() < end) continue;
+            return null;
+          }
+        }
         needCancel = false;
         return { grant: read.grant, rid, sentAt };
       }
@@ -155,7 +188,8 @@ export async function acquireOnce<G>(
       return null;
     }
   } finally {
-    if (needCancel) await eng.cancel(spec.key, rid, spec.leaseMs);
+    // a check still on its way may be granted later: cancelled too
+    if (needCancel || checks.size > 0) await eng.cancel(spec.key, rid, spec.leaseMs);
     if (conn !== null) {
       if (idle && eng.doneWait) await eng.doneWait(conn);
       else await eng.closeWait(conn);
@@ -173,7 +207,7 @@ export const probeEvery = (responseTimeoutMs: number): number => Math.max(1000, 
  * client's own connection, as the Python client does: `already waiting` means the server still
  * queues it; a reply (the grant replayed, or not granted) or `was cancelled` means it does not,
  * though its connection said nothing: `silent`, with that answer (an error reply as an Error).
- * No answer, or another error, concludes nothing.
+ * No answer, or another error, concludes nothing. A check sent stays in `checks` until answered.
  */
 async function waitReply(
   eng: Engine,
@@ -182,6 +216,7 @@ async function waitReply(
   probe: Arg[],
   within: number,
   send: SendOptions | undefined,
+  checks: Set<Promise<unknown>>,
   signal?: AbortSignal,
 ): Promise<{ reply: unknown; silent: boolean }> {
   const pending = conn.send(args, send);
@@ -197,8 +232,12 @@ async function waitReply(
       if (now() >= end) throw new Stalled(String(args[0]), within);
     }
     let answer: unknown;
+    const check = eng.conn.send(probe, send);
+    checks.add(check);
+    const answered = (): void => void checks.delete(check);
+    check.then(answered, answered);
     try {
-      answer = await bounded(eng.conn.send(probe, send), eng.responseTimeoutMs, String(probe[0]), signal);
+      answer = await bounded(check, eng.responseTimeoutMs, String(probe[0]), signal);
     } catch (e) {
       if (signal?.aborted && e === abortReason(signal)) throw e;
       if (isCancelledReply(e)) return { reply: e, silent: true };

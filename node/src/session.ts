@@ -36,12 +36,14 @@ export class Session implements AsyncDisposable {
   readonly #raw: Connection;
   readonly #turns = new Turns();
   readonly #controller = new AbortController();
-  readonly #leases = new Set<Lease>();
+  /** Live holds of the session, each with how to give it back from the client's connection. */
+  readonly #leases = new Map<Lease, () => void>();
   readonly #extra: Arg[];
   readonly #unlisten: () => void;
   #timer: NodeJS.Timeout | undefined;
   #busy = 0;
   #closed = false;
+  readonly #lockDelayMs: number;
   #handles = 0;
 
   private constructor(rl: RLock, id: string, raw: Connection, clientId: number, lockDelayMs: number, keepaliveMs: number) {
@@ -50,6 +52,7 @@ export class Session implements AsyncDisposable {
     this.#raw = raw;
     this.clientId = clientId;
     this.#extra = lockDelayMs > 0 ? ['SESSION', 'LOCKDELAY', String(lockDelayMs)] : ['SESSION'];
+    this.#lockDelayMs = lockDelayMs;
     this.#unlisten = raw.onDeath(() => void this.#end('its connection closed'));
     this.#timer = setInterval(() => void this.#ping(keepaliveMs), keepaliveMs);
     this.#timer.unref();
@@ -135,10 +138,13 @@ export class Session implements AsyncDisposable {
             this.#busy--;
           }
         }),
-      adopt: (lease) => {
-        for (const l of this.#leases) if (l.ended || l.lost) this.#leases.delete(l);
-        this.#leases.add(lease);
-        if (this.#closed) lease.markLost('its session closed');
+      adopt: (lease, giveBack) => {
+        for (const l of this.#leases.keys()) if (l.ended || l.lost) this.#leases.delete(l);
+        this.#leases.set(lease, giveBack);
+        if (this.#closed) {
+          lease.markLost('its session closed');
+          giveBack();
+        }
       },
     };
   }
@@ -170,7 +176,20 @@ export class Session implements AsyncDisposable {
     clearInterval(this.#timer);
     this.#unlisten();
     await this.#raw.close().catch(() => {});
-    for (const l of this.#leases) l.markLost(`its session closed: ${why}`);
+    // the server that saw the connection close ended its holds; one that did not see it (a
+    // replica promoted since, a server not yet aware of a cut network) would keep them to their
+    // leases, held by nobody: each live hold is released from the client's own connection too
+    // (a hold already ended answers nil; a lock delay's placeholder is no owner's hold), after
+    // the lock delay when there is one, so that the delay holds on a server that did not see it
+    const later: (() => void)[] = [];
+    for (const [l, giveBack] of this.#leases) {
+      if (l.ended || l.lost) continue;
+      l.markLost(`its session closed: ${why}`);
+      later.push(giveBack);
+    }
+    const giveAll = (): void => later.forEach((f) => f());
+    if (this.#lockDelayMs > 0) setTimeout(giveAll, this.#lockDelayMs).unref();
+    else giveAll();
     this.#leases.clear();
     this.#controller.abort(new SessionClosed(`the session closed: ${why}`));
   }

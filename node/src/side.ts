@@ -25,8 +25,9 @@ export interface SideOptions {
   exclusive?<T>(signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T>;
   /** Before a fresh acquire, in the turn: may throw (an upgrade a one-try would never get). */
   beforeFresh?(waitMs: number | undefined): void;
-  /** A fresh grant's lease (a session records it). */
-  adopt?(lease: Lease): void;
+  /** A fresh grant's lease (a session records it), and how to give its hold back from the
+   * client's own connection (a session whose connection ended: see `Session`). */
+  adopt?(lease: Lease, giveBack: () => void): void;
 }
 
 interface Current {
@@ -199,7 +200,11 @@ export class Side {
     };
     const s = new Lease(this, lease, leaseMs === undefined, got.sentAt, renew, rl.responseTimeoutMs);
     this.#current = { lease: s, owner, token: got.grant };
-    this.opts.adopt?.(s);
+    this.opts.adopt?.(s, () => {
+      const args: Arg[] =
+        this.mode === 'LOCK' ? ['RLOCK.RELEASE', this.key, owner, 'REQUEST', newId()] : ['RWLOCK.RELEASE', this.key, owner, this.mode, 'REQUEST', newId()];
+      rl.background(rl.resend(args, Math.max(now(), s.validUntil))).catch(() => {});
+    });
     return new Hold(this, s, owner, got.grant);
   }
 

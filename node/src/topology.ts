@@ -58,6 +58,8 @@ interface ClusterDriver {
   /** Asks the cluster for its slot map again (in the background). */
   refresh(): void;
   onDeath(listener: (err: Error) => void): () => void;
+  /** Frees what the driver made for itself (not the user's client). */
+  dispose?(): Promise<void>;
 }
 
 const redirect = (e: unknown): { ask: boolean; address: string } | null => {
@@ -95,6 +97,10 @@ class ClusterConnection implements Connection {
 
   onDeath(listener: (err: Error) => void): () => void {
     return this.d.onDeath(listener);
+  }
+
+  async dispose(): Promise<void> {
+    await this.d.dispose?.();
   }
 }
 
@@ -231,6 +237,9 @@ interface IoRedisCluster {
   readonly isCluster: true;
   readonly slots: (string[] | undefined)[];
   readonly connectionPool: { getInstanceByKey(key: string): IoRedisClient | undefined; getNodes(role?: string): IoRedisClient[] };
+  readonly options: { redisOptions?: object };
+  duplicate(startupNodes?: unknown[], options?: object): IoRedisCluster;
+  disconnect(): void;
   sendCommand(command: unknown, stream?: unknown, node?: unknown): Promise<unknown>;
   call(command: string, ...args: Arg[]): Promise<unknown>;
   callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
@@ -245,16 +254,35 @@ function ioRedisCluster(c: IoRedisCluster): ClusterDriver {
     if (n === undefined) throw new Error('the cluster client knows no node yet');
     return n;
   };
+  // ioredis reads integers as numbers (a token above 2^53 rounded) unless the connection was
+  // made with `stringNumbers`: a command that needs them exact goes through a twin of the
+  // user's cluster client made so, at first use, ended with it (or by `rlock.close()`)
+  let twin: IoRedisCluster | null = null;
+  const exact = (): IoRedisCluster => {
+    if (twin === null) {
+      const t = c.duplicate([], { redisOptions: { ...(c.options.redisOptions ?? {}), stringNumbers: true } });
+      t.on('error', () => {});
+      const end = (): void => {
+        c.off?.('end', end);
+        t.disconnect();
+        if (twin === t) twin = null;
+      };
+      c.on('end', end);
+      twin = t;
+    }
+    return twin;
+  };
   return {
     async send(key, args, options) {
       const [cmd, ...rest] = args;
+      const cl = options?.exactNumbers ? exact() : c;
       // ioredis finds no key in a module's command: the slot is set on the command it makes,
       // so it goes to the key's node and follows MOVED / ASK as for any keyed command
       const slot = key === undefined ? undefined : slotOf(key);
-      const routed = Object.create(c) as IoRedisCluster;
+      const routed = Object.create(cl) as IoRedisCluster;
       routed.sendCommand = (command: unknown, stream?: unknown, node?: unknown) => {
         if (slot !== undefined) (command as { slot?: number }).slot = slot;
-        return c.sendCommand(command, stream, node);
+        return cl.sendCommand(command, stream, node);
       };
       try {
         if (options?.buffers) return await routed.callBuffer(String(cmd), ...rest);
@@ -282,6 +310,10 @@ function ioRedisCluster(c: IoRedisCluster): ClusterDriver {
     },
     onDeath(listener) {
       return listen(c, ['end'], listener);
+    },
+    async dispose() {
+      twin?.disconnect();
+      twin = null;
     },
   };
 }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
-import { RLock } from '../src/index.js';
+import { LockTimeout, RLock } from '../src/index.js';
 import { slotOf } from '../src/topology.js';
 import { until } from './harness.js';
 import { ClusterNodes, on } from './topology.js';
@@ -43,6 +43,26 @@ function tagOn(cl: ClusterNodes, node: number, not: string[] = []): string {
 
 async function info(port: number, name: string): Promise<unknown[] | null> {
   return (await on(port, ['RLOCK.INFO', name])) as unknown[] | null;
+}
+
+/** The index of the node serving `name` now (slots move in the tests): the one not answering MOVED. */
+async function servedBy(cl: ClusterNodes, name: string, among = [0, 1, 2]): Promise<number> {
+  for (const n of among) {
+    const r = await on(cl.nodes[n]!.port, ['EXISTS', name]).catch((e: Error) => e);
+    if (!(r instanceof Error)) return n;
+  }
+  throw new Error(`no node serves ${name}`);
+}
+
+/** A name on each of the nodes `among` (in that order), as they serve slots now. */
+async function namesOn(cl: ClusterNodes, prefix: string, among = [0, 1, 2]): Promise<string[]> {
+  const found = new Map<number, string>();
+  for (let i = 0; found.size < among.length; i++) {
+    const name = `{${prefix}${i}}:x`;
+    const n = await servedBy(cl, name, among);
+    if (!found.has(n)) found.set(n, name);
+  }
+  return among.map((n) => found.get(n)!);
 }
 
 /** Moves `slot` from node `from` to node `to` with its keys (as `redis-cli --cluster reshard`). */
@@ -142,6 +162,64 @@ for (const driver of clusterDrivers) {
       assert.equal(await info(cl.nodes[1]!.port, `${tag}:a`), null);
       assert.equal(await info(cl.nodes[1]!.port, `${tag}:b`), null);
       await rl.close();
+    });
+
+    test('tokens above 2^53 are exact from every acquire: one try, a wait, a read-write lock\'s writer', async () => {
+      const rl = new RLock(await client());
+      const near = 2n ** 63n - 100n; // a JavaScript number would round it
+      const names = await namesOn(cl, 'big');
+      for (let n = 0; n < 3; n++) {
+        const name = names[n]!;
+        await on(cl.nodes[n]!.port, ['SET', `redisson_lock_token:${name}`, near.toString()]);
+        const first = await rl.lock(name).tryAcquire({ leaseMs: 10000 });
+        assert.equal(first?.token, near + 1n, `one try on node ${n}`);
+        const waiting = rl.lock(name).acquire({ waitMs: 5000, leaseMs: 10000 });
+        await until(async () => (await info(cl.nodes[n]!.port, name))?.[7] === 1, 3000, 'the waiter queued');
+        await first!.release();
+        const second = await waiting;
+        assert.equal(second.token, near + 2n, `after a wait on node ${n}`);
+        await second.release();
+        const w = await rl.rwLock(name).write.tryAcquire({ leaseMs: 10000 });
+        assert.equal(w?.token, near + 3n, `a writer's one try on node ${n}`);
+        await w!.release();
+        assert.equal(String(await on(cl.nodes[n]!.port, ['GET', `redisson_lock_token:${name}`])), (near + 3n).toString());
+      }
+      await rl.close();
+    });
+
+    // last: it stops a master for the rest of the file
+    test('a master down: acquires on its slots end by their deadlines, locks on the other masters keep working', async () => {
+      const rl = new RLock(await client(), { responseTimeoutMs: 300 });
+      const [up0, up1, downName] = (await namesOn(cl, 'down')) as [string, string, string];
+      const upNames = [up0, up1];
+      const held = await rl.lock(downName).acquire({ leaseMs: 10000 });
+      const waiting = rl.lock(downName).acquire({ waitMs: 1500, leaseMs: 10000 }).then((h) => h, (e: unknown) => e);
+      assert.equal((await info(cl.nodes[2]!.port, downName))?.[1], held.owner);
+      await until(async () => (await info(cl.nodes[2]!.port, downName))?.[7] === 1, 3000, 'the waiter queued on node 2');
+      // the others keep serving their slots while one is missing
+      for (const s of cl.nodes.slice(0, 2)) await on(s.port, ['CONFIG', 'SET', 'cluster-require-full-coverage', 'no']);
+      const t0 = Date.now();
+      await cl.nodes[2]!.stop();
+      const waited = await waiting;
+      assert.ok(waited instanceof LockTimeout || waited instanceof Error, `the wait on the dead node: ${String(waited)}`);
+      assert.ok(Date.now() - t0 < 1500 + 1500, `the wait ended by its deadline (${Date.now() - t0} ms)`);
+      for (const attempt of [() => rl.lock(downName).tryAcquire({ leaseMs: 10000 }), () => rl.lock(`${downName}2`).acquire({ waitMs: 500, leaseMs: 10000 })]) {
+        const t = Date.now();
+        const r = await attempt().then((h) => h, (e: unknown) => e);
+        assert.ok(r === null || r instanceof Error, `nothing granted by a dead node: ${String(r)}`);
+        assert.ok(Date.now() - t < 500 + 1500, `ended in time (${Date.now() - t} ms)`);
+      }
+      for (let i = 0; i < 3; i++) {
+        for (const name of upNames) {
+          const h = await rl.lock(name).acquire({ waitMs: 2000, leaseMs: 10000 });
+          const n = upNames.indexOf(name);
+          assert.equal((await info(cl.nodes[n]!.port, name))?.[1], h.owner);
+          await h.release();
+          assert.equal(await info(cl.nodes[n]!.port, name), null);
+        }
+      }
+      // the hold on the dead node is left to its lease (its release could reach no one)
+      await rl.close(100);
     });
   });
 }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createClient } from 'redis';
 import { Redis } from 'ioredis';
 import { Hold, LockPermissionError, LockTimeout, RLock, Stalled } from '../src/index.js';
-import { free, suite, until, type Admin } from './harness.js';
+import { calls, free, suite, until, waiters, type Admin } from './harness.js';
 
 /** The ids of the server's connections blocked in `cmd` (CLIENT LIST). */
 async function blockedIn(admin: Admin, cmd: string): Promise<string[]> {
@@ -101,6 +101,66 @@ suite('faults', (ctx, test, driver) => {
     assert.deepEqual(Object.keys(await ctx.admin.hGetAll('f:release')), [next.owner]);
     await next.release();
     await rl.close();
+  });
+
+  test('a wait\'s check delivered late (resent after a reconnect, after the grant was released) takes nothing', async () => {
+    // the user's client reconnects 1.2 s after a drop (ioredis then sends again what it sent
+    // and was not answered; node-redis fails it)
+    let user: unknown;
+    let close: () => void;
+    let ready: () => boolean;
+    if (driver.name === 'ioredis') {
+      const c = new Redis({ host: '127.0.0.1', port: ctx.server.port, lazyConnect: true, retryStrategy: () => 1200 });
+      c.on('error', () => {});
+      await c.connect();
+      [user, close, ready] = [c, () => c.disconnect(), () => true];
+    } else {
+      const c = createClient({ socket: { host: '127.0.0.1', port: ctx.server.port, reconnectStrategy: () => 1200 } });
+      c.on('error', () => {});
+      await c.connect();
+      [user, close, ready] = [c, () => c.destroy(), () => c.isReady];
+    }
+    const name = 'f:late-check';
+    const other = new RLock(await ctx.client());
+    // a wait that lasts is checked every second (5 response timeouts, at least 1 s)
+    const rl = new RLock(user, { responseTimeoutMs: 100 });
+    try {
+      const holder = await other.lock(name).acquire({ leaseMs: 10000 });
+      const waiting = rl.lock(name).acquire({ waitMs: 8000, leaseMs: 6000 });
+      waiting.catch(() => {});
+      await until(async () => (await waiters(ctx.admin, name)) === 1, 3000, 'the waiter queued');
+      const [waitId] = await blockedIn(ctx.admin, 'rlock.acquire');
+      // writes held back: the next check (the same acquire, one try, same request id) waits in
+      // the server, unanswered; its connection is then dropped, so the driver owes it
+      await ctx.admin.sendCommand(['CLIENT', 'PAUSE', '10000', 'WRITE']);
+      try {
+        let checkId: string | undefined;
+        await until(async () => {
+          checkId = (await blockedIn(ctx.admin, 'rlock.acquire')).find((id) => id !== waitId);
+          return checkId !== undefined;
+        }, 4000, 'the check held by the pause');
+        await ctx.admin.sendCommand(['CLIENT', 'KILL', 'ID', checkId!]);
+      } finally {
+        await ctx.admin.sendCommand(['CLIENT', 'UNPAUSE']);
+      }
+      await holder.release();
+      const h = await waiting;
+      assert.deepEqual(Object.keys(await ctx.admin.hGetAll(name)), [h.owner], 'the waiter holds the lock');
+      const before = await calls(ctx.admin, 'rlock.acquire');
+      await h.release();
+      if (driver.name === 'ioredis') {
+        await until(async () => (await calls(ctx.admin, 'rlock.acquire')) > before, 4000, 'the dropped check sent again');
+      } else {
+        await until(ready, 4000, 'the client reconnected');
+      }
+      assert.equal(await ctx.admin.sendCommand(['RLOCK.INFO', name]), null, `held after its only grant was released: ${JSON.stringify(await ctx.admin.hGetAll(name))}`);
+      assert.ok(await free(ctx.admin, name));
+    } finally {
+      await ctx.admin.sendCommand(['CLIENT', 'UNPAUSE']).catch(() => {});
+      await rl.close().catch(() => {});
+      await other.close().catch(() => {});
+      close();
+    }
   });
 
   test('an ACL user limited to a key pattern: its locks work, others are refused with the typed error', async () => {
