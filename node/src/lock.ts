@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { acquireOnce, type AcquireSpec, type Engine } from './acquiring.js';
 import { adapt, ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
 import { fromReply, InvalidArgument, LockLost, LockTimeout } from './errors.js';
-import { Lease } from './lease.js';
+import { grantStart, Lease } from './lease.js';
 import { abortReason, bounded, isTransient, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, sleep, toEpoch, transientReply } from './util.js';
 import * as V from './validate.js';
 import { LeasedSemaphore, Semaphore } from './semaphore.js';
@@ -403,7 +403,18 @@ export class Lock {
     const key = this.key;
     const renew = async (): Promise<boolean> =>
       Number(await rl.conn.send(['RLOCK.RENEW', key, owner, String(lease), 'GT'])) === 1;
-    const s = new Lease(this, lease, leaseMs === undefined, got.sentAt, renew, rl.responseTimeoutMs);
+    let start: number | null;
+    try {
+      start = await grantStart(got.sentAt, lease, renew, rl.responseTimeoutMs, signal);
+    } catch (e) {
+      await rl.cancel(key, got.rid, lease); // aborted while confirming: given back
+      throw e;
+    }
+    if (start === null) {
+      await rl.cancel(key, got.rid, lease); // not confirmed (gone, or no answer): given back
+      return null;
+    }
+    const s = new Lease(this, lease, leaseMs === undefined, start, renew, rl.responseTimeoutMs);
     this.#current = { lease: s, owner, token: got.grant.token };
     return new Hold(this, s, owner, got.grant.token);
   }

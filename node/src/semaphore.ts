@@ -1,7 +1,7 @@
 import { acquireOnce, type AcquireSpec } from './acquiring.js';
 import { ServerError, type Arg } from './adapter.js';
 import { fromReply, LockTimeout } from './errors.js';
-import { Lease } from './lease.js';
+import { grantStart, Lease } from './lease.js';
 import type { RLock } from './lock.js';
 import { abortReason, newId, now, REQUEST_RECORD_MS, toEpoch } from './util.js';
 import * as V from './validate.js';
@@ -205,8 +205,29 @@ export class LeasedSemaphore extends SemaphoreBase {
     };
     const got = await acquireOnce(rl, spec, waitMs, signal);
     if (got === null) return null;
-    return new LeasedPermits(this, got.grant, lease, leaseMs === undefined, got.sentAt);
+    const renew = renewer(this, got.grant, lease);
+    let start: number | null;
+    try {
+      start = await grantStart(got.sentAt, lease, renew, rl.responseTimeoutMs, signal);
+    } catch (e) {
+      await rl.cancel(this.key, got.rid, lease); // aborted while confirming: given back
+      throw e;
+    }
+    if (start === null) {
+      await rl.cancel(this.key, got.rid, lease); // not confirmed (gone, or no answer): given back
+      return null;
+    }
+    return new LeasedPermits(this, got.grant, lease, leaseMs === undefined, start, renew);
   }
+}
+
+/** Renews every one of `ids` for `leaseMs`: true when all were still leased. */
+function renewer(sem: LeasedSemaphore, ids: readonly Buffer[], leaseMs: number): () => Promise<boolean> {
+  const rl = sem.rl;
+  return async () => {
+    const replies = await Promise.all(ids.map((id) => rl.conn.send(['RSEM.RENEW', sem.key, id, String(leaseMs)])));
+    return replies.every((r) => Number(r) === 1);
+  };
 }
 
 /** Leased permits one acquire got: their `ids`, a lease, a `signal` aborted when lost. */
@@ -222,12 +243,9 @@ export class LeasedPermits implements AsyncDisposable {
     leaseMs: number,
     watchdog: boolean,
     sentAt: number,
+    renew: () => Promise<boolean>,
   ) {
     const rl = sem.rl;
-    const renew = async (): Promise<boolean> => {
-      const replies = await Promise.all(ids.map((id) => rl.conn.send(['RSEM.RENEW', sem.key, id, String(leaseMs)])));
-      return replies.every((r) => Number(r) === 1);
-    };
     this.#lease = new Lease({ label: sem.label, dropped: () => {} }, leaseMs, watchdog, sentAt, renew, rl.responseTimeoutMs);
   }
 
