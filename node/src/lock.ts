@@ -98,6 +98,7 @@ export class RLock implements Engine {
   /** Waits (at most `timeoutMs`) for cancels and releases still being sent in the background,
    * and closes the connections of waits still open. The user's client stays open. */
   async close(timeoutMs = 5000): Promise<void> {
+    timeoutMs = V.ms(timeoutMs, 'timeoutMs', 0) ?? 5000;
     const all = Promise.allSettled([...this.#background]);
     await bounded(all, timeoutMs, 'close').catch(() => {});
     await Promise.allSettled([...this.#waits].map((c) => c.close()));
@@ -333,7 +334,7 @@ export class Lock {
   async #take(options: unknown, what: string, defaultWait: number | undefined): Promise<Hold | null> {
     const o = V.options(options, what);
     V.known(o, ACQUIRE_KEYS, what);
-    const waitMs = 'waitMs' in o ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait;
+    const waitMs = o.waitMs !== undefined ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait; // undefined: the default, as a default parameter
     const leaseMs = V.ms(o.leaseMs, 'leaseMs', 1);
     const signal = V.signal(o.signal);
     if (signal?.aborted) throw abortReason(signal);

@@ -77,7 +77,7 @@ abstract class SemaphoreBase {
     const o = V.options(options, what);
     V.known(o, leased ? ['permits', 'waitMs', 'leaseMs', 'signal'] : ['permits', 'waitMs', 'signal'], what);
     const permits = V.int(o.permits, 'permits', 1, leased ? MAX_LEASED_PERMITS : Number.MAX_SAFE_INTEGER, 1);
-    const waitMs = 'waitMs' in o ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait;
+    const waitMs = o.waitMs !== undefined ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait; // undefined: the default, as a default parameter
     const leaseMs = V.ms(o.leaseMs, 'leaseMs', 1);
     const signal = V.signal(o.signal);
     if (signal?.aborted) throw abortReason(signal);

@@ -82,7 +82,7 @@ export class Side {
   async take(options: unknown, what: string, defaultWait: number | undefined): Promise<Hold | null> {
     const o = V.options(options, what);
     V.known(o, ACQUIRE_KEYS, what);
-    const waitMs = 'waitMs' in o ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait;
+    const waitMs = o.waitMs !== undefined ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait; // undefined: the default, as a default parameter
     const leaseMs = V.ms(o.leaseMs, 'leaseMs', 1);
     const signal = V.signal(o.signal);
     if (signal?.aborted) throw abortReason(signal);
