@@ -61,7 +61,8 @@ export class Session implements AsyncDisposable {
     V.known(o, ['lockDelayMs', 'keepaliveMs'], 'session options');
     const lockDelayMs = V.int(o.lockDelayMs, 'lockDelayMs', 0, 60000, 0);
     const keepaliveMs = V.ms(o.keepaliveMs, 'keepaliveMs', 10) ?? 1000;
-    const raw = await bounded(rl.conn.duplicate(), rl.responseTimeoutMs * 2, 'connect');
+    // integer replies as decimal strings (ioredis: `stringNumbers`): a session's fencing token may pass 2^53
+    const raw = await bounded(rl.conn.duplicate(undefined, { exactNumbers: true }), rl.responseTimeoutMs * 2, 'connect');
     let clientId: number;
     try {
       clientId = Number(await bounded(raw.send(['CLIENT', 'ID']), rl.responseTimeoutMs, 'CLIENT ID'));
