@@ -238,11 +238,15 @@ export class Redlock {
       }
       return await routine(signal);
     } finally {
+      // every hold released, even when one release is refused (the others would be left to
+      // their watchdogs, renewed for ever); then the first refusal is thrown
+      const refused: unknown[] = [];
       for (const h of holds.reverse()) {
         await h.release().catch((e: unknown) => {
-          if (!(e instanceof LockLost)) throw e;
+          if (!(e instanceof LockLost)) refused.push(e);
         });
       }
+      if (refused.length > 0) throw refused[0];
     }
   }
 }
