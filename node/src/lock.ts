@@ -140,7 +140,7 @@ export class RLock implements Engine {
       } catch (e) {
         if (signal?.aborted && e === abortReason(signal)) throw e;
         const t = now();
-        if (!isTransient(e) || t >= untilMs) throw e;
+        if (!isTransient(e) || t >= untilMs || this.conn.closed?.() === true) throw e;
         await sleep(Math.min(backoff, untilMs - t), signal);
         backoff = Math.min(backoff * 2, 1000);
       }
