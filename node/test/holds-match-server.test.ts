@@ -31,7 +31,7 @@ suite('holds match the server', (ctx, test) => {
       }
       const field = kind === 'write' ? `${(h as Hold).owner}:write` : (h as Hold).owner;
       const fields = await ctx.admin.hKeys(name);
-      return kind === 'read' ? fields.some((f) => f === 'mode') && (await ctx.admin.hExists(name, (h as Hold).owner)) : fields.includes(field);
+      return kind === 'read' ? fields.some((f) => f === 'mode') && Boolean(await ctx.admin.hExists(name, (h as Hold).owner)) : fields.includes(field);
     };
     try {
       for (let round = 0; round < 12; round++) {
