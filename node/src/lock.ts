@@ -187,6 +187,7 @@ export interface Releaser {
 /** One acquire's grant (a first grant or a re-entry): `await using hold = await lock.acquire()`. */
 export class Hold implements AsyncDisposable {
   #released = false;
+  #releasing: Promise<void> | null = null;
   readonly #lease: Lease;
   readonly #lock: Releaser;
   readonly #owner: string;
@@ -238,9 +239,17 @@ export class Hold implements AsyncDisposable {
   }
 
   /** Gives this grant back (the server's hold at the last one). Idempotent: later calls do
-   * nothing. Throws `LockLost` (sending nothing) when the hold was lost before. */
-  async release(): Promise<void> {
-    if (this.#released) return;
+   * nothing; a call while one is in flight gets its outcome. Throws `LockLost` (sending
+   * nothing) when the hold was lost before. */
+  release(): Promise<void> {
+    if (this.#releasing !== null) return this.#releasing; // one in flight: its outcome
+    if (this.#released) return Promise.resolve();
+    const p = this.#release().finally(() => (this.#releasing = null));
+    this.#releasing = p;
+    return p;
+  }
+
+  async #release(): Promise<void> {
     this.#released = true;
     const s = this.#lease;
     s.count -= 1;

@@ -135,6 +135,7 @@ export class Semaphore extends SemaphoreBase {
 /** Counted permits one acquire got: `await using p = await sem.acquire({ permits: 2 })`. */
 export class Permits implements AsyncDisposable {
   #released = false;
+  #releasing: Promise<void> | null = null;
 
   /** @internal */
   constructor(
@@ -149,8 +150,15 @@ export class Permits implements AsyncDisposable {
   }
 
   /** Gives exactly these permits back (`RSEM.RELEASE key n REQUEST id`); idempotent. */
-  async release(): Promise<void> {
-    if (this.#released) return;
+  release(): Promise<void> {
+    if (this.#releasing !== null) return this.#releasing; // one in flight: its outcome
+    if (this.#released) return Promise.resolve();
+    const p = this.#release().finally(() => (this.#releasing = null));
+    this.#releasing = p;
+    return p;
+  }
+
+  async #release(): Promise<void> {
     this.#released = true;
     const rl = this.sem.rl;
     const args: Arg[] = ['RSEM.RELEASE', this.sem.key, String(this.permits), 'REQUEST', this.rid];
@@ -233,6 +241,7 @@ function renewer(sem: LeasedSemaphore, ids: readonly Buffer[], leaseMs: number):
 /** Leased permits one acquire got: their `ids`, a lease, a `signal` aborted when lost. */
 export class LeasedPermits implements AsyncDisposable {
   #released = false;
+  #releasing: Promise<void> | null = null;
   readonly #lease: Lease;
 
   /** @internal */
@@ -278,8 +287,15 @@ export class LeasedPermits implements AsyncDisposable {
 
   /** Gives the permits back (`RSEM.RELEASE key ID ...`); idempotent. Throws `LockLost` when they
    * were lost before (sending nothing) or the release found them gone. */
-  async release(): Promise<void> {
-    if (this.#released) return;
+  release(): Promise<void> {
+    if (this.#releasing !== null) return this.#releasing; // one in flight: its outcome
+    if (this.#released) return Promise.resolve();
+    const p = this.#release().finally(() => (this.#releasing = null));
+    this.#releasing = p;
+    return p;
+  }
+
+  async #release(): Promise<void> {
     this.#released = true;
     const s = this.#lease;
     if (s.lost) throw s.lostError();
