@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { RLock, type Hold, type LeasedPermits, type Permits } from '../src/index.js';
-import { rng, suite } from './harness.js';
+import { rng, suite, until } from './harness.js';
 
 type Kind = 'lock' | 'write' | 'read' | 'session' | 'leased' | 'counted';
 const KINDS: Kind[] = ['lock', 'write', 'read', 'session', 'leased', 'counted'];
@@ -46,9 +46,9 @@ suite('holds match the server', (ctx, test) => {
           const rl = rls[i % 2]!;
           const ac = new AbortController();
           const abortAt = rand() < 0.5 ? rand() * 60 : Infinity;
-          const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * 80);
+          const waitMs = rand() < 0.3 ? undefined : Math.floor(rand() * (rand() < 0.3 ? 400 : 80));
           const leaseMs = rand() < 0.6 ? undefined : 100 + Math.floor(rand() * 200);
-          const holdFor = rand() * 60;
+          const holdFor = rand() < 0.25 ? 150 + rand() * 150 : rand() * 60; // some longer than a watchdog lease
           const startAt = rand() * 20;
           const reenter = rand() < 0.3;
           const twice = rand() < 0.4;
@@ -69,6 +69,9 @@ suite('holds match the server', (ctx, test) => {
                 else h = await rl.semaphore(name).tryAcquire({ waitMs, signal: ac.signal });
                 if (h === null) return;
                 taken++;
+                if (kind !== 'counted' && (h as Hold | LeasedPermits).validUntil <= Date.now()) {
+                  violations.push(`round ${round} ${kind}: handed over with its lease already over (validUntil ${(h as Hold | LeasedPermits).validUntil - Date.now()} ms)`);
+                }
                 const extra = reenter && handle !== undefined ? await handle.tryAcquire({ waitMs: 0 }).catch(() => null) : null;
                 const end = performance.now() + holdFor;
                 while (kind !== 'counted' && performance.now() < end) {
@@ -98,12 +101,14 @@ suite('holds match the server', (ctx, test) => {
         }
         await Promise.all(tasks);
         await Promise.all(rls.map((rl) => rl.close()));
+        // a hold taken as lost a moment before the server's lease ended (the client's bound is
+        // from the command's send) is not released: it ends with that lease (300 ms at most)
         if (kind === 'leased' || kind === 'counted') {
           const sem = kind === 'leased' ? rls[0]!.leasedSemaphore(name) : rls[0]!.semaphore(name);
-          assert.equal(await sem.available(), PERMITS, `round ${round} ${kind}: every permit back`);
+          await until(async () => (await sem.available()) === PERMITS, 1000, `round ${round} ${kind}: every permit back`);
           assert.equal(await ctx.admin.exists(`{${name}}:timeout`), 0, `round ${round} ${kind}: no lease left`);
         } else {
-          assert.equal(await ctx.admin.exists(name), 0, `round ${round} ${kind}: free`);
+          await until(async () => (await ctx.admin.exists(name)) === 0, 1000, `round ${round} ${kind}: free`);
         }
       }
       assert.deepEqual(violations, [], 'a live hold was always on the server');
