@@ -40,6 +40,10 @@ export interface Connection {
   /** Whether this (dedicated) connection keeps the process alive: `unref` while kept idle. */
   ref?(): void;
   unref?(): void;
+  /** Whether it was closed for good (by its owner; it will not reconnect): a command sent again
+   * on it can never be answered, so nothing is sent again (a background resend would otherwise
+   * keep the process alive for a minute after the user closed the client). */
+  closed?(): boolean;
 }
 
 /** node-redis's command options for `options`: 36, RESP's blob string type ('$'), mapped to
@@ -150,6 +154,10 @@ export class NodeRedisConnection implements Connection {
     if (this.c.isOpen) this.c.destroy();
   }
 
+  closed(): boolean {
+    return !this.c.isOpen; // closed by close()/destroy()/quit(); true while it reconnects
+  }
+
   onDeath(listener: (err: Error) => void): () => void {
     return listen(this.c, ['error', 'end'], listener);
   }
@@ -247,6 +255,10 @@ export class IoRedisConnection implements Connection {
   async close(): Promise<void> {
     this.c.disconnect();
     await this.dispose();
+  }
+
+  closed(): boolean {
+    return this.c.status === 'end'; // disconnect()/quit(), or its retryStrategy gave up
   }
 
   async dispose(): Promise<void> {

@@ -5,7 +5,7 @@
  */
 import { InvalidArgument, LockLost, LockTimeout, NotHeld } from './errors.js';
 import { RLock, type Hold } from './lock.js';
-import type { LeasedPermits } from './semaphore.js';
+import { MAX_LEASED_PERMITS, type LeasedPermits } from './semaphore.js';
 import * as V from './validate.js';
 
 const rlocks = new WeakMap<object, Map<number, RLock>>();
@@ -142,8 +142,8 @@ export class MultiSemaphore extends Facade<LeasedPermits> {
 
   constructor(client: unknown, key: string, readonly limit: number, readonly permits: number, options?: MutexOptions) {
     super(client, key, options, 'MultiSemaphore');
-    V.ms(limit, 'limit', 1);
-    V.ms(permits, 'permits', 1);
+    V.int(limit, 'limit', 1, Number.MAX_SAFE_INTEGER);
+    V.int(permits, 'permits', 1, MAX_LEASED_PERMITS);
     if (permits > limit) throw new InvalidArgument(`permits (${permits}) above the limit (${limit})`);
   }
 
@@ -176,6 +176,24 @@ export interface RedlockSettings {
   automaticExtensionThreshold?: number;
 }
 
+const REDLOCK_KEYS = ['retryCount', 'retryDelay', 'driftFactor', 'retryJitter', 'automaticExtensionThreshold'] as const;
+
+/** `settings` checked: known names, `retryCount` a whole number (negative: no limit),
+ * `retryDelay` a duration; the others, not used, numbers. */
+function redlockSettings(settings: unknown, what: string): RedlockSettings {
+  const o = V.options(settings, what);
+  V.known(o, REDLOCK_KEYS, what);
+  if (o.retryCount !== undefined) V.int(o.retryCount, 'retryCount', -Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER);
+  V.ms(o.retryDelay, 'retryDelay', 0);
+  for (const k of ['driftFactor', 'retryJitter', 'automaticExtensionThreshold'] as const) {
+    const v = o[k];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v) || v < 0)) {
+      throw new InvalidArgument(`${what}: ${k} must be a finite number, not negative, got ${V.describe(v)}`);
+    }
+  }
+  return o as RedlockSettings;
+}
+
 /** The signal `using()` hands its routine: aborted when a hold is lost, `error` its reason. */
 export type RedlockAbortSignal = AbortSignal & { error?: Error };
 
@@ -190,7 +208,7 @@ export class Redlock {
       throw new InvalidArgument('this Redlock takes one client (one server, or a cluster client): a lock waits in that server');
     }
     this.#client = all[0];
-    this.#settings = settings;
+    this.#settings = redlockSettings(settings, 'Redlock settings');
   }
 
   /** Runs `routine` holding every lock of `resources` (taken in sorted order, each with a lease
@@ -202,9 +220,9 @@ export class Redlock {
     }
     if (typeof routine !== 'function') throw new InvalidArgument('using() needs a routine');
     if (!Array.isArray(resources) || resources.length === 0) throw new InvalidArgument('using() needs resources');
-    const s = { ...this.#settings, ...settings };
+    const s = { ...this.#settings, ...redlockSettings(settings, 'using() settings') };
     const count = s.retryCount ?? 10;
-    const waitMs = count < 0 ? undefined : count * (s.retryDelay ?? 200);
+    const waitMs = count < 0 ? undefined : V.ms(count * (s.retryDelay ?? 200), 'retryCount × retryDelay', 0);
     const rl = rlockOf(this.#client, V.ms(duration, 'duration', 1)!);
     const controller = new AbortController();
     const signal = controller.signal as RedlockAbortSignal;
@@ -220,11 +238,15 @@ export class Redlock {
       }
       return await routine(signal);
     } finally {
+      // every hold released, even when one release is refused (the others would be left to
+      // their watchdogs, renewed for ever); then the first refusal is thrown
+      const refused: unknown[] = [];
       for (const h of holds.reverse()) {
         await h.release().catch((e: unknown) => {
-          if (!(e instanceof LockLost)) throw e;
+          if (!(e instanceof LockLost)) refused.push(e);
         });
       }
+      if (refused.length > 0) throw refused[0];
     }
   }
 }

@@ -1,5 +1,5 @@
 import { LockLost } from './errors.js';
-import { bounded, now, toEpoch } from './util.js';
+import { abortReason, bounded, now, toEpoch } from './util.js';
 
 /** What a lease belongs to (a lock handle, a leased semaphore). */
 export interface LeaseHolder {
@@ -157,9 +157,49 @@ export abstract class Leased implements AsyncDisposable {
     if (this.#lease.lost) throw this.#lease.lostError();
   }
 
-  abstract release(): Promise<void>;
+  #releasing: Promise<void> | null = null;
+
+  /** Gives it back. Idempotent: later calls do nothing; a call while one is in flight gets its
+   * outcome. Throws `LockLost` when it was lost before (sending nothing) or the release found it
+   * gone. */
+  release(): Promise<void> {
+    if (this.#releasing !== null) return this.#releasing; // one in flight: its outcome
+    if (this.#released) return Promise.resolve();
+    const p = this.releaseOnce().finally(() => (this.#releasing = null));
+    this.#releasing = p;
+    return p;
+  }
+
+  /** @internal The release itself (marks it released; unmarks it when refused). */
+  protected abstract releaseOnce(): Promise<void>;
 
   [Symbol.asyncDispose](): Promise<void> {
     return this.release();
+  }
+}
+
+/**
+ * The instant (monotonic ms) a fresh grant's lease is known to run from. The server starts it
+ * when it grants, which the client only bounds by when it sent the command: after a wait that
+ * lasted most of the lease (a watchdog lease shorter than the wait, a reply that came late) that
+ * bound is past or nearly, and the hold would be handed over lost while the server holds it. Then
+ * the grant is confirmed by a renewal (`renew`: true held, false gone), whose send time is the
+ * new bound. Null: gone, or no answer in time (the caller gives the grant back); an abort
+ * rejects with the signal's reason.
+ */
+export async function grantStart(
+  sentAt: number,
+  leaseMs: number,
+  renew: () => Promise<boolean>,
+  responseTimeoutMs: number,
+  signal?: AbortSignal,
+): Promise<number | null> {
+  if (now() - sentAt <= (leaseMs * 2) / 3) return sentAt;
+  const again = now();
+  try {
+    return (await bounded(renew(), responseTimeoutMs, 'a renewal', signal)) ? again : null;
+  } catch (e) {
+    if (signal?.aborted && e === abortReason(signal)) throw e;
+    return null;
   }
 }

@@ -101,6 +101,7 @@ export class RLock implements Engine {
   /** Waits (at most `timeoutMs`) for cancels and releases still being sent in the background,
    * and closes the connections of waits still open. The user's client stays open. */
   async close(timeoutMs = 5000): Promise<void> {
+    timeoutMs = V.ms(timeoutMs, 'timeoutMs', 0) ?? 5000;
     const all = Promise.allSettled([...this.#background]);
     await bounded(all, timeoutMs, 'close').catch(() => {});
     await Promise.allSettled([...this.#waits].map((c) => c.close()));
@@ -162,7 +163,7 @@ export class RLock implements Engine {
       } catch (e) {
         if (signal?.aborted && e === abortReason(signal)) throw e;
         const t = now();
-        if (!isTransient(e) || t >= untilMs) throw e;
+        if (!isTransient(e) || t >= untilMs || this.conn.closed?.() === true) throw e;
         await sleep(Math.min(backoff, untilMs - t), signal);
         backoff = Math.min(backoff * 2, 1000);
       }
@@ -231,10 +232,9 @@ export class Hold extends Leased {
     return this.#owner;
   }
 
-  /** Gives this grant back (the server's hold at the last one). Idempotent: later calls do
-   * nothing. Throws `LockLost` (sending nothing) when the hold was lost before. */
-  async release(): Promise<void> {
-    if (this.released) return;
+  /** @internal Gives this grant back (the server's hold at the last one). Throws `LockLost`
+   * (sending nothing) when the hold was lost before. */
+  protected async releaseOnce(): Promise<void> {
     this.setReleased(true);
     const s = this.lease;
     s.count -= 1;

@@ -1,7 +1,7 @@
 import { acquireOnce, type AcquireSpec } from './acquiring.js';
 import { ServerError, type Arg } from './adapter.js';
 import { fromReply, LockTimeout } from './errors.js';
-import { Lease, Leased } from './lease.js';
+import { grantStart, Lease, Leased } from './lease.js';
 import type { RLock } from './lock.js';
 import { abortReason, newId, now, REQUEST_RECORD_MS } from './util.js';
 import * as V from './validate.js';
@@ -77,7 +77,7 @@ abstract class SemaphoreBase {
     const o = V.options(options, what);
     V.known(o, leased ? ['permits', 'waitMs', 'leaseMs', 'signal'] : ['permits', 'waitMs', 'signal'], what);
     const permits = V.int(o.permits, 'permits', 1, leased ? MAX_LEASED_PERMITS : Number.MAX_SAFE_INTEGER, 1);
-    const waitMs = 'waitMs' in o ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait;
+    const waitMs = o.waitMs !== undefined ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait; // undefined: the default, as a default parameter
     const leaseMs = V.ms(o.leaseMs, 'leaseMs', 1);
     const signal = V.signal(o.signal);
     if (signal?.aborted) throw abortReason(signal);
@@ -135,6 +135,7 @@ export class Semaphore extends SemaphoreBase {
 /** Counted permits one acquire got: `await using p = await sem.acquire({ permits: 2 })`. */
 export class Permits implements AsyncDisposable {
   #released = false;
+  #releasing: Promise<void> | null = null;
 
   /** @internal */
   constructor(
@@ -149,8 +150,15 @@ export class Permits implements AsyncDisposable {
   }
 
   /** Gives exactly these permits back (`RSEM.RELEASE key n REQUEST id`); idempotent. */
-  async release(): Promise<void> {
-    if (this.#released) return;
+  release(): Promise<void> {
+    if (this.#releasing !== null) return this.#releasing; // one in flight: its outcome
+    if (this.#released) return Promise.resolve();
+    const p = this.#release().finally(() => (this.#releasing = null));
+    this.#releasing = p;
+    return p;
+  }
+
+  async #release(): Promise<void> {
     this.#released = true;
     const rl = this.sem.rl;
     const args: Arg[] = ['RSEM.RELEASE', this.sem.key, String(this.permits), 'REQUEST', this.rid];
@@ -205,8 +213,29 @@ export class LeasedSemaphore extends SemaphoreBase {
     };
     const got = await acquireOnce(rl, spec, waitMs, signal);
     if (got === null) return null;
-    return new LeasedPermits(this, got.grant, lease, leaseMs === undefined, got.sentAt);
+    const renew = renewer(this, got.grant, lease);
+    let start: number | null;
+    try {
+      start = await grantStart(got.sentAt, lease, renew, rl.responseTimeoutMs, signal);
+    } catch (e) {
+      await rl.cancel(this.key, got.rid, lease); // aborted while confirming: given back
+      throw e;
+    }
+    if (start === null) {
+      await rl.cancel(this.key, got.rid, lease); // not confirmed (gone, or no answer): given back
+      return null;
+    }
+    return new LeasedPermits(this, got.grant, lease, leaseMs === undefined, start, renew);
   }
+}
+
+/** Renews every one of `ids` for `leaseMs`: true when all were still leased. */
+function renewer(sem: LeasedSemaphore, ids: readonly Buffer[], leaseMs: number): () => Promise<boolean> {
+  const rl = sem.rl;
+  return async () => {
+    const replies = await Promise.all(ids.map((id) => rl.conn.send(['RSEM.RENEW', sem.key, id, String(leaseMs)])));
+    return replies.every((r) => Number(r) === 1);
+  };
 }
 
 /** Leased permits one acquire got: their `ids`, a lease, a `signal` aborted when lost. */
@@ -219,13 +248,9 @@ export class LeasedPermits extends Leased {
     leaseMs: number,
     watchdog: boolean,
     sentAt: number,
+    renew: () => Promise<boolean>,
   ) {
-    const rl = sem.rl;
-    const renew = async (): Promise<boolean> => {
-      const replies = await Promise.all(ids.map((id) => rl.conn.send(['RSEM.RENEW', sem.key, id, String(leaseMs)])));
-      return replies.every((r) => Number(r) === 1);
-    };
-    super(new Lease({ label: sem.label, dropped: () => {} }, leaseMs, watchdog, sentAt, renew, rl.responseTimeoutMs));
+    super(new Lease({ label: sem.label, dropped: () => {} }, leaseMs, watchdog, sentAt, renew, sem.rl.responseTimeoutMs));
   }
 
   /** How many. */
@@ -233,10 +258,9 @@ export class LeasedPermits extends Leased {
     return this.ids.length;
   }
 
-  /** Gives the permits back (`RSEM.RELEASE key ID ...`); idempotent. Throws `LockLost` when they
+  /** @internal Gives the permits back (`RSEM.RELEASE key ID ...`). Throws `LockLost` when they
    * were lost before (sending nothing) or the release found them gone. */
-  async release(): Promise<void> {
-    if (this.released) return;
+  protected async releaseOnce(): Promise<void> {
     this.setReleased(true);
     const s = this.lease;
     if (s.lost) throw s.lostError();

@@ -1,5 +1,5 @@
 import type { Engine } from './acquiring.js';
-import { ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
+import { IoRedisConnection, NodeRedisConnection, ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
 import { SessionClosed } from './errors.js';
 import type { Lease } from './lease.js';
 import { Turns, type RLock } from './lock.js';
@@ -42,6 +42,7 @@ export class Session implements AsyncDisposable {
   readonly #unlisten: () => void;
   #timer: NodeJS.Timeout | undefined;
   #busy = 0;
+  #looking = false;
   #closed = false;
   readonly #lockDelayMs: number;
   #handles = 0;
@@ -64,7 +65,8 @@ export class Session implements AsyncDisposable {
     V.known(o, ['lockDelayMs', 'keepaliveMs'], 'session options');
     const lockDelayMs = V.int(o.lockDelayMs, 'lockDelayMs', 0, 60000, 0);
     const keepaliveMs = V.ms(o.keepaliveMs, 'keepaliveMs', 10) ?? 1000;
-    const raw = await bounded(rl.conn.duplicate(), rl.responseTimeoutMs * 2, 'connect');
+    // integer replies as decimal strings (ioredis: `stringNumbers`): a session's fencing token may pass 2^53
+    const raw = await bounded(rl.conn.duplicate(undefined, { exactNumbers: true }), rl.responseTimeoutMs * 2, 'connect');
     let clientId: number;
     try {
       clientId = Number(await bounded(raw.send(['CLIENT', 'ID']), rl.responseTimeoutMs, 'CLIENT ID'));
@@ -161,12 +163,32 @@ export class Session implements AsyncDisposable {
   }
 
   async #ping(keepaliveMs: number): Promise<void> {
-    if (this.#closed || this.#busy > 0) return;
+    if (this.#closed) return;
+    if (this.#busy > 0) return this.#look(keepaliveMs);
     try {
       await bounded(this.#raw.send(['PING']), keepaliveMs, 'PING');
     } catch (e) {
       if (e instanceof ServerError) return; // an answer all the same
       await this.#end('its keepalive ping was not answered');
+    }
+  }
+
+  /** While an acquire waits on the session's connection (a PING there would queue behind its
+   * wait), asks the server from the client's own connection whether it still has the session's
+   * (`CLIENT LIST ID`): gone, the server ended the session's holds, so the session ends (which
+   * also ends the wait). No answer or an error reply (an ACL user without `CLIENT`) concludes
+   * nothing. Only for a client of one server: a cluster or sentinel client might ask another. */
+  async #look(keepaliveMs: number): Promise<void> {
+    const conn = this.#rl.conn;
+    if (this.#looking || !(conn instanceof NodeRedisConnection || conn instanceof IoRedisConnection)) return;
+    this.#looking = true;
+    try {
+      const r = await bounded(conn.send(['CLIENT', 'LIST', 'ID', String(this.clientId)]), keepaliveMs, 'CLIENT LIST');
+      if (typeof r === 'string' && r.trim() === '') await this.#end('the server no longer has its connection');
+    } catch {
+      // no conclusion
+    } finally {
+      this.#looking = false;
     }
   }
 

@@ -1,7 +1,7 @@
 import { acquireOnce, type AcquireSpec, type Engine } from './acquiring.js';
 import { ServerError, type Arg, type Connection } from './adapter.js';
 import { fromReply, LockLost, LockTimeout, RLockError } from './errors.js';
-import { Lease } from './lease.js';
+import { grantStart, Lease } from './lease.js';
 import { Hold, type AcquireOptions, type RLock, type Turns } from './lock.js';
 import { abortReason, bounded, newId, now, RELEASE_RESEND_MS, REQUEST_RECORD_MS, Stalled, transientReply } from './util.js';
 import * as V from './validate.js';
@@ -83,7 +83,7 @@ export class Side {
   async take(options: unknown, what: string, defaultWait: number | undefined): Promise<Hold | null> {
     const o = V.options(options, what);
     V.known(o, ACQUIRE_KEYS, what);
-    const waitMs = 'waitMs' in o ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait;
+    const waitMs = o.waitMs !== undefined ? V.ms(o.waitMs, 'waitMs', 0) : defaultWait; // undefined: the default, as a default parameter
     const leaseMs = V.ms(o.leaseMs, 'leaseMs', 1);
     const signal = V.signal(o.signal);
     if (signal?.aborted) throw abortReason(signal);
@@ -198,7 +198,18 @@ export class Side {
       if (this.opts.fixedOwner) this.#track(p);
       return Number(await p) === 1;
     };
-    const s = new Lease(this, lease, leaseMs === undefined, got.sentAt, renew, rl.responseTimeoutMs);
+    let start: number | null;
+    try {
+      start = await grantStart(got.sentAt, lease, renew, rl.responseTimeoutMs, signal);
+    } catch (e) {
+      await engine.cancel(key, got.rid, lease); // aborted while confirming: given back
+      throw e;
+    }
+    if (start === null) {
+      await engine.cancel(key, got.rid, lease); // not confirmed (gone, or no answer): given back
+      return null;
+    }
+    const s = new Lease(this, lease, leaseMs === undefined, start, renew, rl.responseTimeoutMs);
     this.#current = { lease: s, owner, token: got.grant };
     this.opts.adopt?.(s, () => {
       const args: Arg[] =

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { compat, LockLost, LockTimeout } from '../src/index.js';
+import { compat, LockLost, LockTimeout, WrongType } from '../src/index.js';
 import { free, suite, until } from './harness.js';
 
 const { Mutex, Semaphore, MultiSemaphore, Redlock } = compat;
@@ -95,5 +95,21 @@ suite('migration facades', (ctx, test) => {
     });
     assert.equal(out, 7);
     assert.throws(() => new Redlock([client, client]), TypeError);
+  });
+  test('Redlock.using: a release refused by the server still releases the other resources, then throws', async () => {
+    const client = await ctx.client();
+    const redlock = new Redlock([client]);
+    await assert.rejects(
+      redlock.using(['c:rl:a', 'c:rl:b'], 2000, async () => {
+        // the last resource released first is made another kind of value: its release is refused
+        await ctx.admin.del('c:rl:b');
+        await ctx.admin.set('c:rl:b', 'not a lock');
+        return 1;
+      }),
+      WrongType,
+    );
+    // the other resource is released, not left to a watchdog that renews it for ever
+    assert.ok(await free(ctx.admin, 'c:rl:a'), 'c:rl:a released');
+    await ctx.admin.del('c:rl:b');
   });
 });

@@ -20,4 +20,16 @@ suite('fencing tokens above 2^53', (ctx, test) => {
     await second.release();
     await rl.close();
   });
+  test("a session's token near 2^63 is read exactly", async () => {
+    const rl = new RLock(await ctx.client());
+    const name = 'big:session';
+    await ctx.admin.set(`redisson_lock_token:{${name}}`, NEAR.toString());
+    await using session = await rl.session();
+    const hold = await session.lock(name).acquire({ waitMs: 0, leaseMs: 10000 });
+    assert.equal(hold.token, NEAR + 1n);
+    const write = await session.rwLock('big:session:rw').write.acquire({ waitMs: 0, leaseMs: 10000 });
+    await hold.release();
+    await write.release();
+    await rl.close();
+  });
 });
