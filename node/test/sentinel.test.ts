@@ -106,7 +106,7 @@ for (const driver of sentinelDrivers) {
       const rl = new RLock(await client(), { responseTimeoutMs: 300 });
       const name = 'sentinel:failover';
       const { holder, waiting, oldPort } = await holdAndWait(rl, name);
-      await on(set.sentinelPort, ['SENTINEL', 'FAILOVER', set.name]);
+      await failover();
       await until(async () => (await set.masterPort()) !== oldPort, 10000, 'the sentinel to name a new master');
       const newPort = await set.masterPort();
       // the wait ended on the old master (UNBLOCKED at its demotion, or its connection killed)
