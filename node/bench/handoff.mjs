@@ -219,17 +219,19 @@ async function main() {
 function writeSection(file, rows, tables, uncontended) {
   const find = (n, mode, holdMs, implName) => rows.find((r) => r.n === n && r.mode === mode && r.holdMs === holdMs && r.implName === implName);
   const targets = [];
-  const fmt = (x) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
-  for (const mode of ['tasks', 'processes']) {
-    const r = find(8, mode, 0, 'rlock');
-    if (!r) continue;
-    for (const other of ['redis-semaphore', 'redlock']) {
-      const o = find(8, mode, 0, other);
-      if (!o) continue;
-      const h = r.handoffs / o.handoffs;
-      targets.push(`| hand-offs/s / ${other}'s, 8 ${mode}, 0 ms held | ${fmt(h)} | ≥ 10 | ${h >= 10 ? 'yes' : '**no**'} |`);
-      const p = r.p99 / o.p99;
-      targets.push(`| p99 wait / ${other}'s, 8 ${mode}, 0 ms held | ${fmt(p)} | ≤ 0.10 | ${p <= 0.1 ? 'yes' : '**no**'} |`);
+  const fmt = (x) => (!Number.isFinite(x) ? 'theirs 0' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+  for (const holdMs of [0, 10]) {
+    for (const mode of ['tasks', 'processes']) {
+      const r = find(8, mode, holdMs, 'rlock');
+      if (!r) continue;
+      for (const other of ['redis-semaphore', 'redlock']) {
+        const o = find(8, mode, holdMs, other);
+        if (!o) continue;
+        const h = r.handoffs / o.handoffs;
+        targets.push(`| hand-offs/s / ${other}'s, 8 ${mode}, ${holdMs} ms held | ${fmt(h)} | ≥ 10 | ${h >= 10 ? 'yes' : '**no**'} |`);
+        const p = r.p99 / o.p99;
+        targets.push(`| p99 wait / ${other}'s, 8 ${mode}, ${holdMs} ms held | ${fmt(p)} | ≤ 0.10 | ${p <= 0.1 ? 'yes' : '**no**'} |`);
+      }
     }
   }
   const many = rows.filter((r) => r.implName === 'rlock' && r.n > 1);
@@ -268,6 +270,8 @@ function writeSection(file, rows, tables, uncontended) {
     '| target | measured | limit | met |',
     '|---|---|---|---|',
     ...targets,
+    '',
+    'Reading the targets. At 0 ms held a polling client is hardly contended: the contender that releases takes the lock again at once while the others sleep out their poll, so most of its waits are near zero and its p99 is small; rlock hands the lock over FIFO at every release, so every grant is a hand-off and every wait is a turn in the queue (p99 about N hand-offs). As processes, each of rlock\'s hand-offs wakes another process on 2 cores shared by N processes and the server, which bounds its rate (the tasks rows, one process, show the same hand-offs at several times the rate). At 10 ms held at most about 100 grants a second are possible whoever holds; there the polling clients starve contenders (idlest share 0%, waits of the whole row) while rlock serves every contender in turn.',
     '',
     '### Contention and uncontended acquire + release',
     '',
