@@ -1,5 +1,5 @@
 import { ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
-import { fromReply, SessionClosed } from './errors.js';
+import { fromReply, RLockClosed, SessionClosed } from './errors.js';
 import { abortReason, bounded, isCancelledReply, newId, now, sleep, Stalled, transientReply } from './util.js';
 
 /** What an acquire needs of its client (an `RLock`). */
@@ -127,7 +127,8 @@ export async function acquireOnce<G>(
         }
       } catch (e) {
         if (signal?.aborted && e === abortReason(signal)) throw e;
-        if (e instanceof SessionClosed) throw e; // a session's connection is gone: never asked again
+        // a session's connection is gone, or the RLock closed: never asked again
+        if (e instanceof SessionClosed || e instanceof RLockClosed) throw e;
         if (isCancelledReply(e)) {
           needCancel = false; // holds nothing and never will: a new request, with the time left
           if (waitMs !== 0 && now() < end) {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Engine } from './acquiring.js';
 import { adapt, ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
-import { fromReply, InvalidArgument, LockLost } from './errors.js';
+import { fromReply, InvalidArgument, LockLost, RLockClosed } from './errors.js';
 import { Lease, Leased } from './lease.js';
 import { WaitPool } from './pool.js';
 import { abortReason, bounded, isTransient, now, REQUEST_RECORD_MS, sleep, transientReply } from './util.js';
@@ -42,6 +42,7 @@ export class RLock implements Engine {
   readonly #background = new Set<Promise<unknown>>();
   readonly #waits = new Set<Connection>();
   readonly #pool = new WaitPool();
+  #closed = false;
   static readonly #cache = new WeakMap<object, RLock>();
 
   constructor(client: unknown, options?: RLockOptions) {
@@ -99,9 +100,14 @@ export class RLock implements Engine {
   }
 
   /** Waits (at most `timeoutMs`) for cancels and releases still being sent in the background,
-   * and closes the connections of waits still open. The user's client stays open. */
+   * and closes the connections of waits still open: those acquires (and latch waits) reject
+   * with `RLockClosed`, holding nothing, and no wait starts on this RLock from then on. The
+   * user's client stays open. */
   async close(timeoutMs = 5000): Promise<void> {
     timeoutMs = V.ms(timeoutMs, 'timeoutMs', 0) ?? 5000;
+    // from now on no wait starts: one still on ends when its connection closes below, never
+    // asked again on a new one
+    this.#closed = true;
     const all = Promise.allSettled([...this.#background]);
     await bounded(all, timeoutMs, 'close').catch(() => {});
     await Promise.allSettled([...this.#waits].map((c) => c.close()));
@@ -117,6 +123,7 @@ export class RLock implements Engine {
   /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node): one
    * kept from an earlier wait that ended cleanly, else a new one. */
   async openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection> {
+    if (this.#closed) throw new RLockClosed('the RLock is closed: no wait starts on it');
     const poolKey = this.conn.poolKey?.(key, options);
     let c = this.#pool.take(poolKey);
     if (c === null) {
@@ -126,6 +133,10 @@ export class RLock implements Engine {
       } catch (e) {
         opening.then((late) => late.close()).catch(() => {}); // opened after all: closed
         throw e;
+      }
+      if (this.#closed) {
+        await c.close().catch(() => {}); // the RLock closed while it was being opened
+        throw new RLockClosed('the RLock is closed: no wait starts on it');
       }
       this.#pool.opened(c, poolKey);
     }
