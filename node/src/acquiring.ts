@@ -91,6 +91,9 @@ export async function acquireOnce<G>(
       else wait = end > t ? Math.max(1, Math.ceil(end - t)) : null;
       const args = spec.args(rid, wait);
       let reply: unknown;
+      // the wait was sent (its connection open): a Stalled is then its time running out, not a
+      // connection slow to open (which is asked again within the deadline, as a failed one)
+      let waitSent = false;
       const sentAt = now();
       try {
         if (wait === null) {
@@ -106,6 +109,7 @@ export async function acquireOnce<G>(
           conn ??= await eng.openWait(signal, spec.key, spec.send);
           needCancel = true;
           idle = false;
+          waitSent = true;
           const within = wait === 0 ? Infinity : wait + eng.responseTimeoutMs;
           const got = await waitReply(eng, conn, args, spec.args(rid, null), within, spec.send, checks, signal);
           if (got.silent) {
@@ -151,7 +155,7 @@ export async function acquireOnce<G>(
           await eng.closeWait(conn, !(e instanceof Stalled));
           conn = null;
         }
-        if (e instanceof Stalled && wait !== null) return null; // the wait's time is up: cancelled below
+        if (e instanceof Stalled && waitSent) return null; // the wait's time is up: cancelled below
         if (trying) continue; // the wait asks again, with the same id
         const t2 = now();
         if (t2 >= retryEnd) {
