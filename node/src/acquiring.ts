@@ -6,6 +6,9 @@ import { abortReason, bounded, isCancelledReply, newId, now, sleep, Stalled, tra
 export interface Engine {
   readonly conn: Connection;
   readonly responseTimeoutMs: number;
+  /** How many times the client was closed (absent: never closes): a wait begun before a close
+   * ends with `RLockClosed` (its request cancelled) instead of opening a new connection. */
+  readonly closes?: number;
   /** A dedicated connection for a wait on `key`. */
   openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection>;
   /** Closes a wait's connection; `flush`: it failed, or a failover answered (connections kept
@@ -79,6 +82,10 @@ export async function acquireOnce<G>(
   let tryFirst = waitMs !== 0;
   // checks of the request `rid` sent and not answered yet
   let checks = new Set<Promise<unknown>>();
+  const closes = eng.closes;
+  const stillOpen = (): void => {
+    if (eng.closes !== closes) throw new RLockClosed('the RLock was closed during this acquire');
+  };
   try {
     for (;;) {
       if (signal?.aborted) throw abortReason(signal);
@@ -106,7 +113,17 @@ export async function acquireOnce<G>(
           sent.then(answered, answered);
           reply = await bounded(sent, eng.responseTimeoutMs, String(args[0]), signal);
         } else {
-          conn ??= await eng.openWait(signal, spec.key, spec.send);
+          if (conn === null) {
+            stillOpen();
+            conn = await eng.openWait(signal, spec.key, spec.send);
+            try {
+              stillOpen(); // closed while it was being opened
+            } catch (e) {
+              await eng.closeWait(conn);
+              conn = null;
+              throw e;
+            }
+          }
           needCancel = true;
           idle = false;
           waitSent = true;

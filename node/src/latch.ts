@@ -81,11 +81,13 @@ export class CountDownLatch {
     const rl = this.#rl;
     const end = waitMs === undefined ? Infinity : now() + waitMs;
     let backoff = 20;
+    const closes = rl.closes;
     for (;;) {
       const left = end === Infinity ? 0 : Math.ceil(end - now());
       if (end !== Infinity && left <= 0) return (await this.count()) <= 0;
       let conn: Connection;
       try {
+        rl.checkOpen(closes);
         conn = await rl.openWait(signal, this.key);
       } catch (e) {
         // a connection that could not be opened (or not in time) is tried again with the time
@@ -97,12 +99,13 @@ export class CountDownLatch {
       }
       let clean = false;
       try {
+        rl.checkOpen(closes); // closed while it was being opened: closed below
         const within = end === Infinity ? Infinity : left + rl.responseTimeoutMs;
         const reply = await bounded(conn.send(['RLATCH.AWAIT', this.key, String(left)]), within, 'RLATCH.AWAIT', signal);
         clean = true;
         return Number(reply) === 1;
       } catch (e) {
-        if (signal?.aborted && e === abortReason(signal)) throw e;
+        if ((signal?.aborted && e === abortReason(signal)) || e instanceof RLockClosed) throw e;
         if (e instanceof ServerError && !transientReply(e)) throw fromReply(e.message, this.label);
         if (e instanceof Stalled) return false;
         await sleep(Math.min(backoff, end - now()), signal);

@@ -42,7 +42,7 @@ export class RLock implements Engine {
   readonly #background = new Set<Promise<unknown>>();
   readonly #waits = new Set<Connection>();
   readonly #pool = new WaitPool();
-  #closed = false;
+  #closes = 0;
   static readonly #cache = new WeakMap<object, RLock>();
 
   constructor(client: unknown, options?: RLockOptions) {
@@ -101,13 +101,13 @@ export class RLock implements Engine {
 
   /** Waits (at most `timeoutMs`) for cancels and releases still being sent in the background,
    * and closes the connections of waits still open: those acquires (and latch waits) reject
-   * with `RLockClosed`, holding nothing, and no wait starts on this RLock from then on. The
-   * user's client stays open. */
+   * with `RLockClosed`, holding nothing (never asked again on a new connection). The user's
+   * client stays open, and acquires begun later work as before. */
   async close(timeoutMs = 5000): Promise<void> {
     timeoutMs = V.ms(timeoutMs, 'timeoutMs', 0) ?? 5000;
-    // from now on no wait starts: one still on ends when its connection closes below, never
-    // asked again on a new one
-    this.#closed = true;
+    // a wait still on ends when its connection closes below (its acquire is never asked again
+    // on a new one); acquires begun after this close work as before
+    this.#closes++;
     const all = Promise.allSettled([...this.#background]);
     await bounded(all, timeoutMs, 'close').catch(() => {});
     await Promise.allSettled([...this.#waits].map((c) => c.close()));
@@ -123,7 +123,6 @@ export class RLock implements Engine {
   /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node): one
    * kept from an earlier wait that ended cleanly, else a new one. */
   async openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection> {
-    if (this.#closed) throw new RLockClosed('the RLock is closed: no wait starts on it');
     const poolKey = this.conn.poolKey?.(key, options);
     let c = this.#pool.take(poolKey);
     if (c === null) {
@@ -133,10 +132,6 @@ export class RLock implements Engine {
       } catch (e) {
         opening.then((late) => late.close()).catch(() => {}); // opened after all: closed
         throw e;
-      }
-      if (this.#closed) {
-        await c.close().catch(() => {}); // the RLock closed while it was being opened
-        throw new RLockClosed('the RLock is closed: no wait starts on it');
       }
       this.#pool.opened(c, poolKey);
     }
@@ -157,6 +152,17 @@ export class RLock implements Engine {
   async doneWait(c: Connection): Promise<void> {
     this.#waits.delete(c);
     await this.#pool.giveBack(c);
+  }
+
+  /** @internal How many times `close()` was called: an acquire or latch wait begun before a
+   * close ends with `RLockClosed` instead of opening a wait connection after it. */
+  get closes(): number {
+    return this.#closes;
+  }
+
+  /** @internal Throws `RLockClosed` when `close()` was called since `closes` was `mark`. */
+  checkOpen(mark: number): void {
+    if (this.#closes !== mark) throw new RLockClosed('the RLock was closed during this wait');
   }
 
   /** @internal Idle wait connections kept now. */

@@ -3,7 +3,7 @@ import { RLock, RLockClosed } from '../src/index.js';
 import { suite, until, waiters } from './harness.js';
 
 suite('RLock.close ends waits', (ctx, test) => {
-  test('a wait still on when its RLock closes ends, holding nothing, and opens no new wait connection', async () => {
+  test('a wait still on when its RLock closes ends with RLockClosed, holding nothing, never asked again on a new connection; later acquires work', async () => {
     const client = await ctx.client();
     const other = new RLock(client);
     const holder = await other.lock('close:w').acquire({ leaseMs: 20000 });
@@ -13,7 +13,13 @@ suite('RLock.close ends waits', (ctx, test) => {
       (h) => ({ h }),
       (e: unknown) => ({ e }),
     );
+    await other.latch('close:l').trySetCount(1);
+    const latchWait = rl.latch('close:l').await().then(
+      (v) => v,
+      (e: unknown) => e,
+    );
     await until(async () => (await waiters(ctx.admin, 'close:w')) === 1, 5000, 'the waiter queued');
+    await until(async () => String(await ctx.admin.sendCommand(['CLIENT', 'LIST'])).includes('cmd=rlatch.await'), 5000, 'the latch wait on');
     await rl.close();
     // the wait must not come back on a new connection after the RLock closed
     await new Promise((r) => setTimeout(r, 1500));
@@ -27,7 +33,15 @@ suite('RLock.close ends waits', (ctx, test) => {
     // nothing held by nobody: the waiter's request was cancelled, the lock is free
     await until(async () => (await ctx.admin.exists('close:w')) === 0, 5000, 'the lock free');
     // a latch wait after close fails at once too
-    await assert.rejects(rl.latch('close:l').await({ waitMs: 1000 }), RLockClosed);
+    const latched = await latchWait;
+    assert.ok(latched instanceof RLockClosed, `the latch wait ends with RLockClosed: ${String(latched)}`);
+    // the RLock stays usable: an acquire begun after the close waits and is granted as ever
+    const h2 = await other.lock('close:w2').acquire({ leaseMs: 20000 });
+    const later = rl.lock('close:w2').acquire({ waitMs: 5000, leaseMs: 20000 });
+    await until(async () => (await waiters(ctx.admin, 'close:w2')) === 1, 5000, 'the later acquire queued');
+    await h2.release();
+    await (await later).release();
+    await rl.close();
     await other.close();
   });
 });
