@@ -1,11 +1,14 @@
 import { ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
-import { fromReply, SessionClosed } from './errors.js';
+import { fromReply, RLockClosed, SessionClosed } from './errors.js';
 import { abortReason, bounded, isCancelledReply, newId, now, sleep, Stalled, transientReply } from './util.js';
 
 /** What an acquire needs of its client (an `RLock`). */
 export interface Engine {
   readonly conn: Connection;
   readonly responseTimeoutMs: number;
+  /** How many times the client was closed (absent: never closes): a wait begun before a close
+   * ends with `RLockClosed` (its request cancelled) instead of opening a new connection. */
+  readonly closes?: number;
   /** A dedicated connection for a wait on `key`. */
   openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection>;
   /** Closes a wait's connection; `flush`: it failed, or a failover answered (connections kept
@@ -79,6 +82,10 @@ export async function acquireOnce<G>(
   let tryFirst = waitMs !== 0;
   // checks of the request `rid` sent and not answered yet
   let checks = new Set<Promise<unknown>>();
+  const closes = eng.closes;
+  const stillOpen = (): void => {
+    if (eng.closes !== closes) throw new RLockClosed('the RLock was closed during this acquire');
+  };
   try {
     for (;;) {
       if (signal?.aborted) throw abortReason(signal);
@@ -91,6 +98,9 @@ export async function acquireOnce<G>(
       else wait = end > t ? Math.max(1, Math.ceil(end - t)) : null;
       const args = spec.args(rid, wait);
       let reply: unknown;
+      // the wait was sent (its connection open): a Stalled is then its time running out, not a
+      // connection slow to open (which is asked again within the deadline, as a failed one)
+      let waitSent = false;
       const sentAt = now();
       try {
         if (wait === null) {
@@ -103,9 +113,20 @@ export async function acquireOnce<G>(
           sent.then(answered, answered);
           reply = await bounded(sent, eng.responseTimeoutMs, String(args[0]), signal);
         } else {
-          conn ??= await eng.openWait(signal, spec.key, spec.send);
+          if (conn === null) {
+            stillOpen();
+            conn = await eng.openWait(signal, spec.key, spec.send);
+            try {
+              stillOpen(); // closed while it was being opened
+            } catch (e) {
+              await eng.closeWait(conn);
+              conn = null;
+              throw e;
+            }
+          }
           needCancel = true;
           idle = false;
+          waitSent = true;
           const within = wait === 0 ? Infinity : wait + eng.responseTimeoutMs;
           const got = await waitReply(eng, conn, args, spec.args(rid, null), within, spec.send, checks, signal);
           if (got.silent) {
@@ -127,7 +148,8 @@ export async function acquireOnce<G>(
         }
       } catch (e) {
         if (signal?.aborted && e === abortReason(signal)) throw e;
-        if (e instanceof SessionClosed) throw e; // a session's connection is gone: never asked again
+        // a session's connection is gone, or the RLock closed: never asked again
+        if (e instanceof SessionClosed || e instanceof RLockClosed) throw e;
         if (isCancelledReply(e)) {
           needCancel = false; // holds nothing and never will: a new request, with the time left
           if (waitMs !== 0 && now() < end) {
@@ -150,7 +172,7 @@ export async function acquireOnce<G>(
           await eng.closeWait(conn, !(e instanceof Stalled));
           conn = null;
         }
-        if (e instanceof Stalled && wait !== null) return null; // the wait's time is up: cancelled below
+        if (e instanceof Stalled && waitSent) return null; // the wait's time is up: cancelled below
         if (trying) continue; // the wait asks again, with the same id
         const t2 = now();
         if (t2 >= retryEnd) {

@@ -15,6 +15,7 @@ export type RLockErrorCode =
   | 'RLOCK_UPGRADE_REFUSED'
   | 'RLOCK_DEADLOCK'
   | 'RLOCK_SESSION_CLOSED'
+  | 'RLOCK_CLOSED'
   | 'RLOCK_PERMISSION';
 
 /** Base of this package's errors; also what an unexpected server error reply becomes. */
@@ -80,6 +81,12 @@ export class Deadlock extends RLockError {
 /** The session's connection closed: its holds ended, and it takes no more. */
 export class SessionClosed extends RLockError {
   override readonly code: RLockErrorCode = 'RLOCK_SESSION_CLOSED';
+}
+
+/** The `RLock` was closed (`RLock.close()`): a wait still on then ends (its request cancelled),
+ * and no wait starts on it any more. */
+export class RLockClosed extends RLockError {
+  override readonly code: RLockErrorCode = 'RLOCK_CLOSED';
 }
 
 /** The ACL user may not use a key or channel the command needs (`NOPERM`). */

@@ -1,5 +1,5 @@
-import { ServerError } from './adapter.js';
-import { fromReply } from './errors.js';
+import { ServerError, type Connection } from './adapter.js';
+import { fromReply, RLockClosed } from './errors.js';
 import type { RLock } from './lock.js';
 import { abortReason, bounded, now, sleep, Stalled, transientReply } from './util.js';
 import * as V from './validate.js';
@@ -81,18 +81,31 @@ export class CountDownLatch {
     const rl = this.#rl;
     const end = waitMs === undefined ? Infinity : now() + waitMs;
     let backoff = 20;
+    const closes = rl.closes;
     for (;;) {
       const left = end === Infinity ? 0 : Math.ceil(end - now());
       if (end !== Infinity && left <= 0) return (await this.count()) <= 0;
-      const conn = await rl.openWait(signal, this.key);
+      let conn: Connection;
+      try {
+        rl.checkOpen(closes);
+        conn = await rl.openWait(signal, this.key);
+      } catch (e) {
+        // a connection that could not be opened (or not in time) is tried again with the time
+        // left, as a failed one is
+        if ((signal?.aborted && e === abortReason(signal)) || e instanceof RLockClosed) throw e;
+        await sleep(Math.min(backoff, end - now()), signal);
+        backoff = Math.min(backoff * 2, 1000);
+        continue;
+      }
       let clean = false;
       try {
+        rl.checkOpen(closes); // closed while it was being opened: closed below
         const within = end === Infinity ? Infinity : left + rl.responseTimeoutMs;
         const reply = await bounded(conn.send(['RLATCH.AWAIT', this.key, String(left)]), within, 'RLATCH.AWAIT', signal);
         clean = true;
         return Number(reply) === 1;
       } catch (e) {
-        if (signal?.aborted && e === abortReason(signal)) throw e;
+        if ((signal?.aborted && e === abortReason(signal)) || e instanceof RLockClosed) throw e;
         if (e instanceof ServerError && !transientReply(e)) throw fromReply(e.message, this.label);
         if (e instanceof Stalled) return false;
         await sleep(Math.min(backoff, end - now()), signal);

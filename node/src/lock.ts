@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Engine } from './acquiring.js';
 import { adapt, ServerError, type Arg, type Connection, type SendOptions } from './adapter.js';
-import { fromReply, InvalidArgument, LockLost } from './errors.js';
+import { fromReply, InvalidArgument, LockLost, RLockClosed } from './errors.js';
 import { Lease, Leased } from './lease.js';
 import { WaitPool } from './pool.js';
 import { abortReason, bounded, isTransient, now, REQUEST_RECORD_MS, sleep, transientReply } from './util.js';
@@ -42,6 +42,7 @@ export class RLock implements Engine {
   readonly #background = new Set<Promise<unknown>>();
   readonly #waits = new Set<Connection>();
   readonly #pool = new WaitPool();
+  #closes = 0;
   static readonly #cache = new WeakMap<object, RLock>();
 
   constructor(client: unknown, options?: RLockOptions) {
@@ -99,9 +100,14 @@ export class RLock implements Engine {
   }
 
   /** Waits (at most `timeoutMs`) for cancels and releases still being sent in the background,
-   * and closes the connections of waits still open. The user's client stays open. */
+   * and closes the connections of waits still open: those acquires (and latch waits) reject
+   * with `RLockClosed`, holding nothing (never asked again on a new connection). The user's
+   * client stays open, and acquires begun later work as before. */
   async close(timeoutMs = 5000): Promise<void> {
     timeoutMs = V.ms(timeoutMs, 'timeoutMs', 0) ?? 5000;
+    // a wait still on ends when its connection closes below (its acquire is never asked again
+    // on a new one); acquires begun after this close work as before
+    this.#closes++;
     const all = Promise.allSettled([...this.#background]);
     await bounded(all, timeoutMs, 'close').catch(() => {});
     await Promise.allSettled([...this.#waits].map((c) => c.close()));
@@ -146,6 +152,17 @@ export class RLock implements Engine {
   async doneWait(c: Connection): Promise<void> {
     this.#waits.delete(c);
     await this.#pool.giveBack(c);
+  }
+
+  /** @internal How many times `close()` was called: an acquire or latch wait begun before a
+   * close ends with `RLockClosed` instead of opening a wait connection after it. */
+  get closes(): number {
+    return this.#closes;
+  }
+
+  /** @internal Throws `RLockClosed` when `close()` was called since `closes` was `mark`. */
+  checkOpen(mark: number): void {
+    if (this.#closes !== mark) throw new RLockClosed('the RLock was closed during this wait');
   }
 
   /** @internal Idle wait connections kept now. */

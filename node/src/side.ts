@@ -241,6 +241,9 @@ export class Side {
     return {
       conn: base.conn,
       responseTimeoutMs: base.responseTimeoutMs,
+      get closes() {
+        return base.closes;
+      },
       openWait: (signal, key, options) => base.openWait(signal, key, options),
       closeWait: (c, flush) => base.closeWait(c, flush),
       ...(base.doneWait ? { doneWait: (c: Connection) => base.doneWait!(c) } : {}),
