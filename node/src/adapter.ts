@@ -37,6 +37,10 @@ export interface Connection {
    * same server, the same kind of replies): a wait connection that ended cleanly is kept for
    * the next wait of the same pool key. Absent: never kept. */
   poolKey?(key?: Arg, options?: SendOptions): string | undefined;
+  /** The database this connection's commands run in now (a client may `SELECT` another at run
+   * time; its duplicates are made from its options): its waits' connections are switched to it.
+   * Undefined: unknown (a cluster, or the server refused to say), the duplicates' own. */
+  database?(): Promise<number | undefined>;
   /** Whether this (dedicated) connection keeps the process alive: `unref` while kept idle. */
   ref?(): void;
   unref?(): void;
@@ -123,8 +127,28 @@ export async function dialNodeRedis(c: NodeRedisClient, at?: { host: string; por
   return new NodeRedisConnection(d);
 }
 
+/** The `db=` field of `CLIENT INFO` on `conn`; undefined when refused (an ACL without
+ * `client|info`, a server before 6.2: then never asked again, `state.refused`). */
+async function clientInfoDb(conn: Connection, state: { refused: boolean }): Promise<number | undefined> {
+  if (state.refused) return undefined;
+  try {
+    const m = / db=(\d+)/.exec(String(await conn.send(['CLIENT', 'INFO'])));
+    return m ? Number(m[1]) : undefined;
+  } catch (e) {
+    if (e instanceof ServerError) state.refused = true;
+    return undefined;
+  }
+}
+
 export class NodeRedisConnection implements Connection {
+  readonly #info = { refused: false };
+
   constructor(private readonly c: NodeRedisClient) {}
+
+  /** node-redis keeps the database a `select()` switched to to itself: the server says. */
+  database(): Promise<number | undefined> {
+    return clientInfoDb(this, this.#info);
+  }
 
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     try {
@@ -225,9 +249,24 @@ export class IoRedisConnection implements Connection {
     return this.#twin;
   }
 
+  /** ioredis's own record of the database its connection is in now (`select()` sets it). */
+  #selected(c: IoRedisClient): number | undefined {
+    const db = (c as unknown as { condition?: { select?: unknown } }).condition?.select;
+    return typeof db === 'number' ? db : undefined;
+  }
+
+  async database(): Promise<number | undefined> {
+    return this.#selected(this.c);
+  }
+
   async send(args: readonly Arg[], options?: SendOptions): Promise<unknown> {
     const [cmd, ...rest] = args;
     const c = options?.exactNumbers && !this.exact && !this.dedicated ? this.#exactClient() : this.c;
+    if (c !== this.c) {
+      // the twin runs in the database the user's client is in now (a run-time SELECT)
+      const db = this.#selected(this.c);
+      if (db !== undefined && this.#selected(c) !== db) await (c as unknown as { select(db: number): Promise<unknown> }).select(db).catch(() => {});
+    }
     try {
       if (options?.buffers) return await c.callBuffer(String(cmd), ...rest);
       return await c.call(String(cmd), ...rest);

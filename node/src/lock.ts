@@ -123,10 +123,28 @@ export class RLock implements Engine {
   /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node): one
    * kept from an earlier wait that ended cleanly, else a new one. */
   async openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection> {
-    const poolKey = this.conn.poolKey?.(key, options);
+    // the database the client is in now (a run-time SELECT): the wait runs there, and is kept
+    // for waits in that database only
+    const db = await bounded(this.conn.database?.() ?? Promise.resolve(undefined), this.responseTimeoutMs, 'CLIENT INFO', signal).catch((e: unknown) => {
+      if (signal?.aborted && e === abortReason(signal)) throw e;
+      return undefined;
+    });
+    const base = this.conn.poolKey?.(key, options);
+    const poolKey = base === undefined ? undefined : `${base}:db${db ?? ''}`;
     let c = this.#pool.take(poolKey);
     if (c === null) {
-      const opening = this.conn.duplicate(key, options);
+      const opening = (async () => {
+        const d = await this.conn.duplicate(key, options);
+        if (db !== undefined) {
+          try {
+            await d.send(['SELECT', String(db)]);
+          } catch (e) {
+            await d.close().catch(() => {});
+            throw e;
+          }
+        }
+        return d;
+      })();
       try {
         c = await bounded(opening, this.responseTimeoutMs * 2, 'connect', signal);
       } catch (e) {

@@ -8,10 +8,6 @@ async function select(client: unknown, db: number): Promise<void> {
   await (client as { select(db: number): Promise<unknown> }).select(db);
 }
 
-/** Known defect, not fixed yet: a wait's connection (and, with ioredis, the twin that reads
- * integers exactly) is a `duplicate()` of the user's client, made from its options, so it is in
- * the database of those options, not the one the client SELECTed since. Unskip to see it fail. */
-const KNOWN = 'defect: wait connections and the ioredis exact twin ignore a run-time SELECT';
 
 suite('waits in the selected database', (ctx, test) => {
   test('a client switched to another database with SELECT waits for, and is granted, the lock in that database', async () => {
@@ -35,9 +31,22 @@ suite('waits in the selected database', (ctx, test) => {
       assert.equal(await db3.exists('sel:x'), 1, 'the waiter holds the lock in database 3');
       await h.release();
       assert.equal(await db3.exists('sel:x'), 0);
+      // a latch and a session are in that database too
+      await rl.latch('sel:l').trySetCount(1);
+      assert.equal(await db3.exists('sel:l'), 1, 'the latch in database 3');
+      const opened = rl.latch('sel:l').await({ waitMs: 5000 });
+      await until(async () => String(await db3.sendCommand(['CLIENT', 'LIST'])).includes('cmd=rlatch.await'), 5000, 'the latch awaited');
+      await rl.latch('sel:l').countDown();
+      assert.equal(await opened, true, 'the await in database 3 saw the latch open');
+      const session = await rl.session();
+      const sh = await session.lock('sel:s').acquire({ leaseMs: 20000 });
+      assert.equal(await db3.exists('sel:s'), 1, 'the session hold in database 3');
+      assert.equal(await ctx.admin.exists('sel:s'), 0);
+      await sh.release();
+      await session.close();
       await rl.close();
     } finally {
       db3.destroy();
     }
-  }, { skip: process.env.RLOCK_UNSKIP_KNOWN ? false : KNOWN });
+  });
 });
