@@ -14,6 +14,13 @@ import { Redis } from 'ioredis';
 
 export const MODULE = process.env.RLOCK_MODULE ?? '';
 
+// A file whose tests are done but whose process stays alive (a wait a failed test left retrying)
+// ends 10 s later, with its exit code: one hung file must not hang the run (node --test waits
+// for each file's process; --test-force-exit would also cut the summary reporter's last line).
+after(() => {
+  setTimeout(() => process.exit(), 10_000).unref();
+});
+
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
