@@ -107,10 +107,7 @@ export async function acquireOnce<G>(
           needCancel = true;
           // a copy left unanswered may run later, after a grant of this id was given back
           // (ioredis resends unanswered commands when it reconnects): tracked as a check is
-          const sent = eng.conn.send(args, spec.send);
-          checks.add(sent);
-          const answered = (): void => void checks.delete(sent);
-          sent.then(answered, answered);
+          const sent = tracked(checks, eng.conn.send(args, spec.send));
           reply = await bounded(sent, eng.responseTimeoutMs, String(args[0]), signal);
         } else {
           if (conn === null) {
@@ -254,10 +251,7 @@ async function waitReply(
       if (now() >= end) throw new Stalled(String(args[0]), within);
     }
     let answer: unknown;
-    const check = eng.conn.send(probe, send);
-    checks.add(check);
-    const answered = (): void => void checks.delete(check);
-    check.then(answered, answered);
+    const check = tracked(checks, eng.conn.send(probe, send));
     try {
       answer = await bounded(check, eng.responseTimeoutMs, String(probe[0]), signal);
     } catch (e) {
@@ -267,4 +261,12 @@ async function waitReply(
     }
     return { reply: answer, silent: true };
   }
+}
+
+/** `p`, kept in `checks` until it settles (a command of the request that may still run). */
+function tracked<T>(checks: Set<Promise<unknown>>, p: Promise<T>): Promise<T> {
+  checks.add(p);
+  const answered = (): void => void checks.delete(p);
+  p.then(answered, answered);
+  return p;
 }
