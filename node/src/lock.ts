@@ -120,15 +120,21 @@ export class RLock implements Engine {
     await this.close();
   }
 
+  /** @internal The database the client is in now (a run-time SELECT), within a response
+   * timeout; undefined when unknown. An abort rejects with the signal's reason. */
+  async database(signal?: AbortSignal): Promise<number | undefined> {
+    return bounded(this.conn.database?.() ?? Promise.resolve(undefined), this.responseTimeoutMs, 'CLIENT INFO', signal).catch((e: unknown) => {
+      if (signal?.aborted && e === abortReason(signal)) throw e;
+      return undefined;
+    });
+  }
+
   /** @internal A dedicated connection for one wait on `key` (in a cluster: to its node): one
    * kept from an earlier wait that ended cleanly, else a new one. */
   async openWait(signal?: AbortSignal, key?: Arg, options?: SendOptions): Promise<Connection> {
     // the database the client is in now (a run-time SELECT): the wait runs there, and is kept
     // for waits in that database only
-    const db = await bounded(this.conn.database?.() ?? Promise.resolve(undefined), this.responseTimeoutMs, 'CLIENT INFO', signal).catch((e: unknown) => {
-      if (signal?.aborted && e === abortReason(signal)) throw e;
-      return undefined;
-    });
+    const db = await this.database(signal);
     const base = this.conn.poolKey?.(key, options);
     const poolKey = base === undefined ? undefined : `${base}:db${db ?? ''}`;
     let c = this.#pool.take(poolKey);

@@ -70,7 +70,7 @@ export class Session implements AsyncDisposable {
     let clientId: number;
     try {
       // in the database the client is in now (a run-time SELECT), as its waits are
-      const db = await bounded(rl.conn.database?.() ?? Promise.resolve(undefined), rl.responseTimeoutMs, 'CLIENT INFO').catch(() => undefined);
+      const db = await rl.database();
       if (db !== undefined) await bounded(raw.send(['SELECT', String(db)]), rl.responseTimeoutMs, 'SELECT');
       clientId = Number(await bounded(raw.send(['CLIENT', 'ID']), rl.responseTimeoutMs, 'CLIENT ID'));
     } catch (e) {
